@@ -1,0 +1,210 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/config"
+	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// connFlags maps each connection flag to its configuration key. Secrets
+// (etcd.password, s3.access_key, s3.secret_key) have no flag: they come from
+// the environment or the config file, so they never appear in `ps`.
+var connFlags = []struct{ flag, key, usage string }{
+	{"etcd-endpoints", "etcd.endpoints", "etcd client URLs, comma-separated (etcd.endpoints)"},
+	{"etcd-username", "etcd.username", "etcd user (etcd.username); the password comes from FENCEPUB_ETCD_PASSWORD or the file"},
+	{"etcd-ca", "etcd.tls.ca", "PEM CA file for etcd TLS (etcd.tls.ca)"},
+	{"etcd-cert", "etcd.tls.cert", "PEM client certificate for etcd TLS (etcd.tls.cert)"},
+	{"etcd-key", "etcd.tls.key", "PEM client key for etcd TLS (etcd.tls.key)"},
+	{"s3-endpoint", "s3.endpoint", "object store host:port (s3.endpoint)"},
+	{"s3-bucket", "s3.bucket", "bucket (s3.bucket)"},
+	{"s3-region", "s3.region", "bucket region (s3.region)"},
+	{"prefix", "namespace.prefix", "key prefix in etcd and the bucket (namespace.prefix)"},
+	{"domain", "namespace.domain", "authority domain under the prefix (namespace.domain)"},
+}
+
+// addConnFlags registers --config and the connection flags on cmd's
+// persistent flags, so every subcommand accepts them.
+func addConnFlags(cmd *cobra.Command) {
+	f := cmd.PersistentFlags()
+	f.String("config", "", "config file (default ./fencepub.yaml, then $HOME/.config/fencepub/fencepub.yaml)")
+	for _, c := range connFlags {
+		f.String(c.flag, "", c.usage)
+	}
+	f.Bool("s3-secure", false, "use HTTPS for the object store (s3.secure)")
+}
+
+// loadViper builds the command's own viper: defaults, FENCEPUB_* env, the
+// config file and the flags the user set (flag > env > file > default).
+func loadViper(cmd *cobra.Command) (*viper.Viper, error) {
+	v := config.NewViper()
+	flags := cmd.Flags()
+	bind := func(name, key string) {
+		if fl := flags.Lookup(name); fl != nil {
+			_ = v.BindPFlag(key, fl) // only fails for a nil flag
+		}
+	}
+	for _, c := range connFlags {
+		bind(c.flag, c.key)
+	}
+	bind("s3-secure", "s3.secure")
+	path := ""
+	if fl := flags.Lookup("config"); fl != nil {
+		path = fl.Value.String()
+	}
+	if _, err := config.ReadFile(v, path); err != nil {
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	return v, nil
+}
+
+// cliEnv holds the live clients a command built from its configuration.
+type cliEnv struct {
+	Config config.Config
+	Etcd   *clientv3.Client
+	Store  *objstore.Store
+	NS     layout.Namespace
+	Log    *slog.Logger
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// openEnv loads the configuration and connects. Configuration errors exit
+// with code 2 naming the key; an etcd client that cannot be built exits
+// with 115 (unavailable). It does not wait for the servers to answer: the
+// first real call reports an unreachable server.
+func openEnv(cmd *cobra.Command) (*cliEnv, error) {
+	v, err := loadViper(cmd)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(v)
+	if err != nil {
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	tlsCfg, err := cfg.EtcdTLS()
+	if err != nil {
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	ns, _ := cfg.NS() // validated by Load
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Etcd.Endpoints,
+		Username:    cfg.Etcd.Username,
+		Password:    cfg.Etcd.Password,
+		TLS:         tlsCfg,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, exitcode.With(exitcode.Unavailable, fmt.Errorf("etcd %v: %w", cfg.Etcd.Endpoints, err))
+	}
+	store, err := objstore.New(cfg.S3)
+	if err != nil {
+		_ = cli.Close()
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	return &cliEnv{
+		Config: cfg, Etcd: cli, Store: store, NS: ns,
+		Log:    slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+	}, nil
+}
+
+// Close closes the etcd client.
+func (e *cliEnv) Close() { _ = e.Etcd.Close() }
+
+// addOutputFlag registers -o/--output (text or json) and returns its value.
+func addOutputFlag(cmd *cobra.Command) *string {
+	o := new(string)
+	cmd.Flags().VarP(&choice{value: o, allowed: []string{"text", "json"}, def: "text"}, "output", "o", "output format: text or json")
+	*o = "text"
+	return o
+}
+
+// choice is a pflag.Value accepting one of a fixed set of words.
+type choice struct {
+	value   *string
+	allowed []string
+	def     string
+}
+
+var _ pflag.Value = (*choice)(nil)
+
+func (c *choice) String() string {
+	if c.value == nil || *c.value == "" {
+		return c.def
+	}
+	return *c.value
+}
+
+func (c *choice) Set(s string) error {
+	for _, a := range c.allowed {
+		if s == a {
+			*c.value = s
+			return nil
+		}
+	}
+	return fmt.Errorf("must be one of %v", c.allowed)
+}
+
+func (c *choice) Type() string { return "string" }
+
+// printJSON writes v as one indented JSON document and a newline.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// newConfigCmd builds `fencepub config show`.
+func newConfigCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "config", Short: "Inspect the effective configuration"}
+	show := &cobra.Command{
+		Use:   "show",
+		Short: "Print the effective configuration with secrets redacted",
+		Long: `Print every configuration key with its effective value after applying
+defaults, the config file, FENCEPUB_* environment variables and flags
+(precedence: flag > env > file > default). Secrets are printed as <redacted>.`,
+		Args: cobra.NoArgs,
+	}
+	out := addOutputFlag(show)
+	show.RunE = func(c *cobra.Command, _ []string) error {
+		v, err := loadViper(c)
+		if err != nil {
+			return err
+		}
+		if _, err := config.Load(v); err != nil {
+			return exitcode.With(exitcode.Usage, err)
+		}
+		red := config.Redacted(v)
+		red["config_file"] = v.ConfigFileUsed()
+		if *out == "json" {
+			return printJSON(c.OutOrStdout(), red)
+		}
+		keys := make([]string, 0, len(red))
+		for k := range red {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(c.OutOrStdout(), "%-18s %v\n", k, red[k])
+		}
+		return nil
+	}
+	cmd.AddCommand(show)
+	addConnFlags(cmd)
+	return cmd
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fencepub/fencepub/internal/exitcode"
+)
+
+// runCLI runs the fencepub command tree in-process with args and returns
+// stdout, stderr and the exit code main would use.
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	root := newRootCmd()
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err != nil {
+		errb.WriteString(err.Error())
+	}
+	return out.String(), errb.String(), exitcode.Of(err)
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f.yaml")
+	if err := os.WriteFile(file, []byte("s3:\n  bucket: from-file\n  endpoint: file:9000\n  secret_key: s3cr3t\nnamespace:\n  domain: filedom\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FENCEPUB_S3_ENDPOINT", "env:9000")
+	t.Setenv("FENCEPUB_NAMESPACE_DOMAIN", "envdom")
+	out, errs, code := runCLI(t, "config", "show", "-o", "json", "--config", file, "--domain", "flagdom")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"s3.bucket":        "from-file", // file > default
+		"s3.endpoint":      "env:9000",  // env > file
+		"namespace.domain": "flagdom",   // flag > env
+		"namespace.prefix": "fencepub",  // default
+		"s3.secret_key":    "<redacted>",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if strings.Contains(out, "s3cr3t") {
+		t.Fatal("config show printed a secret")
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("s3: [unclosed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"malformed file", []string{"--config", bad}, "config file"},
+		{"missing explicit file", []string{"--config", filepath.Join(dir, "nope.yaml")}, "config file"},
+		{"bad bucket", []string{"--s3-bucket", "Bad_Bucket"}, "s3.bucket"},
+		{"bad endpoint", []string{"--s3-endpoint", "http://x:9000"}, "s3.endpoint"},
+		{"bad etcd url", []string{"--etcd-endpoints", "127.0.0.1:2379"}, "etcd.endpoints"},
+		{"bad domain", []string{"--domain", "a/b"}, "namespace.domain"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, errs, code := runCLI(t, append([]string{"config", "show"}, c.args...)...)
+			if code != exitcode.Usage || !strings.Contains(errs, c.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 2 naming %q", code, errs, c.want)
+			}
+		})
+	}
+}

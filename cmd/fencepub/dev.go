@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/spf13/cobra"
+)
+
+// devState is what `dev up` records in <dir>/state.json for `dev down` and
+// `dev status`.
+type devState struct {
+	Dir           string    `json:"dir"`
+	ConfigFile    string    `json:"config_file"`
+	EtcdPID       int       `json:"etcd_pid"`
+	EtcdEndpoint  string    `json:"etcd_endpoint"`
+	MinIOPID      int       `json:"minio_pid"`
+	MinIOEndpoint string    `json:"minio_endpoint"`
+	Bucket        string    `json:"bucket"`
+	StartedAt     time.Time `json:"started_at"`
+}
+
+// newDevCmd builds `fencepub dev up|down|status`: a persistent local etcd and
+// MinIO for trying fencepub, from the binaries `make deps` built.
+func newDevCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local etcd and MinIO for trying fencepub",
+		Long: `dev starts a persistent single-member etcd and a single-drive MinIO on
+loopback from ./bin (built by 'make deps'), creates the bucket and writes a
+config file (./fencepub.yaml by default) that every other fencepub command
+picks up from the working directory. Data lives in --dir (default ./.dev).`,
+	}
+	var dir string
+	cmd.PersistentFlags().StringVar(&dir, "dir", ".dev", "directory for the servers' data, logs and state")
+	cmd.AddCommand(newDevUpCmd(&dir), newDevDownCmd(&dir), newDevStatusCmd(&dir))
+	return cmd
+}
+
+func readDevState(dir string) (devState, error) {
+	var st devState
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s/state.json: %w", dir, err)
+	}
+	return st, nil
+}
+
+// alive reports whether pid is a running process.
+func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
+
+// portOr returns want if it is free on 127.0.0.1, else a free port.
+func portOr(want int) (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(want))
+	if err == nil {
+		l.Close()
+		return want, nil
+	}
+	return localstack.FreePort()
+}
+
+func newDevUpCmd(dir *string) *cobra.Command {
+	var configPath string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start local etcd and MinIO and write a config file",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			out := c.ErrOrStderr()
+			abs, err := filepath.Abs(*dir)
+			if err != nil {
+				return exitcode.With(exitcode.Usage, err)
+			}
+			if st, err := readDevState(abs); err == nil && (alive(st.EtcdPID) || alive(st.MinIOPID)) {
+				fmt.Fprintf(out, "dev: already running (etcd %s, minio %s); config %s\n", st.EtcdEndpoint, st.MinIOEndpoint, st.ConfigFile)
+				return nil
+			}
+			if err := os.MkdirAll(abs, 0o755); err != nil {
+				return exitcode.With(exitcode.Usage, err)
+			}
+			ctx, cancel := context.WithTimeout(c.Context(), 90*time.Second)
+			defer cancel()
+			cport, err := portOr(2379)
+			if err != nil {
+				return err
+			}
+			pport, err := portOr(2380)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(out, "dev: starting etcd ...")
+			e, err := localstack.StartEtcd(ctx, filepath.Join(abs, "etcd"), localstack.EtcdOptions{
+				Detached: true, ListenClientPorts: []int{cport}, ListenPeerPorts: []int{pport},
+			})
+			if err != nil {
+				return devErr(err)
+			}
+			mport, err := portOr(9000)
+			if err != nil {
+				e.Stop()
+				return err
+			}
+			fmt.Fprintln(out, "dev: starting minio ...")
+			m, err := localstack.StartMinIO(ctx, filepath.Join(abs, "minio"), localstack.MinIOOptions{Detached: true, Port: mport})
+			if err != nil {
+				e.Stop()
+				return devErr(err)
+			}
+			cfgAbs, err := filepath.Abs(configPath)
+			if err != nil {
+				return exitcode.With(exitcode.Usage, err)
+			}
+			yaml := fmt.Sprintf(`# Written by 'fencepub dev up' for the local stack in %s.
+etcd:
+  endpoints: [%q]
+s3:
+  endpoint: %q
+  access_key: %q
+  secret_key: %q
+  bucket: %q
+  secure: false
+namespace:
+  prefix: fencepub
+  domain: dev
+`, abs, e.Members[0].ClientURL, m.Config.Endpoint, m.Config.AccessKey, m.Config.SecretKey, m.Config.Bucket)
+			if err := os.WriteFile(cfgAbs, []byte(yaml), 0o600); err != nil {
+				return err
+			}
+			st := devState{
+				Dir: abs, ConfigFile: cfgAbs, EtcdPID: e.Members[0].PID(), EtcdEndpoint: e.Members[0].ClientURL,
+				MinIOPID: m.PID(), MinIOEndpoint: m.Config.Endpoint, Bucket: m.Config.Bucket, StartedAt: time.Now().UTC(),
+			}
+			b, _ := json.MarshalIndent(st, "", "  ")
+			if err := os.WriteFile(filepath.Join(abs, "state.json"), b, 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, `dev: up
+  etcd   %s   (pid %d, log %s)
+  minio  %s   (pid %d, bucket %q, log %s)
+  config %s
+
+Commands run in this directory pick the config up, e.g.:
+  fencepub publish --resource demo --owner me --ttl 10s --key k1 --file README.md
+  fencepub pointer --resource demo -o json
+Stop with: fencepub dev down
+`, st.EtcdEndpoint, st.EtcdPID, e.Members[0].LogPath, st.MinIOEndpoint, st.MinIOPID, st.Bucket, m.LogPath, cfgAbs)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "write-config", "fencepub.yaml", "where to write the config file for the local stack")
+	return cmd
+}
+
+// devErr maps a server start failure to its exit code: a missing binary is
+// a usage problem (run make deps), anything else an unavailable service.
+func devErr(err error) error {
+	if errors.Is(err, localstack.ErrNoBinary) {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	return exitcode.With(exitcode.Unavailable, err)
+}
+
+func newDevDownCmd(dir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Stop the local etcd and MinIO started by 'dev up' (data is kept)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			st, err := readDevState(*dir)
+			if err != nil {
+				return exitcode.With(exitcode.Usage, fmt.Errorf("no local stack in %s: %w", *dir, err))
+			}
+			for _, p := range []struct {
+				name string
+				pid  int
+			}{{"minio", st.MinIOPID}, {"etcd", st.EtcdPID}} {
+				if !alive(p.pid) {
+					fmt.Fprintf(c.ErrOrStderr(), "dev: %s (pid %d) is not running\n", p.name, p.pid)
+					continue
+				}
+				_ = syscall.Kill(p.pid, syscall.SIGTERM)
+				deadline := time.Now().Add(10 * time.Second)
+				for alive(p.pid) && time.Now().Before(deadline) {
+					time.Sleep(50 * time.Millisecond)
+				}
+				if alive(p.pid) {
+					_ = syscall.Kill(p.pid, syscall.SIGKILL)
+				}
+				fmt.Fprintf(c.ErrOrStderr(), "dev: stopped %s (pid %d)\n", p.name, p.pid)
+			}
+			return nil
+		},
+	}
+}
+
+func newDevStatusCmd(dir *string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show whether the local etcd and MinIO are running",
+		Args:  cobra.NoArgs,
+	}
+	out := addOutputFlag(cmd)
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		st, err := readDevState(*dir)
+		if err != nil {
+			return exitcode.With(exitcode.Usage, fmt.Errorf("no local stack in %s: %w", *dir, err))
+		}
+		status := map[string]any{
+			"etcd":   map[string]any{"pid": st.EtcdPID, "running": alive(st.EtcdPID), "endpoint": st.EtcdEndpoint},
+			"minio":  map[string]any{"pid": st.MinIOPID, "running": alive(st.MinIOPID), "endpoint": st.MinIOEndpoint, "bucket": st.Bucket},
+			"config": st.ConfigFile,
+		}
+		if *out == "json" {
+			return printJSON(c.OutOrStdout(), status)
+		}
+		fmt.Fprintf(c.OutOrStdout(), "etcd   %-28s pid %-7d running=%v\nminio  %-28s pid %-7d running=%v\nconfig %s\n",
+			st.EtcdEndpoint, st.EtcdPID, alive(st.EtcdPID), st.MinIOEndpoint, st.MinIOPID, alive(st.MinIOPID), st.ConfigFile)
+		return nil
+	}
+	return cmd
+}

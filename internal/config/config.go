@@ -1,0 +1,214 @@
+// Package config is fencepub's serializable configuration: what viper fills
+// from a config file, FENCEPUB_* environment variables and flags (precedence
+// flag > env > file > default). It holds no live clients; the CLI builds
+// those from a validated Config.
+package config
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/spf13/viper"
+)
+
+// ErrInvalid is returned (wrapped, naming the key and the expected form) for
+// a configuration value that cannot be used.
+var ErrInvalid = errors.New("config: invalid")
+
+// Config is the whole serializable configuration.
+type Config struct {
+	Etcd      Etcd            `mapstructure:"etcd"`
+	S3        objstore.Config `mapstructure:"s3"`
+	Namespace Namespace       `mapstructure:"namespace"`
+}
+
+// Etcd describes how to reach etcd.
+type Etcd struct {
+	Endpoints []string `mapstructure:"endpoints"` // URLs, e.g. http://127.0.0.1:2379
+	Username  string   `mapstructure:"username"`
+	Password  string   `mapstructure:"password"` // secret: never printed or logged
+	TLS       TLS      `mapstructure:"tls"`
+}
+
+// TLS names PEM files for etcd client TLS; all empty means plain TCP.
+type TLS struct {
+	CA   string `mapstructure:"ca"`
+	Cert string `mapstructure:"cert"`
+	Key  string `mapstructure:"key"`
+}
+
+// Namespace is the etcd key prefix and object key prefix of one domain.
+type Namespace struct {
+	Prefix string `mapstructure:"prefix"`
+	Domain string `mapstructure:"domain"`
+}
+
+// Defaults are set on every viper instance by SetDefaults.
+var defaults = map[string]any{
+	"etcd.endpoints":   []string{"http://127.0.0.1:2379"},
+	"s3.endpoint":      "127.0.0.1:9000",
+	"s3.bucket":        "fencepub",
+	"s3.region":        "",
+	"s3.secure":        false,
+	"namespace.prefix": "fencepub",
+	"namespace.domain": "default",
+}
+
+// Keys lists every configuration key, in the order `config show` prints them.
+var Keys = []string{
+	"etcd.endpoints", "etcd.username", "etcd.password", "etcd.tls.ca", "etcd.tls.cert", "etcd.tls.key",
+	"s3.endpoint", "s3.access_key", "s3.secret_key", "s3.bucket", "s3.secure", "s3.region",
+	"namespace.prefix", "namespace.domain",
+}
+
+// SecretKeys are redacted by Redacted.
+var SecretKeys = map[string]bool{"etcd.password": true, "s3.secret_key": true, "s3.access_key": true}
+
+// NewViper returns a viper instance (never the global one) with fencepub's
+// defaults and environment binding: key a.b_c is read from FENCEPUB_A_B_C.
+func NewViper() *viper.Viper {
+	v := viper.New()
+	for k, val := range defaults {
+		v.SetDefault(k, val)
+	}
+	v.SetEnvPrefix("FENCEPUB")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	for _, k := range Keys {
+		_ = v.BindEnv(k) // cannot fail for a non-empty key
+	}
+	return v
+}
+
+// ReadFile reads the config file: path if non-empty (a missing file is then
+// an error), else ./fencepub.yaml or $HOME/.config/fencepub/fencepub.yaml if
+// present (a missing default file is fine). A malformed file is an error
+// naming it. It returns the file used, or "".
+func ReadFile(v *viper.Viper, path string) (string, error) {
+	if path != "" {
+		v.SetConfigFile(path)
+	} else {
+		v.SetConfigName("fencepub")
+		v.SetConfigType("yaml")
+		v.AddConfigPath(".")
+		if home, err := os.UserHomeDir(); err == nil {
+			v.AddConfigPath(home + "/.config/fencepub")
+		}
+	}
+	if err := v.ReadInConfig(); err != nil {
+		var nf viper.ConfigFileNotFoundError
+		if path == "" && errors.As(err, &nf) {
+			return "", nil
+		}
+		return "", fmt.Errorf("%w: config file: %w", ErrInvalid, err)
+	}
+	return v.ConfigFileUsed(), nil
+}
+
+// Load decodes v into a Config and validates it.
+func Load(v *viper.Viper) (Config, error) {
+	var c Config
+	if err := v.Unmarshal(&c); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	// A comma-separated env or flag value arrives as one string.
+	var eps []string
+	for _, e := range c.Etcd.Endpoints {
+		for _, p := range strings.Split(e, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				eps = append(eps, p)
+			}
+		}
+	}
+	c.Etcd.Endpoints = eps
+	return c, c.Validate()
+}
+
+func invalid(key, value, want string) error {
+	return fmt.Errorf("%w: %s = %q: want %s", ErrInvalid, key, value, want)
+}
+
+// Validate checks every key and returns the first problem as ErrInvalid
+// naming the key and the expected form.
+func (c Config) Validate() error {
+	if len(c.Etcd.Endpoints) == 0 {
+		return invalid("etcd.endpoints", "", "one or more URLs like http://127.0.0.1:2379")
+	}
+	for _, e := range c.Etcd.Endpoints {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return invalid("etcd.endpoints", e, "a URL like http://127.0.0.1:2379")
+		}
+	}
+	if (c.Etcd.TLS.Cert == "") != (c.Etcd.TLS.Key == "") {
+		return invalid("etcd.tls.cert", c.Etcd.TLS.Cert, "etcd.tls.cert and etcd.tls.key set together")
+	}
+	if _, _, err := net.SplitHostPort(c.S3.Endpoint); err != nil || strings.Contains(c.S3.Endpoint, "/") {
+		return invalid("s3.endpoint", c.S3.Endpoint, "host:port without a scheme, e.g. 127.0.0.1:9000")
+	}
+	if l := len(c.S3.Bucket); l < 3 || l > 63 || strings.ToLower(c.S3.Bucket) != c.S3.Bucket || strings.ContainsAny(c.S3.Bucket, "_/ ") {
+		return invalid("s3.bucket", c.S3.Bucket, "an S3 bucket name: 3-63 lowercase letters, digits, '.' or '-'")
+	}
+	if _, err := c.NS(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// NS returns the validated layout.Namespace.
+func (c Config) NS() (layout.Namespace, error) {
+	return layout.NewNamespace(c.Namespace.Prefix, c.Namespace.Domain)
+}
+
+// EtcdTLS returns the client TLS configuration, or nil when no TLS file is
+// configured. Errors name the file that could not be read.
+func (c Config) EtcdTLS() (*tls.Config, error) {
+	t := c.Etcd.TLS
+	if t.CA == "" && t.Cert == "" {
+		return nil, nil
+	}
+	out := &tls.Config{MinVersion: tls.VersionTLS12}
+	if t.CA != "" {
+		pem, err := os.ReadFile(t.CA)
+		if err != nil {
+			return nil, fmt.Errorf("%w: etcd.tls.ca: %w", ErrInvalid, err)
+		}
+		out.RootCAs = x509.NewCertPool()
+		if !out.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, invalid("etcd.tls.ca", t.CA, "a PEM file with CA certificates")
+		}
+	}
+	if t.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+		if err != nil {
+			return nil, fmt.Errorf("%w: etcd.tls.cert/key: %w", ErrInvalid, err)
+		}
+		out.Certificates = []tls.Certificate{cert}
+	}
+	return out, nil
+}
+
+// Redacted returns every key with its effective value, secrets replaced by
+// "<redacted>" (or "" when unset), for `fencepub config show`.
+func Redacted(v *viper.Viper) map[string]any {
+	out := make(map[string]any, len(Keys))
+	for _, k := range Keys {
+		val := v.Get(k)
+		if SecretKeys[k] {
+			if s := v.GetString(k); s != "" {
+				val = "<redacted>"
+			} else {
+				val = ""
+			}
+		}
+		out[k] = val
+	}
+	return out
+}

@@ -1,0 +1,138 @@
+// Package layout is fencepub's single definition of where things live: etcd
+// keys, object keys, the fixed-width encodings compared inside transactions,
+// and the validation of every name that becomes a key component
+// (DESIGN.md "etcd layout" and "Object layout"). authority, publisher, reader
+// and gc all build keys here and nowhere else.
+//
+// Every key component is escaped by one rule (url.PathEscape), and every
+// prefix used in a range read or delete ends with '/', so resource "logs"
+// never matches "logs2" or "logs/x".
+package layout
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+)
+
+// Name limits, in bytes.
+const (
+	MaxResourceLen = 200
+	MaxOwnerLen    = 128
+	MaxKeyLen      = 256 // idempotency keys and request ids
+)
+
+// ErrInvalidName is returned (wrapped, naming the field) for a resource,
+// owner, domain, prefix, request id or idempotency key that cannot be used.
+var ErrInvalidName = errors.New("layout: invalid name")
+
+func nameErr(field, value, why string) error {
+	return fmt.Errorf("%w: %s %.60q %s", ErrInvalidName, field, value, why)
+}
+
+// isNameByte reports whether c may appear in a resource, domain or owner:
+// ASCII letters, digits, '.', '_', '-'; owners may also use ':' and '@'.
+func isNameByte(c byte, owner bool) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		return true
+	case owner && (c == ':' || c == '@'):
+		return true
+	}
+	return false
+}
+
+func checkName(field, s string, maxLen int, owner bool) error {
+	if s == "" {
+		return nameErr(field, s, "is empty")
+	}
+	if len(s) > maxLen {
+		return nameErr(field, s, fmt.Sprintf("is %d bytes; the limit is %d", len(s), maxLen))
+	}
+	if s == "." || s == ".." {
+		return nameErr(field, s, "is not allowed")
+	}
+	for i := 0; i < len(s); i++ {
+		if !isNameByte(s[i], owner) {
+			allowed := "letters, digits, '.', '_' and '-'"
+			if owner {
+				allowed = "letters, digits, '.', '_', '-', ':' and '@'"
+			}
+			return nameErr(field, s, fmt.Sprintf("has byte %q at %d; use %s", s[i], i, allowed))
+		}
+	}
+	return nil
+}
+
+// ValidateResource checks a resource name: 1–200 bytes of letters, digits,
+// '.', '_' and '-'. Names starting with '_' are reserved for fencepub itself
+// (the GC's own lease); pass reserved=true only for those.
+func ValidateResource(name string, reserved bool) error {
+	if err := checkName("resource", name, MaxResourceLen, false); err != nil {
+		return err
+	}
+	if strings.HasPrefix(name, "_") != reserved {
+		if reserved {
+			return nameErr("resource", name, "must start with '_' (reserved names only)")
+		}
+		return nameErr("resource", name, "starts with '_', which is reserved for fencepub")
+	}
+	return nil
+}
+
+// ValidateOwner checks an owner id: 1–128 bytes of letters, digits, '.', '_',
+// '-', ':' and '@'.
+func ValidateOwner(owner string) error { return checkName("owner", owner, MaxOwnerLen, true) }
+
+// ValidateKey checks an idempotency key or request id: 1–256 bytes of valid
+// UTF-8 with no '/' and no control bytes (DESIGN.md invariant 5).
+func ValidateKey(field, key string) error {
+	switch {
+	case key == "":
+		return nameErr(field, key, "is empty")
+	case len(key) > MaxKeyLen:
+		return nameErr(field, key, fmt.Sprintf("is %d bytes; the limit is %d", len(key), MaxKeyLen))
+	case !utf8.ValidString(key):
+		return nameErr(field, key, "is not valid UTF-8")
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c == 0x7f {
+			return nameErr(field, key, fmt.Sprintf("has control byte 0x%02x at %d", c, i))
+		} else if c == '/' {
+			return nameErr(field, key, "contains '/'")
+		}
+	}
+	return nil
+}
+
+// Namespace locates one fencepub domain: every etcd key lives under
+// "<Prefix>/<Domain>/" and every object key too. The zero value is not valid;
+// use NewNamespace.
+type Namespace struct {
+	Prefix string
+	Domain string
+}
+
+// NewNamespace validates prefix (one or more '/'-separated name components,
+// no leading or trailing '/') and domain (a name) and returns the Namespace.
+func NewNamespace(prefix, domain string) (Namespace, error) {
+	if prefix == "" {
+		return Namespace{}, nameErr("namespace.prefix", prefix, "is empty")
+	}
+	for _, part := range strings.Split(prefix, "/") {
+		if err := checkName("namespace.prefix component", part, MaxResourceLen, false); err != nil {
+			return Namespace{}, err
+		}
+	}
+	if err := checkName("namespace.domain", domain, MaxResourceLen, false); err != nil {
+		return Namespace{}, err
+	}
+	return Namespace{Prefix: prefix, Domain: domain}, nil
+}
+
+func esc(s string) string { return url.PathEscape(s) }
+
+// Root is "<prefix>/<domain>/", the prefix of every key of the domain.
+func (n Namespace) Root() string { return n.Prefix + "/" + esc(n.Domain) + "/" }

@@ -1,0 +1,143 @@
+package layout
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ErrCorruptRecord is returned (wrapped, naming the record) when a value
+// read from etcd does not decode. Decoders never panic on any input.
+var ErrCorruptRecord = errors.New("layout: corrupt record")
+
+// GrantRecordValue is the exact value of a grant record grants/<fence>: the
+// epoch (20 digits), one space, the owner. The publish transaction compares
+// the stored value with this, so a fence of another resource, a fence never
+// granted, a grant of another owner or of an older epoch all fail the compare
+// (DESIGN.md invariant 2). Owners contain no spaces (ValidateOwner).
+func GrantRecordValue(epoch uint64, owner string) string {
+	return EncodeNumber(epoch) + " " + owner
+}
+
+// ParseGrantRecord splits a grant record value into epoch and owner.
+func ParseGrantRecord(value string) (epoch uint64, owner string, err error) {
+	num, owner, ok := strings.Cut(value, " ")
+	if !ok {
+		return 0, "", fmt.Errorf("%w: grant record %.80q", ErrCorruptRecord, value)
+	}
+	if epoch, err = DecodeNumber(num); err != nil {
+		return 0, "", fmt.Errorf("%w: grant record %.80q: %v", ErrCorruptRecord, value, err)
+	}
+	return epoch, owner, nil
+}
+
+// Object names one immutable object in the store.
+type Object struct {
+	Bucket string `json:"bucket"`
+	Key    string `json:"key"`
+	SHA256 string `json:"sha256"`         // hex sha256 of the body
+	ETag   string `json:"etag,omitempty"` // the store's ETag, for If-Match reads
+	Size   int64  `json:"size"`           // bytes
+}
+
+// Pointer is the published state of a resource: the version and the object
+// it names. Its etcd value is the encoded version, '|', then this as JSON
+// (EncodeVersioned), so a byte-wise compare against an encoded version orders
+// by version. The zero Pointer (no object) is the state a resource init
+// writes.
+type Pointer struct {
+	Version        Version   `json:"version"`
+	Object         Object    `json:"object"`
+	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	Digest         string    `json:"digest,omitempty"` // request digest, hex sha256
+	ContentType    string    `json:"content_type,omitempty"`
+	Owner          string    `json:"owner,omitempty"`
+	CommittedAt    time.Time `json:"committed_at,omitzero"` // publisher's clock; informative
+}
+
+// Seal is the highest version that can no longer be published, besides the
+// pointer: it only ever rises (GC's abandon step, Resolve, decommission).
+type Seal struct {
+	Version Version   `json:"version"`
+	Reason  string    `json:"reason,omitempty"`
+	At      time.Time `json:"at,omitzero"`
+}
+
+// OpRecord is the idempotency record of one applied operation: the request
+// digest and the result it got (DESIGN.md invariant 5).
+type OpRecord struct {
+	Digest      string    `json:"digest"`
+	Version     Version   `json:"version"`
+	Object      Object    `json:"object"`
+	Owner       string    `json:"owner,omitempty"`
+	CommittedAt time.Time `json:"committed_at"`
+}
+
+// EncodeVersioned returns v.Encode() + "|" + JSON(payload): the value form of
+// pointers, seals and history entries.
+func EncodeVersioned(v Version, payload any) (string, error) {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return "", err
+	}
+	return v.Encode() + "|" + string(b), nil
+}
+
+// DecodeVersioned parses a value written by EncodeVersioned into out and
+// returns the version at its start. It returns ErrCorruptRecord (wrapped,
+// naming what) when the prefix or JSON is malformed or the two versions
+// disagree.
+func DecodeVersioned(what, value string, out any, versionOf func() Version) (Version, error) {
+	v, err := DecodeVersion(value)
+	if err != nil || len(value) < VersionWidth+1 || value[VersionWidth] != '|' {
+		return Version{}, fmt.Errorf("%w: %s value %.80q", ErrCorruptRecord, what, value)
+	}
+	if err := json.Unmarshal([]byte(value[VersionWidth+1:]), out); err != nil {
+		return Version{}, fmt.Errorf("%w: %s JSON: %v", ErrCorruptRecord, what, err)
+	}
+	if versionOf() != v {
+		return Version{}, fmt.Errorf("%w: %s prefix %s disagrees with body %s", ErrCorruptRecord, what, v, versionOf())
+	}
+	return v, nil
+}
+
+// EncodePointer returns the etcd value of p.
+func EncodePointer(p Pointer) (string, error) { return EncodeVersioned(p.Version, p) }
+
+// DecodePointer parses a pointer (or history) value. Errors: ErrCorruptRecord.
+func DecodePointer(value []byte) (Pointer, error) {
+	var p Pointer
+	_, err := DecodeVersioned("pointer", string(value), &p, func() Version { return p.Version })
+	return p, err
+}
+
+// EncodeSeal returns the etcd value of s.
+func EncodeSeal(s Seal) (string, error) { return EncodeVersioned(s.Version, s) }
+
+// DecodeSeal parses a seal value. Errors: ErrCorruptRecord.
+func DecodeSeal(value []byte) (Seal, error) {
+	var s Seal
+	_, err := DecodeVersioned("seal", string(value), &s, func() Version { return s.Version })
+	return s, err
+}
+
+// EncodeOp returns the etcd value of an op record (plain JSON).
+func EncodeOp(r OpRecord) (string, error) {
+	b, err := json.Marshal(r)
+	return string(b), err
+}
+
+// DecodeOp parses an op record. Errors: ErrCorruptRecord when the JSON is
+// malformed or the digest is missing.
+func DecodeOp(value []byte) (OpRecord, error) {
+	var r OpRecord
+	if err := json.Unmarshal(value, &r); err != nil {
+		return OpRecord{}, fmt.Errorf("%w: op record: %v", ErrCorruptRecord, err)
+	}
+	if r.Digest == "" {
+		return OpRecord{}, fmt.Errorf("%w: op record without digest", ErrCorruptRecord)
+	}
+	return r, nil
+}
