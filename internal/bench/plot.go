@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// Chart draws the report as one PNG of two panels: p50 latency (ms) vs body
+// size for the rows of workload latencyWorkload (subject and baseline), and
+// throughput (ops/s) vs concurrency for the rows of scalingWorkload. Rows of
+// other workloads are ignored.
+func (r Report) Chart(path, latencyWorkload, scalingWorkload string) error {
+	left := plot.New()
+	left.Title.Text = "p50 latency vs body size (" + latencyWorkload + ")"
+	left.X.Label.Text = "body size (bytes, log)"
+	left.Y.Label.Text = "p50 (ms, log)"
+	left.X.Scale, left.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	left.X.Tick.Marker, left.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	subj, base := map[string]plotter.XYs{}, map[string]plotter.XYs{}
+	for _, x := range r.Rows {
+		if x.Workload != latencyWorkload || x.Size == 0 || x.Subject.P50 == 0 {
+			continue
+		}
+		k := fmt.Sprintf("c=%d", x.Concurrency)
+		subj[k] = append(subj[k], plotter.XY{X: float64(x.Size), Y: ms64(x.Subject.P50)})
+		base[k] = append(base[k], plotter.XY{X: float64(x.Size), Y: ms64(x.Base.P50)})
+	}
+	var lines []any
+	for _, k := range sortedKeys(subj) {
+		lines = append(lines, "fencepub "+k, sortXY(subj[k]), "floor "+k, sortXY(base[k]))
+	}
+	if len(lines) > 0 {
+		if err := plotutil.AddLinePoints(left, lines...); err != nil {
+			return err
+		}
+	}
+
+	right := plot.New()
+	right.Title.Text = "throughput vs concurrency (" + scalingWorkload + ")"
+	right.X.Label.Text = "concurrent publishers"
+	right.Y.Label.Text = "ops/s"
+	var pts, bpts plotter.XYs
+	for _, x := range r.Rows {
+		if x.Workload == scalingWorkload {
+			pts = append(pts, plotter.XY{X: float64(x.Concurrency), Y: x.Subject.Throughput})
+			bpts = append(bpts, plotter.XY{X: float64(x.Concurrency), Y: x.Base.Throughput})
+		}
+	}
+	if len(pts) > 0 {
+		if err := plotutil.AddLinePoints(right, "fencepub", sortXY(pts), "floor", sortXY(bpts)); err != nil {
+			return err
+		}
+	}
+
+	img := vgimg.New(16*vg.Inch, 6*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Inch / 4, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
+	canvases := plot.Align([][]*plot.Plot{{left, right}}, tiles, dc)
+	left.Draw(canvases[0][0])
+	right.Draw(canvases[0][1])
+	w, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(w)
+	return err
+}
+
+func ms64(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func sortXY(p plotter.XYs) plotter.XYs {
+	sort.Slice(p, func(i, j int) bool { return p[i].X < p[j].X })
+	return p
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

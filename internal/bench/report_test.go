@@ -1,0 +1,45 @@
+package bench
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReportWriteAndChart(t *testing.T) {
+	st := func(p50 time.Duration, tput float64) Stats { return Stats{Ops: 10, P50: p50, P99: 2 * p50, Throughput: tput} }
+	r := Report{Machine: ThisMachine(), Servers: "test"}
+	for i, size := range []int{1 << 10, 1 << 20, 64 << 20} {
+		row := NewRow("publish", "c=1", size, 1, st(time.Duration(i+1)*time.Millisecond, 100), "floor", st(time.Duration(i+1)*900*time.Microsecond, 110))
+		r.Rows = append(r.Rows, row.WithTarget("p50 <= 1.10x", func(x Row) bool { return x.RatioP50 <= 1.10 }))
+	}
+	for _, c := range []int{1, 4, 16} {
+		r.Rows = append(r.Rows, NewRow("scaling", "", 0, c, st(time.Millisecond, float64(100*c)), "floor", st(time.Millisecond, float64(110*c))))
+	}
+	if r.Rows[0].RatioP50 < 1.11 || r.Rows[0].RatioP50 > 1.12 || *r.Rows[0].Met {
+		t.Fatalf("ratio %.3f met %v", r.Rows[0].RatioP50, *r.Rows[0].Met)
+	}
+	dir := t.TempDir()
+	if err := r.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "latest.md"))
+	if err != nil || !strings.Contains(string(md), "| publish | c=1 |") || !strings.Contains(string(md), "**no**") {
+		t.Fatalf("markdown: %s %v", md, err)
+	}
+	var back Report
+	b, _ := os.ReadFile(filepath.Join(dir, "latest.json"))
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Rows) != len(r.Rows) {
+		t.Fatalf("json: %v", err)
+	}
+	png := filepath.Join(dir, "chart.png")
+	if err := r.Chart(png, "publish", "scaling"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() < 1000 {
+		t.Fatalf("chart: %v", err)
+	}
+}
