@@ -2,11 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sort"
-	"time"
 
 	"github.com/fencepub/fencepub/internal/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // connFlags maps each connection flag to its configuration key. Secrets
@@ -94,20 +93,12 @@ func openEnv(cmd *cobra.Command) (*cliEnv, error) {
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
-	tlsCfg, err := cfg.EtcdTLS()
-	if err != nil {
-		return nil, exitcode.With(exitcode.Usage, err)
-	}
 	ns, _ := cfg.NS() // validated by Load
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   cfg.Etcd.Endpoints,
-		Username:    cfg.Etcd.Username,
-		Password:    cfg.Etcd.Password,
-		TLS:         tlsCfg,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := cfg.EtcdClient()
 	if err != nil {
+		if errors.Is(err, config.ErrInvalid) {
+			return nil, exitcode.With(exitcode.Usage, err)
+		}
 		return nil, exitcode.With(exitcode.Unavailable, fmt.Errorf("etcd %v: %w", cfg.Etcd.Endpoints, err))
 	}
 	store, err := objstore.New(cfg.S3)

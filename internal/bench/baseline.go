@@ -61,7 +61,9 @@ func (t Target) FloorPublish(ctx context.Context, resource string, seq uint64, b
 	return nil
 }
 
-func (t Target) floorPointer(resource string) string { return t.NS.Root() + "floor-pointers/" + resource }
+func (t Target) floorPointer(resource string) string {
+	return t.NS.Root() + "floor-pointers/" + resource
+}
 
 // InitFloor writes the zero version to resource's floor pointer, as a
 // resource init does before the first publish (a value compare on a missing

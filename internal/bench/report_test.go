@@ -10,7 +10,9 @@ import (
 )
 
 func TestReportWriteAndChart(t *testing.T) {
-	st := func(p50 time.Duration, tput float64) Stats { return Stats{Ops: 10, P50: p50, P99: 2 * p50, Throughput: tput} }
+	st := func(p50 time.Duration, tput float64) Stats {
+		return Stats{Ops: 10, P50: p50, P99: 2 * p50, Throughput: tput}
+	}
 	r := Report{Machine: ThisMachine(), Servers: "test"}
 	for i, size := range []int{1 << 10, 1 << 20, 64 << 20} {
 		row := NewRow("publish", "c=1", size, 1, st(time.Duration(i+1)*time.Millisecond, 100), "floor", st(time.Duration(i+1)*900*time.Microsecond, 110))

@@ -13,10 +13,13 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/spf13/viper"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // ErrInvalid is returned (wrapped, naming the key and the expected form) for
@@ -211,4 +214,35 @@ func Redacted(v *viper.Viper) map[string]any {
 		out[k] = val
 	}
 	return out
+}
+
+// EtcdClient builds an etcd client from c (endpoints, credentials, TLS) with
+// a 5 s dial timeout and the client's own logging silenced. It does not wait
+// for a server to answer. The caller closes it. Errors: ErrInvalid for
+// unreadable TLS files, or the client's own construction error.
+func (c Config) EtcdClient() (*clientv3.Client, error) {
+	tlsCfg, err := c.EtcdTLS()
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints:   c.Etcd.Endpoints,
+		Username:    c.Etcd.Username,
+		Password:    c.Etcd.Password,
+		TLS:         tlsCfg,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+}
+
+// FromFile loads and validates the configuration from defaults, FENCEPUB_*
+// environment variables and the config file at path ("" searches the default
+// locations), for programs that have no flags of their own to bind (the
+// examples). The CLI binds its flags on top of the same steps.
+func FromFile(path string) (Config, error) {
+	v := NewViper()
+	if _, err := ReadFile(v, path); err != nil {
+		return Config{}, err
+	}
+	return Load(v)
 }

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/fencepub/fencepub/lab"
+)
+
+func TestLabFencingText(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{}, 0, []string{"3 interleavings explored, no violation", "rejected (stale)"}},
+		{[]string{"--variant", "no-fence"}, 1, []string{"violation 1: revoked_generation_overwrite", "counterexample.events:"}},
+		{[]string{"--variant", "split-authority", "--issuer", "7"}, 1, []string{"4 interleavings explored", "unauthorized_accept", "mint     token 10"}},
+		{[]string{"--variant", "rollback-issuer"}, 1, []string{"revoked_generation_overwrite", "recover                   done              issuer 40"}},
+		{[]string{"--case", "operations"}, 0, []string{"writes: applied, applied, duplicate, conflict, stale; effects: 2"}},
+		{[]string{"--clients", "3"}, 0, []string{"3 clients x 2 writes", "states explored", "no violation"}},
+		{[]string{"--variant", "split-authority", "--writes", "1"}, 1, []string{"states explored", "unauthorized_accept"}},
+	}
+	for _, tt := range tests {
+		out, errs, code := runCLI(t, append([]string{"lab", "fencing"}, tt.args...)...)
+		if code != tt.code {
+			t.Errorf("%v: exit %d, want %d; stderr %s", tt.args, code, tt.code, errs)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: output lacks %q:\n%s", tt.args, w, out)
+			}
+		}
+	}
+}
+
+func TestLabFencingJSON(t *testing.T) {
+	out, _, code := runCLI(t, "lab", "fencing", "--variant", "split-authority", "-o", "json")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	var r lab.Result
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Interleavings != 4 || len(r.Histories) != 4 || len(r.Violations) != 4 {
+		t.Fatalf("%d interleavings, %d histories, %d violations", r.Interleavings, len(r.Histories), len(r.Violations))
+	}
+	for _, v := range r.Violations {
+		e := v.Counterexample.Events[v.Step-1]
+		if v.Property != lab.UnauthorizedAccept || e.Token != 43 || e.Resource.Fence != 43 {
+			t.Errorf("violation %s at %+v", v.Property, e)
+		}
+	}
+}
+
+func TestLabUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"lab", "nope"},
+		{"lab", "fencing", "extra"},
+		{"lab", "fencing", "--variant", "bogus"},
+		{"lab", "fencing", "--case", "bogus"},
+		{"lab", "fencing", "--case", "operations", "--variant", "no-fence"},
+		{"lab", "fencing", "--case", "operations", "--clients", "3"},
+		{"lab", "fencing", "--issuer", "-1"},
+		{"lab", "fencing", "--issuer", "x"},
+		{"lab", "fencing", "--clients", "9"},
+		{"lab", "fencing", "--writes", "0"},
+		{"lab", "fencing", "-o", "yaml"},
+		{"lab", "fencing", "--bogus"},
+	} {
+		if _, errs, code := runCLI(t, args...); code != 2 || errs == "" {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message", args, code, errs)
+		}
+	}
+}
