@@ -29,17 +29,18 @@ the resource can act, and checks two properties in every history:
                                 that a newer grant already committed
   unauthorized_accept           a token bound to no valid grant takes effect
 
-Run 'fencepub lab fencing --help' for the scenarios and variants.`,
+Run 'fencepub lab fencing --help' for the scenarios and variants, and
+'fencepub lab replay --help' to check the real implementation against the model.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return exitcode.Usagef("lab: unknown command %q (want: fencing)", args[0])
+				return exitcode.Usagef("lab: unknown command %q (want: fencing or replay)", args[0])
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitcode.With(exitcode.Usage, err) })
-	cmd.AddCommand(newLabFencingCmd())
+	cmd.AddCommand(newLabFencingCmd(), newLabReplayCmd())
 	return cmd
 }
 
