@@ -16,9 +16,15 @@ all: build
 deps:
 	@./tools/build-servers.sh
 
-## build: build the fencepub CLI into ./bin/fencepub
+## build: build the fencepub CLI and the example programs into ./bin
 build:
 	$(GO) build -o $(BIN)/fencepub ./cmd/fencepub
+	$(GO) build -o $(BIN)/batch-publisher ./examples/batch-publisher
+	$(GO) build -o $(BIN)/reader-service ./examples/reader-service
+
+## demo: the main job end to end on real etcd and MinIO (internal/demo)
+demo: deps build
+	$(GO) run ./examples/demo --bin $(BIN)
 
 ## test: every test, against real servers started by internal/testenv
 test: deps

@@ -1,0 +1,126 @@
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// event is one JSON line a batch-publisher printed on stdout.
+type event struct {
+	Worker  string         `json:"-"`
+	Name    string         `json:"event"`
+	Fence   uint64         `json:"fence"`
+	Outcome string         `json:"outcome"`
+	Reason  string         `json:"reason"`
+	Version versionJSON    `json:"version"`
+	Object  map[string]any `json:"object"`
+	Err     string         `json:"err"`
+}
+
+type versionJSON struct {
+	Epoch uint64 `json:"epoch"`
+	Fence uint64 `json:"fence"`
+	Seq   uint64 `json:"seq"`
+}
+
+func (v versionJSON) String() string { return fmt.Sprintf("%d.%d.%d", v.Epoch, v.Fence, v.Seq) }
+
+// proc is a child process of the demo: killed with the demo (parent-death
+// signal), in its own process group so a terminal's Ctrl-C reaches the demo
+// first and it stops children in order.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// startProc starts bin with args; stdout lines go to onLine (if set) and
+// stderr to a log file in dir.
+func startProc(name, dir, bin string, args []string, onLine func(string)) (*proc, error) {
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var out io.ReadCloser
+	if onLine != nil {
+		if out, err = cmd.StdoutPipe(); err != nil {
+			logf.Close()
+			return nil, err
+		}
+	} else {
+		cmd.Stdout = logf
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	if out != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				onLine(sc.Text())
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// stop sends SIGCONT (a stopped process cannot handle SIGTERM) and SIGTERM,
+// then SIGKILL after grace.
+func (p *proc) stop(grace time.Duration) {
+	_ = p.signal(syscall.SIGCONT)
+	_ = p.signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.signal(syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// parseEvent decodes a worker's stdout line; ok is false for other lines.
+func parseEvent(worker, line string) (event, bool) {
+	var e event
+	if json.Unmarshal([]byte(line), &e) != nil || e.Name == "" {
+		return event{}, false
+	}
+	e.Worker = worker
+	return e, true
+}
+
+// stopped reports whether p is in the stopped state (SIGSTOP), from
+// /proc/<pid>/stat.
+func stopped(p *proc) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name: "pid (comm) T ...".
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
+}
