@@ -11,18 +11,28 @@ import (
 // minted for it in the same etcd transaction (DESIGN.md invariant 2; the
 // seed's "发号必须与授予同属一个原子权威"). Generation is the token: where it
 // travels with a write it is called the fence; it is the same number.
+//
+// A Grant is a plain value: it can be printed as JSON, passed to another
+// process and given back to Renew, Release or NewSession there. A grant made
+// in this process carries Go's monotonic clock in GrantedAt and one decoded
+// from JSON does not, so compare grants by (Resource, Epoch, Generation,
+// HolderRevision), not with ==.
 type Grant struct {
 	Resource  string `json:"resource"`
 	Owner     string `json:"owner"`
 	RequestID string `json:"request_id"`
 	Epoch     uint64 `json:"epoch"`
 	// Generation is the fencing token (the "fence" the publisher carries),
-	// strictly larger than every earlier grant of Resource in Epoch.
+	// strictly larger than every earlier grant of Resource. Together with
+	// Epoch it orders grants: (Epoch, Generation), epoch first.
 	Generation uint64           `json:"generation"`
 	LeaseID    clientv3.LeaseID `json:"lease_id"`
-	TTL        time.Duration    `json:"ttl"`
-	// GrantedAt is the authority client's clock when the grant transaction
-	// returned; informative only, never used to judge liveness.
+	// TTL is the lease's time to live, whole seconds, at least MinTTL.
+	TTL time.Duration `json:"ttl"`
+	// GrantedAt is the authority client's clock when it SENT the request
+	// that created the lease, so GrantedAt+TTL is no later than the
+	// earliest moment etcd may expire the lease unless renewed (ExpiresAt).
+	// Informative: liveness is judged by etcd, never by this clock.
 	GrantedAt time.Time `json:"granted_at"`
 	// HolderRevision is the etcd revision of the grant transaction, which is
 	// the CreateRevision of the holder key while this grant holds it.
@@ -32,6 +42,17 @@ type Grant struct {
 // Fence returns the grant's fencing token; it equals Generation.
 func (g Grant) Fence() uint64 { return g.Generation }
 
+// Version returns the version of the grant's seq-th publish:
+// (Epoch, Generation, seq) (DESIGN.md "Words").
+func (g Grant) Version(seq uint64) layout.Version {
+	return layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: seq}
+}
+
+// ExpiresAt is the client's estimate of the earliest moment etcd may expire
+// the lease if it is never renewed: GrantedAt + TTL. Renewals move the real
+// expiry later; a Session tracks that (Session.Deadline).
+func (g Grant) ExpiresAt() time.Time { return g.GrantedAt.Add(g.TTL) }
+
 // HolderCmp returns an etcd compare that holds only while this grant is still
 // the live holder of its resource: CreateRevision(holder) == HolderRevision.
 // A publisher in strict mode adds it to its transaction (like etcd's
@@ -39,4 +60,18 @@ func (g Grant) Fence() uint64 { return g.Generation }
 // holder key is gone and the compare fails.
 func (g Grant) HolderCmp(ns layout.Namespace) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(g.Resource)), "=", g.HolderRevision)
+}
+
+// GrantCmp returns the compare the publish transaction makes on the durable
+// grant record: Value(grants/<Generation>) == layout.GrantRecordValue(Epoch,
+// Owner). It fails for a fence of another resource, a fence never granted,
+// another owner's grant and a grant of another epoch (DESIGN.md invariant 2).
+func (g Grant) GrantCmp(ns layout.Namespace) clientv3.Cmp {
+	return clientv3.Compare(clientv3.Value(ns.GrantKey(g.Resource, g.Generation)), "=", layout.GrantRecordValue(g.Epoch, g.Owner))
+}
+
+// EpochCmp returns the compare Value(epoch) == Epoch (20 digits): it holds
+// while the domain is still in the grant's epoch.
+func (g Grant) EpochCmp(ns layout.Namespace) clientv3.Cmp {
+	return clientv3.Compare(clientv3.Value(ns.EpochKey()), "=", layout.EncodeNumber(g.Epoch))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/spf13/cobra"
 )
 
@@ -22,10 +23,14 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// Bad flags (an unparsable --ttl, an unknown flag) are usage errors,
+	// exit 2, in every subcommand (cobra inherits this function).
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitcode.With(exitcode.Usage, err) })
 	root.AddCommand(
 		newLabCmd(),
 		newConfigCmd(),
 		newDevCmd(),
+		newAuthorityCmd(),
 	)
 	return root
 }

@@ -1,0 +1,499 @@
+package authority
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TTL limits of a lease, enforced rather than stretched.
+const (
+	// MinTTL is etcd's minimum lease TTL with its default timing: the server
+	// rounds 1.5 election timeouts (1.5 × 1 s) up to whole seconds, and
+	// silently raises any shorter TTL to it.
+	MinTTL = 2 * time.Second
+	// MaxTTL is etcd's maximum lease TTL (9e9 s).
+	MaxTTL = 9_000_000_000 * time.Second
+)
+
+// AcquireRequest asks for a lease on Resource.
+type AcquireRequest struct {
+	// Resource is the name to lease (layout.ValidateResource): 1–200 bytes
+	// of letters, digits, '.', '_' and '-'. Names starting with '_' are
+	// reserved for fencepub itself and need Reserved.
+	Resource string
+	// Owner identifies this lease request (layout.ValidateOwner); Release
+	// compares it. Use a fresh random id per request.
+	Owner string
+	// RequestID makes the acquire idempotent: a retry with the same id gets
+	// the original grant instead of a new one, for RequestRetention. Empty:
+	// a random id is generated (and returned in Grant.RequestID).
+	RequestID string
+	// TTL is the lease's time to live: whole seconds, MinTTL to MaxTTL.
+	TTL time.Duration
+	// Wait blocks while another grant holds the resource (watching its
+	// holder key, not polling) until this request wins or ctx ends. Without
+	// it a held resource fails at once with ErrHeld.
+	Wait bool
+	// Reserved allows a name starting with '_' (fencepub's own leases, such
+	// as the GC's).
+	Reserved bool
+}
+
+// requestRecord is the value of requests/<request-id>: the grant the request
+// got and when the record was written (its retention starts there).
+type requestRecord struct {
+	Grant     Grant     `json:"grant"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// resState is what a grant transaction compares, read at one revision.
+type resState struct {
+	rev         int64
+	epoch       uint64
+	hasEpoch    bool
+	gen         uint64
+	holder      *Grant // nil when no live holder
+	request     *requestRecord
+	rollback    []byte // the rollback flag's value; nil when absent
+	grantExists bool   // grants/<gen+1> exists (only from a failed grant txn)
+}
+
+// checkTTL returns ttl in whole seconds, or ErrBadTTL: etcd would stretch a
+// TTL below MinTTL and round a fractional one (the issue: "say so, do not
+// silently stretch").
+func checkTTL(ttl time.Duration) (int64, error) {
+	switch {
+	case ttl < MinTTL:
+		return 0, fmt.Errorf("%w: %s is below etcd's minimum lease TTL of %s (with etcd's default 100 ms heartbeat and 1 s election timeout; etcd would silently stretch it)", ErrBadTTL, ttl, MinTTL)
+	case ttl > MaxTTL:
+		return 0, fmt.Errorf("%w: %s is above etcd's maximum lease TTL of %s", ErrBadTTL, ttl, MaxTTL)
+	case ttl%time.Second != 0:
+		return 0, fmt.Errorf("%w: %s is not a whole number of seconds; etcd lease TTLs are whole seconds", ErrBadTTL, ttl)
+	}
+	return int64(ttl / time.Second), nil
+}
+
+// Acquire grants req.Owner a lease on req.Resource and returns the grant with
+// its fencing token (DESIGN.md invariant 2; the seed's acquire pseudocode).
+//
+// One etcd transaction checks that no live holder exists, that the domain
+// epoch and the resource's durable generation are the ones it read, that
+// no grant record exists for the next generation, that the request id is
+// unused and that no rollback was detected; it then writes generation+1
+// (its own key: never leased, never deleted), the holder key attached to a
+// fresh lease, the durable grant record grants/<generation> =
+// layout.GrantRecordValue(epoch, owner) and the request record. A failed
+// compare returns the current state in the same round trip (Else branch), as
+// etcd's concurrency package does. On an uninitialised domain Acquire runs
+// Init first.
+//
+// Before returning, the grant is recorded create-only in the bucket under
+// its (epoch, generation) marker, and the bucket is checked for a marker of
+// the same (epoch, generation) from another request or a marker above it
+// that etcd does not know: either means etcd's history went back, so
+// Acquire revokes the new lease, sets the domain's rollback flag and refuses
+// every grant until `fencepub authority recover` (DESIGN.md invariant 3).
+//
+// A retry with the same RequestID returns the original grant, never a new
+// one; when that grant no longer holds the resource the grant is returned
+// together with an error wrapping ErrExpired.
+//
+// Blocks for about one etcd transaction plus one object-store round trip;
+// with req.Wait, until the resource is free or ctx ends.
+//
+// Errors: layout.ErrInvalidName and ErrBadTTL (nothing written); *HeldError
+// (ErrHeld); ErrExpired; ErrRequestConflict; ErrRolledBack; ErrLeaseLost
+// (the grant was superseded before it could be confirmed: the caller was
+// paused past its TTL); ErrUnavailable (the grant may have been made: retry
+// with the same request id); ErrExhausted; ctx's error.
+func (a *Authority) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+	if err := layout.ValidateResource(req.Resource, req.Reserved); err != nil {
+		return Grant{}, err
+	}
+	if err := layout.ValidateOwner(req.Owner); err != nil {
+		return Grant{}, err
+	}
+	if req.RequestID == "" {
+		req.RequestID = NewID()
+	}
+	if err := layout.ValidateKey("request id", req.RequestID); err != nil {
+		return Grant{}, err
+	}
+	ttl, err := checkTTL(req.TTL)
+	if err != nil {
+		return Grant{}, err
+	}
+	acq := &acquisition{a: a, req: req, ttl: ttl}
+	defer acq.dropLease()
+	return acq.run(ctx)
+}
+
+// acquisition is one Acquire call: the request and the lease it holds while
+// it tries to win.
+type acquisition struct {
+	a   *Authority
+	req AcquireRequest
+	ttl int64 // seconds
+
+	lease     clientv3.LeaseID // 0: none
+	leaseSent time.Time        // when the LeaseGrant request was sent
+	// keepLease: the lease may carry a holder (a grant was or may have been
+	// made with it), so it must not be revoked when Acquire returns.
+	keepLease bool
+	// unknown counts grant transactions whose outcome was not learned.
+	unknown int
+}
+
+// maxUnknown bounds the grant transactions of one Acquire whose outcome is
+// unknown (etcd answered reads but not the write in time).
+const maxUnknown = 3
+
+func (q *acquisition) run(ctx context.Context) (Grant, error) {
+	a, res := q.a, q.req.Resource
+	var s resState
+	fresh := false
+	if c, ok := a.recall(res); ok {
+		// Warm path: one transaction, assuming the state last seen.
+		s, fresh = resState{epoch: c.epoch, hasEpoch: true, gen: c.gen}, true
+	}
+	for {
+		if !fresh {
+			var err error
+			if s, err = a.readState(ctx, res, q.req.RequestID); err != nil {
+				if q.unknown > 0 {
+					err = fmt.Errorf("%w; the grant transaction's outcome is unknown: retry with request id %q", err, q.req.RequestID)
+				}
+				return Grant{}, err
+			}
+		}
+		fresh = false
+		switch {
+		case s.request != nil:
+			return q.duplicate(ctx, s)
+		case s.rollback != nil:
+			return Grant{}, fmt.Errorf("%w (detected earlier: %s)", ErrRolledBack, s.rollback)
+		case !s.hasEpoch:
+			if _, err := a.Init(ctx); err != nil {
+				return Grant{}, err
+			}
+			continue
+		case s.holder != nil:
+			a.remember(res, counter{epoch: s.epoch, gen: s.gen})
+			if !q.req.Wait {
+				return Grant{}, a.heldError(ctx, res, *s.holder)
+			}
+			q.dropLease() // it would tick away while we wait
+			if err := a.waitFree(ctx, res, s.rev); err != nil {
+				return Grant{}, err
+			}
+			continue
+		case s.gen >= layout.MaxNumber:
+			return Grant{}, fmt.Errorf("%w: resource %q is at generation %d", ErrExhausted, res, s.gen)
+		}
+		g, next, done, err := q.try(ctx, s)
+		if done || err != nil {
+			return g, err
+		}
+		s, fresh = next, next.rev != 0
+	}
+}
+
+// try runs the grant transaction for state s. done is true when the call
+// ends with (g, err); otherwise next is the state to retry from (next.rev is
+// 0 when it must be re-read).
+func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resState, done bool, err error) {
+	a, ns, res := q.a, q.a.ns, q.req.Resource
+	if q.lease == 0 {
+		if err := q.grantLease(ctx); err != nil {
+			return Grant{}, resState{}, true, err
+		}
+	}
+	gen := s.gen + 1
+	g = Grant{
+		Resource: res, Owner: q.req.Owner, RequestID: q.req.RequestID, Epoch: s.epoch, Generation: gen,
+		LeaseID: q.lease, TTL: time.Duration(q.ttl) * time.Second, GrantedAt: q.leaseSent,
+	}
+	holderVal, err := json.Marshal(g)
+	if err != nil {
+		return Grant{}, resState{}, true, err
+	}
+	reqVal, err := json.Marshal(requestRecord{Grant: g, CreatedAt: time.Now().UTC()})
+	if err != nil {
+		return Grant{}, resState{}, true, err
+	}
+	genCmp := clientv3.Compare(clientv3.Value(ns.GenerationKey(res)), "=", layout.EncodeNumber(s.gen))
+	if s.gen == 0 {
+		genCmp = clientv3.Compare(clientv3.CreateRevision(ns.GenerationKey(res)), "=", 0)
+	}
+	rctx, cancel := a.rctx(ctx)
+	resp, err := a.cli.Txn(rctx).If(
+		clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(res)), "=", 0),
+		clientv3.Compare(clientv3.Value(ns.EpochKey()), "=", layout.EncodeNumber(s.epoch)),
+		genCmp,
+		clientv3.Compare(clientv3.CreateRevision(ns.GrantKey(res, gen)), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(ns.RequestKey(res, q.req.RequestID)), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(a.rollbackKey()), "=", 0),
+	).Then(
+		clientv3.OpPut(ns.GenerationKey(res), layout.EncodeNumber(gen)),
+		clientv3.OpPut(ns.HolderKey(res), string(holderVal), clientv3.WithLease(q.lease)),
+		clientv3.OpPut(ns.GrantKey(res, gen), layout.GrantRecordValue(s.epoch, q.req.Owner)),
+		clientv3.OpPut(ns.RequestKey(res, q.req.RequestID), string(reqVal)),
+	).Else(
+		append(a.stateOps(res, q.req.RequestID), clientv3.OpGet(ns.GrantKey(res, gen), clientv3.WithCountOnly()))...,
+	).Commit()
+	cancel()
+	switch {
+	case isLeaseNotFound(err):
+		// The lease expired before the transaction ran (we were paused
+		// longer than the TTL); nothing was written. Start over.
+		q.lease = 0
+		return Grant{}, s, false, nil
+	case err != nil:
+		err = etcdErr(ctx, "grant transaction", err)
+		if !errors.Is(err, ErrUnavailable) {
+			return Grant{}, resState{}, true, err
+		}
+		// The outcome is unknown: the grant may exist with our lease. Keep
+		// the lease and re-read; the request record tells.
+		q.keepLease = true
+		if q.unknown++; q.unknown >= maxUnknown {
+			return Grant{}, resState{}, true, fmt.Errorf("%w; the grant transaction's outcome is unknown: retry with request id %q", err, q.req.RequestID)
+		}
+		return Grant{}, resState{}, false, nil
+	case !resp.Succeeded:
+		q.keepLease = false
+		next, err := a.parseState(resp.Header.Revision, resp.Responses)
+		if err != nil {
+			return Grant{}, resState{}, true, err
+		}
+		next.grantExists = resp.Responses[len(resp.Responses)-1].GetResponseRange().Count > 0
+		if next.grantExists && next.request == nil && next.rollback == nil && next.holder == nil &&
+			next.hasEpoch && next.epoch == s.epoch && next.gen == s.gen {
+			return Grant{}, resState{}, true, fmt.Errorf("%w: resource %q: a grant record for generation %d exists but the generation counter is %d",
+				ErrCorruptState, res, gen, s.gen)
+		}
+		a.remember(res, counter{epoch: next.epoch, gen: next.gen})
+		return Grant{}, next, false, nil
+	}
+	q.keepLease = true
+	g.HolderRevision = resp.Header.Revision
+	a.remember(res, counter{epoch: s.epoch, gen: gen})
+	if err := q.confirm(ctx, g, true); err != nil {
+		return Grant{}, resState{}, true, err
+	}
+	a.pruneMarkers(ctx, g)
+	return g, resState{}, true, nil
+}
+
+// confirm runs confirmGrant for g. On a rollback it sets the domain's
+// rollback flag and revokes g's lease (when live says g holds it).
+func (q *acquisition) confirm(ctx context.Context, g Grant, live bool) error {
+	err := q.a.confirmGrant(ctx, g)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrRolledBack):
+		q.a.markRolledBack(ctx, g, err)
+		if live {
+			q.a.revoke(ctx, g.LeaseID)
+		}
+	case errors.Is(err, ErrUnavailable):
+		err = fmt.Errorf("%w; generation %d of %q was granted but not yet confirmed: retry with request id %q", err, g.Generation, g.Resource, g.RequestID)
+	}
+	return err
+}
+
+// duplicate answers a retried request id from its request record s.request.
+func (q *acquisition) duplicate(ctx context.Context, s resState) (Grant, error) {
+	g := s.request.Grant
+	if g.Resource != q.req.Resource {
+		return Grant{}, fmt.Errorf("%w: request record of %q names resource %q", ErrCorruptState, q.req.Resource, g.Resource)
+	}
+	if g.Owner != q.req.Owner {
+		return Grant{}, fmt.Errorf("%w: request id %q of resource %q got generation %d for owner %q, not %q",
+			ErrRequestConflict, g.RequestID, g.Resource, g.Generation, g.Owner, q.req.Owner)
+	}
+	if g.LeaseID == q.lease {
+		q.keepLease = true // our own earlier attempt made the grant
+	}
+	if s.rollback != nil {
+		return Grant{}, fmt.Errorf("%w (detected earlier: %s)", ErrRolledBack, s.rollback)
+	}
+	live := s.holder != nil && s.holder.HolderRevision == g.HolderRevision
+	if err := q.confirm(ctx, g, live); err != nil {
+		if !errors.Is(err, ErrLeaseLost) {
+			return Grant{}, err
+		}
+		live = false
+	}
+	if !live {
+		return g, fmt.Errorf("%w: request id %q got generation %d of %q (epoch %d) at %s; it no longer holds the resource",
+			ErrExpired, g.RequestID, g.Generation, g.Resource, g.Epoch, g.GrantedAt.Format(time.RFC3339))
+	}
+	return g, nil
+}
+
+// grantLease creates the lease a grant will be attached to, refusing a TTL
+// etcd did not grant exactly.
+func (q *acquisition) grantLease(ctx context.Context) error {
+	rctx, cancel := q.a.rctx(ctx)
+	defer cancel()
+	sent := time.Now()
+	resp, err := q.a.cli.Grant(rctx, q.ttl)
+	if err != nil {
+		return etcdErr(ctx, "lease grant", err)
+	}
+	q.lease, q.leaseSent, q.keepLease = resp.ID, sent, false
+	if resp.TTL != q.ttl {
+		q.dropLease()
+		return fmt.Errorf("%w: etcd granted a %d s lease for a requested %d s; this cluster's minimum lease TTL is higher than %s (non-default heartbeat or election timeout)",
+			ErrBadTTL, resp.TTL, q.ttl, MinTTL)
+	}
+	return nil
+}
+
+// dropLease revokes the acquisition's lease unless it may carry a grant.
+// It uses a fresh bounded context: it also runs after ctx was cancelled.
+func (q *acquisition) dropLease() {
+	if q.lease != 0 && !q.keepLease {
+		q.a.revoke(context.Background(), q.lease)
+	}
+	q.lease, q.keepLease = 0, false
+}
+
+// revoke revokes lease, best effort, with a context bounded by
+// RequestTimeout and detached from ctx's cancellation.
+func (a *Authority) revoke(ctx context.Context, lease clientv3.LeaseID) {
+	rctx, cancel := a.rctx(context.WithoutCancel(ctx))
+	defer cancel()
+	if _, err := a.cli.Revoke(rctx, lease); err != nil && !isLeaseNotFound(err) {
+		a.log.Warn("authority: lease revoke failed; it expires by its TTL", "lease", int64(lease), "err", err)
+	}
+}
+
+// markRolledBack sets the domain's rollback flag (first detection wins), so
+// no grant is made until Recover clears it.
+func (a *Authority) markRolledBack(ctx context.Context, g Grant, cause error) {
+	val, _ := json.Marshal(map[string]any{
+		"resource": g.Resource, "epoch": g.Epoch, "generation": g.Generation,
+		"request_id": g.RequestID, "detected_at": time.Now().UTC(), "evidence": cause.Error(),
+	})
+	rctx, cancel := a.rctx(context.WithoutCancel(ctx))
+	defer cancel()
+	_, err := a.cli.Txn(rctx).
+		If(clientv3.Compare(clientv3.CreateRevision(a.rollbackKey()), "=", 0)).
+		Then(clientv3.OpPut(a.rollbackKey(), string(val))).
+		Commit()
+	a.log.Error("authority: rollback detected; refusing grants until `fencepub authority recover`",
+		"resource", g.Resource, "epoch", g.Epoch, "generation", g.Generation, "evidence", cause, "flag_err", err)
+}
+
+// stateOps are the reads of a resource's grant state, in parseState's order.
+func (a *Authority) stateOps(res, requestID string) []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpGet(a.ns.EpochKey()),
+		clientv3.OpGet(a.ns.GenerationKey(res)),
+		clientv3.OpGet(a.ns.HolderKey(res)),
+		clientv3.OpGet(a.ns.RequestKey(res, requestID)),
+		clientv3.OpGet(a.rollbackKey()),
+	}
+}
+
+// readState reads a resource's grant state at one revision (one request).
+func (a *Authority) readState(ctx context.Context, res, requestID string) (resState, error) {
+	rctx, cancel := a.rctx(ctx)
+	defer cancel()
+	resp, err := a.cli.Txn(rctx).Then(a.stateOps(res, requestID)...).Commit()
+	if err != nil {
+		return resState{}, etcdErr(ctx, "read state", err)
+	}
+	return a.parseState(resp.Header.Revision, resp.Responses)
+}
+
+func (a *Authority) parseState(rev int64, rs []*responseOp) (resState, error) {
+	s := resState{rev: rev}
+	kv := func(i int) *mvccKV {
+		if kvs := rs[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			return kvs[0]
+		}
+		return nil
+	}
+	var err error
+	if e := kv(0); e != nil {
+		if s.epoch, err = layout.DecodeNumber(string(e.Value)); err != nil {
+			return resState{}, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+		}
+		s.hasEpoch = true
+	}
+	if g := kv(1); g != nil {
+		if s.gen, err = layout.DecodeNumber(string(g.Value)); err != nil {
+			return resState{}, fmt.Errorf("%w: generation key: %w", ErrCorruptState, err)
+		}
+	}
+	if h := kv(2); h != nil {
+		g, err := decodeHolder(h)
+		if err != nil {
+			return resState{}, err
+		}
+		s.holder = &g
+	}
+	if r := kv(3); r != nil {
+		var rec requestRecord
+		if err := json.Unmarshal(r.Value, &rec); err != nil {
+			return resState{}, fmt.Errorf("%w: request record %s: %w", ErrCorruptState, r.Key, err)
+		}
+		rec.Grant.HolderRevision = r.CreateRevision // written in the grant txn
+		s.request = &rec
+	}
+	if f := kv(4); f != nil {
+		s.rollback = f.Value
+	}
+	return s, nil
+}
+
+// decodeHolder decodes a holder key into its Grant; HolderRevision is the
+// key's CreateRevision.
+func decodeHolder(kv *mvccKV) (Grant, error) {
+	var g Grant
+	if err := json.Unmarshal(kv.Value, &g); err != nil {
+		return Grant{}, fmt.Errorf("%w: holder %s: %w", ErrCorruptState, kv.Key, err)
+	}
+	g.HolderRevision = kv.CreateRevision
+	return g, nil
+}
+
+// heldError builds the ErrHeld error for holder, estimating its expiry from
+// the lease's remaining TTL (zero Until when that read fails).
+func (a *Authority) heldError(ctx context.Context, res string, holder Grant) error {
+	e := &HeldError{Resource: res, Holder: holder}
+	rctx, cancel := a.rctx(ctx)
+	defer cancel()
+	if ttl, err := a.cli.TimeToLive(rctx, holder.LeaseID); err == nil && ttl.TTL >= 0 {
+		e.Until = time.Now().Add(time.Duration(ttl.TTL) * time.Second).Truncate(time.Second)
+	}
+	return e
+}
+
+// waitFree blocks until the holder key of res seen at revision rev is
+// deleted (lease expiry, revoke or release), watching from rev+1 so no
+// deletion is missed. It returns nil also when the watch ends for another
+// reason (compaction, leader loss): the caller re-reads the state.
+func (a *Authority) waitFree(ctx context.Context, res string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range a.cli.Watch(wctx, a.ns.HolderKey(res), clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
+		if wr.Err() != nil || wr.Canceled || len(wr.Events) > 0 {
+			return nil
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("authority: waiting for %q: %w", res, context.Cause(ctx))
+	}
+	return nil
+}

@@ -1,0 +1,267 @@
+package authority
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+type (
+	mvccKV     = mvccpb.KeyValue
+	responseOp = pb.ResponseOp
+)
+
+// Defaults of Config's optional fields.
+const (
+	DefaultRequestRetention = 24 * time.Hour
+	DefaultRequestTimeout   = 5 * time.Second
+	DefaultMarkerKeep       = 16
+)
+
+// Config is the runtime configuration of an Authority: live clients and
+// policy. Namespace, Etcd and Store are required; zero values of the others
+// take the defaults above.
+type Config struct {
+	// Namespace locates the domain; every key the authority touches lives
+	// under it (internal/layout).
+	Namespace layout.Namespace
+	// Etcd is the client of the etcd cluster holding the domain. The
+	// Authority does not close it.
+	Etcd *clientv3.Client
+	// Store is the bucket holding the domain's objects. The authority keeps
+	// its epoch and grant markers there (layout.MetaPrefix), because they
+	// must survive an etcd restore.
+	Store *objstore.Store
+	// RequestRetention is how long an acquire request record is kept after
+	// its grant, so a retried request gets the original grant instead of a
+	// new one (PruneRequests deletes older ones). Default 24 h.
+	RequestRetention time.Duration
+	// RequestTimeout bounds each single etcd or object-store request; a
+	// request that gets no answer in time fails with ErrUnavailable rather
+	// than blocking until the caller's context ends. Default 5 s.
+	RequestTimeout time.Duration
+	// MarkerKeep is how many grant markers per resource survive pruning
+	// below the newest one (at least 1). Default 16.
+	MarkerKeep int
+	// Logger receives warnings and recover's progress. Default: discard.
+	Logger *slog.Logger
+}
+
+// Authority grants fenced leases for the resources of one domain: each
+// grant's generation (the fence) is minted in the same etcd transaction that
+// grants the lease, from a durable per-resource counter (DESIGN.md
+// invariants 2 and 3; the seed's "发号必须与授予同属一个原子权威").
+// An Authority is safe for concurrent use. It owns no goroutines except
+// those of the Sessions it returns.
+type Authority struct {
+	cfg Config
+	ns  layout.Namespace
+	cli *clientv3.Client
+	st  *objstore.Store
+	log *slog.Logger
+
+	mu    sync.Mutex
+	known map[string]counter // last (epoch, generation) seen per resource
+}
+
+// counter is the authority state a grant transaction compares.
+type counter struct{ epoch, gen uint64 }
+
+// Domain is the result of Init: the domain's current epoch and the id of the
+// deployment that owns it (in etcd and in the bucket's ownership marker).
+type Domain struct {
+	Epoch        uint64 `json:"epoch"`
+	DeploymentID string `json:"deployment_id"`
+}
+
+// New checks cfg and returns an Authority. It makes no network call.
+// Errors: a description of the missing or invalid field.
+func New(cfg Config) (*Authority, error) {
+	if _, err := layout.NewNamespace(cfg.Namespace.Prefix, cfg.Namespace.Domain); err != nil {
+		return nil, fmt.Errorf("authority: config: %w", err)
+	}
+	if cfg.Etcd == nil {
+		return nil, errors.New("authority: config: Etcd client is nil")
+	}
+	if cfg.Store == nil || cfg.Store.Client == nil {
+		return nil, errors.New("authority: config: Store is nil (epoch and grant markers live in the bucket)")
+	}
+	if cfg.RequestRetention < 0 || cfg.RequestTimeout < 0 || cfg.MarkerKeep < 0 {
+		return nil, errors.New("authority: config: RequestRetention, RequestTimeout and MarkerKeep must not be negative")
+	}
+	if cfg.RequestRetention == 0 {
+		cfg.RequestRetention = DefaultRequestRetention
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.MarkerKeep == 0 {
+		cfg.MarkerKeep = DefaultMarkerKeep
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Authority{
+		cfg: cfg, ns: cfg.Namespace, cli: cfg.Etcd, st: cfg.Store, log: cfg.Logger,
+		known: make(map[string]counter),
+	}, nil
+}
+
+// Namespace returns the domain's namespace.
+func (a *Authority) Namespace() layout.Namespace { return a.ns }
+
+// rollbackKey is the domain's sticky "rollback detected" flag. Acquire sets
+// it when a marker shows the counter went back; every grant transaction
+// requires it absent; only Recover deletes it. It lives beside the epoch key
+// (layout has no name for it yet).
+func (a *Authority) rollbackKey() string { return a.ns.Root() + "authority-rollback" }
+
+// rctx derives the context of one request: ctx bounded by RequestTimeout.
+func (a *Authority) rctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, a.cfg.RequestTimeout)
+}
+
+func (a *Authority) remember(res string, c counter) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if old, ok := a.known[res]; !ok || old.epoch < c.epoch || old.epoch == c.epoch && old.gen < c.gen {
+		a.known[res] = c
+	}
+}
+
+func (a *Authority) recall(res string) (counter, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, ok := a.known[res]
+	return c, ok
+}
+
+// NewID returns 16 random bytes as 32 lowercase hex digits: a fresh owner
+// id, request id or deployment id.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails on Linux (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// readDomain reads the epoch and deployment keys at one revision. ok is
+// false when the domain has no epoch yet.
+func (a *Authority) readDomain(ctx context.Context) (d Domain, ok bool, err error) {
+	rctx, cancel := a.rctx(ctx)
+	defer cancel()
+	resp, err := a.cli.Txn(rctx).Then(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey())).Commit()
+	if err != nil {
+		return Domain{}, false, etcdErr(ctx, "read domain", err)
+	}
+	return decodeDomain(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+}
+
+func decodeDomain(epochKVs, depKVs []*mvccKV) (Domain, bool, error) {
+	if len(epochKVs) == 0 {
+		return Domain{}, false, nil
+	}
+	e, err := layout.DecodeNumber(string(epochKVs[0].Value))
+	if err != nil {
+		return Domain{}, false, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+	}
+	d := Domain{Epoch: e}
+	if len(depKVs) > 0 {
+		d.DeploymentID = string(depKVs[0].Value)
+	}
+	return d, true, nil
+}
+
+// Epoch returns the domain's current epoch (one linearizable read).
+// Errors: ErrNotInitialized, ErrUnavailable, ErrCorruptState.
+func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
+	d, ok, err := a.readDomain(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w: no epoch key under %q", ErrNotInitialized, a.ns.Root())
+	}
+	return d.Epoch, nil
+}
+
+// Init initialises the domain if it is not yet and returns its epoch and
+// deployment id; on an initialised domain it is one etcd read. It is
+// idempotent and safe to run concurrently from many processes.
+//
+// A first init (DESIGN.md "etcd layout", invariant 3): it takes the
+// deployment id from the bucket's ownership marker, creating the marker
+// create-only with a fresh id if there is none (a fresh etcd pointed at an
+// old bucket adopts the bucket's deployment); reserves epoch 1 + the highest
+// epoch marker in the bucket by writing that marker create-only, so a fresh
+// etcd never reuses an epoch; then creates the epoch and deployment keys in
+// one transaction that requires the epoch key absent. Etcd is read first, so
+// an unreachable etcd writes nothing.
+//
+// Errors: ErrUnavailable, ErrForeignDeployment, ErrCorruptState.
+func (a *Authority) Init(ctx context.Context) (Domain, error) {
+	d, ok, err := a.readDomain(ctx)
+	if err != nil || ok {
+		return d, err
+	}
+	dep, err := a.ensureOwnership(ctx, NewID())
+	if err != nil {
+		return Domain{}, err
+	}
+	nonce := NewID()
+	for range 8 {
+		maxEpoch, err := a.maxEpochMarker(ctx)
+		if err != nil {
+			return Domain{}, err
+		}
+		if maxEpoch >= layout.MaxNumber {
+			return Domain{}, fmt.Errorf("%w: epoch markers reach %d", ErrExhausted, maxEpoch)
+		}
+		epoch := maxEpoch + 1
+		ours, err := a.reserveEpoch(ctx, epochMarker{Epoch: epoch, Deployment: dep, Reason: "init", Nonce: nonce})
+		if err != nil {
+			return Domain{}, err
+		}
+		if !ours {
+			// Another process reserved the epoch first; an init of the same
+			// deployment may use it too (only one etcd txn below succeeds).
+			m, err := a.readEpochMarker(ctx, epoch)
+			if err != nil {
+				return Domain{}, err
+			}
+			if m.Reason != "init" || m.Deployment != dep {
+				continue
+			}
+		}
+		rctx, cancel := a.rctx(ctx)
+		resp, err := a.cli.Txn(rctx).
+			If(clientv3.Compare(clientv3.CreateRevision(a.ns.EpochKey()), "=", 0)).
+			Then(clientv3.OpPut(a.ns.EpochKey(), layout.EncodeNumber(epoch)), clientv3.OpPut(a.ns.DeploymentKey(), dep)).
+			Else(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey())).
+			Commit()
+		cancel()
+		if err != nil {
+			// The outcome is unknown: the marker stays reserved either way.
+			return Domain{}, etcdErr(ctx, "init domain", err)
+		}
+		if resp.Succeeded {
+			a.log.Info("authority: domain initialised", "root", a.ns.Root(), "epoch", epoch, "deployment", dep)
+			return Domain{Epoch: epoch, DeploymentID: dep}, nil
+		}
+		// A concurrent init won; an epoch marker we reserved stays unused,
+		// which is harmless: epochs need to be unique, not contiguous.
+		got, _, err := decodeDomain(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+		return got, err
+	}
+	return Domain{}, fmt.Errorf("authority: init: could not reserve an epoch marker after 8 attempts (concurrent recovers?)")
+}

@@ -1,0 +1,138 @@
+package authority
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/objstore"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Errors returned (wrapped) by Authority and Session methods; test with
+// errors.Is. Bad names are reported with layout.ErrInvalidName.
+var (
+	// ErrHeld: another grant holds the resource's lease. The error is a
+	// *HeldError naming the holder and an estimate of its expiry.
+	ErrHeld = errors.New("authority: lease held by another owner")
+	// ErrLeaseLost: the grant no longer holds its resource: its lease expired
+	// or was revoked, it was released, the domain moved to a new epoch, or a
+	// Session could not confirm a renewal before its local deadline. A lost
+	// grant is never renewed into a new or larger fence; acquire again.
+	ErrLeaseLost = errors.New("authority: lease lost")
+	// ErrExpired: an acquire retried with a request id that already got a
+	// grant returns that original grant together with this error when the
+	// grant no longer holds the resource (expired, released or revoked).
+	ErrExpired = errors.New("authority: the request's grant has expired")
+	// ErrRolledBack: the authority's durable history went back (an etcd
+	// restore from an old snapshot): a grant marker in the object store shows
+	// a grant that etcd no longer knows. The domain then refuses every grant
+	// until an operator runs `fencepub authority recover` (DESIGN.md
+	// invariant 3).
+	ErrRolledBack = errors.New("authority: the authority's history was rolled back (etcd restored from an old snapshot?); run `fencepub authority recover`")
+	// ErrUnavailable: etcd or the object store did not answer within
+	// Config.RequestTimeout. When it comes from Acquire the grant may or may
+	// not have been made: retry with the same request id to learn which.
+	ErrUnavailable = errors.New("authority: service unavailable")
+	// ErrBadTTL: a lease TTL etcd would not honour exactly. etcd leases have
+	// whole-second TTLs and, with etcd's default timing (100 ms heartbeat,
+	// 1 s election timeout), a minimum of 2 s; etcd silently stretches a
+	// shorter TTL, so the authority refuses it instead.
+	ErrBadTTL = errors.New("authority: invalid lease TTL")
+	// ErrInvalidGrant: a Grant passed to Renew, Release or NewSession lacks
+	// the fields that identify a grant (lease id, holder revision, ...).
+	ErrInvalidGrant = errors.New("authority: invalid grant")
+	// ErrRequestConflict: the request id already got a grant for another
+	// owner; a request id identifies one acquire request.
+	ErrRequestConflict = errors.New("authority: request id already used by another owner")
+	// ErrNotInitialized: the domain has no epoch yet; Init creates it.
+	ErrNotInitialized = errors.New("authority: domain not initialised")
+	// ErrForeignDeployment: the bucket's ownership marker names a deployment
+	// other than the one recorded in etcd.
+	ErrForeignDeployment = errors.New("authority: the bucket prefix belongs to another deployment")
+	// ErrExhausted: minting would pass layout.MaxNumber; fencepub refuses to
+	// wrap (DESIGN.md "Object layout").
+	ErrExhausted = errors.New("authority: number space exhausted")
+	// ErrCorruptState: a value the authority wrote does not decode, or its
+	// keys disagree with each other.
+	ErrCorruptState = errors.New("authority: corrupt authority state")
+)
+
+// HeldError is the ErrHeld error of Acquire: the resource is held by Holder
+// until about Until (the client's estimate from the lease's remaining TTL;
+// zero when unknown). errors.Is(err, ErrHeld) holds.
+type HeldError struct {
+	Resource string
+	Holder   Grant
+	Until    time.Time
+}
+
+func (e *HeldError) Error() string {
+	until := "unknown"
+	if !e.Until.IsZero() {
+		until = "~" + e.Until.Format(time.RFC3339)
+	}
+	return fmt.Sprintf("authority: resource %q is held by %q (generation %d, epoch %d) until %s",
+		e.Resource, e.Holder.Owner, e.Holder.Generation, e.Holder.Epoch, until)
+}
+
+// Is makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// unavailableEtcdErrors are etcd's answers that mean "no quorum or no leader
+// right now"; the request may be retried.
+var unavailableEtcdErrors = []error{
+	rpctypes.ErrNoLeader, rpctypes.ErrNotLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrStopped,
+	rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
+	rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrUnhealthy, rpctypes.ErrTooManyRequests,
+}
+
+// etcdErr classifies err from an etcd call made with a per-request timeout
+// derived from ctx: the caller's own cancellation or deadline passes through;
+// a per-request timeout, an unreachable endpoint or a lost leader become
+// ErrUnavailable; anything else is wrapped naming what.
+func etcdErr(ctx context.Context, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("authority: %s: %w", what, context.Cause(ctx))
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: etcd %s: no answer in time: %w", ErrUnavailable, what, err)
+	}
+	for _, u := range unavailableEtcdErrors {
+		if errors.Is(err, u) {
+			return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
+		}
+	}
+	if st, ok := status.FromError(err); ok {
+		switch st.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded:
+			return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
+		}
+	}
+	return fmt.Errorf("authority: etcd %s: %w", what, err)
+}
+
+// storeErr classifies err from an object-store call the way etcdErr does;
+// objstore.ErrUnavailable and a per-request timeout become ErrUnavailable
+// (the objstore sentinel stays in the chain).
+func storeErr(ctx context.Context, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("authority: %s: %w", what, context.Cause(ctx))
+	}
+	if errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: object store %s: %w", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("authority: object store %s: %w", what, err)
+}
+
+// isLeaseNotFound reports etcd's "requested lease not found".
+func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }

@@ -1,0 +1,251 @@
+package authority
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// validateResourceName accepts ordinary and reserved ('_') resource names:
+// reading, renewing and releasing work on both.
+func validateResourceName(res string) error {
+	return layout.ValidateResource(res, strings.HasPrefix(res, "_"))
+}
+
+// checkGrant reports whether g carries what identifies a grant.
+func checkGrant(g Grant) error {
+	if err := validateResourceName(g.Resource); err != nil {
+		return err
+	}
+	if err := layout.ValidateOwner(g.Owner); err != nil {
+		return err
+	}
+	if g.LeaseID == 0 || g.HolderRevision <= 0 || g.Epoch == 0 || g.Generation == 0 {
+		return fmt.Errorf("%w: grant of %q needs a lease id, holder revision, epoch and generation (got %d, %d, %d, %d)",
+			ErrInvalidGrant, g.Resource, g.LeaseID, g.HolderRevision, g.Epoch, g.Generation)
+	}
+	return nil
+}
+
+// Renew extends g's lease by its TTL, only while g is still the live holder
+// of its resource in the current epoch. It never mints anything: a renew of
+// an expired, revoked, released or superseded grant fails and the caller
+// must acquire again (the seed: "续租失败后不能独立申请更大 token 来补救").
+//
+// Two concurrent requests: a lease keepalive, and one transaction comparing
+// the holder's CreateRevision with g.HolderRevision and the epoch with
+// g.Epoch.
+//
+// Errors: ErrLeaseLost, ErrInvalidGrant, layout.ErrInvalidName,
+// ErrUnavailable, ctx's error.
+func (a *Authority) Renew(ctx context.Context, g Grant) error {
+	_, err := a.renew(ctx, g)
+	return err
+}
+
+// renew is Renew returning the TTL etcd set on the lease (whole seconds).
+// The keepalive and the holder check run concurrently: the holder key is
+// attached to g's lease, so "holder present at the check and lease alive at
+// the keepalive" means g held the resource throughout.
+func (a *Authority) renew(ctx context.Context, g Grant) (time.Duration, error) {
+	if err := checkGrant(g); err != nil {
+		return 0, err
+	}
+	rctx, cancel := a.rctx(ctx)
+	defer cancel()
+	var (
+		wg           sync.WaitGroup
+		ka           *clientv3.LeaseKeepAliveResponse
+		resp         *clientv3.TxnResponse
+		kaErr, txErr error
+	)
+	wg.Go(func() { ka, kaErr = a.cli.KeepAliveOnce(rctx, g.LeaseID) })
+	wg.Go(func() {
+		resp, txErr = a.cli.Txn(rctx).
+			If(g.HolderCmp(a.ns), g.EpochCmp(a.ns)).
+			Else(clientv3.OpGet(a.ns.HolderKey(g.Resource)), clientv3.OpGet(a.ns.EpochKey())).
+			Commit()
+	})
+	wg.Wait()
+	switch {
+	case isLeaseNotFound(kaErr):
+		return 0, fmt.Errorf("%w: %q generation %d: lease %x expired or was revoked", ErrLeaseLost, g.Resource, g.Generation, int64(g.LeaseID))
+	case txErr == nil && !resp.Succeeded:
+		return 0, fmt.Errorf("%w: %q generation %d no longer holds the resource (%s)", ErrLeaseLost, g.Resource, g.Generation, describeLoss(g, resp))
+	case kaErr != nil:
+		return 0, etcdErr(ctx, "lease keepalive", kaErr)
+	case txErr != nil:
+		return 0, etcdErr(ctx, "holder check", txErr)
+	}
+	return time.Duration(ka.TTL) * time.Second, nil
+}
+
+// describeLoss explains a failed holder check from its Else reads (holder,
+// epoch).
+func describeLoss(g Grant, resp *clientv3.TxnResponse) string {
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 && string(kvs[0].Value) != layout.EncodeNumber(g.Epoch) {
+		return fmt.Sprintf("the domain moved from epoch %d to %s", g.Epoch, strings.TrimLeft(string(kvs[0].Value), "0"))
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return "no holder: expired or released"
+	}
+	if h, err := decodeHolder(kvs[0]); err == nil {
+		return fmt.Sprintf("now held by %q with generation %d", h.Owner, h.Generation)
+	}
+	return "held by another grant"
+}
+
+// Release ends g's lease: one transaction deletes the holder key only if its
+// CreateRevision is g.HolderRevision, it is attached to g.LeaseID and the
+// grant record of g.Generation names g.Owner in g.Epoch — so A can never
+// drop B's lease (the seed: "释放或续租时原子比较 owner"). It then revokes
+// the lease. The grant record stays: it is durable (DESIGN.md "etcd layout").
+//
+// Errors: ErrLeaseLost when g no longer holds the resource (already expired,
+// released or superseded); ErrInvalidGrant; ErrUnavailable; ctx's error.
+func (a *Authority) Release(ctx context.Context, g Grant) error {
+	if err := checkGrant(g); err != nil {
+		return err
+	}
+	hk := a.ns.HolderKey(g.Resource)
+	rctx, cancel := a.rctx(ctx)
+	resp, err := a.cli.Txn(rctx).
+		If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.GrantCmp(a.ns)).
+		Then(clientv3.OpDelete(hk)).
+		Else(clientv3.OpGet(hk), clientv3.OpGet(a.ns.EpochKey())).
+		Commit()
+	cancel()
+	if err != nil {
+		return etcdErr(ctx, "release", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: %q generation %d cannot be released (%s)", ErrLeaseLost, g.Resource, g.Generation, describeLoss(g, resp))
+	}
+	a.revoke(ctx, g.LeaseID)
+	return nil
+}
+
+// Holder is the live holder of a resource.
+type Holder struct {
+	Grant
+	// Remaining is etcd's remaining TTL of the holder's lease when it was
+	// read, whole seconds (0 if it expired in between).
+	Remaining time.Duration `json:"remaining"`
+}
+
+// ResourceState is a resource's authority state read at one etcd revision.
+type ResourceState struct {
+	Resource string `json:"resource"`
+	// Epoch is the domain's epoch (0: domain not initialised).
+	Epoch uint64 `json:"epoch"`
+	// Generation is the resource's durable generation: its latest fence.
+	Generation uint64  `json:"generation"`
+	Holder     *Holder `json:"holder,omitempty"`
+	Revision   int64   `json:"revision"`
+}
+
+// Inspect reads res's epoch, generation and holder in one transaction, plus
+// the holder lease's remaining TTL. Errors: layout.ErrInvalidName,
+// ErrUnavailable, ErrCorruptState.
+func (a *Authority) Inspect(ctx context.Context, res string) (ResourceState, error) {
+	if err := validateResourceName(res); err != nil {
+		return ResourceState{}, err
+	}
+	s, err := a.readState(ctx, res, "-")
+	if err != nil {
+		return ResourceState{}, err
+	}
+	out := ResourceState{Resource: res, Epoch: s.epoch, Generation: s.gen, Revision: s.rev}
+	if s.holder != nil {
+		h := &Holder{Grant: *s.holder}
+		rctx, cancel := a.rctx(ctx)
+		ttl, err := a.cli.TimeToLive(rctx, s.holder.LeaseID)
+		cancel()
+		if err != nil && !isLeaseNotFound(err) {
+			return ResourceState{}, etcdErr(ctx, "lease time-to-live", err)
+		}
+		if err == nil && ttl.TTL > 0 {
+			h.Remaining = time.Duration(ttl.TTL) * time.Second
+		}
+		out.Holder = h
+	}
+	return out, nil
+}
+
+// Holder returns the live holder of res; ok is false when none holds it.
+// Errors: as Inspect.
+func (a *Authority) Holder(ctx context.Context, res string) (h Holder, ok bool, err error) {
+	st, err := a.Inspect(ctx, res)
+	if err != nil || st.Holder == nil {
+		return Holder{}, false, err
+	}
+	return *st.Holder, true, nil
+}
+
+// pruneBatch bounds the deletions per transaction, well under etcd's
+// default limit of 128 operations per transaction.
+const pruneBatch = 50
+
+// PruneRequests deletes the acquire request records of res older than
+// RequestRetention (by their CreatedAt, the writer's clock), except the
+// record of the current holder. Each deletion is its own nested compare
+// (ModRevision unchanged, not the live holder's), so it is safe on its own
+// with several pruners running. It returns how many records it deleted.
+// GC calls it; nothing else deletes request records.
+//
+// Errors: layout.ErrInvalidName, ErrUnavailable, ctx's error.
+func (a *Authority) PruneRequests(ctx context.Context, res string) (int, error) {
+	if err := validateResourceName(res); err != nil {
+		return 0, err
+	}
+	cutoff := time.Now().Add(-a.cfg.RequestRetention)
+	prefix := a.ns.RequestsPrefix(res)
+	hk := a.ns.HolderKey(res)
+	deleted := 0
+	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	for {
+		rctx, cancel := a.rctx(ctx)
+		resp, err := a.cli.Get(rctx, key, clientv3.WithRange(end), clientv3.WithLimit(500))
+		cancel()
+		if err != nil {
+			return deleted, etcdErr(ctx, "list request records", err)
+		}
+		var ops []clientv3.Op
+		for _, kv := range resp.Kvs {
+			var rec requestRecord
+			if err := json.Unmarshal(kv.Value, &rec); err != nil || !rec.CreatedAt.Before(cutoff) {
+				continue
+			}
+			ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{
+				clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
+				clientv3.Compare(clientv3.CreateRevision(hk), "!=", kv.CreateRevision),
+			}, []clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil))
+		}
+		for len(ops) > 0 {
+			n := min(len(ops), pruneBatch)
+			rctx, cancel := a.rctx(ctx)
+			tresp, err := a.cli.Txn(rctx).Then(ops[:n]...).Commit()
+			cancel()
+			if err != nil {
+				return deleted, etcdErr(ctx, "prune request records", err)
+			}
+			for _, r := range tresp.Responses {
+				if r.GetResponseTxn().GetSucceeded() {
+					deleted++
+				}
+			}
+			ops = ops[n:]
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return deleted, nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}

@@ -1,0 +1,358 @@
+package authority
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/minio/minio-go/v7"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The authority's marker objects live under layout.MetaPrefix, which GC
+// never touches. They are small JSON documents written create-only
+// (If-None-Match: *), so a number reserved in the bucket can never be
+// reserved twice, whatever happens to etcd (DESIGN.md invariant 3).
+
+const (
+	markerContentType = "application/json"
+	markerMaxBytes    = 64 << 10
+	// conflictRetries bounds retries of a create-only PUT answered 409
+	// ConditionalRequestConflict (a concurrent conditional write).
+	conflictRetries = 5
+)
+
+// OwnershipMarker is the JSON body of the bucket ownership marker
+// (layout.Namespace.OwnershipObject): the deployment that owns the domain's
+// prefix. GC refuses to delete under a prefix whose marker names another
+// deployment than etcd's deployment key.
+type OwnershipMarker struct {
+	DeploymentID string    `json:"deployment_id"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+// ReadOwnership reads and decodes the ownership marker of ns in st.
+// Errors: objstore.ErrNotFound (wrapped) when there is none,
+// objstore.ErrUnavailable, ErrCorruptState.
+func ReadOwnership(ctx context.Context, st *objstore.Store, ns layout.Namespace) (OwnershipMarker, error) {
+	b, err := st.GetSmall(ctx, ns.OwnershipObject(), markerMaxBytes)
+	if err != nil {
+		return OwnershipMarker{}, err
+	}
+	var m OwnershipMarker
+	if err := json.Unmarshal(b, &m); err != nil || m.DeploymentID == "" {
+		return OwnershipMarker{}, fmt.Errorf("%w: ownership marker %s: %q", ErrCorruptState, ns.OwnershipObject(), b)
+	}
+	return m, nil
+}
+
+// epochMarker is the body of an epoch marker: who reserved the epoch and why
+// ("init" or "recover"). Nonce identifies the reserving call, so a retry of a
+// lost response recognises its own marker.
+type epochMarker struct {
+	Epoch      uint64    `json:"epoch"`
+	Deployment string    `json:"deployment_id"`
+	Reason     string    `json:"reason"`
+	Nonce      string    `json:"nonce"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// grantMarker is the body of a grant high-water marker: which request got
+// the grant of (epoch, generation).
+type grantMarker struct {
+	RequestID string    `json:"request_id"`
+	Owner     string    `json:"owner"`
+	LeaseID   int64     `json:"lease_id"`
+	GrantedAt time.Time `json:"granted_at"`
+}
+
+// putCreateOnly writes body under key if no object exists there, retrying a
+// 409 conflict. created is false when an object already existed.
+func (a *Authority) putCreateOnly(ctx context.Context, key string, body any) (created bool, err error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return false, err
+	}
+	for i := 0; ; i++ {
+		rctx, cancel := a.rctx(ctx)
+		_, err = a.st.PutSmallCreateOnly(rctx, key, b, markerContentType)
+		cancel()
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, objstore.ErrExists):
+			return false, nil
+		case errors.Is(err, objstore.ErrConditionConflict) && i < conflictRetries:
+			time.Sleep(time.Duration(i+1) * 20 * time.Millisecond)
+			continue
+		}
+		return false, storeErr(ctx, "put "+key, err)
+	}
+}
+
+// getJSON reads the small object key into out.
+func (a *Authority) getJSON(ctx context.Context, key string, out any) error {
+	rctx, cancel := a.rctx(ctx)
+	defer cancel()
+	b, err := a.st.GetSmall(rctx, key, markerMaxBytes)
+	if err != nil {
+		return storeErr(ctx, "get "+key, err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%w: marker %s: %w", ErrCorruptState, key, err)
+	}
+	return nil
+}
+
+// ensureOwnership returns the deployment id of the bucket's ownership
+// marker, creating the marker with candidate if there is none.
+func (a *Authority) ensureOwnership(ctx context.Context, candidate string) (string, error) {
+	created, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), OwnershipMarker{DeploymentID: candidate, CreatedAt: time.Now().UTC()})
+	if err != nil {
+		return "", err
+	}
+	if created {
+		return candidate, nil
+	}
+	var m OwnershipMarker
+	if err := a.getJSON(ctx, a.ns.OwnershipObject(), &m); err != nil {
+		return "", err
+	}
+	if m.DeploymentID == "" {
+		return "", fmt.Errorf("%w: ownership marker %s has no deployment id", ErrCorruptState, a.ns.OwnershipObject())
+	}
+	a.log.Info("authority: using the deployment id of the bucket's existing ownership marker",
+		"object", a.ns.OwnershipObject(), "deployment", m.DeploymentID)
+	return m.DeploymentID, nil
+}
+
+// listKeys streams the keys under prefix that sort after startAfter (""
+// for all), in key order, calling fn for each until fn returns false. A
+// positive timeout bounds the whole listing (ErrUnavailable when it passes).
+func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, timeout time.Duration, fn func(minio.ObjectInfo) bool) error {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if timeout > 0 {
+		var stop context.CancelFunc
+		lctx, stop = context.WithTimeout(lctx, timeout)
+		defer stop()
+	}
+	opts := minio.ListObjectsOptions{Prefix: prefix, StartAfter: startAfter, Recursive: true}
+	for obj := range a.st.Client.ListObjectsIter(lctx, a.st.Bucket, opts) {
+		if obj.Err != nil {
+			return storeErr(ctx, "list "+prefix, objstore.Classify(obj.Err))
+		}
+		if !fn(obj) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// firstAfter returns the first key under prefix that sorts after key.
+func (a *Authority) firstAfter(ctx context.Context, prefix, key string) (first string, found bool, err error) {
+	err = a.listKeys(ctx, prefix, key, a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
+		first, found = o.Key, true
+		return false
+	})
+	return first, found, err
+}
+
+// parseEpochMarker returns the epoch of an epoch marker key.
+func (a *Authority) parseEpochMarker(key string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(key, a.ns.EpochMarkersPrefix())
+	if !ok {
+		return 0, false
+	}
+	e, err := layout.DecodeNumber(rest)
+	return e, err == nil
+}
+
+// parseGrantMarker returns the (epoch, generation) of a grant marker key of
+// res.
+func (a *Authority) parseGrantMarker(res, key string) (counter, bool) {
+	rest, ok := strings.CutPrefix(key, a.ns.GrantMarkersPrefix(res))
+	if !ok {
+		return counter{}, false
+	}
+	es, gs, ok := strings.Cut(rest, "-")
+	if !ok {
+		return counter{}, false
+	}
+	e, err1 := layout.DecodeNumber(es)
+	g, err2 := layout.DecodeNumber(gs)
+	if err1 != nil || err2 != nil {
+		return counter{}, false
+	}
+	return counter{epoch: e, gen: g}, true
+}
+
+// maxEpochMarker returns the highest epoch reserved in the bucket, 0 if none.
+func (a *Authority) maxEpochMarker(ctx context.Context) (uint64, error) {
+	var maxEpoch uint64
+	err := a.listKeys(ctx, a.ns.EpochMarkersPrefix(), "", a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
+		if e, ok := a.parseEpochMarker(o.Key); ok {
+			maxEpoch = max(maxEpoch, e)
+		}
+		return true
+	})
+	return maxEpoch, err
+}
+
+// reserveEpoch writes the epoch marker m create-only. ours is true when the
+// marker now holding the epoch is m (written now, or by an earlier attempt
+// of the same call whose response was lost).
+func (a *Authority) reserveEpoch(ctx context.Context, m epochMarker) (ours bool, err error) {
+	m.CreatedAt = time.Now().UTC()
+	created, err := a.putCreateOnly(ctx, a.ns.EpochMarker(m.Epoch), m)
+	if err != nil || created {
+		return created, err
+	}
+	got, err := a.readEpochMarker(ctx, m.Epoch)
+	if err != nil {
+		return false, err
+	}
+	return got.Nonce == m.Nonce, nil
+}
+
+func (a *Authority) readEpochMarker(ctx context.Context, epoch uint64) (epochMarker, error) {
+	var m epochMarker
+	err := a.getJSON(ctx, a.ns.EpochMarker(epoch), &m)
+	return m, err
+}
+
+// confirmGrant records g create-only under its grant marker and checks the
+// bucket for signs that etcd's history went back (DESIGN.md invariant 3):
+//   - the marker of (epoch, generation) already names another request: the
+//     same token was granted twice;
+//   - a grant marker of the resource above (epoch, generation) that etcd's
+//     current epoch and generation do not cover (pruning keeps the newest
+//     markers, so this also catches a counter that went back further than
+//     the retained ones).
+//
+// Per-resource markers suffice: every publish of a resource needs a grant
+// of it, and a grant's token is returned only after its marker exists, so a
+// resource whose markers etcd still covers lost no published state.
+//
+// The two object-store requests run concurrently. It returns nil when g is
+// confirmed; ErrRolledBack (wrapped, with the evidence); ErrLeaseLost when a
+// later grant or epoch legitimately superseded g before it was confirmed
+// (the caller was paused); or ErrUnavailable.
+func (a *Authority) confirmGrant(ctx context.Context, g Grant) error {
+	var (
+		wg               sync.WaitGroup
+		putErr, aboveErr error
+		created          bool
+		aboveKey         string
+		aboveFound       bool
+	)
+	key := a.ns.GrantMarker(g.Resource, g.Epoch, g.Generation)
+	wg.Go(func() {
+		created, putErr = a.putCreateOnly(ctx, key, grantMarker{
+			RequestID: g.RequestID, Owner: g.Owner, LeaseID: int64(g.LeaseID), GrantedAt: g.GrantedAt.UTC(),
+		})
+	})
+	wg.Go(func() { aboveKey, aboveFound, aboveErr = a.firstAfter(ctx, a.ns.GrantMarkersPrefix(g.Resource), key) })
+	wg.Wait()
+	if err := errors.Join(putErr, aboveErr); err != nil {
+		return err
+	}
+	if !created {
+		var m grantMarker
+		if err := a.getJSON(ctx, key, &m); err != nil {
+			return err
+		}
+		if m.RequestID != g.RequestID || m.Owner != g.Owner {
+			return fmt.Errorf("%w: resource %q: epoch %d generation %d was already granted to request %q (owner %q) at %s, and now again to request %q",
+				ErrRolledBack, g.Resource, g.Epoch, g.Generation, m.RequestID, m.Owner, m.GrantedAt.Format(time.RFC3339), g.RequestID)
+		}
+	}
+	if !aboveFound {
+		return nil
+	}
+	// A later grant is recorded. It is a rollback only if etcd does not know
+	// it now; otherwise g was superseded while we were slow.
+	above, ok := a.parseGrantMarker(g.Resource, aboveKey)
+	if !ok {
+		return nil // not a marker of ours
+	}
+	cur, err := a.readCounter(ctx, g.Resource)
+	if err != nil {
+		return err
+	}
+	if cur.epoch < above.epoch || cur.epoch == above.epoch && cur.gen < above.gen {
+		return fmt.Errorf("%w: resource %q: the bucket records a grant of epoch %d generation %d but etcd is at epoch %d generation %d",
+			ErrRolledBack, g.Resource, above.epoch, above.gen, cur.epoch, cur.gen)
+	}
+	return fmt.Errorf("%w: resource %q generation %d was superseded by generation %d before it was confirmed",
+		ErrLeaseLost, g.Resource, g.Generation, above.gen)
+}
+
+// readCounter reads the domain epoch and the generation of res at one
+// revision (zeros when absent).
+func (a *Authority) readCounter(ctx context.Context, res string) (counter, error) {
+	rctx, cancel := a.rctx(ctx)
+	defer cancel()
+	resp, err := a.cli.Txn(rctx).Then(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.GenerationKey(res))).Commit()
+	if err != nil {
+		return counter{}, etcdErr(ctx, "read counter", err)
+	}
+	var c counter
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		if c.epoch, err = layout.DecodeNumber(string(kvs[0].Value)); err != nil {
+			return counter{}, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+		}
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		if c.gen, err = layout.DecodeNumber(string(kvs[0].Value)); err != nil {
+			return counter{}, fmt.Errorf("%w: generation key of %q: %w", ErrCorruptState, res, err)
+		}
+	}
+	return c, nil
+}
+
+// pruneMarkers keeps the grant markers of res bounded: every MarkerKeep
+// generations it deletes the markers below the newest MarkerKeep that sort
+// before g's own. Markers above g are never touched, so the newest marker —
+// all rollback detection needs — always survives. Failures are logged: a
+// leftover marker costs storage, not safety.
+func (a *Authority) pruneMarkers(ctx context.Context, g Grant) {
+	keep := a.cfg.MarkerKeep
+	if g.Generation%uint64(keep) != 0 {
+		return
+	}
+	own := a.ns.GrantMarker(g.Resource, g.Epoch, g.Generation)
+	var below []string
+	err := a.listKeys(ctx, a.ns.GrantMarkersPrefix(g.Resource), "", a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
+		if o.Key >= own {
+			return false
+		}
+		if _, ok := a.parseGrantMarker(g.Resource, o.Key); ok {
+			below = append(below, o.Key)
+		}
+		return true
+	})
+	if err != nil || len(below) <= keep {
+		if err != nil {
+			a.log.Warn("authority: listing grant markers to prune failed", "resource", g.Resource, "err", err)
+		}
+		return
+	}
+	objs := make(chan minio.ObjectInfo, len(below)-keep)
+	for _, k := range below[:len(below)-keep] {
+		objs <- minio.ObjectInfo{Key: k}
+	}
+	close(objs)
+	rctx, cancel := a.rctx(ctx)
+	defer cancel()
+	// One multi-object delete request; its error channel must be drained.
+	for rerr := range a.st.Client.RemoveObjects(rctx, a.st.Bucket, objs, minio.RemoveObjectsOptions{}) {
+		a.log.Warn("authority: pruning a grant marker failed", "object", rerr.ObjectName, "err", rerr.Err)
+	}
+}

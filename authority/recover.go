@@ -1,0 +1,456 @@
+package authority
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/minio/minio-go/v7"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// RecoverOptions configures Recover. The zero value performs the recovery.
+type RecoverOptions struct {
+	// DryRun computes and reports what Recover would do and changes nothing
+	// (NewEpoch is then the epoch it would reserve).
+	DryRun bool
+}
+
+// RecoverReport describes a Recover run.
+type RecoverReport struct {
+	DryRun       bool   `json:"dry_run"`
+	DeploymentID string `json:"deployment_id"`
+	// OldEpoch is etcd's epoch before the recovery (0: the restored etcd had
+	// no epoch); NewEpoch the epoch the domain is in afterwards.
+	OldEpoch uint64 `json:"old_epoch"`
+	NewEpoch uint64 `json:"new_epoch"`
+	// Highest is the highest epoch found in each source; NewEpoch is one
+	// above all of them and OldEpoch.
+	Highest EpochSources `json:"highest_seen"`
+	// RollbackFlag is the rollback evidence Acquire had recorded (cleared).
+	RollbackFlag string `json:"rollback_flag,omitempty"`
+	// Revoked lists the holders whose leases were revoked: every holder the
+	// restored etcd had (they were all granted before NewEpoch).
+	Revoked []RevokedHolder `json:"revoked"`
+	// Resources lists, per resource with a pointer or objects, the pointer
+	// the restore left and the objects above it.
+	Resources []ResourceRecovery `json:"resources"`
+}
+
+// EpochSources are the highest epochs Recover found in each place that the
+// restore did not roll back (the bucket) and in the restored pointers.
+type EpochSources struct {
+	EpochMarker uint64 `json:"epoch_marker"`
+	GrantMarker uint64 `json:"grant_marker"`
+	Pointer     uint64 `json:"pointer"`
+	Object      uint64 `json:"object"`
+}
+
+// RevokedHolder is a holder whose lease Recover revoked.
+type RevokedHolder struct {
+	Resource   string `json:"resource"`
+	Owner      string `json:"owner"`
+	Epoch      uint64 `json:"epoch"`
+	Generation uint64 `json:"generation"`
+	LeaseID    int64  `json:"lease_id"`
+}
+
+// ResourceRecovery is one resource's state after a restore.
+type ResourceRecovery struct {
+	Resource string `json:"resource"`
+	// RestoredPointer is the pointer version etcd had (zero when it had no
+	// pointer); Recover records it under layout.RestoredKey(resource,
+	// OldEpoch), so GC quarantines old-epoch objects above it.
+	RestoredPointer layout.Version `json:"restored_pointer"`
+	HasPointer      bool           `json:"has_pointer"`
+	// Above are the objects whose version is above RestoredPointer, in
+	// version order (newest last): publishes the restore may have lost,
+	// or unpublished attempts. `recover --republish` republishes the newest.
+	Above []LostObject `json:"above"`
+	// Recorded lists the old epochs for which Recover recorded
+	// RestoredPointer (layout.RestoredKey): OldEpoch when the resource had a
+	// pointer, and every epoch of an object in Above — GC quarantines an
+	// old-epoch object only through the record of its own epoch.
+	Recorded []uint64 `json:"recorded_epochs"`
+}
+
+// LostObject is an object above a restored pointer.
+type LostObject struct {
+	Key          string         `json:"key"`
+	Version      layout.Version `json:"version"`
+	Size         int64          `json:"size"`
+	LastModified time.Time      `json:"last_modified"`
+}
+
+// restoredPointer is a pointer found by Recover: its version and raw value.
+type restoredPointer struct {
+	version layout.Version
+	value   []byte
+}
+
+// Recover moves the domain to a new epoch after an etcd restore (DESIGN.md
+// invariant 3; the seed: "可靠持久高水位、保证不重用的新 epoch"). Run it while
+// workers cannot reach etcd (see RUNBOOK.md). In order, it:
+//
+//  1. reads etcd's epoch, deployment and rollback flag, checks the bucket's
+//     ownership marker names the same deployment, and reads every pointer;
+//  2. scans the bucket: epoch markers, grant markers and object keys;
+//  3. reserves NewEpoch = 1 + the highest epoch of all of those and etcd's,
+//     create-only in the bucket (the next free number if taken);
+//  4. records each resource's restored pointer under
+//     layout.RestoredKey(resource, epoch) (create-only) for OldEpoch and for
+//     every epoch of an object above that pointer, so GC quarantines those
+//     objects (the zero pointer for a resource the restore left without one);
+//  5. sets the epoch in one transaction that requires it unchanged and
+//     clears the rollback flag — from here every publish and grant of an
+//     older epoch is rejected;
+//  6. revokes the lease of every holder created before that transaction;
+//  7. reports the objects above each restored pointer.
+//
+// Every step is idempotent: after a failure, run it again.
+//
+// Errors: ErrForeignDeployment, ErrUnavailable, ErrExhausted,
+// ErrCorruptState, a concurrent epoch change (run again), ctx's error.
+func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverReport, error) {
+	rep := RecoverReport{DryRun: opts.DryRun, Revoked: []RevokedHolder{}, Resources: []ResourceRecovery{}}
+	rctx, cancel := a.rctx(ctx)
+	resp, err := a.cli.Txn(rctx).Then(
+		clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey()), clientv3.OpGet(a.rollbackKey()),
+	).Commit()
+	cancel()
+	if err != nil {
+		return rep, etcdErr(ctx, "read domain", err)
+	}
+	d, initialised, err := decodeDomain(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+	if err != nil {
+		return rep, err
+	}
+	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
+		rep.RollbackFlag = string(kvs[0].Value)
+	}
+	rep.OldEpoch = d.Epoch
+	if rep.DeploymentID, err = a.recoverDeployment(ctx, d, opts.DryRun); err != nil {
+		return rep, err
+	}
+	pointers, err := a.readPointers(ctx)
+	if err != nil {
+		return rep, err
+	}
+	for _, p := range pointers {
+		rep.Highest.Pointer = max(rep.Highest.Pointer, p.version.Epoch)
+	}
+	if err := a.scanBucket(ctx, pointers, &rep); err != nil {
+		return rep, err
+	}
+	h := rep.Highest
+	top := max(rep.OldEpoch, h.EpochMarker, h.GrantMarker, h.Pointer, h.Object)
+	if top >= layout.MaxNumber {
+		return rep, fmt.Errorf("%w: epochs reach %d", ErrExhausted, top)
+	}
+	rep.NewEpoch = top + 1
+	planRestored(&rep)
+	if opts.DryRun {
+		return rep, nil
+	}
+	if rep.NewEpoch, err = a.reserveRecoverEpoch(ctx, rep.NewEpoch, rep.DeploymentID); err != nil {
+		return rep, err
+	}
+	a.log.Info("authority: recover reserved a new epoch", "old", rep.OldEpoch, "new", rep.NewEpoch)
+	if err := a.recordRestored(ctx, pointers, &rep); err != nil {
+		return rep, err
+	}
+	switchRev, err := a.switchEpoch(ctx, rep.OldEpoch, initialised, rep.NewEpoch, rep.DeploymentID)
+	if err != nil {
+		return rep, err
+	}
+	a.mu.Lock()
+	clear(a.known)
+	a.mu.Unlock()
+	a.log.Info("authority: recover switched the epoch", "epoch", rep.NewEpoch, "revision", switchRev)
+	if rep.Revoked, err = a.revokeHolders(ctx, switchRev); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// recoverDeployment returns the deployment id after checking (or, if
+// missing, creating) the bucket's ownership marker.
+func (a *Authority) recoverDeployment(ctx context.Context, d Domain, dryRun bool) (string, error) {
+	rctx, cancel := a.rctx(ctx)
+	m, err := ReadOwnership(rctx, a.st, a.ns)
+	cancel()
+	switch {
+	case err == nil:
+		if d.DeploymentID != "" && m.DeploymentID != d.DeploymentID {
+			return "", fmt.Errorf("%w: etcd's deployment is %q but %s names %q", ErrForeignDeployment, d.DeploymentID, a.ns.OwnershipObject(), m.DeploymentID)
+		}
+		return m.DeploymentID, nil
+	case !errors.Is(err, objstore.ErrNotFound):
+		return "", storeErr(ctx, "read ownership marker", err)
+	case dryRun:
+		return d.DeploymentID, nil
+	}
+	candidate := d.DeploymentID
+	if candidate == "" {
+		candidate = NewID()
+	}
+	dep, err := a.ensureOwnership(ctx, candidate)
+	if err == nil && d.DeploymentID != "" && dep != d.DeploymentID {
+		err = fmt.Errorf("%w: etcd's deployment is %q but %s names %q", ErrForeignDeployment, d.DeploymentID, a.ns.OwnershipObject(), dep)
+	}
+	return dep, err
+}
+
+// readPointers reads every pointer of the domain, paginated, keyed by
+// resource name.
+func (a *Authority) readPointers(ctx context.Context) (map[string]restoredPointer, error) {
+	out := make(map[string]restoredPointer)
+	prefix := a.ns.PointersPrefix()
+	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(500)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev)) // one consistent view
+		}
+		rctx, cancel := a.rctx(ctx)
+		resp, err := a.cli.Get(rctx, key, opts...)
+		cancel()
+		if err != nil {
+			return nil, etcdErr(ctx, "read pointers", err)
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			res, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), prefix))
+			if err != nil {
+				return nil, fmt.Errorf("%w: pointer key %q", ErrCorruptState, kv.Key)
+			}
+			p, err := layout.DecodePointer(kv.Value)
+			if err != nil {
+				return nil, fmt.Errorf("%w: pointer of %q: %w", ErrCorruptState, res, err)
+			}
+			out[res] = restoredPointer{version: p.Version, value: kv.Value}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// scanBucket lists the domain's epoch markers, grant markers and objects,
+// filling rep.Highest and rep.Resources (objects above each pointer).
+func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restoredPointer, rep *RecoverReport) error {
+	err := a.listKeys(ctx, a.ns.EpochMarkersPrefix(), "", 0, func(o minio.ObjectInfo) bool {
+		if e, ok := a.parseEpochMarker(o.Key); ok {
+			rep.Highest.EpochMarker = max(rep.Highest.EpochMarker, e)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	grants := a.ns.MetaPrefix() + "grants/"
+	err = a.listKeys(ctx, grants, "", 0, func(o minio.ObjectInfo) bool {
+		res, _, ok := strings.Cut(strings.TrimPrefix(o.Key, grants), "/")
+		if name, err := url.PathUnescape(res); ok && err == nil {
+			if c, ok := a.parseGrantMarker(name, o.Key); ok {
+				rep.Highest.GrantMarker = max(rep.Highest.GrantMarker, c.epoch)
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	byRes := make(map[string]*ResourceRecovery)
+	order := []string{}
+	entry := func(res string) *ResourceRecovery {
+		r, ok := byRes[res]
+		if !ok {
+			p, has := pointers[res]
+			r = &ResourceRecovery{Resource: res, RestoredPointer: p.version, HasPointer: has, Above: []LostObject{}, Recorded: []uint64{}}
+			byRes[res] = r
+			order = append(order, res)
+		}
+		return r
+	}
+	for res := range pointers {
+		entry(res)
+	}
+	root, meta := a.ns.Root(), a.ns.MetaPrefix()
+	err = a.listKeys(ctx, root, "", 0, func(o minio.ObjectInfo) bool {
+		if strings.HasPrefix(o.Key, meta) {
+			return true
+		}
+		esc, _, ok := strings.Cut(strings.TrimPrefix(o.Key, root), "/")
+		res, err := url.PathUnescape(esc)
+		if !ok || err != nil {
+			return true // foreign: not ours to judge
+		}
+		v, _, ok := a.ns.ParseObjectKey(res, o.Key)
+		if !ok {
+			return true
+		}
+		rep.Highest.Object = max(rep.Highest.Object, v.Epoch)
+		if r := entry(res); r.RestoredPointer.Less(v) {
+			r.Above = append(r.Above, LostObject{Key: o.Key, Version: v, Size: o.Size, LastModified: o.LastModified})
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for _, res := range order {
+		rep.Resources = append(rep.Resources, *byRes[res])
+	}
+	return nil
+}
+
+// reserveRecoverEpoch writes the epoch marker of the first free epoch from
+// epoch on and returns that epoch.
+func (a *Authority) reserveRecoverEpoch(ctx context.Context, epoch uint64, dep string) (uint64, error) {
+	nonce := NewID()
+	for range 16 {
+		ours, err := a.reserveEpoch(ctx, epochMarker{Epoch: epoch, Deployment: dep, Reason: "recover", Nonce: nonce})
+		if err != nil || ours {
+			return epoch, err
+		}
+		if epoch++; epoch > layout.MaxNumber {
+			break
+		}
+	}
+	return 0, fmt.Errorf("authority: recover: no free epoch marker found up to %d (concurrent recovers?)", epoch)
+}
+
+// planRestored fills each resource's Recorded: OldEpoch if it had a
+// pointer, and every epoch of an object above that pointer.
+func planRestored(rep *RecoverReport) {
+	for i := range rep.Resources {
+		r := &rep.Resources[i]
+		if r.HasPointer && rep.OldEpoch > 0 {
+			r.Recorded = append(r.Recorded, rep.OldEpoch)
+		}
+		for _, o := range r.Above {
+			if e := o.Version.Epoch; !slices.Contains(r.Recorded, e) {
+				r.Recorded = append(r.Recorded, e)
+			}
+		}
+		slices.Sort(r.Recorded)
+	}
+}
+
+// recordRestored writes, for each resource of rep and each epoch in its
+// Recorded, layout.RestoredKey(res, epoch) = the restored pointer's value
+// (the zero pointer's when it has none), unless a record exists; nested
+// transactions, at most pruneBatch per request.
+func (a *Authority) recordRestored(ctx context.Context, pointers map[string]restoredPointer, rep *RecoverReport) error {
+	zero, err := layout.EncodePointer(layout.Pointer{})
+	if err != nil {
+		return err
+	}
+	var ops []clientv3.Op
+	for _, r := range rep.Resources {
+		val := zero
+		if p, ok := pointers[r.Resource]; ok {
+			val = string(p.value)
+		}
+		for _, e := range r.Recorded {
+			k := a.ns.RestoredKey(r.Resource, e)
+			ops = append(ops, clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
+				[]clientv3.Op{clientv3.OpPut(k, val)}, nil))
+		}
+	}
+	for len(ops) > 0 {
+		n := min(len(ops), pruneBatch)
+		rctx, cancel := a.rctx(ctx)
+		_, err := a.cli.Txn(rctx).Then(ops[:n]...).Commit()
+		cancel()
+		if err != nil {
+			return etcdErr(ctx, "record restored pointers", err)
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
+
+// switchEpoch sets the domain epoch from old to epoch (and the deployment
+// key) in one transaction that requires the epoch unchanged, clearing the
+// rollback flag. It returns the transaction's revision.
+func (a *Authority) switchEpoch(ctx context.Context, old uint64, initialised bool, epoch uint64, dep string) (int64, error) {
+	cmp := clientv3.Compare(clientv3.CreateRevision(a.ns.EpochKey()), "=", 0)
+	if initialised {
+		cmp = clientv3.Compare(clientv3.Value(a.ns.EpochKey()), "=", layout.EncodeNumber(old))
+	}
+	rctx, cancel := a.rctx(ctx)
+	defer cancel()
+	resp, err := a.cli.Txn(rctx).If(cmp).Then(
+		clientv3.OpPut(a.ns.EpochKey(), layout.EncodeNumber(epoch)),
+		clientv3.OpPut(a.ns.DeploymentKey(), dep),
+		clientv3.OpDelete(a.rollbackKey()),
+	).Commit()
+	if err != nil {
+		return 0, etcdErr(ctx, "switch epoch", err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("authority: recover: the epoch changed from %d while recovering (a concurrent init or recover?); run recover again", old)
+	}
+	return resp.Header.Revision, nil
+}
+
+// revokeHolders revokes the lease of every holder key of the domain created
+// before revision rev and returns them.
+func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]RevokedHolder, error) {
+	prefix := a.ns.AuthorityPrefix()
+	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	var holders []string
+	for {
+		rctx, cancel := a.rctx(ctx)
+		resp, err := a.cli.Get(rctx, key, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1000))
+		cancel()
+		if err != nil {
+			return nil, etcdErr(ctx, "list holders", err)
+		}
+		for _, kv := range resp.Kvs {
+			if strings.HasSuffix(string(kv.Key), "/holder") && kv.CreateRevision < rev {
+				holders = append(holders, string(kv.Key))
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	out := []RevokedHolder{}
+	for _, k := range holders {
+		rctx, cancel := a.rctx(ctx)
+		resp, err := a.cli.Get(rctx, k)
+		cancel()
+		if err != nil {
+			return out, etcdErr(ctx, "read holder", err)
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision >= rev {
+			continue // gone already, or granted in the new epoch
+		}
+		g, err := decodeHolder(resp.Kvs[0])
+		if err != nil {
+			return out, err
+		}
+		rctx, cancel = a.rctx(ctx)
+		_, err = a.cli.Revoke(rctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+		cancel()
+		if err != nil && !isLeaseNotFound(err) {
+			return out, etcdErr(ctx, "revoke lease", err)
+		}
+		a.log.Info("authority: recover revoked a restored lease", "resource", g.Resource, "owner", g.Owner, "generation", g.Generation)
+		out = append(out, RevokedHolder{Resource: g.Resource, Owner: g.Owner, Epoch: g.Epoch, Generation: g.Generation, LeaseID: resp.Kvs[0].Lease})
+	}
+	return out, nil
+}

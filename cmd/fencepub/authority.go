@@ -1,0 +1,406 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/spf13/cobra"
+)
+
+// newAuthorityCmd builds `fencepub authority acquire|renew|release|show|
+// recover`: fenced leases from the command line (package authority).
+func newAuthorityCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "authority",
+		Short: "Acquire, renew, release and inspect fenced leases; recover after an etcd restore",
+		Long: `authority grants leases on resources. Each grant mints the resource's next
+generation — the fence a publisher carries — in the same etcd transaction, from
+a durable counter that never resets.
+
+Exit codes: 0 success, 1 internal error, 2 usage or bad input (names, TTL),
+111 request id already used by another owner, 113 lease held by another owner,
+114 lease lost (expired, released or superseded), 115 etcd or the object store
+unavailable, 116 rolled-back authority detected: run 'fencepub authority recover'.`,
+	}
+	addConnFlags(cmd)
+	cmd.AddCommand(newAuthorityAcquireCmd(), newAuthorityRenewCmd(), newAuthorityReleaseCmd(),
+		newAuthorityShowCmd(), newAuthorityRecoverCmd())
+	return cmd
+}
+
+// openAuthority connects and builds the Authority of the configured domain.
+func openAuthority(cmd *cobra.Command) (*authority.Authority, *cliEnv, error) {
+	env, err := openEnv(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := authority.New(authority.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+	if err != nil {
+		env.Close()
+		return nil, nil, exitcode.With(exitcode.Usage, err)
+	}
+	return a, env, nil
+}
+
+// requireFlags returns a usage error (exit 2) naming the first of names the
+// command line did not set.
+func requireFlags(cmd *cobra.Command, names ...string) error {
+	for _, n := range names {
+		if !cmd.Flags().Changed(n) {
+			return exitcode.Usagef("%s: --%s is required", cmd.CommandPath(), n)
+		}
+	}
+	return nil
+}
+
+// authorityExit attaches the exit code of an authority error (an error that
+// already carries one keeps it).
+func authorityExit(err error) error {
+	code := exitcode.Internal
+	var coded *exitcode.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &coded):
+		return err
+	case errors.Is(err, layout.ErrInvalidName), errors.Is(err, authority.ErrBadTTL), errors.Is(err, authority.ErrInvalidGrant):
+		code = exitcode.Usage
+	case errors.Is(err, authority.ErrRequestConflict):
+		code = exitcode.Conflict
+	case errors.Is(err, authority.ErrHeld):
+		code = exitcode.Held
+	case errors.Is(err, authority.ErrLeaseLost), errors.Is(err, authority.ErrExpired):
+		code = exitcode.LeaseLost
+	case errors.Is(err, authority.ErrUnavailable):
+		code = exitcode.Unavailable
+	case errors.Is(err, authority.ErrRolledBack):
+		code = exitcode.NeedRecover
+	}
+	return exitcode.With(code, err)
+}
+
+// grantOutput is the JSON form of a grant. expires_at is the client's
+// estimate: the lease request's send time plus the TTL, the earliest moment
+// etcd may expire the lease unless it is renewed.
+type grantOutput struct {
+	Resource       string    `json:"resource"`
+	Owner          string    `json:"owner"`
+	RequestID      string    `json:"request_id"`
+	Epoch          uint64    `json:"epoch"`
+	Generation     uint64    `json:"generation"`
+	Fence          uint64    `json:"fence"`
+	LeaseID        int64     `json:"lease_id"`
+	TTLMS          int64     `json:"ttl_ms"`
+	GrantedAt      time.Time `json:"granted_at"`
+	ExpiresAt      time.Time `json:"expires_at"`
+	HolderRevision int64     `json:"holder_revision"`
+	Expired        bool      `json:"expired,omitempty"`
+}
+
+func toGrantOutput(g authority.Grant) grantOutput {
+	return grantOutput{
+		Resource: g.Resource, Owner: g.Owner, RequestID: g.RequestID, Epoch: g.Epoch,
+		Generation: g.Generation, Fence: g.Fence(), LeaseID: int64(g.LeaseID), TTLMS: g.TTL.Milliseconds(),
+		GrantedAt: g.GrantedAt.UTC(), ExpiresAt: g.ExpiresAt().UTC(), HolderRevision: g.HolderRevision,
+	}
+}
+
+func printGrant(w io.Writer, format, verb string, o grantOutput) error {
+	if format == "json" {
+		return printJSON(w, o)
+	}
+	_, err := fmt.Fprintf(w, "%s %s: generation (fence) %d, epoch %d, owner %s, request id %s, lease %x, ttl %s, expires ~%s (client estimate)\n",
+		verb, o.Resource, o.Generation, o.Epoch, o.Owner, o.RequestID, o.LeaseID,
+		time.Duration(o.TTLMS)*time.Millisecond, o.ExpiresAt.Format(time.RFC3339))
+	return err
+}
+
+func newAuthorityAcquireCmd() *cobra.Command {
+	var req authority.AcquireRequest
+	cmd := &cobra.Command{
+		Use:   "acquire --resource NAME [--owner ID] [--ttl 10s] [--request-id ID] [--wait]",
+		Short: "Acquire the lease on a resource and print the grant with its fence",
+		Long: `acquire grants a lease on --resource and mints its next generation (the fence)
+in one etcd transaction. The lease lives for --ttl (whole seconds, at least 2s:
+etcd's minimum with its default timing; fencepub refuses shorter TTLs rather
+than letting etcd stretch them) unless renewed with 'authority renew'.
+
+--request-id makes the call idempotent: run it again with the same id after a
+lost answer and you get the original grant, never a second one; if that grant
+has expired meanwhile it is printed with "expired": true and the command exits
+114. Without --request-id and --owner, random ones are generated and printed.
+
+Without --wait a held resource exits 113 naming the holder; with --wait the
+command blocks (watching the holder, not polling) until it wins or is
+interrupted. expires_at in the output is the client's estimate (send time of
+the lease request + TTL), never later than etcd's own expiry.`,
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Resource, "resource", "", "resource name (letters, digits, '.', '_', '-')")
+	f.StringVar(&req.Owner, "owner", "", "owner id of this lease request (default: random)")
+	f.DurationVar(&req.TTL, "ttl", 10*time.Second, "lease time to live, whole seconds, at least 2s")
+	f.StringVar(&req.RequestID, "request-id", "", "idempotency key of this acquire (default: random)")
+	f.BoolVar(&req.Wait, "wait", false, "wait until the resource is free instead of failing with 113")
+	out := addOutputFlag(cmd)
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		if err := requireFlags(c, "resource"); err != nil {
+			return err
+		}
+		if req.Owner == "" {
+			req.Owner = "cli-" + authority.NewID()[:16]
+		}
+		if req.RequestID == "" {
+			req.RequestID = authority.NewID()
+		}
+		a, env, err := openAuthority(c)
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		g, err := a.Acquire(c.Context(), req)
+		if errors.Is(err, authority.ErrExpired) {
+			o := toGrantOutput(g)
+			o.Expired = true
+			if perr := printGrant(env.Stdout, *out, "expired", o); perr != nil {
+				return perr
+			}
+		}
+		if err != nil {
+			return authorityExit(err)
+		}
+		return printGrant(env.Stdout, *out, "acquired", toGrantOutput(g))
+	}
+	return cmd
+}
+
+// holderFlags are the flags that name a live grant: resource, owner and
+// (optionally for renew) generation.
+type holderFlags struct {
+	resource, owner string
+	generation      uint64
+	required        []string
+}
+
+func (h *holderFlags) add(cmd *cobra.Command, generationRequired bool) {
+	f := cmd.Flags()
+	f.StringVar(&h.resource, "resource", "", "resource name")
+	f.StringVar(&h.owner, "owner", "", "owner id the grant was acquired with")
+	usage := "generation (fence) of the grant; 0 accepts the current holder's"
+	if generationRequired {
+		usage = "generation (fence) of the grant"
+	}
+	f.Uint64Var(&h.generation, "generation", 0, usage)
+	h.required = []string{"resource", "owner"}
+	if generationRequired {
+		h.required = append(h.required, "generation")
+	}
+}
+
+// grant returns the live grant named by the flags. The caller's renew or
+// release transaction compares the holder's CreateRevision read here, so
+// a change in between makes it fail rather than act on another grant.
+func (h *holderFlags) grant(cmd *cobra.Command, a *authority.Authority) (authority.Grant, error) {
+	if err := requireFlags(cmd, h.required...); err != nil {
+		return authority.Grant{}, err
+	}
+	hd, ok, err := a.Holder(cmd.Context(), h.resource)
+	if err != nil {
+		return authority.Grant{}, err
+	}
+	if !ok {
+		return authority.Grant{}, fmt.Errorf("%w: %q has no live holder (expired or released)", authority.ErrLeaseLost, h.resource)
+	}
+	if hd.Owner != h.owner || (h.generation != 0 && hd.Generation != h.generation) {
+		return authority.Grant{}, fmt.Errorf("%w: %q is held by owner %q with generation %d, not owner %q generation %d",
+			authority.ErrLeaseLost, h.resource, hd.Owner, hd.Generation, h.owner, h.generation)
+	}
+	return hd.Grant, nil
+}
+
+func newAuthorityRenewCmd() *cobra.Command {
+	var h holderFlags
+	cmd := &cobra.Command{
+		Use:   "renew --resource NAME --owner ID [--generation N]",
+		Short: "Extend the lease of a live grant by its TTL",
+		Long: `renew extends the lease of the grant --owner holds on --resource by its TTL.
+It never mints a fence: if the grant expired, was released or was superseded,
+it exits 114 and you must acquire again.`,
+		Args: cobra.NoArgs,
+	}
+	h.add(cmd, false)
+	out := addOutputFlag(cmd)
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		a, env, err := openAuthority(c)
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		g, err := h.grant(c, a)
+		if err != nil {
+			return authorityExit(err)
+		}
+		sent := time.Now()
+		if err := a.Renew(c.Context(), g); err != nil {
+			return authorityExit(err)
+		}
+		o := toGrantOutput(g)
+		o.ExpiresAt = sent.Add(g.TTL).UTC()
+		return printGrant(env.Stdout, *out, "renewed", o)
+	}
+	return cmd
+}
+
+func newAuthorityReleaseCmd() *cobra.Command {
+	var h holderFlags
+	cmd := &cobra.Command{
+		Use:   "release --resource NAME --owner ID --generation N",
+		Short: "Release a live grant",
+		Long: `release ends the lease --owner holds on --resource with --generation. It
+compares owner and generation atomically, so it can never drop another
+owner's lease; a grant that no longer holds the resource exits 114.`,
+		Args: cobra.NoArgs,
+	}
+	h.add(cmd, true)
+	out := addOutputFlag(cmd)
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		a, env, err := openAuthority(c)
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		g, err := h.grant(c, a)
+		if err == nil {
+			err = a.Release(c.Context(), g)
+		}
+		if err != nil {
+			return authorityExit(err)
+		}
+		if *out == "json" {
+			return printJSON(env.Stdout, map[string]any{"resource": g.Resource, "owner": g.Owner, "generation": g.Generation, "released": true})
+		}
+		_, err = fmt.Fprintf(env.Stdout, "released %s generation %d (owner %s)\n", g.Resource, g.Generation, g.Owner)
+		return err
+	}
+	return cmd
+}
+
+// showOutput is the JSON form of `authority show`.
+type showOutput struct {
+	Resource   string `json:"resource"`
+	Epoch      uint64 `json:"epoch"`
+	Generation uint64 `json:"generation"`
+	Held       bool   `json:"held"`
+	// Owner is the holder's owner ("" when nobody holds the resource).
+	Owner  string        `json:"owner"`
+	Holder *holderOutput `json:"holder,omitempty"`
+}
+
+type holderOutput struct {
+	grantOutput
+	RemainingMS int64 `json:"remaining_ms"` // etcd's remaining TTL, whole seconds
+}
+
+func newAuthorityShowCmd() *cobra.Command {
+	var res string
+	cmd := &cobra.Command{
+		Use:   "show --resource NAME",
+		Short: "Show a resource's epoch, generation and live holder",
+		Args:  cobra.NoArgs,
+	}
+	cmd.Flags().StringVar(&res, "resource", "", "resource name")
+	out := addOutputFlag(cmd)
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		if err := requireFlags(c, "resource"); err != nil {
+			return err
+		}
+		a, env, err := openAuthority(c)
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		st, err := a.Inspect(c.Context(), res)
+		if err != nil {
+			return authorityExit(err)
+		}
+		o := showOutput{Resource: st.Resource, Epoch: st.Epoch, Generation: st.Generation, Held: st.Holder != nil}
+		if st.Holder != nil {
+			o.Owner = st.Holder.Owner
+			o.Holder = &holderOutput{grantOutput: toGrantOutput(st.Holder.Grant), RemainingMS: st.Holder.Remaining.Milliseconds()}
+			o.Holder.ExpiresAt = time.Now().Add(st.Holder.Remaining).UTC().Truncate(time.Second)
+		}
+		if *out == "json" {
+			return printJSON(env.Stdout, o)
+		}
+		fmt.Fprintf(env.Stdout, "resource    %s\nepoch       %d\ngeneration  %d\n", o.Resource, o.Epoch, o.Generation)
+		if o.Holder == nil {
+			_, err = fmt.Fprintln(env.Stdout, "holder      none")
+			return err
+		}
+		_, err = fmt.Fprintf(env.Stdout, "holder      %s (generation %d, epoch %d, request id %s, lease %x, %s left)\n",
+			o.Owner, o.Holder.Generation, o.Holder.Epoch, o.Holder.RequestID, o.Holder.LeaseID, st.Holder.Remaining)
+		return err
+	}
+	return cmd
+}
+
+func newAuthorityRecoverCmd() *cobra.Command {
+	var opts authority.RecoverOptions
+	cmd := &cobra.Command{
+		Use:   "recover [--dry-run]",
+		Short: "Move the domain to a new epoch after an etcd restore",
+		Long: `recover makes the domain safe again after etcd was restored from a snapshot
+(see the restore runbook in README.md). Run it while workers cannot reach the
+restored etcd. It reserves a new epoch above every epoch found in the bucket's
+markers, pointers and object keys (create-only, so the number survives any
+later restore), records each resource's restored pointer for the old epoch
+(GC keeps old-epoch objects above it), switches etcd to the new epoch — from
+then on every publish or grant of an older epoch is rejected — revokes every
+lease the snapshot brought back, and reports the objects above each restored
+pointer: publishes the restore may have lost. It is idempotent: after a
+failure, run it again. --dry-run reports without changing anything.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "report what recover would do; change nothing")
+	out := addOutputFlag(cmd)
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		a, env, err := openAuthority(c)
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		rep, err := a.Recover(c.Context(), opts)
+		if err != nil {
+			return authorityExit(err)
+		}
+		if *out == "json" {
+			return printJSON(env.Stdout, rep)
+		}
+		w := env.Stdout
+		verb := "moved"
+		if rep.DryRun {
+			verb = "would move"
+		}
+		fmt.Fprintf(w, "%s the domain from epoch %d to %d (highest seen: epoch markers %d, grant markers %d, pointers %d, objects %d)\n",
+			verb, rep.OldEpoch, rep.NewEpoch, rep.Highest.EpochMarker, rep.Highest.GrantMarker, rep.Highest.Pointer, rep.Highest.Object)
+		if rep.RollbackFlag != "" {
+			fmt.Fprintf(w, "cleared rollback flag: %s\n", rep.RollbackFlag)
+		}
+		for _, h := range rep.Revoked {
+			fmt.Fprintf(w, "revoked restored lease %x of %s (owner %s, generation %d, epoch %d)\n", h.LeaseID, h.Resource, h.Owner, h.Generation, h.Epoch)
+		}
+		for _, r := range rep.Resources {
+			fmt.Fprintf(w, "resource %s: restored pointer %s, %d object(s) above it\n", r.Resource, r.RestoredPointer, len(r.Above))
+			for _, o := range r.Above {
+				fmt.Fprintf(w, "  %s  %s  %d bytes  %s\n", o.Version, o.Key, o.Size, o.LastModified.UTC().Format(time.RFC3339))
+			}
+		}
+		return nil
+	}
+	return cmd
+}
