@@ -31,6 +31,12 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		newConfigCmd(),
 		newDevCmd(),
 		newAuthorityCmd(),
+		newPublishCmd(),
+		newPointerCmd(),
+		newReadCmd(),
+		newWatchCmd(),
+		newResolveCmd(),
+		newRollbackCmd(),
 	)
 	return root
 }

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/publisher"
+	"github.com/spf13/cobra"
+)
+
+// publishExitHelp is the exit-code table of publish, rollback and resolve.
+const publishExitHelp = `Exit codes: 0 applied or duplicate (the JSON "outcome" and stderr tell which),
+1 internal error, 2 usage or bad input (names, numbers, body read error, missing
+bucket or domain), 110 stale (reason pointer, seal, epoch, grant or gap), 111 conflict
+(the key was applied with another body), 112 unknown (settle it with
+'fencepub resolve'), 113 lease held (with --ttl), 114 lease lost (strict mode,
+reason lease), 115 etcd or the object store unavailable.`
+
+// usageErrors makes cobra's own checks exit with the usage code: flag parse
+// errors (a negative --fence, a bad duration) and missing required flags,
+// which cobra otherwise returns as plain errors (exit 1).
+func usageErrors(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitcode.With(exitcode.Usage, err) })
+	cmd.PreRunE = func(c *cobra.Command, _ []string) error {
+		if err := c.ValidateRequiredFlags(); err != nil {
+			return exitcode.With(exitcode.Usage, err)
+		}
+		return nil
+	}
+}
+
+// noArgs rejects positional arguments with the usage code.
+func noArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return exitcode.Usagef("unexpected arguments %q", args)
+	}
+	return nil
+}
+
+// grantFlags name the grant a publish or rollback runs under: an existing
+// grant (--epoch, --fence, --owner) or one acquired for this command
+// (--owner, --ttl), released when it ends.
+type grantFlags struct {
+	resource, owner, requestID string
+	epoch, fence               uint64
+	ttl                        time.Duration
+	wait, strict, contiguous   bool
+}
+
+func (g *grantFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&g.resource, "resource", "", "resource name (required)")
+	f.StringVar(&g.owner, "owner", "", "the grant's owner (required)")
+	f.Uint64Var(&g.epoch, "epoch", 0, "epoch of an existing grant (with --fence)")
+	f.Uint64Var(&g.fence, "fence", 0, "fence (generation) of an existing grant (with --epoch)")
+	f.DurationVar(&g.ttl, "ttl", 0, "acquire a grant with this lease TTL (whole seconds, >= 2s) for this command, renew it meanwhile and release it after")
+	f.StringVar(&g.requestID, "request-id", "", "acquire request id (with --ttl; default random); a retry with the same id gets the same grant")
+	f.BoolVar(&g.wait, "wait", false, "with --ttl: wait while another owner holds the lease instead of failing with 113")
+	f.BoolVar(&g.strict, "strict", false, "also require that the grant's lease is still live when the transaction runs (etcd's expiry timing, not wall-clock revocation)")
+	f.BoolVar(&g.contiguous, "contiguous", false, "require seq S-1 of the same grant to be the pointer (stale with reason gap otherwise)")
+	_ = cmd.MarkFlagRequired("resource")
+	_ = cmd.MarkFlagRequired("owner")
+}
+
+// existing reports whether the flags name an existing grant; it checks that
+// exactly one of the two forms is used.
+func (g *grantFlags) existing(cmd *cobra.Command) (bool, error) {
+	fl := cmd.Flags()
+	raw := fl.Changed("epoch") || fl.Changed("fence")
+	switch {
+	case raw && fl.Changed("ttl"):
+		return false, exitcode.Usagef("give --epoch/--fence (an existing grant) or --ttl (acquire one), not both")
+	case !raw && !fl.Changed("ttl"):
+		return false, exitcode.Usagef("name a grant with --epoch and --fence, or acquire one with --ttl")
+	case raw && !(fl.Changed("epoch") && fl.Changed("fence")):
+		return false, exitcode.Usagef("--epoch and --fence go together")
+	case raw && (fl.Changed("request-id") || fl.Changed("wait")):
+		return false, exitcode.Usagef("--request-id and --wait need --ttl")
+	}
+	return raw, nil
+}
+
+// bind returns a Publisher for the flags' grant and a function that ends an
+// acquired grant (stops renewing, releases). An existing grant in strict mode
+// must be the resource's live holder; otherwise bind returns a stale/lease
+// Result (nothing written) with an error.
+func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cliEnv, c *publisher.Client) (*publisher.Publisher, func(), publisher.Result, error) {
+	noop := func() {}
+	raw, err := g.existing(cmd)
+	if err != nil {
+		return nil, noop, publisher.Result{}, err
+	}
+	a, err := authority.New(authority.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+	if err != nil {
+		return nil, noop, publisher.Result{}, exitcode.With(exitcode.Usage, err)
+	}
+	if raw {
+		term := publisher.Term{Resource: g.resource, Owner: g.owner, Epoch: g.epoch, Fence: g.fence, Strict: g.strict, Contiguous: g.contiguous}
+		if g.strict {
+			hd, ok, err := a.Holder(ctx, g.resource)
+			if err != nil {
+				return nil, noop, publisher.Result{}, authorityExit(err)
+			}
+			if !ok || hd.Owner != g.owner || hd.Generation != g.fence || hd.Epoch != g.epoch {
+				res := publisher.Result{Outcome: publisher.Stale, Reason: publisher.ReasonLease, Resource: g.resource,
+					Version: layout.Version{Epoch: g.epoch, Fence: g.fence}}
+				return nil, noop, res, fmt.Errorf("%w (%s): %w: grant %d.%d of %q for %q is not the live holder; nothing was written",
+					publisher.ErrStale, publisher.ReasonLease, publisher.ErrLeaseLost, g.epoch, g.fence, g.resource, g.owner)
+			}
+			term.HolderRevision = hd.HolderRevision
+		}
+		p, err := c.Bind(ctx, term)
+		return p, noop, publisher.Result{}, err
+	}
+	gr, err := a.Acquire(ctx, authority.AcquireRequest{Resource: g.resource, Owner: g.owner, RequestID: g.requestID, TTL: g.ttl, Wait: g.wait})
+	if err != nil {
+		return nil, noop, publisher.Result{}, authorityExit(err)
+	}
+	sess, err := a.NewSession(ctx, gr)
+	if err != nil {
+		return nil, noop, publisher.Result{}, authorityExit(err)
+	}
+	done := func() {
+		// Close stops renewing and releases the grant (with its own bounded
+		// context, so a cancelled command still releases).
+		if err := sess.Close(); err != nil {
+			env.Log.Warn("release after publish failed; the lease expires by itself", "resource", gr.Resource, "generation", gr.Generation, "err", err)
+		}
+	}
+	term := publisher.GrantTerm(gr, g.strict)
+	term.Contiguous = g.contiguous
+	p, err := c.Bind(ctx, term)
+	if err != nil {
+		done()
+		return nil, noop, publisher.Result{}, err
+	}
+	return p, done, publisher.Result{}, nil
+}
+
+// newPublishCmd builds `fencepub publish`.
+func newPublishCmd() *cobra.Command {
+	var (
+		g           grantFlags
+		seq         uint64
+		key, file   string
+		contentType string
+		meta        []string
+		timeout     time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "publish --resource R (--epoch E --fence F --seq S | --ttl D) --owner O --key K (--file PATH | -)",
+		Short: "Publish a file as the new state of a resource, fenced by a grant",
+		Long: `publish streams the body to the object store as a new immutable object and makes
+it the resource's state in one etcd transaction that checks the grant's fence,
+epoch and owner, the pointer, the seal and the idempotency key.
+
+With --epoch, --fence, --seq and --owner it publishes under an existing grant
+(from 'fencepub authority acquire'). With --owner and --ttl it acquires a grant,
+publishes with the next seq and releases the grant.
+
+The body comes from --file PATH, or from stdin with --file - or a lone '-'.
+--key is the operation's idempotency key: a retry with the same key and the same
+body, content type and metadata gets "duplicate" with the original result.
+Newer state wins: a version at or below the pointer is stale.
+
+` + publishExitHelp,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 1 || len(args) == 1 && args[0] != "-" {
+				return exitcode.Usagef("unexpected arguments %q (the body comes from --file PATH or '-')", args)
+			}
+			return nil
+		},
+	}
+	g.add(cmd)
+	f := cmd.Flags()
+	f.Uint64Var(&seq, "seq", 0, "seq within the grant's term, from 1 (required with --fence; default with --ttl: the next one)")
+	f.StringVar(&key, "key", "", "idempotency key of the operation (required)")
+	f.StringVar(&file, "file", "", "file to publish, or - for stdin")
+	f.StringVar(&contentType, "content-type", "", "content type (default application/octet-stream)")
+	f.StringArrayVar(&meta, "meta", nil, "user metadata key=value (repeatable); part of the request digest")
+	f.DurationVar(&timeout, "timeout", 30*time.Second, "deadline for the whole publish; a transaction still unanswered then is unknown (exit 112)")
+	_ = cmd.MarkFlagRequired("key")
+	out := addOutputFlag(cmd)
+	addConnFlags(cmd)
+	usageErrors(cmd)
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) == 1 {
+			if file != "" {
+				return exitcode.Usagef("give --file or '-', not both")
+			}
+			file = "-"
+		}
+		if file == "" {
+			return exitcode.Usagef("no body: give --file PATH, or --file - (or '-') for stdin")
+		}
+		raw, err := g.existing(c)
+		if err != nil {
+			return err
+		}
+		if raw && !c.Flags().Changed("seq") {
+			return exitcode.Usagef("--seq is required with --epoch and --fence")
+		}
+		if c.Flags().Changed("seq") && seq == 0 {
+			return exitcode.Usagef("--seq must be at least 1")
+		}
+		md, err := parseMeta(meta)
+		if err != nil {
+			return err
+		}
+		body, err := openBody(c, file)
+		if err != nil {
+			return err
+		}
+		defer body.Close()
+
+		env, err := openEnv(c)
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		ctx, cancel := context.WithTimeout(c.Context(), timeout)
+		defer cancel()
+		client, err := publisher.New(publisher.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+		if err != nil {
+			return exitcode.With(exitcode.Usage, err)
+		}
+		p, done, res, err := g.bind(ctx, c, env, client)
+		if err != nil {
+			return reportResult(c, *out, "publish", res, err)
+		}
+		defer done()
+		op := publisher.Operation{IdempotencyKey: key, Body: body, ContentType: contentType, Metadata: md}
+		if seq != 0 {
+			res, err = p.PublishSeq(ctx, seq, op)
+		} else {
+			res, err = p.Publish(ctx, op)
+		}
+		return reportResult(c, *out, "publish", res, err)
+	}
+	return cmd
+}
+
+// openBody opens the body: stdin for "-", else the file.
+func openBody(cmd *cobra.Command, file string) (io.ReadCloser, error) {
+	if file == "-" {
+		return io.NopCloser(cmd.InOrStdin()), nil
+	}
+	fh, err := os.Open(file)
+	if err != nil {
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	return fh, nil
+}
+
+// parseMeta turns key=value flags into a map; the publisher validates it.
+func parseMeta(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, exitcode.Usagef("--meta %q: want key=value", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// reportResult prints a publish, rollback or resolve Result (JSON or one
+// text line) when the call reached an outcome, tells applied from duplicate
+// on stderr, and returns err with its exit code.
+func reportResult(cmd *cobra.Command, format, verb string, res publisher.Result, err error) error {
+	if res.Outcome != "" {
+		if format == "json" {
+			if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
+				return perr
+			}
+		} else {
+			reason := ""
+			if res.Reason != "" {
+				reason = " (" + string(res.Reason) + ")"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s%s %s %s %s/%s sha256=%s\n", res.Outcome, reason, res.Resource,
+				res.Version, res.Object.Bucket, res.Object.Key, res.Object.SHA256)
+		}
+		switch res.Outcome {
+		case publisher.Applied:
+			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: %s applied: %s is at %s\n", verb, res.Resource, res.Version)
+		case publisher.Duplicate:
+			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: %s duplicate: key %q was already applied at %s; the pointer did not move\n",
+				verb, res.IdempotencyKey, res.Version)
+		case publisher.Unknown:
+			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: settle it with: fencepub resolve --resource %s --key %s --epoch %d --fence %d --seq %d\n",
+				res.Resource, res.IdempotencyKey, res.Version.Epoch, res.Version.Fence, res.Version.Seq)
+		}
+	}
+	return publishExit(res, err)
+}
+
+// publishExit attaches the exit code of a publisher result or error.
+func publishExit(res publisher.Result, err error) error {
+	code := exitcode.Internal
+	var ee *exitcode.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ee):
+		return err
+	case res.Outcome == publisher.Stale && res.Reason == publisher.ReasonLease:
+		code = exitcode.LeaseLost
+	case errors.Is(err, publisher.ErrStale):
+		code = exitcode.Stale
+	case errors.Is(err, publisher.ErrConflict):
+		code = exitcode.Conflict
+	case errors.Is(err, publisher.ErrUnknown):
+		code = exitcode.Unknown
+	case errors.Is(err, publisher.ErrInvalid), errors.Is(err, layout.ErrInvalidName), errors.Is(err, publisher.ErrBody),
+		errors.Is(err, publisher.ErrNoSuchVersion), errors.Is(err, publisher.ErrNotInitialized), errors.Is(err, objstore.ErrNotFound):
+		code = exitcode.Usage
+	case errors.Is(err, publisher.ErrUnavailable), errors.Is(err, objstore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		code = exitcode.Unavailable
+	}
+	return exitcode.With(code, err)
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/publisher"
+	"github.com/spf13/cobra"
+)
+
+// newRollbackCmd builds `fencepub rollback`.
+func newRollbackCmd() *cobra.Command {
+	var (
+		g       grantFlags
+		to, key string
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "rollback --resource R --to VERSION --owner O (--ttl D | --epoch E --fence F)",
+		Short: "Publish an earlier version's content again, as a new version",
+		Long: `rollback makes the content of an earlier published version current again. It
+copies that version's object server-side, create-only, to a fresh key under a
+new version (the grant's next seq) and publishes it normally; the pointer never
+names an old key, which GC may already have judged garbage.
+
+VERSION is "epoch.fence.seq" (as 'fencepub pointer' prints it). The grant comes
+from --owner and --ttl (acquired, renewed and released around the rollback) or
+names an existing one with --epoch, --fence and --owner. --key is the rollback's
+idempotency key (default: a random one); a retry with the same key is a
+duplicate.
+
+` + publishExitHelp,
+		Args: noArgs,
+	}
+	g.add(cmd)
+	cmd.Flags().StringVar(&to, "to", "", "version to roll back to, epoch.fence.seq (required)")
+	cmd.Flags().StringVar(&key, "key", "", "idempotency key of the rollback (default rollback-<random>)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "deadline for the whole rollback; a transaction still unanswered then is unknown (exit 112)")
+	_ = cmd.MarkFlagRequired("to")
+	out := addOutputFlag(cmd)
+	addConnFlags(cmd)
+	usageErrors(cmd)
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		v, err := parseVersion(to)
+		if err != nil {
+			return err
+		}
+		if key == "" {
+			key = "rollback-" + layout.NewNonce()
+		}
+		env, err := openEnv(c)
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		ctx, cancel := context.WithTimeout(c.Context(), timeout)
+		defer cancel()
+		client, err := publisher.New(publisher.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+		if err != nil {
+			return exitcode.With(exitcode.Usage, err)
+		}
+		p, done, res, err := g.bind(ctx, c, env, client)
+		if err != nil {
+			return reportResult(c, *out, "rollback", res, err)
+		}
+		defer done()
+		res, err = p.Rollback(ctx, v, key)
+		return reportResult(c, *out, "rollback", res, err)
+	}
+	return cmd
+}
+
+// parseVersion parses "epoch.fence.seq" or the fixed-width encoded form.
+func parseVersion(s string) (layout.Version, error) {
+	if v, err := layout.DecodeVersion(s); err == nil && len(s) == layout.VersionWidth {
+		return v, nil
+	}
+	parts := strings.Split(s, ".")
+	var n [3]uint64
+	if len(parts) != 3 {
+		return layout.Version{}, exitcode.Usagef("version %q: want epoch.fence.seq", s)
+	}
+	for i, p := range parts {
+		x, err := strconv.ParseUint(p, 10, 64)
+		if err != nil || x == 0 || x > layout.MaxNumber {
+			return layout.Version{}, exitcode.Usagef("version %q: want epoch.fence.seq, each 1..%d", s, layout.MaxNumber)
+		}
+		n[i] = x
+	}
+	return layout.Version{Epoch: n[0], Fence: n[1], Seq: n[2]}, nil
+}

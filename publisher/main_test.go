@@ -1,0 +1,245 @@
+package publisher
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/minio/minio-go/v7"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// env is one test's domain on the shared servers: a fresh namespace with an
+// initialised authority and a publisher Client with its own registry.
+type env struct {
+	t     testing.TB
+	ns    layout.Namespace
+	etcd  *clientv3.Client
+	store *objstore.Store
+	auth  *authority.Authority
+	pub   *Client
+	reg   *prometheus.Registry
+}
+
+func newEnv(t testing.TB, mods ...func(*Config)) *env {
+	t.Helper()
+	shared := testenv.Get(t)
+	e := &env{t: t, ns: testenv.Namespace(t), etcd: shared.EtcdClient(t), store: shared.Store(t), reg: prometheus.NewRegistry()}
+	a, err := authority.New(authority.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Init(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e.auth = a
+	withRegistry := func(c *Config) { c.Registerer = e.reg }
+	e.pub = e.client(e.etcd, append([]func(*Config){withRegistry}, mods...)...)
+	return e
+}
+
+// client builds another publisher Client of e's domain on cli.
+func (e *env) client(cli *clientv3.Client, mods ...func(*Config)) *Client {
+	e.t.Helper()
+	cfg := Config{Namespace: e.ns, Etcd: cli, Store: e.store}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// acquire gets a grant from the authority (10 s TTL unless req.TTL is set).
+func (e *env) acquire(req authority.AcquireRequest) authority.Grant {
+	e.t.Helper()
+	if req.TTL == 0 {
+		req.TTL = 10 * time.Second
+	}
+	g, err := e.auth.Acquire(ctxT(e.t, 30*time.Second), req)
+	if err != nil {
+		e.t.Fatalf("acquire %+v: %v", req, err)
+	}
+	return g
+}
+
+func (e *env) release(g authority.Grant) {
+	e.t.Helper()
+	if err := e.auth.Release(ctxT(e.t, 10*time.Second), g); err != nil {
+		e.t.Fatalf("release: %v", err)
+	}
+}
+
+func (e *env) bind(g authority.Grant, strict bool) *Publisher {
+	e.t.Helper()
+	p, err := e.pub.BindGrant(ctxT(e.t, 10*time.Second), g, strict)
+	if err != nil {
+		e.t.Fatalf("bind: %v", err)
+	}
+	return p
+}
+
+// pointer reads and decodes res's pointer straight from etcd.
+func (e *env) pointer(res string) layout.Pointer {
+	e.t.Helper()
+	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), e.ns.PointerKey(res))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return layout.Pointer{}
+	}
+	p, err := layout.DecodePointer(resp.Kvs[0].Value)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// count returns the number of etcd keys under prefix.
+func (e *env) count(prefix string) int64 {
+	e.t.Helper()
+	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp.Count
+}
+
+// history returns the versions in res's history, in order.
+func (e *env) history(res string) []layout.Version {
+	e.t.Helper()
+	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), e.ns.HistoryPrefix(res), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []layout.Version
+	for _, kv := range resp.Kvs {
+		v, err := layout.DecodeVersion(strings.TrimPrefix(string(kv.Key), e.ns.HistoryPrefix(res)))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// objectExists stats key in the bucket.
+func (e *env) objectExists(key string) bool {
+	e.t.Helper()
+	_, err := e.store.Client.StatObject(ctxT(e.t, 10*time.Second), e.store.Bucket, key, minio.StatObjectOptions{})
+	if err == nil {
+		return true
+	}
+	if errors.Is(objstore.Classify(err), objstore.ErrNotFound) {
+		return false
+	}
+	e.t.Fatal(err)
+	return false
+}
+
+// counter returns the value of a counter of e.reg with the given labels.
+func (e *env) counter(name string, labels map[string]string) float64 {
+	e.t.Helper()
+	return counterOf(e.t, e.reg, name, labels)
+}
+
+// counterOf returns the value of the first counter of reg named name whose
+// labels include labels (0 if none).
+func counterOf(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// histogram returns the sum and count of a histogram of e.reg.
+func (e *env) histogram(name string) [2]float64 {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			h := mf.GetMetric()[0].GetHistogram()
+			return [2]float64{h.GetSampleSum(), float64(h.GetSampleCount())}
+		}
+	}
+	return [2]float64{}
+}
+
+// op is an Operation with a small text body.
+func op(key, body string) Operation {
+	return Operation{IdempotencyKey: key, Body: strings.NewReader(body), ContentType: "text/plain"}
+}
+
+// mustOutcome fails t unless (res, err) is the outcome want (and reason).
+func mustOutcome(t *testing.T, what string, res Result, err error, want Outcome, reason Reason) {
+	t.Helper()
+	if res.Outcome != want || res.Reason != reason {
+		t.Fatalf("%s: outcome %q reason %q (err %v); want %q %q", what, res.Outcome, res.Reason, err, want, reason)
+	}
+	var wantErr error
+	switch want {
+	case Stale:
+		wantErr = ErrStale
+	case Conflict:
+		wantErr = ErrConflict
+	case Unknown:
+		wantErr = ErrUnknown
+	}
+	if wantErr == nil && err != nil || wantErr != nil && !errors.Is(err, wantErr) {
+		t.Fatalf("%s: err %v; want %v", what, err, wantErr)
+	}
+}
+
+// readObject returns the bytes of key.
+func (e *env) readObject(key string) []byte {
+	e.t.Helper()
+	o, err := e.store.Client.GetObject(ctxT(e.t, 30*time.Second), e.store.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer o.Close()
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(o); err != nil {
+		e.t.Fatal(err)
+	}
+	return b.Bytes()
+}

@@ -1,0 +1,343 @@
+package publisher
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/minio/minio-go/v7"
+)
+
+// MinIO must refuse a second create-only write to a key with 412, for a
+// single PUT and for a multipart upload (at initiation and at completion),
+// and the publisher must accept a 412 only for its own object.
+func TestCreateOnlyWrites(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
+	ctx := ctxT(t, time.Minute)
+	st := e.store
+	small, other := []byte("small body"), []byte("another body")
+	big := bytes.Repeat([]byte("0123456789abcdef"), (2*MinPartSize+1000)/16)
+
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{{"single PUT", small}, {"multipart", big}} {
+		key := e.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 1}, layout.NewNonce())
+		obj, sum, err := e.pub.writeObject(ctx, key, bytes.NewReader(tc.body), "text/plain", map[string]string{"a": "b"})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		want := sha256.Sum256(tc.body)
+		if !bytes.Equal(sum, want[:]) || obj.SHA256 != hex.EncodeToString(want[:]) || obj.Size != int64(len(tc.body)) || obj.ETag == "" {
+			t.Fatalf("%s: object %+v", tc.name, obj)
+		}
+		// The store itself refuses a second create-only PUT with 412.
+		opts := putOpts("text/plain", nil, "")
+		_, err = st.Client.PutObject(ctx, st.Bucket, key, bytes.NewReader(other), int64(len(other)), opts)
+		if !errors.Is(objstore.Classify(err), objstore.ErrExists) {
+			t.Fatalf("%s: raw create-only PUT over an existing key: %v, want 412", tc.name, err)
+		}
+		// A different body under the same key is not ours.
+		_, _, err = e.pub.writeObject(ctx, key, bytes.NewReader(append(bytes.Clone(tc.body), '!')), "text/plain", map[string]string{"a": "b"})
+		if !errors.Is(err, ErrObjectMismatch) {
+			t.Fatalf("%s: rewrite with another body: %v, want ErrObjectMismatch", tc.name, err)
+		}
+		if got := e.readObject(key); !bytes.Equal(got, tc.body) {
+			t.Fatalf("%s: object was overwritten", tc.name)
+		}
+	}
+
+	// A single PUT retried after a lost response meets 412 on its own key
+	// and accepts it after checking the stored sha256.
+	key := e.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 2}, layout.NewNonce())
+	o1, _, err := e.pub.writeObject(ctx, key, bytes.NewReader(small), "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2, _, err := e.pub.writeObject(ctx, key, bytes.NewReader(small), "text/plain", nil)
+	if err != nil || o2 != o1 {
+		t.Fatalf("retried single PUT: %+v, %v; want %+v", o2, err, o1)
+	}
+
+	// A multipart completion retried after a lost response meets 412 (the
+	// precondition is checked before the upload id) and is verified by the
+	// multipart ETag.
+	key = e.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 3}, layout.NewNonce())
+	core := minio.Core{Client: st.Client}
+	id, err := core.NewMultipartUpload(ctx, st.Bucket, key, putOpts("text/plain", nil, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []minio.CompletePart
+	var md5s []byte
+	for n, chunk := range [][]byte{big[:MinPartSize], big[MinPartSize:]} {
+		pm := md5.Sum(chunk)
+		p, err := core.PutObjectPart(ctx, st.Bucket, key, id, n+1, bytes.NewReader(chunk), int64(len(chunk)),
+			minio.PutObjectPartOptions{Md5Base64: base64.StdEncoding.EncodeToString(pm[:])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, minio.CompletePart{PartNumber: n + 1, ETag: p.ETag})
+		md5s = append(md5s, pm[:]...)
+	}
+	sum := sha256.Sum256(big)
+	obj := layout.Object{Bucket: st.Bucket, Key: key, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(big))}
+	etag := multipartETag(md5s, len(parts))
+	first, err := e.pub.complete(ctx, core, key, id, parts, obj, etag)
+	if err != nil || first.ETag != etag {
+		t.Fatalf("complete: %+v %v (want ETag %s)", first, err, etag)
+	}
+	again, err := e.pub.complete(ctx, core, key, id, parts, obj, etag)
+	if err != nil || again != first {
+		t.Fatalf("re-sent complete: %+v %v", again, err)
+	}
+	obj.Size--
+	if _, err := e.pub.complete(ctx, core, key, id, parts, obj, etag); !errors.Is(err, ErrObjectMismatch) {
+		t.Fatalf("complete of another body: %v, want ErrObjectMismatch", err)
+	}
+
+	// Two create-only multipart uploads of one key, both started before
+	// either completes: MinIO checks If-None-Match again at completion, so
+	// the second completion fails with 412 instead of overwriting.
+	key = e.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 4}, layout.NewNonce())
+	var ids []string
+	for range 2 {
+		id, err := core.NewMultipartUpload(ctx, st.Bucket, key, putOpts("text/plain", nil, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for i, id := range ids {
+		p, err := core.PutObjectPart(ctx, st.Bucket, key, id, 1, bytes.NewReader(small), int64(len(small)), minio.PutObjectPartOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := minio.PutObjectOptions{}
+		opts.SetMatchETagExcept("*")
+		_, err = core.CompleteMultipartUpload(ctx, st.Bucket, key, id, []minio.CompletePart{{PartNumber: 1, ETag: p.ETag}}, opts)
+		if got := objstore.Classify(err); i == 0 && err != nil || i == 1 && !errors.Is(got, objstore.ErrExists) {
+			t.Fatalf("completion %d of interleaved uploads: %v", i+1, err)
+		}
+	}
+	e.pub.abort(key, ids[1])
+}
+
+// failingReader returns n bytes, then err.
+type failingReader struct {
+	n   int
+	err error
+}
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.n == 0 {
+		return 0, f.err
+	}
+	k := min(len(p), f.n)
+	for i := range p[:k] {
+		p[i] = 'x'
+	}
+	f.n -= k
+	return k, nil
+}
+
+// Bad input never publishes: invalid keys and numbers, a missing bucket, a
+// body that fails mid-upload (single and multipart), bad metadata.
+func TestBadInput(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
+	ctx := ctxT(t, time.Minute)
+	const res = "r"
+	g := e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"})
+	p := e.bind(g, false)
+
+	for _, key := range []string{"", strings.Repeat("k", 257), "a/b", "tab\there", "nul\x00", "del\x7f", "\xff\xfe"} {
+		_, err := p.Publish(ctx, op(key, "x"))
+		if !errors.Is(err, ErrInvalid) || !errors.Is(err, layout.ErrInvalidName) {
+			t.Errorf("key %q: %v, want ErrInvalid", key, err)
+		}
+	}
+	if _, err := p.Publish(ctx, op(strings.Repeat("k", 256), "x")); err != nil {
+		t.Errorf("a 256-byte key must be accepted: %v", err)
+	}
+	for _, term := range []Term{
+		{Resource: res, Owner: "w", Epoch: g.Epoch, Fence: 0},
+		{Resource: res, Owner: "w", Epoch: 0, Fence: 1},
+		{Resource: res, Owner: "w", Epoch: g.Epoch, Fence: layout.MaxNumber + 1},
+		{Resource: res, Owner: "", Epoch: g.Epoch, Fence: 1},
+		{Resource: "bad/name", Owner: "w", Epoch: g.Epoch, Fence: 1},
+		{Resource: res, Owner: "w", Epoch: g.Epoch, Fence: 1, Strict: true},
+	} {
+		if _, err := e.pub.Bind(ctx, term); !errors.Is(err, ErrInvalid) {
+			t.Errorf("bind %+v: %v, want ErrInvalid", term, err)
+		}
+	}
+	if _, err := p.PublishSeq(ctx, 0, op("k-seq0", "x")); !errors.Is(err, ErrInvalid) {
+		t.Errorf("seq 0: %v, want ErrInvalid", err)
+	}
+	for _, meta := range []map[string]string{
+		{"": "v"}, {"under_score": "v"}, {"fencepub-sha256": "v"}, {"k": ""}, {"k": " padded"},
+		{"k": "caf\u00e9"}, {"K": "a", "k": "b"}, {"big": strings.Repeat("v", 2100)},
+	} {
+		o := op("k-meta", "x")
+		o.Metadata = meta
+		if _, err := p.Publish(ctx, o); !errors.Is(err, ErrInvalid) {
+			t.Errorf("metadata %q: %v, want ErrInvalid", meta, err)
+		}
+	}
+	before := e.pointer(res)
+
+	// A body that fails mid-upload: single-PUT size and multipart size.
+	boom := errors.New("disk on fire")
+	for _, n := range []int{1000, 2*MinPartSize + 10} {
+		_, err := p.Publish(ctx, Operation{IdempotencyKey: "k-body", Body: &failingReader{n: n, err: boom}})
+		if !errors.Is(err, ErrBody) || !errors.Is(err, boom) {
+			t.Fatalf("body failing after %d bytes: %v, want ErrBody wrapping the cause", n, err)
+		}
+	}
+	uploads, err := minio.Core{Client: e.store.Client}.ListMultipartUploads(ctx, e.store.Bucket, e.ns.ObjectsPrefix(res), "", "", "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(uploads.Uploads) != 0 {
+		t.Fatalf("failed multipart upload left behind: %+v", uploads.Uploads)
+	}
+
+	// A missing bucket: the object write fails, nothing is published.
+	noBucket := e.client(e.etcd, func(c *Config) {
+		st := *e.store
+		st.Bucket = "fencepub-no-such-bucket"
+		c.Store = &st
+	})
+	pb, err := noBucket.BindGrant(ctx, g, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pb.Publish(ctx, op("k-nobucket", "x")); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("missing bucket: %v, want objstore.ErrNotFound", err)
+	}
+
+	after := e.pointer(res)
+	if after.Version != before.Version || len(e.history(res)) != 1 || e.count(e.ns.OpsPrefix(res)) != 1 {
+		t.Fatalf("bad input published something: pointer %s, history %v", after.Version, e.history(res))
+	}
+}
+
+// A corrupted pointer value is a typed error everywhere, never a panic.
+func TestCorruptPointer(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	g := e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"})
+	p := e.bind(g, false)
+	for _, bad := range []string{"garbage", "99999999999999999999-x", layout.Version{Epoch: 9}.Encode() + "|{not json"} {
+		if _, err := e.etcd.Put(ctx, e.ns.PointerKey("r"), bad); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.pub.BindGrant(ctx, g, false); !errors.Is(err, layout.ErrCorruptRecord) {
+			t.Fatalf("bind over %q: %v, want ErrCorruptRecord", bad, err)
+		}
+		if _, err := p.Publish(ctx, op("k", "x")); !errors.Is(err, layout.ErrCorruptRecord) {
+			t.Fatalf("publish over %q: %v, want ErrCorruptRecord", bad, err)
+		}
+	}
+}
+
+// patternReader generates n pseudo-random bytes without holding them, so the
+// test itself buffers nothing.
+type patternReader struct {
+	rng *rand.ChaCha8
+	n   int64
+}
+
+func (r *patternReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), r.n)]
+	_, _ = r.rng.Read(p)
+	r.n -= int64(len(p))
+	return len(p), nil
+}
+
+// A 72 MiB body is published through multipart without buffering it: the
+// peak live heap stays far below the body size. The test samples HeapAlloc
+// every millisecond with GOGC lowered to 20, so the figure tracks live memory
+// rather than collector slack.
+func TestLargeBodyStreams(t *testing.T) {
+	const size = 72 << 20
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	p := e.bind(e.acquire(authority.AcquireRequest{Resource: "big", Owner: "w"}), false)
+
+	defer debug.SetGCPercent(debug.SetGCPercent(20))
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapAlloc
+	var peak uint64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				peak = max(peak, m.HeapAlloc)
+			}
+		}
+	})
+	seed := [32]byte{7}
+	start := time.Now()
+	r, err := p.Publish(ctx, Operation{IdempotencyKey: "big-1", Body: &patternReader{rng: rand.NewChaCha8(seed), n: size}})
+	elapsed := time.Since(start)
+	close(done)
+	wg.Wait()
+	mustOutcome(t, "large publish", r, err, Applied, ReasonNone)
+
+	h := sha256.New()
+	if _, err := io.Copy(h, &patternReader{rng: rand.NewChaCha8(seed), n: size}); err != nil {
+		t.Fatal(err)
+	}
+	if r.Object.Size != size || r.Object.SHA256 != hex.EncodeToString(h.Sum(nil)) || !strings.HasSuffix(r.Object.ETag, "-5") {
+		t.Fatalf("object %+v: want %d bytes in 5 parts with the generator's sha256", r.Object, size)
+	}
+	growth := int64(peak) - int64(base)
+	t.Logf("published %d MiB in %s (%.0f MiB/s); peak heap %d MiB above a %d MiB base (part size %d MiB)",
+		size>>20, elapsed.Round(time.Millisecond), float64(size>>20)/elapsed.Seconds(), growth>>20, base>>20, DefaultPartSize>>20)
+	if growth > 48<<20 {
+		t.Fatalf("peak heap grew by %d MiB for a %d MiB body: the body is being buffered", growth>>20, size>>20)
+	}
+}
+
+// Writing through a cancelled context fails before anything is published.
+func TestCancelledContextPublishesNothing(t *testing.T) {
+	e := newEnv(t)
+	p := e.bind(e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"}), false)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.Publish(ctx, op("k", "x")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("publish with a cancelled context: %v", err)
+	}
+	if v := e.pointer("r").Version; !v.IsZero() {
+		t.Fatalf("pointer moved to %s", v)
+	}
+}

@@ -1,0 +1,419 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Errors returned (wrapped) by this package; test with errors.Is. Publish
+// returns a Result together with ErrStale, ErrConflict or ErrUnknown when the
+// publish reached one of those outcomes; a nil error means applied or
+// duplicate. Any other error means the publish was not sent to etcd and
+// nothing was published (an object may have been written; GC removes it).
+var (
+	// ErrStale: the transaction refused the version: the pointer or seal is
+	// already at or above it, the epoch is not the domain's current one, the
+	// grant record of its fence does not name the caller in this epoch,
+	// (strict mode, with ErrLeaseLost) the grant's lease is gone, or
+	// (contiguous mode) the previous seq is not the pointer. Expected under
+	// fencing; Result.Reason says which.
+	ErrStale = errors.New("publisher: stale")
+	// ErrLeaseLost accompanies ErrStale when a strict-mode publish found that
+	// its grant no longer holds the resource (Result.Reason "lease").
+	ErrLeaseLost = errors.New("publisher: lease lost")
+	// ErrConflict: the idempotency key was already applied with a different
+	// request digest (DESIGN.md invariant 5). Nothing was published.
+	ErrConflict = errors.New("publisher: idempotency key already used with a different request digest")
+	// ErrUnknown: the transaction may have been applied but no answer came
+	// before the deadline. Resolve settles it (DESIGN.md invariant 8).
+	ErrUnknown = errors.New("publisher: outcome unknown (settle it with Resolve)")
+	// ErrInvalid: bad input: a name, idempotency key, content type, metadata,
+	// version or configuration that cannot be used.
+	ErrInvalid = errors.New("publisher: invalid input")
+	// ErrBody: reading the caller's body failed; nothing was published.
+	ErrBody = errors.New("publisher: reading the body failed")
+	// ErrObjectMismatch: a create-only write found an object under the
+	// attempt's own key that is not the one the attempt wrote, or a rollback
+	// source whose ETag changed. Objects are immutable, so this means another
+	// writer broke the key scheme.
+	ErrObjectMismatch = errors.New("publisher: object under the key is not ours")
+	// ErrUnavailable: etcd did not answer a request that changes nothing
+	// (resource init, history read) within the attempt budget.
+	ErrUnavailable = errors.New("publisher: etcd unavailable")
+	// ErrNotInitialized: the domain has no epoch key (authority Init has not
+	// run) or a resource lacks its pointer or seal.
+	ErrNotInitialized = errors.New("publisher: not initialised")
+	// ErrNoSuchVersion: Rollback's target version is not in the resource's
+	// history (never published, or pruned).
+	ErrNoSuchVersion = errors.New("publisher: version not in the resource's history")
+	// ErrSourceGone: Rollback's source object no longer exists (collected by
+	// GC after its retention).
+	ErrSourceGone = errors.New("publisher: rollback source object is gone")
+	// ErrExhausted: the next seq would pass layout.MaxNumber.
+	ErrExhausted = errors.New("publisher: seq space exhausted")
+)
+
+// Defaults of Config.
+const (
+	DefaultPartSize       = 16 << 20 // bytes
+	MinPartSize           = 5 << 20  // bytes; S3's minimum for all parts but the last
+	DefaultAttemptTimeout = 5 * time.Second
+	DefaultResendTimeout  = time.Minute
+)
+
+// Config holds a Client's dependencies and tunables. Zero tunables take the
+// defaults above; the live clients are required.
+type Config struct {
+	Namespace layout.Namespace
+	Etcd      *clientv3.Client
+	Store     *objstore.Store
+	// Logger receives resends and unknown outcomes; nil discards.
+	Logger *slog.Logger
+	// Registerer receives the metrics (metrics.go); nil leaves them
+	// unregistered. Never the global default registry unless passed in.
+	Registerer prometheus.Registerer
+	// PartSize is the largest body sent in one PUT and the multipart part
+	// size above it, in bytes: at least MinPartSize; default 16 MiB. A
+	// publish holds at most one part in memory.
+	PartSize int64
+	// AttemptTimeout bounds one etcd request. A publish transaction that gets
+	// no answer in time is re-sent, unchanged.
+	AttemptTimeout time.Duration
+	// ResendTimeout bounds how long Publish keeps re-sending an unanswered
+	// transaction when the caller's context has no earlier deadline; then the
+	// outcome is unknown.
+	ResendTimeout time.Duration
+}
+
+// Validate checks the required fields and the tunables' ranges. Errors:
+// ErrInvalid naming the field.
+func (c Config) Validate() error {
+	switch {
+	case c.Namespace.Prefix == "" || c.Namespace.Domain == "":
+		return fmt.Errorf("%w: Config.Namespace is empty (use layout.NewNamespace)", ErrInvalid)
+	case c.Etcd == nil:
+		return fmt.Errorf("%w: Config.Etcd is nil", ErrInvalid)
+	case c.Store == nil:
+		return fmt.Errorf("%w: Config.Store is nil", ErrInvalid)
+	case c.PartSize != 0 && c.PartSize < MinPartSize:
+		return fmt.Errorf("%w: Config.PartSize %d is below the S3 minimum %d", ErrInvalid, c.PartSize, MinPartSize)
+	case c.AttemptTimeout < 0 || c.ResendTimeout < 0:
+		return fmt.Errorf("%w: negative timeout", ErrInvalid)
+	}
+	return nil
+}
+
+// Client publishes through etcd and the object store. It holds the metrics
+// and is meant to live as long as the process; Bind makes a Publisher per
+// grant. It is safe for concurrent use.
+type Client struct {
+	cfg Config
+	ns  layout.Namespace
+	log *slog.Logger
+	m   *metrics
+}
+
+// New validates cfg, applies defaults and registers the metrics with
+// cfg.Registerer. Errors: ErrInvalid; a registration error (e.g. a second
+// Client on the same registry).
+func New(cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.PartSize == 0 {
+		cfg.PartSize = DefaultPartSize
+	}
+	if cfg.AttemptTimeout == 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if cfg.ResendTimeout == 0 {
+		cfg.ResendTimeout = DefaultResendTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{cfg: cfg, ns: cfg.Namespace, log: log, m: m}, nil
+}
+
+// Term is what a Publisher is bound to: one grant of a resource, as the
+// publish transaction checks it — the grant record grants/<Fence> must hold
+// layout.GrantRecordValue(Epoch, Owner) and Epoch must be the domain's
+// current epoch (DESIGN.md invariant 2).
+type Term struct {
+	Resource string
+	Owner    string
+	Epoch    uint64
+	Fence    uint64
+	// Strict adds CreateRevision(holder) == HolderRevision to every publish,
+	// so a publish fails (reason "lease") once etcd has expired or revoked
+	// the grant's lease. This is etcd's timing, not wall-clock revocation:
+	// a leader change restarts lease TTLs, and a publish already committed
+	// is never undone.
+	Strict         bool
+	HolderRevision int64
+	// Contiguous requires every publish with seq > 1 to follow seq-1 of the
+	// same term exactly: the pointer must be at (Epoch, Fence, seq-1). A
+	// publish after a gap is refused as stale with reason "gap" and can be
+	// retried once the missing seq is published. For operations where every
+	// increment must take effect; a seq that can never be published (sealed
+	// by Resolve) stops the term, and the worker must acquire a new grant.
+	Contiguous bool
+}
+
+// GrantTerm returns the Term of an authority grant, in strict mode if
+// strict.
+func GrantTerm(g authority.Grant, strict bool) Term {
+	return Term{
+		Resource: g.Resource, Owner: g.Owner, Epoch: g.Epoch, Fence: g.Fence(),
+		Strict: strict, HolderRevision: g.HolderRevision,
+	}
+}
+
+// prev returns the version a contiguous publish of v must follow, and false
+// when v opens its term (seq 1).
+func prev(v layout.Version) (layout.Version, bool) {
+	if v.Seq <= 1 {
+		return layout.Version{}, false
+	}
+	v.Seq--
+	return v, true
+}
+
+func (t Term) validate() error {
+	if err := layout.ValidateResource(t.Resource, false); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := layout.ValidateOwner(t.Owner); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if t.Epoch == 0 || t.Fence == 0 || t.Epoch > layout.MaxNumber || t.Fence > layout.MaxNumber {
+		return fmt.Errorf("%w: epoch %d and fence %d must be in 1..%d", ErrInvalid, t.Epoch, t.Fence, layout.MaxNumber)
+	}
+	if t.Strict && t.HolderRevision <= 0 {
+		return fmt.Errorf("%w: strict mode needs the grant's holder revision", ErrInvalid)
+	}
+	return nil
+}
+
+// holderCmp is the strict-mode compare, built by the authority's own rule.
+func (t Term) holderCmp(ns layout.Namespace) clientv3.Cmp {
+	return authority.Grant{Resource: t.Resource, HolderRevision: t.HolderRevision}.HolderCmp(ns)
+}
+
+// Operation is one logical publish. IdempotencyKey names it across retries
+// and terms; the request digest covers Body, ContentType and Metadata
+// (digest.go), never version, owner, attempt or time.
+type Operation struct {
+	// IdempotencyKey: 1–256 bytes of UTF-8, no '/', no control bytes.
+	IdempotencyKey string
+	// Body is read once, to EOF; nil is an empty body. It is streamed, never
+	// held whole in memory (one part of Config.PartSize at most).
+	Body io.Reader
+	// ContentType defaults to "application/octet-stream".
+	ContentType string
+	// Metadata is stored as the object's user metadata. Keys: 1–64 bytes of
+	// lowercase letters, digits and '-', not starting with "fencepub-";
+	// values: 1 or more bytes of printable ASCII without leading or trailing
+	// spaces; 2 KiB in all (S3's limit).
+	Metadata map[string]string
+}
+
+// Outcome is how a publish ended (DESIGN.md invariant 8).
+type Outcome string
+
+// Outcomes.
+const (
+	// Applied: this publish moved the pointer to its version (also reported
+	// for a re-sent transaction whose first send was applied).
+	Applied Outcome = "applied"
+	// Duplicate: the idempotency key was already applied with the same
+	// digest; Result carries the original version and object; the pointer
+	// did not move.
+	Duplicate Outcome = "duplicate"
+	// Conflict: the key was applied with a different digest.
+	Conflict Outcome = "conflict"
+	// Stale: refused by the fence; Reason says why.
+	Stale Outcome = "stale"
+	// Unknown: no answer before the deadline; Resolve settles it.
+	Unknown Outcome = "unknown"
+)
+
+// Reason explains a Stale outcome.
+type Reason string
+
+// Reasons, in the order the transaction's Else branch is classified.
+const (
+	ReasonNone    Reason = ""
+	ReasonLease   Reason = "lease"   // strict mode: the grant's lease is gone
+	ReasonPointer Reason = "pointer" // the pointer is at or above the version
+	ReasonSeal    Reason = "seal"    // the seal is at or above the version
+	ReasonEpoch   Reason = "epoch"   // the version's epoch is not current
+	ReasonGrant   Reason = "grant"   // no grant record of the fence names the owner in this epoch
+	ReasonGap     Reason = "gap"     // contiguous mode: seq-1 of the term is not the pointer
+)
+
+// Attempt is what one call wrote: its version and object. When the outcome
+// is not applied the object is an orphan, which GC removes.
+type Attempt struct {
+	Version layout.Version `json:"version"`
+	Object  layout.Object  `json:"object"`
+}
+
+// Result describes how a publish, rollback or resolve ended.
+type Result struct {
+	Outcome        Outcome `json:"outcome"`
+	Reason         Reason  `json:"reason"`
+	Resource       string  `json:"resource"`
+	IdempotencyKey string  `json:"idempotency_key"`
+	// Digest is the request digest, hex sha256 (digest.go); for Resolve, the
+	// op record's when one exists.
+	Digest string `json:"digest,omitempty"`
+	// Version and Object are the result: this call's for applied, stale,
+	// conflict and unknown; the original publish's for duplicate.
+	Version layout.Version `json:"version"`
+	Object  layout.Object  `json:"object"`
+	// Attempt is what this call wrote (equal to Version/Object unless
+	// duplicate). Absent for Resolve.
+	Attempt *Attempt `json:"attempt,omitempty"`
+	// Pointer is the resource's pointer as the deciding transaction saw it
+	// (for applied: the pointer it wrote). Nil when unknown.
+	Pointer *layout.Pointer `json:"pointer,omitempty"`
+	// Revision is the etcd revision of the deciding transaction.
+	Revision int64 `json:"revision,omitempty"`
+	// Attempts counts transaction sends; more than 1 means re-sends after
+	// transport errors.
+	Attempts int `json:"attempts"`
+}
+
+// Publisher publishes successive versions of one resource under one Term,
+// assigning seq 1, 2, ... from above the durable state. Publishes of one
+// Publisher are meant to be sequential: concurrent calls are safe but get
+// seqs in call order, and one whose transaction arrives after a higher seq
+// is stale ("newer state wins").
+type Publisher struct {
+	c    *Client
+	term Term
+
+	mu   sync.Mutex
+	next uint64 // next seq to assign
+}
+
+// Bind returns a Publisher for t. In one etcd transaction it creates the
+// resource's pointer and seal with zero versions if both are absent, or
+// reads them; the first seq is one above the highest seq of t's (epoch,
+// fence) in either, so a Publisher rebuilt for a grant it got back through a
+// retried request id never reuses a seq (DESIGN.md "Publish" step 4).
+// Errors: ErrInvalid, ErrUnavailable, ErrNotInitialized, a corrupt pointer or
+// seal (layout.ErrCorruptRecord).
+func (c *Client) Bind(ctx context.Context, t Term) (*Publisher, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	ptr, seal, err := c.initResource(ctx, t.Resource)
+	if err != nil {
+		return nil, err
+	}
+	next := uint64(1)
+	for _, v := range []layout.Version{ptr.Version, seal} {
+		if v.Epoch == t.Epoch && v.Fence == t.Fence && v.Seq >= next {
+			next = v.Seq + 1
+		}
+	}
+	return &Publisher{c: c, term: t, next: next}, nil
+}
+
+// BindGrant is Bind(ctx, GrantTerm(g, strict)).
+func (c *Client) BindGrant(ctx context.Context, g authority.Grant, strict bool) (*Publisher, error) {
+	return c.Bind(ctx, GrantTerm(g, strict))
+}
+
+// Term returns the Publisher's term.
+func (p *Publisher) Term() Term { return p.term }
+
+// NextSeq returns the seq the next Publish will use.
+func (p *Publisher) NextSeq() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.next
+}
+
+// take reserves seq (0: the next one) and moves next above it.
+func (p *Publisher) take(seq uint64) (layout.Version, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if seq == 0 {
+		seq = p.next
+	}
+	if seq > layout.MaxNumber {
+		return layout.Version{}, fmt.Errorf("%w: seq %d of fence %d", ErrExhausted, seq, p.term.Fence)
+	}
+	p.next = max(p.next, seq+1)
+	return layout.Version{Epoch: p.term.Epoch, Fence: p.term.Fence, Seq: seq}, nil
+}
+
+// Publish writes op's body as a new immutable object and publishes it with
+// the next seq in one etcd transaction (DESIGN.md "Publish, in one round trip
+// to etcd"). It blocks until the outcome is known or ctx ends; a transaction
+// that got no answer is re-sent unchanged until then (or Config.ResendTimeout
+// when ctx has no deadline).
+//
+// It returns the Result and nil for applied and duplicate; the Result and
+// ErrStale, ErrConflict or ErrUnknown (wrapped, with details) for those
+// outcomes; otherwise a zero Result and an error (ErrInvalid, ErrBody,
+// ErrObjectMismatch, objstore errors, ErrExhausted, layout.ErrCorruptRecord,
+// ErrNotInitialized), in which case nothing was published.
+func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
+	return p.publish(ctx, 0, op)
+}
+
+// PublishSeq is Publish with an explicit seq, 1..layout.MaxNumber (the CLI's
+// --seq). Later Publish calls continue above it. A seq at or below one
+// already published or sealed is stale. Errors: as Publish; ErrInvalid for
+// seq 0.
+func (p *Publisher) PublishSeq(ctx context.Context, seq uint64, op Operation) (Result, error) {
+	if seq == 0 {
+		p.c.m.failure("validate")
+		return Result{}, fmt.Errorf("%w: seq must be at least 1", ErrInvalid)
+	}
+	return p.publish(ctx, seq, op)
+}
+
+// publish publishes op at seq (0: the next one).
+func (p *Publisher) publish(ctx context.Context, seq uint64, op Operation) (Result, error) {
+	op, err := normalize(op)
+	if err != nil {
+		p.c.m.failure("validate")
+		return Result{}, err
+	}
+	v, err := p.take(seq)
+	if err != nil {
+		p.c.m.failure("validate")
+		return Result{}, err
+	}
+	key := p.c.ns.ObjectKey(p.term.Resource, v, layout.NewNonce())
+	start := time.Now()
+	obj, bodySHA, err := p.c.writeObject(ctx, key, op.Body, op.ContentType, op.Metadata)
+	if err != nil {
+		p.c.m.failure("object")
+		return Result{}, err
+	}
+	p.c.m.objectWritten(time.Since(start), obj.Size)
+	pr := p.c.prepare(p.term, v, op.IdempotencyKey, requestDigest(bodySHA, op.ContentType, op.Metadata), obj, op.ContentType)
+	return p.c.commit(ctx, pr)
+}

@@ -1,0 +1,104 @@
+package publisher
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/minio/minio-go/v7"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Rollback publishes the content of an earlier version `to` of the
+// Publisher's resource again, as a new version (the next seq) under
+// idempotency key (DESIGN.md "Object layout"): it reads `to` from the
+// resource's history, copies its object server-side and create-only to a
+// fresh key of the new version, and publishes that normally. The pointer
+// therefore always names an object carrying the pointer's version, never an
+// old key that GC may already have judged garbage.
+//
+// The request digest is that of the old content (body sha256, content type,
+// user metadata), so it equals the original publish's digest. Errors and
+// outcomes are those of Publish, plus ErrNoSuchVersion (to is not in the
+// history), ErrSourceGone (its object was collected) and ErrObjectMismatch
+// (its object changed). Copies are limited by S3 to 10000 parts of 1 GiB.
+func (p *Publisher) Rollback(ctx context.Context, to layout.Version, key string) (Result, error) {
+	c, res := p.c, p.term.Resource
+	if err := layout.ValidateKey("idempotency key", key); err != nil {
+		c.m.failure("validate")
+		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	hk := c.ns.HistoryKey(res, to)
+	var resp *clientv3.GetResponse
+	err := c.retry(ctx, "read history of "+res, func(ctx context.Context) error {
+		var err error
+		resp, err = c.cfg.Etcd.Get(ctx, hk)
+		return err
+	})
+	if err != nil {
+		c.m.failure("history")
+		return Result{}, err
+	}
+	if len(resp.Kvs) == 0 {
+		c.m.failure("history")
+		return Result{}, fmt.Errorf("%w: %q has no history entry for %s", ErrNoSuchVersion, res, to)
+	}
+	src, err := layout.DecodePointer(resp.Kvs[0].Value)
+	if err != nil {
+		c.m.failure("history")
+		return Result{}, fmt.Errorf("publisher: history entry %s of %q: %w", to, res, err)
+	}
+	bodySHA, err := hex.DecodeString(src.Object.SHA256)
+	if err != nil || len(bodySHA) != 32 {
+		c.m.failure("history")
+		return Result{}, fmt.Errorf("%w: history entry %s of %q has sha256 %q", layout.ErrCorruptRecord, to, res, src.Object.SHA256)
+	}
+	meta, err := c.sourceMetadata(ctx, src.Object)
+	if err != nil {
+		c.m.failure("object")
+		return Result{}, err
+	}
+	v, err := p.take(0)
+	if err != nil {
+		c.m.failure("validate")
+		return Result{}, err
+	}
+	contentType := src.ContentType
+	if contentType == "" {
+		contentType = DefaultContentType
+	}
+	start := time.Now()
+	obj, err := c.copyObject(ctx, src.Object, c.ns.ObjectKey(res, v, layout.NewNonce()), contentType, meta)
+	if err != nil {
+		c.m.failure("object")
+		return Result{}, err
+	}
+	c.m.objectWritten(time.Since(start), 0)
+	pr := c.prepare(p.term, v, key, requestDigest(bodySHA, contentType, meta), obj, contentType)
+	return c.commit(ctx, pr)
+}
+
+// sourceMetadata returns the user metadata of obj without fencepub's own
+// keys, lowercased: the Operation.Metadata it was published with.
+func (c *Client) sourceMetadata(ctx context.Context, obj layout.Object) (map[string]string, error) {
+	info, err := c.cfg.Store.Client.StatObject(ctx, obj.Bucket, obj.Key, minio.StatObjectOptions{})
+	if err != nil {
+		err = objstore.Classify(err)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s: %w", ErrSourceGone, obj.Key, err)
+		}
+		return nil, fmt.Errorf("publisher: stat rollback source %s: %w", obj.Key, err)
+	}
+	meta := map[string]string{}
+	for k, v := range info.UserMetadata {
+		if lk := strings.ToLower(k); !strings.HasPrefix(lk, reservedMetaPrefix) {
+			meta[lk] = v
+		}
+	}
+	return normalizeMetadata(meta)
+}

@@ -1,0 +1,343 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// idempotentAttempts bounds the sends of a request that is safe to repeat
+// (resource init, reads), each bounded by Config.AttemptTimeout.
+const idempotentAttempts = 3
+
+// Indexes of the Else branch's reads in a publish transaction.
+const (
+	elseOp = iota
+	elsePointer
+	elseSeal
+	elseEpoch
+	elseGrant
+	elseHolder // strict mode only
+)
+
+// prepared is one publish transaction, built once: every re-send carries the
+// same version, object key, digest and commit time, so it can apply at most
+// once (the op record is created by the first apply and compared absent).
+type prepared struct {
+	term    Term
+	version layout.Version
+	key     string // idempotency key
+	digest  string
+	object  layout.Object
+	pointer layout.Pointer // what Then writes
+
+	cmps []clientv3.Cmp
+	then []clientv3.Op
+	els  []clientv3.Op
+}
+
+// prepare builds the publish transaction of DESIGN.md "Publish" step 2.
+// If: op record absent, pointer < v, seal < v, epoch == v.Epoch, grant
+// record == GrantRecordValue(epoch, owner) [, strict: holder unchanged].
+// Then: pointer, op record, history entry. Else: read all of them.
+func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layout.Object, contentType string) *prepared {
+	ns, res := c.ns, t.Resource
+	now := time.Now().UTC()
+	ptr := layout.Pointer{
+		Version: v, Object: obj, IdempotencyKey: key, Digest: digest,
+		ContentType: contentType, Owner: t.Owner, CommittedAt: now,
+	}
+	rec := layout.OpRecord{Digest: digest, Version: v, Object: obj, Owner: t.Owner, CommittedAt: now}
+	// Encoding plain structs of strings, numbers and a time cannot fail.
+	ptrVal, _ := layout.EncodePointer(ptr)
+	opVal, _ := layout.EncodeOp(rec)
+	enc := v.Encode()
+	pr := &prepared{term: t, version: v, key: key, digest: digest, object: obj, pointer: ptr}
+	pr.cmps = []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(ns.OpKey(res, key)), "=", 0),
+		clientv3.Compare(clientv3.Value(ns.PointerKey(res)), "<", enc),
+		clientv3.Compare(clientv3.Value(ns.SealKey(res)), "<", enc),
+		clientv3.Compare(clientv3.Value(ns.EpochKey()), "=", layout.EncodeNumber(v.Epoch)),
+		clientv3.Compare(clientv3.Value(ns.GrantKey(res, v.Fence)), "=", layout.GrantRecordValue(v.Epoch, t.Owner)),
+	}
+	pr.then = []clientv3.Op{
+		clientv3.OpPut(ns.PointerKey(res), ptrVal),
+		clientv3.OpPut(ns.OpKey(res, key), opVal),
+		clientv3.OpPut(ns.HistoryKey(res, v), ptrVal),
+	}
+	pr.els = []clientv3.Op{
+		clientv3.OpGet(ns.OpKey(res, key)),
+		clientv3.OpGet(ns.PointerKey(res)),
+		clientv3.OpGet(ns.SealKey(res)),
+		clientv3.OpGet(ns.EpochKey()),
+		clientv3.OpGet(ns.GrantKey(res, v.Fence)),
+	}
+	if t.Strict {
+		pr.cmps = append(pr.cmps, t.holderCmp(ns))
+		pr.els = append(pr.els, clientv3.OpGet(ns.HolderKey(res)))
+	}
+	if p, ok := prev(v); ok && t.Contiguous {
+		// With pointer < v above: the pointer value sorts above p.Encode()
+		// exactly when its version is at least p, so its version is p.
+		pr.cmps = append(pr.cmps, clientv3.Compare(clientv3.Value(ns.PointerKey(res)), ">", p.Encode()))
+	}
+	return pr
+}
+
+// send makes one attempt, bounded by Config.AttemptTimeout.
+func (c *Client) send(ctx context.Context, pr *prepared) (*clientv3.TxnResponse, error) {
+	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+	defer cancel()
+	return c.cfg.Etcd.Txn(actx).If(pr.cmps...).Then(pr.then...).Else(pr.els...).Commit()
+}
+
+// commit sends pr and classifies the answer. A send that fails in a way that
+// may have reached etcd makes the outcome ambiguous; pr is then re-sent,
+// unchanged, until an answer or the deadline (ctx's, or ResendTimeout), and
+// at the deadline the outcome is unknown (DESIGN.md "Publish" step 3).
+func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		c.m.failure("txn")
+		return Result{}, fmt.Errorf("publisher: publish of %s not sent: %w", pr.version, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.ResendTimeout)
+		defer cancel()
+	}
+	start := time.Now()
+	ambiguous := false
+	var last error
+	attempt := 0
+	for {
+		attempt++
+		resp, err := c.send(ctx, pr)
+		if err == nil {
+			res, err := c.classify(pr, resp)
+			res.Attempts = attempt
+			c.m.txnDone(time.Since(start), attempt)
+			if res.Outcome != "" {
+				c.m.outcome(res.Outcome, res.Reason)
+			} else {
+				c.m.failure("classify")
+			}
+			return res, err
+		}
+		last = err
+		if !ambiguous && definite(err) {
+			c.m.failure("txn")
+			return Result{}, fmt.Errorf("publisher: etcd refused the publish transaction of %s (not applied): %w", pr.version, err)
+		}
+		ambiguous = true
+		c.log.Warn("publish transaction unanswered; re-sending the same transaction",
+			"resource", pr.term.Resource, "version", pr.version.String(), "key", pr.key, "attempt", attempt, "err", err)
+		if ctx.Err() != nil || !sleep(ctx, backoff(attempt)) {
+			break
+		}
+	}
+	c.m.txnDone(time.Since(start), attempt)
+	c.m.outcome(Unknown, ReasonNone)
+	res := pr.result(Unknown, ReasonNone)
+	res.Attempts = attempt
+	return res, fmt.Errorf("%w: resource %q, key %q, version %s: %d sends, last error: %w",
+		ErrUnknown, pr.term.Resource, pr.key, pr.version, attempt, last)
+}
+
+// definite reports whether err proves that etcd did not apply the request:
+// an error etcd returns before proposing it (bad request, too large, no
+// space, auth). Transport errors, timeouts, cancellation and leader changes
+// are not definite: the request may have been applied.
+func definite(err error) bool {
+	var code codes.Code
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	} else if st, ok := status.FromError(err); ok {
+		code = st.Code()
+	} else {
+		return false
+	}
+	switch code {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated,
+		codes.ResourceExhausted, codes.OutOfRange, codes.Unimplemented, codes.AlreadyExists, codes.NotFound:
+		return true
+	}
+	return false
+}
+
+// result is a Result about pr's own attempt.
+func (pr *prepared) result(o Outcome, r Reason) Result {
+	return Result{
+		Outcome: o, Reason: r, Resource: pr.term.Resource, IdempotencyKey: pr.key, Digest: pr.digest,
+		Version: pr.version, Object: pr.object,
+		Attempt: &Attempt{Version: pr.version, Object: pr.object},
+	}
+}
+
+// kv returns the single key-value of a range response, or nil.
+func kv(r *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
+	if i >= len(r.Responses) {
+		return nil
+	}
+	rr := r.Responses[i].GetResponseRange()
+	if rr == nil || len(rr.Kvs) == 0 {
+		return nil
+	}
+	return rr.Kvs[0]
+}
+
+// classify turns a transaction response into a Result, in the order of
+// DESIGN.md "Publish" step 2: op record (a re-send of our own applied
+// attempt is applied; same digest is duplicate; another is conflict), then
+// strict-mode lease loss, then stale by pointer, seal, epoch, grant, and in
+// contiguous mode gap. So a lost response is never reported as stale.
+func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, error) {
+	res := pr.result(Applied, ReasonNone)
+	res.Revision = resp.Header.Revision
+	if resp.Succeeded {
+		ptr := pr.pointer
+		res.Pointer = &ptr
+		return res, nil
+	}
+	t, v := pr.term, pr.version
+	if op := kv(resp, elseOp); op != nil {
+		rec, err := layout.DecodeOp(op.Value)
+		if err != nil {
+			return Result{}, fmt.Errorf("publisher: op record %q of %q: %w", pr.key, t.Resource, err)
+		}
+		if p := kv(resp, elsePointer); p != nil {
+			if ptr, err := layout.DecodePointer(p.Value); err == nil {
+				res.Pointer = &ptr
+			}
+		}
+		switch {
+		case rec.Digest != pr.digest:
+			res.Outcome = Conflict
+			return res, fmt.Errorf("%w: key %q of %q was applied at %s with digest %s; this request's digest is %s",
+				ErrConflict, pr.key, t.Resource, rec.Version, rec.Digest, pr.digest)
+		case rec.Version == v && rec.Object.Key == pr.object.Key:
+			return res, nil // our own earlier send was applied
+		default:
+			res.Outcome, res.Version, res.Object = Duplicate, rec.Version, rec.Object
+			return res, nil
+		}
+	}
+	pkv, skv := kv(resp, elsePointer), kv(resp, elseSeal)
+	if pkv == nil || skv == nil {
+		return Result{}, fmt.Errorf("%w: resource %q has no pointer or seal", ErrNotInitialized, t.Resource)
+	}
+	ptr, err := layout.DecodePointer(pkv.Value)
+	if err != nil {
+		return Result{}, fmt.Errorf("publisher: pointer of %q: %w", t.Resource, err)
+	}
+	seal, err := layout.DecodeSeal(skv.Value)
+	if err != nil {
+		return Result{}, fmt.Errorf("publisher: seal of %q: %w", t.Resource, err)
+	}
+	res.Pointer = &ptr
+	stale := func(r Reason, format string, args ...any) (Result, error) {
+		res.Outcome, res.Reason = Stale, r
+		return res, fmt.Errorf("%w (%s): resource %q, version %s: %s", ErrStale, r, t.Resource, v, fmt.Sprintf(format, args...))
+	}
+	if t.Strict {
+		if h := kv(resp, elseHolder); h == nil || h.CreateRevision != t.HolderRevision {
+			res.Outcome, res.Reason = Stale, ReasonLease
+			return res, fmt.Errorf("%w (%s): %w: the holder of %q created at revision %d is gone (lease expired, revoked or released)",
+				ErrStale, ReasonLease, ErrLeaseLost, t.Resource, t.HolderRevision)
+		}
+	}
+	if !ptr.Version.Less(v) {
+		return stale(ReasonPointer, "the pointer is at %s", ptr.Version)
+	}
+	if !seal.Version.Less(v) {
+		return stale(ReasonSeal, "the seal is at %s", seal.Version)
+	}
+	ekv := kv(resp, elseEpoch)
+	if ekv == nil {
+		return Result{}, fmt.Errorf("%w: domain %q has no epoch (run the authority's init)", ErrNotInitialized, c.ns.Domain)
+	}
+	if string(ekv.Value) != layout.EncodeNumber(v.Epoch) {
+		return stale(ReasonEpoch, "the current epoch is %q", ekv.Value)
+	}
+	want := layout.GrantRecordValue(v.Epoch, t.Owner)
+	if g := kv(resp, elseGrant); g == nil || string(g.Value) != want {
+		got := "no grant record"
+		if g != nil {
+			got = fmt.Sprintf("grant record %q", g.Value)
+		}
+		return stale(ReasonGrant, "fence %d has %s; want %q", v.Fence, got, want)
+	}
+	if p, ok := prev(v); ok && t.Contiguous && ptr.Version.Less(p) {
+		return stale(ReasonGap, "contiguous mode: the pointer is at %s, not at the previous seq %s", ptr.Version, p)
+	}
+	return Result{}, fmt.Errorf("publisher: transaction of %s on %q failed but every compared value matches (revision %d)",
+		v, t.Resource, resp.Header.Revision)
+}
+
+// retry runs fn, which must be safe to repeat, up to idempotentAttempts
+// times while it fails without a definite answer. The last error is wrapped
+// in ErrUnavailable unless ctx ended.
+func (c *Client) retry(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	var err error
+	for attempt := 1; attempt <= idempotentAttempts; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		err = fn(actx)
+		cancel()
+		if err == nil || definite(err) {
+			return err
+		}
+		if ctx.Err() != nil || attempt == idempotentAttempts || !sleep(ctx, backoff(attempt)) {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("publisher: %s: %w", what, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+}
+
+// initResource creates res's pointer and seal with zero versions in one
+// transaction if both are absent (DESIGN.md "etcd layout"), else reads them.
+// It returns the pointer and the seal's version. Safe to repeat.
+func (c *Client) initResource(ctx context.Context, res string) (layout.Pointer, layout.Version, error) {
+	pk, sk := c.ns.PointerKey(res), c.ns.SealKey(res)
+	zeroPtr, _ := layout.EncodePointer(layout.Pointer{})
+	zeroSeal, _ := layout.EncodeSeal(layout.Seal{})
+	var resp *clientv3.TxnResponse
+	err := c.retry(ctx, "init resource "+res, func(ctx context.Context) error {
+		var err error
+		resp, err = c.cfg.Etcd.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0), clientv3.Compare(clientv3.CreateRevision(sk), "=", 0)).
+			Then(clientv3.OpPut(pk, zeroPtr), clientv3.OpPut(sk, zeroSeal)).
+			Else(clientv3.OpGet(pk), clientv3.OpGet(sk)).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return layout.Pointer{}, layout.Version{}, err
+	}
+	if resp.Succeeded {
+		return layout.Pointer{}, layout.Version{}, nil
+	}
+	pkv, skv := kv(resp, 0), kv(resp, 1)
+	if pkv == nil || skv == nil {
+		return layout.Pointer{}, layout.Version{}, fmt.Errorf("%w: resource %q has a pointer or a seal but not both", layout.ErrCorruptRecord, res)
+	}
+	ptr, err := layout.DecodePointer(pkv.Value)
+	if err != nil {
+		return layout.Pointer{}, layout.Version{}, fmt.Errorf("publisher: pointer of %q: %w", res, err)
+	}
+	seal, err := layout.DecodeSeal(skv.Value)
+	if err != nil {
+		return layout.Pointer{}, layout.Version{}, fmt.Errorf("publisher: seal of %q: %w", res, err)
+	}
+	return ptr, seal.Version, nil
+}

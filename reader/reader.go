@@ -1,0 +1,419 @@
+// Package reader follows a resource's published pointer and serves its
+// object (DESIGN.md "Reading", invariant 6): readers see only published
+// objects, never a version lower than one they already saw, and only bytes
+// that match the pointer's sha256.
+//
+// Current reads the pointer (linearizable by default). Open reads the
+// pointer, GETs its object with If-Match on the pointer's ETag and verifies
+// sha256 and size while the caller reads: a mismatch is an error at the end
+// of the body, so callers must read to EOF and check the error (and Close)
+// before trusting or exposing the bytes — write them to a temporary file and
+// rename it on success, for example. Watch follows the pointer through an
+// etcd watch starting at the header revision of a Get plus one, and re-syncs
+// with a fresh Get after compaction.
+//
+// An object may be collected by GC once it has been superseded and its
+// retention passed; Open then re-reads the pointer and retries with the newer
+// object (bounded). A pointer whose object is missing while it is still the
+// pointer is reported as ErrObjectMissing: that is data loss, never hidden.
+package reader
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/minio/minio-go/v7"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Errors returned (wrapped) by Reader methods and in Update.Err; test with
+// errors.Is. A pointer value that does not decode is layout.ErrCorruptRecord.
+var (
+	// ErrNotPublished: the resource has no published version yet.
+	ErrNotPublished = errors.New("reader: nothing published")
+	// ErrObjectMissing: the current pointer's object does not exist. Loud on
+	// purpose: a published object must never be deleted (invariant 7).
+	ErrObjectMissing = errors.New("reader: the published object is missing")
+	// ErrObjectChanged: the object under the pointer's key no longer has the
+	// pointer's ETag (objects are immutable, so something overwrote it).
+	ErrObjectChanged = errors.New("reader: the published object changed")
+	// ErrDigestMismatch: the bytes read do not match the pointer's sha256 or
+	// size. Returned by Body.Read at the end of the body.
+	ErrDigestMismatch = errors.New("reader: object bytes do not match the pointer's sha256")
+	// ErrUnavailable: etcd or the store did not answer.
+	ErrUnavailable = errors.New("reader: service unavailable")
+	// ErrInvalid: bad configuration or resource name.
+	ErrInvalid = errors.New("reader: invalid input")
+)
+
+// DefaultOpenRetries bounds how often Open follows a newer pointer after the
+// object it tried was collected.
+const DefaultOpenRetries = 3
+
+// Config holds a Reader's dependencies and options.
+type Config struct {
+	Namespace layout.Namespace
+	Etcd      *clientv3.Client
+	Store     *objstore.Store
+	// Logger receives watch re-syncs; nil discards.
+	Logger *slog.Logger
+	// Serializable makes Current and Open read the pointer from the local
+	// etcd member without a quorum round (faster, possibly stale). A read
+	// that returns a version below one this Reader already saw is repeated
+	// linearizably, so versions never go back. Watch's syncs are always
+	// linearizable.
+	Serializable bool
+	// OpenRetries bounds Open's retries after a collected object; default
+	// DefaultOpenRetries.
+	OpenRetries int
+}
+
+// Reader reads one resource's published state. It is safe for concurrent
+// use.
+type Reader struct {
+	cfg Config
+	res string
+	key string // the pointer's etcd key
+	log *slog.Logger
+
+	mu   sync.Mutex
+	seen layout.Version // highest version returned so far
+}
+
+// New returns a Reader of resource. Errors: ErrInvalid.
+func New(cfg Config, resource string) (*Reader, error) {
+	switch {
+	case cfg.Namespace.Prefix == "" || cfg.Namespace.Domain == "":
+		return nil, fmt.Errorf("%w: Config.Namespace is empty", ErrInvalid)
+	case cfg.Etcd == nil:
+		return nil, fmt.Errorf("%w: Config.Etcd is nil", ErrInvalid)
+	case cfg.OpenRetries < 0:
+		return nil, fmt.Errorf("%w: negative OpenRetries", ErrInvalid)
+	}
+	if err := layout.ValidateResource(resource, false); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if cfg.OpenRetries == 0 {
+		cfg.OpenRetries = DefaultOpenRetries
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Reader{cfg: cfg, res: resource, key: cfg.Namespace.PointerKey(resource), log: log}, nil
+}
+
+// Resource returns the resource name.
+func (r *Reader) Resource() string { return r.res }
+
+// Current returns the published pointer. It blocks for one etcd read (two
+// if a serializable read went back). Errors: ErrNotPublished,
+// ErrUnavailable, layout.ErrCorruptRecord.
+func (r *Reader) Current(ctx context.Context) (layout.Pointer, error) {
+	ptr, _, err := r.current(ctx, r.cfg.Serializable)
+	return ptr, err
+}
+
+// current reads the pointer and returns it with the read's header revision.
+func (r *Reader) current(ctx context.Context, serializable bool) (layout.Pointer, int64, error) {
+	ptr, rev, err := r.get(ctx, serializable)
+	if err != nil {
+		return ptr, rev, err
+	}
+	r.mu.Lock()
+	back := ptr.Version.Less(r.seen)
+	r.mu.Unlock()
+	if back && serializable {
+		return r.current(ctx, false)
+	}
+	if ptr.Version.IsZero() {
+		return layout.Pointer{}, rev, fmt.Errorf("%w: %q", ErrNotPublished, r.res)
+	}
+	r.saw(ptr.Version)
+	return ptr, rev, nil
+}
+
+// saw raises the highest version seen.
+func (r *Reader) saw(v layout.Version) {
+	r.mu.Lock()
+	r.seen = r.seen.Max(v)
+	r.mu.Unlock()
+}
+
+// get reads and decodes the pointer; a missing key is the zero pointer.
+func (r *Reader) get(ctx context.Context, serializable bool) (layout.Pointer, int64, error) {
+	var opts []clientv3.OpOption
+	if serializable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	resp, err := r.cfg.Etcd.Get(ctx, r.key, opts...)
+	if err != nil {
+		if ctx.Err() != nil {
+			return layout.Pointer{}, 0, fmt.Errorf("reader: get pointer of %q: %w", r.res, err)
+		}
+		return layout.Pointer{}, 0, fmt.Errorf("%w: get pointer of %q: %w", ErrUnavailable, r.res, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return layout.Pointer{}, resp.Header.Revision, nil
+	}
+	ptr, err := layout.DecodePointer(resp.Kvs[0].Value)
+	if err != nil {
+		return layout.Pointer{}, resp.Header.Revision, fmt.Errorf("reader: pointer of %q: %w", r.res, err)
+	}
+	return ptr, resp.Header.Revision, nil
+}
+
+// Body is a published object being read. Read returns the object's bytes
+// and, at the end, io.EOF only if sha256 and size match Pointer; otherwise
+// ErrDigestMismatch. Callers must read to EOF and check that error before
+// using the bytes, and must Close the body.
+type Body struct {
+	// Pointer is the pointer the object was opened through.
+	Pointer layout.Pointer
+	obj     *minio.Object
+	h       hash.Hash
+	n       int64
+	err     error // sticky result once the end is reached
+}
+
+// Open returns the current published object's body. It reads the pointer,
+// GETs the object with If-Match on the pointer's ETag, and if the object is
+// gone re-reads the pointer: a newer pointer is retried (up to
+// Config.OpenRetries times); the same pointer yields ErrObjectMissing.
+// Errors: ErrNotPublished, ErrObjectMissing, ErrObjectChanged,
+// ErrUnavailable, layout.ErrCorruptRecord.
+func (r *Reader) Open(ctx context.Context) (*Body, error) {
+	if r.cfg.Store == nil {
+		return nil, fmt.Errorf("%w: Config.Store is nil", ErrInvalid)
+	}
+	ptr, _, err := r.current(ctx, r.cfg.Serializable)
+	if err != nil {
+		return nil, err
+	}
+	return r.openFrom(ctx, ptr)
+}
+
+// openFrom opens ptr's object, following newer pointers while the object it
+// tries is gone (see Open).
+func (r *Reader) openFrom(ctx context.Context, ptr layout.Pointer) (*Body, error) {
+	for retry := 0; ; retry++ {
+		b, err := r.open(ctx, ptr)
+		if !errors.Is(err, ErrObjectMissing) {
+			return b, err
+		}
+		// Collected after supersession? Only a newer pointer explains it.
+		fresh, _, perr := r.current(ctx, false)
+		if perr != nil {
+			return nil, errors.Join(err, perr)
+		}
+		if fresh.Version == ptr.Version || retry >= r.cfg.OpenRetries {
+			return nil, err
+		}
+		r.log.Info("object of a superseded pointer is gone; following the newer pointer",
+			"resource", r.res, "old", ptr.Version.String(), "new", fresh.Version.String())
+		ptr = fresh
+	}
+}
+
+// open GETs ptr's object and returns a verifying Body.
+func (r *Reader) open(ctx context.Context, ptr layout.Pointer) (*Body, error) {
+	opts := minio.GetObjectOptions{}
+	if ptr.Object.ETag != "" {
+		if err := opts.SetMatchETag(ptr.Object.ETag); err != nil {
+			return nil, fmt.Errorf("reader: ETag %q: %w", ptr.Object.ETag, err)
+		}
+	}
+	obj, err := r.cfg.Store.Client.GetObject(ctx, ptr.Object.Bucket, ptr.Object.Key, opts)
+	if err == nil {
+		_, err = obj.Stat() // sends the GET; its error tells a missing object
+	}
+	if err != nil {
+		if obj != nil {
+			_ = obj.Close()
+		}
+		return nil, r.objectErr(ptr, err)
+	}
+	return &Body{Pointer: ptr, obj: obj, h: sha256.New()}, nil
+}
+
+// objectErr classifies a GET error of ptr's object.
+func (r *Reader) objectErr(ptr layout.Pointer, err error) error {
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) && resp.StatusCode == http.StatusPreconditionFailed {
+		return fmt.Errorf("%w: %s/%s no longer has ETag %s (pointer %s of %q)",
+			ErrObjectChanged, ptr.Object.Bucket, ptr.Object.Key, ptr.Object.ETag, ptr.Version, r.res)
+	}
+	err = objstore.Classify(err)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return fmt.Errorf("%w: %s/%s (pointer %s of %q): %w",
+			ErrObjectMissing, ptr.Object.Bucket, ptr.Object.Key, ptr.Version, r.res, err)
+	case errors.Is(err, objstore.ErrUnavailable):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return fmt.Errorf("reader: get %s/%s: %w", ptr.Object.Bucket, ptr.Object.Key, err)
+}
+
+// Read reads the object's bytes, hashing them. At the end it returns io.EOF
+// if sha256 and size match the pointer and ErrDigestMismatch otherwise; a
+// body longer than the pointer's size fails as soon as it passes it.
+func (b *Body) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.obj.Read(p)
+	b.h.Write(p[:n])
+	b.n += int64(n)
+	if b.n > b.Pointer.Object.Size {
+		b.err = fmt.Errorf("%w: %s is longer than the pointer's %d bytes", ErrDigestMismatch, b.Pointer.Object.Key, b.Pointer.Object.Size)
+		return n, b.err
+	}
+	if errors.Is(err, io.EOF) {
+		b.err = io.EOF
+		if got := hex.EncodeToString(b.h.Sum(nil)); got != b.Pointer.Object.SHA256 || b.n != b.Pointer.Object.Size {
+			b.err = fmt.Errorf("%w: %s: read %d bytes with sha256 %s; the pointer says %d bytes, %s",
+				ErrDigestMismatch, b.Pointer.Object.Key, b.n, got, b.Pointer.Object.Size, b.Pointer.Object.SHA256)
+		}
+		return n, b.err
+	}
+	if err != nil {
+		b.err = fmt.Errorf("reader: read %s: %w", b.Pointer.Object.Key, objstore.Classify(err))
+		return n, b.err
+	}
+	return n, nil
+}
+
+// Close releases the connection.
+func (b *Body) Close() error { return b.obj.Close() }
+
+// Update is one item of Watch: a newer pointer, or an error that did not
+// stop the watch (Err set, Pointer zero).
+type Update struct {
+	Pointer layout.Pointer
+	// Revision is the etcd revision at which the pointer was written (events)
+	// or read (syncs).
+	Revision int64
+	// Resync marks a pointer learnt by a fresh Get after the watch was
+	// interrupted (compaction, lost leader, broken stream).
+	Resync bool
+	Err    error
+}
+
+// resyncDelay is the pause before a re-sync after an error.
+const resyncDelay = 200 * time.Millisecond
+
+// Watch follows the pointer until ctx ends, then closes the channel. It sends
+// the current pointer (if any), then every newer one, with strictly
+// increasing versions: a Get, then an etcd watch from the Get's header
+// revision + 1 (DESIGN.md "Reading"); when the watch is compacted, loses its
+// leader or breaks, a fresh Get re-syncs and the watch restarts from there.
+// Errors (a corrupt pointer value, an unreachable etcd) are sent as Updates
+// with Err set and do not end the watch. The goroutine behind it ends when
+// ctx ends; the caller must cancel ctx when done, and should keep receiving
+// until the channel is closed.
+func (r *Reader) Watch(ctx context.Context) <-chan Update {
+	ch := make(chan Update)
+	go r.watch(ctx, ch)
+	return ch
+}
+
+func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
+	defer close(ch)
+	send := func(u Update) bool {
+		select {
+		case ch <- u:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	var last layout.Version
+	emit := func(ptr layout.Pointer, rev int64, resync bool) bool {
+		if ptr.Version.IsZero() || !last.Less(ptr.Version) {
+			return true
+		}
+		last = ptr.Version
+		r.saw(ptr.Version)
+		return send(Update{Pointer: ptr, Revision: rev, Resync: resync})
+	}
+	resync := false
+	for ctx.Err() == nil {
+		ptr, rev, err := r.get(ctx, false)
+		if err != nil {
+			if ctx.Err() != nil || !send(Update{Err: err, Revision: rev}) {
+				return
+			}
+			if rev == 0 { // no answer: wait and retry
+				sleep(ctx, resyncDelay)
+				continue
+			}
+			// A corrupt pointer: report it and watch for the next value.
+		} else if !emit(ptr, rev, resync) {
+			return
+		}
+		if !r.follow(ctx, rev+1, emit, send) {
+			return
+		}
+		resync = true
+		r.log.Info("pointer watch interrupted; re-syncing with a fresh read", "resource", r.res, "from_revision", rev+1)
+		sleep(ctx, resyncDelay)
+	}
+}
+
+// follow runs one etcd watch of the pointer from rev and emits its values.
+// It returns false when the consumer is gone (ctx ended) and true when the
+// watch ended otherwise and needs a re-sync.
+func (r *Reader) follow(ctx context.Context, rev int64, emit func(layout.Pointer, int64, bool) bool, send func(Update) bool) bool {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range r.cfg.Etcd.Watch(wctx, r.key, clientv3.WithRev(rev)) {
+		if err := resp.Err(); err != nil {
+			if resp.CompactRevision != 0 {
+				r.log.Info("pointer watch compacted", "resource", r.res, "compact_revision", resp.CompactRevision)
+			}
+			return ctx.Err() == nil
+		}
+		for _, ev := range resp.Events {
+			if ev.Type != clientv3.EventTypePut {
+				err := fmt.Errorf("%w: pointer of %q deleted at revision %d", ErrNotPublished, r.res, ev.Kv.ModRevision)
+				if !send(Update{Err: err, Revision: ev.Kv.ModRevision}) {
+					return false
+				}
+				continue
+			}
+			ptr, err := layout.DecodePointer(ev.Kv.Value)
+			if err != nil {
+				err = fmt.Errorf("reader: pointer of %q at revision %d: %w", r.res, ev.Kv.ModRevision, err)
+				if !send(Update{Err: err, Revision: ev.Kv.ModRevision}) {
+					return false
+				}
+				continue
+			}
+			if !emit(ptr, ev.Kv.ModRevision, false) {
+				return false
+			}
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
