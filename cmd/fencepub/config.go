@@ -117,9 +117,13 @@ func openEnv(cmd *cobra.Command) (*cliEnv, error) {
 func (e *cliEnv) Close() { _ = e.Etcd.Close() }
 
 // addOutputFlag registers -o/--output (text or json) and returns its value.
-func addOutputFlag(cmd *cobra.Command) *string {
+func addOutputFlag(cmd *cobra.Command) *string { return addFormatFlag(cmd, "output") }
+
+// addFormatFlag registers the text|json format flag as -o/--<long> and
+// returns its value; `run` uses --format because its --output names a file.
+func addFormatFlag(cmd *cobra.Command, long string) *string {
 	o := new(string)
-	cmd.Flags().VarP(&choice{value: o, allowed: []string{"text", "json"}, def: "text"}, "output", "o", "output format: text or json")
+	cmd.Flags().VarP(&choice{value: o, allowed: []string{"text", "json"}, def: "text"}, long, "o", "output format: text or json")
 	*o = "text"
 	return o
 }

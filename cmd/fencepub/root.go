@@ -37,6 +37,7 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		newWatchCmd(),
 		newResolveCmd(),
 		newRollbackCmd(),
+		newRunCmd(),
 	)
 	return root
 }

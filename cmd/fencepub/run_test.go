@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/testenv"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestRunCLI drives `fencepub run` against real etcd and MinIO: stdout and
+// --output capture, a retried run (duplicate), changed output under the same
+// key (conflict), a failing command (its exit code, nothing published) and a
+// lease lost while the command runs (terminated, nothing published, 114).
+func TestRunCLI(t *testing.T) {
+	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
+	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
+	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
+	conn := []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
+		"--s3-bucket", m.Config.Bucket, "--prefix", "runtest", "--domain", "d1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	type out struct {
+		Outcome     string `json:"outcome"`
+		Reason      string `json:"reason"`
+		CommandExit int    `json:"command_exit"`
+		Fence       uint64 `json:"fence"`
+		Key         string `json:"key"`
+		Version     struct{ Epoch, Fence, Seq uint64 }
+	}
+	fp := func(wantCode int, args ...string) out {
+		t.Helper()
+		flags, cmdline := args, []string(nil)
+		for i, a := range args {
+			if a == "--" {
+				flags, cmdline = args[:i], args[i:]
+				break
+			}
+		}
+		all := append(append(append([]string{}, flags...), conn...), cmdline...)
+		stdout, stderr, code := publishCLI(t, ctx, "", all...)
+		if code != wantCode {
+			t.Fatalf("fencepub %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, wantCode, stdout, stderr)
+		}
+		var o out
+		if strings.HasPrefix(stdout, "{") {
+			if err := json.Unmarshal([]byte(stdout), &o); err != nil {
+				t.Fatalf("JSON: %v\n%s", err, stdout)
+			}
+		}
+		return o
+	}
+	read := func(res string) string {
+		t.Helper()
+		p := filepath.Join(dir, "read-"+res)
+		stdout, stderr, code := publishCLI(t, ctx, "", append([]string{"read", "--resource", res, "--out", p}, conn...)...)
+		if code != 0 {
+			t.Fatalf("read: %d %s %s", code, stdout, stderr)
+		}
+		b, _ := os.ReadFile(p)
+		return string(b)
+	}
+
+	// stdout capture; the grant reaches the command's environment.
+	o := fp(0, "run", "--resource", "job", "--ttl", "2s", "--run-id", "r1", "-o", "json", "--", "sh", "-c", `echo "fence=$FENCEPUB_FENCE resource=$FENCEPUB_RESOURCE"`)
+	if o.Outcome != "applied" || o.CommandExit != 0 || o.Fence != 1 {
+		t.Fatalf("first run %+v", o)
+	}
+	if got := read("job"); got != "fence=1 resource=job\n" {
+		t.Fatalf("published %q", got)
+	}
+	// The same run again with the same output: duplicate, pointer unchanged.
+	o = fp(0, "run", "--resource", "job2", "--ttl", "2s", "--run-id", "r1", "-o", "json", "--", "echo", "same")
+	again := fp(0, "run", "--resource", "job2", "--ttl", "2s", "--run-id", "r1", "-o", "json", "--", "echo", "same")
+	if o.Outcome != "applied" || again.Outcome != "duplicate" || again.Version != o.Version || again.Key != o.Key {
+		t.Fatalf("retry: first %+v, again %+v", o, again)
+	}
+	// Same key, different output: conflict.
+	fp(exitcode.Conflict, "run", "--resource", "job2", "--ttl", "2s", "--key", o.Key, "--", "echo", "different")
+
+	// --output capture.
+	res := filepath.Join(dir, "result.txt")
+	o = fp(0, "run", "--resource", "job3", "--ttl", "2s", "--output", res, "-o", "json", "--", "sh", "-c", "echo from-file > "+res)
+	if o.Outcome != "applied" || read("job3") != "from-file\n" {
+		t.Fatalf("--output run %+v", o)
+	}
+
+	// A failing command: its own exit code, nothing published.
+	o = fp(7, "run", "--resource", "job4", "--ttl", "2s", "-o", "json", "--", "sh", "-c", "echo partial; exit 7")
+	if o.CommandExit != 7 || o.Outcome != "not_published" {
+		t.Fatalf("failing command %+v", o)
+	}
+	if stdout, _, _ := publishCLI(t, ctx, "", append([]string{"pointer", "--resource", "job4", "-o", "json"}, conn...)...); !strings.Contains(stdout, `"published": false`) {
+		t.Fatalf("pointer after a failed command: %s", stdout)
+	}
+
+	// Lease lost while the command runs: revoke the holder's lease from
+	// outside; the command is terminated and nothing is published.
+	ready, finished := filepath.Join(dir, "ready"), filepath.Join(dir, "finished")
+	type result struct {
+		o    out
+		took time.Duration
+	}
+	resc := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		stdout, _, code := publishCLI(t, ctx, "", append(append([]string{"run", "--resource", "job5", "--ttl", "3s", "--grace", "2s", "-o", "json"}, conn...),
+			"--", "sh", "-c", "touch "+ready+"; sleep 30; touch "+finished)...)
+		var o out
+		_ = json.Unmarshal([]byte(stdout), &o)
+		o.CommandExit = code // reuse the field to carry fencepub's exit code
+		resc <- result{o, time.Since(start)}
+	}()
+	cli, err := e.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("command never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	hk, err := cli.Get(ctx, "runtest/d1/authority/job5/holder")
+	if err != nil || len(hk.Kvs) != 1 || hk.Kvs[0].Lease == 0 {
+		t.Fatalf("holder key: %v %v", hk, err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(hk.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-resc
+	if r.o.CommandExit != exitcode.LeaseLost || r.o.Outcome != "not_published" || r.took > 20*time.Second {
+		t.Fatalf("lease lost mid-command: %+v after %s", r.o, r.took)
+	}
+	if _, err := os.Stat(finished); err == nil {
+		t.Fatal("the command ran to completion after the lease was lost")
+	}
+	if stdout, _, _ := publishCLI(t, ctx, "", append([]string{"pointer", "--resource", "job5", "-o", "json"}, conn...)...); !strings.Contains(stdout, `"published": false`) {
+		t.Fatalf("pointer after lease loss: %s", stdout)
+	}
+
+	// Usage: no command.
+	fp(exitcode.Usage, "run", "--resource", "job6")
+}
