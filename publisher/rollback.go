@@ -63,17 +63,24 @@ func (p *Publisher) Rollback(ctx context.Context, to layout.Version, key string)
 		c.m.failure("object")
 		return Result{}, err
 	}
+	return p.republish(ctx, src.Object, src.ContentType, meta, bodySHA, key)
+}
+
+// republish copies src server-side and create-only to a fresh key of the
+// next version and publishes it under key with the digest of (bodySHA,
+// contentType, meta): the shared tail of Rollback and Republish.
+func (p *Publisher) republish(ctx context.Context, src layout.Object, contentType string, meta map[string]string, bodySHA []byte, key string) (Result, error) {
+	c, res := p.c, p.term.Resource
 	v, err := p.take(0)
 	if err != nil {
 		c.m.failure("validate")
 		return Result{}, err
 	}
-	contentType := src.ContentType
 	if contentType == "" {
 		contentType = DefaultContentType
 	}
 	start := time.Now()
-	obj, err := c.copyObject(ctx, src.Object, c.ns.ObjectKey(res, v, layout.NewNonce()), contentType, meta)
+	obj, err := c.copyObject(ctx, src, c.ns.ObjectKey(res, v, layout.NewNonce()), contentType, meta)
 	if err != nil {
 		c.m.failure("object")
 		return Result{}, err

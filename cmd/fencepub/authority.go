@@ -367,6 +367,8 @@ failure, run it again. --dry-run reports without changing anything.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "report what recover would do; change nothing")
+	var republish bool
+	cmd.Flags().BoolVar(&republish, "republish", false, "then publish the newest object above each restored pointer under the new epoch (a publish the restore lost)")
 	out := addOutputFlag(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		a, env, err := openAuthority(c)
@@ -374,12 +376,36 @@ failure, run it again. --dry-run reports without changing anything.`,
 			return err
 		}
 		defer env.Close()
+		if republish && opts.DryRun {
+			return exitcode.Usagef("--republish publishes; it cannot be combined with --dry-run")
+		}
 		rep, err := a.Recover(c.Context(), opts)
 		if err != nil {
 			return authorityExit(err)
 		}
+		var (
+			repub    []republished
+			repubErr error
+		)
+		if republish {
+			if repub, err = republishLost(c.Context(), env, a, rep); err != nil {
+				return exitcode.With(exitcode.Usage, err)
+			}
+			for _, r := range repub {
+				if r.Error != "" {
+					fmt.Fprintf(env.Stderr, "fencepub: republish %s %s failed: %s\n", r.Resource, r.From, r.Error)
+					repubErr = exitcode.With(exitcode.Unavailable, errors.New("republish failed for some resources; run recover --republish again"))
+				}
+			}
+		}
 		if *out == "json" {
-			return printJSON(env.Stdout, rep)
+			if err := printJSON(env.Stdout, struct {
+				authority.RecoverReport
+				Republished []republished `json:"republished,omitempty"`
+			}{rep, repub}); err != nil {
+				return err
+			}
+			return repubErr
 		}
 		w := env.Stdout
 		verb := "moved"
@@ -400,7 +426,10 @@ failure, run it again. --dry-run reports without changing anything.`,
 				fmt.Fprintf(w, "  %s  %s  %d bytes  %s\n", o.Version, o.Key, o.Size, o.LastModified.UTC().Format(time.RFC3339))
 			}
 		}
-		return nil
+		for _, r := range repub {
+			fmt.Fprintf(w, "republished %s: %s -> %s (%s)\n", r.Resource, r.From, r.Result.Version, r.Result.Outcome)
+		}
+		return repubErr
 	}
 	return cmd
 }
