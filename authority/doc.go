@@ -53,7 +53,7 @@
 // between prunes) per resource; the newest always survives, which is all the
 // "marker above" check needs, so no separate floor object is kept.
 //
-// Recover (`fencepub authority recover`, RUNBOOK.md) moves the domain to an
+// Recover (`fencepub authority recover`, the restore runbook in README.md) moves the domain to an
 // epoch above every marker, pointer and object key, records each resource's
 // restored pointer under layout.RestoredKey for GC's quarantine, revokes
 // every restored holder lease and reports the objects above the restored
