@@ -30,7 +30,6 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/config"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
 )
 
@@ -74,20 +73,12 @@ func event(name string, fields map[string]any) {
 }
 
 func run(ctx context.Context, o options) error {
-	cfg, err := config.FromFile(o.config)
+	conn, err := config.Connect(o.config)
 	if err != nil {
 		return err
 	}
-	ns, _ := cfg.NS()
-	cli, err := cfg.EtcdClient()
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	store, err := objstore.New(cfg.S3)
-	if err != nil {
-		return err
-	}
+	defer conn.Close()
+	ns, cli, store := conn.NS, conn.Etcd, conn.Store
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: cli, Store: store, Logger: log})
 	if err != nil {

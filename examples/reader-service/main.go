@@ -31,7 +31,6 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/config"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -59,20 +58,12 @@ func main() {
 }
 
 func run(ctx context.Context, cfgPath string, resources []string, listen string, cacheBytes int64) error {
-	cfg, err := config.FromFile(cfgPath)
+	conn, err := config.Connect(cfgPath)
 	if err != nil {
 		return err
 	}
-	ns, _ := cfg.NS()
-	cli, err := cfg.EtcdClient()
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	store, err := objstore.New(cfg.S3)
-	if err != nil {
-		return err
-	}
+	defer conn.Close()
+	ns, cli, store := conn.NS, conn.Etcd, conn.Store
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	reg := prometheus.NewRegistry()
 	svc, err := newService(reader.Config{Namespace: ns, Etcd: cli, Store: store, Logger: log}, resources, cacheBytes, reg, log)

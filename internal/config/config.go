@@ -246,3 +246,32 @@ func FromFile(path string) (Config, error) {
 	}
 	return Load(v)
 }
+
+// Conn is a domain's live clients, built from a Config.
+type Conn struct {
+	NS    layout.Namespace
+	Etcd  *clientv3.Client
+	Store *objstore.Store
+}
+
+// Close closes the etcd client.
+func (c *Conn) Close() error { return c.Etcd.Close() }
+
+// Connect loads the configuration like FromFile and builds the clients. It
+// does not wait for a server to answer. The caller closes the Conn.
+func Connect(path string) (*Conn, error) {
+	cfg, err := FromFile(path)
+	if err != nil {
+		return nil, err
+	}
+	ns, _ := cfg.NS() // validated by Load
+	store, err := objstore.New(cfg.S3)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := cfg.EtcdClient()
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{NS: ns, Etcd: cli, Store: store}, nil
+}
