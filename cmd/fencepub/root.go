@@ -38,6 +38,8 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		newResolveCmd(),
 		newRollbackCmd(),
 		newRunCmd(),
+		newGCCmd(),
+		newResourceCmd(),
 	)
 	return root
 }

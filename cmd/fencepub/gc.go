@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/gc"
+	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+// newGCCmd builds `fencepub gc run` and `fencepub gc daemon` (issue 5).
+func newGCCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Collect the objects that can never be published or are no longer retained",
+		Long: `gc deletes, for each resource, the objects whose version can never be
+published again (at or below max(pointer, seal), or of an older epoch), the
+versions no longer retained (older than the last --retain versions and
+superseded more than --grace + --clock-skew ago), and in-flight objects of
+grants that are no longer live once they are older than --abandon-after —
+after raising the resource's seal over them, so a paused worker that resumes
+gets stale (reason seal). Keys that do not parse as fencepub object keys are
+never deleted. It refuses to delete under a prefix whose bucket ownership
+marker names another deployment. etcd records (expired history, op records,
+acquire request records, grant records below the pointer's fence) are
+pruned after the objects they name.`,
+	}
+	cmd.AddCommand(newGCRunCmd(), newGCDaemonCmd())
+	addConnFlags(cmd)
+	return cmd
+}
+
+// gcFlags are the collector settings shared by `gc run` and `gc daemon`.
+type gcFlags struct {
+	policy           gc.Policy
+	opRetention      time.Duration
+	requestRetention time.Duration
+	batch            int
+	concurrency      int
+	resources        []string
+	all              bool
+}
+
+func addGCFlags(cmd *cobra.Command, f *gcFlags) {
+	fl := cmd.Flags()
+	d := gc.DefaultPolicy()
+	fl.StringArrayVar(&f.resources, "resource", nil, "resource to collect (repeatable)")
+	fl.BoolVar(&f.all, "all", false, "collect every resource that has a pointer")
+	fl.IntVar(&f.policy.Retain, "retain", d.Retain, "published versions kept per resource, the current one included")
+	fl.DurationVar(&f.policy.Grace, "grace", d.Grace, "reader grace: keep versions superseded less than this (plus --clock-skew) ago")
+	fl.DurationVar(&f.policy.ClockSkew, "clock-skew", d.ClockSkew, "allowance for clock differences between publishers, the store and gc")
+	fl.DurationVar(&f.policy.AbandonAfter, "abandon-after", d.AbandonAfter, "seal and delete in-flight objects of dead grants older than this")
+	fl.DurationVar(&f.opRetention, "op-retention", gc.DefaultOpRetention, "keep op (idempotency) records this long after their commit")
+	fl.DurationVar(&f.requestRetention, "request-retention", authority.DefaultRequestRetention, "keep acquire request records this long")
+	fl.IntVar(&f.batch, "delete-batch", gc.DefaultDeleteBatch, "keys per multi-object delete (1-1000)")
+	fl.IntVar(&f.concurrency, "delete-concurrency", gc.DefaultDeleteConcurrency, "multi-object deletes in flight")
+}
+
+// check validates the flags that need no server. Errors carry exit code 2.
+func (f *gcFlags) check(allowNone bool) error {
+	switch {
+	case f.all && len(f.resources) > 0:
+		return exitcode.Usagef("give --resource or --all, not both")
+	case !f.all && len(f.resources) == 0 && !allowNone:
+		return exitcode.Usagef("give --resource R (repeatable) or --all")
+	case f.policy.Retain < 1:
+		return exitcode.Usagef("--retain must be at least 1 (the current version)")
+	case f.policy.Grace <= 0 || f.policy.ClockSkew < 0 || f.policy.AbandonAfter <= 0 || f.opRetention <= 0 || f.requestRetention <= 0:
+		return exitcode.Usagef("--grace, --abandon-after, --op-retention and --request-retention must be positive; --clock-skew must not be negative")
+	case f.batch < 1 || f.batch > gc.DefaultDeleteBatch || f.concurrency < 1:
+		return exitcode.Usagef("--delete-batch must be 1-%d and --delete-concurrency at least 1", gc.DefaultDeleteBatch)
+	}
+	return nil
+}
+
+// collector builds the Collector of env's domain from the flags.
+func (f *gcFlags) collector(env *cliEnv, m *gc.Metrics) (*gc.Collector, error) {
+	p := f.policy
+	if p.ClockSkew == 0 {
+		p.ClockSkew = time.Nanosecond // the library reads 0 as "default"
+	}
+	return openCollector(env, f.requestRetention, gc.Config{
+		Policy: p, OpRetention: f.opRetention, DeleteBatch: f.batch, DeleteConcurrency: f.concurrency, Metrics: m,
+	})
+}
+
+// openCollector builds a Collector of env's domain: cfg's policy fields
+// (zero: the defaults) with env's clients and an authority keeping request
+// records requestRetention (zero: its default).
+func openCollector(env *cliEnv, requestRetention time.Duration, cfg gc.Config) (*gc.Collector, error) {
+	a, err := authority.New(authority.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log, RequestRetention: requestRetention})
+	if err != nil {
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	cfg.Namespace, cfg.Etcd, cfg.Store, cfg.Authority, cfg.Logger = env.NS, env.Etcd, env.Store, a, env.Log
+	c, err := gc.New(cfg)
+	if err != nil {
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	return c, nil
+}
+
+// gcExit attaches the exit code of a gc error: 2 for bad input and for a
+// prefix that is not this deployment's (a configuration problem), 113 when
+// `resource delete` meets a live lease, 115 when a server did not answer,
+// else 1.
+func gcExit(err error) error {
+	code := exitcode.Internal
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, gc.ErrInvalid), errors.Is(err, gc.ErrForeignDeployment), errors.Is(err, gc.ErrNoOwnership), errors.Is(err, gc.ErrNotInitialized):
+		code = exitcode.Usage
+	case errors.Is(err, gc.ErrHeld):
+		code = exitcode.Held
+	case errors.Is(err, gc.ErrUnavailable), errors.Is(err, authority.ErrUnavailable):
+		code = exitcode.Unavailable
+	}
+	return exitcode.With(code, err)
+}
+
+func newGCRunCmd() *cobra.Command {
+	var (
+		f       gcFlags
+		dryRun  bool
+		verbose bool
+		format  = "table"
+	)
+	cmd := &cobra.Command{
+		Use:   "run (--resource R ... | --all)",
+		Short: "Run one GC pass",
+		Long: `run performs one pass and prints a report: scanned, deleted, kept by decision
+(published, retained, in_flight, quarantined, foreign), sealed, uploads,
+records and errors; --verbose adds every object's decision and reason.
+--dry-run makes the same decisions and changes nothing. On a terminal a
+progress counter is drawn on stderr. Several passes may run at once safely.
+
+Exit codes: 0 the pass completed; 1 some resources failed (see errors); 2 bad
+flags, or the prefix belongs to another deployment; 115 etcd or the object
+store did not answer.`,
+		Args: cobra.NoArgs,
+	}
+	addGCFlags(cmd, &f)
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "classify and report; delete, seal and abort nothing")
+	cmd.Flags().BoolVar(&verbose, "verbose", false, "include every object's decision, reason and action")
+	cmd.Flags().VarP(&choice{value: &format, allowed: []string{"table", "json", "text"}, def: "table"}, "output", "o", "output format: table or json")
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		if err := f.check(false); err != nil {
+			return err
+		}
+		env, err := openEnv(c)
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		col, err := f.collector(env, nil)
+		if err != nil {
+			return err
+		}
+		opts := gc.RunOptions{Resources: f.resources, All: f.all, DryRun: dryRun, Verbose: verbose}
+		bar := newProgress(env.Stderr)
+		if bar != nil {
+			opts.Progress = func(n int64) { _ = bar.Set64(n) }
+		}
+		rep, runErr := col.Run(c.Context(), opts)
+		if bar != nil {
+			_ = bar.Finish()
+			fmt.Fprintln(env.Stderr)
+		}
+		if format == "json" {
+			if err := printJSON(env.Stdout, rep); err != nil {
+				return err
+			}
+		} else {
+			printGCTable(env.Stdout, rep, verbose)
+		}
+		return gcExit(runErr)
+	}
+	return cmd
+}
+
+// newProgress returns a progress counter on w when w is a terminal, else
+// nil.
+func newProgress(w io.Writer) *progressbar.ProgressBar {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	return progressbar.NewOptions64(-1,
+		progressbar.OptionSetWriter(f),
+		progressbar.OptionSetDescription("gc: scanning"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString("objects"),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionSpinnerType(14),
+	)
+}
+
+// printGCTable writes rep for humans.
+func printGCTable(w io.Writer, rep *gc.Report, verbose bool) {
+	mode := ""
+	if rep.DryRun {
+		mode = " (dry run: nothing was changed; counts are what a real pass would do)"
+	}
+	fmt.Fprintf(w, "gc pass%s: %d resources in %.2fs\n", mode, rep.Resources, rep.Duration)
+	fmt.Fprintf(w, "  %-12s %d\n  %-12s %d\n  %-12s %d (seal raises %d)\n", "scanned", rep.Scanned, "deleted", rep.Deleted, "sealed", rep.Sealed, rep.SealRaises)
+	k := rep.Kept
+	fmt.Fprintf(w, "  %-12s published %d, retained %d, in_flight %d, quarantined %d, foreign %d\n", "kept", k.Published, k.Retained, k.InFlight, k.Quarantined, k.Foreign)
+	fmt.Fprintf(w, "  %-12s scanned %d, aborted %d, kept %d\n", "uploads", rep.Uploads.Scanned, rep.Uploads.Aborted, rep.Uploads.Kept)
+	r := rep.Records
+	fmt.Fprintf(w, "  %-12s history %d, ops %d, requests %d, grants %d\n", "records", r.History, r.Ops, r.Requests, r.Grants)
+	for _, m := range rep.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", m)
+	}
+	for _, m := range rep.Errors {
+		fmt.Fprintf(w, "  error: %s\n", m)
+	}
+	if verbose {
+		for _, d := range rep.Decisions {
+			key := d.Key
+			if d.UploadID != "" {
+				key += " (upload)"
+			}
+			fmt.Fprintf(w, "%-13s %-12s %s\n    %s\n", d.Kind, d.Action, key, d.Reason)
+		}
+	}
+}
+
+func newGCDaemonCmd() *cobra.Command {
+	var (
+		f        gcFlags
+		interval time.Duration
+		ttl      time.Duration
+		listen   string
+		owner    string
+	)
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run GC passes on a schedule (only the GC lease holder acts)",
+		Long: `daemon runs a GC pass every --interval over every resource (or the
+--resource ones). Several replicas may run: only the holder of the GC lease
+(the reserved resource "_gc") runs passes; a killed holder is replaced within
+about one --lease-ttl. Safety never depends on the lease. It serves /healthz
+(JSON status) and /metrics (Prometheus: fencepub_gc_objects_total{decision},
+fencepub_gc_pass_duration_seconds, fencepub_gc_last_success_timestamp_seconds,
+fencepub_gc_leader, ...) on --listen. SIGTERM or SIGINT stops it: the running
+pass is cancelled (each deletion is safe on its own) and the lease released.`,
+		Args: cobra.NoArgs,
+	}
+	addGCFlags(cmd, &f)
+	cmd.Flags().DurationVar(&interval, "interval", gc.DefaultInterval, "time between the end of one pass and the start of the next")
+	cmd.Flags().DurationVar(&ttl, "lease-ttl", gc.DefaultLeaseTTL, "GC lease TTL, whole seconds (at least 2s)")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9464", `address of the /healthz and /metrics endpoint ("" disables it)`)
+	cmd.Flags().StringVar(&owner, "owner", "", "this replica's owner id in the GC lease (default gc-<host>-<pid>-<random>)")
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		if err := f.check(true); err != nil {
+			return err
+		}
+		if interval <= 0 {
+			return exitcode.Usagef("--interval must be positive")
+		}
+		env, err := openEnv(c)
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m, err := gc.NewMetrics(reg)
+		if err != nil {
+			return err
+		}
+		col, err := f.collector(env, m)
+		if err != nil {
+			return err
+		}
+		d, err := gc.NewDaemon(gc.DaemonConfig{
+			Collector: col, Interval: interval, LeaseTTL: ttl, Owner: owner, Metrics: m,
+			Run: gc.RunOptions{Resources: f.resources, All: f.all}, Logger: env.Log,
+		})
+		if err != nil {
+			return gcExit(err)
+		}
+		ctx := c.Context()
+		if listen != "" {
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return exitcode.With(exitcode.Usage, fmt.Errorf("--listen %s: %w", listen, err))
+			}
+			srv := &http.Server{Handler: d.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
+			go func() { _ = srv.Serve(ln) }()
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(sctx)
+			}()
+			env.Log.Info("gc daemon: serving /healthz and /metrics", "addr", ln.Addr().String())
+		}
+		return d.Run(ctx)
+	}
+	return cmd
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/publisher"
+)
+
+// gcCLI runs the command tree in-process (adding the gc and resource
+// commands if root.go does not register them yet) with ctx.
+func gcCLI(t *testing.T, ctx context.Context, args ...string) (string, string, int) {
+	t.Helper()
+	root := newRootCmd()
+	have := map[string]bool{}
+	for _, c := range root.Commands() {
+		have[c.Name()] = true
+	}
+	if !have["gc"] {
+		root.AddCommand(newGCCmd())
+	}
+	if !have["resource"] {
+		root.AddCommand(newResourceCmd())
+	}
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		errb.WriteString(err.Error())
+	}
+	return out.String(), errb.String(), exitcode.Of(err)
+}
+
+// TestGCCLI drives `gc run`, `gc daemon` and `resource delete` against real
+// etcd and MinIO: the report's JSON shape, the table, the exit codes, the
+// daemon's endpoint and its graceful stop.
+func TestGCCLI(t *testing.T) {
+	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
+	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
+	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
+	conn := []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
+		"--s3-bucket", m.Config.Bucket, "--prefix", "clitest", "--domain", "d1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// run returns stdout, or stdout and stderr when the exit code is not 0.
+	run := func(wantCode int, args ...string) string {
+		t.Helper()
+		out, errs, code := gcCLI(t, ctx, append(args, conn...)...)
+		if code != wantCode {
+			t.Fatalf("fencepub %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, wantCode, out, errs)
+		}
+		if code != 0 {
+			return out + errs
+		}
+		return out
+	}
+
+	// A stale worker's orphan, made with the library.
+	cli, err := localstack.NewEtcdClient(e.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	st, err := m.Store()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, _ := layout.NewNamespace("clitest", "d1")
+	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: cli, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := publisher.New(publisher.Config{Namespace: ns, Etcd: cli, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(g authority.Grant, key string) publisher.Result {
+		t.Helper()
+		p, err := pub.BindGrant(ctx, g, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := p.Publish(ctx, publisher.Operation{IdempotencyKey: key, Body: strings.NewReader(key)})
+		return r
+	}
+	acquire := func(owner string) authority.Grant {
+		t.Helper()
+		g, err := auth.Acquire(ctx, authority.AcquireRequest{Resource: "job", Owner: owner, TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	a := acquire("a")
+	publish(a, "1")
+	if err := auth.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b := acquire("b")
+	publish(b, "2")
+	if r := publish(a, "3"); r.Outcome != publisher.Stale {
+		t.Fatalf("stale publish: %+v", r)
+	}
+
+	run(exitcode.Usage, "gc", "run")
+	run(exitcode.Usage, "gc", "run", "--all", "--resource", "job")
+	run(exitcode.Usage, "gc", "run", "--resource", "Bad/Name")
+	table := run(0, "gc", "run", "--all", "--dry-run")
+	if !strings.Contains(table, "dry run") || !strings.Contains(table, "kept") || !strings.Contains(table, "deleted      1") {
+		t.Fatalf("dry-run table:\n%s", table)
+	}
+	out := run(0, "gc", "run", "--resource", "job", "-o", "json", "--verbose")
+	var rep struct {
+		Scanned, Deleted, Sealed *int64
+		Kept                     map[string]int64
+		Errors                   []string
+		Decisions                []map[string]any
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if rep.Scanned == nil || *rep.Scanned != 3 || rep.Deleted == nil || *rep.Deleted != 1 || rep.Sealed == nil || rep.Errors == nil || len(rep.Decisions) != 3 {
+		t.Fatalf("report JSON: %s", out)
+	}
+	for _, k := range []string{"published", "retained", "in_flight", "quarantined", "foreign"} {
+		if _, ok := rep.Kept[k]; !ok {
+			t.Fatalf("kept lacks %q: %s", k, out)
+		}
+	}
+	for _, k := range []string{"key", "decision", "reason", "action"} {
+		if _, ok := rep.Decisions[0][k]; !ok {
+			t.Fatalf("decision lacks %q: %s", k, out)
+		}
+	}
+
+	// resource delete: refused while b holds the lease; forced; idempotent.
+	if msg := run(exitcode.Held, "resource", "delete", "job"); !strings.Contains(msg, `"b"`) {
+		t.Fatalf("held message: %s", msg)
+	}
+	var d struct {
+		Seal    layout.Version `json:"seal"`
+		Already bool           `json:"already"`
+	}
+	if err := json.Unmarshal([]byte(run(0, "resource", "delete", "job", "--force", "-o", "json")), &d); err != nil || d.Seal.Seq != layout.MaxNumber || d.Seal.Fence != b.Generation || d.Already {
+		t.Fatalf("resource delete: %+v %v", d, err)
+	}
+	if msg := run(0, "resource", "delete", "job", "--force"); !strings.Contains(msg, "already sealed") {
+		t.Fatalf("second delete: %s", msg)
+	}
+	run(exitcode.Usage, "resource", "delete", "_gc")
+
+	// The daemon: serves /healthz and /metrics, acts, stops on cancel.
+	port, err := localstack.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	dctx, stop := context.WithCancel(ctx)
+	type res struct {
+		out  string
+		code int
+	}
+	done := make(chan res, 1)
+	go func() {
+		o, errs, code := gcCLI(t, dctx, append([]string{"gc", "daemon", "--interval", "100ms", "--lease-ttl", "2s", "--listen", addr, "--grace", "1ms"}, conn...)...)
+		done <- res{o + errs, code}
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := get("/healthz")
+		if code == 200 && strings.Contains(body, `"leader":true`) && strings.Contains(body, `"last_success"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon not leading: %d %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, metrics := get("/metrics"); !strings.Contains(metrics, `fencepub_gc_objects_total{decision="published"}`) || !strings.Contains(metrics, "fencepub_gc_leader 1") || !strings.Contains(metrics, "go_goroutines") {
+		t.Fatalf("/metrics:\n%s", metrics)
+	}
+	stop()
+	select {
+	case r := <-done:
+		if r.code != 0 {
+			t.Fatalf("daemon exit %d: %s", r.code, r.out)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("daemon did not stop on cancel")
+	}
+	if _, held, err := auth.Holder(ctx, "_gc"); err != nil || held {
+		t.Fatalf("GC lease still held after the daemon stopped (%v)", err)
+	}
+}

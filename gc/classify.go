@@ -1,0 +1,180 @@
+package gc
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+)
+
+// Kind is GC's decision about one key (DESIGN.md "Garbage collection").
+type Kind string
+
+// Decisions. Unpublishable and Abandoned delete (abort, for an upload); the
+// others keep.
+const (
+	Published     Kind = "published"     // the key the pointer names
+	Retained      Kind = "retained"      // last N versions or within the reader grace
+	Unpublishable Kind = "unpublishable" // version <= max(pointer, seal) or an older epoch
+	InFlight      Kind = "in_flight"     // may still be published
+	Abandoned     Kind = "abandoned"     // in flight of a dead grant, older than the abandon period
+	Quarantined   Kind = "quarantined"   // old epoch, above the restored pointer `recover` recorded
+	Foreign       Kind = "foreign"       // not an object key of the resource
+)
+
+// AllKinds returns every Kind in report order.
+func AllKinds() []Kind {
+	return []Kind{Published, Retained, Unpublishable, InFlight, Abandoned, Quarantined, Foreign}
+}
+
+// Deletes reports whether the decision removes the key.
+func (k Kind) Deletes() bool { return k == Unpublishable || k == Abandoned }
+
+// Entry is one key of a listing: an object (UploadID empty) or an
+// incomplete multipart upload.
+type Entry struct {
+	Key      string
+	UploadID string
+	Size     int64     // bytes; 0 for an upload
+	Time     time.Time // LastModified, or an upload's Initiated (the store's clock)
+}
+
+// Decision is the classification of one Entry with its reason, and, once a
+// pass acted on it, the action taken.
+type Decision struct {
+	Key      string          `json:"key"`
+	UploadID string          `json:"upload_id,omitempty"`
+	Kind     Kind            `json:"decision"`
+	Reason   string          `json:"reason"`
+	Version  *layout.Version `json:"version,omitempty"` // nil for a foreign key
+	Size     int64           `json:"size"`
+	// Action is what the pass did: "kept", "deleted", "aborted", "sealed",
+	// "would_delete" (dry run), "skipped" (an abandoned object whose seal
+	// transaction lost a race: kept until the next pass) or "failed".
+	Action string `json:"action,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// State is what GC knows about one resource, read at one etcd revision
+// (readState), plus the retention computed from its history. Classify is a
+// pure function of a State, an Entry and the time.
+type State struct {
+	NS       layout.Namespace
+	Resource string
+	// Revision is the etcd revision every field was read at.
+	Revision   int64
+	Epoch      uint64 // the domain's current epoch
+	Deployment string // etcd's deployment id
+	// Generation is the resource's durable generation counter: the newest
+	// fence minted before Revision.
+	Generation uint64
+	// Holder is the live grant at Revision, nil when none. HolderUnknown is
+	// true when a holder key exists but does not decode: every in-flight
+	// object is then kept.
+	Holder        *authority.Grant
+	HolderUnknown bool
+	// Pointer and Seal; the Has flags are false when the key is absent (a
+	// resource never initialised reads as zero versions).
+	Pointer    layout.Pointer
+	HasPointer bool
+	Seal       layout.Seal
+	HasSeal    bool
+	// Restored maps an old epoch to the pointer version `recover` recorded
+	// for it (layout.RestoredKey); RestoredBad lists old epochs whose record
+	// does not decode (everything of them is quarantined); RestoredUnreadable
+	// is true when a record's key does not decode (every old epoch is
+	// quarantined).
+	Restored           map[uint64]layout.Version
+	RestoredBad        map[uint64]bool
+	RestoredUnreadable bool
+	// Retained maps an object key to why history retains it (last N
+	// versions, or superseded within the grace).
+	Retained map[string]string
+	// Decommissioned is true when the seal was raised by Decommission above
+	// the pointer more than Grace + ClockSkew ago: the published and
+	// retained objects are then no longer kept.
+	Decommissioned bool
+	Policy         Policy
+
+	// ModRevisions of the keys the seal transaction compares (0: absent).
+	pointerMod, sealMod, epochMod int64
+	// retainedHistory is the set of history keys retention keeps; the other
+	// history entries read at Revision have expired.
+	retainedHistory map[string]bool
+}
+
+// Top returns max(pointer, seal): no version at or below it can be
+// published.
+func (s *State) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Version) }
+
+// Classify decides what to do with e, given s and the time now (this
+// process's clock). It is a pure function; the order of its rules is the
+// order of DESIGN.md "Garbage collection":
+//
+//  1. not an object key of s.Resource: Foreign;
+//  2. an object the pointer names: Published; one history retains: Retained
+//     (neither applies to uploads, nor to a decommissioned resource);
+//  3. older epoch: Quarantined if above the restored pointer of that epoch,
+//     else Unpublishable;
+//  4. version <= max(pointer, seal): Unpublishable;
+//  5. newer epoch than the snapshot's: InFlight (a recover after the
+//     snapshot may have made it publishable);
+//  6. current epoch above max(pointer, seal): InFlight while its grant is
+//     live at the snapshot, its fence is newer than the snapshot's
+//     generation, it is younger than AbandonAfter + ClockSkew, or the
+//     pointer and seal are not both present; else Abandoned.
+func Classify(s *State, e Entry, now time.Time) Decision {
+	d := Decision{Key: e.Key, UploadID: e.UploadID, Size: e.Size}
+	v, _, ok := s.NS.ParseObjectKey(s.Resource, e.Key)
+	if !ok {
+		return d.is(Foreign, "not an object key of resource %q (<epoch>-<fence>-<seq>-<nonce> under %s)", s.Resource, s.NS.ObjectsPrefix(s.Resource))
+	}
+	d.Version = &v
+	if e.UploadID == "" && !s.Decommissioned {
+		if s.HasPointer && s.Pointer.Object.Key == e.Key {
+			return d.is(Published, "named by the pointer (version %s)", s.Pointer.Version)
+		}
+		if why, ok := s.Retained[e.Key]; ok {
+			return d.is(Retained, "%s", why)
+		}
+	}
+	switch top := s.Top(); {
+	case v.Epoch < s.Epoch:
+		if s.RestoredBad[v.Epoch] || s.RestoredUnreadable {
+			return d.is(Quarantined, "epoch %d has an unreadable restored-pointer record", v.Epoch)
+		}
+		if r, ok := s.Restored[v.Epoch]; ok && r.Less(v) {
+			return d.is(Quarantined, "above the pointer %s that recover recorded for restored epoch %d: may be the only copy of a lost publish", r, v.Epoch)
+		}
+		return d.is(Unpublishable, "epoch %d is older than the current epoch %d", v.Epoch, s.Epoch)
+	case v.Compare(top) <= 0:
+		if v.Compare(s.Pointer.Version) <= 0 {
+			return d.is(Unpublishable, "version %s <= pointer %s", v, s.Pointer.Version)
+		}
+		return d.is(Unpublishable, "version %s <= seal %s", v, s.Seal.Version)
+	case v.Epoch > s.Epoch:
+		return d.is(InFlight, "epoch %d is newer than the snapshot's epoch %d", v.Epoch, s.Epoch)
+	}
+	age := now.Sub(e.Time)
+	abandon := s.Policy.AbandonAfter + s.Policy.ClockSkew
+	switch {
+	case s.HolderUnknown:
+		return d.is(InFlight, "above %s; the holder record does not decode, so the grant may be live", s.Top())
+	case s.Holder != nil && s.Holder.Epoch == v.Epoch && s.Holder.Generation == v.Fence:
+		return d.is(InFlight, "above %s; grant %d is live", s.Top(), v.Fence)
+	case v.Fence > s.Generation:
+		return d.is(InFlight, "above %s; fence %d is newer than the snapshot's generation %d", s.Top(), v.Fence, s.Generation)
+	case age < abandon:
+		return d.is(InFlight, "above %s; %s old, younger than the abandon period %s", s.Top(), age.Round(time.Second), abandon)
+	case s.HasPointer != s.HasSeal:
+		return d.is(InFlight, "above %s; the resource has a pointer or a seal but not both, so it cannot be sealed", s.Top())
+	}
+	return d.is(Abandoned, "above %s; grant %d is not live and the object is %s old (abandon period %s)", s.Top(), v.Fence, age.Round(time.Second), abandon)
+}
+
+func (d Decision) is(k Kind, format string, args ...any) Decision {
+	d.Kind = k
+	d.Reason = fmt.Sprintf(format, args...)
+	return d
+}

@@ -1,0 +1,592 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/minio/minio-go/v7"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Defaults of Config's optional fields.
+const (
+	DefaultOpRetention       = 7 * 24 * time.Hour
+	DefaultDeleteBatch       = 1000 // S3's limit per multi-object delete
+	DefaultDeleteConcurrency = 4
+	DefaultRequestTimeout    = 10 * time.Second
+)
+
+// Config is a Collector's runtime configuration: live clients and policy.
+// Namespace, Etcd, Store and Authority are required; zero values of the
+// others take the defaults.
+type Config struct {
+	Namespace layout.Namespace
+	// Etcd is the client of the domain's etcd; not closed by the Collector.
+	Etcd *clientv3.Client
+	// Store is the bucket holding the domain's objects.
+	Store *objstore.Store
+	// Authority prunes acquire request records (PruneRequests, with its own
+	// Config.RequestRetention, default 24 h) and, for the Daemon, grants
+	// the GC lease.
+	Authority *authority.Authority
+	// Policy says what to keep; zero fields take their defaults.
+	Policy Policy
+	// OpRetention is how long op records (idempotency records) live after
+	// their commit: the retry/replay window of DESIGN.md invariant 5.
+	// Default 7 days.
+	OpRetention time.Duration
+	// DeleteBatch is the number of keys per multi-object delete, 1–1000.
+	// Default 1000.
+	DeleteBatch int
+	// DeleteConcurrency is how many multi-object deletes run at once.
+	// Default 4.
+	DeleteConcurrency int
+	// RequestTimeout bounds each etcd request and each object-store call
+	// other than a listing. Default 10 s.
+	RequestTimeout time.Duration
+	// Logger receives warnings and per-pass summaries. Default: discard.
+	Logger *slog.Logger
+	// Metrics, if set, counts decisions and passes (NewMetrics).
+	Metrics *Metrics
+	// Now is the clock (UTC not required). Default time.Now. Tests inject a
+	// later clock to age objects without sleeping.
+	Now func() time.Time
+}
+
+// Collector runs GC passes over the resources of one domain. It is safe for
+// concurrent use, and several Collectors (in one or many processes) may run
+// passes at once: every deletion is safe on its own (DESIGN.md invariant 7).
+type Collector struct {
+	cfg  Config
+	ns   layout.Namespace
+	cli  *clientv3.Client
+	st   *objstore.Store
+	auth *authority.Authority
+	log  *slog.Logger
+	m    *Metrics
+	now  func() time.Time
+
+	// Test hooks: afterState runs after a resource's snapshot is read and
+	// before its listing starts; beforeSeal runs before an abandon seal
+	// transaction.
+	afterState func(res string)
+	beforeSeal func(res string)
+}
+
+// New checks cfg, applies the defaults and returns a Collector. It makes no
+// network call. Errors: ErrInvalid naming the field.
+func New(cfg Config) (*Collector, error) {
+	if _, err := layout.NewNamespace(cfg.Namespace.Prefix, cfg.Namespace.Domain); err != nil {
+		return nil, fmt.Errorf("%w: config: %w", ErrInvalid, err)
+	}
+	switch {
+	case cfg.Etcd == nil:
+		return nil, fmt.Errorf("%w: config: Etcd is nil", ErrInvalid)
+	case cfg.Store == nil || cfg.Store.Client == nil:
+		return nil, fmt.Errorf("%w: config: Store is nil", ErrInvalid)
+	case cfg.Authority == nil:
+		return nil, fmt.Errorf("%w: config: Authority is nil", ErrInvalid)
+	case cfg.OpRetention < 0 || cfg.RequestTimeout < 0:
+		return nil, fmt.Errorf("%w: config: OpRetention and RequestTimeout must not be negative", ErrInvalid)
+	case cfg.DeleteBatch < 0 || cfg.DeleteBatch > DefaultDeleteBatch:
+		return nil, fmt.Errorf("%w: config: DeleteBatch %d is outside 1..%d", ErrInvalid, cfg.DeleteBatch, DefaultDeleteBatch)
+	case cfg.DeleteConcurrency < 0:
+		return nil, fmt.Errorf("%w: config: DeleteConcurrency %d is negative", ErrInvalid, cfg.DeleteConcurrency)
+	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Policy = cfg.Policy.withDefaults()
+	if cfg.OpRetention == 0 {
+		cfg.OpRetention = DefaultOpRetention
+	}
+	if cfg.DeleteBatch == 0 {
+		cfg.DeleteBatch = DefaultDeleteBatch
+	}
+	if cfg.DeleteConcurrency == 0 {
+		cfg.DeleteConcurrency = DefaultDeleteConcurrency
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Collector{
+		cfg: cfg, ns: cfg.Namespace, cli: cfg.Etcd, st: cfg.Store, auth: cfg.Authority,
+		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now,
+	}, nil
+}
+
+// Policy returns the effective policy (defaults applied).
+func (c *Collector) Policy() Policy { return c.cfg.Policy }
+
+// rctx bounds one request by RequestTimeout.
+func (c *Collector) rctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.RequestTimeout)
+}
+
+// RunOptions selects what a pass covers.
+type RunOptions struct {
+	// Resources to collect; with All, every resource that has a pointer.
+	// Exactly one of the two must be given.
+	Resources []string
+	All       bool
+	// DryRun classifies and reports without deleting, sealing or aborting
+	// anything; the decisions are the same as a real pass's.
+	DryRun bool
+	// Verbose keeps every decision in Report.Decisions (memory grows with
+	// the object count; without it a pass holds only counts).
+	Verbose bool
+	// Progress, if set, is called with the running count of scanned keys
+	// after each one, from the pass's goroutine.
+	Progress func(scanned int64)
+}
+
+// Run performs one pass and returns its report. It first checks that the
+// bucket's ownership marker names etcd's deployment (else ErrForeignDeployment
+// or ErrNoOwnership, and nothing is touched), warns when bucket versioning or
+// lifecycle rules are on, lists the bucket's incomplete multipart uploads
+// once, then collects each resource in turn (collect). A resource that fails
+// does not stop the others.
+//
+// It blocks until the pass ends or ctx is cancelled (deletions already sent
+// complete or fail on their own; each is safe on its own).
+//
+// Errors: ErrInvalid (options), ErrForeignDeployment, ErrNoOwnership,
+// ErrNotInitialized, ErrUnavailable; ErrIncomplete wrapping the
+// per-resource errors (joined; errors.Is sees each) when some failed. The
+// report is returned in every case.
+func (c *Collector) Run(ctx context.Context, opts RunOptions) (*Report, error) {
+	start := time.Now()
+	rep := newReport(opts.DryRun, c.now())
+	err := c.run(ctx, opts, rep)
+	rep.Duration = time.Since(start).Seconds()
+	if err != nil && !errors.Is(err, ErrIncomplete) {
+		rep.fail("", err) // ErrIncomplete's parts are in the report already
+	}
+	if c.m != nil && !opts.DryRun && ctx.Err() == nil {
+		// A pass cut short by its context (shutdown, lost lease) is
+		// expected, not a failure.
+		c.m.pass(time.Since(start), err)
+	}
+	c.log.Info("gc: pass done", "dry_run", opts.DryRun, "resources", rep.Resources, "scanned", rep.Scanned,
+		"deleted", rep.Deleted, "sealed", rep.Sealed, "errors", len(rep.Errors), "seconds", rep.Duration)
+	return rep, err
+}
+
+func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error {
+	if opts.All == (len(opts.Resources) > 0) {
+		return fmt.Errorf("%w: give either resources or all", ErrInvalid)
+	}
+	for _, r := range opts.Resources {
+		if err := layout.ValidateResource(r, false); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
+	dep, err := c.checkOwnership(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range c.bucketWarnings(ctx) {
+		c.log.Warn("gc: " + w)
+		rep.warn(w)
+	}
+	resources := opts.Resources
+	if opts.All {
+		if resources, err = c.listResources(ctx, rep); err != nil {
+			return err
+		}
+	}
+	rep.Resources = len(resources)
+	uploads, upErr := c.listUploads(ctx, resources)
+	if upErr != nil {
+		// Objects are still collected; uploads wait for the next pass.
+		upErr = fmt.Errorf("listing incomplete uploads: %w", upErr)
+		rep.fail("", upErr)
+	}
+	var errs []error
+	for _, res := range resources {
+		if ctx.Err() != nil {
+			err := fmt.Errorf("gc: stopped before %q: %w", res, context.Cause(ctx))
+			rep.fail("", err)
+			errs = append(errs, err)
+			break
+		}
+		if err := c.collect(ctx, res, dep, uploads[res], opts, rep); err != nil {
+			c.log.Warn("gc: resource failed", "resource", res, "err", err)
+			rep.fail(res, err)
+			errs = append(errs, fmt.Errorf("resource %q: %w", res, err))
+		}
+	}
+	if upErr != nil {
+		errs = append(errs, upErr)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrIncomplete, errors.Join(errs...))
+	}
+	return nil
+}
+
+// checkOwnership returns etcd's deployment id after checking that the
+// bucket's ownership marker names it (issue 5: "GC refuses to delete under a
+// prefix whose marker names another deployment").
+func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
+	rctx, cancel := c.rctx(ctx)
+	resp, err := c.cli.Txn(rctx).Then(clientv3.OpGet(c.ns.EpochKey()), clientv3.OpGet(c.ns.DeploymentKey())).Commit()
+	cancel()
+	if err != nil {
+		return "", etcdErr(ctx, "read deployment", err)
+	}
+	if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+		return "", fmt.Errorf("%w: no epoch key under %s", ErrNotInitialized, c.ns.Root())
+	}
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	if len(kvs) == 0 || len(kvs[0].Value) == 0 {
+		return "", fmt.Errorf("%w: etcd has no deployment id at %s", ErrNoOwnership, c.ns.DeploymentKey())
+	}
+	dep := string(kvs[0].Value)
+	rctx, cancel = c.rctx(ctx)
+	m, err := authority.ReadOwnership(rctx, c.st, c.ns)
+	cancel()
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return "", fmt.Errorf("%w: the bucket has no ownership marker %s (etcd's deployment is %s)", ErrNoOwnership, c.ns.OwnershipObject(), dep)
+	case errors.Is(err, authority.ErrCorruptState):
+		return "", fmt.Errorf("%w: %w", ErrNoOwnership, err)
+	case err != nil:
+		return "", storeErr(ctx, "read ownership marker", err)
+	case m.DeploymentID != dep:
+		return "", fmt.Errorf("%w: marker %s names deployment %s, etcd's deployment is %s", ErrForeignDeployment, c.ns.OwnershipObject(), m.DeploymentID, dep)
+	}
+	return dep, nil
+}
+
+// bucketWarnings reports bucket settings that defeat or bypass GC: with
+// versioning, a delete only adds a delete marker (the bytes stay); a
+// lifecycle rule may expire objects GC keeps, or keep what GC deletes.
+func (c *Collector) bucketWarnings(ctx context.Context) []string {
+	var out []string
+	rctx, cancel := c.rctx(ctx)
+	defer cancel()
+	v, err := c.st.Client.GetBucketVersioning(rctx, c.st.Bucket)
+	switch {
+	case err != nil:
+		out = append(out, fmt.Sprintf("could not read the versioning of bucket %q: %v", c.st.Bucket, err))
+	case v.Enabled() || v.Suspended():
+		out = append(out, fmt.Sprintf("bucket %q has versioning %s: deletes only add delete markers and the old versions keep their space; expire noncurrent versions with a lifecycle rule", c.st.Bucket, v.Status))
+	}
+	lc, err := c.st.Client.GetBucketLifecycle(rctx, c.st.Bucket)
+	switch {
+	case err != nil && minio.ToErrorResponse(err).Code != "NoSuchLifecycleConfiguration":
+		out = append(out, fmt.Sprintf("could not read the lifecycle rules of bucket %q: %v", c.st.Bucket, err))
+	case err == nil && lc != nil && len(lc.Rules) > 0:
+		out = append(out, fmt.Sprintf("bucket %q has %d lifecycle rule(s): they may expire published, retained or in-flight objects behind GC's back (invariant 7 no longer holds for them)", c.st.Bucket, len(lc.Rules)))
+	}
+	return out
+}
+
+// listResources returns every resource with a pointer key, in key order.
+// Names that do not decode or validate are reported as warnings.
+func (c *Collector) listResources(ctx context.Context, rep *Report) ([]string, error) {
+	var out []string
+	prefix := c.ns.PointersPrefix()
+	err := c.scan(ctx, prefix, 0, true, func(kv *mvccKV) error {
+		name, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), prefix))
+		if err == nil {
+			err = layout.ValidateResource(name, false)
+		}
+		if err != nil {
+			rep.warn(fmt.Sprintf("skipping pointer key %q: %v", kv.Key, err))
+			return nil
+		}
+		out = append(out, name)
+		return nil
+	})
+	return out, err
+}
+
+// listUploads lists the bucket's incomplete multipart uploads once and
+// groups those under the given resources' prefixes. The whole bucket is
+// listed because MinIO answers ListMultipartUploads only for an empty prefix
+// or an exact object key; uploads are few, so they are held in memory.
+func (c *Collector) listUploads(ctx context.Context, resources []string) (map[string][]Entry, error) {
+	want := make(map[string]bool, len(resources))
+	for _, r := range resources {
+		want[r] = true
+	}
+	out := make(map[string][]Entry)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	root := c.ns.Root()
+	var listErr error
+	for u := range c.st.Client.ListIncompleteUploads(lctx, c.st.Bucket, "", true) {
+		if listErr != nil {
+			continue // drain
+		}
+		if u.Err != nil {
+			listErr = storeErr(ctx, "list incomplete uploads", u.Err)
+			cancel()
+			continue
+		}
+		rest, ok := strings.CutPrefix(u.Key, root)
+		if !ok {
+			continue
+		}
+		dir, _, ok := strings.Cut(rest, "/")
+		if !ok {
+			continue
+		}
+		res, err := url.PathUnescape(dir)
+		if err != nil || !want[res] {
+			continue
+		}
+		out[res] = append(out[res], Entry{Key: u.Key, UploadID: u.UploadID, Time: u.Initiated})
+	}
+	return out, listErr
+}
+
+// resourcePass is the work of one resource within a pass.
+type resourcePass struct {
+	c    *Collector
+	s    *State
+	rep  *Report
+	opts RunOptions
+	now  time.Time
+
+	mu     sync.Mutex
+	failed int // deletions that failed
+}
+
+// record counts d (already acted on) in the report and, when verbose, keeps
+// it. Safe for concurrent use (deleter workers call it).
+func (p *resourcePass) record(d Decision, action string, err error) {
+	d.Action = action
+	if err != nil {
+		d.Action, d.Error = "failed", err.Error()
+	}
+	r := p.rep
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case d.UploadID != "":
+		if action == "aborted" || action == "would_delete" {
+			r.Uploads.Aborted++
+		} else if err == nil {
+			r.Uploads.Kept++
+		}
+	case err != nil:
+	case action == "deleted" || action == "would_delete":
+		r.Deleted++
+	default:
+		r.keep(d.Kind)
+	}
+	if err != nil {
+		p.mu.Lock()
+		p.failed++
+		p.mu.Unlock()
+		r.Errors = append(r.Errors, fmt.Sprintf("%s: %s %s: %v", p.s.Resource, d.Kind, d.Key, err))
+	}
+	if p.opts.Verbose {
+		r.Decisions = append(r.Decisions, d)
+	}
+}
+
+// classified counts a fresh decision (scanned, by decision, metrics).
+func (p *resourcePass) classified(d Decision) {
+	r := p.rep
+	r.mu.Lock()
+	if d.UploadID != "" {
+		r.Uploads.Scanned++
+		r.mu.Unlock()
+		return
+	}
+	r.Scanned++
+	r.ByDecision[d.Kind]++
+	n := r.Scanned
+	r.mu.Unlock()
+	if p.c.m != nil && !p.opts.DryRun {
+		p.c.m.objects.WithLabelValues(string(d.Kind)).Inc()
+	}
+	if p.opts.Progress != nil {
+		p.opts.Progress(n)
+	}
+}
+
+// collect runs the pass for one resource: snapshot, listing, deletions,
+// seal-then-delete of abandoned objects, uploads, then etcd records (only
+// when every object step succeeded, so records go after the objects they
+// name).
+func (c *Collector) collect(ctx context.Context, res, dep string, uploads []Entry, opts RunOptions, rep *Report) error {
+	s, err := c.readState(ctx, res)
+	if err != nil {
+		return err
+	}
+	if s.Deployment != dep {
+		return fmt.Errorf("%w: etcd's deployment changed from %s to %s during the pass", ErrForeignDeployment, dep, s.Deployment)
+	}
+	if c.afterState != nil {
+		c.afterState(res)
+	}
+	p := &resourcePass{c: c, s: s, rep: rep, opts: opts, now: c.now()}
+	del := c.newDeleter(ctx, opts.DryRun, p)
+	abandoned, listErr := p.list(ctx, del)
+	if listErr == nil {
+		if err := p.abandon(ctx, abandoned, del); err != nil {
+			listErr = err
+		}
+	} else {
+		for _, d := range abandoned {
+			p.record(d, "skipped", nil)
+		}
+	}
+	del.close()
+	p.uploads(ctx, uploads)
+	if listErr != nil {
+		return listErr
+	}
+	if p.failed > 0 {
+		return fmt.Errorf("gc: %d deletions failed; etcd records are pruned on a later pass", p.failed)
+	}
+	counts, err := c.pruneRecords(ctx, s, p.now, opts.DryRun)
+	rep.mu.Lock()
+	rep.Records.History += counts.History
+	rep.Records.Ops += counts.Ops
+	rep.Records.Requests += counts.Requests
+	rep.Records.Grants += counts.Grants
+	rep.mu.Unlock()
+	if c.m != nil && !opts.DryRun {
+		c.m.recordsDeleted(counts)
+	}
+	return err
+}
+
+// list streams the listing under the resource's prefix, classifies each
+// key, queues the unpublishable ones for deletion and returns the abandoned
+// candidates that lie below every kept in-flight object (an abandoned
+// candidate above one is kept: raising the seal over it would also seal the
+// kept one).
+func (p *resourcePass) list(ctx context.Context, del *deleter) ([]Decision, error) {
+	c, s := p.c, p.s
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		candidates []Decision
+		minKept    *layout.Version // lowest kept in-flight version of the current epoch
+		listErr    error
+	)
+	for obj := range c.st.Client.ListObjects(lctx, c.st.Bucket, minio.ListObjectsOptions{Prefix: c.ns.ObjectsPrefix(s.Resource), Recursive: true}) {
+		if listErr != nil {
+			continue // drain the channel
+		}
+		if obj.Err != nil {
+			listErr = storeErr(ctx, "list "+c.ns.ObjectsPrefix(s.Resource), obj.Err)
+			cancel()
+			continue
+		}
+		d := Classify(s, Entry{Key: obj.Key, Size: obj.Size, Time: obj.LastModified}, p.now)
+		p.classified(d)
+		switch d.Kind {
+		case Unpublishable:
+			del.add(d)
+		case Abandoned:
+			candidates = append(candidates, d)
+		case InFlight:
+			if v := d.Version; v.Epoch == s.Epoch && (minKept == nil || v.Less(*minKept)) {
+				minKept = v
+			}
+			p.record(d, "kept", nil)
+		default:
+			p.record(d, "kept", nil)
+		}
+	}
+	var out []Decision
+	for _, d := range candidates {
+		if minKept != nil && !d.Version.Less(*minKept) {
+			d.Kind = InFlight
+			d.Reason = fmt.Sprintf("%s; but it is not below the kept in-flight version %s, so it is not sealed", d.Reason, minKept)
+			p.record(d, "kept", nil)
+			continue
+		}
+		out = append(out, d)
+	}
+	return out, listErr
+}
+
+// abandon raises the seal to the highest abandoned version, then queues the
+// abandoned objects for deletion; if the seal transaction finds the state
+// changed they are kept until the next pass.
+func (p *resourcePass) abandon(ctx context.Context, ds []Decision, del *deleter) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	target := *ds[0].Version
+	for _, d := range ds[1:] {
+		target = target.Max(*d.Version)
+	}
+	if !p.opts.DryRun {
+		if p.c.beforeSeal != nil {
+			p.c.beforeSeal(p.s.Resource)
+		}
+		ok, err := p.c.raiseSeal(ctx, p.s, target, SealReasonAbandoned)
+		if err != nil || !ok {
+			for _, d := range ds {
+				if !ok {
+					d.Reason += "; the seal transaction found the pointer, seal or epoch changed since the snapshot: kept until the next pass"
+				}
+				p.record(d, "skipped", nil)
+			}
+			return err
+		}
+		p.c.log.Info("gc: raised seal over abandoned objects", "resource", p.s.Resource, "seal", target.String(), "objects", len(ds))
+	}
+	p.rep.mu.Lock()
+	p.rep.Sealed += int64(len(ds))
+	p.rep.SealRaises++
+	p.rep.mu.Unlock()
+	for _, d := range ds {
+		del.add(d)
+	}
+	return nil
+}
+
+// uploads classifies the resource's incomplete multipart uploads by the
+// same rules as objects and aborts the unpublishable and abandoned ones (an
+// upload of a live grant is in flight however old).
+func (p *resourcePass) uploads(ctx context.Context, entries []Entry) {
+	core := minio.Core{Client: p.c.st.Client}
+	for _, e := range entries {
+		d := Classify(p.s, e, p.now)
+		p.classified(d)
+		if !d.Kind.Deletes() {
+			p.record(d, "kept", nil)
+			continue
+		}
+		if p.opts.DryRun {
+			p.record(d, "would_delete", nil)
+			continue
+		}
+		rctx, cancel := p.c.rctx(ctx)
+		err := core.AbortMultipartUpload(rctx, p.c.st.Bucket, e.Key, e.UploadID)
+		cancel()
+		if err != nil && minio.ToErrorResponse(err).Code == "NoSuchUpload" {
+			err = nil // completed or aborted meanwhile
+		}
+		if err != nil {
+			err = storeErr(ctx, "abort upload", err)
+		}
+		p.record(d, "aborted", err)
+	}
+}

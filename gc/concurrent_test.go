@@ -1,0 +1,256 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/publisher"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// sealWatch records every value the seal of res takes from now on.
+type sealWatch struct {
+	mu     sync.Mutex
+	values []layout.Version
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+func (e *env) watchSeal(res string) *sealWatch {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &sealWatch{stop: cancel, done: make(chan struct{})}
+	start := e.get(e.ns.SealKey(res))
+	rev := int64(0)
+	if start != nil {
+		rev = start.ModRevision
+	}
+	wch := e.etcd.Watch(ctx, e.ns.SealKey(res), clientv3.WithRev(rev))
+	go func() {
+		defer close(w.done)
+		for wr := range wch {
+			for _, ev := range wr.Events {
+				s, err := layout.DecodeSeal(ev.Kv.Value)
+				w.mu.Lock()
+				if err != nil || ev.Type != clientv3.EventTypePut {
+					w.values = append(w.values, layout.Version{Epoch: 1 << 62}) // flags a corrupt or deleted seal
+				} else {
+					w.values = append(w.values, s.Version)
+				}
+				w.mu.Unlock()
+			}
+		}
+	}()
+	e.t.Cleanup(func() { cancel(); <-w.done })
+	return w
+}
+
+// check fails t unless the seal never went down and ended at want.
+func (w *sealWatch) check(t *testing.T, want layout.Version) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		w.mu.Lock()
+		vs := append([]layout.Version(nil), w.values...)
+		w.mu.Unlock()
+		if len(vs) > 0 && vs[len(vs)-1] == want || time.Now().After(deadline) {
+			for i := 1; i < len(vs); i++ {
+				if vs[i].Less(vs[i-1]) {
+					t.Fatalf("the seal went down: %v", vs)
+				}
+			}
+			if len(vs) == 0 || vs[len(vs)-1] != want {
+				t.Fatalf("seal values %v; want to end at %s", vs, want)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// deletedSafely fails t unless every key the reports deleted is
+// unpublishable in the final state (<= max(pointer, seal), or an older
+// epoch) and not the pointer's object. It returns the number of deletions.
+func (e *env) deletedSafely(res string, reps ...*Report) int {
+	e.t.Helper()
+	return e.deletedSafelyUnder(res, reps...)
+}
+
+// deletedSafelyUnder is deletedSafely for the decisions under res's prefix
+// only (reports of passes over several resources).
+func (e *env) deletedSafelyUnder(res string, reps ...*Report) int {
+	e.t.Helper()
+	ptr := e.pointer(res)
+	top := ptr.Version.Max(e.seal(res).Version)
+	n := 0
+	for _, rep := range reps {
+		for _, d := range rep.Decisions {
+			if d.Action != "deleted" || !strings.HasPrefix(d.Key, e.ns.ObjectsPrefix(res)) {
+				continue
+			}
+			n++
+			if d.Key == ptr.Object.Key || d.Version == nil || top.Less(*d.Version) {
+				e.t.Fatalf("deleted %s (%s, %s) though it is publishable: pointer %s, max(pointer, seal) %s", d.Key, d.Kind, d.Reason, ptr.Version, top)
+			}
+		}
+	}
+	return n
+}
+
+// paused starts a pass over res with a clock 3 h ahead that runs between
+// (if not nil) after its snapshot and stops before its seal transaction; it
+// returns when the pass got there. resume lets it finish and returns its
+// report.
+func (e *env) paused(res string, between func()) (resume func() *Report) {
+	e.t.Helper()
+	c := e.collector(later(3 * time.Hour))
+	if between != nil {
+		c.afterState = func(string) { between() }
+	}
+	ready, cont := make(chan struct{}), make(chan struct{})
+	c.beforeSeal = func(string) { close(ready); <-cont }
+	type result struct {
+		rep *Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := c.Run(context.Background(), RunOptions{Resources: []string{res}, Verbose: true})
+		done <- result{rep, err}
+	}()
+	select {
+	case <-ready:
+	case r := <-done:
+		e.t.Fatalf("the pass ended before its seal: %v %+v", r.err, r.rep)
+	case <-time.After(30 * time.Second):
+		e.t.Fatal("the pass did not reach its seal")
+	}
+	return func() *Report {
+		close(cont)
+		r := <-done
+		if r.err != nil {
+			e.t.Fatal(r.err)
+		}
+		return r.rep
+	}
+}
+
+// Two collectors with different snapshots seal and delete concurrently,
+// without any lease: the seal never goes down and nothing publishable is
+// deleted. A seal transaction from an old snapshot loses whichever of the
+// seal, the pointer or the epoch changed, and its candidates are kept.
+func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
+	e := newEnv(t)
+	const res = "contended"
+	w := e.watchSeal(res)
+	a := e.acquire(res, "a", 0)
+	pa := e.bind(e.pub, a)
+	p1 := e.publish(pa, "1", publisher.Applied)
+	o12 := e.inFlight(a, "2")
+	e.release(a)
+
+	// 1. The seal moved: GC1 (snapshot: seal 0, candidate o12) stops; B
+	// leaves a newer in-flight object and GC2 seals over both.
+	resume := e.paused(res, nil)
+	b := e.acquire(res, "b", 0)
+	o21 := e.inFlight(b, "3")
+	e.release(b)
+	rep2 := e.run(e.collector(later(3*time.Hour)), res)
+	mustDecide(t, rep2, o12.Attempt.Object.Key, Abandoned, "deleted", "")
+	mustDecide(t, rep2, o21.Attempt.Object.Key, Abandoned, "deleted", "")
+	rep1 := resume()
+	mustDecide(t, rep1, o12.Attempt.Object.Key, Abandoned, "skipped", "changed since the snapshot")
+	if rep1.Sealed != 0 || rep1.SealRaises != 0 {
+		t.Fatalf("GC1 report %+v", rep1)
+	}
+	w.check(t, o21.Version)
+
+	// 2. The pointer moved: right after GC1's snapshot, a worker whose lease
+	// is already gone (fencing still lets it publish: nothing newer was
+	// accepted) publishes; GC1 lists that object, holds it as abandoned (a
+	// dead grant's object above the snapshot's pointer), and must not delete
+	// what is now the published object.
+	c := e.acquire(res, "c", 0)
+	pc := e.bind(e.pub, c)
+	e.release(c)
+	var (
+		late    publisher.Result
+		lateErr error
+	)
+	resume = e.paused(res, func() { late, lateErr = pc.Publish(context.Background(), op("4", "late")) })
+	if late.Outcome != publisher.Applied || e.pointer(res).Object.Key != late.Object.Key {
+		t.Fatalf("late publish: %+v %v", late, lateErr)
+	}
+	rep1b := resume()
+	mustDecide(t, rep1b, late.Object.Key, Abandoned, "skipped", "changed since the snapshot")
+	if !e.exists(late.Object.Key) {
+		t.Fatal("deleted the object a late transaction published")
+	}
+	w.check(t, o21.Version)
+
+	// 3. The epoch moved: recover after GC1's snapshot makes GC1's
+	// candidate an old-epoch object above the restored pointer
+	// (quarantined); GC1 must not delete it.
+	d := e.acquire(res, "d", 0)
+	o51 := e.inFlight(d, "5")
+	e.release(d)
+	resume = e.paused(res, nil)
+	if _, err := e.auth.Recover(ctxT(t, time.Minute), authority.RecoverOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rep1c := resume()
+	mustDecide(t, rep1c, o51.Attempt.Object.Key, Abandoned, "skipped", "")
+	rep3 := e.run(e.collector(later(3*time.Hour)), res)
+	mustDecide(t, rep3, o51.Attempt.Object.Key, Quarantined, "kept", "")
+	w.check(t, o21.Version)
+	for _, k := range []string{p1.Object.Key, late.Object.Key, o51.Attempt.Object.Key} {
+		if !e.exists(k) {
+			t.Fatalf("%s deleted", k)
+		}
+	}
+	e.deletedSafely(res, rep1, rep2, rep1b, rep1c, rep3)
+
+	// 4. Several rounds of two collectors racing on fresh orphans from dead
+	// grants, with no hook: the seal only rises and nothing publishable
+	// goes.
+	var reps []*Report
+	for round := range 3 {
+		g := e.acquire(res, "w", 0)
+		pg := e.bind(e.pub, g)
+		e.publish(pg, fmt.Sprintf("round-%d", round), publisher.Applied)
+		for i := range 3 {
+			e.inFlight(g, fmt.Sprintf("lost-%d-%d", round, i))
+		}
+		e.release(g)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rep, err := e.collector(later(3*time.Hour)).Run(context.Background(), RunOptions{Resources: []string{res}, Verbose: true})
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				reps = append(reps, rep)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+	}
+	w.check(t, e.seal(res).Version)
+	if n := e.deletedSafely(res, reps...); n == 0 {
+		t.Fatal("the racing collectors deleted nothing")
+	}
+	rep := e.run(e.collector(later(3*time.Hour)), res)
+	if rep.ByDecision[Abandoned] != 0 || rep.ByDecision[InFlight] != 0 {
+		t.Fatalf("orphans left after the races: %+v", rep.ByDecision)
+	}
+}

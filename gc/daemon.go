@@ -1,0 +1,284 @@
+package gc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Defaults of DaemonConfig.
+const (
+	DefaultInterval      = 5 * time.Minute
+	DefaultLeaseTTL      = 15 * time.Second
+	DefaultLeaseResource = "_gc"
+)
+
+// DaemonConfig configures a Daemon. Collector is required; zero values of
+// the others take the defaults.
+type DaemonConfig struct {
+	Collector *Collector
+	// Interval is the time from the end of one pass to the start of the
+	// next. Default 5 min.
+	Interval time.Duration
+	// LeaseTTL is the GC lease's TTL (whole seconds, at least
+	// authority.MinTTL). A killed leader is replaced within about one TTL.
+	// Default 15 s.
+	LeaseTTL time.Duration
+	// LeaseResource is the reserved ('_'-prefixed) resource whose lease
+	// elects the acting replica. Default "_gc".
+	LeaseResource string
+	// Owner identifies this replica in the lease. Default
+	// "gc-<hostname>-<pid>-<random>".
+	Owner string
+	// Run selects the resources of each pass; the zero value means all.
+	// DryRun and Verbose are ignored.
+	Run RunOptions
+	// Logger; default: the Collector's.
+	Logger *slog.Logger
+	// Metrics, if set, reports leadership (fencepub_gc_leader); the pass
+	// metrics come from the Collector's Config.Metrics.
+	Metrics *Metrics
+	// OnPass, if set, is called after each pass with its report and error.
+	OnPass func(*Report, error)
+}
+
+// DaemonStatus is a Daemon's state, served by its /healthz endpoint.
+type DaemonStatus struct {
+	Owner      string    `json:"owner"`
+	Running    bool      `json:"running"`
+	Leader     bool      `json:"leader"`
+	Generation uint64    `json:"generation,omitempty"` // the GC lease's fence while leader
+	Passes     int64     `json:"passes"`
+	LastPass   time.Time `json:"last_pass,omitzero"`
+	LastOK     time.Time `json:"last_success,omitzero"`
+	LastError  string    `json:"last_error,omitempty"`
+}
+
+// Daemon runs GC passes on a schedule. Several replicas may run; only the
+// holder of the GC lease (authority, resource LeaseResource) runs passes.
+// Safety never depends on the lease (every deletion is safe on its own);
+// it only keeps replicas from doing the same work twice (issue 5 "Daemon").
+type Daemon struct {
+	cfg  DaemonConfig
+	c    *Collector
+	auth *authority.Authority
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	status DaemonStatus
+}
+
+// NewDaemon checks cfg and returns a Daemon. Errors: ErrInvalid.
+func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
+	if cfg.Collector == nil {
+		return nil, fmt.Errorf("%w: daemon config: Collector is nil", ErrInvalid)
+	}
+	if cfg.Interval < 0 || cfg.LeaseTTL < 0 {
+		return nil, fmt.Errorf("%w: daemon config: Interval and LeaseTTL must not be negative", ErrInvalid)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.LeaseResource == "" {
+		cfg.LeaseResource = DefaultLeaseResource
+	}
+	if err := layout.ValidateResource(cfg.LeaseResource, true); err != nil {
+		return nil, fmt.Errorf("%w: daemon config: %w", ErrInvalid, err)
+	}
+	if cfg.Owner == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		cfg.Owner = fmt.Sprintf("gc-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if err := layout.ValidateOwner(cfg.Owner); err != nil {
+		return nil, fmt.Errorf("%w: daemon config: %w", ErrInvalid, err)
+	}
+	if cfg.Run.All && len(cfg.Run.Resources) > 0 {
+		return nil, fmt.Errorf("%w: daemon config: Run names resources and all", ErrInvalid)
+	}
+	if len(cfg.Run.Resources) == 0 {
+		cfg.Run.All = true
+	}
+	cfg.Run.DryRun, cfg.Run.Verbose = false, false
+	if cfg.Logger == nil {
+		cfg.Logger = cfg.Collector.log
+	}
+	return &Daemon{cfg: cfg, c: cfg.Collector, auth: cfg.Collector.auth, log: cfg.Logger, status: DaemonStatus{Owner: cfg.Owner}}, nil
+}
+
+// Status returns a copy of the daemon's state.
+func (d *Daemon) Status() DaemonStatus {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.status
+}
+
+func (d *Daemon) update(f func(*DaemonStatus)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f(&d.status)
+}
+
+// Run campaigns for the GC lease and, while holding it, runs a pass at once
+// and then every Interval. It blocks until ctx ends, then cancels a running
+// pass (each deletion is safe on its own, so stopping anywhere is safe),
+// releases the lease so another replica takes over at once, and returns
+// nil. Losing the lease cancels the running pass and campaigns again.
+// Errors from authority (etcd unreachable, ...) are logged and retried with
+// a back-off; they do not end Run.
+func (d *Daemon) Run(ctx context.Context) error {
+	d.update(func(s *DaemonStatus) { s.Running = true })
+	defer d.update(func(s *DaemonStatus) { s.Running, s.Leader, s.Generation = false, false, 0 })
+	requestID := ""
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		if requestID == "" {
+			requestID = randomHex(16)
+		}
+		g, err := d.auth.Acquire(ctx, authority.AcquireRequest{
+			Resource: d.cfg.LeaseResource, Owner: d.cfg.Owner, RequestID: requestID,
+			TTL: d.cfg.LeaseTTL, Wait: true, Reserved: true,
+		})
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, authority.ErrUnavailable):
+			// The grant may exist: retry with the same request id.
+			d.log.Warn("gc daemon: acquiring the GC lease", "err", err)
+			sleepCtx(ctx, backoff)
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		case err != nil:
+			d.log.Warn("gc daemon: acquiring the GC lease", "err", err)
+			requestID = ""
+			sleepCtx(ctx, backoff)
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		requestID, backoff = "", 200*time.Millisecond
+		d.lead(ctx, g)
+	}
+	return nil
+}
+
+// lead runs passes while g holds the GC lease.
+func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
+	sess, err := d.auth.NewSession(ctx, g)
+	if err != nil {
+		d.log.Warn("gc daemon: GC lease lost before its session started", "err", err)
+		return
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		if err := sess.Close(); err != nil && !errors.Is(err, authority.ErrLeaseLost) {
+			d.log.Warn("gc daemon: releasing the GC lease", "err", err)
+		}
+		d.update(func(s *DaemonStatus) { s.Leader, s.Generation = false, 0 })
+		if d.cfg.Metrics != nil {
+			d.cfg.Metrics.leader.Set(0)
+		}
+	}()
+	// The running pass stops as soon as the session can no longer vouch
+	// for the lease; this goroutine ends with lctx.
+	go func() {
+		select {
+		case <-sess.Lost():
+			cancel()
+		case <-lctx.Done():
+		}
+	}()
+	d.log.Info("gc daemon: holding the GC lease", "owner", g.Owner, "generation", g.Generation)
+	d.update(func(s *DaemonStatus) { s.Leader, s.Generation = true, g.Generation })
+	if d.cfg.Metrics != nil {
+		d.cfg.Metrics.leader.Set(1)
+	}
+	for {
+		d.pass(lctx, g)
+		t := time.NewTimer(d.cfg.Interval)
+		select {
+		case <-lctx.Done():
+			t.Stop()
+			if ctx.Err() == nil {
+				d.log.Warn("gc daemon: GC lease lost", "err", sess.Err())
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pass runs one pass under the lease (ctx ends when the lease is lost) and
+// prunes the GC lease's own grant and request records. A pass cut short by
+// ctx is not recorded.
+func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
+	rep, err := d.c.Run(ctx, d.cfg.Run)
+	if err == nil {
+		_, err = d.c.pruneLease(ctx, d.cfg.LeaseResource, g.Generation)
+	}
+	if ctx.Err() != nil {
+		return // cut short by shutdown or a lost lease: not a pass result
+	}
+	now := time.Now()
+	d.update(func(s *DaemonStatus) {
+		s.Passes++
+		s.LastPass = now
+		if err == nil {
+			s.LastOK, s.LastError = now, ""
+		} else {
+			s.LastError = err.Error()
+		}
+	})
+	if d.cfg.OnPass != nil {
+		d.cfg.OnPass(rep, err)
+	}
+}
+
+// Handler serves /healthz (the DaemonStatus as JSON; 200 while Run is
+// running, else 503) and /metrics (g in the Prometheus text format).
+func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		st := d.Status()
+		w.Header().Set("Content-Type", "application/json")
+		if !st.Running {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(st)
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

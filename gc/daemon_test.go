@@ -1,0 +1,177 @@
+package gc
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/publisher"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// holderOwner returns the owner holding the GC lease, or "".
+func (e *env) holderOwner() string {
+	e.t.Helper()
+	h, ok, err := e.auth.Holder(ctxT(e.t, 10*time.Second), DefaultLeaseResource)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !ok {
+		return ""
+	}
+	return h.Owner
+}
+
+// waitFor polls cond every 20 ms until it holds or timeout passes, and
+// returns how long it took.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// Killing the active GC daemon (a child process, SIGKILL) hands the work
+// over to the standby within one lease TTL; the new leader collects; a
+// SIGTERM'd leader releases the lease at once.
+func TestDaemonHandover(t *testing.T) {
+	e := newEnv(t)
+	const ttl = 2 * time.Second
+	cfg := helperConfig{TTL: ttl, Interval: 100 * time.Millisecond, Policy: Policy{Grace: time.Second, ClockSkew: 100 * time.Millisecond}}
+	cfg.Owner = "gc-a"
+	a := e.startChild("daemon", cfg)
+	waitFor(t, "daemon A leads", 30*time.Second, func() bool { return e.holderOwner() == "gc-a" })
+	cfg.Owner = "gc-b"
+	e.startChild("daemon", cfg)
+	time.Sleep(500 * time.Millisecond) // B campaigns; A keeps the lease
+	if got := e.holderOwner(); got != "gc-a" {
+		t.Fatalf("holder %q while A is alive", got)
+	}
+
+	a.signal(t, syscall.SIGKILL)
+	took := waitFor(t, "daemon B takes over", 10*time.Second, func() bool { return e.holderOwner() == "gc-b" })
+	t.Logf("handover after SIGKILL of the leader: %s (lease TTL %s)", took, ttl)
+	if took > ttl+time.Second {
+		t.Fatalf("handover took %s; want about one lease TTL (%s; etcd expires leases on its own schedule, so allow 1 s more)", took, ttl)
+	}
+
+	// B acts: a stale worker's orphan disappears.
+	const res = "daemon-res"
+	w := e.acquire(res, "w1", 0)
+	pw := e.bind(e.pub, w)
+	e.publish(pw, "1", publisher.Applied)
+	e.release(w)
+	e.publish(e.bind(e.pub, e.acquire(res, "w2", 0)), "2", publisher.Applied)
+	orphan := e.publish(pw, "3", publisher.Stale)
+	waitFor(t, "daemon B deletes the orphan", 10*time.Second, func() bool { return !e.exists(orphan.Attempt.Object.Key) })
+}
+
+// A daemon that is stopped (context cancelled, as on SIGTERM) releases the
+// GC lease so a standby takes over at once; its endpoint serves /healthz and
+// the Prometheus metrics.
+func TestDaemonGracefulAndEndpoint(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.collector(func(c *Config) { c.Metrics = m })
+	passes := make(chan *Report, 100)
+	d, err := NewDaemon(DaemonConfig{Collector: c, Interval: 50 * time.Millisecond, LeaseTTL: 10 * time.Second, Owner: "gc-x", Metrics: m,
+		OnPass: func(r *Report, err error) {
+			if err != nil {
+				t.Errorf("pass: %v", err)
+			}
+			select {
+			case passes <- r:
+			default:
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler(reg))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+
+	const res = "metered"
+	g := e.acquire(res, "a", 0)
+	pa := e.bind(e.pub, g)
+	e.publish(pa, "1", publisher.Applied)
+	e.release(g)
+	e.publish(e.bind(e.pub, e.acquire(res, "b", 0)), "2", publisher.Applied)
+	orphan := e.publish(pa, "3", publisher.Stale)
+	waitFor(t, "the daemon deletes the orphan", 10*time.Second, func() bool { return !e.exists(orphan.Attempt.Object.Key) })
+	<-passes
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("/healthz")
+	var st DaemonStatus
+	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 || !st.Running || !st.Leader || st.Passes == 0 || st.LastOK.IsZero() {
+		t.Fatalf("/healthz %d %s", code, body)
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{
+		`fencepub_gc_objects_total{decision="unpublishable"}`, `fencepub_gc_objects_total{decision="published"}`,
+		"fencepub_gc_pass_duration_seconds_count", "fencepub_gc_last_success_timestamp_seconds", "fencepub_gc_leader 1",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Fatalf("/metrics lacks %q:\n%s", want, metrics)
+		}
+	}
+	if strings.Contains(metrics, `fencepub_gc_objects_total{decision="unpublishable"} 0`) {
+		t.Fatal("the unpublishable orphan was not counted")
+	}
+
+	// Graceful stop: the lease is released at once, not left to expire.
+	standby, err := authority.New(authority.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if owner := e.holderOwner(); owner != "" {
+		t.Fatalf("GC lease still held by %q after a graceful stop", owner)
+	}
+	if _, err := standby.Acquire(ctxT(t, 5*time.Second), authority.AcquireRequest{Resource: DefaultLeaseResource, Owner: "gc-y", TTL: 2 * time.Second, Reserved: true}); err != nil {
+		t.Fatalf("standby could not take the lease at once: %v", err)
+	}
+	if code, _ := get("/healthz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz after stop: %d", code)
+	}
+	// The GC lease's own records stay bounded: one grant record per
+	// campaign, pruned below the holder's.
+	if n := e.count(e.ns.GrantsPrefix(DefaultLeaseResource)); n > 2 {
+		t.Fatalf("%d grant records of the GC lease", n)
+	}
+}

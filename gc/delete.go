@@ -1,0 +1,97 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// deleter removes objects in batches of Config.DeleteBatch keys (one
+// multi-object delete each) with at most Config.DeleteConcurrency batches in
+// flight, and records each decision with its outcome. It holds at most
+// (DeleteConcurrency+1) batches in memory. add is called from one
+// goroutine; close waits for every batch.
+type deleter struct {
+	c    *Collector
+	ctx  context.Context
+	dry  bool
+	p    *resourcePass
+	size int
+
+	batch []Decision
+	work  chan []Decision
+	wg    sync.WaitGroup
+}
+
+func (c *Collector) newDeleter(ctx context.Context, dry bool, p *resourcePass) *deleter {
+	d := &deleter{c: c, ctx: ctx, dry: dry, p: p, size: c.cfg.DeleteBatch, work: make(chan []Decision)}
+	if !dry {
+		for range c.cfg.DeleteConcurrency {
+			d.wg.Add(1)
+			go func() {
+				defer d.wg.Done()
+				for b := range d.work {
+					d.remove(b)
+				}
+			}()
+		}
+	}
+	return d
+}
+
+// add queues dec for deletion (in a dry run, records it as would_delete).
+func (d *deleter) add(dec Decision) {
+	if d.dry {
+		d.p.record(dec, "would_delete", nil)
+		return
+	}
+	d.batch = append(d.batch, dec)
+	if len(d.batch) >= d.size {
+		d.work <- d.batch
+		d.batch = nil
+	}
+}
+
+// close sends the last batch and waits for all of them.
+func (d *deleter) close() {
+	if len(d.batch) > 0 && !d.dry {
+		d.work <- d.batch
+	}
+	d.batch = nil
+	close(d.work)
+	d.wg.Wait()
+}
+
+// remove deletes one batch with one multi-object delete. A key the store
+// reports no result for counts as failed.
+func (d *deleter) remove(b []Decision) {
+	ch := make(chan minio.ObjectInfo, len(b))
+	for _, dec := range b {
+		ch <- minio.ObjectInfo{Key: dec.Key}
+	}
+	close(ch)
+	results := make(map[string]error, len(b))
+	var batchErr error
+	for r := range d.c.st.Client.RemoveObjectsWithResult(d.ctx, d.c.st.Bucket, ch, minio.RemoveObjectsOptions{}) {
+		if r.ObjectName == "" && r.Err != nil {
+			batchErr = r.Err
+			continue
+		}
+		results[r.ObjectName] = r.Err
+	}
+	for _, dec := range b {
+		err, ok := results[dec.Key]
+		switch {
+		case !ok && batchErr != nil:
+			err = batchErr
+		case !ok:
+			err = errors.New("the store returned no result for the key")
+		}
+		if err != nil {
+			err = storeErr(d.ctx, "delete", err)
+		}
+		d.p.record(dec, "deleted", err)
+	}
+}

@@ -1,0 +1,299 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/faultproxy"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/publisher"
+	"github.com/minio/minio-go/v7"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestMain(m *testing.M) {
+	// The test binary doubles as the child processes of the race and
+	// handover tests (helper_test.go).
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(helperMain(mode))
+	}
+	testenv.Main(m)
+}
+
+// env is one test's domain on the shared servers: a fresh namespace with an
+// initialised authority and a publisher Client.
+type env struct {
+	t     testing.TB
+	ns    layout.Namespace
+	etcd  *clientv3.Client
+	store *objstore.Store
+	auth  *authority.Authority
+	pub   *publisher.Client
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	sh := testenv.Get(t)
+	e := &env{t: t, ns: testenv.Namespace(t), etcd: sh.EtcdClient(t), store: sh.Store(t)}
+	e.auth = e.authority(e.etcd)
+	if _, err := e.auth.Init(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e.pub = e.publisher(e.etcd, nil)
+	return e
+}
+
+func (e *env) authority(cli *clientv3.Client) *authority.Authority {
+	e.t.Helper()
+	a, err := authority.New(authority.Config{Namespace: e.ns, Etcd: cli, Store: e.store})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return a
+}
+
+func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publisher.Client {
+	e.t.Helper()
+	cfg := publisher.Config{Namespace: e.ns, Etcd: cli, Store: e.store}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := publisher.New(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// collector returns a Collector of e's domain; mod adjusts its Config.
+func (e *env) collector(mod func(*Config)) *Collector {
+	e.t.Helper()
+	cfg := Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store, Authority: e.auth}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+// later is a Config mod whose clock runs d ahead, to age objects and history
+// without sleeping.
+func later(d time.Duration) func(*Config) {
+	return func(c *Config) { c.Now = func() time.Time { return time.Now().Add(d) } }
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// run runs one verbose pass over resources (none: all) and fails t on an
+// error.
+func (e *env) run(c *Collector, resources ...string) *Report {
+	e.t.Helper()
+	rep, err := c.Run(ctxT(e.t, time.Minute), RunOptions{Resources: resources, All: len(resources) == 0, Verbose: true})
+	if err != nil {
+		e.t.Fatalf("gc pass: %v\nreport errors: %v", err, rep.Errors)
+	}
+	return rep
+}
+
+// acquire gets a grant (TTL ttl, default 10 s).
+func (e *env) acquire(res, owner string, ttl time.Duration) authority.Grant {
+	e.t.Helper()
+	if ttl == 0 {
+		ttl = 10 * time.Second
+	}
+	g, err := e.auth.Acquire(ctxT(e.t, 30*time.Second), authority.AcquireRequest{Resource: res, Owner: owner, TTL: ttl, Wait: true})
+	if err != nil {
+		e.t.Fatalf("acquire %s for %s: %v", res, owner, err)
+	}
+	return g
+}
+
+func (e *env) release(g authority.Grant) {
+	e.t.Helper()
+	if err := e.auth.Release(ctxT(e.t, 10*time.Second), g); err != nil {
+		e.t.Fatalf("release: %v", err)
+	}
+}
+
+func (e *env) bind(c *publisher.Client, g authority.Grant) *publisher.Publisher {
+	e.t.Helper()
+	p, err := c.BindGrant(ctxT(e.t, 10*time.Second), g, false)
+	if err != nil {
+		e.t.Fatalf("bind: %v", err)
+	}
+	return p
+}
+
+func op(key, body string) publisher.Operation {
+	return publisher.Operation{IdempotencyKey: key, Body: strings.NewReader(body), ContentType: "text/plain"}
+}
+
+// publish publishes body under key with p and fails t unless the outcome is
+// want.
+func (e *env) publish(p *publisher.Publisher, key string, want publisher.Outcome) publisher.Result {
+	e.t.Helper()
+	r, err := p.Publish(ctxT(e.t, 30*time.Second), op(key, "body of "+key))
+	if r.Outcome != want {
+		e.t.Fatalf("publish %s: outcome %q reason %q err %v; want %q", key, r.Outcome, r.Reason, err, want)
+	}
+	return r
+}
+
+// inFlight leaves an in-flight object of g on res: it publishes through a
+// fault proxy that drops every request to etcd, so the object is written
+// but the transaction never arrives (outcome unknown). It returns the
+// attempt.
+func (e *env) inFlight(g authority.Grant, key string) publisher.Result {
+	e.t.Helper()
+	target := strings.TrimPrefix(testenv.Get(e.t).Etcd.Members[0].ClientURL, "http://")
+	px, err := faultproxy.Start(target)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer px.Close()
+	cli, err := localstack.NewEtcdClient([]string{px.URL()})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cli.Close()
+	pc := e.publisher(cli, func(c *publisher.Config) {
+		c.AttemptTimeout = 100 * time.Millisecond
+		c.ResendTimeout = 300 * time.Millisecond
+	})
+	p := e.bind(pc, g)
+	px.Set(faultproxy.Faults{DropUpstream: true})
+	// No deadline: the publisher gives up after its ResendTimeout.
+	r, err := p.Publish(context.Background(), op(key, "in flight "+key))
+	if r.Outcome != publisher.Unknown || !errors.Is(err, publisher.ErrUnknown) {
+		e.t.Fatalf("in-flight publish: outcome %q err %v; want unknown", r.Outcome, err)
+	}
+	return r
+}
+
+// keys lists the object keys under prefix.
+func (e *env) keys(prefix string) []string {
+	e.t.Helper()
+	var out []string
+	for o := range e.store.Client.ListObjects(ctxT(e.t, 30*time.Second), e.store.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			e.t.Fatal(o.Err)
+		}
+		out = append(out, o.Key)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (e *env) exists(key string) bool {
+	e.t.Helper()
+	_, err := e.store.Client.StatObject(ctxT(e.t, 10*time.Second), e.store.Bucket, key, minio.StatObjectOptions{})
+	if err == nil {
+		return true
+	}
+	if errors.Is(objstore.Classify(err), objstore.ErrNotFound) {
+		return false
+	}
+	e.t.Fatal(err)
+	return false
+}
+
+func (e *env) put(key, body string) {
+	e.t.Helper()
+	if _, err := e.store.Client.PutObject(ctxT(e.t, 10*time.Second), e.store.Bucket, key, strings.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) rm(key string) {
+	e.t.Helper()
+	if err := e.store.Client.RemoveObject(ctxT(e.t, 10*time.Second), e.store.Bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// get returns the value of an etcd key, or nil.
+func (e *env) get(key string) *mvccKV {
+	e.t.Helper()
+	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	return resp.Kvs[0]
+}
+
+func (e *env) seal(res string) layout.Seal {
+	e.t.Helper()
+	kv := e.get(e.ns.SealKey(res))
+	if kv == nil {
+		e.t.Fatalf("no seal for %s", res)
+	}
+	s, err := layout.DecodeSeal(kv.Value)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+func decodePointerKV(kv *mvccKV) (layout.Pointer, error) { return layout.DecodePointer(kv.Value) }
+
+func (e *env) pointer(res string) layout.Pointer {
+	e.t.Helper()
+	kv := e.get(e.ns.PointerKey(res))
+	if kv == nil {
+		return layout.Pointer{}
+	}
+	p, err := layout.DecodePointer(kv.Value)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+func (e *env) count(prefix string) int64 {
+	e.t.Helper()
+	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp.Count
+}
+
+// decision returns the decision of key in rep, failing t if absent.
+func decision(t *testing.T, rep *Report, key string) Decision {
+	t.Helper()
+	for _, d := range rep.Decisions {
+		if d.Key == key && d.UploadID == "" {
+			return d
+		}
+	}
+	t.Fatalf("no decision for %s in %+v", key, rep.Decisions)
+	return Decision{}
+}
+
+func mustDecide(t *testing.T, rep *Report, key string, kind Kind, action, reason string) {
+	t.Helper()
+	d := decision(t, rep, key)
+	if d.Kind != kind || d.Action != action || !strings.Contains(d.Reason, reason) {
+		t.Fatalf("%s: %s/%s (%s); want %s/%s with reason containing %q", key, d.Kind, d.Action, d.Reason, kind, action, reason)
+	}
+}

@@ -1,0 +1,84 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fencepub/fencepub/internal/objstore"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Errors returned (wrapped) by this package; test with errors.Is.
+var (
+	// ErrForeignDeployment: the bucket's ownership marker names another
+	// deployment than etcd's deployment key, so the prefix is not ours to
+	// clean. Nothing is deleted (DESIGN.md "Object layout").
+	ErrForeignDeployment = errors.New("gc: the bucket prefix belongs to another deployment")
+	// ErrNoOwnership: the bucket has no ownership marker for the domain (or
+	// etcd has no deployment key), so GC cannot tell whose objects these are.
+	// Nothing is deleted.
+	ErrNoOwnership = errors.New("gc: ownership of the bucket prefix cannot be established")
+	// ErrNotInitialized: the domain has no epoch key (authority Init has not
+	// run).
+	ErrNotInitialized = errors.New("gc: domain not initialised")
+	// ErrCorruptState: a record GC must understand to decide safely (epoch,
+	// pointer, seal, history) does not decode. The resource is skipped.
+	ErrCorruptState = errors.New("gc: corrupt state")
+	// ErrUnavailable: etcd or the object store did not answer in time.
+	ErrUnavailable = errors.New("gc: service unavailable")
+	// ErrHeld: Decommission found a live lease on the resource and was not
+	// forced.
+	ErrHeld = errors.New("gc: resource is held by a live lease")
+	// ErrRaceLost: a seal transaction found the pointer, seal, epoch,
+	// generation or holder changed since it read them, more times than
+	// Decommission retries.
+	ErrRaceLost = errors.New("gc: state changed concurrently")
+	// ErrInvalid: a bad configuration value or resource name.
+	ErrInvalid = errors.New("gc: invalid input")
+	// ErrIncomplete: a pass finished with errors on some resources; the
+	// report lists them. Whatever was deleted was safe on its own.
+	ErrIncomplete = errors.New("gc: pass incomplete")
+)
+
+// unavailableEtcd are etcd's answers meaning "no quorum or leader now".
+var unavailableEtcd = []error{
+	rpctypes.ErrNoLeader, rpctypes.ErrNotLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrStopped,
+	rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
+	rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrUnhealthy, rpctypes.ErrTooManyRequests,
+}
+
+// etcdErr classifies err from an etcd call bounded by a per-request timeout
+// derived from ctx: the caller's cancellation passes through; a timeout, an
+// unreachable endpoint or a lost leader become ErrUnavailable.
+func etcdErr(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("gc: %s: %w", what, context.Cause(ctx))
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: etcd %s: no answer in time: %w", ErrUnavailable, what, err)
+	}
+	for _, u := range unavailableEtcd {
+		if errors.Is(err, u) {
+			return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
+		}
+	}
+	if st, ok := status.FromError(err); ok && (st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded) {
+		return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("gc: etcd %s: %w", what, err)
+}
+
+// storeErr classifies err from an object-store call like etcdErr.
+func storeErr(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("gc: %s: %w", what, context.Cause(ctx))
+	}
+	err = objstore.Classify(err)
+	if errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: object store %s: %w", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("gc: object store %s: %w", what, err)
+}

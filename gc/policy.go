@@ -1,0 +1,77 @@
+package gc
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of Policy (issue 5 "Decisions").
+const (
+	DefaultRetain       = 2
+	DefaultGrace        = 10 * time.Minute
+	DefaultClockSkew    = time.Minute
+	DefaultAbandonAfter = time.Hour
+)
+
+// Policy says what a pass keeps. A zero field takes its default, so the zero
+// Policy is DefaultPolicy(); fields are never negative.
+type Policy struct {
+	// Retain is how many of the newest published versions (history entries,
+	// the current one included) keep their objects, besides the grace rule.
+	// 1 keeps only the current version. Default 2.
+	Retain int `json:"retain"`
+	// Grace is the reader grace period: an object superseded less than
+	// Grace + ClockSkew ago is kept, so a reader that read the pointer just
+	// before it moved can still fetch it. Default 10 min.
+	Grace time.Duration `json:"grace"`
+	// ClockSkew is the allowance for the difference between the publishers'
+	// clocks (commit times in history) and this process's clock. Default
+	// 1 min.
+	ClockSkew time.Duration `json:"clock_skew"`
+	// AbandonAfter is how old an in-flight object (current epoch, above
+	// max(pointer, seal)) of a grant that is no longer live must be before
+	// it is sealed and deleted. Age is measured from the object's
+	// LastModified (an upload's Initiated) with this process's clock, so
+	// the allowance ClockSkew is added. Default 1 h.
+	AbandonAfter time.Duration `json:"abandon_after"`
+}
+
+// DefaultPolicy returns the defaults: keep 2 versions, 10 min grace, 1 min
+// skew, 1 h abandon period.
+func DefaultPolicy() Policy {
+	return Policy{Retain: DefaultRetain, Grace: DefaultGrace, ClockSkew: DefaultClockSkew, AbandonAfter: DefaultAbandonAfter}
+}
+
+// withDefaults replaces zero fields with the defaults.
+func (p Policy) withDefaults() Policy {
+	d := DefaultPolicy()
+	if p.Retain == 0 {
+		p.Retain = d.Retain
+	}
+	if p.Grace == 0 {
+		p.Grace = d.Grace
+	}
+	if p.ClockSkew == 0 {
+		p.ClockSkew = d.ClockSkew
+	}
+	if p.AbandonAfter == 0 {
+		p.AbandonAfter = d.AbandonAfter
+	}
+	return p
+}
+
+// Validate checks that no field is negative. Errors: ErrInvalid naming the
+// field.
+func (p Policy) Validate() error {
+	switch {
+	case p.Retain < 0:
+		return fmt.Errorf("%w: retain %d is negative", ErrInvalid, p.Retain)
+	case p.Grace < 0:
+		return fmt.Errorf("%w: grace %s is negative", ErrInvalid, p.Grace)
+	case p.ClockSkew < 0:
+		return fmt.Errorf("%w: clock skew %s is negative", ErrInvalid, p.ClockSkew)
+	case p.AbandonAfter < 0:
+		return fmt.Errorf("%w: abandon period %s is negative", ErrInvalid, p.AbandonAfter)
+	}
+	return nil
+}

@@ -1,0 +1,299 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/publisher"
+)
+
+// etcd stays bounded: history entries past retention, op records past their
+// retention, request records past the authority's retention and grant
+// records below the pointer's fence are pruned; the generation, epoch,
+// pointer and seal never are.
+func TestRecordsPruned(t *testing.T) {
+	e := newEnv(t)
+	const res = "bounded"
+	a := e.acquire(res, "a", 0)
+	pa := e.bind(e.pub, a)
+	for _, k := range []string{"k1", "k2", "k3"} {
+		e.publish(pa, k, publisher.Applied)
+	}
+	e.release(a)
+	b := e.acquire(res, "b", 0)
+	last := e.publish(e.bind(e.pub, b), "k4", publisher.Applied)
+
+	// A collector whose authority keeps request records for 1 ns.
+	auth, err := authority.New(authority.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store, RequestRetention: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withAuth := func(c *Config) { c.Authority = auth }
+	rep := e.run(e.collector(withAuth), res)
+	if rep.Records.Ops != 0 || rep.Records.History != 0 || rep.Records.Grants != 1 || rep.Records.Requests != 1 {
+		t.Fatalf("first pass records %+v; want the grant and request records of A only", rep.Records)
+	}
+	if e.count(e.ns.RequestsPrefix(res)) != 1 || e.get(e.ns.RequestKey(res, b.RequestID)) == nil {
+		t.Fatal("the live holder's request record was pruned")
+	}
+	if n := e.count(e.ns.OpsPrefix(res)); n != 4 {
+		t.Fatalf("%d op records; want 4", n)
+	}
+
+	// Eight days later: every op record is past the 7-day window; history
+	// keeps the last 2 versions.
+	rep = e.run(e.collector(func(c *Config) { withAuth(c); later(8 * 24 * time.Hour)(c) }), res)
+	if rep.Records.Ops != 4 || rep.Records.History != 2 || e.count(e.ns.OpsPrefix(res)) != 0 || e.count(e.ns.HistoryPrefix(res)) != 2 {
+		t.Fatalf("records %+v, ops left %d, history left %d", rep.Records, e.count(e.ns.OpsPrefix(res)), e.count(e.ns.HistoryPrefix(res)))
+	}
+	if p := e.pointer(res); p.Version != last.Version {
+		t.Fatalf("pointer changed: %s", p.Version)
+	}
+	for _, k := range []string{e.ns.GenerationKey(res), e.ns.SealKey(res), e.ns.PointerKey(res), e.ns.EpochKey(), e.ns.DeploymentKey(), e.ns.GrantKey(res, b.Generation)} {
+		if e.get(k) == nil {
+			t.Fatalf("%s was deleted", k)
+		}
+	}
+	// A dry run counts but deletes nothing.
+	e.publish(e.bind(e.pub, b), "k5", publisher.Applied)
+	dry, err := e.collector(func(c *Config) { withAuth(c); later(8 * 24 * time.Hour)(c) }).Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true})
+	if err != nil || dry.Records.Ops != 1 || dry.Records.History != 1 || e.count(e.ns.OpsPrefix(res)) != 1 || e.count(e.ns.HistoryPrefix(res)) != 3 {
+		t.Fatalf("dry run: %v %+v", err, dry.Records)
+	}
+}
+
+// After recover moves the domain to a new epoch, an old-epoch object above
+// the pointer recover recorded for that epoch is quarantined (kept and
+// reported), however old; old-epoch objects at or below it are deleted.
+func TestQuarantineAfterRecover(t *testing.T) {
+	e := newEnv(t)
+	const res = "restored"
+	a := e.acquire(res, "a", 0)
+	pa := e.bind(e.pub, a)
+	first := e.publish(pa, "r1", publisher.Applied)
+	lost := e.inFlight(a, "r2")
+	e.release(a)
+	rrep, err := e.auth.Recover(ctxT(t, time.Minute), authority.RecoverOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rrep.NewEpoch <= first.Version.Epoch {
+		t.Fatalf("recover: %+v", rrep)
+	}
+	b := e.acquire(res, "b", 0)
+	pb := e.bind(e.pub, b)
+	e.publish(pb, "r3", publisher.Applied)
+	e.publish(pb, "r4", publisher.Applied)
+	rep := e.run(e.collector(later(3*time.Hour)), res)
+	mustDecide(t, rep, lost.Attempt.Object.Key, Quarantined, "kept", "recover recorded")
+	mustDecide(t, rep, first.Object.Key, Unpublishable, "deleted", "older than the current epoch")
+	if rep.Kept.Quarantined != 1 || !e.exists(lost.Attempt.Object.Key) {
+		t.Fatalf("report %+v", rep.Kept)
+	}
+}
+
+// `resource delete`: refused while a lease is live unless forced; the seal
+// goes to (epoch, generation, max), so the holder's next publish is stale;
+// GC removes the objects (the published one after the reader grace) and the
+// history, never the pointer, seal or generation; a later grant re-creates
+// the resource above them.
+func TestDecommission(t *testing.T) {
+	e := newEnv(t)
+	const res = "retired"
+	a := e.acquire(res, "a", 0)
+	pa := e.bind(e.pub, a)
+	p1 := e.publish(pa, "d1", publisher.Applied)
+	p2 := e.publish(pa, "d2", publisher.Applied)
+	c := e.collector(nil)
+	ctx := ctxT(t, time.Minute)
+	if _, err := c.Decommission(ctx, res, false); !errors.Is(err, ErrHeld) {
+		t.Fatalf("decommission of a held resource: %v; want ErrHeld", err)
+	}
+	d, err := c.Decommission(ctx, res, true)
+	want := layout.Version{Epoch: a.Epoch, Fence: a.Generation, Seq: layout.MaxNumber}
+	if err != nil || d.Seal != want || d.Already || d.Holder == nil || d.Holder.Generation != a.Generation || d.Previous != p2.Version {
+		t.Fatalf("decommission: %+v %v", d, err)
+	}
+	if s := e.seal(res); s.Version != want || s.Reason != SealReasonDecommissioned {
+		t.Fatalf("seal %+v", s)
+	}
+	late := e.publish(pa, "d3", publisher.Stale)
+	if late.Reason != publisher.ReasonSeal {
+		t.Fatalf("holder's publish after decommission: %+v", late)
+	}
+	again, err := c.Decommission(ctx, res, true)
+	if err != nil || !again.Already || again.Seal != want {
+		t.Fatalf("second decommission: %+v %v", again, err)
+	}
+
+	rep := e.run(c, res)
+	mustDecide(t, rep, p2.Object.Key, Published, "kept", "")
+	mustDecide(t, rep, p1.Object.Key, Retained, "kept", "")
+	mustDecide(t, rep, late.Attempt.Object.Key, Unpublishable, "deleted", "<= seal")
+
+	rep = e.run(e.collector(later(12*time.Minute)), res)
+	mustDecide(t, rep, p2.Object.Key, Unpublishable, "deleted", "")
+	mustDecide(t, rep, p1.Object.Key, Unpublishable, "deleted", "")
+	if left := e.keys(e.ns.ObjectsPrefix(res)); len(left) != 0 {
+		t.Fatalf("objects left: %v", left)
+	}
+	if e.count(e.ns.HistoryPrefix(res)) != 0 || rep.Records.History != 2 {
+		t.Fatalf("history left: %d (%+v)", e.count(e.ns.HistoryPrefix(res)), rep.Records)
+	}
+	for _, k := range []string{e.ns.GenerationKey(res), e.ns.SealKey(res), e.ns.PointerKey(res)} {
+		if e.get(k) == nil {
+			t.Fatalf("%s deleted", k)
+		}
+	}
+	// Re-created: the next grant is above the seal.
+	e.release(a)
+	b := e.acquire(res, "b", 0)
+	back := e.publish(e.bind(e.pub, b), "d4", publisher.Applied)
+	rep = e.run(e.collector(later(12*time.Minute)), res)
+	mustDecide(t, rep, back.Object.Key, Published, "kept", "")
+
+	if _, err := c.Decommission(ctx, "_gc", true); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("decommission of a reserved name: %v", err)
+	}
+}
+
+// blockingBody yields size zero bytes, then blocks until release is closed
+// and fails: a worker paused in the middle of a multipart upload.
+type blockingBody struct {
+	left    int
+	release chan struct{}
+	started chan struct{}
+	once    sync.Once
+}
+
+func (b *blockingBody) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		b.once.Do(func() { close(b.started) })
+		<-b.release
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := min(len(p), b.left)
+	clear(p[:n])
+	b.left -= n
+	return n, nil
+}
+
+// Incomplete multipart uploads follow the object rules: an upload of a live
+// grant is in flight however old; once its version is below the pointer it
+// is aborted; an old upload of a dead grant is abandoned and aborted.
+func TestUploadsAborted(t *testing.T) {
+	e := newEnv(t)
+	const res = "big"
+	pc := e.publisher(e.etcd, func(c *publisher.Config) { c.PartSize = publisher.MinPartSize })
+	upload := func(p *publisher.Publisher) (stop func()) {
+		body := &blockingBody{left: publisher.MinPartSize + 1, release: make(chan struct{}), started: make(chan struct{})}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = p.Publish(context.Background(), publisher.Operation{IdempotencyKey: "big-" + layout.NewNonce(), Body: body})
+		}()
+		select {
+		case <-body.started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the multipart upload did not start")
+		}
+		return func() { close(body.release); <-done }
+	}
+	uploads := func() []string {
+		var out []string
+		for u := range e.store.Client.ListIncompleteUploads(ctxT(t, 10*time.Second), e.store.Bucket, "", true) {
+			if u.Err != nil {
+				t.Fatal(u.Err)
+			}
+			if strings.HasPrefix(u.Key, e.ns.ObjectsPrefix(res)) {
+				out = append(out, u.Key)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	aged := e.collector(later(3 * time.Hour))
+
+	a := e.acquire(res, "a", 0)
+	pa := e.bind(pc, a)
+	e.publish(pa, "small", publisher.Applied)
+	stopA := upload(pa)
+	defer stopA()
+	ua := uploads()
+	if len(ua) != 1 {
+		t.Fatalf("uploads %v", ua)
+	}
+	rep := e.run(aged, res)
+	if rep.Uploads.Scanned != 1 || rep.Uploads.Kept != 1 || len(uploads()) != 1 {
+		t.Fatalf("upload of a live grant: %+v", rep.Uploads)
+	}
+
+	// B takes over and publishes: A's upload is now below the pointer.
+	e.release(a)
+	b := e.acquire(res, "b", 0)
+	pb := e.bind(pc, b)
+	e.publish(pb, "b-small", publisher.Applied)
+	stopB := upload(pb)
+	defer stopB()
+	e.release(b)
+	rep = e.run(e.collector(nil), res)
+	if rep.Uploads.Scanned != 2 || rep.Uploads.Aborted != 1 || rep.Uploads.Kept != 1 {
+		t.Fatalf("after B: %+v", rep.Uploads)
+	}
+	if got := uploads(); len(got) != 1 || got[0] == ua[0] {
+		t.Fatalf("uploads left %v; want only B's", got)
+	}
+	// B's upload: dead grant, 3 h old by the aged clock: abandoned.
+	rep = e.run(aged, res)
+	if rep.Uploads.Aborted != 1 || len(uploads()) != 0 {
+		t.Fatalf("abandoned upload: %+v, left %v", rep.Uploads, uploads())
+	}
+}
+
+// A dry run makes the same decisions as the real pass that follows it and
+// changes nothing.
+func TestDryRunSameDecisions(t *testing.T) {
+	e := newEnv(t)
+	const res = "dry"
+	a := e.acquire(res, "a", 0)
+	pa := e.bind(e.pub, a)
+	e.publish(pa, "1", publisher.Applied)
+	lost := e.inFlight(a, "2")
+	e.release(a)
+	b := e.acquire(res, "b", 0)
+	pb := e.bind(e.pub, b)
+	e.publish(pb, "3", publisher.Applied)
+	stale := e.publish(pa, "4", publisher.Stale)
+	e.put(e.ns.ObjectsPrefix(res)+"notes", "foreign")
+	c := e.collector(later(3 * time.Hour))
+	sealBefore := e.get(e.ns.SealKey(res)).ModRevision
+	dry, err := c.Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.exists(stale.Attempt.Object.Key) || !e.exists(lost.Attempt.Object.Key) || e.get(e.ns.SealKey(res)).ModRevision != sealBefore {
+		t.Fatal("the dry run changed something")
+	}
+	real := e.run(c, res)
+	if len(dry.Decisions) != len(real.Decisions) || dry.Deleted != real.Deleted || dry.Kept != real.Kept {
+		t.Fatalf("dry %+v\nreal %+v", dry, real)
+	}
+	for _, d := range dry.Decisions {
+		r := decision(t, real, d.Key)
+		wantAction := map[string]string{"would_delete": "deleted", "kept": "kept"}[d.Action]
+		if r.Kind != d.Kind || r.Action != wantAction {
+			t.Fatalf("%s: dry %s/%s, real %s/%s", d.Key, d.Kind, d.Action, r.Kind, r.Action)
+		}
+	}
+	if e.exists(stale.Attempt.Object.Key) || e.exists(lost.Attempt.Object.Key) {
+		t.Fatal("the real pass did not delete")
+	}
+}

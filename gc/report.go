@@ -1,0 +1,106 @@
+package gc
+
+import (
+	"sync"
+	"time"
+)
+
+// Report is the outcome of one pass (Collector.Run), shaped for
+// `fencepub gc run -o json` (issue 5 "Daemon and CLI"). Counts are of
+// objects unless named otherwise. In a dry run nothing is changed and
+// Deleted, Sealed, Uploads.Aborted and Records count what the pass would
+// have done (request records are not counted: authority prunes them).
+type Report struct {
+	DryRun    bool      `json:"dry_run"`
+	StartedAt time.Time `json:"started_at"`
+	// Duration is the pass's wall time in seconds.
+	Duration  float64 `json:"duration_seconds"`
+	Resources int     `json:"resources"`
+	// Scanned counts the listed objects (not uploads).
+	Scanned int64 `json:"scanned"`
+	// Deleted counts objects removed (unpublishable, and abandoned ones after
+	// their seal).
+	Deleted int64 `json:"deleted"`
+	Kept    Kept  `json:"kept"`
+	// Sealed counts abandoned objects made unpublishable by a seal raise;
+	// SealRaises counts the seal transactions that succeeded.
+	Sealed     int64 `json:"sealed"`
+	SealRaises int64 `json:"seal_raises"`
+	// ByDecision counts every classified object by its decision.
+	ByDecision map[Kind]int64 `json:"by_decision"`
+	Uploads    UploadCounts   `json:"uploads"`
+	Records    RecordCounts   `json:"records"`
+	Warnings   []string       `json:"warnings"`
+	Errors     []string       `json:"errors"`
+	// Decisions lists every object and upload with its decision, reason and
+	// action, only when RunOptions.Verbose.
+	Decisions []Decision `json:"decisions,omitempty"`
+
+	mu sync.Mutex
+}
+
+// Kept counts the objects a pass kept, by decision. An abandoned object
+// whose seal transaction lost a race is counted as in flight.
+type Kept struct {
+	Published   int64 `json:"published"`
+	Retained    int64 `json:"retained"`
+	InFlight    int64 `json:"in_flight"`
+	Quarantined int64 `json:"quarantined"`
+	Foreign     int64 `json:"foreign"`
+}
+
+// UploadCounts counts incomplete multipart uploads under the scanned
+// resources' prefixes.
+type UploadCounts struct {
+	Scanned int64 `json:"scanned"`
+	Aborted int64 `json:"aborted"`
+	Kept    int64 `json:"kept"`
+}
+
+// RecordCounts counts the etcd records a pass deleted.
+type RecordCounts struct {
+	History  int64 `json:"history"`
+	Ops      int64 `json:"ops"`
+	Requests int64 `json:"requests"`
+	Grants   int64 `json:"grants"`
+}
+
+func newReport(dry bool, now time.Time) *Report {
+	by := make(map[Kind]int64)
+	for _, k := range AllKinds() {
+		by[k] = 0
+	}
+	return &Report{DryRun: dry, StartedAt: now.UTC(), ByDecision: by, Warnings: []string{}, Errors: []string{}}
+}
+
+// keep counts a kept object under kind k.
+func (r *Report) keep(k Kind) {
+	switch k {
+	case Published:
+		r.Kept.Published++
+	case Retained:
+		r.Kept.Retained++
+	case Quarantined:
+		r.Kept.Quarantined++
+	case Foreign:
+		r.Kept.Foreign++
+	default:
+		r.Kept.InFlight++
+	}
+}
+
+func (r *Report) warn(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Warnings = append(r.Warnings, msg)
+}
+
+func (r *Report) fail(res string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if res != "" {
+		r.Errors = append(r.Errors, res+": "+err.Error())
+		return
+	}
+	r.Errors = append(r.Errors, err.Error())
+}

@@ -1,0 +1,89 @@
+package gc
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+)
+
+// historyEntry is one decoded history record: the key it lives at and the
+// pointer value it holds (version, object, commit time).
+type historyEntry struct {
+	key     string
+	pointer layout.Pointer
+	// keep is the grace judgement, set once the successor is known.
+	keep   bool
+	reason string
+}
+
+// retention computes which history entries keep their objects, streaming
+// the history in version order with memory bounded by the entries it keeps
+// (Policy.Retain plus those superseded within the grace), not by the
+// history's length (issue 5 "Retention").
+type retention struct {
+	p   Policy
+	now time.Time
+
+	queue []*historyEntry // undecided entries, oldest first
+	// objects maps a retained object key to its reason; keys is the set of
+	// retained history keys.
+	objects map[string]string
+	keys    map[string]bool
+	expired int
+}
+
+func newRetention(p Policy, now time.Time) *retention {
+	return &retention{p: p, now: now, objects: make(map[string]string), keys: make(map[string]bool)}
+}
+
+// judge sets e's grace judgement from the commit time of its successor.
+func (r *retention) judge(e *historyEntry, supersededAt time.Time) {
+	window := r.p.Grace + r.p.ClockSkew
+	switch ago := r.now.Sub(supersededAt); {
+	case supersededAt.IsZero():
+		e.keep, e.reason = true, fmt.Sprintf("version %s was superseded at an unknown time (its successor has no commit time)", e.pointer.Version)
+	case ago < window:
+		e.keep, e.reason = true, fmt.Sprintf("version %s was superseded %s ago, within the reader grace %s + skew %s",
+			e.pointer.Version, ago.Round(time.Second), r.p.Grace, r.p.ClockSkew)
+	default:
+		e.keep = false
+	}
+}
+
+// add takes the next history entry in version order.
+func (r *retention) add(e *historyEntry) {
+	if n := len(r.queue); n > 0 {
+		r.judge(r.queue[n-1], e.pointer.CommittedAt)
+	}
+	r.queue = append(r.queue, e)
+	// Entries with Retain successors are out of the last N and judged.
+	for len(r.queue) > r.p.Retain {
+		r.decide(r.queue[0])
+		r.queue = r.queue[1:]
+	}
+}
+
+func (r *retention) decide(e *historyEntry) {
+	if !e.keep {
+		r.expired++
+		return
+	}
+	r.keep(e, e.reason)
+}
+
+func (r *retention) keep(e *historyEntry, reason string) {
+	r.keys[e.key] = true
+	if _, dup := r.objects[e.pointer.Object.Key]; !dup && e.pointer.Object.Key != "" {
+		r.objects[e.pointer.Object.Key] = reason
+	}
+}
+
+// finish decides the remaining entries: they are the last Retain
+// published versions and are kept.
+func (r *retention) finish() {
+	for _, e := range r.queue {
+		r.keep(e, fmt.Sprintf("version %s is one of the last %d published versions", e.pointer.Version, r.p.Retain))
+	}
+	r.queue = nil
+}

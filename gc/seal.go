@@ -1,0 +1,224 @@
+package gc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Seal reasons GC writes (layout.Seal.Reason).
+const (
+	// SealReasonAbandoned: raised over abandoned in-flight objects before
+	// deleting them.
+	SealReasonAbandoned = "gc-abandoned"
+	// SealReasonDecommissioned: raised by Decommission to (epoch,
+	// generation, max). While the seal is above the pointer with this
+	// reason, GC keeps the resource's published and retained objects only
+	// for the reader grace after the seal's time.
+	SealReasonDecommissioned = "decommissioned"
+)
+
+// raiseSeal raises the seal of s.Resource to target in ONE transaction that
+// requires the pointer, the seal and the epoch unchanged since the snapshot
+// (their ModRevisions), so the seal only rises and two collectors racing
+// with different snapshots can never lower it (DESIGN.md "Garbage
+// collection": in flight). On a resource that has neither pointer nor seal
+// it creates both, the pointer with the zero version, as the publisher's
+// resource init would. ok is false when the compare failed (nothing
+// written). target must be above s.Top().
+//
+// Errors: ErrUnavailable (the outcome is unknown: do not delete), ctx's
+// error.
+func (c *Collector) raiseSeal(ctx context.Context, s *State, target layout.Version, reason string) (ok bool, err error) {
+	if !s.Top().Less(target) {
+		return false, fmt.Errorf("gc: refusing to set the seal of %q to %s, not above %s", s.Resource, target, s.Top())
+	}
+	if s.HasPointer != s.HasSeal {
+		return false, fmt.Errorf("%w: %q has a pointer or a seal but not both", ErrCorruptState, s.Resource)
+	}
+	ns := c.ns
+	sealVal, err := layout.EncodeSeal(layout.Seal{Version: target, Reason: reason, At: c.now().UTC()})
+	if err != nil {
+		return false, err
+	}
+	ops := []clientv3.Op{clientv3.OpPut(ns.SealKey(s.Resource), sealVal)}
+	if !s.HasPointer {
+		ptrVal, err := layout.EncodePointer(layout.Pointer{})
+		if err != nil {
+			return false, err
+		}
+		ops = append(ops, clientv3.OpPut(ns.PointerKey(s.Resource), ptrVal))
+	}
+	rctx, cancel := c.rctx(ctx)
+	defer cancel()
+	resp, err := c.cli.Txn(rctx).If(
+		clientv3.Compare(clientv3.ModRevision(ns.PointerKey(s.Resource)), "=", s.pointerMod),
+		clientv3.Compare(clientv3.ModRevision(ns.SealKey(s.Resource)), "=", s.sealMod),
+		clientv3.Compare(clientv3.ModRevision(ns.EpochKey()), "=", s.epochMod),
+	).Then(ops...).Commit()
+	if err != nil {
+		return false, etcdErr(ctx, "raise seal of "+s.Resource, err)
+	}
+	return resp.Succeeded, nil
+}
+
+// Decommissioned is the result of Decommission.
+type Decommissioned struct {
+	Resource string `json:"resource"`
+	// Seal is the seal after the call: (epoch, generation, max) or the
+	// higher seal that was already there.
+	Seal layout.Version `json:"seal"`
+	// Previous is max(pointer, seal) before the call.
+	Previous layout.Version `json:"previous"`
+	// Already is true when the seal was already at or above the target
+	// (nothing written).
+	Already bool `json:"already"`
+	// Holder is the live grant that was sealed out (only with force).
+	Holder *authority.Grant `json:"holder,omitempty"`
+	// Revision is the etcd revision of the deciding read or transaction.
+	Revision int64 `json:"revision"`
+}
+
+// decommissionAttempts bounds Decommission's retries after a concurrent
+// change (a grant, a publish, another seal).
+const decommissionAttempts = 8
+
+// Decommission retires res so that no fence of its past can ever publish
+// (issue 5, `fencepub resource delete`): in ONE transaction that requires
+// the epoch, generation, pointer and seal unchanged since it read them (and,
+// unless force, no holder), it raises the seal to (epoch, generation,
+// layout.MaxNumber) with reason SealReasonDecommissioned. GC then deletes
+// the resource's objects (the published and retained ones after the reader
+// grace) and prunes its records; the generation counter, pointer and seal
+// stay, so a later grant (generation+1) re-creates the resource above them.
+// The seal never goes down: when it is already at or above the target,
+// nothing is written.
+//
+// Errors: ErrInvalid (bad name), ErrHeld (a live lease and !force; wraps the
+// holder), ErrNotInitialized, ErrCorruptState, ErrRaceLost, ErrUnavailable,
+// ctx's error.
+func (c *Collector) Decommission(ctx context.Context, res string, force bool) (Decommissioned, error) {
+	if err := layout.ValidateResource(res, false); err != nil {
+		return Decommissioned{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	ns := c.ns
+	keys := []string{ns.EpochKey(), ns.GenerationKey(res), ns.PointerKey(res), ns.SealKey(res), ns.HolderKey(res)}
+	for range decommissionAttempts {
+		gets := make([]clientv3.Op, len(keys))
+		for i, k := range keys {
+			gets[i] = clientv3.OpGet(k)
+		}
+		rctx, cancel := c.rctx(ctx)
+		resp, err := c.cli.Txn(rctx).Then(gets...).Commit()
+		cancel()
+		if err != nil {
+			return Decommissioned{}, etcdErr(ctx, "read "+res, err)
+		}
+		kvs := make([]*mvccKV, len(keys))
+		for i := range keys {
+			if r := resp.Responses[i].GetResponseRange().Kvs; len(r) > 0 {
+				kvs[i] = r[0]
+			}
+		}
+		epoch, gen, ptr, seal, holder, err := decodeDecommission(kvs)
+		if err != nil {
+			return Decommissioned{}, err
+		}
+		out := Decommissioned{Resource: res, Previous: ptr.Version.Max(seal.Version), Revision: resp.Header.Revision}
+		if holder != nil && !force {
+			return out, fmt.Errorf("%w: %q is held by %q (generation %d, epoch %d); use force to seal it anyway",
+				ErrHeld, res, holder.Owner, holder.Generation, holder.Epoch)
+		}
+		target := layout.Version{Epoch: epoch, Fence: gen, Seq: layout.MaxNumber}
+		if !out.Previous.Less(target) {
+			out.Seal, out.Already = out.Previous, true
+			return out, nil
+		}
+		if (kvs[2] == nil) != (kvs[3] == nil) {
+			return out, fmt.Errorf("%w: %q has a pointer or a seal but not both", ErrCorruptState, res)
+		}
+		sealVal, err := layout.EncodeSeal(layout.Seal{Version: target, Reason: SealReasonDecommissioned, At: c.now().UTC()})
+		if err != nil {
+			return out, err
+		}
+		ops := []clientv3.Op{clientv3.OpPut(ns.SealKey(res), sealVal)}
+		if kvs[2] == nil {
+			ptrVal, err := layout.EncodePointer(layout.Pointer{})
+			if err != nil {
+				return out, err
+			}
+			ops = append(ops, clientv3.OpPut(ns.PointerKey(res), ptrVal))
+		}
+		cmps := make([]clientv3.Cmp, 0, len(keys))
+		for i, k := range keys[:4] {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", modRev(kvs[i])))
+		}
+		// The holder must be the one read (absent unless forced).
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(res)), "=", createRev(kvs[4])))
+		rctx, cancel = c.rctx(ctx)
+		tresp, err := c.cli.Txn(rctx).If(cmps...).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return out, etcdErr(ctx, "seal "+res, err)
+		}
+		if tresp.Succeeded {
+			out.Seal, out.Holder, out.Revision = target, holder, tresp.Header.Revision
+			c.log.Info("gc: resource decommissioned", "resource", res, "seal", target.String(), "forced_holder", holder != nil)
+			return out, nil
+		}
+	}
+	return Decommissioned{}, fmt.Errorf("%w: %q kept changing; %d attempts", ErrRaceLost, res, decommissionAttempts)
+}
+
+func modRev(kv *mvccKV) int64 {
+	if kv == nil {
+		return 0
+	}
+	return kv.ModRevision
+}
+
+func createRev(kv *mvccKV) int64 {
+	if kv == nil {
+		return 0
+	}
+	return kv.CreateRevision
+}
+
+// decodeDecommission decodes the epoch, generation, pointer, seal and
+// holder read by Decommission (nil entries are absent keys).
+func decodeDecommission(kvs []*mvccKV) (epoch, gen uint64, ptr layout.Pointer, seal layout.Seal, holder *authority.Grant, err error) {
+	if kvs[0] == nil {
+		return 0, 0, ptr, seal, nil, fmt.Errorf("%w: no epoch key", ErrNotInitialized)
+	}
+	if epoch, err = layout.DecodeNumber(string(kvs[0].Value)); err != nil {
+		return 0, 0, ptr, seal, nil, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+	}
+	if kvs[1] != nil {
+		if gen, err = layout.DecodeNumber(string(kvs[1].Value)); err != nil {
+			return 0, 0, ptr, seal, nil, fmt.Errorf("%w: generation: %w", ErrCorruptState, err)
+		}
+	}
+	if kvs[2] != nil {
+		if ptr, err = layout.DecodePointer(kvs[2].Value); err != nil {
+			return 0, 0, ptr, seal, nil, fmt.Errorf("%w: %w", ErrCorruptState, err)
+		}
+	}
+	if kvs[3] != nil {
+		if seal, err = layout.DecodeSeal(kvs[3].Value); err != nil {
+			return 0, 0, ptr, seal, nil, fmt.Errorf("%w: %w", ErrCorruptState, err)
+		}
+	}
+	if kvs[4] != nil {
+		var g authority.Grant
+		if json.Unmarshal(kvs[4].Value, &g) != nil {
+			g = authority.Grant{Owner: "(undecodable holder record)"}
+		}
+		g.HolderRevision = kvs[4].CreateRevision
+		holder = &g
+	}
+	return epoch, gen, ptr, seal, holder, nil
+}

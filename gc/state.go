@@ -1,0 +1,166 @@
+package gc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+type mvccKV = mvccpb.KeyValue
+
+// scanPage is the page size of range reads.
+const scanPage = 500
+
+// scan calls fn for every key under prefix (which ends with '/'), in key
+// order, reading pages of scanPage keys at revision rev (0: the current
+// revision of the first page). fn's error stops the scan.
+func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly bool, fn func(*mvccKV) error) error {
+	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(scanPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		if keysOnly {
+			opts = append(opts, clientv3.WithKeysOnly())
+		}
+		rctx, cancel := c.rctx(ctx)
+		resp, err := c.cli.Get(rctx, key, opts...)
+		cancel()
+		if err != nil {
+			return etcdErr(ctx, "range "+prefix, err)
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			if err := fn(kv); err != nil {
+				return err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// readState reads what GC needs about res at ONE etcd revision: one
+// transaction reads the epoch, deployment, pointer, seal, generation, holder
+// and restored-pointer records, and the history is then read page by page
+// at that transaction's revision (DESIGN.md "Garbage collection": "Read
+// epoch, pointer, seal and history at one etcd revision").
+//
+// Errors: ErrNotInitialized, ErrCorruptState (epoch, generation, pointer,
+// seal or a history entry does not decode), ErrUnavailable, ctx's error.
+func (c *Collector) readState(ctx context.Context, res string) (*State, error) {
+	ns := c.ns
+	rctx, cancel := c.rctx(ctx)
+	resp, err := c.cli.Txn(rctx).Then(
+		clientv3.OpGet(ns.EpochKey()),
+		clientv3.OpGet(ns.DeploymentKey()),
+		clientv3.OpGet(ns.PointerKey(res)),
+		clientv3.OpGet(ns.SealKey(res)),
+		clientv3.OpGet(ns.GenerationKey(res)),
+		clientv3.OpGet(ns.HolderKey(res)),
+		clientv3.OpGet(ns.RestoredPrefix(res), clientv3.WithPrefix()),
+	).Commit()
+	cancel()
+	if err != nil {
+		return nil, etcdErr(ctx, "read state of "+res, err)
+	}
+	now := c.now()
+	kv := func(i int) *mvccKV {
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			return kvs[0]
+		}
+		return nil
+	}
+	s := &State{NS: ns, Resource: res, Revision: resp.Header.Revision, Policy: c.cfg.Policy}
+	e := kv(0)
+	if e == nil {
+		return nil, fmt.Errorf("%w: no epoch key under %s", ErrNotInitialized, ns.Root())
+	}
+	if s.Epoch, err = layout.DecodeNumber(string(e.Value)); err != nil {
+		return nil, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+	}
+	s.epochMod = e.ModRevision
+	if d := kv(1); d != nil {
+		s.Deployment = string(d.Value)
+	}
+	if p := kv(2); p != nil {
+		if s.Pointer, err = layout.DecodePointer(p.Value); err != nil {
+			return nil, fmt.Errorf("%w: pointer of %q: %w", ErrCorruptState, res, err)
+		}
+		s.HasPointer, s.pointerMod = true, p.ModRevision
+	}
+	if sl := kv(3); sl != nil {
+		if s.Seal, err = layout.DecodeSeal(sl.Value); err != nil {
+			return nil, fmt.Errorf("%w: seal of %q: %w", ErrCorruptState, res, err)
+		}
+		s.HasSeal, s.sealMod = true, sl.ModRevision
+	}
+	if g := kv(4); g != nil {
+		if s.Generation, err = layout.DecodeNumber(string(g.Value)); err != nil {
+			return nil, fmt.Errorf("%w: generation of %q: %w", ErrCorruptState, res, err)
+		}
+	}
+	if h := kv(5); h != nil {
+		// The holder's value is the authority's Grant as JSON; its
+		// CreateRevision is the grant's HolderRevision.
+		var g authority.Grant
+		if json.Unmarshal(h.Value, &g) != nil || g.Generation == 0 {
+			s.HolderUnknown = true
+		} else {
+			g.HolderRevision = h.CreateRevision
+			s.Holder = &g
+		}
+	}
+	s.Restored, s.RestoredBad, s.RestoredUnreadable = decodeRestored(ns.RestoredPrefix(res), resp.Responses[6].GetResponseRange().Kvs)
+	s.Decommissioned = s.HasSeal && s.Seal.Reason == SealReasonDecommissioned && s.Pointer.Version.Less(s.Seal.Version) &&
+		now.Sub(s.Seal.At) >= s.Policy.Grace+s.Policy.ClockSkew
+	ret := newRetention(s.Policy, now)
+	if !s.Decommissioned {
+		err = c.scan(ctx, ns.HistoryPrefix(res), s.Revision, false, func(kv *mvccKV) error {
+			p, err := layout.DecodePointer(kv.Value)
+			if err != nil {
+				return fmt.Errorf("%w: history entry %s: %w", ErrCorruptState, kv.Key, err)
+			}
+			ret.add(&historyEntry{key: string(kv.Key), pointer: p})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		ret.finish()
+	}
+	s.Retained, s.retainedHistory = ret.objects, ret.keys
+	return s, nil
+}
+
+// decodeRestored decodes the restored-pointer records under prefix: the key
+// ends with the old epoch (20 digits), the value starts with the restored
+// pointer's encoded version (a bare version or a pointer value). A record
+// whose value does not decode quarantines its whole epoch; one whose key
+// does not decode quarantines every old epoch (unreadable).
+func decodeRestored(prefix string, kvs []*mvccKV) (ok map[uint64]layout.Version, bad map[uint64]bool, unreadable bool) {
+	ok, bad = make(map[uint64]layout.Version), make(map[uint64]bool)
+	for _, kv := range kvs {
+		epoch, err := layout.DecodeNumber(strings.TrimPrefix(string(kv.Key), prefix))
+		if err != nil {
+			unreadable = true
+			continue
+		}
+		v, err := layout.DecodeVersion(string(kv.Value))
+		if err != nil {
+			bad[epoch] = true
+			continue
+		}
+		ok[epoch] = v
+	}
+	return ok, bad, unreadable
+}
