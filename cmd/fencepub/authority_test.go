@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -9,22 +8,16 @@ import (
 
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // TestAuthorityCLI drives `fencepub authority` against real etcd and MinIO:
 // the JSON shapes, idempotent acquire, and the documented exit codes.
 func TestAuthorityCLI(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
-	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
-	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
-	conn := []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
-		"--s3-bucket", m.Config.Bucket, "--prefix", "clitest", "--domain", "d1"}
+	conn, _, _ := cliStack(t, "clitest")
 	// run returns stdout, or stdout and stderr when the exit code is not 0.
 	run := func(wantCode int, args ...string) string {
 		t.Helper()
-		out, errs, code := runAuthorityCLI(t, append(args, conn...)...)
+		out, errs, code := runCLI(t, append(args, conn...)...)
 		if code != wantCode {
 			t.Fatalf("fencepub %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, wantCode, out, errs)
 		}
@@ -103,30 +96,7 @@ func TestAuthorityCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := []string{"authority", "show", "--resource", "job", "--etcd-endpoints", "http://127.0.0.1:" + strconv.Itoa(port)}
-	if _, errs, code := runAuthorityCLI(t, append(dead, conn[2:]...)...); code != exitcode.Unavailable {
+	if _, errs, code := runCLI(t, append(dead, conn[2:]...)...); code != exitcode.Unavailable {
 		t.Fatalf("unreachable etcd: exit %d (%s); want %d", code, errs, exitcode.Unavailable)
 	}
-}
-
-// runAuthorityCLI is runCLI with `authority` registered on the root even
-// before root.go registers it.
-func runAuthorityCLI(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	root := newRootCmd()
-	registered := false
-	for _, c := range root.Commands() {
-		registered = registered || c.Name() == "authority"
-	}
-	if !registered {
-		root.AddCommand(newAuthorityCmd())
-	}
-	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.Execute()
-	if err != nil {
-		errb.WriteString(err.Error())
-	}
-	return out.String(), errb.String(), exitcode.Of(err)
 }

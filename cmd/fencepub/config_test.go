@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,22 +10,46 @@ import (
 	"testing"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // runCLI runs the fencepub command tree in-process with args and returns
 // stdout, stderr and the exit code main would use.
 func runCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return publishCLI(t, context.Background(), "", args...)
+}
+
+// publishCLI runs the fencepub command tree in-process with ctx, stdin and
+// args, and returns stdout, stderr (with the returned error appended, as
+// main prints it) and the exit code main would use.
+func publishCLI(t *testing.T, ctx context.Context, stdin string, args ...string) (string, string, int) {
+	t.Helper()
 	root := newRootCmd()
 	var out, errb bytes.Buffer
+	root.SetIn(strings.NewReader(stdin))
 	root.SetOut(&out)
 	root.SetErr(&errb)
 	root.SetArgs(args)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	if err != nil {
 		errb.WriteString(err.Error())
 	}
 	return out.String(), errb.String(), exitcode.Of(err)
+}
+
+// cliStack starts a dedicated etcd and MinIO for t, puts the store's
+// credentials in the environment (secrets have no flags) and returns the
+// connection flags for domain d1 under prefix, plus the servers.
+func cliStack(t *testing.T, prefix string) ([]string, *localstack.Etcd, *localstack.MinIO) {
+	t.Helper()
+	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
+	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
+	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
+	return []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
+		"--s3-bucket", m.Config.Bucket, "--prefix", prefix, "--domain", "d1"}, e, m
 }
 
 func TestConfigPrecedence(t *testing.T) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -15,52 +14,20 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 )
-
-// gcCLI runs the command tree in-process (adding the gc and resource
-// commands if root.go does not register them yet) with ctx.
-func gcCLI(t *testing.T, ctx context.Context, args ...string) (string, string, int) {
-	t.Helper()
-	root := newRootCmd()
-	have := map[string]bool{}
-	for _, c := range root.Commands() {
-		have[c.Name()] = true
-	}
-	if !have["gc"] {
-		root.AddCommand(newGCCmd())
-	}
-	if !have["resource"] {
-		root.AddCommand(newResourceCmd())
-	}
-	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	if err != nil {
-		errb.WriteString(err.Error())
-	}
-	return out.String(), errb.String(), exitcode.Of(err)
-}
 
 // TestGCCLI drives `gc run`, `gc daemon` and `resource delete` against real
 // etcd and MinIO: the report's JSON shape, the table, the exit codes, the
 // daemon's endpoint and its graceful stop.
 func TestGCCLI(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
-	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
-	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
-	conn := []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
-		"--s3-bucket", m.Config.Bucket, "--prefix", "clitest", "--domain", "d1"}
+	conn, e, m := cliStack(t, "clitest")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// run returns stdout, or stdout and stderr when the exit code is not 0.
 	run := func(wantCode int, args ...string) string {
 		t.Helper()
-		out, errs, code := gcCLI(t, ctx, append(args, conn...)...)
+		out, errs, code := publishCLI(t, ctx, "", append(args, conn...)...)
 		if code != wantCode {
 			t.Fatalf("fencepub %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, wantCode, out, errs)
 		}
@@ -177,7 +144,7 @@ func TestGCCLI(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		o, errs, code := gcCLI(t, dctx, append([]string{"gc", "daemon", "--interval", "100ms", "--lease-ttl", "2s", "--listen", addr, "--grace", "1ms"}, conn...)...)
+		o, errs, code := publishCLI(t, dctx, "", append([]string{"gc", "daemon", "--interval", "100ms", "--lease-ttl", "2s", "--listen", addr, "--grace", "1ms"}, conn...)...)
 		done <- res{o + errs, code}
 	}()
 	get := func(path string) (int, string) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -11,48 +10,13 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
-	"github.com/spf13/cobra"
 )
-
-// publishCLI runs fencepub with args (stdin from stdin) and returns stdout,
-// stderr and the exit code. It registers the publish-family commands when the
-// root does not have them yet.
-func publishCLI(t *testing.T, ctx context.Context, stdin string, args ...string) (string, string, int) {
-	t.Helper()
-	root := newRootCmd()
-	have := map[string]bool{}
-	for _, c := range root.Commands() {
-		have[c.Name()] = true
-	}
-	for _, c := range []*cobra.Command{newAuthorityCmd(), newPublishCmd(), newPointerCmd(), newReadCmd(), newWatchCmd(), newResolveCmd(), newRollbackCmd()} {
-		if !have[c.Name()] {
-			root.AddCommand(c)
-		}
-	}
-	var out, errb bytes.Buffer
-	root.SetIn(strings.NewReader(stdin))
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	if err != nil {
-		errb.WriteString(err.Error())
-	}
-	return out.String(), errb.String(), exitcode.Of(err)
-}
 
 // TestPublishCLI drives publish, pointer, read, watch, resolve and rollback
 // against real etcd and MinIO: the JSON shapes and the exit codes the
 // black-box checks rely on.
 func TestPublishCLI(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
-	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
-	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
-	conn := []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
-		"--s3-bucket", m.Config.Bucket, "--prefix", "clitest", "--domain", "d1"}
+	conn, _, m := cliStack(t, "clitest")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

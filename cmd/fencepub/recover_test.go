@@ -12,7 +12,6 @@ import (
 
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // TestRestoreRecoverRepublish restores etcd from a snapshot taken before a
@@ -21,12 +20,7 @@ import (
 // back the lost newest state; a publish carrying the old epoch is rejected
 // (stale, reason epoch); and later grants compare above every earlier one.
 func TestRestoreRecoverRepublish(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
-	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
-	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
-	conn := []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
-		"--s3-bucket", m.Config.Bucket, "--prefix", "rtest", "--domain", "d1"}
+	conn, e, _ := cliStack(t, "rtest")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

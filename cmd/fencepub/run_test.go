@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -20,12 +18,7 @@ import (
 // key (conflict), a failing command (its exit code, nothing published) and a
 // lease lost while the command runs (terminated, nothing published, 114).
 func TestRunCLI(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
-	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
-	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
-	conn := []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
-		"--s3-bucket", m.Config.Bucket, "--prefix", "runtest", "--domain", "d1"}
+	conn, e, _ := cliStack(t, "runtest")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
