@@ -299,7 +299,7 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 		}
 	case <-r.c.Context().Done():
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		waitErr = <-done
+		<-done
 		return "", cleanup, exitcode.With(exitcode.Internal, fmt.Errorf("interrupted; nothing published: %w", r.c.Context().Err()))
 	}
 	if stdout != nil {

@@ -22,9 +22,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -44,7 +45,7 @@ func main() {
 	flag.StringVar(&o.config, "config", "", "fencepub config file (default ./fencepub.yaml)")
 	flag.StringVar(&o.resource, "resource", "goroot-src", "resource to publish")
 	flag.StringVar(&o.owner, "owner", "", "owner id of this replica (default host-pid)")
-	flag.StringVar(&o.src, "src", filepath.Join(runtime.GOROOT(), "src"), "directory to snapshot")
+	flag.StringVar(&o.src, "src", "", "directory to snapshot (default $(go env GOROOT)/src)")
 	flag.StringVar(&o.key, "key", "", "idempotency key (default: snapshot-<sha256 of the manifest>, so the same tree is a duplicate)")
 	flag.DurationVar(&o.ttl, "ttl", 5*time.Second, "lease TTL (whole seconds, at least 2s)")
 	flag.DurationVar(&o.wait, "wait", time.Minute, "how long to wait for the lease")
@@ -52,6 +53,14 @@ func main() {
 	flag.BoolVar(&o.ignoreLeaseLoss, "unsafe-ignore-lease-loss", false,
 		"publish even after the lease was lost, as a worker paused between its last check and its send would; the fence rejects it (demo only)")
 	flag.Parse()
+	if o.src == "" {
+		out, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "batch-publisher: --src not given and `go env GOROOT` failed:", err)
+			os.Exit(2)
+		}
+		o.src = filepath.Join(strings.TrimSpace(string(out)), "src")
+	}
 	if o.owner == "" {
 		host, _ := os.Hostname()
 		o.owner = fmt.Sprintf("%s-%d", host, os.Getpid())

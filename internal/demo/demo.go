@@ -19,10 +19,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -44,7 +45,8 @@ type Options struct {
 	// BinDir holds etcd, minio, batch-publisher and reader-service
 	// (`make demo` builds them into ./bin).
 	BinDir string
-	// Src is the directory the batch jobs snapshot; default $GOROOT/src.
+	// Src is the directory the batch jobs snapshot; default
+	// $(go env GOROOT)/src.
 	Src string
 	// TTL is the workers' lease TTL; default 3 s.
 	TTL time.Duration
@@ -117,7 +119,11 @@ func (r *run) check(name string, ok bool, format string, args ...any) bool {
 func Run(ctx context.Context, o Options) (Summary, error) {
 	start := time.Now()
 	if o.Src == "" {
-		o.Src = filepath.Join(runtime.GOROOT(), "src")
+		out, err := exec.CommandContext(ctx, "go", "env", "GOROOT").Output()
+		if err != nil {
+			return Summary{}, fmt.Errorf("demo: no --src and `go env GOROOT` failed: %w", err)
+		}
+		o.Src = filepath.Join(strings.TrimSpace(string(out)), "src")
 	}
 	if o.TTL == 0 {
 		o.TTL = 3 * time.Second

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -35,7 +34,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	sum, err := Run(ctx, Options{BinDir: bin, Src: filepath.Join(runtime.GOROOT(), "src", "net", "http"), TTL: 2 * time.Second, Dir: t.TempDir(), Out: &out})
+	sum, err := Run(ctx, Options{BinDir: bin, Src: "../../internal", TTL: 2 * time.Second, Dir: t.TempDir(), Out: &out})
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
