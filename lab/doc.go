@@ -2,8 +2,8 @@
 // and of three deliberately broken variants of it. It is the model behind
 // `fencepub lab` and the reference a replay against the real etcd/MinIO
 // implementation compares with. Source: the seed's section
-// "可运行实验：事件模型与三种故意缺陷" (../shared/seeds/000_8ed944b53c00b7d3.txt)
-// and ../shared/DESIGN.md "Invariants" 1–3 and 5.
+// "可运行实验：事件模型与三种故意缺陷" (docs/protocol-source.zh.txt)
+// and docs/DESIGN.md "Invariants" 1–3 and 5.
 //
 // # Model
 //

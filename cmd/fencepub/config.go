@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sort"
+	"strings"
+	"time"
 
 	"github.com/fencepub/fencepub/internal/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -80,10 +83,13 @@ type cliEnv struct {
 	Stderr io.Writer
 }
 
+// etcdProbeTimeout bounds openEnv's first read.
+const etcdProbeTimeout = 3 * time.Second
+
 // openEnv loads the configuration and connects. Configuration errors exit
 // with code 2 naming the key; an etcd client that cannot be built exits
-// with 115 (unavailable). It does not wait for the servers to answer: the
-// first real call reports an unreachable server.
+// with 115 (unavailable), and so does an etcd that does not answer a
+// serializable read within etcdProbeTimeout.
 func openEnv(cmd *cobra.Command) (*cliEnv, error) {
 	v, err := loadViper(cmd)
 	if err != nil {
@@ -105,6 +111,19 @@ func openEnv(cmd *cobra.Command) (*cliEnv, error) {
 	if err != nil {
 		_ = cli.Close()
 		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	// Fail fast, with the endpoint and a hint, rather than hang or time out
+	// later with a bare "context deadline exceeded".
+	pctx, cancel := context.WithTimeout(cmd.Context(), etcdProbeTimeout)
+	_, err = cli.Get(pctx, ns.EpochKey(), clientv3.WithSerializable(), clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		_ = cli.Close()
+		if cmd.Context().Err() != nil {
+			return nil, cmd.Context().Err()
+		}
+		return nil, exitcode.With(exitcode.Unavailable, fmt.Errorf("etcd at %s did not answer within %s (%v); is the stack up ('fencepub dev up' writes ./fencepub.yaml) and is etcd.endpoints / --etcd-endpoints right?",
+			strings.Join(cfg.Etcd.Endpoints, ","), etcdProbeTimeout, err))
 	}
 	return &cliEnv{
 		Config: cfg, Etcd: cli, Store: store, NS: ns,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -84,9 +85,15 @@ func newDevUpCmd(dir *string) *cobra.Command {
 			if err != nil {
 				return exitcode.With(exitcode.Usage, err)
 			}
-			if st, err := readDevState(abs); err == nil && (alive(st.EtcdPID) || alive(st.MinIOPID)) {
-				fmt.Fprintf(out, "dev: already running (etcd %s, minio %s); config %s\n", st.EtcdEndpoint, st.MinIOEndpoint, st.ConfigFile)
-				return nil
+			if st, err := readDevState(abs); err == nil {
+				switch e, m := alive(st.EtcdPID), alive(st.MinIOPID); {
+				case e && m:
+					fmt.Fprintf(out, "dev: already running (etcd %s, minio %s); config %s\n", st.EtcdEndpoint, st.MinIOEndpoint, st.ConfigFile)
+					return nil
+				case e || m:
+					fmt.Fprintln(out, "dev: one server of the stack is down; restarting both (data is kept)")
+					stopDev(out, st)
+				}
 			}
 			if err := os.MkdirAll(abs, 0o755); err != nil {
 				return exitcode.With(exitcode.Usage, err)
@@ -153,10 +160,10 @@ namespace:
   config %s
 
 Commands run in this directory pick the config up, e.g.:
-  fencepub publish --resource demo --owner me --ttl 10s --key k1 --file README.md
-  fencepub pointer --resource demo -o json
-Stop with: fencepub dev down
-`, st.EtcdEndpoint, st.EtcdPID, e.Members[0].LogPath, st.MinIOEndpoint, st.MinIOPID, st.Bucket, m.LogPath, cfgAbs)
+  %[9]s publish --resource demo --owner me --ttl 10s --key k1 --file README.md
+  %[9]s pointer --resource demo -o json
+Stop with: %[9]s dev down
+`, st.EtcdEndpoint, st.EtcdPID, e.Members[0].LogPath, st.MinIOEndpoint, st.MinIOPID, st.Bucket, m.LogPath, cfgAbs, os.Args[0])
 			return nil
 		},
 	}
@@ -183,33 +190,38 @@ func newDevDownCmd(dir *string) *cobra.Command {
 			if err != nil {
 				return exitcode.With(exitcode.Usage, fmt.Errorf("no local stack in %s: %w", *dir, err))
 			}
-			for _, p := range []struct {
-				name string
-				pid  int
-			}{{"minio", st.MinIOPID}, {"etcd", st.EtcdPID}} {
-				if !alive(p.pid) {
-					fmt.Fprintf(c.ErrOrStderr(), "dev: %s (pid %d) is not running\n", p.name, p.pid)
-					continue
-				}
-				_ = syscall.Kill(p.pid, syscall.SIGTERM)
-				deadline := time.Now().Add(10 * time.Second)
-				for alive(p.pid) && time.Now().Before(deadline) {
-					time.Sleep(50 * time.Millisecond)
-				}
-				if alive(p.pid) {
-					_ = syscall.Kill(p.pid, syscall.SIGKILL)
-				}
-				fmt.Fprintf(c.ErrOrStderr(), "dev: stopped %s (pid %d)\n", p.name, p.pid)
-			}
+			stopDev(c.ErrOrStderr(), st)
 			return nil
 		},
+	}
+}
+
+// stopDev stops the stack's processes: SIGTERM, then SIGKILL after 10 s.
+func stopDev(out io.Writer, st devState) {
+	for _, p := range []struct {
+		name string
+		pid  int
+	}{{"minio", st.MinIOPID}, {"etcd", st.EtcdPID}} {
+		if !alive(p.pid) {
+			fmt.Fprintf(out, "dev: %s (pid %d) is not running\n", p.name, p.pid)
+			continue
+		}
+		_ = syscall.Kill(p.pid, syscall.SIGTERM)
+		deadline := time.Now().Add(10 * time.Second)
+		for alive(p.pid) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if alive(p.pid) {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		fmt.Fprintf(out, "dev: stopped %s (pid %d)\n", p.name, p.pid)
 	}
 }
 
 func newDevStatusCmd(dir *string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show whether the local etcd and MinIO are running",
+		Short: "Show whether the local etcd and MinIO are running (exit 115 if not both)",
 		Args:  cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
@@ -224,10 +236,16 @@ func newDevStatusCmd(dir *string) *cobra.Command {
 			"config": st.ConfigFile,
 		}
 		if *out == "json" {
-			return printJSON(c.OutOrStdout(), status)
+			if err := printJSON(c.OutOrStdout(), status); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(c.OutOrStdout(), "etcd   %-28s pid %-7d running=%v\nminio  %-28s pid %-7d running=%v\nconfig %s\n",
+				st.EtcdEndpoint, st.EtcdPID, alive(st.EtcdPID), st.MinIOEndpoint, st.MinIOPID, alive(st.MinIOPID), st.ConfigFile)
 		}
-		fmt.Fprintf(c.OutOrStdout(), "etcd   %-28s pid %-7d running=%v\nminio  %-28s pid %-7d running=%v\nconfig %s\n",
-			st.EtcdEndpoint, st.EtcdPID, alive(st.EtcdPID), st.MinIOEndpoint, st.MinIOPID, alive(st.MinIOPID), st.ConfigFile)
+		if !alive(st.EtcdPID) || !alive(st.MinIOPID) {
+			return exitcode.With(exitcode.Unavailable, errors.New("the local stack is not fully running; start it with 'fencepub dev up'"))
+		}
 		return nil
 	}
 	return cmd

@@ -58,8 +58,8 @@ func newLabFencingCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fencing [flags]",
 		Short: "Enumerate every interleaving of the fencing scenario and check it",
-		Long: `fencing runs the seed's experiment: clients A and B, one authority domain, one
-resource, and an issuer that starts at --issuer (default 40). Lease expiry,
+		Long: `fencing runs the experiment of the protocol source (docs/protocol-source.zh.txt):
+clients A and B, one authority domain, one resource, and an issuer that starts at --issuer (default 40). Lease expiry,
 pause, resume and authority recovery are discrete events. Each grant and each
 resource transaction is one indivisible step.
 
@@ -75,7 +75,7 @@ Variants:
   split-authority  grants carry no number. Workers mint from an independent
                    counter, and A mints again after it resumes without its
                    lease, so it ends up holding issuer+3 (43 for 40):
-                   unauthorized_accept. 4 interleavings; the seed counts 2
+                   unauthorized_accept. 4 interleavings; the protocol source counts 2
                    (see 'go doc github.com/fencepub/fencepub/lab').
   rollback-issuer  recovery restores the issuer from an old backup, so A and B
                    both get issuer+1: revoked_generation_overwrite.
@@ -85,7 +85,7 @@ term, a retry of the same key in B's later term, the same key with other
 params, and a new key with A's old seq. Expected: applied, applied, duplicate,
 conflict, stale, and exactly two effects.
 
-Beyond the seed: --clients N and/or --writes W check N clients with W writes
+Beyond the protocol source: --clients N and/or --writes W check N clients with W writes
 each by depth-first search with state hashing. The search stops at the first
 violation and prints the number of states explored.
 
@@ -116,8 +116,8 @@ Exit codes: 0 the properties hold, 1 a violation was found, 2 bad flags.`,
 	f.StringVar(&o.variant, "variant", string(lab.Correct), "protocol variant: correct, no-fence, split-authority or rollback-issuer")
 	f.StringVar(&o.kase, "case", string(lab.Fencing), "scenario: fencing or operations")
 	f.IntVar(&o.issuer, "issuer", 40, "initial issuer value; the first grant mints issuer+1")
-	f.IntVar(&o.clients, "clients", 2, fmt.Sprintf("check this many clients (2-%d) by state-space search instead of the seed's scenario", lab.MaxClients))
-	f.IntVar(&o.writes, "writes", 2, fmt.Sprintf("writes per client (1-%d) in the state-space search", lab.MaxWrites))
+	f.IntVar(&o.clients, "clients", 2, fmt.Sprintf("check this many clients (2-%d) by state-space search ; given (with or without --writes), the search replaces the fixed scenario", lab.MaxClients))
+	f.IntVar(&o.writes, "writes", 2, fmt.Sprintf("writes per client (1-%d) ; given, turns the state-space search on", lab.MaxWrites))
 	return cmd
 }
 

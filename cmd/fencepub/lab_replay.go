@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/lab"
 	"github.com/fencepub/fencepub/lab/replay"
 	"github.com/spf13/cobra"
@@ -18,7 +19,9 @@ func newLabReplayCmd() *cobra.Command {
 		Short: "Replay every interleaving of the correct model against real etcd and MinIO",
 		Long: `replay performs every interleaving of the correct fencing scenario and of the
 operations case against the configured etcd and object store (for example the
-stack from 'fencepub dev up'), one fresh resource per interleaving, and compares
+stack from 'fencepub dev up'), one fresh resource per interleaving in the domain
+<namespace.domain>-lab-replay (kept apart from real resources; it stays there
+afterwards, like any published state), and compares
 each real outcome and pointer with the model's. Pauses are a client doing
 nothing while etcd expires its 2 s lease, so the run takes a few seconds per
 interleaving.
@@ -28,14 +31,19 @@ it did not (each mismatch is printed), 115 when a server is unreachable.`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
-	cmd.Flags().IntVar(&issuer, "issuer", 40, "the model's initial issuer value (real generations start at 1 on a fresh resource)")
+	cmd.Flags().IntVar(&issuer, "issuer", 40, "the model's initial issuer value; a real fresh resource starts at generation 1, so the model's token T is compared with generation T-issuer")
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		env, err := openEnv(c)
 		if err != nil {
 			return err
 		}
 		defer env.Close()
-		t := replay.Target{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store}
+		// Its own domain: the replay's resources never mix with real ones.
+		ns, err := layout.NewNamespace(env.NS.Prefix, env.NS.Domain+"-lab-replay")
+		if err != nil {
+			return exitcode.With(exitcode.Usage, err)
+		}
+		t := replay.Target{Namespace: ns, Etcd: env.Etcd, Store: env.Store}
 		var reports []replay.Report
 		failed := 0
 		for _, k := range []lab.Case{lab.Fencing, lab.Operations} {

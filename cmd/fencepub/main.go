@@ -15,9 +15,14 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCmd().ExecuteContext(ctx)
+	interrupted := ctx.Err() != nil
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fencepub:", err)
 	}
-	os.Exit(exitcode.Of(err))
+	code := exitcode.Of(err)
+	if interrupted && code == exitcode.Internal {
+		code = exitcode.Interrupted
+	}
+	os.Exit(code)
 }

@@ -118,6 +118,9 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 		if err := layout.ValidateOwner(owner); err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
+		if output == "json" || output == "text" {
+			return exitcode.Usagef("--output names the file CMD writes its result to; for the output format use -o %s (--format %s)", output, output)
+		}
 		if key == "" {
 			key = defaultRunKey(resource, args, runID)
 		}
@@ -184,7 +187,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	g, err := a.Acquire(actx, authority.AcquireRequest{Resource: resource, Owner: owner, TTL: ttl, Wait: wait > 0})
 	cancel()
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && !errors.Is(err, authority.ErrUnavailable) {
 			return exitcode.With(exitcode.Held, fmt.Errorf("lease on %q still held after waiting %s: %w", resource, wait, err))
 		}
 		return authorityExit(err)

@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,36 +92,57 @@ func NewViper() *viper.Viper {
 	return v
 }
 
-// ReadFile reads the config file: path if non-empty (a missing file is then
-// an error), else ./fencepub.yaml or $HOME/.config/fencepub/fencepub.yaml if
-// present (a missing default file is fine). A malformed file is an error
-// naming it. It returns the file used, or "".
-func ReadFile(v *viper.Viper, path string) (string, error) {
-	if path != "" {
-		v.SetConfigFile(path)
-	} else {
-		v.SetConfigName("fencepub")
-		v.SetConfigType("yaml")
-		v.AddConfigPath(".")
-		if home, err := os.UserHomeDir(); err == nil {
-			v.AddConfigPath(home + "/.config/fencepub")
-		}
+// DefaultFiles are the config files searched, in order, when no --config is
+// given: exactly these paths, nothing else (no other extension, so a binary
+// named ./fencepub is never read as configuration).
+func DefaultFiles() []string {
+	files := []string{"fencepub.yaml"}
+	if home, err := os.UserHomeDir(); err == nil {
+		files = append(files, filepath.Join(home, ".config", "fencepub", "fencepub.yaml"))
 	}
-	if err := v.ReadInConfig(); err != nil {
-		var nf viper.ConfigFileNotFoundError
-		if path == "" && errors.As(err, &nf) {
-			return "", nil
-		}
-		return "", fmt.Errorf("%w: config file: %w", ErrInvalid, err)
-	}
-	return v.ConfigFileUsed(), nil
+	return files
 }
 
-// Load decodes v into a Config and validates it.
+// ReadFile reads the config file: path if non-empty (a missing file is then
+// an error), else the first of DefaultFiles that exists (none is fine). A
+// malformed file is an error naming it. It returns the file used, or "".
+func ReadFile(v *viper.Viper, path string) (string, error) {
+	if path == "" {
+		for _, f := range DefaultFiles() {
+			if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
+				path = f
+				break
+			}
+		}
+		if path == "" {
+			return "", nil
+		}
+	}
+	v.SetConfigFile(path)
+	if filepath.Ext(path) == "" {
+		v.SetConfigType("yaml")
+	}
+	if err := v.ReadInConfig(); err != nil {
+		return "", fmt.Errorf("%w: config file %s: %s", ErrInvalid, path, oneLine(err))
+	}
+	return path, nil
+}
+
+// oneLine flattens a multi-line decoder error into one line.
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+// Load decodes v into a Config and validates it. Unknown keys in the file
+// are errors (a typo such as etcd.endpoint must not silently fall back to a
+// default), and so are values of the wrong type, named by their key.
 func Load(v *viper.Viper) (Config, error) {
+	if raw := v.GetString("s3.secure"); raw != "" {
+		if _, err := strconv.ParseBool(raw); err != nil {
+			return Config{}, invalid("s3.secure", raw, "true or false")
+		}
+	}
 	var c Config
-	if err := v.Unmarshal(&c); err != nil {
-		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := v.UnmarshalExact(&c); err != nil {
+		return Config{}, fmt.Errorf("%w: %s (known keys: %s)", ErrInvalid, oneLine(err), strings.Join(Keys, ", "))
 	}
 	// A comma-separated env or flag value arrives as one string.
 	var eps []string

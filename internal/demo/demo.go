@@ -141,13 +141,25 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		r.dir = d
 	}
 	err := r.main(ctx)
+	var wg sync.WaitGroup
 	for _, p := range r.proc {
-		p.stop(5 * time.Second)
+		wg.Go(func() { p.stop(3 * time.Second) })
 	}
+	wg.Wait()
 	r.sum.Wall = time.Since(start)
+	if ctx.Err() != nil {
+		r.say("\n== interrupted: stopped every process the demo started")
+		if o.Dir == "" {
+			_ = os.RemoveAll(r.dir)
+		}
+		return r.sum, fmt.Errorf("demo: interrupted: %w", ctx.Err())
+	}
 	r.table()
-	if err == nil && !r.sum.OK() {
+	switch {
+	case err == nil && !r.sum.OK():
 		err = ErrCheckFailed
+	case err != nil:
+		err = fmt.Errorf("demo: %w", err)
 	}
 	if err == nil && o.Dir == "" {
 		_ = os.RemoveAll(r.dir)

@@ -1,5 +1,5 @@
 // Package exitcode holds fencepub's process exit codes, one table for every
-// command (../shared/DESIGN.md "Exit codes"). fencepub's own outcomes sit in
+// command (docs/DESIGN.md "Exit codes"). fencepub's own outcomes sit in
 // the 110–119 range, which commands rarely use, so `fencepub run` can pass a
 // wrapped command's own exit status through unchanged (as timeout(1) reserves
 // 124–127).
@@ -24,6 +24,7 @@ const (
 	LeaseLost   = 114 // the lease expired or was revoked while the caller relied on it
 	Unavailable = 115 // etcd or the object store could not be reached
 	NeedRecover = 116 // the authority detected a rolled-back counter; run `fencepub authority recover`
+	Interrupted = 130 // stopped by SIGINT or SIGTERM before an outcome (the shell's 128+SIGINT)
 )
 
 // Error is an error that carries the exit code the CLI returns for it.
