@@ -285,6 +285,11 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 	g.HolderRevision = resp.Header.Revision
 	a.remember(res, counter{epoch: s.epoch, gen: gen})
 	if err := q.confirm(ctx, g, true); err != nil {
+		// Unless a retry with the request id may still confirm it
+		// (ErrUnavailable), nobody will get this grant: end its lease now
+		// rather than let it block the resource for its TTL (a missing
+		// bucket, a corrupt marker).
+		q.keepLease = errors.Is(err, ErrUnavailable)
 		return Grant{}, resState{}, true, err
 	}
 	a.pruneMarkers(ctx, g)
@@ -452,7 +457,10 @@ func (a *Authority) parseState(rev int64, rs []*responseOp) (resState, error) {
 		s.request = &rec
 	}
 	if f := kv(4); f != nil {
-		s.rollback = f.Value
+		// Non-nil even for an empty value: the flag is its presence (the
+		// grant transaction compares CreateRevision), and reading an empty
+		// value as "absent" made Acquire retry its failing grant for ever.
+		s.rollback = append([]byte{}, f.Value...)
 	}
 	return s, nil
 }

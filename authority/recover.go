@@ -35,6 +35,9 @@ type RecoverReport struct {
 	Highest EpochSources `json:"highest_seen"`
 	// RollbackFlag is the rollback evidence Acquire had recorded (cleared).
 	RollbackFlag string `json:"rollback_flag,omitempty"`
+	// CorruptEpoch is the value of an epoch key that did not decode, which
+	// Recover replaced (OldEpoch is then 0: unknown).
+	CorruptEpoch string `json:"corrupt_epoch,omitempty"`
 	// Revoked lists the holders whose leases were revoked: every holder the
 	// restored etcd had (they were all granted before NewEpoch).
 	Revoked []RevokedHolder `json:"revoked"`
@@ -115,6 +118,10 @@ type restoredPointer struct {
 //
 // Every step is idempotent: after a failure, run it again.
 //
+// A corrupt epoch key is repaired the same way (RecoverReport.CorruptEpoch);
+// any other corrupt value it needs (a pointer) stops it before it changes
+// anything.
+//
 // Errors: ErrForeignDeployment, ErrUnavailable, ErrExhausted,
 // ErrCorruptState, a concurrent epoch change (run again), ctx's error.
 func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverReport, error) {
@@ -127,7 +134,25 @@ func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverRe
 	if err != nil {
 		return rep, etcdErr(ctx, "read domain", err)
 	}
-	d, initialised, err := decodeDomain(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+	epochKVs, depKVs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	d, initialised, err := decodeDomain(epochKVs, depKVs)
+	var epochValue []byte // what switchEpoch requires the epoch key to still hold
+	if len(epochKVs) > 0 {
+		epochValue, initialised = epochKVs[0].Value, true
+	}
+	if errors.Is(err, ErrCorruptState) {
+		// A corrupt epoch key stops every grant and publish of the domain;
+		// recover is its repair: the new epoch comes from the bucket and
+		// the pointers, which the corruption did not touch. The old epoch
+		// is unknown (0): restored pointers are recorded for the epochs of
+		// the objects above them only.
+		rep.CorruptEpoch = string(epochValue)
+		d, err = Domain{}, nil
+		if len(depKVs) > 0 {
+			d.DeploymentID = string(depKVs[0].Value)
+		}
+		a.log.Warn("authority: recover replaces a corrupt epoch key", "value", rep.CorruptEpoch)
+	}
 	if err != nil {
 		return rep, err
 	}
@@ -165,7 +190,7 @@ func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverRe
 	if err := a.recordRestored(ctx, pointers, &rep); err != nil {
 		return rep, err
 	}
-	switchRev, err := a.switchEpoch(ctx, rep.OldEpoch, initialised, rep.NewEpoch, rep.DeploymentID)
+	switchRev, err := a.switchEpoch(ctx, epochValue, initialised, rep.NewEpoch, rep.DeploymentID)
 	if err != nil {
 		return rep, err
 	}
@@ -381,13 +406,14 @@ func (a *Authority) recordRestored(ctx context.Context, pointers map[string]rest
 	return nil
 }
 
-// switchEpoch sets the domain epoch from old to epoch (and the deployment
-// key) in one transaction that requires the epoch unchanged, clearing the
-// rollback flag. It returns the transaction's revision.
-func (a *Authority) switchEpoch(ctx context.Context, old uint64, initialised bool, epoch uint64, dep string) (int64, error) {
+// switchEpoch sets the domain epoch from the value old (absent when not
+// initialised) to epoch, and the deployment key, in one transaction that
+// requires the epoch key unchanged, clearing the rollback flag. It returns
+// the transaction's revision.
+func (a *Authority) switchEpoch(ctx context.Context, old []byte, initialised bool, epoch uint64, dep string) (int64, error) {
 	cmp := clientv3.Compare(clientv3.CreateRevision(a.ns.EpochKey()), "=", 0)
 	if initialised {
-		cmp = clientv3.Compare(clientv3.Value(a.ns.EpochKey()), "=", layout.EncodeNumber(old))
+		cmp = clientv3.Compare(clientv3.Value(a.ns.EpochKey()), "=", string(old))
 	}
 	rctx, cancel := a.rctx(ctx)
 	defer cancel()
@@ -400,7 +426,7 @@ func (a *Authority) switchEpoch(ctx context.Context, old uint64, initialised boo
 		return 0, etcdErr(ctx, "switch epoch", err)
 	}
 	if !resp.Succeeded {
-		return 0, fmt.Errorf("authority: recover: the epoch changed from %d while recovering (a concurrent init or recover?); run recover again", old)
+		return 0, fmt.Errorf("authority: recover: the epoch changed from %q while recovering (a concurrent init or recover?); run recover again", old)
 	}
 	return resp.Header.Revision, nil
 }
@@ -439,18 +465,50 @@ func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]RevokedHold
 		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision >= rev {
 			continue // gone already, or granted in the new epoch
 		}
-		g, err := decodeHolder(resp.Kvs[0])
+		kv := resp.Kvs[0]
+		// A holder that does not decode is still ended: Recover runs after
+		// the epoch switch, and failing here would leave the lease to block
+		// its resource (and a re-run would only switch the epoch again).
+		g, err := decodeHolder(kv)
 		if err != nil {
+			a.log.Warn("authority: recover ends a holder record that does not decode", "key", k, "err", err)
+			g = Grant{Resource: resourceOfHolderKey(a.ns, k)}
+		}
+		if err := a.endHolder(ctx, kv); err != nil {
 			return out, err
 		}
-		rctx, cancel = a.rctx(ctx)
-		_, err = a.cli.Revoke(rctx, clientv3.LeaseID(resp.Kvs[0].Lease))
-		cancel()
-		if err != nil && !isLeaseNotFound(err) {
-			return out, etcdErr(ctx, "revoke lease", err)
-		}
 		a.log.Info("authority: recover revoked a restored lease", "resource", g.Resource, "owner", g.Owner, "generation", g.Generation)
-		out = append(out, RevokedHolder{Resource: g.Resource, Owner: g.Owner, Epoch: g.Epoch, Generation: g.Generation, LeaseID: resp.Kvs[0].Lease})
+		out = append(out, RevokedHolder{Resource: g.Resource, Owner: g.Owner, Epoch: g.Epoch, Generation: g.Generation, LeaseID: kv.Lease})
 	}
 	return out, nil
+}
+
+// endHolder revokes the lease of holder record kv, or, for a record
+// attached to no lease (written out of band; it would never expire),
+// deletes it in a transaction that requires it unchanged.
+func (a *Authority) endHolder(ctx context.Context, kv *mvccKV) error {
+	rctx, cancel := a.rctx(ctx)
+	defer cancel()
+	if kv.Lease != 0 {
+		if _, err := a.cli.Revoke(rctx, clientv3.LeaseID(kv.Lease)); err != nil && !isLeaseNotFound(err) {
+			return etcdErr(ctx, "revoke lease", err)
+		}
+		return nil
+	}
+	key := string(kv.Key)
+	_, err := a.cli.Txn(rctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	return etcdErr(ctx, "delete a holder without lease", err)
+}
+
+// resourceOfHolderKey returns the resource name in a holder key of ns, or
+// the key itself when it does not parse.
+func resourceOfHolderKey(ns layout.Namespace, key string) string {
+	esc, ok := strings.CutSuffix(strings.TrimPrefix(key, ns.AuthorityPrefix()), "/holder")
+	if res, err := url.PathUnescape(esc); ok && err == nil {
+		return res
+	}
+	return key
 }

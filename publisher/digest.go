@@ -30,6 +30,15 @@ const reservedMetaPrefix = "fencepub-"
 // 412 on its own key check that the object there is the one it wrote.
 const metaSHA256 = reservedMetaPrefix + "sha256"
 
+// Validate checks op's idempotency key, content type and metadata as
+// Publish does, without reading Body, so a caller can refuse bad input
+// before it acquires a grant or writes anything. Errors: ErrInvalid naming
+// the field.
+func (op Operation) Validate() error {
+	_, err := normalize(op)
+	return err
+}
+
 // normalize validates op and returns it with defaults applied: content type
 // defaulted, metadata keys lowercased. Errors: ErrInvalid naming the field.
 func normalize(op Operation) (Operation, error) {

@@ -223,9 +223,15 @@ func TestResolveEdges(t *testing.T) {
 			t.Errorf("resolve %+v: %v, want ErrInvalid", c, err)
 		}
 	}
-	v := layout.Version{Epoch: 1, Fence: 3, Seq: 2}
+	// A fence never granted is refused and seals nothing (see
+	// TestAdversarialResolveFutureVersion).
+	if _, err := e.pub.Resolve(ctx, "fresh", "k", layout.Version{Epoch: 1, Fence: 3, Seq: 2}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("resolve of a fence never granted: %v, want ErrInvalid", err)
+	}
+	g := e.acquire(authority.AcquireRequest{Resource: "fresh", Owner: "w"})
+	v := g.Version(2)
 	r, err := e.pub.Resolve(ctx, "fresh", "k", v)
-	mustOutcome(t, "resolve on a fresh resource", r, err, Stale, ReasonSeal)
+	mustOutcome(t, "resolve on a resource never published", r, err, Stale, ReasonSeal)
 	resp, err := e.etcd.Get(ctx, e.ns.SealKey("fresh"))
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatal(resp, err)
@@ -235,7 +241,7 @@ func TestResolveEdges(t *testing.T) {
 		t.Fatalf("seal %+v, %v; want %s", seal, err, v)
 	}
 	// A lower version does not lower the seal.
-	r, err = e.pub.Resolve(ctx, "fresh", "k2", layout.Version{Epoch: 1, Fence: 1, Seq: 1})
+	r, err = e.pub.Resolve(ctx, "fresh", "k2", g.Version(1))
 	mustOutcome(t, "resolve below the seal", r, err, Stale, ReasonSeal)
 	resp, _ = e.etcd.Get(ctx, e.ns.SealKey("fresh"), clientv3.WithSerializable())
 	if s, _ := layout.DecodeSeal(resp.Kvs[0].Value); s.Version != v {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(pausedWorkerEnv) != "" {
+		os.Exit(runPausedWorker()) // a helper process of an adversarial test
+	}
+	testenv.Main(m)
+}
 
 // env is one test's domain on the shared servers: a fresh namespace with an
 // initialised authority and a publisher Client with its own registry.

@@ -385,11 +385,11 @@ func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
 // PublishSeq is Publish with an explicit seq, 1..layout.MaxNumber (the CLI's
 // --seq). Later Publish calls continue above it. A seq at or below one
 // already published or sealed is stale. Errors: as Publish; ErrInvalid for
-// seq 0.
+// seq 0 or above layout.MaxNumber (bad input, not exhaustion).
 func (p *Publisher) PublishSeq(ctx context.Context, seq uint64, op Operation) (Result, error) {
-	if seq == 0 {
+	if seq == 0 || seq > layout.MaxNumber {
 		p.c.m.failure("validate")
-		return Result{}, fmt.Errorf("%w: seq must be at least 1", ErrInvalid)
+		return Result{}, fmt.Errorf("%w: seq %d must be in 1..%d", ErrInvalid, seq, layout.MaxNumber)
 	}
 	return p.publish(ctx, seq, op)
 }

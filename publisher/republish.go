@@ -2,8 +2,11 @@ package publisher
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/fencepub/fencepub/internal/layout"
@@ -19,12 +22,16 @@ import (
 // "Object layout"): such an object is in no history entry, so its digest is
 // computed from the object itself — the body sha256 the publisher stored in
 // its metadata, its content type and user metadata — which equals the
-// original publish's digest.
+// original publish's digest. An object written in a multipart upload
+// carries no sha256 metadata (it is known only once the last part is
+// sent); Republish then reads the object once, conditioned on its ETag, to
+// compute it.
 //
 // objectKey must be a fencepub object key of this resource
 // (layout.ParseObjectKey). Errors and outcomes are those of Publish, plus
 // ErrInvalid (a foreign key), ErrSourceGone (the object is gone) and
-// ErrObjectMismatch (its metadata carries no valid sha256).
+// ErrObjectMismatch (its metadata carries an invalid sha256, or it changed
+// while being read).
 func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Result, error) {
 	c, res := p.c, p.term.Resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
@@ -39,19 +46,26 @@ func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Resul
 	info, err := st.Client.StatObject(ctx, st.Bucket, objectKey, minio.StatObjectOptions{})
 	if err != nil {
 		c.m.failure("object")
-		return Result{}, fmt.Errorf("%w: %s: %w", ErrSourceGone, objectKey, objstore.Classify(err))
+		return Result{}, sourceErr(objectKey, err)
 	}
 	var sum string
+	found := false
 	for k, v := range info.UserMetadata {
 		if strings.EqualFold(k, metaSHA256) {
-			sum = v
+			sum, found = v, true
 		}
 	}
-	bodySHA, err := hex.DecodeString(sum)
-	if err != nil || len(bodySHA) != 32 {
+	var bodySHA []byte
+	if found {
+		if bodySHA, err = hex.DecodeString(sum); err != nil || len(bodySHA) != 32 {
+			c.m.failure("object")
+			return Result{}, fmt.Errorf("%w: %s carries an invalid %s metadata value %q", ErrObjectMismatch, objectKey, metaSHA256, sum)
+		}
+	} else if bodySHA, err = c.hashObject(ctx, objectKey, info); err != nil { // a multipart upload's object
 		c.m.failure("object")
-		return Result{}, fmt.Errorf("%w: %s carries no valid %s metadata (%q)", ErrObjectMismatch, objectKey, metaSHA256, sum)
+		return Result{}, err
 	}
+	sum = hex.EncodeToString(bodySHA)
 	src := layout.Object{Bucket: st.Bucket, Key: objectKey, SHA256: sum, ETag: info.ETag, Size: info.Size}
 	meta, err := c.sourceMetadata(ctx, src)
 	if err != nil {
@@ -59,4 +73,43 @@ func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Resul
 		return Result{}, err
 	}
 	return p.republish(ctx, src, info.ContentType, meta, bodySHA, key)
+}
+
+// hashObject reads key once, conditioned on the ETag in info (the copy that
+// follows requires the same ETag), and returns the sha256 of its bytes.
+// Errors: ErrSourceGone, ErrObjectMismatch (changed or of another size),
+// objstore errors.
+func (c *Client) hashObject(ctx context.Context, key string, info minio.ObjectInfo) ([]byte, error) {
+	st := c.cfg.Store
+	opts := minio.GetObjectOptions{}
+	if err := opts.SetMatchETag(info.ETag); err != nil {
+		return nil, fmt.Errorf("%w: %s has ETag %q: %w", ErrObjectMismatch, key, info.ETag, err)
+	}
+	obj, err := st.Client.GetObject(ctx, st.Bucket, key, opts)
+	if err != nil {
+		return nil, sourceErr(key, err)
+	}
+	defer obj.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, obj)
+	if err != nil {
+		return nil, sourceErr(key, err)
+	}
+	if n != info.Size {
+		return nil, fmt.Errorf("%w: %s: read %d bytes, its size is %d", ErrObjectMismatch, key, n, info.Size)
+	}
+	return h.Sum(nil), nil
+}
+
+// sourceErr classifies an error reading a republish source: gone (404),
+// changed (412 on the ETag condition), or the store's error.
+func sourceErr(key string, err error) error {
+	err = objstore.Classify(err)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return fmt.Errorf("%w: %s: %w", ErrSourceGone, key, err)
+	case errors.Is(err, objstore.ErrExists):
+		return fmt.Errorf("%w: %s changed while being read: %w", ErrObjectMismatch, key, err)
+	}
+	return fmt.Errorf("publisher: read republish source %s: %w", key, err)
 }

@@ -308,6 +308,27 @@ func (c *Client) retry(ctx context.Context, what string, fn func(ctx context.Con
 // transaction if both are absent (DESIGN.md "etcd layout"), else reads them.
 // It returns the pointer and the seal's version. Safe to repeat.
 func (c *Client) initResource(ctx context.Context, res string) (layout.Pointer, layout.Version, error) {
+	resp, err := c.createResource(ctx, res)
+	if err != nil || resp.Succeeded {
+		return layout.Pointer{}, layout.Version{}, err
+	}
+	pkv, skv := kv(resp, 0), kv(resp, 1)
+	ptr, err := layout.DecodePointer(pkv.Value)
+	if err != nil {
+		return layout.Pointer{}, layout.Version{}, fmt.Errorf("publisher: pointer of %q: %w", res, err)
+	}
+	seal, err := layout.DecodeSeal(skv.Value)
+	if err != nil {
+		return layout.Pointer{}, layout.Version{}, fmt.Errorf("publisher: seal of %q: %w", res, err)
+	}
+	return ptr, seal.Version, nil
+}
+
+// createResource runs initResource's transaction without decoding what it
+// read: when it did not create the keys, its response holds the pointer
+// (0) and the seal (1), both present. Errors: ErrUnavailable, ctx's error,
+// layout.ErrCorruptRecord when only one of the two keys exists.
+func (c *Client) createResource(ctx context.Context, res string) (*clientv3.TxnResponse, error) {
 	pk, sk := c.ns.PointerKey(res), c.ns.SealKey(res)
 	zeroPtr, _ := layout.EncodePointer(layout.Pointer{})
 	zeroSeal, _ := layout.EncodeSeal(layout.Seal{})
@@ -322,22 +343,10 @@ func (c *Client) initResource(ctx context.Context, res string) (layout.Pointer, 
 		return err
 	})
 	if err != nil {
-		return layout.Pointer{}, layout.Version{}, err
+		return nil, err
 	}
-	if resp.Succeeded {
-		return layout.Pointer{}, layout.Version{}, nil
+	if !resp.Succeeded && (kv(resp, 0) == nil || kv(resp, 1) == nil) {
+		return nil, fmt.Errorf("%w: resource %q has a pointer or a seal but not both", layout.ErrCorruptRecord, res)
 	}
-	pkv, skv := kv(resp, 0), kv(resp, 1)
-	if pkv == nil || skv == nil {
-		return layout.Pointer{}, layout.Version{}, fmt.Errorf("%w: resource %q has a pointer or a seal but not both", layout.ErrCorruptRecord, res)
-	}
-	ptr, err := layout.DecodePointer(pkv.Value)
-	if err != nil {
-		return layout.Pointer{}, layout.Version{}, fmt.Errorf("publisher: pointer of %q: %w", res, err)
-	}
-	seal, err := layout.DecodeSeal(skv.Value)
-	if err != nil {
-		return layout.Pointer{}, layout.Version{}, fmt.Errorf("publisher: seal of %q: %w", res, err)
-	}
-	return ptr, seal.Version, nil
+	return resp, nil
 }

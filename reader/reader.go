@@ -53,13 +53,17 @@ var (
 	ErrDigestMismatch = errors.New("reader: object bytes do not match the pointer's sha256")
 	// ErrUnavailable: etcd or the store did not answer.
 	ErrUnavailable = errors.New("reader: service unavailable")
-	// ErrInvalid: bad configuration or resource name.
+	// ErrInvalid: bad configuration or resource name, or a bucket that does
+	// not exist.
 	ErrInvalid = errors.New("reader: invalid input")
 )
 
 // DefaultOpenRetries bounds how often Open follows a newer pointer after the
 // object it tried was collected.
 const DefaultOpenRetries = 3
+
+// DefaultRequestTimeout bounds one etcd read of the pointer.
+const DefaultRequestTimeout = 5 * time.Second
 
 // Config holds a Reader's dependencies and options.
 type Config struct {
@@ -77,6 +81,11 @@ type Config struct {
 	// OpenRetries bounds Open's retries after a collected object; default
 	// DefaultOpenRetries.
 	OpenRetries int
+	// RequestTimeout bounds each etcd read of the pointer (Current, Open and
+	// Watch's syncs): an etcd that does not answer in time is ErrUnavailable
+	// instead of a wait as long as the caller's context (the etcd client
+	// waits for a connection indefinitely). Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
 }
 
 // Reader reads one resource's published state. It is safe for concurrent
@@ -100,12 +109,17 @@ func New(cfg Config, resource string) (*Reader, error) {
 		return nil, fmt.Errorf("%w: Config.Etcd is nil", ErrInvalid)
 	case cfg.OpenRetries < 0:
 		return nil, fmt.Errorf("%w: negative OpenRetries", ErrInvalid)
+	case cfg.RequestTimeout < 0:
+		return nil, fmt.Errorf("%w: negative RequestTimeout", ErrInvalid)
 	}
 	if err := layout.ValidateResource(resource, false); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if cfg.OpenRetries == 0 {
 		cfg.OpenRetries = DefaultOpenRetries
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -151,13 +165,16 @@ func (r *Reader) saw(v layout.Version) {
 	r.mu.Unlock()
 }
 
-// get reads and decodes the pointer; a missing key is the zero pointer.
+// get reads and decodes the pointer, bounded by Config.RequestTimeout; a
+// missing key is the zero pointer.
 func (r *Reader) get(ctx context.Context, serializable bool) (layout.Pointer, int64, error) {
 	var opts []clientv3.OpOption
 	if serializable {
 		opts = append(opts, clientv3.WithSerializable())
 	}
-	resp, err := r.cfg.Etcd.Get(ctx, r.key, opts...)
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	resp, err := r.cfg.Etcd.Get(rctx, r.key, opts...)
+	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return layout.Pointer{}, 0, fmt.Errorf("reader: get pointer of %q: %w", r.res, err)
@@ -253,6 +270,12 @@ func (r *Reader) objectErr(ptr layout.Pointer, err error) error {
 	if errors.As(err, &resp) && resp.StatusCode == http.StatusPreconditionFailed {
 		return fmt.Errorf("%w: %s/%s no longer has ETag %s (pointer %s of %q)",
 			ErrObjectChanged, ptr.Object.Bucket, ptr.Object.Key, ptr.Object.ETag, ptr.Version, r.res)
+	}
+	if errors.As(err, &resp) && resp.Code == "NoSuchBucket" {
+		// A configuration problem, not a lost object: never report it as
+		// ErrObjectMissing (data loss).
+		return fmt.Errorf("%w: bucket %q of the pointer %s of %q does not exist: %w",
+			ErrInvalid, ptr.Object.Bucket, ptr.Version, r.res, err)
 	}
 	err = objstore.Classify(err)
 	switch {

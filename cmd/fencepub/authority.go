@@ -68,7 +68,8 @@ func authorityExit(err error) error {
 		return nil
 	case errors.As(err, &coded):
 		return err
-	case errors.Is(err, layout.ErrInvalidName), errors.Is(err, authority.ErrBadTTL), errors.Is(err, authority.ErrInvalidGrant):
+	case errors.Is(err, layout.ErrInvalidName), errors.Is(err, authority.ErrBadTTL), errors.Is(err, authority.ErrInvalidGrant),
+		isNoSuchBucket(err):
 		code = exitcode.Usage
 	case errors.Is(err, authority.ErrRequestConflict):
 		code = exitcode.Conflict
@@ -152,6 +153,13 @@ the lease request + TTL), never later than etcd's own expiry.`,
 		if err := requireFlags(c, "resource"); err != nil {
 			return err
 		}
+		for _, name := range []string{"owner", "request-id"} {
+			if c.Flags().Changed(name) && c.Flags().Lookup(name).Value.String() == "" {
+				// An unset shell variable must not silently become a random
+				// id: a retry would then mint a second grant.
+				return exitcode.Usagef("--%s is empty", name)
+			}
+		}
 		if req.Owner == "" {
 			req.Owner = "cli-" + authority.NewID()[:16]
 		}
@@ -163,6 +171,9 @@ the lease request + TTL), never later than etcd's own expiry.`,
 			return err
 		}
 		defer env.Close()
+		if err := checkBucket(c.Context(), env); err != nil {
+			return err
+		}
 		g, err := a.Acquire(c.Context(), req)
 		if errors.Is(err, authority.ErrExpired) {
 			o := toGrantOutput(g)

@@ -49,7 +49,7 @@ func readerExit(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, reader.ErrInvalid), errors.Is(err, layout.ErrInvalidName):
+	case errors.Is(err, reader.ErrInvalid), errors.Is(err, layout.ErrInvalidName), isNoSuchBucket(err):
 		code = exitcode.Usage
 	case errors.Is(err, reader.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		code = exitcode.Unavailable
@@ -82,6 +82,9 @@ been published. The read is linearizable unless --serializable.
 	addConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		if err := positive("timeout", timeout); err != nil {
+			return err
+		}
 		r, env, err := openReader(c, resource, serializable)
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
+	"github.com/minio/minio-go/v7"
 	"github.com/spf13/cobra"
 )
 
@@ -85,6 +86,10 @@ func (g *grantFlags) existing(cmd *cobra.Command) (bool, error) {
 		return false, exitcode.Usagef("--epoch and --fence go together")
 	case raw && (fl.Changed("request-id") || fl.Changed("wait")):
 		return false, exitcode.Usagef("--request-id and --wait need --ttl")
+	case fl.Changed("request-id") && g.requestID == "":
+		// An unset shell variable must not silently become a random id:
+		// the retry would then mint a second grant.
+		return false, exitcode.Usagef("--request-id is empty")
 	}
 	return raw, nil
 }
@@ -120,6 +125,9 @@ func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cliEnv, 
 		}
 		p, err := c.Bind(ctx, term)
 		return p, noop, publisher.Result{}, err
+	}
+	if err := checkBucket(ctx, env); err != nil {
+		return nil, noop, publisher.Result{}, err
 	}
 	gr, err := a.Acquire(ctx, authority.AcquireRequest{Resource: g.resource, Owner: g.owner, RequestID: g.requestID, TTL: g.ttl, Wait: g.wait})
 	if err != nil {
@@ -202,6 +210,9 @@ Newer state wins: a version at or below the pointer is stale.
 		if file == "" {
 			return exitcode.Usagef("no body: give --file PATH, or --file - (or '-') for stdin")
 		}
+		if err := positive("timeout", timeout); err != nil {
+			return err
+		}
 		raw, err := g.existing(c)
 		if err != nil {
 			return err
@@ -209,12 +220,16 @@ Newer state wins: a version at or below the pointer is stale.
 		if raw && !c.Flags().Changed("seq") {
 			return exitcode.Usagef("--seq is required with --epoch and --fence")
 		}
-		if c.Flags().Changed("seq") && seq == 0 {
-			return exitcode.Usagef("--seq must be at least 1")
+		if c.Flags().Changed("seq") && (seq == 0 || seq > layout.MaxNumber) {
+			return exitcode.Usagef("--seq %d: want 1..%d", seq, layout.MaxNumber)
 		}
 		md, err := parseMeta(meta)
 		if err != nil {
 			return err
+		}
+		// Refuse bad input before a grant is acquired or anything written.
+		if err := (publisher.Operation{IdempotencyKey: key, ContentType: contentType, Metadata: md}).Validate(); err != nil {
+			return exitcode.With(exitcode.Usage, err)
 		}
 		body, err := openBody(c, file)
 		if err != nil {
@@ -247,6 +262,38 @@ Newer state wins: a version at or below the pointer is stale.
 		return reportResult(c, *out, "publish", res, err)
 	}
 	return cmd
+}
+
+// positive returns a usage error unless the duration flag name is above 0
+// (a zero or negative deadline would fail every request as "unavailable").
+func positive(name string, d time.Duration) error {
+	if d <= 0 {
+		return exitcode.Usagef("--%s %s: want a positive duration", name, d)
+	}
+	return nil
+}
+
+// checkBucket makes one bucket call before a command acquires a grant: a
+// missing bucket is a configuration mistake (exit 2) found before anything
+// is minted in etcd; an unreachable store exits 115.
+func checkBucket(ctx context.Context, env *cliEnv) error {
+	err := env.Store.CheckBucket(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, objstore.ErrNotFound):
+		return exitcode.With(exitcode.Usage, fmt.Errorf("s3.bucket: %w", err))
+	case errors.Is(err, objstore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return exitcode.With(exitcode.Unavailable, err)
+	}
+	return exitcode.With(exitcode.Internal, err)
+}
+
+// isNoSuchBucket reports whether err carries the store's NoSuchBucket
+// answer (objstore folds it into ErrNotFound with missing keys).
+func isNoSuchBucket(err error) bool {
+	var resp minio.ErrorResponse
+	return errors.As(err, &resp) && resp.Code == "NoSuchBucket"
 }
 
 // openBody opens the body: stdin for "-", else the file.

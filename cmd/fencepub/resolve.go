@@ -28,6 +28,9 @@ raises the resource's seal to that version so that the attempt can never apply
 later: "stale" with reason "seal" (exit 110). Safe to repeat.
 
 Pass the exact version of the unknown attempt: every version up to it is sealed.
+A version no publish can carry — an epoch above the domain's, or a fence never
+granted on the resource — is refused (exit 2) and seals nothing; an attempt of
+an older epoch is reported stale with reason "epoch" without a seal.
 
 ` + publishExitHelp,
 		Args: noArgs,
@@ -46,6 +49,9 @@ Pass the exact version of the unknown attempt: every version up to it is sealed.
 	addConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		if err := positive("timeout", timeout); err != nil {
+			return err
+		}
 		env, err := openEnv(c)
 		if err != nil {
 			return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // newRollbackCmd builds `fencepub rollback`.
@@ -49,8 +51,22 @@ duplicate.
 		if err != nil {
 			return err
 		}
-		if key == "" {
+		if err := positive("timeout", timeout); err != nil {
+			return err
+		}
+		switch {
+		case c.Flags().Changed("key") && key == "":
+			return exitcode.Usagef("--key is empty")
+		case key == "":
 			key = "rollback-" + layout.NewNonce()
+		}
+		// Bad input is refused before a grant is acquired (a generation
+		// minted for nothing).
+		if err := layout.ValidateKey("idempotency key", key); err != nil {
+			return exitcode.With(exitcode.Usage, err)
+		}
+		if err := layout.ValidateResource(g.resource, false); err != nil {
+			return exitcode.With(exitcode.Usage, err)
 		}
 		env, err := openEnv(c)
 		if err != nil {
@@ -59,6 +75,9 @@ duplicate.
 		defer env.Close()
 		ctx, cancel := context.WithTimeout(c.Context(), timeout)
 		defer cancel()
+		if err := historyExists(ctx, env, g.resource, v); err != nil {
+			return err
+		}
 		client, err := publisher.New(publisher.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
 		if err != nil {
 			return exitcode.With(exitcode.Usage, err)
@@ -72,6 +91,22 @@ duplicate.
 		return reportResult(c, *out, "rollback", res, err)
 	}
 	return cmd
+}
+
+// historyExists checks, before a grant is acquired, that v is in
+// resource's history. Rollback checks it again under the grant; this read
+// only spares a generation when the version does not exist.
+func historyExists(ctx context.Context, env *cliEnv, resource string, v layout.Version) error {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := env.Etcd.Get(rctx, env.NS.HistoryKey(resource, v), clientv3.WithCountOnly())
+	switch {
+	case err != nil:
+		return exitcode.With(exitcode.Unavailable, fmt.Errorf("etcd: read history of %q: %w", resource, err))
+	case resp.Count == 0:
+		return exitcode.With(exitcode.Usage, fmt.Errorf("%w: %q has no history entry for %s", publisher.ErrNoSuchVersion, resource, v))
+	}
+	return nil
 }
 
 // parseVersion parses "epoch.fence.seq" or the fixed-width encoded form.

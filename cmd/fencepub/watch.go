@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/spf13/cobra"
 )
 
@@ -34,6 +35,9 @@ versions were printed.
 	addConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		if count < 0 {
+			return exitcode.Usagef("--count %d: want 0 (run until interrupted) or more", count)
+		}
 		r, env, err := openReader(c, resource, false)
 		if err != nil {
 			return err

@@ -115,8 +115,25 @@ type Namespace struct {
 	Domain string
 }
 
+// subtrees are the first key components under a domain's root that its
+// range reads and deletes cover (authority/, pointers/, seals/, ops/,
+// history/, restored/ in etcd; _fencepub/ in the bucket). No prefix
+// component or domain may be one of them: otherwise one domain nests inside
+// another's subtree — prefix "p/d/history" with domain "r" has the root
+// "p/d/history/r/", which is the history prefix of resource "r" of domain
+// "d" under "p" — and the outer domain's range reads and deletes (GC's
+// history pruning, recover's holder revocation) would reach the inner
+// domain's epoch, generation, pointer and seal keys.
+var subtrees = map[string]bool{
+	"authority": true, "pointers": true, "seals": true, "ops": true, "history": true, "restored": true,
+	strings.TrimSuffix(metaDir, "/"): true,
+}
+
 // NewNamespace validates prefix (one or more '/'-separated name components,
 // no leading or trailing '/') and domain (a name) and returns the Namespace.
+// No component may name one of a domain's key subtrees ("authority",
+// "pointers", "seals", "ops", "history", "restored", "_fencepub"), so no two
+// namespaces' keys ever overlap unless their roots are equal.
 func NewNamespace(prefix, domain string) (Namespace, error) {
 	if prefix == "" {
 		return Namespace{}, nameErr("namespace.prefix", prefix, "is empty")
@@ -125,9 +142,15 @@ func NewNamespace(prefix, domain string) (Namespace, error) {
 		if err := checkName("namespace.prefix component", part, MaxResourceLen, false); err != nil {
 			return Namespace{}, err
 		}
+		if subtrees[part] {
+			return Namespace{}, nameErr("namespace.prefix component", part, "is reserved: it names a key subtree of a domain")
+		}
 	}
 	if err := checkName("namespace.domain", domain, MaxResourceLen, false); err != nil {
 		return Namespace{}, err
+	}
+	if subtrees[domain] {
+		return Namespace{}, nameErr("namespace.domain", domain, "is reserved: it names a key subtree of a domain")
 	}
 	return Namespace{Prefix: prefix, Domain: domain}, nil
 }
