@@ -46,9 +46,12 @@ func openReader(cmd *cobra.Command, resource string, serializable bool) (*reader
 // readerExit attaches the exit code of a reader error.
 func readerExit(err error) error {
 	code := exitcode.Internal
+	var ee *exitcode.Error
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &ee):
+		return err
 	case errors.Is(err, reader.ErrInvalid), errors.Is(err, layout.ErrInvalidName), isNoSuchBucket(err):
 		code = exitcode.Usage
 	case errors.Is(err, reader.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

@@ -338,8 +338,14 @@ func reportResult(cmd *cobra.Command, format, verb string, res publisher.Result,
 			if res.Reason != "" {
 				reason = " (" + string(res.Reason) + ")"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s%s %s %s %s/%s sha256=%s\n", res.Outcome, reason, res.Resource,
-				res.Version, res.Object.Bucket, res.Object.Key, res.Object.SHA256)
+			line := fmt.Sprintf("%s%s %s", res.Outcome, reason, res.Resource)
+			if res.Version.Seq != 0 { // zero: refused before a version was taken
+				line += " " + res.Version.String()
+			}
+			if res.Object.Key != "" {
+				line += fmt.Sprintf(" %s/%s sha256=%s", res.Object.Bucket, res.Object.Key, res.Object.SHA256)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), line)
 		}
 		switch res.Outcome {
 		case publisher.Applied:

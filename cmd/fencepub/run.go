@@ -242,8 +242,10 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 		r.say("unknown; settle it with: fencepub resolve --resource %s --key %s --epoch %d --fence %d --seq %d",
 			resource, key, res.Version.Epoch, res.Version.Fence, res.Version.Seq)
 	case "":
+	case publisher.Conflict:
+		r.say("conflict: key %s was already published with a different result; nothing published (is the job's output deterministic?)", key)
 	default:
-		r.say("%s (%s): nothing published", res.Outcome, res.Reason)
+		r.say("%s (reason %s): nothing published", res.Outcome, res.Reason)
 	}
 	return publishExit(res, err)
 }
