@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
@@ -34,13 +33,15 @@ func checkGrant(g Grant) error {
 }
 
 // Renew extends g's lease by its TTL, only while g is still the live holder
-// of its resource in the current epoch. It never mints anything: a renew of
-// an expired, revoked, released or superseded grant fails and the caller
-// must acquire again (the seed: "续租失败后不能独立申请更大 token 来补救").
+// of its resource. It never mints anything: a renew of an expired, revoked,
+// released or superseded grant fails and the caller must acquire again (the
+// seed: "续租失败后不能独立申请更大 token 来补救").
 //
-// Two concurrent requests: a lease keepalive, and one transaction comparing
-// the holder's CreateRevision with g.HolderRevision and the epoch with
-// g.Epoch.
+// It is one lease keepalive. The holder key is attached to g's lease and is
+// only ever removed together with it — Release revokes the lease, etcd
+// expires it, Recover revokes every holder's lease when the epoch moves —
+// and the grant transaction never overwrites a present holder, so "g's
+// lease is alive" means "g still holds the resource".
 //
 // Errors: ErrLeaseLost, ErrInvalidGrant, layout.ErrInvalidName,
 // ErrUnavailable, ctx's error.
@@ -50,38 +51,19 @@ func (a *Authority) Renew(ctx context.Context, g Grant) error {
 }
 
 // renew is Renew returning the TTL etcd set on the lease (whole seconds).
-// The keepalive and the holder check run concurrently: the holder key is
-// attached to g's lease, so "holder present at the check and lease alive at
-// the keepalive" means g held the resource throughout.
 func (a *Authority) renew(ctx context.Context, g Grant) (time.Duration, error) {
 	if err := checkGrant(g); err != nil {
 		return 0, err
 	}
 	rctx, cancel := a.rctx(ctx)
 	defer cancel()
-	var (
-		wg           sync.WaitGroup
-		ka           *clientv3.LeaseKeepAliveResponse
-		resp         *clientv3.TxnResponse
-		kaErr, txErr error
-	)
-	wg.Go(func() { ka, kaErr = a.cli.KeepAliveOnce(rctx, g.LeaseID) })
-	wg.Go(func() {
-		resp, txErr = a.cli.Txn(rctx).
-			If(g.HolderCmp(a.ns), g.EpochCmp(a.ns)).
-			Else(clientv3.OpGet(a.ns.HolderKey(g.Resource)), clientv3.OpGet(a.ns.EpochKey())).
-			Commit()
-	})
-	wg.Wait()
+	ka, err := a.cli.KeepAliveOnce(rctx, g.LeaseID)
 	switch {
-	case isLeaseNotFound(kaErr):
-		return 0, fmt.Errorf("%w: %q generation %d: lease %x expired or was revoked", ErrLeaseLost, g.Resource, g.Generation, int64(g.LeaseID))
-	case txErr == nil && !resp.Succeeded:
-		return 0, fmt.Errorf("%w: %q generation %d no longer holds the resource (%s)", ErrLeaseLost, g.Resource, g.Generation, describeLoss(g, resp))
-	case kaErr != nil:
-		return 0, etcdErr(ctx, "lease keepalive", kaErr)
-	case txErr != nil:
-		return 0, etcdErr(ctx, "holder check", txErr)
+	case isLeaseNotFound(err):
+		return 0, fmt.Errorf("%w: %q generation %d: lease %x expired or was revoked (released, or the domain moved to a new epoch)",
+			ErrLeaseLost, g.Resource, g.Generation, int64(g.LeaseID))
+	case err != nil:
+		return 0, etcdErr(ctx, "lease keepalive", err)
 	}
 	return time.Duration(ka.TTL) * time.Second, nil
 }
@@ -102,33 +84,39 @@ func describeLoss(g Grant, resp *clientv3.TxnResponse) string {
 	return "held by another grant"
 }
 
-// Release ends g's lease: one transaction deletes the holder key only if its
+// Release ends g's lease: one transaction checks that the holder key's
 // CreateRevision is g.HolderRevision, it is attached to g.LeaseID and the
 // grant record of g.Generation names g.Owner in g.Epoch — so A can never
-// drop B's lease (the seed: "释放或续租时原子比较 owner"). It then revokes
-// the lease. The grant record stays: it is durable (DESIGN.md "etcd layout").
+// drop B's lease (the seed: "释放或续租时原子比较 owner") — and then the
+// lease is revoked, which deletes the holder key with it. Revoking g's own
+// lease can only ever remove g's holder, whatever happened in between, so
+// the check and the revoke need not be one transaction; and the holder never
+// outlives its lease (Renew relies on it). The grant record stays: it is
+// durable (DESIGN.md "etcd layout").
 //
 // Errors: ErrLeaseLost when g no longer holds the resource (already expired,
-// released or superseded); ErrInvalidGrant; ErrUnavailable; ctx's error.
+// released or superseded); ErrInvalidGrant; ErrUnavailable (the holder stays
+// until the lease expires or a retried Release revokes it); ctx's error.
 func (a *Authority) Release(ctx context.Context, g Grant) error {
 	if err := checkGrant(g); err != nil {
 		return err
 	}
 	hk := a.ns.HolderKey(g.Resource)
 	rctx, cancel := a.rctx(ctx)
+	defer cancel()
 	resp, err := a.cli.Txn(rctx).
 		If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.GrantCmp(a.ns)).
-		Then(clientv3.OpDelete(hk)).
 		Else(clientv3.OpGet(hk), clientv3.OpGet(a.ns.EpochKey())).
 		Commit()
-	cancel()
 	if err != nil {
 		return etcdErr(ctx, "release", err)
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: %q generation %d cannot be released (%s)", ErrLeaseLost, g.Resource, g.Generation, describeLoss(g, resp))
 	}
-	a.revoke(ctx, g.LeaseID)
+	if _, err := a.cli.Revoke(rctx, g.LeaseID); err != nil && !isLeaseNotFound(err) {
+		return etcdErr(ctx, "release: revoke", err)
+	}
 	return nil
 }
 
