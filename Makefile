@@ -26,6 +26,19 @@ build:
 demo: deps build
 	$(GO) run ./examples/demo --bin $(BIN)
 
+## bench: the benchmark suite on local etcd and MinIO, plus the Go
+## micro-benchmarks; results and chart in bench/results (bench/README.md).
+## wrk (Debian package) drives the reader-service rows; without it they are
+## skipped with a note.
+bench: deps build
+	@command -v wrk >/dev/null 2>&1 || { echo "bench: installing wrk"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get install -y wrk; else sudo apt-get install -y wrk; fi; } \
+		|| echo "bench: wrk not installed; the reader-service rows will be skipped"
+	$(GO) run ./cmd/fencepub bench --local --out bench/results --reader-service $(BIN)/reader-service
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/layout > bench/results/micro.txt
+	$(GO) test -run '^$$' -bench Classify -benchmem ./gc >> bench/results/micro.txt
+	@cat bench/results/micro.txt
+
 ## test: every test, against real servers started by internal/testenv
 test: deps
 	$(GO) test $(TEST_FLAGS) $(PKGS)
@@ -43,6 +56,15 @@ vet:
 staticcheck:
 	@cd tools && $(GO) build -o $(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
 	$(BIN)/staticcheck $(PKGS)
+
+## chaos: fault-injection soak against real etcd (3 members) and MinIO (4 drives),
+##        judged by the linearizability and invariant checker (internal/chaos).
+##        SEED= replays a schedule (empty: random, printed); DURATION= e.g. 30m.
+SEED     ?=
+DURATION ?= 5m
+chaos: deps
+	$(GO) build -o $(BIN)/chaos ./internal/chaos/cmd/chaos
+	$(BIN)/chaos -seed=$(SEED) -duration=$(DURATION)
 
 clean:
 	rm -rf $(BIN)

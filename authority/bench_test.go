@@ -7,14 +7,13 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/bench"
-	"github.com/fencepub/fencepub/internal/layout"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // BenchmarkAuthority measures, in one run on the same servers, Acquire next
-// to its physical floor (a lease grant + one bare transaction creating a
-// leased key + one create-only marker PUT) and Renew next to a bare lease
-// keepalive. Acquires are uncontended: one resource, released between
+// to its physical floor (bench.Target.FloorAcquire: a lease grant + one bare
+// transaction creating a leased key + one create-only marker PUT) and Renew
+// next to a bare lease keepalive. `fencepub bench` (workload authority)
+// measures the same through the public API. Acquires are uncontended: one resource, released between
 // acquires outside the timed section (the warm path: one lease grant, one
 // grant transaction, the marker PUT and the marker listing). Run with
 //
@@ -26,6 +25,7 @@ func BenchmarkAuthority(b *testing.B) {
 	const benchOps = 300
 	a := shared(b)
 	ctx := context.Background()
+	target := bench.Target{Etcd: a.cli, Store: a.st, NS: a.ns}
 	for b.Loop() {
 		var acq, floor, renew, keepalive []time.Duration
 		// Interleave the subject and its floor so drift hits both alike.
@@ -44,7 +44,7 @@ func BenchmarkAuthority(b *testing.B) {
 				b.Fatal(err)
 			}
 			t0 = time.Now()
-			if err := floorAcquire(ctx, a, i); err != nil {
+			if err := target.FloorAcquire(ctx, uint64(i), 10*time.Second); err != nil {
 				b.Fatal(err)
 			}
 			floor = append(floor, time.Since(t0))
@@ -75,23 +75,4 @@ func BenchmarkAuthority(b *testing.B) {
 		b.Logf("acquire p50 %s p99 %s | floor p50 %s p99 %s | ratio p50 %.2f", ap50, ap99, fp50, fp99, bench.Ratio(float64(ap50), float64(fp50)))
 		b.Logf("renew   p50 %s p99 %s | keepalive p50 %s p99 %s | ratio p50 %.2f", rp50, rp99, kp50, kp99, bench.Ratio(float64(rp50), float64(kp50)))
 	}
-}
-
-// floorAcquire is the physical floor of one grant: a lease grant, one bare
-// transaction creating a leased key if absent, and one create-only PUT of a
-// small object. Its leases expire by their TTL.
-func floorAcquire(ctx context.Context, a *Authority, i int) error {
-	l, err := a.cli.Grant(ctx, 10)
-	if err != nil {
-		return err
-	}
-	key := a.ns.Root() + "floor/holder/" + layout.EncodeNumber(uint64(i))
-	if _, err := a.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, "x", clientv3.WithLease(l.ID))).
-		Commit(); err != nil {
-		return err
-	}
-	_, err = a.st.PutSmallCreateOnly(ctx, a.ns.Root()+"floor/markers/"+layout.EncodeNumber(uint64(i)), []byte(`{"request_id":"x"}`), markerContentType)
-	return err
 }

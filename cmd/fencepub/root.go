@@ -40,6 +40,7 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		newRunCmd(),
 		newGCCmd(),
 		newResourceCmd(),
+		newBenchCmd(),
 	)
 	strictArgs(root)
 	return root

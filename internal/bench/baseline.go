@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -15,6 +17,11 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
+// ErrFloorStale is returned (wrapped) by FloorPublish when its compare
+// found a higher seq already in the floor pointer (concurrent floor
+// publishes on one resource).
+var ErrFloorStale = errors.New("bench: floor compare failed (a higher seq got there first)")
+
 // Target is the pair of servers a benchmark runs against.
 type Target struct {
 	Etcd  *clientv3.Client
@@ -22,11 +29,14 @@ type Target struct {
 	NS    layout.Namespace // every key the benchmark writes lives under it
 }
 
-// putCreateOnly streams body to key with If-None-Match: * while hashing it,
-// the same way a publish writes its object, and returns the hex sha256.
-func (t Target) putCreateOnly(ctx context.Context, key string, body []byte) (string, error) {
+// PutCreateOnly streams body to key in ONE create-only PUT (If-None-Match:
+// *, never multipart: one request is the least a store round trip can
+// cost) while hashing it, and returns the hex sha256. The same minio-go
+// client and signing as fencepub's writes. Errors: objstore's (ErrExists,
+// ErrUnavailable, ...).
+func (t Target) PutCreateOnly(ctx context.Context, key string, body []byte) (string, error) {
 	h := sha256.New()
-	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", PartSize: 16 << 20}
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true}
 	opts.SetMatchETagExcept("*")
 	_, err := t.Store.Client.PutObject(ctx, t.Store.Bucket, key, io.TeeReader(bytes.NewReader(body), h), int64(len(body)), opts)
 	if err != nil {
@@ -35,17 +45,36 @@ func (t Target) putCreateOnly(ctx context.Context, key string, body []byte) (str
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// FloorPublish is the physical floor of one publish: sha256 of the body while
-// a create-only PUT streams it, then one bare etcd compare-and-put
-// transaction on the resource's pointer key (value compare, as a publish
-// does, with none of fencepub's other compares or records). seq must grow
-// per resource.
+// FloorPublish is the physical floor of one publish: sha256 of the body
+// while one create-only PUT streams it, then one bare etcd compare-and-put
+// transaction on the resource's floor pointer key (a value compare, as a
+// publish does, with none of fencepub's other compares or records). seq
+// must grow per resource; InitFloor must have run for resource.
+//
+// It returns ErrFloorStale (wrapped) when the compare failed because a
+// higher seq got there first (concurrent floor publishes on one resource):
+// the floor's equivalent of a stale publish, one round trip like an applied
+// one.
 func (t Target) FloorPublish(ctx context.Context, resource string, seq uint64, body []byte) error {
-	v := layout.Version{Epoch: 1, Fence: 1, Seq: seq}
-	sum, err := t.putCreateOnly(ctx, t.NS.Root()+"floor/"+resource+"/"+v.Encode()+"-"+layout.NewNonce(), body)
+	sum, err := t.FloorPut(ctx, resource, seq, body)
 	if err != nil {
 		return err
 	}
+	return t.FloorCommit(ctx, resource, seq, sum)
+}
+
+// FloorPut is the object half of FloorPublish: the create-only PUT of body
+// under a fresh key of resource's seq, hashing it. It returns the hex
+// sha256.
+func (t Target) FloorPut(ctx context.Context, resource string, seq uint64, body []byte) (string, error) {
+	v := layout.Version{Epoch: 1, Fence: 1, Seq: seq}
+	return t.PutCreateOnly(ctx, t.NS.Root()+"floor/"+resource+"/"+v.Encode()+"-"+layout.NewNonce(), body)
+}
+
+// FloorCommit is the etcd half of FloorPublish: one bare compare-and-put
+// of (seq, sum) on resource's floor pointer. Errors: ErrFloorStale, etcd's.
+func (t Target) FloorCommit(ctx context.Context, resource string, seq uint64, sum string) error {
+	v := layout.Version{Epoch: 1, Fence: 1, Seq: seq}
 	key := t.floorPointer(resource)
 	r, err := t.Etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(key), "<", v.Encode())).
@@ -56,7 +85,7 @@ func (t Target) FloorPublish(ctx context.Context, resource string, seq uint64, b
 		return err
 	}
 	if !r.Succeeded {
-		return fmt.Errorf("floor: compare failed for %s at %s (was InitFloor called?)", resource, v)
+		return fmt.Errorf("%w: %s at %s", ErrFloorStale, resource, v)
 	}
 	return nil
 }
@@ -70,6 +99,28 @@ func (t Target) floorPointer(resource string) string {
 // key always fails).
 func (t Target) InitFloor(ctx context.Context, resource string) error {
 	_, err := t.Etcd.Put(ctx, t.floorPointer(resource), layout.Version{}.Encode())
+	return err
+}
+
+// FloorAcquire is the physical floor of one authority grant: a lease grant
+// (TTL ttl, whole seconds), one bare transaction creating a leased holder
+// key if absent, and one create-only PUT of a small marker object, the
+// three steps every Acquire needs (authority.Acquire's warm path adds its
+// compares, its records and the marker listing). i names the keys and must
+// be unique within t.NS. The leases expire by their TTL.
+func (t Target) FloorAcquire(ctx context.Context, i uint64, ttl time.Duration) error {
+	l, err := t.Etcd.Grant(ctx, int64(ttl/time.Second))
+	if err != nil {
+		return err
+	}
+	key := t.NS.Root() + "floor/holder/" + layout.EncodeNumber(i)
+	if _, err := t.Etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, "x", clientv3.WithLease(l.ID))).
+		Commit(); err != nil {
+		return err
+	}
+	_, err = t.Store.PutSmallCreateOnly(ctx, t.NS.Root()+"floor/markers/"+layout.EncodeNumber(i), []byte(`{"request_id":"x"}`), "application/json")
 	return err
 }
 
@@ -95,14 +146,20 @@ func (t Target) NewPeer(ctx context.Context) (*Peer, error) {
 // Close ends the peer's session.
 func (p *Peer) Close() error { return p.session.Close() }
 
+// Mutex returns the peer's lock on resource (held across publishes by the
+// lease-holding variant).
+func (p *Peer) Mutex(resource string) *concurrency.Mutex {
+	return concurrency.NewMutex(p.session, p.t.NS.Root()+"peer-locks/"+resource+"/")
+}
+
 // LockPublish is one lock-per-publish operation on resource.
 func (p *Peer) LockPublish(ctx context.Context, resource string, seq uint64, body []byte) error {
-	m := concurrency.NewMutex(p.session, p.t.NS.Root()+"peer-locks/"+resource+"/")
+	m := p.Mutex(resource)
 	if err := m.Lock(ctx); err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
 	err := p.LeasePublish(ctx, resource, seq, body)
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5e9)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if uerr := m.Unlock(uctx); err == nil && uerr != nil {
 		err = fmt.Errorf("unlock: %w", uerr)
@@ -115,7 +172,7 @@ func (p *Peer) LockPublish(ctx context.Context, resource string, seq uint64, bod
 func (p *Peer) LeasePublish(ctx context.Context, resource string, seq uint64, body []byte) error {
 	v := layout.Version{Epoch: 1, Fence: 1, Seq: seq}
 	key := p.t.NS.Root() + "peer/" + resource + "/" + v.Encode() + "-" + layout.NewNonce()
-	sum, err := p.t.putCreateOnly(ctx, key, body)
+	sum, err := p.t.PutCreateOnly(ctx, key, body)
 	if err != nil {
 		return err
 	}

@@ -15,22 +15,24 @@ import (
 )
 
 // Chart draws the report as one PNG of two panels: p50 latency (ms) vs body
-// size for the rows of workload latencyWorkload (subject and baseline), and
-// throughput (ops/s) vs concurrency for the rows of scalingWorkload. Rows of
-// other workloads are ignored.
+// size for the rows of workload latencyWorkload (subject and baseline, one
+// line per concurrency and resource count), and throughput (ops/s) vs
+// concurrency for the rows of scalingWorkload. Rows of other workloads,
+// skipped rows and calibration rows are ignored. It writes path (creating or truncating it).
 func (r Report) Chart(path, latencyWorkload, scalingWorkload string) error {
 	left := plot.New()
 	left.Title.Text = "p50 latency vs body size (" + latencyWorkload + ")"
 	left.X.Label.Text = "body size (bytes, log)"
 	left.Y.Label.Text = "p50 (ms, log)"
-	left.X.Scale, left.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	left.X.Tick.Marker, left.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
 	subj, base := map[string]plotter.XYs{}, map[string]plotter.XYs{}
 	for _, x := range r.Rows {
-		if x.Workload != latencyWorkload || x.Size == 0 || x.Subject.P50 == 0 {
+		if x.Workload != latencyWorkload || x.Calibration || x.Size == 0 || x.Subject.P50 == 0 || x.Base.P50 == 0 {
 			continue
 		}
 		k := fmt.Sprintf("c=%d", x.Concurrency)
+		if x.Resources > 0 {
+			k += fmt.Sprintf(" r=%d", x.Resources)
+		}
 		subj[k] = append(subj[k], plotter.XY{X: float64(x.Size), Y: ms64(x.Subject.P50)})
 		base[k] = append(base[k], plotter.XY{X: float64(x.Size), Y: ms64(x.Base.P50)})
 	}
@@ -38,10 +40,16 @@ func (r Report) Chart(path, latencyWorkload, scalingWorkload string) error {
 	for _, k := range sortedKeys(subj) {
 		lines = append(lines, "fencepub "+k, sortXY(subj[k]), "floor "+k, sortXY(base[k]))
 	}
+	left.Legend.Top, left.Legend.Left = true, true
 	if len(lines) > 0 {
+		// Log axes only with data: an empty log axis has no valid range.
+		left.X.Scale, left.Y.Scale = plot.LogScale{}, plot.LogScale{}
+		left.X.Tick.Marker, left.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
 		if err := plotutil.AddLinePoints(left, lines...); err != nil {
 			return err
 		}
+	} else {
+		left.Title.Text += ": no rows"
 	}
 
 	right := plot.New()
@@ -50,7 +58,7 @@ func (r Report) Chart(path, latencyWorkload, scalingWorkload string) error {
 	right.Y.Label.Text = "ops/s"
 	var pts, bpts plotter.XYs
 	for _, x := range r.Rows {
-		if x.Workload == scalingWorkload {
+		if x.Workload == scalingWorkload && !x.Calibration && x.Skipped == "" && x.Subject.Throughput > 0 {
 			pts = append(pts, plotter.XY{X: float64(x.Concurrency), Y: x.Subject.Throughput})
 			bpts = append(bpts, plotter.XY{X: float64(x.Concurrency), Y: x.Base.Throughput})
 		}
@@ -59,6 +67,8 @@ func (r Report) Chart(path, latencyWorkload, scalingWorkload string) error {
 		if err := plotutil.AddLinePoints(right, "fencepub", sortXY(pts), "floor", sortXY(bpts)); err != nil {
 			return err
 		}
+	} else {
+		right.Title.Text += ": no rows"
 	}
 
 	img := vgimg.New(16*vg.Inch, 6*vg.Inch)
@@ -71,9 +81,11 @@ func (r Report) Chart(path, latencyWorkload, scalingWorkload string) error {
 	if err != nil {
 		return err
 	}
-	defer w.Close()
-	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(w)
-	return err
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
 }
 
 func ms64(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

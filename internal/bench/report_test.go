@@ -45,3 +45,11 @@ func TestReportWriteAndChart(t *testing.T) {
 		t.Fatalf("chart: %v", err)
 	}
 }
+
+// TestChartWithoutRows: a report of other workloads (or none) still draws.
+func TestChartWithoutRows(t *testing.T) {
+	r := Report{Machine: ThisMachine(), Rows: []Row{NewRow("gc", "scan", 0, 1, Stats{Ops: 1}, "list", Stats{Ops: 1})}}
+	if err := r.Chart(filepath.Join(t.TempDir(), "c.png"), "publish", "scaling"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,5 +30,46 @@ func TestRunCountsOpsAndErrors(t *testing.T) {
 	})
 	if s.Ops+s.Errors != 100 || s.Errors != 1 || s.FirstError != "boom" || s.Throughput <= 0 {
 		t.Fatalf("%+v", s)
+	}
+}
+
+func TestInterleaveSplitsAndRotates(t *testing.T) {
+	var order []int
+	var total [3]int
+	side := func(k int) func(*Series, int) {
+		return func(s *Series, n int) {
+			order = append(order, k)
+			total[k] += n
+			s.Run(context.Background(), n, 2, func(context.Context, int, int) error { return nil })
+		}
+	}
+	st := Interleave(context.Background(), 3, 10, side(0), side(1), side(2))
+	if want := []int{0, 1, 2, 1, 2, 0, 2, 0, 1}; !slices.Equal(order, want) {
+		t.Fatalf("order %v, want %v", order, want)
+	}
+	for k, s := range st {
+		if total[k] != 10 || s.Ops != 10 || s.Throughput <= 0 {
+			t.Fatalf("side %d: %d ops run, stats %+v", k, total[k], s)
+		}
+	}
+}
+
+func TestSeriesContinuesAcrossRounds(t *testing.T) {
+	var s Series
+	seen := map[[2]int]bool{}
+	var mu sync.Mutex
+	op := func(_ context.Context, w, i int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[[2]int{w, i}] {
+			return errors.New("operation index reused")
+		}
+		seen[[2]int{w, i}] = true
+		return nil
+	}
+	s.Run(context.Background(), 8, 2, op)
+	s.Run(context.Background(), 8, 2, op)
+	if st := s.Stats(); st.Ops != 16 || st.Errors != 0 {
+		t.Fatalf("%+v", st)
 	}
 }

@@ -6,6 +6,7 @@ package chaos
 
 import (
 	"fmt"
+	"io"
 	"maps"
 	"sort"
 	"strings"
@@ -54,12 +55,18 @@ type Input struct {
 	// never granted to this client in this epoch; such a publish must never
 	// apply (DESIGN.md invariant 2).
 	Authorized bool
+	// Strict marks a strict-mode publish: it also required the grant's lease
+	// to be live, which the model does not track (etcd expires leases on its
+	// own timing), so where it could apply it may also be stale.
+	Strict bool
 }
 
 // Output is what the client was told.
 type Output struct {
-	Outcome string         // publish
-	Version layout.Version // read: the pointer's version
+	Outcome string // publish
+	// Version is, for a read, the pointer's version; for a duplicate, the
+	// version that applied the key (zero: not checked).
+	Version layout.Version
 }
 
 // state is the model of one resource: the current epoch, the pointer's
@@ -95,7 +102,7 @@ func step(s state, in Input, out Output) (bool, state) {
 				// A resend of the attempt that applied: reported as applied.
 				return out.Outcome == Applied || out.Outcome == Duplicate, s
 			default:
-				return out.Outcome == Duplicate, s
+				return out.Outcome == Duplicate && (out.Version.IsZero() || out.Version == rec.version), s
 			}
 		}
 		accept := in.Authorized && in.Version.Epoch == s.epoch &&
@@ -107,7 +114,7 @@ func step(s state, in Input, out Output) (bool, state) {
 			n.ops = maps.Clone(s.ops)
 			n.ops[in.Key] = opRec{digest: in.Digest, version: in.Version}
 			return true, n
-		case !accept && out.Outcome == Stale:
+		case (!accept || in.Strict) && out.Outcome == Stale:
 			return true, s
 		case out.Outcome == ResolvedNotApplied:
 			// Resolve found no op record and raised the seal above the
@@ -125,13 +132,43 @@ func equal(a, b state) bool {
 	return a.epoch == b.epoch && a.pointer == b.pointer && a.seal == b.seal && maps.Equal(a.ops, b.ops)
 }
 
+// InitialState is a resource's state at the start of a history: the
+// domain's epoch and, for a history that starts after an etcd restore, the
+// pointer, seal and op records the restore left.
+type InitialState struct {
+	Epoch   uint64         `json:"epoch"`
+	Pointer layout.Version `json:"pointer"`
+	Seal    layout.Version `json:"seal"`
+	// Ops maps idempotency keys to the op records' digest and version.
+	Ops map[string]OpState `json:"ops,omitempty"`
+}
+
+// OpState is an op record as the model sees it.
+type OpState struct {
+	Digest  string         `json:"digest"`
+	Version layout.Version `json:"version"`
+}
+
+func (i InitialState) state() state {
+	s := state{epoch: i.Epoch, pointer: i.Pointer, seal: i.Seal, ops: make(map[string]opRec, len(i.Ops))}
+	for k, o := range i.Ops {
+		s.ops[k] = opRec{digest: o.Digest, version: o.Version}
+	}
+	return s
+}
+
 // Model returns the porcupine model of a resource whose epoch is epoch at
-// the start of the history. Histories are partitioned by resource; split
-// them at an etcd restore (the pointer goes back there by design).
-func Model(epoch uint64) porcupine.Model {
+// the start of the history, with nothing published. Histories are
+// partitioned by resource; split them at an etcd restore (the pointer goes
+// back there by design) and start the later part from ModelFrom.
+func Model(epoch uint64) porcupine.Model { return ModelFrom(InitialState{Epoch: epoch}) }
+
+// ModelFrom returns the porcupine model of resources that all start in
+// state init.
+func ModelFrom(init InitialState) porcupine.Model {
 	return porcupine.Model{
 		Partition: partitionByResource,
-		Init:      func() any { return state{epoch: epoch, ops: map[string]opRec{}} },
+		Init:      func() any { return init.state() },
 		Step: func(s, in, out any) (bool, any) {
 			return step(s.(state), in.(Input), out.(Output))
 		},
@@ -144,7 +181,7 @@ func Model(epoch uint64) porcupine.Model {
 			case KindSeal:
 				return fmt.Sprintf("seal %s to %s", i.Resource, i.Version)
 			}
-			return fmt.Sprintf("publish %s key=%s v=%s auth=%v -> %s", i.Resource, i.Key, i.Version, i.Authorized, o.Outcome)
+			return fmt.Sprintf("publish %s key=%s digest=%.8s v=%s auth=%v strict=%v -> %s", i.Resource, i.Key, i.Digest, i.Version, i.Authorized, i.Strict, o.Outcome)
 		},
 		DescribeState: func(s any) string {
 			st := s.(state)
@@ -186,17 +223,19 @@ type Op struct {
 
 // Check decides whether history is linearizable with respect to Model(epoch).
 // It returns an error for a history that still holds an unknown outcome, for
-// a non-linearizable history (naming the longest linearizable prefix's
-// state), and for a checker timeout: an undecided history fails the run.
+// a non-linearizable history, and for a checker timeout: an undecided history
+// fails the run (keep histories per resource small).
 func Check(epoch uint64, history []Op, timeout time.Duration) error {
-	ops := make([]porcupine.Operation, len(history))
-	for i, h := range history {
-		if h.Input.Kind == KindPublish && h.Output.Outcome == Unknown {
-			return fmt.Errorf("chaos: publish %s key %s still unknown: resolve it before checking", h.Input.Resource, h.Input.Key)
-		}
-		ops[i] = porcupine.Operation{ClientId: h.Client, Input: h.Input, Output: h.Output, Call: h.Call, Return: h.Return}
+	return CheckFrom(InitialState{Epoch: epoch}, history, timeout)
+}
+
+// CheckFrom is Check for a history whose resources start in state init.
+func CheckFrom(init InitialState, history []Op, timeout time.Duration) error {
+	ops, err := operations(history)
+	if err != nil {
+		return err
 	}
-	switch res := porcupine.CheckOperationsTimeout(Model(epoch), ops, timeout); res {
+	switch res := porcupine.CheckOperationsTimeout(ModelFrom(init), ops, timeout); res {
 	case porcupine.Ok:
 		return nil
 	case porcupine.Illegal:
@@ -204,4 +243,30 @@ func Check(epoch uint64, history []Op, timeout time.Duration) error {
 	default:
 		return fmt.Errorf("chaos: linearizability check undecided after %s (%s); keep histories smaller", timeout, res)
 	}
+}
+
+// Visualize checks history like CheckFrom and writes porcupine's HTML view of
+// it to w: the longest linearizable prefixes and where they fail. Use it on a
+// history Check rejected. Errors: those of Check's input validation and of
+// writing w.
+func Visualize(init InitialState, history []Op, timeout time.Duration, w io.Writer) error {
+	ops, err := operations(history)
+	if err != nil {
+		return err
+	}
+	m := ModelFrom(init)
+	_, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
+	return porcupine.Visualize(m, info, w)
+}
+
+// operations converts history for porcupine, refusing unsettled publishes.
+func operations(history []Op) ([]porcupine.Operation, error) {
+	ops := make([]porcupine.Operation, len(history))
+	for i, h := range history {
+		if h.Input.Kind == KindPublish && h.Output.Outcome == Unknown {
+			return nil, fmt.Errorf("chaos: publish %s key %s still unknown: resolve it before checking", h.Input.Resource, h.Input.Key)
+		}
+		ops[i] = porcupine.Operation{ClientId: h.Client, Input: h.Input, Output: h.Output, Call: h.Call, Return: h.Return}
+	}
+	return ops, nil
 }

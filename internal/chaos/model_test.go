@@ -125,3 +125,60 @@ func TestPartitionsByResource(t *testing.T) {
 		t.Fatal("want a violation on resource r")
 	}
 }
+
+// TestCheckStrictAndDuplicateVersion: a strict-mode publish may be stale
+// where it could have applied (its lease is not modelled), and a duplicate
+// must name the version that applied the key.
+func TestCheckStrictAndDuplicateVersion(t *testing.T) {
+	strict := pub(0, "k", "d", v(41, 1), Stale, 0, 1)
+	strict.Input.Strict = true
+	nonStrict := pub(0, "k", "d", v(41, 1), Stale, 0, 1)
+	dup := func(ver layout.Version) Op {
+		o := pub(1, "k1", "d1", v(42, 1), Duplicate, 4, 5)
+		o.Output.Version = ver
+		return o
+	}
+	cases := []struct {
+		name    string
+		history []Op
+		ok      bool
+	}{
+		{"strict publish stale on a free resource (lease gone)", []Op{strict}, true},
+		{"non-strict publish stale on a free resource", []Op{nonStrict}, false},
+		{"duplicate names the applied version", []Op{pub(0, "k1", "d1", v(41, 1), Applied, 0, 1), dup(v(41, 1))}, true},
+		{"duplicate names another version", []Op{pub(0, "k1", "d1", v(41, 1), Applied, 0, 1), dup(v(42, 1))}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := Check(1, c.history, 5*time.Second)
+			if (err == nil) != c.ok {
+				t.Fatalf("Check = %v, want ok=%v", err, c.ok)
+			}
+		})
+	}
+}
+
+// TestCheckFromRestoredState: after a restore the history starts from the
+// restored pointer, seal and op records, in the new epoch.
+func TestCheckFromRestoredState(t *testing.T) {
+	init := InitialState{Epoch: 2, Pointer: v(41, 3), Seal: v(41, 5), Ops: map[string]OpState{"k": {Digest: "d", Version: v(41, 3)}}}
+	e2 := func(key, digest string, fence, seq uint64, outcome string, call int64) Op {
+		o := pub(0, key, digest, layout.Version{Epoch: 2, Fence: fence, Seq: seq}, outcome, call, call+1)
+		return o
+	}
+	ok := []Op{
+		pub(1, "old", "x", v(41, 6), Stale, 0, 1), // the old epoch can no longer publish
+		e2("k", "d", 1, 1, Duplicate, 2),          // the restored op record still answers
+		e2("n", "e", 1, 1, Applied, 4),
+		read(2, layout.Version{Epoch: 2, Fence: 1, Seq: 1}, 6, 7),
+	}
+	if err := CheckFrom(init, ok, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckFrom(init, []Op{read(2, layout.Version{}, 0, 1)}, time.Second); err == nil {
+		t.Fatal("a read of nothing after the restore left a pointer was accepted")
+	}
+	if err := CheckFrom(init, []Op{e2("k", "d", 1, 1, Applied, 0)}, time.Second); err == nil {
+		t.Fatal("a restored key applied again was accepted")
+	}
+}

@@ -1,0 +1,143 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Summary counts what a run did and found.
+type Summary struct {
+	Seed     int64         `json:"seed"`
+	Duration time.Duration `json:"duration"`
+	// Publishes counts publish operations by final outcome; Unknown how many
+	// were reported unknown (and then settled by Resolve), Settled how many
+	// open publishes of killed processes the harness settled, Forged how
+	// many carried a token never granted to their owner on the resource.
+	Publishes map[string]int `json:"publishes"`
+	Unknown   int            `json:"unknown_resolved"`
+	Settled   int            `json:"settled_by_harness"`
+	Forged    int            `json:"forged"`
+	// Reads counts reads logged; ReadProblems those with a missing object
+	// that still existed at the end (a store glitch, not a deletion).
+	Reads        int `json:"reads"`
+	ReadProblems int `json:"read_problems"`
+	Grants       int `json:"grants"`
+	Resources    int `json:"resources"`
+	// Faults counts injected faults by kind; FaultErrors those that failed
+	// to inject or heal.
+	Faults      map[FaultKind]int `json:"faults"`
+	FaultErrors int               `json:"fault_errors"`
+	GCPasses    int               `json:"gc_passes"`
+	GCDeleted   int64             `json:"gc_deleted"`
+	GCSealed    int64             `json:"gc_sealed"`
+	Objects     int               `json:"objects_checked"`
+	Changes     int               `json:"etcd_changes"`
+	Violations  int               `json:"violations"`
+	// CheckTime is how long Verify took.
+	CheckTime time.Duration `json:"check_time"`
+}
+
+// Summarize counts h.
+func Summarize(h *History, s Schedule, v []Violation, check time.Duration) Summary {
+	sum := Summary{
+		Seed: s.Seed, Duration: s.Duration, Publishes: map[string]int{}, Faults: map[FaultKind]int{},
+		Reads: len(h.Reads), Grants: len(h.Grants), Objects: h.Objects, Changes: len(h.Changes),
+		Violations: len(v), CheckTime: check,
+	}
+	resources := map[string]bool{}
+	for _, p := range h.Publishes {
+		sum.Publishes[p.Outcome]++
+		resources[p.Resource] = true
+		if p.Reported == Unknown {
+			sum.Unknown++
+		}
+		if p.ResolvedBy == "harness" {
+			sum.Settled++
+		}
+		if p.Forged {
+			sum.Forged++
+		}
+	}
+	sum.Resources = len(resources)
+	for _, r := range h.Reads {
+		if r.Problem == "missing" && !slices.Contains(h.Missing, r.Object) {
+			sum.ReadProblems++
+		}
+	}
+	for _, f := range h.Faults {
+		sum.Faults[f.Kind]++
+		if f.Err != "" {
+			sum.FaultErrors++
+		}
+	}
+	for _, p := range h.GCPasses {
+		sum.GCPasses++
+		sum.GCDeleted += p.Deleted
+		sum.GCSealed += p.Sealed
+	}
+	return sum
+}
+
+// Print writes s as a few lines of text, in one write.
+func (s Summary) Print(w io.Writer) {
+	var b strings.Builder
+	total := 0
+	for _, n := range s.Publishes {
+		total += n
+	}
+	fmt.Fprintf(&b, "chaos seed %d, %s\n", s.Seed, s.Duration)
+	fmt.Fprintf(&b, "  publishes %d on %d resources:", total, s.Resources)
+	for _, o := range []string{Applied, Duplicate, Conflict, Stale, ResolvedNotApplied, Failed, Unknown} {
+		if n := s.Publishes[o]; n > 0 {
+			fmt.Fprintf(&b, " %s %d", o, n)
+		}
+	}
+	fmt.Fprintf(&b, "\n  unknown then resolved %d (by the harness after a kill %d), forged tokens %d\n", s.Unknown, s.Settled, s.Forged)
+	fmt.Fprintf(&b, "  reads %d (transient missing-object errors %d), grants %d, etcd changes watched %d\n", s.Reads, s.ReadProblems, s.Grants, s.Changes)
+	fmt.Fprintf(&b, "  gc passes %d: deleted %d, sealed %d; objects checked at the end %d\n", s.GCPasses, s.GCDeleted, s.GCSealed, s.Objects)
+	var faults []string
+	n := 0
+	for _, k := range append(WorkerFaults(), ServerFaults()...) {
+		faults = append(faults, fmt.Sprintf("%s %d", k, s.Faults[k]))
+		n += s.Faults[k]
+	}
+	fmt.Fprintf(&b, "  faults %d (%d failed to inject or heal): %s\n", n, s.FaultErrors, strings.Join(faults, ", "))
+	fmt.Fprintf(&b, "  violations %d (checked in %s)\n", s.Violations, s.CheckTime.Round(time.Millisecond))
+	_, _ = io.WriteString(w, b.String())
+}
+
+// Failure is the content of a failure file: enough to understand a
+// violation and to replay its schedule (`make chaos SEED=... DURATION=...`).
+type Failure struct {
+	Seed       int64       `json:"seed"`
+	Duration   string      `json:"duration"`
+	Replay     string      `json:"replay"`
+	Summary    Summary     `json:"summary"`
+	Violations []Violation `json:"violations"`
+	Schedule   Schedule    `json:"schedule"`
+	History    *History    `json:"history"`
+}
+
+// writeFailure writes dir/chaos-failure-<seed>.json and returns its path.
+func writeFailure(dir string, r *Result) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	f := Failure{
+		Seed: r.Schedule.Seed, Duration: r.Schedule.Duration.String(),
+		Replay:  fmt.Sprintf("make chaos SEED=%d DURATION=%s", r.Schedule.Seed, r.Schedule.Duration),
+		Summary: r.Summary, Violations: r.Violations, Schedule: r.Schedule, History: r.History,
+	}
+	b, err := json.MarshalIndent(f, "", " ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("chaos-failure-%d.json", r.Schedule.Seed))
+	return path, os.WriteFile(path, b, 0o644)
+}

@@ -1,0 +1,190 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// FaultKind names a kind of injected fault (issue 9 "Faults, injected
+// against real processes").
+type FaultKind string
+
+// Fault kinds. Worker faults hit a worker process; the others hit the
+// servers or the network between them and the clients.
+const (
+	// WorkerPause: SIGSTOP a worker process right after it starts a publish,
+	// hold it past its lease TTL, then SIGCONT (the seed's 41/42/41 timeline).
+	WorkerPause FaultKind = "worker_pause"
+	// WorkerKillUpload: SIGKILL a worker process while its object upload is
+	// slowed down by its store proxy (mid-upload).
+	WorkerKillUpload FaultKind = "worker_kill_upload"
+	// WorkerKillPublish: SIGKILL a worker process after its object is
+	// written, while the response of its publish transaction is held back
+	// (mid-publish); the harness settles the open publish with Resolve.
+	WorkerKillPublish FaultKind = "worker_kill_publish"
+	// EtcdLostResponses: the etcd proxies forward requests and drop the
+	// responses for a while, then reset every connection (variant 0), drop
+	// the response of the next request only (1), or reset (2).
+	EtcdLostResponses FaultKind = "etcd_lost_responses"
+	// MinIOLostResponses: the same in front of MinIO.
+	MinIOLostResponses FaultKind = "minio_lost_responses"
+	// EtcdKillMember: kill -9 a follower, restart it after Hold.
+	EtcdKillMember FaultKind = "etcd_kill_member"
+	// EtcdKillLeader: kill -9 the leader, restart it after Hold.
+	EtcdKillLeader FaultKind = "etcd_kill_leader"
+	// EtcdPauseMember: SIGSTOP a member (Target; it may be the leader) for
+	// Hold, then SIGCONT.
+	EtcdPauseMember FaultKind = "etcd_pause_member"
+	// EtcdFullRestart: kill -9 every member, start them again after Hold
+	// (durability: everything acknowledged must survive).
+	EtcdFullRestart FaultKind = "etcd_full_restart"
+	// MinIORestart: kill -9 MinIO while writes are in flight, restart it
+	// after Hold.
+	MinIORestart FaultKind = "minio_restart"
+	// MinIODriveRemoved: rename a drive directory of the 4-drive erasure set
+	// away for Hold, then put it back.
+	MinIODriveRemoved FaultKind = "minio_drive_removed"
+	// EtcdRestore: save a snapshot, let the workload go on for Hold, then
+	// cut every client off etcd, restore every member from the snapshot
+	// (`etcdutl snapshot restore --bump-revision --mark-compacted`), run
+	// authority.Recover and let the clients back (RUNBOOK's restore). The
+	// history is split there.
+	EtcdRestore FaultKind = "etcd_restore"
+)
+
+// WorkerFaults returns the kinds of the worker track, in report order.
+func WorkerFaults() []FaultKind {
+	return []FaultKind{WorkerPause, WorkerKillUpload, WorkerKillPublish}
+}
+
+// ServerFaults returns the kinds of the server track, in report order.
+func ServerFaults() []FaultKind {
+	return []FaultKind{
+		EtcdLostResponses, MinIOLostResponses, EtcdKillMember, EtcdKillLeader,
+		EtcdPauseMember, EtcdFullRestart, MinIORestart, MinIODriveRemoved, EtcdRestore,
+	}
+}
+
+// Fault is one planned fault.
+type Fault struct {
+	// At is when the fault starts, from the start of the run. A fault
+	// starts late when the one before it on its track is still healing.
+	At   time.Duration `json:"at"`
+	Kind FaultKind     `json:"kind"`
+	// Target is the worker process, etcd member or drive index; Variant
+	// selects a mode (EtcdLostResponses, MinIOLostResponses).
+	Target  int           `json:"target"`
+	Variant int           `json:"variant"`
+	Hold    time.Duration `json:"hold"`
+}
+
+// String formats f as one line of a schedule listing.
+func (f Fault) String() string {
+	return fmt.Sprintf("%7.2fs %-20s target=%d variant=%d hold=%s", f.At.Seconds(), f.Kind, f.Target, f.Variant, f.Hold)
+}
+
+// Schedule is the fault plan of a run: a pure function of its inputs, so a
+// failed run is replayed with the same faults at the same times by giving
+// the same seed and duration (`make chaos SEED=... DURATION=...`).
+type Schedule struct {
+	Seed     int64         `json:"seed"`
+	Duration time.Duration `json:"duration"`
+	// Workers is the number of worker processes the plan targets.
+	Workers int     `json:"workers"`
+	Faults  []Fault `json:"faults"`
+}
+
+// Plan returns the fault schedule of a run of duration d with the given
+// number of worker processes (at least 1), seeded by seed. Faults run on two
+// tracks, each one fault at a time: server faults (cycling through every
+// kind of ServerFaults in a seeded order, so a run of a minute covers them
+// all) and worker faults (likewise for WorkerFaults). Nothing is planned in
+// the first 2 s or the last 3 s. ttl is the workers' lease TTL: a pause
+// lasts past it.
+func Plan(seed int64, d time.Duration, workers int, ttl time.Duration) Schedule {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
+	s := Schedule{Seed: seed, Duration: d, Workers: max(workers, 1)}
+	end := d - 3*time.Second
+	between := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+	}
+	// Server track. Cost is the time a fault takes beyond Hold (restarts).
+	at := 2 * time.Second
+	for at < end {
+		for _, k := range permute(rng, ServerFaults()) {
+			f := Fault{At: at, Kind: k}
+			cost := time.Duration(0)
+			switch f.Kind {
+			case EtcdLostResponses, MinIOLostResponses:
+				f.Variant = rng.IntN(3)
+				f.Hold = between(300*time.Millisecond, 4*time.Second)
+			case EtcdKillMember, EtcdKillLeader:
+				f.Target = rng.IntN(3)
+				f.Hold = between(500*time.Millisecond, 3*time.Second)
+				cost = time.Second
+			case EtcdPauseMember:
+				f.Target = rng.IntN(3)
+				f.Hold = between(time.Second, 4*time.Second)
+			case EtcdFullRestart:
+				f.Hold = between(200*time.Millisecond, 1500*time.Millisecond)
+				cost = 3 * time.Second
+			case MinIORestart:
+				f.Hold = between(200*time.Millisecond, 2*time.Second)
+				cost = time.Second
+			case MinIODriveRemoved:
+				f.Target = rng.IntN(4)
+				f.Hold = between(2*time.Second, 5*time.Second)
+			case EtcdRestore:
+				f.Target = rng.IntN(3)
+				f.Hold = between(2*time.Second, 5*time.Second)
+				cost = 6 * time.Second
+			}
+			if f.At+f.Hold+cost > end {
+				at = end
+				break
+			}
+			s.Faults = append(s.Faults, f)
+			at += f.Hold + cost + between(500*time.Millisecond, 1500*time.Millisecond)
+		}
+	}
+	// Worker track.
+	at = 3 * time.Second
+	for at < end {
+		for _, k := range permute(rng, WorkerFaults()) {
+			f := Fault{At: at, Kind: k, Target: rng.IntN(s.Workers)}
+			if f.Kind == WorkerPause {
+				f.Hold = ttl + between(time.Second, 3*time.Second)
+			}
+			if f.At+f.Hold > end {
+				at = end
+				break
+			}
+			s.Faults = append(s.Faults, f)
+			at += f.Hold + between(2*time.Second, 4*time.Second)
+		}
+	}
+	return s
+}
+
+// permute returns kinds in an order drawn from rng.
+func permute(rng *rand.Rand, kinds []FaultKind) []FaultKind {
+	out := make([]FaultKind, len(kinds))
+	for i, j := range rng.Perm(len(kinds)) {
+		out[i] = kinds[j]
+	}
+	return out
+}
+
+// track returns the faults of one track in order.
+func (s Schedule) track(kinds []FaultKind) []Fault {
+	var out []Fault
+	for _, f := range s.Faults {
+		for _, k := range kinds {
+			if f.Kind == k {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}

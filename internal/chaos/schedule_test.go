@@ -1,0 +1,62 @@
+package chaos
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+// TestPlan: a schedule is a pure function of its inputs (so a seed replays
+// it), stays inside the run, keeps each track to one fault at a time, and a
+// minute covers every kind.
+func TestPlan(t *testing.T) {
+	a := Plan(42, time.Minute, 3, 2*time.Second)
+	if b := Plan(42, time.Minute, 3, 2*time.Second); !reflect.DeepEqual(a, b) {
+		t.Fatal("two plans of one seed differ")
+	}
+	if c := Plan(43, time.Minute, 3, 2*time.Second); reflect.DeepEqual(a.Faults, c.Faults) {
+		t.Fatal("two seeds gave the same plan")
+	}
+	kinds := map[FaultKind]int{}
+	for _, track := range [][]FaultKind{ServerFaults(), WorkerFaults()} {
+		var end time.Duration
+		for _, f := range a.track(track) {
+			kinds[f.Kind]++
+			if f.At < 2*time.Second || f.At+f.Hold > time.Minute-3*time.Second {
+				t.Errorf("%s outside the run", f)
+			}
+			if f.At < end {
+				t.Errorf("%s starts before the fault before it ends (%s)", f, end)
+			}
+			end = f.At + f.Hold
+			if f.Kind == WorkerPause && f.Hold <= 2*time.Second {
+				t.Errorf("%s does not outlast the TTL", f)
+			}
+			if f.Target < 0 || f.Kind != MinIODriveRemoved && f.Kind != EtcdPauseMember && f.Target >= 3 {
+				t.Errorf("%s: bad target", f)
+			}
+		}
+	}
+	for _, k := range append(ServerFaults(), WorkerFaults()...) {
+		if kinds[k] == 0 {
+			t.Errorf("a one-minute plan has no %s:\n%v", k, a.Faults)
+		}
+	}
+}
+
+// TestCISeedsCoverEveryFault: the fixed seeds of TestChaos together inject
+// every kind of fault.
+func TestCISeedsCoverEveryFault(t *testing.T) {
+	kinds := map[FaultKind]int{}
+	for _, seed := range ciSeeds {
+		for _, f := range Plan(seed, ciDuration, ciProcesses, 2*time.Second).Faults {
+			kinds[f.Kind]++
+		}
+	}
+	for _, k := range append(ServerFaults(), WorkerFaults()...) {
+		if kinds[k] == 0 {
+			t.Errorf("no CI seed plans %s", k)
+		}
+	}
+	t.Logf("faults planned by the CI seeds: %v", kinds)
+}

@@ -1,0 +1,715 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+)
+
+// Invariants Verify checks: DESIGN.md "Invariants" and issue 9 "Checker".
+const (
+	// InvLinearizable: each resource's publishes, reads and seal raises are
+	// linearizable with respect to Model (invariants 1, 2, 4, 5, 6, 8).
+	InvLinearizable = "linearizable"
+	// InvSettled: every publish ended with a definite outcome, or unknown
+	// and then settled by Resolve (invariant 8).
+	InvSettled = "settled"
+	// InvFenceOnce: no (resource, epoch, fence) was granted to two requests,
+	// no grant record was written twice, generations only rise (invariant 3).
+	InvFenceOnce = "fence_issued_once"
+	// InvKeyOnce: each idempotency key was applied at most once; op records
+	// are never overwritten or deleted within the retention (invariant 5).
+	InvKeyOnce = "key_applied_once"
+	// InvUnauthorized: no publish with a token that was not granted to its
+	// owner on its resource in its epoch was applied (invariant 2).
+	InvUnauthorized = "no_unauthorized_accept"
+	// InvPointerMonotonic: in etcd's own order of commits, each resource's
+	// pointer only moves to higher versions (invariant 1: no
+	// revoked-generation overwrite).
+	InvPointerMonotonic = "pointer_monotonic"
+	// InvNoPhantom: every version the pointer held was reported applied to
+	// its publisher, and every applied publish moved the pointer
+	// (invariant 8: nothing is lost silently).
+	InvNoPhantom = "no_phantom_apply"
+	// InvSealMonotonic: a seal only rises.
+	InvSealMonotonic = "seal_monotonic"
+	// InvReaderMonotonic: a reader never saw a version lower than one it saw
+	// before (invariant 6).
+	InvReaderMonotonic = "reader_monotonic"
+	// InvReaderBytes: a reader saw only published versions, with bytes that
+	// match the pointer's digest and the body published at that version
+	// (invariant 6).
+	InvReaderBytes = "reader_bytes"
+	// InvObjectKept: no published or retained object was deleted: every
+	// object an applied publish or a read named still exists at the end of
+	// the run, whose GC keeps everything superseded within the run
+	// (invariant 7).
+	InvObjectKept = "object_kept"
+	// InvAnomaly: a component returned an error that no injected fault
+	// explains (History.Anomalies), a watched value did not decode, or the
+	// epoch changed without a restore.
+	InvAnomaly = "anomaly"
+)
+
+// Violation is one broken invariant.
+type Violation struct {
+	Invariant string `json:"invariant"`
+	Resource  string `json:"resource,omitempty"`
+	Detail    string `json:"detail"`
+}
+
+// String formats v as "invariant [resource]: detail".
+func (v Violation) String() string {
+	if v.Resource == "" {
+		return v.Invariant + ": " + v.Detail
+	}
+	return v.Invariant + " [" + v.Resource + "]: " + v.Detail
+}
+
+// VerifyOptions configures Verify. The zero value takes the defaults.
+type VerifyOptions struct {
+	// Timeout bounds the linearizability check of one resource; an undecided
+	// check is a violation. Default 30 s.
+	Timeout time.Duration
+	// Visualize, if set, is called for each resource whose history is not
+	// linearizable; porcupine's HTML view of it is written to the writer it
+	// returns, which Verify closes.
+	Visualize func(resource string) (io.WriteCloser, error)
+}
+
+// Verify judges a run's history and returns every violation found (nil when
+// the run was correct). It is a pure function of h, except for the time the
+// linearizability checks take: resources are checked in parallel, each with
+// opts.Timeout.
+func Verify(h *History, opts VerifyOptions) []Violation {
+	if opts.Timeout == 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	v := &verifier{h: h, opts: opts}
+	v.index()
+	v.settled()
+	v.fences()
+	v.keys()
+	v.pointers()
+	v.seals()
+	v.readers()
+	v.objects()
+	v.anomalies()
+	v.linearizable()
+	slices.SortStableFunc(v.out, func(a, b Violation) int {
+		return cmp.Or(cmp.Compare(a.Invariant, b.Invariant), cmp.Compare(a.Resource, b.Resource))
+	})
+	return v.out
+}
+
+type grantID struct {
+	res          string
+	epoch, fence uint64
+}
+
+type versionID struct {
+	res string
+	v   layout.Version
+}
+
+type verifier struct {
+	h    *History
+	opts VerifyOptions
+
+	mu  sync.Mutex
+	out []Violation
+
+	segs      []segment
+	granted   map[grantID]map[string]bool // owners granted (resource, epoch, fence)
+	placed    []placedPublish             // settled publishes, placed in their segment
+	reads     []placedRead                // reads that got a pointer, placed
+	applied   map[versionID]*PublishOp    // placed publishes whose outcome is applied
+	unsettled map[string]bool             // resources with an unsettled publish
+}
+
+// segment is the part of a history between two etcd restores. Operations
+// of a segment took effect within [start, end]; its watched changes have
+// revisions in (the previous segment's rev, rev].
+type segment struct {
+	start, end int64
+	rev        int64
+	epoch      uint64
+	states     map[string]InitialState // nil: every resource starts empty
+}
+
+// init returns the state res starts the segment in.
+func (s segment) init(res string) InitialState {
+	if st, ok := s.states[res]; ok {
+		return st
+	}
+	return InitialState{Epoch: s.epoch}
+}
+
+// placedPublish is a publish as the segment it belongs to sees it.
+type placedPublish struct {
+	PublishOp
+	seg int
+}
+
+type placedRead struct {
+	ReadOp
+	seg int
+}
+
+func (v *verifier) add(inv, res, format string, args ...any) {
+	v.mu.Lock()
+	v.out = append(v.out, Violation{Invariant: inv, Resource: res, Detail: fmt.Sprintf(format, args...)})
+	v.mu.Unlock()
+}
+
+// segmentOfTime returns the segment whose span (from its start to the next
+// segment's start) holds run time t.
+func (v *verifier) segmentOfTime(t int64) int {
+	i := 0
+	for i+1 < len(v.segs) && v.segs[i+1].start <= t {
+		i++
+	}
+	return i
+}
+
+// segmentOfRevision returns the segment a change at revision rev belongs to.
+func (v *verifier) segmentOfRevision(rev int64) int {
+	i := 0
+	for i+1 < len(v.segs) && rev > v.segs[i].rev {
+		i++
+	}
+	return i
+}
+
+func (v *verifier) index() {
+	v.segs = []segment{{start: 0, end: math.MaxInt64, rev: math.MaxInt64, epoch: v.h.Epoch}}
+	for _, r := range v.h.Restores {
+		last := &v.segs[len(v.segs)-1]
+		last.end, last.rev = r.Start, r.Revision
+		v.segs = append(v.segs, segment{start: r.End, end: math.MaxInt64, rev: math.MaxInt64, epoch: r.NewEpoch, states: r.States})
+	}
+	v.granted = map[grantID]map[string]bool{}
+	for _, g := range v.h.Grants {
+		id := grantID{g.Resource, g.Epoch, g.Fence}
+		if v.granted[id] == nil {
+			v.granted[id] = map[string]bool{}
+		}
+		v.granted[id][g.Owner] = true
+	}
+	v.unsettled = map[string]bool{}
+	v.place()
+	v.applied = map[versionID]*PublishOp{}
+	for i := range v.placed {
+		if p := &v.placed[i]; p.Outcome == Applied {
+			v.applied[versionID{p.Resource, p.Version}] = &p.PublishOp
+		}
+	}
+}
+
+// place assigns each settled publish and each read to a segment. An
+// operation that spans a restore is judged by what it could have done:
+// answered before clients were cut off, it stays in its segment (its return
+// clamped to the cut); a publish whose version the pointer held before the
+// restore applied there, whatever it was told after the restore lost it;
+// anything else took effect after the restore, if at all, and moves to the
+// segment it returned in (its call clamped to that segment's start). A read
+// that was invoked before a restore and returned after it is dropped: its
+// pointer read may have happened on either side.
+//
+// "The pointer held its version" is judged by the op record of its key at
+// its version and by its owner, which the publish transaction writes
+// together with the pointer: another attempt (another key, or a forged
+// token of another owner) may carry the same version.
+func (v *verifier) place() {
+	type attemptID struct {
+		res, key, owner string
+		v               layout.Version
+	}
+	held := map[attemptID]bool{}
+	for _, c := range v.h.Changes {
+		if c.Kind == ChangeOpRecord && !c.Delete {
+			held[attemptID{c.Resource, c.Key, c.Owner, c.Version}] = true
+		}
+	}
+	for _, p := range v.h.Publishes {
+		if !p.Done || p.Outcome == Failed || p.Outcome == Unknown || p.Outcome == "" {
+			continue
+		}
+		s := v.segmentOfTime(p.Call)
+		if s+1 < len(v.segs) && p.Return > v.segs[s].end {
+			switch {
+			case p.Return < v.segs[s+1].start && p.Call >= v.segs[s].end:
+				continue // began and ended while etcd was out of reach: no effect
+			case p.Return < v.segs[s+1].start:
+				p.Return = v.segs[s].end
+			case held[attemptID{p.Resource, p.Key, p.Owner, p.Version}]:
+				p.Outcome, p.Return = Applied, v.segs[s].end
+			default:
+				s = v.segmentOfTime(p.Return)
+				p.Call = v.segs[s].start
+			}
+		}
+		v.placed = append(v.placed, placedPublish{p, s})
+	}
+	for _, r := range v.h.Reads {
+		if r.Problem != "" {
+			continue
+		}
+		s := v.segmentOfTime(r.Call)
+		if s+1 < len(v.segs) && r.Return > v.segs[s].end {
+			switch {
+			case r.Return < v.segs[s+1].start && r.Call >= v.segs[s].end:
+				continue
+			case r.Return < v.segs[s+1].start:
+				r.Return = v.segs[s].end
+			case r.Call >= v.segs[s].end:
+				s = v.segmentOfTime(r.Return)
+				r.Call = v.segs[s].start
+			default:
+				continue
+			}
+		}
+		v.reads = append(v.reads, placedRead{r, s})
+	}
+}
+
+func (v *verifier) authorized(p *PublishOp) bool {
+	return v.granted[grantID{p.Resource, p.Version.Epoch, p.Version.Fence}][p.Owner]
+}
+
+// settled: every publish completed with a definite outcome.
+func (v *verifier) settled() {
+	for _, p := range v.h.Publishes {
+		switch {
+		case !p.Done:
+			v.add(InvSettled, p.Resource, "publish %s (key %q, version %s) was invoked and never completed", p.ID, p.Key, p.Version)
+		case p.Outcome == Unknown || p.Outcome == "":
+			v.add(InvSettled, p.Resource, "publish %s (key %q, version %s) reported %q and was never settled: %s", p.ID, p.Key, p.Version, p.Reported, p.Err)
+		default:
+			continue
+		}
+		v.unsettled[p.Resource] = true
+	}
+}
+
+// fences: no fence issued twice, by the grants clients got and by etcd's
+// own writes of grant records and generation counters. After a restore the
+// counters start again from the snapshot's values in a new epoch, which is
+// why a grant record is identified by its epoch too.
+func (v *verifier) fences() {
+	requests := map[grantID]map[string]bool{}
+	for _, g := range v.h.Grants {
+		id := grantID{g.Resource, g.Epoch, g.Fence}
+		if requests[id] == nil {
+			requests[id] = map[string]bool{}
+		}
+		requests[id][g.RequestID] = true
+	}
+	for id, reqs := range requests {
+		if len(reqs) > 1 {
+			v.add(InvFenceOnce, id.res, "epoch %d fence %d was granted to %d requests: %v", id.epoch, id.fence, len(reqs), keys(reqs))
+		}
+		if len(v.granted[id]) > 1 {
+			v.add(InvFenceOnce, id.res, "epoch %d fence %d was granted to %d owners: %v", id.epoch, id.fence, len(v.granted[id]), keys(v.granted[id]))
+		}
+	}
+	created := map[grantID]int{}
+	gen := map[string]uint64{}
+	seg := 0
+	for _, c := range v.changesByRevision() {
+		if s := v.segmentOfRevision(c.Revision); s != seg {
+			seg, gen = s, map[string]uint64{}
+		}
+		switch c.Kind {
+		case ChangeGrant:
+			epoch, _, _ := layout.ParseGrantRecord(c.Value)
+			id := grantID{c.Resource, epoch, c.Number}
+			switch {
+			case c.Delete:
+			case c.KVVersion > 1:
+				v.add(InvFenceOnce, c.Resource, "grant record of fence %d overwritten at revision %d with %q", c.Number, c.Revision, c.Value)
+			default:
+				if created[id]++; created[id] > 1 {
+					v.add(InvFenceOnce, c.Resource, "grant record of fence %d created again at revision %d (%q)", c.Number, c.Revision, c.Value)
+				}
+			}
+		case ChangeGeneration:
+			if c.Delete {
+				v.add(InvFenceOnce, c.Resource, "generation counter deleted at revision %d", c.Revision)
+				continue
+			}
+			if old, ok := gen[c.Resource]; ok && c.Number <= old {
+				v.add(InvFenceOnce, c.Resource, "generation went from %d to %d at revision %d", old, c.Number, c.Revision)
+			}
+			gen[c.Resource] = c.Number
+		}
+	}
+}
+
+// keys: each idempotency key applied at most once per segment, by the
+// clients' log and by etcd's writes of op records. (A restore loses the op
+// records written after its snapshot, so a key can apply again after it:
+// a documented limit of restores, not a violation.)
+func (v *verifier) keys() {
+	type keyID struct {
+		res, key string
+		seg      int
+	}
+	versions := map[keyID]map[layout.Version]bool{}
+	for _, p := range v.placed {
+		if p.Outcome == Applied {
+			id := keyID{p.Resource, p.Key, p.seg}
+			if versions[id] == nil {
+				versions[id] = map[layout.Version]bool{}
+			}
+			versions[id][p.Version] = true
+		}
+	}
+	for id, vs := range versions {
+		if len(vs) > 1 {
+			v.add(InvKeyOnce, id.res, "key %q was reported applied at %d versions: %v", id.key, len(vs), keys(vs))
+		}
+	}
+	created := map[keyID]int{}
+	for s, sg := range v.segs {
+		for res, st := range sg.states {
+			for k := range st.Ops {
+				created[keyID{res, k, s}] = 1
+			}
+		}
+	}
+	for _, c := range v.changesByRevision() {
+		if c.Kind != ChangeOpRecord {
+			continue
+		}
+		id := keyID{c.Resource, c.Key, v.segmentOfRevision(c.Revision)}
+		switch {
+		case c.Delete:
+			v.add(InvKeyOnce, c.Resource, "op record of key %q deleted at revision %d, within the retention", c.Key, c.Revision)
+		case c.KVVersion > 1:
+			v.add(InvKeyOnce, c.Resource, "op record of key %q overwritten at revision %d (now version %s)", c.Key, c.Revision, c.Version)
+		default:
+			if created[id]++; created[id] > 1 {
+				v.add(InvKeyOnce, c.Resource, "op record of key %q created again at revision %d (version %s)", c.Key, c.Revision, c.Version)
+			}
+		}
+	}
+}
+
+// pointers: in commit order each pointer only rises (within a segment,
+// starting from the state the restore left); every pointer version is an
+// applied publish's, and (with a complete watch) every applied publish
+// moved its pointer.
+func (v *verifier) pointers() {
+	last := map[string]layout.Version{}
+	held := map[versionID]bool{}
+	seg := 0
+	for _, c := range v.changesByRevision() {
+		if c.Kind != ChangePointer || c.Err != "" {
+			continue
+		}
+		if s := v.segmentOfRevision(c.Revision); s != seg {
+			seg, last = s, map[string]layout.Version{}
+			for res, st := range v.segs[s].states {
+				last[res] = st.Pointer
+			}
+		}
+		if c.Delete {
+			v.add(InvPointerMonotonic, c.Resource, "pointer deleted at revision %d", c.Revision)
+			continue
+		}
+		if c.Version.IsZero() {
+			if !last[c.Resource].IsZero() {
+				v.add(InvPointerMonotonic, c.Resource, "pointer reset from %s to the zero version at revision %d", last[c.Resource], c.Revision)
+			}
+			continue
+		}
+		if prev := last[c.Resource]; !prev.Less(c.Version) {
+			v.add(InvPointerMonotonic, c.Resource, "pointer went from %s to %s at revision %d (revoked-generation overwrite)", prev, c.Version, c.Revision)
+		}
+		last[c.Resource] = c.Version
+		id := versionID{c.Resource, c.Version}
+		held[id] = true
+		switch p := v.applied[id]; {
+		case p == nil:
+			v.add(InvNoPhantom, c.Resource, "the pointer moved to %s (object %s) at revision %d, but no publish was reported or resolved applied at that version", c.Version, c.Object, c.Revision)
+		case p.Object != "" && p.Object != c.Object:
+			v.add(InvNoPhantom, c.Resource, "the pointer moved to %s with object %s, but publish %s applied object %s", c.Version, c.Object, p.ID, p.Object)
+		}
+	}
+	if v.h.WatchGaps > 0 {
+		return
+	}
+	for id, p := range v.applied {
+		if !held[id] {
+			v.add(InvNoPhantom, id.res, "publish %s was reported applied at %s, but the pointer never held that version", p.ID, id.v)
+		}
+	}
+}
+
+// seals: a seal only rises (within a segment).
+func (v *verifier) seals() {
+	last := map[string]layout.Version{}
+	seg := 0
+	for _, c := range v.changesByRevision() {
+		if c.Kind != ChangeSeal || c.Err != "" {
+			continue
+		}
+		if s := v.segmentOfRevision(c.Revision); s != seg {
+			seg, last = s, map[string]layout.Version{}
+			for res, st := range v.segs[s].states {
+				last[res] = st.Seal
+			}
+		}
+		if c.Delete {
+			v.add(InvSealMonotonic, c.Resource, "seal deleted at revision %d", c.Revision)
+			continue
+		}
+		if c.Version.Less(last[c.Resource]) {
+			v.add(InvSealMonotonic, c.Resource, "seal went down from %s to %s at revision %d", last[c.Resource], c.Version, c.Revision)
+		}
+		last[c.Resource] = last[c.Resource].Max(c.Version)
+	}
+}
+
+// readers: versions never go back per reader and resource (within a
+// segment: a restore takes the pointer back by design); bytes match the
+// pointer's digest and the body published at the version.
+func (v *verifier) readers() {
+	for _, r := range v.h.Reads {
+		if r.Problem == "digest" || r.Problem == "changed" {
+			v.add(InvReaderBytes, r.Resource, "reader %s: %s", r.Client, r.Err)
+		}
+	}
+	type readerID struct {
+		client, res string
+		seg         int
+	}
+	byReader := map[readerID][]ReadOp{}
+	for _, r := range v.reads {
+		id := readerID{r.Client, r.Resource, r.seg}
+		byReader[id] = append(byReader[id], r.ReadOp)
+		if r.Version.IsZero() {
+			continue
+		}
+		if r.SHA != r.PointerSHA {
+			v.add(InvReaderBytes, r.Resource, "reader %s read %s with sha256 %s; the pointer says %s", r.Client, r.Version, r.SHA, r.PointerSHA)
+		}
+		switch p := v.applied[versionID{r.Resource, r.Version}]; {
+		case p == nil:
+			v.add(InvReaderBytes, r.Resource, "reader %s saw version %s, which no publish was reported or resolved applied at", r.Client, r.Version)
+		case p.Digest != r.SHA:
+			v.add(InvReaderBytes, r.Resource, "reader %s read %s with sha256 %s, but publish %s applied a body with sha256 %s", r.Client, r.Version, r.SHA, p.ID, p.Digest)
+		}
+	}
+	for id, rs := range byReader {
+		slices.SortFunc(rs, func(a, b ReadOp) int { return cmp.Compare(a.Call, b.Call) })
+		for i := 1; i < len(rs); i++ {
+			if rs[i].Version.Less(rs[i-1].Version) {
+				v.add(InvReaderMonotonic, id.res, "reader %s saw %s and then %s", id.client, rs[i-1].Version, rs[i].Version)
+			}
+		}
+	}
+}
+
+// objects: nothing an applied publish or a read named was deleted.
+func (v *verifier) objects() {
+	for _, key := range v.h.Missing {
+		named := "named by "
+		for _, p := range v.applied {
+			if p.Object == key {
+				named += fmt.Sprintf("publish %s (%s) ", p.ID, p.Version)
+			}
+		}
+		res := ""
+		for _, r := range v.h.Reads {
+			if r.Object == key {
+				named += fmt.Sprintf("read by %s at %.3fs ", r.Client, float64(r.Return)/1e9)
+				res = r.Resource
+				break
+			}
+		}
+		for _, p := range v.applied {
+			if p.Object == key {
+				res = p.Resource
+			}
+		}
+		v.add(InvObjectKept, res, "object %s is gone: %s", key, strings.TrimSpace(named))
+	}
+}
+
+// anomalies: errors no fault explains, undecodable values, epoch changes
+// other than a restore's.
+func (v *verifier) anomalies() {
+	for _, a := range v.h.Anomalies {
+		if a.AfterRestore && len(v.h.Restores) > 0 && v.h.Restores[0].Start <= a.Time {
+			continue
+		}
+		v.add(InvAnomaly, "", "%s at %.3fs: %s: %s", a.Client, float64(a.Time)/1e9, a.What, a.Err)
+	}
+	for _, c := range v.h.Changes {
+		switch {
+		case c.Err != "":
+			v.add(InvAnomaly, c.Resource, "%s value at revision %d does not decode: %s", c.Kind, c.Revision, c.Err)
+		case c.Kind == ChangeEpoch:
+			if s := v.segmentOfRevision(c.Revision); s == 0 || c.Number != v.segs[s].epoch {
+				v.add(InvAnomaly, "", "the epoch changed to %d at revision %d, not by a restore's recover", c.Number, c.Revision)
+			}
+		}
+	}
+}
+
+// changesByRevision returns the changes in etcd's commit order.
+func (v *verifier) changesByRevision() []Change {
+	cs := slices.Clone(v.h.Changes)
+	slices.SortStableFunc(cs, func(a, b Change) int { return cmp.Compare(a.Revision, b.Revision) })
+	return cs
+}
+
+// linearizable checks each resource's history in each segment against
+// the model started from the segment's state, in parallel.
+func (v *verifier) linearizable() {
+	byPart := v.histories()
+	parts := make([]partKey, 0, len(byPart))
+	for k := range byPart {
+		parts = append(parts, k)
+	}
+	slices.SortFunc(parts, func(a, b partKey) int { return cmp.Or(cmp.Compare(a.res, b.res), cmp.Compare(a.seg, b.seg)) })
+	work := make(chan partKey)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				v.check(p.res, p.seg, byPart[p])
+			}
+		}()
+	}
+	for _, p := range parts {
+		if !v.unsettled[p.res] {
+			work <- p
+		}
+	}
+	close(work)
+	wg.Wait()
+}
+
+// partKey names a resource's history within one segment.
+type partKey struct {
+	res string
+	seg int
+}
+
+func (v *verifier) check(res string, seg int, ops []Op) {
+	init := v.segs[seg].init(res)
+	err := CheckFrom(init, ops, v.opts.Timeout)
+	if err == nil {
+		return
+	}
+	where := ""
+	if len(v.segs) > 1 {
+		where = fmt.Sprintf(" in segment %d (epoch %d)", seg, v.segs[seg].epoch)
+	}
+	v.add(InvLinearizable, res, "%v%s (%d operations)", err, where, len(ops))
+	if v.opts.Visualize == nil {
+		return
+	}
+	name := res
+	if seg > 0 {
+		name = fmt.Sprintf("%s-%d", res, seg)
+	}
+	w, verr := v.opts.Visualize(name)
+	if verr == nil {
+		verr = Visualize(init, ops, v.opts.Timeout, w)
+		if cerr := w.Close(); verr == nil {
+			verr = cerr
+		}
+	}
+	if verr != nil {
+		v.add(InvLinearizable, res, "could not write the visualization: %v", verr)
+	}
+}
+
+// histories builds each resource's model operations per segment: placed
+// publishes and reads, and seal raises seen by the watch. A seal raise
+// happened between the time a lower bound gives (the time GC wrote into it,
+// or the call of the publish whose Resolve raised it, but not before its
+// segment started) and the moment the watch delivered it.
+func (v *verifier) histories() map[partKey][]Op {
+	out := map[partKey][]Op{}
+	clients := map[partKey]map[string]int{} // porcupine client ids
+	id := func(k partKey, client string) int {
+		m := clients[k]
+		if m == nil {
+			m = map[string]int{}
+			clients[k] = m
+		}
+		if i, ok := m[client]; ok {
+			return i
+		}
+		m[client] = len(m)
+		return m[client]
+	}
+	calls := map[string]int64{} // "res\x00key\x00version" → call of the publish
+	for _, p := range v.h.Publishes {
+		calls[p.Resource+"\x00"+p.Key+"\x00"+p.Version.Encode()] = p.Call
+	}
+	for _, p := range v.placed {
+		k := partKey{p.Resource, p.seg}
+		in := Input{
+			Kind: KindPublish, Resource: p.Resource, Key: p.Key, Digest: p.Digest, Version: p.Version,
+			Authorized: v.authorized(&p.PublishOp), Strict: p.Strict,
+		}
+		o := Output{Outcome: p.Outcome}
+		if p.Outcome == Duplicate {
+			o.Version = p.Result
+		}
+		out[k] = append(out[k], Op{Client: id(k, p.Client), Input: in, Output: o, Call: p.Call, Return: p.Return})
+		if p.Outcome == Applied && !in.Authorized {
+			v.add(InvUnauthorized, p.Resource, "publish %s at %s by owner %q was applied, but no grant of fence %d in epoch %d names that owner",
+				p.ID, p.Version, p.Owner, p.Version.Fence, p.Version.Epoch)
+		}
+	}
+	for _, r := range v.reads {
+		k := partKey{r.Resource, r.seg}
+		out[k] = append(out[k], Op{
+			Client: id(k, r.Client), Input: Input{Kind: KindRead, Resource: r.Resource},
+			Output: Output{Version: r.Version}, Call: r.Call, Return: r.Return,
+		})
+	}
+	for _, c := range v.h.Changes {
+		if c.Kind != ChangeSeal || c.Delete || c.Err != "" || c.Version.IsZero() {
+			continue
+		}
+		s := v.segmentOfRevision(c.Revision)
+		call := c.At
+		if key, ok := strings.CutPrefix(c.Value, "resolve "); ok {
+			call = calls[c.Resource+"\x00"+key+"\x00"+c.Version.Encode()]
+		}
+		k := partKey{c.Resource, s}
+		out[k] = append(out[k], Op{
+			Client: id(k, "seal"), Input: Input{Kind: KindSeal, Resource: c.Resource, Version: c.Version},
+			Call: min(max(call, v.segs[s].start), c.Seen), Return: c.Seen,
+		})
+	}
+	return out
+}
+
+// keys returns the keys of m, formatted and sorted.
+func keys[K comparable, V any](m map[K]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, fmt.Sprint(k))
+	}
+	slices.Sort(out)
+	return out
+}

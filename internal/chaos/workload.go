@@ -1,0 +1,571 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/gc"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/publisher"
+	"github.com/fencepub/fencepub/reader"
+	"github.com/minio/minio-go/v7"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Workload shapes a run's operations. Resources rotate: during each Window
+// the workers and readers use Resources fresh resources, so every resource's
+// history stays small enough for the linearizability check to decide. The
+// zero value takes the defaults.
+type Workload struct {
+	// Window is how long a set of resources is in use. Default 8 s.
+	Window time.Duration `json:"window"`
+	// Resources is the number of resources in use per window. Default 6.
+	Resources int `json:"resources"`
+	// TTL is the lease TTL of every grant (whole seconds, at least 2 s).
+	// Default 2 s.
+	TTL time.Duration `json:"ttl"`
+	// PublishTimeout is a publish's deadline: when etcd has not answered by
+	// then the outcome is unknown and Resolve settles it. Default 3 s.
+	PublishTimeout time.Duration `json:"publish_timeout"`
+	// AttemptTimeout bounds one etcd request of the publisher. Default 700 ms.
+	AttemptTimeout time.Duration `json:"attempt_timeout"`
+}
+
+func (w Workload) withDefaults() Workload {
+	if w.Window == 0 {
+		w.Window = 8 * time.Second
+	}
+	if w.Resources == 0 {
+		w.Resources = 6
+	}
+	if w.TTL == 0 {
+		w.TTL = 2 * time.Second
+	}
+	if w.PublishTimeout == 0 {
+		w.PublishTimeout = 3 * time.Second
+	}
+	if w.AttemptTimeout == 0 {
+		w.AttemptTimeout = 700 * time.Millisecond
+	}
+	return w
+}
+
+// window returns the window of run time t (ns).
+func (w Workload) window(t int64) int64 { return t / int64(w.Window) }
+
+// resource names resource i of window n.
+func resource(n int64, i int) string { return fmt.Sprintf("r%05d-%d", n, i) }
+
+// pick returns a random resource of the window of run time t. Resource 0
+// of each window is hot (a quarter of the picks, besides its share), so
+// grants contend there: workers wait for each other's leases, paused and
+// stalled workers come back to find a newer fence published, GC races with
+// publishers.
+func (w Workload) pick(t int64, rng *rand.Rand) string {
+	if rng.Float64() < 0.25 {
+		return resource(w.window(t), 0)
+	}
+	return resource(w.window(t), rng.IntN(w.Resources))
+}
+
+// resources returns the resources of windows from..to.
+func (w Workload) resources(from, to int64) []string {
+	var out []string
+	for n := max(from, 0); n <= to; n++ {
+		for i := range w.Resources {
+			out = append(out, resource(n, i))
+		}
+	}
+	return out
+}
+
+// partSize is the publisher's part size: bodies above it are uploaded in
+// several parts (S3's minimum part size).
+const partSize = publisher.MinPartSize
+
+// operation returns the idempotency key and body of a worker's next publish
+// on res. Most are fresh operations; some reuse one of a few keys shared by
+// every worker of the resource, with the body every worker uses for it (a
+// retry of the same operation in another term: duplicate once applied) or
+// another body (conflict once applied).
+func operation(res, client string, n int, rng *rand.Rand) (key string, body []byte) {
+	switch u := rng.Float64(); {
+	case u < 0.2:
+		key = fmt.Sprintf("shared-%d", rng.IntN(3))
+		return key, sharedBody(res, key, 0)
+	case u < 0.26:
+		key = fmt.Sprintf("shared-%d", rng.IntN(3))
+		return key, sharedBody(res, key, 1)
+	}
+	var size int
+	switch u := rng.Float64(); {
+	case u < 0.003:
+		size = partSize + 1 + rng.IntN(64<<10) // multipart
+	case u < 0.03:
+		size = 64<<10 + rng.IntN(448<<10)
+	default:
+		size = 16 + rng.IntN(8<<10)
+	}
+	return fmt.Sprintf("%s-%d", client, n), randomBytes(rng.Uint64(), size)
+}
+
+// sharedBody is the body of shared key on res in the given variant: the same
+// bytes in every process.
+func sharedBody(res, key string, variant int) []byte {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%d", res, key, variant)))
+	return randomBytes(binary.LittleEndian.Uint64(sum[:8]), 100+int(sum[8])*8)
+}
+
+func randomBytes(seed uint64, n int) []byte {
+	var s [32]byte
+	binary.LittleEndian.PutUint64(s[:], seed)
+	b := make([]byte, n)
+	_, _ = rand.NewChaCha8(s).Read(b) // never fails
+	return b
+}
+
+// isAnomaly reports errors that no fault can explain: they mean a broken
+// invariant or a broken harness.
+func isAnomaly(err error) bool {
+	for _, target := range []error{
+		authority.ErrRolledBack, authority.ErrCorruptState, authority.ErrForeignDeployment,
+		authority.ErrRequestConflict, authority.ErrInvalidGrant,
+		publisher.ErrObjectMismatch, publisher.ErrInvalid, publisher.ErrNotInitialized,
+		layout.ErrCorruptRecord, layout.ErrInvalidName,
+		reader.ErrObjectChanged, reader.ErrDigestMismatch,
+		gc.ErrForeignDeployment, gc.ErrNoOwnership, gc.ErrCorruptState, gc.ErrInvalid,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// worker publishes to the resources of the current window, one term (grant)
+// at a time, until stop closes. It runs in the harness process (goroutine)
+// and in worker processes.
+type worker struct {
+	id    string
+	clock Clock
+	epoch func() uint64 // the domain's current epoch (forged tokens carry it)
+	auth  *authority.Authority
+	pub   *publisher.Client
+	wl    Workload
+	rng   *rand.Rand
+	out   sink
+	stop  <-chan struct{}
+	// zombies: some terms skip renewals and stall past the TTL before
+	// publishing (a paused worker inside the harness process), while a
+	// rival worker waits for the lease and publishes under the next fence:
+	// the seed's 41/42/41 timeline.
+	zombies bool
+	rival   *worker
+	n       int // publishes so far
+}
+
+func (w *worker) stopped() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleep sleeps d unless stop closes first; it reports whether to go on.
+func (w *worker) sleep(d time.Duration) bool { return sleepStop(w.stop, d) }
+
+// sleepStop sleeps d unless stop closes first; it reports whether it slept
+// the whole time.
+func sleepStop(stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+func (w *worker) anomaly(what string, err error) {
+	w.out.Anomaly(Anomaly{
+		Client: w.id, Time: w.clock.Now(), What: what, Err: err.Error(),
+		AfterRestore: errors.Is(err, publisher.ErrNotInitialized),
+	})
+}
+
+// run runs terms until stop closes.
+func (w *worker) run() {
+	for !w.stopped() {
+		if !w.term(w.wl.pick(w.clock.Now(), w.rng)) {
+			w.sleep(time.Duration(50+w.rng.IntN(200)) * time.Millisecond)
+		}
+	}
+}
+
+// acquire gets a grant on res, retrying with the same request id while the
+// answer is unknown (the grant may have been made). expired is true for a
+// grant the retried request got back after its lease ended.
+func (w *worker) acquire(res string) (g authority.Grant, expired, ok bool) {
+	req := authority.AcquireRequest{
+		Resource: res, Owner: w.id + "-" + authority.NewID()[:8], RequestID: authority.NewID(),
+		TTL: w.wl.TTL, Wait: true,
+	}
+	for attempt := 0; attempt < 4 && !w.stopped(); attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*w.wl.TTL+2*time.Second)
+		g, err := w.auth.Acquire(ctx, req)
+		cancel()
+		switch {
+		case err == nil, errors.Is(err, authority.ErrExpired):
+			expired = err != nil
+			w.out.Grant(GrantEvent{
+				Client: w.id, Time: w.clock.Now(), Resource: g.Resource, Owner: g.Owner, RequestID: g.RequestID,
+				Epoch: g.Epoch, Fence: g.Generation, Expired: expired,
+			})
+			return g, expired, true
+		case isAnomaly(err):
+			w.anomaly("acquire "+res, err)
+			return g, false, false
+		case errors.Is(err, authority.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+			continue // the grant may have been made: ask again with the same request id
+		default:
+			return g, false, false // lease lost while confirming, ...
+		}
+	}
+	return authority.Grant{}, false, false
+}
+
+// term acquires res, publishes one to four versions under the grant and
+// releases it. It reports whether it got a grant.
+func (w *worker) term(res string) bool {
+	g, expired, ok := w.acquire(res)
+	if !ok {
+		return false
+	}
+	zombie := w.zombies && !expired && w.rng.Float64() < 0.2
+	var sess *authority.Session
+	if !zombie && !expired {
+		if s, err := w.auth.NewSession(context.Background(), g); err == nil {
+			sess = s
+			defer func() { _ = sess.Close() }()
+		}
+	}
+	if zombie {
+		if w.rival == nil {
+			r := *w
+			r.id, r.rng, r.zombies, r.n = w.id+"r", rand.New(rand.NewPCG(w.rng.Uint64(), 7)), false, 0
+			w.rival = &r
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			w.rival.term(res)
+		}()
+		defer func() { <-done }()
+		if !w.sleep(w.wl.TTL + time.Duration(1000+w.rng.IntN(1500))*time.Millisecond) {
+			return true
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	p, err := w.pub.BindGrant(ctx, g, w.rng.Float64() < 0.3)
+	cancel()
+	if err != nil {
+		if isAnomaly(err) {
+			w.anomaly("bind "+res, err)
+		}
+		return true
+	}
+	for i, n := 0, 1+w.rng.IntN(4); i < n && !w.stopped(); i++ {
+		if sess != nil {
+			select {
+			case <-sess.Lost():
+				return true // a worker stops publishing once it knows its lease is gone
+			default:
+			}
+		}
+		key, body := operation(res, w.id, w.n, w.rng)
+		seq := p.NextSeq()
+		if !w.publish(p, seq, key, body, false) {
+			return true
+		}
+		w.sleep(time.Duration(w.rng.IntN(30)) * time.Millisecond)
+	}
+	return true
+}
+
+// publish publishes body under key at seq with p, logging the operation from
+// invoke to its final outcome; an unknown outcome is settled with Resolve
+// before it is logged. It reports whether the term may go on (the publish
+// was applied, a duplicate or a conflict).
+func (w *worker) publish(p *publisher.Publisher, seq uint64, key string, body []byte, forged bool) bool {
+	t := p.Term()
+	w.n++
+	sum := sha256.Sum256(body)
+	op := PublishOp{
+		ID: fmt.Sprintf("%s/%d", w.id, w.n), Client: w.id, Resource: t.Resource, Key: key,
+		Digest: hex.EncodeToString(sum[:]), Size: int64(len(body)), Owner: t.Owner,
+		Version: layout.Version{Epoch: t.Epoch, Fence: t.Fence, Seq: seq}, Strict: t.Strict, Forged: forged,
+		Call: w.clock.Now(),
+	}
+	w.out.Invoke(op)
+	ctx, cancel := context.WithTimeout(context.Background(), w.wl.PublishTimeout)
+	r, err := p.PublishSeq(ctx, seq, publisher.Operation{IdempotencyKey: key, Body: bytes.NewReader(body)})
+	cancel()
+	reported(&op, r, err)
+	if isAnomaly(err) {
+		w.anomaly("publish "+op.ID, err)
+	}
+	if op.Reported == Unknown {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		if err := settle(sctx, w.pub, &op, "worker"); err != nil {
+			op.Err = err.Error()
+		}
+		cancel()
+	}
+	op.Return, op.Done = w.clock.Now(), true
+	w.out.Complete(op)
+	return op.Outcome == Applied || op.Outcome == Duplicate || op.Outcome == Conflict
+}
+
+// reported fills op's outcome from what Publish returned.
+func reported(op *PublishOp, r publisher.Result, err error) {
+	switch {
+	case err == nil:
+		op.Reported = string(r.Outcome) // applied or duplicate
+	case errors.Is(err, publisher.ErrStale):
+		op.Reported = Stale
+	case errors.Is(err, publisher.ErrConflict):
+		op.Reported = Conflict
+	case errors.Is(err, publisher.ErrUnknown):
+		op.Reported = Unknown
+	default:
+		op.Reported = Failed // not sent: nothing was published
+	}
+	op.Outcome, op.Reason, op.Result, op.Object = op.Reported, string(r.Reason), r.Version, r.Object.Key
+	if err != nil {
+		op.Err = err.Error()
+	}
+}
+
+// settle turns op's unknown outcome into a definite one with Resolve
+// (DESIGN.md invariant 8), re-trying while etcd does not answer, until ctx
+// ends. Applied: the op record holds op's version. Duplicate or Conflict: the
+// key was applied by another attempt, with the same body or another one.
+// ResolvedNotApplied: Resolve found no op record and the seal is now at or
+// above the version, or the domain has moved to a newer epoch, so it never
+// applies. A forged publish whose version Resolve refuses to seal because
+// its fence was never granted (ErrInvalid) could never apply either: it is
+// closed as Stale. by names who settled it.
+// Errors: Resolve's, when it is not a transient one, or ctx's.
+func settle(ctx context.Context, c *publisher.Client, op *PublishOp, by string) error {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		r, err := c.Resolve(rctx, op.Resource, op.Key, op.Version)
+		cancel()
+		switch {
+		case err == nil && r.Outcome == publisher.Applied:
+			op.Outcome, op.Result, op.Object = Applied, r.Version, r.Object.Key
+		case err == nil && r.Outcome == publisher.Duplicate:
+			op.Outcome, op.Result, op.Object = Duplicate, r.Version, r.Object.Key
+			if r.Object.SHA256 != op.Digest {
+				op.Outcome = Conflict
+			}
+		case errors.Is(err, publisher.ErrStale):
+			op.Outcome, op.Reason, op.Result, op.Object = ResolvedNotApplied, string(r.Reason), op.Version, ""
+		case op.Forged && errors.Is(err, publisher.ErrInvalid):
+			op.Outcome, op.Reason, op.Result, op.Object = Stale, "never granted", op.Version, ""
+		case err == nil:
+			return fmt.Errorf("chaos: Resolve of %s returned outcome %q", op.ID, r.Outcome)
+		case errors.Is(err, publisher.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+			if !sleepCtx(ctx, 200*time.Millisecond) {
+				return fmt.Errorf("chaos: resolve %s: %w", op.ID, err)
+			}
+			continue
+		default:
+			return err
+		}
+		op.ResolvedBy = by
+		return nil
+	}
+}
+
+// forge publishes with tokens the authority never granted for the resource:
+// a made-up fence and owner, or the fence and owner of a real grant of
+// another resource (DESIGN.md invariant 2). Every such publish must be
+// stale. recent returns recent real grants.
+func (w *worker) forge(recent func() []GrantEvent) {
+	for w.sleep(time.Duration(300+w.rng.IntN(600)) * time.Millisecond) {
+		res := w.wl.pick(w.clock.Now(), w.rng)
+		term := publisher.Term{Resource: res, Owner: "forger-" + authority.NewID()[:8], Epoch: w.epoch(), Fence: uint64(1 + w.rng.IntN(3))}
+		if w.rng.IntN(2) == 0 {
+			for _, g := range recent() {
+				if g.Resource != res {
+					term.Owner, term.Fence = g.Owner, g.Fence
+					break
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		p, err := w.pub.Bind(ctx, term)
+		cancel()
+		if err != nil {
+			if isAnomaly(err) {
+				w.anomaly("bind forged "+res, err)
+			}
+			continue
+		}
+		key, body := operation(res, w.id, w.n, w.rng)
+		w.publish(p, uint64(1+w.rng.IntN(3)), key, body, true)
+	}
+}
+
+// readLoop reads random resources of the current window through
+// reader.Open until stop closes, verifying the bytes, and logs each read.
+type readLoop struct {
+	id    string
+	clock Clock
+	cfg   reader.Config
+	wl    Workload
+	rng   *rand.Rand
+	rec   *Recorder
+	stop  <-chan struct{}
+}
+
+func (l *readLoop) run() {
+	readers := map[string]*reader.Reader{}
+	for sleepStop(l.stop, time.Duration(20+l.rng.IntN(40))*time.Millisecond) {
+		res := l.wl.pick(l.clock.Now(), l.rng)
+		rd, ok := readers[res]
+		if !ok {
+			if len(readers) > 4*l.wl.Resources {
+				clear(readers)
+			}
+			var err error
+			if rd, err = reader.New(l.cfg, res); err != nil {
+				l.rec.Anomaly(Anomaly{Client: l.id, Time: l.clock.Now(), What: "reader.New", Err: err.Error()})
+				return
+			}
+			readers[res] = rd
+		}
+		l.read(rd)
+	}
+}
+
+// read opens rd's current object, reads it to the end and logs the read,
+// unless it failed only because a server did not answer.
+func (l *readLoop) read(rd *reader.Reader) {
+	op := ReadOp{Client: l.id, Resource: rd.Resource(), Call: l.clock.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := rd.Open(ctx)
+	if err == nil {
+		h := sha256.New()
+		_, err = io.Copy(h, b)
+		_ = b.Close()
+		op.Version, op.Object, op.PointerSHA = b.Pointer.Version, b.Pointer.Object.Key, b.Pointer.Object.SHA256
+		op.SHA = hex.EncodeToString(h.Sum(nil))
+	}
+	op.Return = l.clock.Now()
+	switch {
+	case err == nil, errors.Is(err, reader.ErrNotPublished):
+		// A read of nothing published has the zero version.
+	case errors.Is(err, reader.ErrDigestMismatch):
+		op.Problem, op.Err = "digest", err.Error()
+	case errors.Is(err, reader.ErrObjectChanged):
+		op.Problem, op.Err = "changed", err.Error()
+	case errors.Is(err, reader.ErrObjectMissing):
+		op.Problem, op.Err = "missing", err.Error()
+		if ptr, perr := rd.Current(ctx); perr == nil {
+			op.Version, op.Object = ptr.Version, ptr.Object.Key
+		}
+	case isAnomaly(err):
+		l.rec.Anomaly(Anomaly{Client: l.id, Time: op.Return, What: "read " + op.Resource, Err: err.Error()})
+		return
+	default:
+		l.rec.Count("read_unavailable", 1)
+		return
+	}
+	l.rec.Read(op)
+}
+
+// gcLoop runs GC passes with one Collector until stop closes: over the
+// resources of the last three windows, and every tenth pass over all. Each
+// pass holds gate's read lock (a restore holds the write lock).
+type gcLoop struct {
+	id    int
+	gate  *sync.RWMutex
+	clock Clock
+	col   *gc.Collector
+	wl    Workload
+	rng   *rand.Rand
+	rec   *Recorder
+	stop  <-chan struct{}
+}
+
+func (l *gcLoop) run() {
+	for n := 1; sleepStop(l.stop, time.Duration(300+l.rng.IntN(1200))*time.Millisecond); n++ {
+		now := l.wl.window(l.clock.Now())
+		opts := gc.RunOptions{Resources: l.wl.resources(now-2, now)}
+		if n%10 == 0 {
+			opts = gc.RunOptions{All: true}
+		}
+		l.pass(opts)
+	}
+}
+
+// pass runs one GC pass and logs it.
+func (l *gcLoop) pass(opts gc.RunOptions) {
+	l.gate.RLock()
+	defer l.gate.RUnlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := GCPass{Collector: l.id, Start: l.clock.Now()}
+	rep, err := l.col.Run(ctx, opts)
+	p.End = l.clock.Now()
+	if rep != nil {
+		p.Resources, p.Deleted, p.Sealed, p.Errors = rep.Resources, rep.Deleted, rep.Sealed, len(rep.Errors)
+	}
+	if err != nil {
+		p.Err = err.Error()
+		if isAnomaly(err) {
+			l.rec.Anomaly(Anomaly{Client: fmt.Sprintf("gc%d", l.id), Time: p.End, What: "gc pass", Err: err.Error()})
+		}
+	}
+	l.rec.GC(p)
+}
+
+// objectsAt lists the objects of res at version v (any nonce): the objects
+// an attempt at v wrote. At most a few keys.
+func objectsAt(ctx context.Context, st *objstore.Store, ns layout.Namespace, res string, v layout.Version) ([]string, error) {
+	var keys []string
+	opts := minio.ListObjectsOptions{Prefix: ns.ObjectsPrefix(res) + v.Encode(), Recursive: true}
+	for o := range st.Client.ListObjects(ctx, st.Bucket, opts) {
+		if o.Err != nil {
+			return keys, objstore.Classify(o.Err)
+		}
+		keys = append(keys, o.Key)
+	}
+	return keys, nil
+}
+
+// etcdRevision returns the current revision of the cluster behind cli.
+func etcdRevision(ctx context.Context, cli *clientv3.Client, key string) (int64, error) {
+	resp, err := cli.Get(ctx, key, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
