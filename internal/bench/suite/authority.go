@@ -64,6 +64,6 @@ func (s *runner) authorityWorkload(ctx context.Context) error {
 		WithNote("acquire also lists the resource's grant markers (rollback detection, DESIGN.md invariant 3); the floor does not"))
 	s.add(bench.NewRow(WorkloadAuthority, "renew, sequential", 0, 1, renew.Stats(renewWall), "bare KeepAliveOnce", keepalive.Stats(kaWall)).
 		WithTarget("p50 <= 1.2x", p50).
-		WithNote("renew runs the keepalive and a holder-check transaction concurrently"))
+		WithNote("Renew is one keepalive of the grant's lease (the holder key lives exactly as long as the lease)"))
 	return nil
 }

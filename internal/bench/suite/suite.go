@@ -69,7 +69,7 @@ var workloadInfo = []bench.Workload{
 	},
 	{
 		Name: WorkloadAuthority, Title: "4. Authority",
-		About: "Acquire (uncontended; released between acquires outside the timed section) vs its floor: a lease grant + one bare transaction creating a leased key + one create-only marker PUT. Renew (keepalive and holder check, concurrently) vs a bare `KeepAliveOnce`. Sequential, each operation next to its baseline's.",
+		About: "Acquire (uncontended; released between acquires outside the timed section) vs its floor: a lease grant + one bare transaction creating a leased key + one create-only marker PUT. Renew (one keepalive of the grant's lease, with its checks) vs a bare `KeepAliveOnce`. Sequential, each operation next to its baseline's.",
 	},
 	{
 		Name: WorkloadReader, Title: "5. Reader",
