@@ -134,8 +134,11 @@ func (a *Authority) ensureOwnership(ctx context.Context, candidate string) (stri
 
 // listKeys streams the keys under prefix that sort after startAfter (""
 // for all), in key order, calling fn for each until fn returns false. A
-// positive timeout bounds the whole listing (ErrUnavailable when it passes).
-func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, timeout time.Duration, fn func(minio.ObjectInfo) bool) error {
+// positive pageSize asks the store for at most that many keys per request
+// (a lookup of the first key asks for 1, so the store lists no more); 0
+// takes the store's default (1000). A positive timeout bounds the whole
+// listing (ErrUnavailable when it passes).
+func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, pageSize int, timeout time.Duration, fn func(minio.ObjectInfo) bool) error {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if timeout > 0 {
@@ -143,7 +146,7 @@ func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, tim
 		lctx, stop = context.WithTimeout(lctx, timeout)
 		defer stop()
 	}
-	opts := minio.ListObjectsOptions{Prefix: prefix, StartAfter: startAfter, Recursive: true}
+	opts := minio.ListObjectsOptions{Prefix: prefix, StartAfter: startAfter, Recursive: true, MaxKeys: pageSize}
 	for obj := range a.st.Client.ListObjectsIter(lctx, a.st.Bucket, opts) {
 		if obj.Err != nil {
 			return storeErr(ctx, "list "+prefix, objstore.Classify(obj.Err))
@@ -157,7 +160,7 @@ func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, tim
 
 // firstAfter returns the first key under prefix that sorts after key.
 func (a *Authority) firstAfter(ctx context.Context, prefix, key string) (first string, found bool, err error) {
-	err = a.listKeys(ctx, prefix, key, a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
+	err = a.listKeys(ctx, prefix, key, 1, a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
 		first, found = o.Key, true
 		return false
 	})
@@ -196,7 +199,7 @@ func (a *Authority) parseGrantMarker(res, key string) (counter, bool) {
 // maxEpochMarker returns the highest epoch reserved in the bucket, 0 if none.
 func (a *Authority) maxEpochMarker(ctx context.Context) (uint64, error) {
 	var maxEpoch uint64
-	err := a.listKeys(ctx, a.ns.EpochMarkersPrefix(), "", a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
+	err := a.listKeys(ctx, a.ns.EpochMarkersPrefix(), "", 0, a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
 		if e, ok := a.parseEpochMarker(o.Key); ok {
 			maxEpoch = max(maxEpoch, e)
 		}
@@ -329,7 +332,7 @@ func (a *Authority) pruneMarkers(ctx context.Context, g Grant) {
 	}
 	own := a.ns.GrantMarker(g.Resource, g.Epoch, g.Generation)
 	var below []string
-	err := a.listKeys(ctx, a.ns.GrantMarkersPrefix(g.Resource), "", a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
+	err := a.listKeys(ctx, a.ns.GrantMarkersPrefix(g.Resource), "", 0, a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
 		if o.Key >= own {
 			return false
 		}

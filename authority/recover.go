@@ -272,7 +272,7 @@ func (a *Authority) readPointers(ctx context.Context) (map[string]restoredPointe
 // scanBucket lists the domain's epoch markers, grant markers and objects,
 // filling rep.Highest and rep.Resources (objects above each pointer).
 func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restoredPointer, rep *RecoverReport) error {
-	err := a.listKeys(ctx, a.ns.EpochMarkersPrefix(), "", 0, func(o minio.ObjectInfo) bool {
+	err := a.listKeys(ctx, a.ns.EpochMarkersPrefix(), "", 0, 0, func(o minio.ObjectInfo) bool {
 		if e, ok := a.parseEpochMarker(o.Key); ok {
 			rep.Highest.EpochMarker = max(rep.Highest.EpochMarker, e)
 		}
@@ -282,7 +282,7 @@ func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restored
 		return err
 	}
 	grants := a.ns.MetaPrefix() + "grants/"
-	err = a.listKeys(ctx, grants, "", 0, func(o minio.ObjectInfo) bool {
+	err = a.listKeys(ctx, grants, "", 0, 0, func(o minio.ObjectInfo) bool {
 		res, _, ok := strings.Cut(strings.TrimPrefix(o.Key, grants), "/")
 		if name, err := url.PathUnescape(res); ok && err == nil {
 			if c, ok := a.parseGrantMarker(name, o.Key); ok {
@@ -310,7 +310,7 @@ func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restored
 		entry(res)
 	}
 	root, meta := a.ns.Root(), a.ns.MetaPrefix()
-	err = a.listKeys(ctx, root, "", 0, func(o minio.ObjectInfo) bool {
+	err = a.listKeys(ctx, root, "", 0, 0, func(o minio.ObjectInfo) bool {
 		if strings.HasPrefix(o.Key, meta) {
 			return true
 		}

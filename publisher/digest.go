@@ -45,6 +45,9 @@ func normalize(op Operation) (Operation, error) {
 	if err := layout.ValidateKey("idempotency key", op.IdempotencyKey); err != nil {
 		return op, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if op.Size < 0 {
+		return op, fmt.Errorf("%w: Size %d is negative (0 means unknown)", ErrInvalid, op.Size)
+	}
 	if op.ContentType == "" {
 		op.ContentType = DefaultContentType
 	}

@@ -10,8 +10,10 @@
 //
 //  1. streams the body create-only (If-None-Match: *) to a fresh key
 //     "<prefix>/<domain>/<resource>/<epoch>-<fence>-<seq>-<nonce>", computing
-//     its sha256 on the way (multipart above Config.PartSize, never holding
-//     more than one part in memory);
+//     its sha256 on the way: a body of known length (Operation.Size, a
+//     file, an in-memory reader) in one streamed PUT holding none of it,
+//     any other body in Config.PartSize parts, filling the next part while
+//     the current one is sent (two parts in memory at most);
 //  2. runs one etcd transaction. If: no op record for the idempotency key,
 //     pointer < version, seal < version, epoch == the version's epoch, the
 //     grant record of the fence names the owner in that epoch [strict mode:

@@ -4,15 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/md5"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
-	"strconv"
+	"os"
 	"strings"
 	"time"
 
@@ -24,15 +22,26 @@ import (
 // Object writes. Every write is create-only (If-None-Match: *) on a key no
 // one else uses (the attempt's nonce), so a 412 can only be the attempt's
 // own earlier request whose response was lost; it is accepted after checking
-// that the object there is the one written (DESIGN.md "Object layout",
-// "Publish" step 1). A 409 ConditionalRequestConflict is retried. Nothing
-// here ever deletes an object; a failed multipart upload is aborted.
+// that the object there holds the bytes written (DESIGN.md "Object layout",
+// "Publish" step 1). A 409 ConditionalRequestConflict is retried when the
+// body can be sent again. Nothing here ever deletes an object; a failed
+// multipart upload is aborted.
+//
+// Transfer integrity is the S3 client's: over HTTP every chunk of a PUT is
+// signed with its sha256 (AWS streaming signature v4), which the store
+// checks; over HTTPS, TLS. The body's sha256, computed from the bytes as
+// they are sent, goes into the pointer, and readers verify against it. No
+// Content-MD5 is sent: it would cost a second pass over the body (MD5 runs
+// at half sha256's speed here) for a check the signature already makes.
 
 const (
 	// conflictRetries bounds retries of a request answered 409.
 	conflictRetries = 5
 	// maxParts is S3's limit on parts per multipart upload.
 	maxParts = 10000
+	// maxSinglePut is S3's limit on one PUT, in bytes; a body of known
+	// length up to it is streamed in one PUT.
+	maxSinglePut = 5 << 30
 	// copyPartSize is the range of one server-side UploadPartCopy, in bytes
 	// (S3 allows up to 5 GiB).
 	copyPartSize = 1 << 30
@@ -56,15 +65,54 @@ func putOpts(contentType string, meta map[string]string, sha string) minio.PutOb
 	return opts
 }
 
+// bodySize returns the length of body in bytes when it is known without
+// reading it: size when positive, 0 for a nil body, else the remaining
+// length of a *bytes.Reader, *bytes.Buffer, *strings.Reader or regular
+// *os.File; -1 when unknown.
+func bodySize(body io.Reader, size int64) int64 {
+	switch b := body.(type) {
+	case nil:
+		return 0
+	case interface{ Len() int }: // *bytes.Reader, *bytes.Buffer, *strings.Reader
+		if size <= 0 {
+			return int64(b.Len())
+		}
+	case *os.File:
+		if size > 0 {
+			break
+		}
+		fi, err := b.Stat()
+		if err != nil || !fi.Mode().IsRegular() {
+			return -1
+		}
+		off, err := b.Seek(0, io.SeekCurrent)
+		if err != nil || off > fi.Size() {
+			return -1
+		}
+		return fi.Size() - off
+	}
+	if size > 0 {
+		return size
+	}
+	return -1
+}
+
 // writeObject streams body to key create-only and returns the object and
-// the body's sha256 (32 bytes), computed while streaming. A body up to
-// Config.PartSize goes in one PUT; a larger one in a multipart upload of
-// PartSize parts, holding one part in memory. Errors: ErrBody (the body's
-// read error, wrapped), ErrObjectMismatch, objstore errors (ErrUnavailable,
-// ErrNotFound for a missing bucket).
-func (c *Client) writeObject(ctx context.Context, key string, body io.Reader, contentType string, meta map[string]string) (layout.Object, []byte, error) {
+// the body's sha256 (32 bytes), computed while streaming. size is the
+// body's length in bytes, or -1 when unknown (see bodySize). A body of known
+// length up to maxSinglePut is streamed in one PUT, holding none of it in
+// memory; a body of unknown length up to Config.PartSize goes in one PUT
+// from memory, and a longer one (or one above maxSinglePut) in a multipart
+// upload of PartSize parts, filling the next part while the current one is
+// sent (two parts in memory). Errors: ErrBody (the body's read error,
+// wrapped, or a body whose length is not size), ErrObjectMismatch, objstore
+// errors (ErrUnavailable, ErrNotFound for a missing bucket).
+func (c *Client) writeObject(ctx context.Context, key string, body io.Reader, size int64, contentType string, meta map[string]string) (layout.Object, []byte, error) {
 	if body == nil {
 		body = bytes.NewReader(nil)
+	}
+	if size >= 0 && size <= maxSinglePut {
+		return c.putStream(ctx, key, body, size, contentType, meta)
 	}
 	h := sha256.New()
 	br := bufio.NewReaderSize(io.TeeReader(body, h), 64<<10)
@@ -74,7 +122,8 @@ func (c *Client) writeObject(ctx context.Context, key string, body io.Reader, co
 	}
 	if last {
 		sum := h.Sum(nil)
-		obj, err := c.putSingle(ctx, key, part, hex.EncodeToString(sum), contentType, meta)
+		obj := layout.Object{Bucket: c.cfg.Store.Bucket, Key: key, SHA256: hex.EncodeToString(sum), Size: int64(len(part))}
+		obj, err := c.putSingle(ctx, obj, part, contentType, meta)
 		return obj, sum, err
 	}
 	return c.putMultipart(ctx, key, br, part, h, contentType, meta)
@@ -109,15 +158,116 @@ func fillPart(r *bufio.Reader, buf []byte, limit int) (part []byte, last bool, e
 	return buf, false, nil
 }
 
-// putSingle writes data in one create-only PUT with Content-MD5, retrying a
-// 409. A 412 is accepted when the object there carries our sha256 and size.
-func (c *Client) putSingle(ctx context.Context, key string, data []byte, sha, contentType string, meta map[string]string) (layout.Object, error) {
+// bodyReader reads at most size bytes of a body into a hash, counting them
+// and keeping the body's own failures apart from the store's errors.
+type bodyReader struct {
+	r   io.Reader // the body, limited to size bytes
+	h   hash.Hash
+	n   int64
+	eof bool  // the body (or the limit) ended
+	err error // the body's read error other than io.EOF
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.h.Write(p[:n])
+	b.n += int64(n)
+	switch {
+	case errors.Is(err, io.EOF):
+		b.eof = true
+	case err != nil && b.err == nil:
+		b.err = err
+	}
+	return n, err
+}
+
+// putStream streams exactly size bytes of body in one create-only PUT,
+// hashing them on the way, then checks that body has no more bytes. It
+// holds none of the body in memory. When body is an io.Seeker, a request
+// that failed in transit (ErrUnavailable, whose response may have been
+// lost) or met a 409 is sent again from the body's start (up to
+// conflictRetries sends); the second send meets 412 if the first was
+// stored, and verifyOwn accepts it. A body that cannot seek is sent once:
+// the store's error is returned and nothing is published. A body longer
+// than size leaves the object written unpublished, an orphan for GC.
+func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size int64, contentType string, meta map[string]string) (layout.Object, []byte, error) {
 	st := c.cfg.Store
-	opts := putOpts(contentType, meta, sha)
-	opts.SendContentMd5 = true
-	obj := layout.Object{Bucket: st.Bucket, Key: key, SHA256: sha, Size: int64(len(data))}
+	opts := putOpts(contentType, meta, "")
+	opts.DisableMultipart = true
+	seeker, _ := body.(io.Seeker)
+	var start int64
+	if seeker != nil {
+		var err error
+		if start, err = seeker.Seek(0, io.SeekCurrent); err != nil {
+			seeker = nil
+		}
+	}
 	for attempt := 1; ; attempt++ {
-		info, err := st.Client.PutObject(ctx, st.Bucket, key, bytes.NewReader(data), int64(len(data)), opts)
+		br := &bodyReader{r: io.LimitReader(body, size), h: sha256.New()}
+		info, err := st.Client.PutObject(ctx, st.Bucket, key, br, size, opts)
+		switch {
+		case br.err != nil:
+			return layout.Object{}, nil, fmt.Errorf("%w after %d bytes: %w", ErrBody, br.n, br.err)
+		case br.eof && br.n < size:
+			return layout.Object{}, nil, fmt.Errorf("%w: the body ended after %d of its %d bytes", ErrBody, br.n, size)
+		case err != nil:
+			err = objstore.Classify(err)
+			again := errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, objstore.ErrConditionConflict)
+			if again && seeker != nil && attempt < conflictRetries && ctx.Err() == nil {
+				if _, serr := seeker.Seek(start, io.SeekStart); serr != nil {
+					return layout.Object{}, nil, fmt.Errorf("%w: seek back to re-send: %w (put %s: %w)", ErrBody, serr, key, err)
+				}
+				c.log.Warn("object PUT failed in transit; sending it again", "key", key, "attempt", attempt, "err", err)
+				if sleep(ctx, backoff(attempt)) {
+					continue
+				}
+			}
+			if !errors.Is(err, objstore.ErrExists) {
+				return layout.Object{}, nil, fmt.Errorf("publisher: put %s: %w", key, err)
+			}
+			// Our own earlier request was stored: hash the rest of the body
+			// (the store may have answered before reading it) and compare.
+			if _, err := io.Copy(io.Discard, br); err != nil || br.n != size {
+				return layout.Object{}, nil, fmt.Errorf("%w after %d of %d bytes: %v", ErrBody, br.n, size, err)
+			}
+		}
+		if err := bodyEnded(body); err != nil {
+			return layout.Object{}, nil, err
+		}
+		sum := br.h.Sum(nil)
+		obj := layout.Object{Bucket: st.Bucket, Key: key, SHA256: hex.EncodeToString(sum), Size: size, ETag: info.ETag}
+		if err != nil { // 412: verify that the stored object holds these bytes
+			if obj, err = c.verifyOwn(ctx, obj); err != nil {
+				return layout.Object{}, nil, err
+			}
+		}
+		return obj, sum, nil
+	}
+}
+
+// bodyEnded checks that body has no bytes left after its stated length.
+func bodyEnded(body io.Reader) error {
+	var one [1]byte
+	for {
+		n, err := body.Read(one[:])
+		switch {
+		case n > 0:
+			return fmt.Errorf("%w: the body is longer than its stated size", ErrBody)
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return fmt.Errorf("%w at its end: %w", ErrBody, err)
+		}
+	}
+}
+
+// putSingle writes data, the whole body of obj, in one create-only PUT,
+// retrying a 409. A 412 is accepted when the object there holds obj's bytes.
+func (c *Client) putSingle(ctx context.Context, obj layout.Object, data []byte, contentType string, meta map[string]string) (layout.Object, error) {
+	st := c.cfg.Store
+	opts := putOpts(contentType, meta, "")
+	for attempt := 1; ; attempt++ {
+		info, err := st.Client.PutObject(ctx, st.Bucket, obj.Key, bytes.NewReader(data), int64(len(data)), opts)
 		if err == nil {
 			obj.ETag = info.ETag
 			return obj, nil
@@ -126,19 +276,20 @@ func (c *Client) putSingle(ctx context.Context, key string, data []byte, sha, co
 		switch {
 		case errors.Is(err, objstore.ErrConditionConflict) && attempt < conflictRetries:
 			if !sleep(ctx, backoff(attempt)) {
-				return layout.Object{}, fmt.Errorf("publisher: put %s: %w", key, err)
+				return layout.Object{}, fmt.Errorf("publisher: put %s: %w", obj.Key, err)
 			}
 		case errors.Is(err, objstore.ErrExists):
-			return c.verifyOwn(ctx, obj, "")
+			return c.verifyOwn(ctx, obj)
 		default:
-			return layout.Object{}, fmt.Errorf("publisher: put %s: %w", key, err)
+			return layout.Object{}, fmt.Errorf("publisher: put %s: %w", obj.Key, err)
 		}
 	}
 }
 
-// putMultipart uploads first and then the rest of br in parts, each with
-// Content-MD5, and completes create-only. h already covers first and sees
-// every later byte through br.
+// putMultipart uploads first and then the rest of br in parts and completes
+// create-only. h already covers first and sees every later byte through
+// br. Part n+1 is filled while part n is sent; at most two parts are in
+// memory.
 func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader, first []byte, h hash.Hash, contentType string, meta map[string]string) (obj layout.Object, sum []byte, err error) {
 	st := c.cfg.Store
 	core := minio.Core{Client: st.Client}
@@ -152,52 +303,66 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 			c.abort(key, id)
 		}
 	}()
+	type sent struct {
+		part minio.CompletePart
+		err  error
+	}
+	send := func(n int, data []byte) <-chan sent {
+		ch := make(chan sent, 1)
+		go func() {
+			p, err := core.PutObjectPart(ctx, st.Bucket, key, id, n, bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{})
+			if err != nil {
+				err = fmt.Errorf("publisher: upload part %d of %s: %w", n, key, objstore.Classify(err))
+			}
+			ch <- sent{minio.CompletePart{PartNumber: n, ETag: p.ETag}, err}
+		}()
+		return ch
+	}
 	var (
 		parts []minio.CompletePart
-		md5s  []byte
 		size  int64
 		part  = first
+		spare []byte // the buffer of the part sent before, free to refill
 		last  bool
 	)
 	for n := 1; ; n++ {
 		if n > maxParts {
 			return layout.Object{}, nil, fmt.Errorf("%w: body exceeds %d parts of %d bytes", ErrInvalid, maxParts, c.cfg.PartSize)
 		}
-		pm := md5.Sum(part)
-		p, err := core.PutObjectPart(ctx, st.Bucket, key, id, n, bytes.NewReader(part), int64(len(part)),
-			minio.PutObjectPartOptions{Md5Base64: base64.StdEncoding.EncodeToString(pm[:])})
-		if err != nil {
-			return layout.Object{}, nil, fmt.Errorf("publisher: upload part %d of %s: %w", n, key, objstore.Classify(err))
-		}
-		parts = append(parts, minio.CompletePart{PartNumber: n, ETag: p.ETag})
-		md5s = append(md5s, pm[:]...)
+		inflight := send(n, part)
 		size += int64(len(part))
-		if last {
+		more := !last
+		var next []byte
+		var ferr error
+		if more {
+			if spare == nil { // the body has a second part: no growing
+				spare = make([]byte, 0, c.cfg.PartSize)
+			}
+			next, last, ferr = fillPart(br, spare, int(c.cfg.PartSize))
+		}
+		r := <-inflight
+		switch {
+		case r.err != nil:
+			return layout.Object{}, nil, r.err
+		case ferr != nil:
+			return layout.Object{}, nil, fmt.Errorf("%w after %d bytes: %w", ErrBody, size+int64(len(next)), ferr)
+		}
+		parts = append(parts, r.part)
+		if !more {
 			break
 		}
-		part, last, err = fillPart(br, part, int(c.cfg.PartSize))
-		if err != nil {
-			return layout.Object{}, nil, fmt.Errorf("%w after %d bytes: %w", ErrBody, size+int64(len(part)), err)
-		}
+		spare, part = part, next
 	}
 	sum = h.Sum(nil)
 	obj = layout.Object{Bucket: st.Bucket, Key: key, SHA256: hex.EncodeToString(sum), Size: size}
-	wantETag := multipartETag(md5s, len(parts))
-	obj, err = c.complete(ctx, core, key, id, parts, obj, wantETag)
+	obj, err = c.complete(ctx, core, key, id, parts, obj)
 	return obj, sum, err
-}
-
-// multipartETag is the S3 ETag of a completed multipart upload: the hex md5
-// of the parts' binary md5s, '-', the part count.
-func multipartETag(md5s []byte, parts int) string {
-	s := md5.Sum(md5s)
-	return hex.EncodeToString(s[:]) + "-" + strconv.Itoa(parts)
 }
 
 // complete completes upload id create-only, retrying a 409. A 412 or a
 // NoSuchUpload (our earlier completion whose response was lost) is accepted
-// after verifyOwn with wantETag (or the sha256 metadata when wantETag is "").
-func (c *Client) complete(ctx context.Context, core minio.Core, key, id string, parts []minio.CompletePart, obj layout.Object, wantETag string) (layout.Object, error) {
+// after verifyOwn.
+func (c *Client) complete(ctx context.Context, core minio.Core, key, id string, parts []minio.CompletePart, obj layout.Object) (layout.Object, error) {
 	opts := minio.PutObjectOptions{}
 	opts.SetMatchETagExcept("*")
 	for attempt := 1; ; attempt++ {
@@ -214,20 +379,30 @@ func (c *Client) complete(ctx context.Context, core minio.Core, key, id string, 
 				return layout.Object{}, fmt.Errorf("publisher: complete %s: %w", key, err)
 			}
 		case errors.Is(err, objstore.ErrExists) || code == "NoSuchUpload":
-			return c.verifyOwn(ctx, obj, wantETag)
+			return c.verifyOwn(ctx, obj)
 		default:
 			return layout.Object{}, fmt.Errorf("publisher: complete %s: %w", key, err)
 		}
 	}
 }
 
-// verifyOwn checks that the object at obj.Key is the one this attempt wrote:
-// same size, and same ETag when wantETag is set, else a metaSHA256 equal to
-// obj.SHA256. It returns obj with the stored ETag, or ErrObjectMismatch.
-func (c *Client) verifyOwn(ctx context.Context, obj layout.Object, wantETag string) (layout.Object, error) {
+// verifyOwn checks that the object at obj.Key is the one this attempt wrote
+// (a create-only write met 412 on the attempt's own key): the same size and
+// the same sha256, taken from its metaSHA256 metadata (copies carry it) or
+// else by reading the object back once (conditioned on its ETag). It
+// returns obj with the stored ETag, or ErrObjectMismatch. The read-back
+// costs one GET of the object, only on this path (a lost response).
+func (c *Client) verifyOwn(ctx context.Context, obj layout.Object) (layout.Object, error) {
 	info, err := c.cfg.Store.Client.StatObject(ctx, obj.Bucket, obj.Key, minio.StatObjectOptions{})
 	if err != nil {
 		return layout.Object{}, fmt.Errorf("publisher: stat %s after a create-only conflict: %w", obj.Key, objstore.Classify(err))
+	}
+	mismatch := func(what string) error {
+		return fmt.Errorf("%w: %s holds %d bytes, ETag %s, %s; wrote %d bytes, sha256 %s",
+			ErrObjectMismatch, obj.Key, info.Size, info.ETag, what, obj.Size, obj.SHA256)
+	}
+	if info.Size != obj.Size {
+		return layout.Object{}, mismatch("size differs")
 	}
 	var sha string
 	for k, v := range info.UserMetadata {
@@ -235,15 +410,15 @@ func (c *Client) verifyOwn(ctx context.Context, obj layout.Object, wantETag stri
 			sha = v
 		}
 	}
-	ok := info.Size == obj.Size
-	if wantETag != "" {
-		ok = ok && info.ETag == wantETag
-	} else {
-		ok = ok && sha == obj.SHA256
+	if sha == "" {
+		sum, err := c.hashObject(ctx, obj.Key, info)
+		if err != nil {
+			return layout.Object{}, fmt.Errorf("publisher: read back %s after a create-only conflict: %w", obj.Key, err)
+		}
+		sha = hex.EncodeToString(sum)
 	}
-	if !ok {
-		return layout.Object{}, fmt.Errorf("%w: %s holds %d bytes, ETag %s, sha256 %q; wrote %d bytes, sha256 %s",
-			ErrObjectMismatch, obj.Key, info.Size, info.ETag, sha, obj.Size, obj.SHA256)
+	if sha != obj.SHA256 {
+		return layout.Object{}, mismatch("sha256 " + sha)
 	}
 	obj.ETag = info.ETag
 	return obj, nil
@@ -291,7 +466,7 @@ func (c *Client) copyObject(ctx context.Context, src layout.Object, key, content
 		off += max(length, 0)
 	}
 	obj = layout.Object{Bucket: st.Bucket, Key: key, SHA256: src.SHA256, Size: src.Size}
-	return c.complete(ctx, core, key, id, parts, obj, "")
+	return c.complete(ctx, core, key, id, parts, obj)
 }
 
 // createErr classifies the error of starting a create-only upload: a 412

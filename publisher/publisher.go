@@ -83,9 +83,11 @@ type Config struct {
 	// Registerer receives the metrics (metrics.go); nil leaves them
 	// unregistered. Never the global default registry unless passed in.
 	Registerer prometheus.Registerer
-	// PartSize is the largest body sent in one PUT and the multipart part
-	// size above it, in bytes: at least MinPartSize; default 16 MiB. A
-	// publish holds at most one part in memory.
+	// PartSize, in bytes, is for bodies of unknown length: the largest one
+	// sent in one PUT from memory, and the multipart part size above it; at
+	// least MinPartSize; default 16 MiB. Such a publish holds at most two
+	// parts in memory (one filling, one sending). A body of known length
+	// (see Operation.Size) up to 5 GiB is streamed in one PUT instead.
 	PartSize int64
 	// AttemptTimeout bounds one etcd request. A publish transaction that gets
 	// no answer in time is re-sent, unchanged.
@@ -223,8 +225,16 @@ type Operation struct {
 	// IdempotencyKey: 1–256 bytes of UTF-8, no '/', no control bytes.
 	IdempotencyKey string
 	// Body is read once, to EOF; nil is an empty body. It is streamed, never
-	// held whole in memory (one part of Config.PartSize at most).
+	// held whole in memory: a body of known length (Size, or the length of
+	// a *bytes.Reader, *bytes.Buffer, *strings.Reader or regular *os.File)
+	// in one PUT holding none of it, any other body in parts of
+	// Config.PartSize (two parts in memory at most).
 	Body io.Reader
+	// Size is Body's exact length in bytes when the caller knows it (an
+	// HTTP request's Content-Length, say); 0 means unknown. A body that
+	// ends before Size or goes on after it fails with ErrBody and is not
+	// published (an object written for it is an orphan for GC).
+	Size int64
 	// ContentType defaults to "application/octet-stream".
 	ContentType string
 	// Metadata is stored as the object's user metadata. Keys: 1–64 bytes of
@@ -408,7 +418,7 @@ func (p *Publisher) publish(ctx context.Context, seq uint64, op Operation) (Resu
 	}
 	key := p.c.ns.ObjectKey(p.term.Resource, v, layout.NewNonce())
 	start := time.Now()
-	obj, bodySHA, err := p.c.writeObject(ctx, key, op.Body, op.ContentType, op.Metadata)
+	obj, bodySHA, err := p.c.writeObject(ctx, key, op.Body, bodySize(op.Body, op.Size), op.ContentType, op.Metadata)
 	if err != nil {
 		p.c.m.failure("object")
 		return Result{}, err

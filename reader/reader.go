@@ -51,6 +51,12 @@ var (
 	// ErrDigestMismatch: the bytes read do not match the pointer's sha256 or
 	// size. Returned by Body.Read at the end of the body.
 	ErrDigestMismatch = errors.New("reader: object bytes do not match the pointer's sha256")
+	// ErrWentBack: the pointer is below a version this Reader already
+	// returned (invariant 6 forbids showing it). Only etcd's history going
+	// back explains it: a restore from a backup not yet followed by
+	// `fencepub authority recover --republish`, or a pointer written out of
+	// band. The error names both versions; a new Reader starts afresh.
+	ErrWentBack = errors.New("reader: the pointer went back below a version already read")
 	// ErrUnavailable: etcd or the store did not answer.
 	ErrUnavailable = errors.New("reader: service unavailable")
 	// ErrInvalid: bad configuration or resource name, or a bucket that does
@@ -132,8 +138,9 @@ func New(cfg Config, resource string) (*Reader, error) {
 func (r *Reader) Resource() string { return r.res }
 
 // Current returns the published pointer. It blocks for one etcd read (two
-// if a serializable read went back). Errors: ErrNotPublished,
-// ErrUnavailable, layout.ErrCorruptRecord.
+// if a serializable read went back). It never returns a version below one
+// this Reader already returned (invariant 6). Errors: ErrNotPublished,
+// ErrWentBack, ErrUnavailable, layout.ErrCorruptRecord.
 func (r *Reader) Current(ctx context.Context) (layout.Pointer, error) {
 	ptr, _, err := r.current(ctx, r.cfg.Serializable)
 	return ptr, err
@@ -145,14 +152,18 @@ func (r *Reader) current(ctx context.Context, serializable bool) (layout.Pointer
 	if err != nil {
 		return ptr, rev, err
 	}
-	r.mu.Lock()
-	back := ptr.Version.Less(r.seen)
-	r.mu.Unlock()
-	if back && serializable {
-		return r.current(ctx, false)
-	}
 	if ptr.Version.IsZero() {
 		return layout.Pointer{}, rev, fmt.Errorf("%w: %q", ErrNotPublished, r.res)
+	}
+	r.mu.Lock()
+	seen := r.seen
+	r.mu.Unlock()
+	if ptr.Version.Less(seen) {
+		if serializable { // a lagging member: ask the leader
+			return r.current(ctx, false)
+		}
+		return layout.Pointer{}, rev, fmt.Errorf("%w: %q is at %s, this reader already returned %s",
+			ErrWentBack, r.res, ptr.Version, seen)
 	}
 	r.saw(ptr.Version)
 	return ptr, rev, nil
@@ -198,7 +209,7 @@ func (r *Reader) get(ctx context.Context, serializable bool) (layout.Pointer, in
 type Body struct {
 	// Pointer is the pointer the object was opened through.
 	Pointer layout.Pointer
-	obj     *minio.Object
+	obj     io.ReadCloser // the GET's response body
 	h       hash.Hash
 	n       int64
 	err     error // sticky result once the end is reached
@@ -208,8 +219,10 @@ type Body struct {
 // GETs the object with If-Match on the pointer's ETag, and if the object is
 // gone re-reads the pointer: a newer pointer is retried (up to
 // Config.OpenRetries times); the same pointer yields ErrObjectMissing.
-// Errors: ErrNotPublished, ErrObjectMissing, ErrObjectChanged,
-// ErrUnavailable, layout.ErrCorruptRecord.
+// Blocks for one etcd read and one GET (the body streams as it is read).
+// Errors: ErrNotPublished, ErrWentBack, ErrObjectMissing, ErrObjectChanged,
+// ErrDigestMismatch (the store reports another size), ErrUnavailable,
+// layout.ErrCorruptRecord.
 func (r *Reader) Open(ctx context.Context) (*Body, error) {
 	if r.cfg.Store == nil {
 		return nil, fmt.Errorf("%w: Config.Store is nil", ErrInvalid)
@@ -218,6 +231,27 @@ func (r *Reader) Open(ctx context.Context) (*Body, error) {
 	if err != nil {
 		return nil, err
 	}
+	return r.openFrom(ctx, ptr)
+}
+
+// OpenPointer returns the body of ptr's object without reading the pointer
+// from etcd: one GET with If-Match on ptr's ETag, verified like Open's. ptr
+// is a pointer of this Reader's resource that Watch or Current delivered; a
+// service that follows the pointer with Watch serves each request with one
+// store round trip this way (DESIGN.md "Reading": readers follow the
+// published pointer alone, by get or watch). It does not check that ptr is
+// still current: the caller chose the version, and the bytes are verified
+// against it. If the object is gone, OpenPointer re-reads the pointer and
+// follows a newer one as Open does. Errors: those of Open, and ErrInvalid
+// for a zero pointer.
+func (r *Reader) OpenPointer(ctx context.Context, ptr layout.Pointer) (*Body, error) {
+	switch {
+	case r.cfg.Store == nil:
+		return nil, fmt.Errorf("%w: Config.Store is nil", ErrInvalid)
+	case ptr.Version.IsZero() || ptr.Object.Key == "":
+		return nil, fmt.Errorf("%w: OpenPointer of %q needs a published pointer, got version %s key %q", ErrInvalid, r.res, ptr.Version, ptr.Object.Key)
+	}
+	r.saw(ptr.Version)
 	return r.openFrom(ctx, ptr)
 }
 
@@ -243,7 +277,8 @@ func (r *Reader) openFrom(ctx context.Context, ptr layout.Pointer) (*Body, error
 	}
 }
 
-// open GETs ptr's object and returns a verifying Body.
+// open sends one GET of ptr's object (If-Match on its ETag) and returns a
+// verifying Body over the response.
 func (r *Reader) open(ctx context.Context, ptr layout.Pointer) (*Body, error) {
 	opts := minio.GetObjectOptions{}
 	if ptr.Object.ETag != "" {
@@ -251,15 +286,15 @@ func (r *Reader) open(ctx context.Context, ptr layout.Pointer) (*Body, error) {
 			return nil, fmt.Errorf("reader: ETag %q: %w", ptr.Object.ETag, err)
 		}
 	}
-	obj, err := r.cfg.Store.Client.GetObject(ctx, ptr.Object.Bucket, ptr.Object.Key, opts)
-	if err == nil {
-		_, err = obj.Stat() // sends the GET; its error tells a missing object
-	}
+	core := minio.Core{Client: r.cfg.Store.Client}
+	obj, info, _, err := core.GetObject(ctx, ptr.Object.Bucket, ptr.Object.Key, opts)
 	if err != nil {
-		if obj != nil {
-			_ = obj.Close()
-		}
 		return nil, r.objectErr(ptr, err)
+	}
+	if info.Size != ptr.Object.Size {
+		_ = obj.Close()
+		return nil, fmt.Errorf("%w: %s holds %d bytes; the pointer %s says %d",
+			ErrDigestMismatch, ptr.Object.Key, info.Size, ptr.Version, ptr.Object.Size)
 	}
 	return &Body{Pointer: ptr, obj: obj, h: sha256.New()}, nil
 }
@@ -341,8 +376,9 @@ const resyncDelay = 200 * time.Millisecond
 // increasing versions: a Get, then an etcd watch from the Get's header
 // revision + 1 (DESIGN.md "Reading"); when the watch is compacted, loses its
 // leader or breaks, a fresh Get re-syncs and the watch restarts from there.
-// Errors (a corrupt pointer value, an unreachable etcd) are sent as Updates
-// with Err set and do not end the watch. The goroutine behind it ends when
+// Errors (a corrupt pointer value, an unreachable etcd, a pointer below
+// the last version sent: ErrWentBack) are sent as Updates with Err set and
+// do not end the watch. The goroutine behind it ends when
 // ctx ends; the caller must cancel ctx when done, and should keep receiving
 // until the channel is closed.
 func (r *Reader) Watch(ctx context.Context) <-chan Update {
@@ -363,6 +399,11 @@ func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
 	}
 	var last layout.Version
 	emit := func(ptr layout.Pointer, rev int64, resync bool) bool {
+		if ptr.Version.Less(last) && !ptr.Version.IsZero() {
+			err := fmt.Errorf("%w: %q is at %s, this watch already sent %s; waiting for a newer version",
+				ErrWentBack, r.res, ptr.Version, last)
+			return send(Update{Err: err, Revision: rev})
+		}
 		if ptr.Version.IsZero() || !last.Less(ptr.Version) {
 			return true
 		}

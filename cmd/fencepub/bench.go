@@ -60,6 +60,13 @@ binary, 115 when the configured servers cannot be reached.`,
 			if !c.Flags().Changed("out") && quick {
 				out = filepath.Join("bench", "results", "tmp")
 			}
+			if readerService != "" { // the service runs in a temporary directory
+				abs, err := filepath.Abs(readerService)
+				if err != nil {
+					return exitcode.Usagef("--reader-service %q: %v", readerService, err)
+				}
+				readerService = abs
+			}
 			opts := suite.Options{
 				Workloads: workloads, Quick: quick, Scale: scale, GCObjects: gcObjects,
 				WrkDuration: wrkDuration, ReaderService: readerService,

@@ -106,12 +106,12 @@ func (s *service) follow(ctx context.Context, name string, r *reader.Reader) {
 
 // load builds the entry of ptr: the pointer alone for a large object, or the
 // pointer with the verified bytes of the object the reader opened (which is
-// ptr's or, if it was already superseded, a newer one).
+// ptr's or, if it was already collected after supersession, a newer one).
 func (s *service) load(ctx context.Context, r *reader.Reader, ptr layout.Pointer) (*entry, error) {
 	if ptr.Object.Size > s.maxCache {
 		return &entry{ptr: ptr}, nil
 	}
-	b, err := r.Open(ctx)
+	b, err := r.OpenPointer(ctx, ptr)
 	if err != nil {
 		return nil, err
 	}
@@ -176,9 +176,10 @@ func (s *service) servePointer(w http.ResponseWriter, r *http.Request) {
 
 // serveObject streams the current object with ETag = its version and honours
 // If-None-Match. Cached bytes are served from memory; a large object is
-// streamed from the store through a verifying reader, and if its bytes turn
-// out not to match the pointer the connection is aborted rather than
-// completed with bad data.
+// streamed from the store through a verifying reader of the watched pointer
+// (one GET, no etcd read per request), and if its bytes turn out not to
+// match the pointer the connection is aborted rather than completed with
+// bad data.
 func (s *service) serveObject(w http.ResponseWriter, r *http.Request) {
 	name, e, ok := s.lookup(w, r)
 	if !ok {
@@ -191,7 +192,7 @@ func (s *service) serveObject(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	b, err := s.readers[name].Open(r.Context())
+	b, err := s.readers[name].OpenPointer(r.Context(), e.ptr)
 	if err != nil {
 		s.requests.WithLabelValues(name, "502").Inc()
 		http.Error(w, "open: "+err.Error(), http.StatusBadGateway)

@@ -460,13 +460,17 @@ func (l *readLoop) run() {
 			}
 			readers[res] = rd
 		}
-		l.read(rd)
+		if l.read(rd) {
+			delete(readers, res)
+		}
 	}
 }
 
 // read opens rd's current object, reads it to the end and logs the read,
-// unless it failed only because a server did not answer.
-func (l *readLoop) read(rd *reader.Reader) {
+// unless it failed only because a server did not answer. It reports whether
+// rd must be dropped: its pointer went back (an etcd restore, across which
+// the checker splits histories), so a new Reader starts afresh.
+func (l *readLoop) read(rd *reader.Reader) (drop bool) {
 	op := ReadOp{Client: l.id, Resource: rd.Resource(), Call: l.clock.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -491,14 +495,20 @@ func (l *readLoop) read(rd *reader.Reader) {
 		if ptr, perr := rd.Current(ctx); perr == nil {
 			op.Version, op.Object = ptr.Version, ptr.Object.Key
 		}
+	case errors.Is(err, reader.ErrWentBack):
+		// Only an etcd restore explains it: an anomaly unless one began
+		// before (Verify decides).
+		l.rec.Anomaly(Anomaly{Client: l.id, Time: op.Return, What: "read " + op.Resource, Err: err.Error(), AfterRestore: true})
+		return true
 	case isAnomaly(err):
 		l.rec.Anomaly(Anomaly{Client: l.id, Time: op.Return, What: "read " + op.Resource, Err: err.Error()})
-		return
+		return false
 	default:
 		l.rec.Count("read_unavailable", 1)
-		return
+		return false
 	}
 	l.rec.Read(op)
+	return false
 }
 
 // gcLoop runs GC passes with one Collector until stop closes: over the

@@ -240,6 +240,17 @@ func (s *runner) openVsGet(ctx context.Context, st *stack, rcli *clientv3.Client
 				return err
 			}
 		}
+		// watched opens the pointer a Watch would deliver (the publish's):
+		// no etcd read per Open.
+		watched := func(ctx context.Context, _, _ int) error {
+			b, err := lin.OpenPointer(ctx, *r.Pointer)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			_, err = io.Copy(io.Discard, b)
+			return err
+		}
 		// get is the bare GET, read to EOF into dst.
 		get := func(dst func() io.Writer) bench.Op {
 			return func(ctx context.Context, _, _ int) error {
@@ -257,13 +268,16 @@ func (s *runner) openVsGet(ctx context.Context, st *stack, rcli *clientv3.Client
 			func(sr *bench.Series, n int) { sr.Run(ctx, n, conc, open(lin)) },
 			func(sr *bench.Series, n int) { sr.Run(ctx, n, conc, open(ser)) },
 			func(sr *bench.Series, n int) { sr.Run(ctx, n, conc, get(func() io.Writer { return io.Discard })) },
-			func(sr *bench.Series, n int) { sr.Run(ctx, n, conc, get(func() io.Writer { return sha256.New() })) })
+			func(sr *bench.Series, n int) { sr.Run(ctx, n, conc, get(func() io.Writer { return sha256.New() })) },
+			func(sr *bench.Series, n int) { sr.Run(ctx, n, conc, watched) })
 		cfgName := fmt.Sprintf("Open, %s, c=%d", sizeName(size), conc)
 		s.add(bench.NewRow(WorkloadReader, cfgName, size, conc, stats[0], "bare GET", stats[2]).
 			WithTarget("throughput >= 0.8x", func(x bench.Row) bool { return x.RatioThroughput >= 0.8 }).
 			WithNote("linearizable pointer read (the default) + GET If-Match + sha256"))
 		s.add(bench.NewRow(WorkloadReader, cfgName+", serializable", size, conc, stats[1], "bare GET", stats[2]).
 			WithNote("Config.Serializable: the pointer is read from the local member without a quorum round"))
+		s.add(bench.NewRow(WorkloadReader, cfgName+", watched pointer", size, conc, stats[4], "bare GET", stats[2]).
+			WithNote("OpenPointer with the pointer a Watch delivered (as examples/reader-service does): no etcd read; GET If-Match + sha256"))
 		s.add(bench.NewRow(WorkloadReader, cfgName, size, conc, stats[0], "bare GET + sha256", stats[3]).
 			WithNote("the same Open against a GET that also hashes the bytes: what the pointer read and the checks cost on top of verifying"))
 	}

@@ -57,7 +57,7 @@ const (
 var workloadInfo = []bench.Workload{
 	{
 		Name: WorkloadPublish, Title: "1-2. Publish vs its physical floor",
-		About: "Subject: `publisher.Publish` (sha256 + create-only PUT with Content-MD5 — one PUT up to 16 MiB, a multipart upload of 16 MiB parts above — + ONE etcd transaction with every fencing compare, writing the pointer, the op record and the history entry). " +
+		About: "Subject: `publisher.Publish` of a `bytes.Reader` body (its length is known, so: sha256 teed into ONE streamed create-only PUT, as the floor — bodies of unknown length go in 16 MiB multipart parts — + ONE etcd transaction with every fencing compare, writing the pointer, the op record and the history entry). " +
 			"Baseline, the floor: sha256 teed into ONE streamed create-only PUT of the same body + ONE bare etcd compare-and-put of a pointer value; nothing else. " +
 			"With 1 resource and c=16 the publishers share one grant, so publishes that arrive after a higher seq are refused as stale (newer state wins), and the floor's compares fail alike; both count as completed operations (one round trip each).",
 	},
@@ -74,7 +74,7 @@ var workloadInfo = []bench.Workload{
 	{
 		Name: WorkloadReader, Title: "5. Reader",
 		About: "Watch lag: from `Publish` returning applied to the `reader.Watch` update carrying that version, on another etcd connection (an update that arrived first counts as 0); baseline: a bare etcd Put to a bare Watch of the same key, measured the same way. " +
-			"Open: `reader.Open` read to EOF (pointer read + GET with If-Match + sha256 verification) vs a bare GET of the same object, and vs a bare GET that also hashes. " +
+			"Open: `reader.Open` read to EOF (pointer read + ONE GET with If-Match + sha256 verification) vs a bare GET of the same object, and vs a bare GET that also hashes; `OpenPointer` (the watched pointer, no etcd read) vs the bare GET. " +
 			"Service: examples/reader-service (in-memory cache fed by the watch; objects above its cache size streamed through `reader.Open` per request) vs a plain Go HTTP server serving the same bytes from memory (large objects: proxying a bare GET), driven by wrk.",
 	},
 	{

@@ -1,0 +1,101 @@
+package reader
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/minio/minio-go/v7"
+)
+
+// readPointer opens ptr through OpenPointer and reads it to EOF.
+func readPointer(t *testing.T, r *Reader, ptr layout.Pointer) (string, error) {
+	t.Helper()
+	b, err := r.OpenPointer(ctxT(t, 30*time.Second), ptr)
+	if err != nil {
+		return "", err
+	}
+	defer b.Close()
+	data, err := io.ReadAll(b)
+	return string(data), err
+}
+
+// OpenPointer serves the version the caller holds (from a watch), verified
+// against that pointer, and needs no etcd at all: a reader whose etcd is
+// unreachable still opens it, while Open fails.
+func TestOpenPointer(t *testing.T) {
+	e := newEnv(t)
+	p1 := e.publish("k1", "first")
+	p2 := e.publish("k2", "second")
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	dead, err := localstack.NewEtcdClient([]string{"http://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	r := e.reader(dead, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond })
+
+	for _, tc := range []struct {
+		ptr  layout.Pointer
+		want string
+	}{{p2, "second"}, {p1, "first"}} {
+		if got, err := readPointer(t, r, tc.ptr); err != nil || got != tc.want {
+			t.Fatalf("OpenPointer(%s) = %q, %v; want %q", tc.ptr.Version, got, err, tc.want)
+		}
+	}
+	if _, err := r.Open(ctxT(t, 30*time.Second)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Open with etcd unreachable: %v; want ErrUnavailable (Open reads the pointer)", err)
+	}
+
+	bad := p2
+	bad.Object.SHA256 = strings.Repeat("0", 64)
+	if _, err := readPointer(t, r, bad); !errors.Is(err, ErrDigestMismatch) {
+		t.Fatalf("pointer with another sha256: %v; want ErrDigestMismatch", err)
+	}
+	long := p2
+	long.Object.Size++
+	if _, err := readPointer(t, r, long); !errors.Is(err, ErrDigestMismatch) {
+		t.Fatalf("pointer with another size: %v; want ErrDigestMismatch", err)
+	}
+	changed := p2
+	changed.Object.ETag = "0123456789abcdef0123456789abcdef"
+	if _, err := readPointer(t, r, changed); !errors.Is(err, ErrObjectChanged) {
+		t.Fatalf("pointer with another ETag: %v; want ErrObjectChanged", err)
+	}
+	if _, err := r.OpenPointer(ctxT(t, 10*time.Second), layout.Pointer{}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("zero pointer: %v; want ErrInvalid", err)
+	}
+}
+
+// When the held pointer's object was collected after supersession,
+// OpenPointer follows the newer pointer as Open does.
+func TestOpenPointerFollowsNewer(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	p1 := e.publish("k1", "old")
+	e.publish("k2", "new")
+	if err := e.store.Client.RemoveObject(ctx, e.store.Bucket, p1.Object.Key, minio.RemoveObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.reader(e.etcd)
+	b, err := r.OpenPointer(ctx, p1)
+	if err != nil {
+		t.Fatalf("OpenPointer of a collected superseded object: %v", err)
+	}
+	defer b.Close()
+	data, err := io.ReadAll(b)
+	if err != nil || string(data) != "new" || b.Pointer.Version == p1.Version {
+		t.Fatalf("read %q at %s, %v; want the newer object", data, b.Pointer.Version, err)
+	}
+}
