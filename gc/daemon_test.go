@@ -60,7 +60,9 @@ func TestDaemonHandover(t *testing.T) {
 		t.Fatalf("holder %q while A is alive", got)
 	}
 
-	a.signal(t, syscall.SIGKILL)
+	if err := a.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	took := waitFor(t, "daemon B takes over", 10*time.Second, func() bool { return e.holderOwner() == "gc-b" })
 	t.Logf("handover after SIGKILL of the leader: %s (lease TTL %s)", took, ttl)
 	if took > ttl+time.Second {

@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"errors"
-	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -23,9 +22,7 @@ import (
 func TestMain(m *testing.M) {
 	// The test binary doubles as the child processes of the race and
 	// handover tests (helper_test.go).
-	if mode := os.Getenv(helperEnv); mode != "" {
-		os.Exit(helperMain(mode))
-	}
+	testenv.RunChild(helpers)
 	testenv.Main(m)
 }
 

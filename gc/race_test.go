@@ -70,12 +70,12 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 			if ctx.Err() != nil {
 				return
 			}
-			if err := kid.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			if err := kid.Signal(syscall.SIGSTOP); err != nil {
 				fail("SIGSTOP: %v", err)
 				return
 			}
 			time.Sleep(ttl + 500*time.Millisecond) // past its lease
-			if err := kid.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			if err := kid.Signal(syscall.SIGCONT); err != nil {
 				fail("SIGCONT: %v", err)
 				return
 			}
@@ -255,8 +255,8 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	<-ctx.Done()
 	wg.Wait()
 	<-gcDone
-	kid.stop(t, 10*time.Second)
-	childLines := kid.output()
+	stopChild(t, kid, 10*time.Second)
+	childLines := kid.Lines()
 	childApplied := 0
 	for _, l := range childLines {
 		if strings.HasPrefix(l, "applied ") {

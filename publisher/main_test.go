@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,9 +18,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(pausedWorkerEnv) != "" {
-		os.Exit(runPausedWorker()) // a helper process of an adversarial test
-	}
+	// The test binary doubles as the paused worker of an adversarial test.
+	testenv.RunChild(map[string]testenv.ChildFunc{pausedWorkerChild: runPausedWorker})
 	testenv.Main(m)
 }
 

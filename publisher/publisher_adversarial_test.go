@@ -11,7 +11,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,7 +20,6 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/reader"
@@ -32,21 +30,19 @@ import (
 // Adversarial tests: faults and bad input aimed at the publish protocol's
 // commit boundary (DESIGN.md invariants 1, 2, 4, 8).
 
-// pausedWorkerEnv names the environment variable that turns the test binary
-// into a paused-worker helper process (see runPausedWorker).
-const pausedWorkerEnv = "FENCEPUB_PUBLISHER_PAUSED_WORKER"
+// pausedWorkerChild names runPausedWorker as a child process of the test
+// binary (testenv.StartChild).
+const pausedWorkerChild = "publisher-paused-worker"
 
-// pausedWorkerSpec is the helper's input, JSON in pausedWorkerEnv.
+// pausedWorkerSpec is the helper's input.
 type pausedWorkerSpec struct {
-	Endpoints []string         `json:"endpoints"`
-	S3        objstore.Config  `json:"s3"`
-	Namespace layout.Namespace `json:"namespace"`
-	Resource  string           `json:"resource"`
-	Owner     string           `json:"owner"`
-	TTL       time.Duration    `json:"ttl"`
-	Strict    bool             `json:"strict"`
-	Key       string           `json:"key"`
-	Body      string           `json:"body"`
+	testenv.Servers
+	Resource string        `json:"resource"`
+	Owner    string        `json:"owner"`
+	TTL      time.Duration `json:"ttl"`
+	Strict   bool          `json:"strict"`
+	Key      string        `json:"key"`
+	Body     string        `json:"body"`
 }
 
 // workerEvent is one JSON line of the helper: "grant", "written", "result"
@@ -66,25 +62,21 @@ type workerEvent struct {
 // stdin before it sends the publish transaction. The test SIGSTOPs it after
 // "written" and gives it its line while it is stopped, so the pause falls
 // between the object write and the publish transaction.
-func runPausedWorker() int {
+func runPausedWorker(specJSON []byte) int {
 	out := json.NewEncoder(os.Stdout)
 	fail := func(err error) int {
 		_ = out.Encode(workerEvent{Event: "error", Err: err.Error()})
 		return 1
 	}
 	var spec pausedWorkerSpec
-	if err := json.Unmarshal([]byte(os.Getenv(pausedWorkerEnv)), &spec); err != nil {
+	if err := json.Unmarshal(specJSON, &spec); err != nil {
 		return fail(err)
 	}
-	cli, err := localstack.NewEtcdClient(spec.Endpoints)
+	cli, st, err := spec.Connect()
 	if err != nil {
 		return fail(err)
 	}
 	defer cli.Close()
-	st, err := objstore.New(spec.S3)
-	if err != nil {
-		return fail(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	a, err := authority.New(authority.Config{Namespace: spec.Namespace, Etcd: cli, Store: st})
@@ -133,66 +125,28 @@ func runPausedWorker() int {
 
 // pausedWorker is a running helper process.
 type pausedWorker struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	events chan workerEvent
+	t     *testing.T
+	child *testenv.Child
 }
 
 func startPausedWorker(t *testing.T, spec pausedWorkerSpec) *pausedWorker {
 	t.Helper()
-	specJSON, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), pausedWorkerEnv+"="+string(specJSON))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := &pausedWorker{t: t, cmd: cmd, stdin: stdin, events: make(chan workerEvent, 8)}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	go func() {
-		defer close(w.events)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var ev workerEvent
-			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-				ev = workerEvent{Event: "error", Err: fmt.Sprintf("bad line %q", sc.Text())}
-			}
-			w.events <- ev
-		}
-	}()
-	return w
+	return &pausedWorker{t: t, child: testenv.StartChild(t, pausedWorkerChild, spec)}
 }
 
 func (w *pausedWorker) next(want string) workerEvent {
 	w.t.Helper()
-	select {
-	case ev, ok := <-w.events:
-		if !ok || ev.Event != want {
-			w.t.Fatalf("worker: want event %q, got %+v (open=%v)", want, ev, ok)
-		}
-		return ev
-	case <-time.After(time.Minute):
-		w.t.Fatalf("worker: no %q event", want)
+	var ev workerEvent
+	w.child.NextJSON(&ev, time.Minute)
+	if ev.Event != want {
+		w.t.Fatalf("worker: want event %q, got %+v", want, ev)
 	}
-	panic("unreachable")
+	return ev
 }
 
 func (w *pausedWorker) signal(sig syscall.Signal) {
 	w.t.Helper()
-	if err := w.cmd.Process.Signal(sig); err != nil {
+	if err := w.child.Signal(sig); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -204,9 +158,9 @@ func (w *pausedWorker) stop() {
 	w.t.Helper()
 	w.signal(syscall.SIGSTOP)
 	deadline := time.Now().Add(10 * time.Second)
-	for !allThreadsStopped(w.t, w.cmd.Process.Pid) {
+	for !allThreadsStopped(w.t, w.child.Pid()) {
 		if time.Now().After(deadline) {
-			w.t.Fatalf("process %d did not stop", w.cmd.Process.Pid)
+			w.t.Fatalf("process %d did not stop", w.child.Pid())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -264,8 +218,8 @@ func TestAdversarialPausedWorkerBetweenWriteAndPublish(t *testing.T) {
 	e := newEnv(t)
 	sh := testenv.Get(t)
 	spec := func(res string, strict bool) pausedWorkerSpec {
-		return pausedWorkerSpec{Endpoints: sh.Etcd.Endpoints(), S3: sh.MinIO.Config, Namespace: e.ns,
-			Resource: res, Owner: "A-" + res, TTL: 2 * time.Second, Strict: strict, Key: "a-" + res, Body: "A's stale result"}
+		return pausedWorkerSpec{Servers: sh.Servers(e.ns), Resource: res, Owner: "A-" + res, TTL: 2 * time.Second,
+			Strict: strict, Key: "a-" + res, Body: "A's stale result"}
 	}
 	workers := map[string]*pausedWorker{
 		"seed":   startPausedWorker(t, spec("seed", false)),
@@ -278,7 +232,7 @@ func TestAdversarialPausedWorkerBetweenWriteAndPublish(t *testing.T) {
 		grants[res] = *w.next("grant").Grant
 		objects[res] = *w.next("written").Object
 		w.stop()
-		if _, err := io.WriteString(w.stdin, "go\n"); err != nil { // read only after SIGCONT
+		if _, err := io.WriteString(w.child.Stdin(), "go\n"); err != nil { // read only after SIGCONT
 			t.Fatal(err)
 		}
 	}
