@@ -26,41 +26,38 @@ type helperSpec struct {
 	TTL      time.Duration `json:"ttl"`
 }
 
-// helperEvent is one JSON line the helper prints.
+// helperEvent is one JSON line the helper prints. It prints its errors on
+// stderr and exits 1.
 type helperEvent struct {
-	Event     string `json:"event"` // "grant", "lost", "renew", "error"
+	Event     string `json:"event"` // "grant", "lost", "renew"
 	Grant     *Grant `json:"grant,omitempty"`
 	Err       string `json:"err,omitempty"`
 	LeaseLost bool   `json:"lease_lost"`
 }
 
-func runHelper(specJSON []byte) int {
+func runHelper(specJSON []byte) error {
 	out := json.NewEncoder(os.Stdout)
-	fail := func(err error) int {
-		_ = out.Encode(helperEvent{Event: "error", Err: err.Error()})
-		return 1
-	}
 	var spec helperSpec
 	if err := json.Unmarshal(specJSON, &spec); err != nil {
-		return fail(err)
+		return err
 	}
 	cli, st, err := spec.Connect()
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer cli.Close()
 	a, err := New(Config{Namespace: spec.Namespace, Etcd: cli, Store: st})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	ctx := context.Background()
 	g, err := a.Acquire(ctx, AcquireRequest{Resource: spec.Resource, Owner: spec.Owner, TTL: spec.TTL})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	s, err := a.NewSession(ctx, g)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	_ = out.Encode(helperEvent{Event: "grant", Grant: &g})
 	<-s.Lost()
@@ -71,7 +68,7 @@ func runHelper(specJSON []byte) int {
 		ev.Err = err.Error()
 	}
 	_ = out.Encode(ev)
-	return 0
+	return nil
 }
 
 // TestTimeline414241 is the seed's 41/42/41 grant timeline with a real

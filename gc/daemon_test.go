@@ -77,7 +77,7 @@ func TestDaemonHandover(t *testing.T) {
 	e.release(w)
 	e.publish(e.bind(e.pub, e.acquire(res, "w2", 0)), "2", publisher.Applied)
 	orphan := e.publish(pw, "3", publisher.Stale)
-	waitFor(t, "daemon B deletes the orphan", 10*time.Second, func() bool { return !e.exists(orphan.Attempt.Object.Key) })
+	waitFor(t, "daemon B deletes the orphan", 10*time.Second, func() bool { return !e.Exists(orphan.Attempt.Object.Key) })
 }
 
 // A daemon that is stopped (context cancelled, as on SIGTERM) releases the
@@ -118,7 +118,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	e.release(g)
 	e.publish(e.bind(e.pub, e.acquire(res, "b", 0)), "2", publisher.Applied)
 	orphan := e.publish(pa, "3", publisher.Stale)
-	waitFor(t, "the daemon deletes the orphan", 10*time.Second, func() bool { return !e.exists(orphan.Attempt.Object.Key) })
+	waitFor(t, "the daemon deletes the orphan", 10*time.Second, func() bool { return !e.Exists(orphan.Attempt.Object.Key) })
 	<-passes
 
 	get := func(path string) (int, string) {
@@ -149,7 +149,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	}
 
 	// Graceful stop: the lease is released at once, not left to expire.
-	standby, err := authority.New(authority.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store})
+	standby, err := authority.New(authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	}
 	// The GC lease's own records stay bounded: one grant record per
 	// campaign, pruned below the holder's.
-	if n := e.count(e.ns.GrantsPrefix(DefaultLeaseResource)); n > 2 {
+	if n := e.Count(e.NS.GrantsPrefix(DefaultLeaseResource)); n > 2 {
 		t.Fatalf("%d grant records of the GC lease", n)
 	}
 }

@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"errors"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
@@ -29,29 +27,26 @@ func TestMain(m *testing.M) {
 // env is one test's domain on the shared servers: a fresh namespace with an
 // initialised authority and a publisher Client.
 type env struct {
-	t     testing.TB
-	ns    layout.Namespace
-	etcd  *clientv3.Client
-	store *objstore.Store
-	auth  *authority.Authority
-	pub   *publisher.Client
+	*testenv.Domain
+	t    testing.TB
+	auth *authority.Authority
+	pub  *publisher.Client
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	sh := testenv.Get(t)
-	e := &env{t: t, ns: testenv.Namespace(t), etcd: sh.EtcdClient(t), store: sh.Store(t)}
-	e.auth = e.authority(e.etcd)
+	e := &env{Domain: testenv.NewDomain(t), t: t}
+	e.auth = e.authority(e.Etcd)
 	if _, err := e.auth.Init(ctxT(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	e.pub = e.publisher(e.etcd, nil)
+	e.pub = e.publisher(e.Etcd, nil)
 	return e
 }
 
 func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 	e.t.Helper()
-	a, err := authority.New(authority.Config{Namespace: e.ns, Etcd: cli, Store: e.store})
+	a, err := authority.New(authority.Config{Namespace: e.NS, Etcd: cli, Store: e.Store})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -60,7 +55,7 @@ func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 
 func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publisher.Client {
 	e.t.Helper()
-	cfg := publisher.Config{Namespace: e.ns, Etcd: cli, Store: e.store}
+	cfg := publisher.Config{Namespace: e.NS, Etcd: cli, Store: e.Store}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -74,7 +69,7 @@ func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publ
 // collector returns a Collector of e's domain; mod adjusts its Config.
 func (e *env) collector(mod func(*Config)) *Collector {
 	e.t.Helper()
-	cfg := Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store, Authority: e.auth}
+	cfg := Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Authority: e.auth}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -184,43 +179,16 @@ func (e *env) inFlight(g authority.Grant, key string) publisher.Result {
 	return r
 }
 
-// keys lists the object keys under prefix.
-func (e *env) keys(prefix string) []string {
-	e.t.Helper()
-	var out []string
-	for o := range e.store.Client.ListObjects(ctxT(e.t, 30*time.Second), e.store.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if o.Err != nil {
-			e.t.Fatal(o.Err)
-		}
-		out = append(out, o.Key)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (e *env) exists(key string) bool {
-	e.t.Helper()
-	_, err := e.store.Client.StatObject(ctxT(e.t, 10*time.Second), e.store.Bucket, key, minio.StatObjectOptions{})
-	if err == nil {
-		return true
-	}
-	if errors.Is(objstore.Classify(err), objstore.ErrNotFound) {
-		return false
-	}
-	e.t.Fatal(err)
-	return false
-}
-
 func (e *env) put(key, body string) {
 	e.t.Helper()
-	if _, err := e.store.Client.PutObject(ctxT(e.t, 10*time.Second), e.store.Bucket, key, strings.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
+	if _, err := e.Store.Client.PutObject(ctxT(e.t, 10*time.Second), e.Store.Bucket, key, strings.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 func (e *env) rm(key string) {
 	e.t.Helper()
-	if err := e.store.Client.RemoveObject(ctxT(e.t, 10*time.Second), e.store.Bucket, key, minio.RemoveObjectOptions{}); err != nil {
+	if err := e.Store.Client.RemoveObject(ctxT(e.t, 10*time.Second), e.Store.Bucket, key, minio.RemoveObjectOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -228,7 +196,7 @@ func (e *env) rm(key string) {
 // get returns the value of an etcd key, or nil.
 func (e *env) get(key string) *mvccKV {
 	e.t.Helper()
-	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), key)
+	resp, err := e.Etcd.Get(ctxT(e.t, 10*time.Second), key)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -240,7 +208,7 @@ func (e *env) get(key string) *mvccKV {
 
 func (e *env) seal(res string) layout.Seal {
 	e.t.Helper()
-	kv := e.get(e.ns.SealKey(res))
+	kv := e.get(e.NS.SealKey(res))
 	if kv == nil {
 		e.t.Fatalf("no seal for %s", res)
 	}
@@ -252,28 +220,6 @@ func (e *env) seal(res string) layout.Seal {
 }
 
 func decodePointerKV(kv *mvccKV) (layout.Pointer, error) { return layout.DecodePointer(kv.Value) }
-
-func (e *env) pointer(res string) layout.Pointer {
-	e.t.Helper()
-	kv := e.get(e.ns.PointerKey(res))
-	if kv == nil {
-		return layout.Pointer{}
-	}
-	p, err := layout.DecodePointer(kv.Value)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return p
-}
-
-func (e *env) count(prefix string) int64 {
-	e.t.Helper()
-	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return resp.Count
-}
 
 // decision returns the decision of key in rep, failing t if absent.
 func decision(t *testing.T, rep *Report, key string) Decision {

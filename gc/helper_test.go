@@ -41,30 +41,23 @@ type helperFunc func(ctx context.Context, cfg helperConfig, cli *clientv3.Client
 // helperMain returns the child process that connects to the servers of its
 // helperConfig and runs run.
 func helperMain(run helperFunc) testenv.ChildFunc {
-	return func(spec []byte) int {
+	return func(spec []byte) error {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
 		var cfg helperConfig
 		if err := json.Unmarshal(spec, &cfg); err != nil {
-			fmt.Fprintln(os.Stderr, "helper config:", err)
-			return 2
+			return fmt.Errorf("helper config: %w", err)
 		}
 		cli, st, err := cfg.Connect()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+			return err
 		}
 		defer cli.Close()
 		auth, err := authority.New(authority.Config{Namespace: cfg.Namespace, Etcd: cli, Store: st})
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+			return err
 		}
-		if err := run(ctx, cfg, cli, st, auth); err != nil {
-			fmt.Fprintln(os.Stderr, "helper:", err)
-			return 1
-		}
-		return 0
+		return run(ctx, cfg, cli, st, auth)
 	}
 }
 
@@ -128,7 +121,7 @@ func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 // filled in). The child is killed when t ends.
 func (e *env) startChild(mode string, cfg helperConfig) *testenv.Child {
 	e.t.Helper()
-	cfg.Servers = testenv.Get(e.t).Servers(e.ns)
+	cfg.Servers = testenv.Get(e.t).Servers(e.NS)
 	return testenv.StartChild(e.t, mode, cfg)
 }
 

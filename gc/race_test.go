@@ -189,7 +189,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	// pointer, waits up to 300 ms (well within the 1 s grace) and fetches
 	// exactly that object.
 	for _, res := range resources {
-		rd, err := reader.New(reader.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store}, res)
+		rd, err := reader.New(reader.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, res)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +222,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 				}
 				readAt := time.Now()
 				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-				_, err = e.store.Client.StatObject(context.Background(), e.store.Bucket, ptr.Object.Key, minio.StatObjectOptions{})
+				_, err = e.Store.Client.StatObject(context.Background(), e.Store.Bucket, ptr.Object.Key, minio.StatObjectOptions{})
 				if err != nil {
 					fail("%s: the object of pointer %s, read %s ago, is gone: %v", res, ptr.Version, time.Since(readAt), objstore.Classify(err))
 				}
@@ -294,8 +294,8 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	}
 	final := e.run(e.collector(func(c *Config) { c.Policy = policy; later(time.Hour)(c) }))
 	for _, res := range resources {
-		keep := map[string]bool{e.pointer(res).Object.Key: true}
-		hist, err := e.etcd.Get(ctxT(t, 10*time.Second), e.ns.HistoryPrefix(res), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(policy.Retain)))
+		keep := map[string]bool{e.Pointer(res).Object.Key: true}
+		hist, err := e.Etcd.Get(ctxT(t, 10*time.Second), e.NS.HistoryPrefix(res), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(policy.Retain)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,14 +306,14 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 			}
 			keep[p.Object.Key] = true
 		}
-		for _, k := range e.keys(e.ns.ObjectsPrefix(res)) {
+		for _, k := range e.Keys(e.NS.ObjectsPrefix(res)) {
 			if !keep[k] {
 				d := decision(t, final, k)
 				t.Errorf("%s left after the final pass: %s (%s)", k, d.Kind, d.Reason)
 			}
 		}
 		for k := range keep {
-			if !e.exists(k) {
+			if !e.Exists(k) {
 				t.Errorf("%s: published or retained object %s is gone", res, k)
 			}
 		}

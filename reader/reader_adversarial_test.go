@@ -65,7 +65,7 @@ func TestAdversarialUnreachableEtcd(t *testing.T) {
 	for range ch {
 	}
 
-	if _, err := New(Config{Namespace: e.ns, Etcd: cli, RequestTimeout: -time.Second}, res); !errors.Is(err, ErrInvalid) {
+	if _, err := New(Config{Namespace: e.NS, Etcd: cli, RequestTimeout: -time.Second}, res); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("negative RequestTimeout: %v, want ErrInvalid", err)
 	}
 }
@@ -79,10 +79,10 @@ func TestAdversarialObjectOverwritten(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	const body = "the published bytes"
 	p := e.publish("k1", body)
-	r := e.reader(e.etcd)
+	r := e.reader(e.Etcd)
 	put := func(data string) {
 		t.Helper()
-		if _, err := e.store.Client.PutObject(ctx, p.Object.Bucket, p.Object.Key, strings.NewReader(data), int64(len(data)),
+		if _, err := e.Store.Client.PutObject(ctx, p.Object.Bucket, p.Object.Key, strings.NewReader(data), int64(len(data)),
 			minio.PutObjectOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -29,15 +29,16 @@ const (
 )
 
 // ChildFunc is the body of a child process. spec is the JSON of the value
-// the parent gave StartChild; the result is the process's exit status. It
-// runs instead of the tests and has no testing.TB: it reports through its
-// stdout (read with Child.Next) and its exit status.
-type ChildFunc func(spec []byte) int
+// the parent gave StartChild. It runs instead of the tests and has no
+// testing.TB: it reports through its stdout (read with Child.Next). A nil
+// result exits 0; an error is printed on stderr (which StartChild logs if
+// the test fails) and exits 1.
+type ChildFunc func(spec []byte) error
 
 // RunChild runs the ChildFunc of children that StartChild named in this
-// process's environment, then exits with its status (2 if children has no
-// such name). In a process StartChild did not start it returns at once.
-// Call it first in TestMain, before Main:
+// process's environment, then exits (status 0, 1 on an error, 2 if children
+// has no such name). In a process StartChild did not start it returns at
+// once. Call it first in TestMain, before Main:
 //
 //	testenv.RunChild(map[string]testenv.ChildFunc{"worker": runWorker})
 //	testenv.Main(m)
@@ -51,7 +52,11 @@ func RunChild(children map[string]ChildFunc) {
 		fmt.Fprintf(os.Stderr, "testenv: no child function %q in this test binary\n", name)
 		os.Exit(2)
 	}
-	os.Exit(f([]byte(os.Getenv(childSpecEnv))))
+	if err := f([]byte(os.Getenv(childSpecEnv))); err != nil {
+		fmt.Fprintf(os.Stderr, "child %s: %v\n", name, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 // Servers tells a child process where the parent test's domain is: the etcd

@@ -83,7 +83,14 @@ func Get(t testing.TB) *Shared {
 // EtcdClient returns a client of the shared etcd, closed when t ends.
 func (s *Shared) EtcdClient(t testing.TB) *clientv3.Client {
 	t.Helper()
-	c, err := s.Etcd.Client()
+	return EtcdClient(t, s.Etcd)
+}
+
+// EtcdClient returns a client of e (the shared etcd or one from StartEtcd),
+// closed when t ends. It fails t if the client cannot be made.
+func EtcdClient(t testing.TB, e *localstack.Etcd) *clientv3.Client {
+	t.Helper()
+	c, err := e.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
