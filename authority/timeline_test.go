@@ -38,10 +38,7 @@ type helperEvent struct {
 func runHelper(specJSON []byte) error {
 	out := json.NewEncoder(os.Stdout)
 	var spec helperSpec
-	if err := json.Unmarshal(specJSON, &spec); err != nil {
-		return err
-	}
-	cli, st, err := spec.Connect()
+	cli, st, err := testenv.ConnectSpec(specJSON, &spec)
 	if err != nil {
 		return err
 	}

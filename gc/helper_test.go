@@ -3,7 +3,6 @@ package gc
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -45,10 +44,7 @@ func helperMain(run helperFunc) testenv.ChildFunc {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
 		var cfg helperConfig
-		if err := json.Unmarshal(spec, &cfg); err != nil {
-			return fmt.Errorf("helper config: %w", err)
-		}
-		cli, st, err := cfg.Connect()
+		cli, st, err := testenv.ConnectSpec(spec, &cfg)
 		if err != nil {
 			return err
 		}

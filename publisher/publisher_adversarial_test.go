@@ -65,10 +65,7 @@ type workerEvent struct {
 func runPausedWorker(specJSON []byte) error {
 	out := json.NewEncoder(os.Stdout)
 	var spec pausedWorkerSpec
-	if err := json.Unmarshal(specJSON, &spec); err != nil {
-		return err
-	}
-	cli, st, err := spec.Connect()
+	cli, st, err := testenv.ConnectSpec(specJSON, &spec)
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,7 @@ func RunChild(children map[string]ChildFunc) {
 
 // Servers tells a child process where the parent test's domain is: the etcd
 // client endpoints, the MinIO config and the namespace. Embed it in a
-// child's spec; it encodes as JSON.
+// child's spec (it encodes as JSON); the child reads it with ConnectSpec.
 type Servers struct {
 	Etcd      []string         `json:"etcd"`
 	S3        objstore.Config  `json:"s3"`
@@ -73,10 +73,19 @@ func (s *Shared) Servers(ns layout.Namespace) Servers {
 	return Servers{Etcd: s.Etcd.Endpoints(), S3: s.MinIO.Config, Namespace: ns}
 }
 
-// Connect opens a client of sv.Etcd and a Store of sv.S3, for a child
-// process (which has no testing.TB). The caller closes the client. It
-// returns the first error; then nothing is left open.
-func (sv Servers) Connect() (*clientv3.Client, *objstore.Store, error) {
+// ConnectSpec decodes a child's spec (the JSON its ChildFunc gets) into
+// spec, a pointer to a struct that embeds Servers, and connects to those
+// servers: it returns a client of their etcd and a Store of their bucket.
+// The caller closes the client. It returns the first error (a spec that
+// does not decode, a bad endpoint or S3 config); then nothing is left open.
+func ConnectSpec(specJSON []byte, spec any) (*clientv3.Client, *objstore.Store, error) {
+	var sv Servers
+	if err := json.Unmarshal(specJSON, spec); err != nil {
+		return nil, nil, fmt.Errorf("child spec: %w", err)
+	}
+	if err := json.Unmarshal(specJSON, &sv); err != nil {
+		return nil, nil, fmt.Errorf("child spec: %w", err)
+	}
 	cli, err := localstack.NewEtcdClient(sv.Etcd)
 	if err != nil {
 		return nil, nil, err
