@@ -119,11 +119,7 @@ func TestInitEpochAboveMarkersAndConcurrent(t *testing.T) {
 	// A fresh etcd pointed at the same bucket never reuses an epoch and
 	// adopts the bucket's deployment.
 	fresh := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	fc, err := fresh.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fc.Close()
+	fc := testenv.EtcdClient(t, fresh)
 	af := newAuthority(t, fc, st, ns)
 	if _, err := af.Epoch(ctx); !errors.Is(err, ErrNotInitialized) {
 		t.Fatalf("Epoch on a fresh etcd: %v; want ErrNotInitialized", err)

@@ -20,12 +20,10 @@ import (
 func TestStaleOrphanDeletedOnFirstPass(t *testing.T) {
 	e := newEnv(t)
 	const res = "logs"
-	a := e.acquire(res, "worker-a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "worker-a")
 	a1 := e.publish(pa, "a1", publisher.Applied)
 	e.release(a) // A's lease ends (as if it expired while A was paused)
-	b := e.acquire(res, "worker-b", 0)
-	pb := e.bind(e.pub, b)
+	b, pb := e.worker(res, "worker-b")
 	b1 := e.publish(pb, "b1", publisher.Applied)
 	b2 := e.publish(pb, "b2", publisher.Applied)
 	// A resumes and publishes: stale, leaving an orphan.
@@ -76,8 +74,7 @@ func TestStaleOrphanDeletedOnFirstPass(t *testing.T) {
 func TestAbandonedInFlightSealedThenDeleted(t *testing.T) {
 	e := newEnv(t)
 	const res = "jobs"
-	g := e.acquire(res, "worker", 0)
-	p := e.bind(e.pub, g)
+	g, p := e.worker(res, "worker")
 	first := e.publish(p, "j1", publisher.Applied)
 	lost := e.inFlight(g, "j2")
 	key := lost.Attempt.Object.Key
@@ -131,12 +128,10 @@ func TestAbandonedInFlightSealedThenDeleted(t *testing.T) {
 func TestForeignAndOtherPrefixesUntouched(t *testing.T) {
 	e := newEnv(t)
 	mk := func(res string) (publisher.Result, publisher.Result) {
-		a := e.acquire(res, "a", 0)
-		pa := e.bind(e.pub, a)
+		a, pa := e.worker(res, "a")
 		e.publish(pa, res+"-1", publisher.Applied)
 		e.release(a)
-		b := e.acquire(res, "b", 0)
-		pb := e.bind(e.pub, b)
+		_, pb := e.worker(res, "b")
 		pub := e.publish(pb, res+"-2", publisher.Applied)
 		orphan := e.publish(pa, res+"-3", publisher.Stale)
 		return pub, orphan
@@ -199,8 +194,7 @@ func TestForeignAndOtherPrefixesUntouched(t *testing.T) {
 func TestOtherDeploymentRefused(t *testing.T) {
 	e := newEnv(t)
 	const res = "shared"
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	e.publish(pa, "1", publisher.Applied)
 	e.release(a)
 	b := e.acquire(res, "b", 0)

@@ -149,8 +149,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	e := newEnv(t)
 	const res = "contended"
 	w := e.watchSeal(res)
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	p1 := e.publish(pa, "1", publisher.Applied)
 	o12 := e.inFlight(a, "2")
 	e.release(a)
@@ -176,8 +175,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	// accepted) publishes; GC1 lists that object, holds it as abandoned (a
 	// dead grant's object above the snapshot's pointer), and must not delete
 	// what is now the published object.
-	c := e.acquire(res, "c", 0)
-	pc := e.bind(e.pub, c)
+	c, pc := e.worker(res, "c")
 	e.release(c)
 	var (
 		late    publisher.Result
@@ -221,8 +219,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	// goes.
 	var reps []*Report
 	for round := range 3 {
-		g := e.acquire(res, "w", 0)
-		pg := e.bind(e.pub, g)
+		g, pg := e.worker(res, "w")
 		e.publish(pg, fmt.Sprintf("round-%d", round), publisher.Applied)
 		for i := range 3 {
 			e.inFlight(g, fmt.Sprintf("lost-%d-%d", round, i))

@@ -71,8 +71,7 @@ func TestDaemonHandover(t *testing.T) {
 
 	// B acts: a stale worker's orphan disappears.
 	const res = "daemon-res"
-	w := e.acquire(res, "w1", 0)
-	pw := e.bind(e.pub, w)
+	w, pw := e.worker(res, "w1")
 	e.publish(pw, "1", publisher.Applied)
 	e.release(w)
 	e.publish(e.bind(e.pub, e.acquire(res, "w2", 0)), "2", publisher.Applied)
@@ -112,8 +111,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	go func() { done <- d.Run(ctx) }()
 
 	const res = "metered"
-	g := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, g)
+	g, pa := e.worker(res, "a")
 	e.publish(pa, "1", publisher.Applied)
 	e.release(g)
 	e.publish(e.bind(e.pub, e.acquire(res, "b", 0)), "2", publisher.Applied)

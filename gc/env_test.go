@@ -124,6 +124,13 @@ func (e *env) release(g authority.Grant) {
 	}
 }
 
+// worker acquires res for owner (10 s TTL) and binds e.pub to the grant.
+func (e *env) worker(res, owner string) (authority.Grant, *publisher.Publisher) {
+	e.t.Helper()
+	g := e.acquire(res, owner, 0)
+	return g, e.bind(e.pub, g)
+}
+
 func (e *env) bind(c *publisher.Client, g authority.Grant) *publisher.Publisher {
 	e.t.Helper()
 	p, err := c.BindGrant(ctxT(e.t, 10*time.Second), g, false)

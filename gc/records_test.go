@@ -22,8 +22,7 @@ import (
 func TestRecordsPruned(t *testing.T) {
 	e := newEnv(t)
 	const res = "bounded"
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	for _, k := range []string{"k1", "k2", "k3"} {
 		e.publish(pa, k, publisher.Applied)
 	}
@@ -76,8 +75,7 @@ func TestRecordsPruned(t *testing.T) {
 func TestQuarantineAfterRecover(t *testing.T) {
 	e := newEnv(t)
 	const res = "restored"
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	first := e.publish(pa, "r1", publisher.Applied)
 	lost := e.inFlight(a, "r2")
 	e.release(a)
@@ -88,8 +86,7 @@ func TestQuarantineAfterRecover(t *testing.T) {
 	if rrep.NewEpoch <= first.Version.Epoch {
 		t.Fatalf("recover: %+v", rrep)
 	}
-	b := e.acquire(res, "b", 0)
-	pb := e.bind(e.pub, b)
+	_, pb := e.worker(res, "b")
 	e.publish(pb, "r3", publisher.Applied)
 	e.publish(pb, "r4", publisher.Applied)
 	rep := e.run(e.collector(later(3*time.Hour)), res)
@@ -108,8 +105,7 @@ func TestQuarantineAfterRecover(t *testing.T) {
 func TestDecommission(t *testing.T) {
 	e := newEnv(t)
 	const res = "retired"
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	p1 := e.publish(pa, "d1", publisher.Applied)
 	p2 := e.publish(pa, "d2", publisher.Applied)
 	c := e.collector(nil)
@@ -263,13 +259,11 @@ func TestUploadsAborted(t *testing.T) {
 func TestDryRunSameDecisions(t *testing.T) {
 	e := newEnv(t)
 	const res = "dry"
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	e.publish(pa, "1", publisher.Applied)
 	lost := e.inFlight(a, "2")
 	e.release(a)
-	b := e.acquire(res, "b", 0)
-	pb := e.bind(e.pub, b)
+	_, pb := e.worker(res, "b")
 	e.publish(pb, "3", publisher.Applied)
 	stale := e.publish(pa, "4", publisher.Stale)
 	e.put(e.NS.ObjectsPrefix(res)+"notes", "foreign")
