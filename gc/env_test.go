@@ -10,7 +10,6 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
@@ -161,17 +160,8 @@ func (e *env) publish(p *publisher.Publisher, key string, want publisher.Outcome
 // attempt.
 func (e *env) inFlight(g authority.Grant, key string) publisher.Result {
 	e.t.Helper()
-	target := strings.TrimPrefix(testenv.Get(e.t).Etcd.Members[0].ClientURL, "http://")
-	px, err := faultproxy.Start(target)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer px.Close()
-	cli, err := localstack.NewEtcdClient([]string{px.URL()})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer cli.Close()
+	px, cli := testenv.Get(e.t).EtcdProxy(e.t)
+	defer px.Close() // cut the client off etcd for good once the attempt is over
 	pc := e.publisher(cli, func(c *publisher.Config) {
 		c.AttemptTimeout = 100 * time.Millisecond
 		c.ResendTimeout = 300 * time.Millisecond

@@ -15,7 +15,6 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
@@ -128,16 +127,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	}
 
 	// The lossy publisher: its etcd client goes through a fault proxy.
-	px, err := faultproxy.Start(strings.TrimPrefix(testenv.Get(t).Etcd.Members[0].ClientURL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	pxCli, err := localstack.NewEtcdClient([]string{px.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pxCli.Close()
+	px, pxCli := testenv.Get(t).EtcdProxy(t)
 	lossyPub := e.publisher(pxCli, func(c *publisher.Config) {
 		c.AttemptTimeout, c.ResendTimeout = 100*time.Millisecond, 300*time.Millisecond
 	})

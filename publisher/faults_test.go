@@ -11,7 +11,6 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/minio/minio-go/v7"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,17 +22,7 @@ import (
 // in reg).
 func (e *env) proxied(reg prometheus.Registerer) (*faultproxy.Proxy, *Client) {
 	e.t.Helper()
-	target := strings.TrimPrefix(testenv.Get(e.t).Etcd.Members[0].ClientURL, "http://")
-	px, err := faultproxy.Start(target)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = px.Close() })
-	cli, err := localstack.NewEtcdClient([]string{px.URL()})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = cli.Close() })
+	px, cli := testenv.Get(e.t).EtcdProxy(e.t)
 	return px, e.client(cli, func(c *Config) {
 		c.AttemptTimeout = 500 * time.Millisecond
 		c.Registerer = reg

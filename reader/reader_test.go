@@ -14,7 +14,6 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
@@ -268,16 +267,7 @@ func TestWatchResyncsAfterCompaction(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	p1 := e.publish("k1", "one")
-	px, err := faultproxy.Start(strings.TrimPrefix(testenv.Get(t).Etcd.Members[0].ClientURL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	cli, err := localstack.NewEtcdClient([]string{px.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	px, cli := testenv.Get(t).EtcdProxy(t)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var logs syncBuffer
