@@ -115,11 +115,7 @@ func TestAdversarialGrantResponseLost(t *testing.T) {
 // owner and the same request id never gets a second grant.
 func TestAdversarialRetriedAcquireRacesOriginal(t *testing.T) {
 	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	cli, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := testenv.EtcdClient(t, e)
 	st := testenv.Get(t).Store(t)
 	ns := testenv.Namespace(t)
 	ctx := ctxT(t, 2*time.Minute)

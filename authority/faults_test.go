@@ -37,11 +37,7 @@ func TestGenerationSurvivesLeaseExpiry(t *testing.T) {
 // with SIGKILL, between grants.
 func TestGenerationSurvivesEtcdRestart(t *testing.T) {
 	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	cli, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := testenv.EtcdClient(t, e)
 	a := newAuthority(t, cli, testenv.Get(t).Store(t), testenv.Namespace(t))
 	ctx := ctxT(t, 2*time.Minute)
 	var last uint64
@@ -72,11 +68,7 @@ func TestGenerationSurvivesEtcdRestart(t *testing.T) {
 // id, so a grant whose response was lost is returned, not minted again.
 func TestKillLeaderMidAcquireLoop(t *testing.T) {
 	e := testenv.StartEtcd(t, localstack.EtcdOptions{Members: 3})
-	cli, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := testenv.EtcdClient(t, e)
 	st := testenv.Get(t).Store(t)
 	ns := testenv.Namespace(t)
 	ctx := ctxT(t, 3*time.Minute)
@@ -186,11 +178,7 @@ func TestKillLeaderMidAcquireLoop(t *testing.T) {
 // paused etcd closes Lost before the local deadline.
 func TestSessionRenewsAndLoses(t *testing.T) {
 	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	cli, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := testenv.EtcdClient(t, e)
 	a := newAuthority(t, cli, testenv.Get(t).Store(t), testenv.Namespace(t), func(c *Config) { c.RequestTimeout = time.Second })
 	ctx := ctxT(t, time.Minute)
 

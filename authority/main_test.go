@@ -2,7 +2,6 @@ package authority
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -14,9 +13,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) != "" {
-		os.Exit(runHelper())
-	}
+	testenv.RunChild(map[string]testenv.ChildFunc{helperChild: runHelper})
 	testenv.Main(m)
 }
 

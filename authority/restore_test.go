@@ -28,11 +28,7 @@ func TestRestoreRollback(t *testing.T) {
 
 func testRestoreRollback(t *testing.T, bump uint64) {
 	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	cli, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := testenv.EtcdClient(t, e)
 	st := testenv.Get(t).Store(t)
 	ns := testenv.Namespace(t)
 	a := newAuthority(t, cli, st, ns)
@@ -252,11 +248,7 @@ var rpcCompacted = rpctypes.ErrCompacted
 // restored and the lost epoch, so GC quarantines the lost epoch's objects.
 func TestRestoreUndoesRecover(t *testing.T) {
 	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	cli, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := testenv.EtcdClient(t, e)
 	st := testenv.Get(t).Store(t)
 	ns := testenv.Namespace(t)
 	a := newAuthority(t, cli, st, ns)

@@ -1,77 +1,60 @@
 package authority
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 )
 
-// The helper process: the test binary re-executed with helperEnv set to a
-// JSON helperSpec. It acquires, prints its grant, keeps it with a Session,
-// and when the Session reports the loss it tries one explicit Renew and
-// prints both outcomes. It plays worker A of the seed's 41/42/41 timeline.
-const helperEnv = "FENCEPUB_AUTHORITY_TEST_HELPER"
+// The helper process: the test binary re-executed (testenv.StartChild) to
+// run runHelper with a helperSpec. It acquires, prints its grant, keeps it
+// with a Session, and when the Session reports the loss it tries one
+// explicit Renew and prints both outcomes. It plays worker A of the seed's
+// 41/42/41 timeline.
+const helperChild = "authority-timeline-a"
 
 type helperSpec struct {
-	Endpoints []string         `json:"endpoints"`
-	S3        objstore.Config  `json:"s3"`
-	Namespace layout.Namespace `json:"namespace"`
-	Resource  string           `json:"resource"`
-	Owner     string           `json:"owner"`
-	TTL       time.Duration    `json:"ttl"`
+	testenv.Servers
+	Resource string        `json:"resource"`
+	Owner    string        `json:"owner"`
+	TTL      time.Duration `json:"ttl"`
 }
 
-// helperEvent is one JSON line the helper prints.
+// helperEvent is one JSON line the helper prints. It prints its errors on
+// stderr and exits 1.
 type helperEvent struct {
-	Event     string `json:"event"` // "grant", "lost", "renew", "error"
+	Event     string `json:"event"` // "grant", "lost", "renew"
 	Grant     *Grant `json:"grant,omitempty"`
 	Err       string `json:"err,omitempty"`
 	LeaseLost bool   `json:"lease_lost"`
 }
 
-func runHelper() int {
+func runHelper(specJSON []byte) error {
 	out := json.NewEncoder(os.Stdout)
-	fail := func(err error) int {
-		_ = out.Encode(helperEvent{Event: "error", Err: err.Error()})
-		return 1
-	}
 	var spec helperSpec
-	if err := json.Unmarshal([]byte(os.Getenv(helperEnv)), &spec); err != nil {
-		return fail(err)
-	}
-	cli, err := localstack.NewEtcdClient(spec.Endpoints)
+	cli, st, err := testenv.ConnectSpec(specJSON, &spec)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer cli.Close()
-	st, err := objstore.New(spec.S3)
-	if err != nil {
-		return fail(err)
-	}
 	a, err := New(Config{Namespace: spec.Namespace, Etcd: cli, Store: st})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	ctx := context.Background()
 	g, err := a.Acquire(ctx, AcquireRequest{Resource: spec.Resource, Owner: spec.Owner, TTL: spec.TTL})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	s, err := a.NewSession(ctx, g)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	_ = out.Encode(helperEvent{Event: "grant", Grant: &g})
 	<-s.Lost()
@@ -82,7 +65,7 @@ func runHelper() int {
 		ev.Err = err.Error()
 	}
 	_ = out.Encode(ev)
-	return 0
+	return nil
 }
 
 // TestTimeline414241 is the seed's 41/42/41 grant timeline with a real
@@ -95,50 +78,16 @@ func TestTimeline414241(t *testing.T) {
 	env := testenv.Get(t)
 	a := shared(t)
 	res := "timeline"
-	spec := helperSpec{
-		Endpoints: env.Etcd.Endpoints(), S3: env.MinIO.Config, Namespace: a.ns,
-		Resource: res, Owner: owner("A"), TTL: 2 * time.Second,
-	}
-	specJSON, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+string(specJSON))
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	events := make(chan helperEvent, 8)
-	go func() {
-		defer close(events)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var ev helperEvent
-			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-				ev = helperEvent{Event: "error", Err: fmt.Sprintf("bad line %q", sc.Text())}
-			}
-			events <- ev
-		}
-	}()
+	spec := helperSpec{Servers: env.Servers(a.ns), Resource: res, Owner: owner("A"), TTL: 2 * time.Second}
+	child := testenv.StartChild(t, helperChild, spec)
 	next := func(want string) helperEvent {
 		t.Helper()
-		select {
-		case ev, ok := <-events:
-			if !ok || ev.Event != want {
-				t.Fatalf("helper: want event %q, got %+v (open=%v)", want, ev, ok)
-			}
-			return ev
-		case <-time.After(30 * time.Second):
-			t.Fatalf("helper: no %q event", want)
+		var ev helperEvent
+		child.NextJSON(&ev, 30*time.Second)
+		if ev.Event != want {
+			t.Fatalf("helper: want event %q, got %+v", want, ev)
 		}
-		panic("unreachable")
+		return ev
 	}
 
 	// t0: A holds (owner=A, fence=gA) and keeps renewing.
@@ -155,7 +104,7 @@ func TestTimeline414241(t *testing.T) {
 
 	// t5: A pauses. t10: etcd expires its lease.
 	paused := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := child.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	awaitHolderGone(t, a, res, ga.HolderRevision, 15*time.Second)
@@ -172,7 +121,7 @@ func TestTimeline414241(t *testing.T) {
 
 	// t20: A resumes. Its session has passed its local deadline; its renew
 	// fails with the typed error and mints nothing.
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := child.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	lost := next("lost")
@@ -184,7 +133,7 @@ func TestTimeline414241(t *testing.T) {
 		t.Fatalf("A's renew after the pause: %q; want ErrLeaseLost", renew.Err)
 	}
 	t.Logf("A resumed: session %q; renew %q", lost.Err, renew.Err)
-	if err := cmd.Wait(); err != nil {
+	if err := child.Wait(); err != nil {
 		t.Fatalf("helper exited: %v", err)
 	}
 	if g := generation(t, a, res); g != gb.Generation {

@@ -45,7 +45,7 @@ func (e *env) fill(n int, keyOf func(int) string) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				if _, err := e.store.Client.PutObject(context.Background(), e.store.Bucket, keyOf(i), strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+				if _, err := e.Store.Client.PutObject(context.Background(), e.Store.Bucket, keyOf(i), strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
 					errs <- err
 					return
 				}
@@ -70,7 +70,7 @@ func (e *env) stalePrefix(res string) func(int) string {
 	e.publish(e.bind(e.pub, b), "2", publisher.Applied)
 	e.release(b)
 	return func(i int) string {
-		return e.ns.ObjectKey(res, layout.Version{Epoch: a.Epoch, Fence: a.Generation, Seq: uint64(i) + 2}, layout.NewNonce())
+		return e.NS.ObjectKey(res, layout.Version{Epoch: a.Epoch, Fence: a.Generation, Seq: uint64(i) + 2}, layout.NewNonce())
 	}
 }
 
@@ -120,7 +120,7 @@ func BenchmarkScan(b *testing.B) {
 		for i, sz := range sizes {
 			start := time.Now()
 			listed := 0
-			for o := range e.store.Client.ListObjects(context.Background(), e.store.Bucket, minio.ListObjectsOptions{Prefix: e.ns.ObjectsPrefix(res[i]), Recursive: true}) {
+			for o := range e.Store.Client.ListObjects(context.Background(), e.Store.Bucket, minio.ListObjectsOptions{Prefix: e.NS.ObjectsPrefix(res[i]), Recursive: true}) {
 				if o.Err != nil {
 					b.Fatal(o.Err)
 				}
@@ -160,7 +160,7 @@ func BenchmarkDelete(b *testing.B) {
 		b.StopTimer()
 		res := fmt.Sprintf("del%d", i)
 		e.fill(n, e.stalePrefix(res))
-		barePrefix := e.ns.Root() + fmt.Sprintf("bare%d/", i)
+		barePrefix := e.NS.Root() + fmt.Sprintf("bare%d/", i)
 		e.fill(n, func(j int) string { return barePrefix + strconv.Itoa(j) })
 		b.StartTimer()
 		start := time.Now()
@@ -177,7 +177,7 @@ func BenchmarkDelete(b *testing.B) {
 				keys <- minio.ObjectInfo{Key: barePrefix + strconv.Itoa(j)}
 			}
 		}()
-		for r := range e.store.Client.RemoveObjects(context.Background(), e.store.Bucket, keys, minio.RemoveObjectsOptions{}) {
+		for r := range e.Store.Client.RemoveObjects(context.Background(), e.Store.Bucket, keys, minio.RemoveObjectsOptions{}) {
 			b.Fatal(r.Err)
 		}
 		bare := time.Since(start)

@@ -20,17 +20,15 @@ import (
 func TestStaleOrphanDeletedOnFirstPass(t *testing.T) {
 	e := newEnv(t)
 	const res = "logs"
-	a := e.acquire(res, "worker-a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "worker-a")
 	a1 := e.publish(pa, "a1", publisher.Applied)
 	e.release(a) // A's lease ends (as if it expired while A was paused)
-	b := e.acquire(res, "worker-b", 0)
-	pb := e.bind(e.pub, b)
+	b, pb := e.worker(res, "worker-b")
 	b1 := e.publish(pb, "b1", publisher.Applied)
 	b2 := e.publish(pb, "b2", publisher.Applied)
 	// A resumes and publishes: stale, leaving an orphan.
 	stale := e.publish(pa, "a2", publisher.Stale)
-	if stale.Reason != publisher.ReasonPointer || !e.exists(stale.Attempt.Object.Key) {
+	if stale.Reason != publisher.ReasonPointer || !e.Exists(stale.Attempt.Object.Key) {
 		t.Fatalf("stale publish %+v; want reason pointer and its object written", stale)
 	}
 
@@ -41,14 +39,14 @@ func TestStaleOrphanDeletedOnFirstPass(t *testing.T) {
 	// a1 is no longer among the last 2, but was superseded (by b1) just
 	// now: within the reader grace.
 	mustDecide(t, rep, a1.Object.Key, Retained, "kept", "reader grace")
-	if e.exists(stale.Attempt.Object.Key) || !e.exists(b2.Object.Key) || !e.exists(b1.Object.Key) || !e.exists(a1.Object.Key) {
+	if e.Exists(stale.Attempt.Object.Key) || !e.Exists(b2.Object.Key) || !e.Exists(b1.Object.Key) || !e.Exists(a1.Object.Key) {
 		t.Fatal("wrong objects deleted")
 	}
 	if rep.Scanned != 4 || rep.Deleted != 1 || rep.Kept.Published != 1 || rep.Kept.Retained != 2 || rep.ByDecision[Unpublishable] != 1 {
 		t.Fatalf("report counts: %+v", rep)
 	}
 	// Grant record 1 (A) is below the pointer's fence 2: pruned at once.
-	if rep.Records.Grants != 1 || e.get(e.ns.GrantKey(res, a.Generation)) != nil || e.get(e.ns.GrantKey(res, b.Generation)) == nil {
+	if rep.Records.Grants != 1 || e.get(e.NS.GrantKey(res, a.Generation)) != nil || e.get(e.NS.GrantKey(res, b.Generation)) == nil {
 		t.Fatalf("grant records pruned wrongly: %+v", rep.Records)
 	}
 
@@ -56,13 +54,13 @@ func TestStaleOrphanDeletedOnFirstPass(t *testing.T) {
 	// with it; the pointer and seal keys stay.
 	rep = e.run(e.collector(later(12*time.Minute)), res)
 	mustDecide(t, rep, a1.Object.Key, Unpublishable, "deleted", "<= pointer")
-	if e.exists(a1.Object.Key) || rep.Records.History != 1 {
+	if e.Exists(a1.Object.Key) || rep.Records.History != 1 {
 		t.Fatalf("a1 not collected: %+v", rep.Records)
 	}
-	if e.get(e.ns.HistoryKey(res, a1.Version)) != nil || e.get(e.ns.HistoryKey(res, b1.Version)) == nil {
+	if e.get(e.NS.HistoryKey(res, a1.Version)) != nil || e.get(e.NS.HistoryKey(res, b1.Version)) == nil {
 		t.Fatal("history pruned wrongly")
 	}
-	for _, k := range []string{e.ns.PointerKey(res), e.ns.SealKey(res), e.ns.GenerationKey(res), e.ns.EpochKey()} {
+	for _, k := range []string{e.NS.PointerKey(res), e.NS.SealKey(res), e.NS.GenerationKey(res), e.NS.EpochKey()} {
 		if e.get(k) == nil {
 			t.Fatalf("%s deleted", k)
 		}
@@ -76,12 +74,11 @@ func TestStaleOrphanDeletedOnFirstPass(t *testing.T) {
 func TestAbandonedInFlightSealedThenDeleted(t *testing.T) {
 	e := newEnv(t)
 	const res = "jobs"
-	g := e.acquire(res, "worker", 0)
-	p := e.bind(e.pub, g)
+	g, p := e.worker(res, "worker")
 	first := e.publish(p, "j1", publisher.Applied)
 	lost := e.inFlight(g, "j2")
 	key := lost.Attempt.Object.Key
-	if !e.exists(key) {
+	if !e.Exists(key) {
 		t.Fatal("in-flight object missing")
 	}
 
@@ -107,7 +104,7 @@ func TestAbandonedInFlightSealedThenDeleted(t *testing.T) {
 	if s := e.seal(res); s.Version != lost.Version || s.Reason != SealReasonAbandoned {
 		t.Fatalf("seal %+v; want %s", s, lost.Version)
 	}
-	if e.exists(key) {
+	if e.Exists(key) {
 		t.Fatal("abandoned object not deleted")
 	}
 
@@ -116,7 +113,7 @@ func TestAbandonedInFlightSealedThenDeleted(t *testing.T) {
 	if late.Outcome != publisher.Stale || late.Reason != publisher.ReasonSeal || !errors.Is(err, publisher.ErrStale) {
 		t.Fatalf("late publish: %q %q %v; want stale seal", late.Outcome, late.Reason, err)
 	}
-	if ptr := e.pointer(res); ptr.Version != first.Version {
+	if ptr := e.Pointer(res); ptr.Version != first.Version {
 		t.Fatalf("pointer moved to %s", ptr.Version)
 	}
 	// Its new object is unpublishable now and goes on the next pass, even
@@ -131,12 +128,10 @@ func TestAbandonedInFlightSealedThenDeleted(t *testing.T) {
 func TestForeignAndOtherPrefixesUntouched(t *testing.T) {
 	e := newEnv(t)
 	mk := func(res string) (publisher.Result, publisher.Result) {
-		a := e.acquire(res, "a", 0)
-		pa := e.bind(e.pub, a)
+		a, pa := e.worker(res, "a")
 		e.publish(pa, res+"-1", publisher.Applied)
 		e.release(a)
-		b := e.acquire(res, "b", 0)
-		pb := e.bind(e.pub, b)
+		_, pb := e.worker(res, "b")
 		pub := e.publish(pb, res+"-2", publisher.Applied)
 		orphan := e.publish(pa, res+"-3", publisher.Stale)
 		return pub, orphan
@@ -144,51 +139,51 @@ func TestForeignAndOtherPrefixesUntouched(t *testing.T) {
 	_, logsOrphan := mk("logs")
 	_, logs2Orphan := mk("logs2")
 	foreign := []string{
-		e.ns.ObjectsPrefix("logs") + "README.txt",
-		e.ns.ObjectsPrefix("logs") + "sub/" + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode() + "-" + nonce,
-		e.ns.ObjectsPrefix("logs") + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode() + "-" + strings.ToUpper(nonce),
-		e.ns.ObjectsPrefix("logs") + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode(),
-		e.ns.Root() + "logs.txt", // beside the resource's prefix
+		e.NS.ObjectsPrefix("logs") + "README.txt",
+		e.NS.ObjectsPrefix("logs") + "sub/" + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode() + "-" + nonce,
+		e.NS.ObjectsPrefix("logs") + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode() + "-" + strings.ToUpper(nonce),
+		e.NS.ObjectsPrefix("logs") + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode(),
+		e.NS.Root() + "logs.txt", // beside the resource's prefix
 	}
 	for _, k := range foreign {
 		e.put(k, "not fencepub's")
 	}
 	// The same resource in another domain of the same prefix.
-	otherNS, err := layout.NewNamespace(e.ns.Prefix, e.ns.Domain+"x")
+	otherNS, err := layout.NewNamespace(e.NS.Prefix, e.NS.Domain+"x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := otherNS.ObjectKey("logs", layout.Version{Epoch: 1, Fence: 1, Seq: 1}, nonce)
 	e.put(other, "another domain")
-	before2 := e.keys(e.ns.ObjectsPrefix("logs2"))
-	beforeMeta := e.keys(e.ns.MetaPrefix())
+	before2 := e.Keys(e.NS.ObjectsPrefix("logs2"))
+	beforeMeta := e.Keys(e.NS.MetaPrefix())
 
 	rep := e.run(e.collector(later(time.Hour)), "logs")
 	for _, k := range foreign[:4] {
 		mustDecide(t, rep, k, Foreign, "kept", "not an object key")
-		if !e.exists(k) {
+		if !e.Exists(k) {
 			t.Fatalf("foreign key %s deleted", k)
 		}
 	}
-	if !e.exists(foreign[4]) || !e.exists(other) {
+	if !e.Exists(foreign[4]) || !e.Exists(other) {
 		t.Fatal("a key outside the resource's prefix was deleted")
 	}
-	if rep.Kept.Foreign != 4 || e.exists(logsOrphan.Attempt.Object.Key) {
+	if rep.Kept.Foreign != 4 || e.Exists(logsOrphan.Attempt.Object.Key) {
 		t.Fatalf("report %+v", rep.Kept)
 	}
-	if got := e.keys(e.ns.ObjectsPrefix("logs2")); strings.Join(got, ",") != strings.Join(before2, ",") || !e.exists(logs2Orphan.Attempt.Object.Key) {
+	if got := e.Keys(e.NS.ObjectsPrefix("logs2")); strings.Join(got, ",") != strings.Join(before2, ",") || !e.Exists(logs2Orphan.Attempt.Object.Key) {
 		t.Fatalf("logs2 changed: %v -> %v", before2, got)
 	}
-	if got := e.keys(e.ns.MetaPrefix()); strings.Join(got, ",") != strings.Join(beforeMeta, ",") {
+	if got := e.Keys(e.NS.MetaPrefix()); strings.Join(got, ",") != strings.Join(beforeMeta, ",") {
 		t.Fatalf("marker objects changed: %v -> %v", beforeMeta, got)
 	}
 	// --all covers logs2 as well, and still no foreign key.
 	rep = e.run(e.collector(later(time.Hour)))
-	if rep.Resources != 2 || e.exists(logs2Orphan.Attempt.Object.Key) || rep.Kept.Foreign != 4 {
+	if rep.Resources != 2 || e.Exists(logs2Orphan.Attempt.Object.Key) || rep.Kept.Foreign != 4 {
 		t.Fatalf("--all: %+v", rep)
 	}
 	for _, k := range append(foreign, other) {
-		if !e.exists(k) {
+		if !e.Exists(k) {
 			t.Fatalf("%s deleted", k)
 		}
 	}
@@ -199,37 +194,36 @@ func TestForeignAndOtherPrefixesUntouched(t *testing.T) {
 func TestOtherDeploymentRefused(t *testing.T) {
 	e := newEnv(t)
 	const res = "shared"
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	e.publish(pa, "1", publisher.Applied)
 	e.release(a)
 	b := e.acquire(res, "b", 0)
 	e.publish(e.bind(e.pub, b), "2", publisher.Applied)
 	orphan := e.publish(pa, "3", publisher.Stale)
-	marker, err := e.store.GetSmall(ctxT(t, 10*time.Second), e.ns.OwnershipObject(), 1<<16)
+	marker, err := e.Store.GetSmall(ctxT(t, 10*time.Second), e.NS.OwnershipObject(), 1<<16)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Another deployment took the prefix (a fresh etcd, a second cluster).
-	e.put(e.ns.OwnershipObject(), `{"deployment_id":"someone-else","created_at":"2030-01-01T00:00:00Z"}`)
+	e.put(e.NS.OwnershipObject(), `{"deployment_id":"someone-else","created_at":"2030-01-01T00:00:00Z"}`)
 	c := e.collector(later(time.Hour))
 	rep, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true})
 	if !errors.Is(err, ErrForeignDeployment) || len(rep.Errors) == 0 || !strings.Contains(err.Error(), "someone-else") {
 		t.Fatalf("err %v, report %+v; want ErrForeignDeployment", err, rep)
 	}
-	if !e.exists(orphan.Attempt.Object.Key) || rep.Scanned != 0 {
+	if !e.Exists(orphan.Attempt.Object.Key) || rep.Scanned != 0 {
 		t.Fatal("GC touched another deployment's prefix")
 	}
-	if _, err := e.store.Client.StatObject(ctxT(t, 10*time.Second), e.store.Bucket, e.ns.OwnershipObject(), minio.StatObjectOptions{}); err != nil {
+	if _, err := e.Store.Client.StatObject(ctxT(t, 10*time.Second), e.Store.Bucket, e.NS.OwnershipObject(), minio.StatObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.rm(e.ns.OwnershipObject())
-	if _, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true}); !errors.Is(err, ErrNoOwnership) || !e.exists(orphan.Attempt.Object.Key) {
+	e.rm(e.NS.OwnershipObject())
+	if _, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true}); !errors.Is(err, ErrNoOwnership) || !e.Exists(orphan.Attempt.Object.Key) {
 		t.Fatalf("without a marker: %v", err)
 	}
-	e.put(e.ns.OwnershipObject(), string(marker))
+	e.put(e.NS.OwnershipObject(), string(marker))
 	e.run(c)
-	if e.exists(orphan.Attempt.Object.Key) {
+	if e.Exists(orphan.Attempt.Object.Key) {
 		t.Fatal("orphan kept once the marker is ours again")
 	}
 }
@@ -239,7 +233,7 @@ func TestOtherDeploymentRefused(t *testing.T) {
 func TestBucketWarnings(t *testing.T) {
 	e := newEnv(t)
 	cfg := testenv.Get(t).MinIO.Config
-	cfg.Bucket = "gc-warn-" + strings.ToLower(e.ns.Domain)
+	cfg.Bucket = "gc-warn-" + strings.ToLower(e.NS.Domain)
 	st, err := objstore.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -248,12 +242,12 @@ func TestBucketWarnings(t *testing.T) {
 	if err := st.EnsureBucket(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.store, e.ns = st, testenv.Namespace(t) // a fresh domain in the new bucket
-	e.auth = e.authority(e.etcd)
+	e.Store, e.NS = st, testenv.Namespace(t) // a fresh domain in the new bucket
+	e.auth = e.authority(e.Etcd)
 	if _, err := e.auth.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.pub = e.publisher(e.etcd, nil)
+	e.pub = e.publisher(e.Etcd, nil)
 	g := e.acquire("v", "a", 0)
 	e.publish(e.bind(e.pub, g), "1", publisher.Applied)
 

@@ -26,12 +26,12 @@ func (e *env) watchSeal(res string) *sealWatch {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &sealWatch{stop: cancel, done: make(chan struct{})}
-	start := e.get(e.ns.SealKey(res))
+	start := e.get(e.NS.SealKey(res))
 	rev := int64(0)
 	if start != nil {
 		rev = start.ModRevision
 	}
-	wch := e.etcd.Watch(ctx, e.ns.SealKey(res), clientv3.WithRev(rev))
+	wch := e.Etcd.Watch(ctx, e.NS.SealKey(res), clientv3.WithRev(rev))
 	go func() {
 		defer close(w.done)
 		for wr := range wch {
@@ -86,12 +86,12 @@ func (e *env) deletedSafely(res string, reps ...*Report) int {
 // only (reports of passes over several resources).
 func (e *env) deletedSafelyUnder(res string, reps ...*Report) int {
 	e.t.Helper()
-	ptr := e.pointer(res)
+	ptr := e.Pointer(res)
 	top := ptr.Version.Max(e.seal(res).Version)
 	n := 0
 	for _, rep := range reps {
 		for _, d := range rep.Decisions {
-			if d.Action != "deleted" || !strings.HasPrefix(d.Key, e.ns.ObjectsPrefix(res)) {
+			if d.Action != "deleted" || !strings.HasPrefix(d.Key, e.NS.ObjectsPrefix(res)) {
 				continue
 			}
 			n++
@@ -149,8 +149,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	e := newEnv(t)
 	const res = "contended"
 	w := e.watchSeal(res)
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	p1 := e.publish(pa, "1", publisher.Applied)
 	o12 := e.inFlight(a, "2")
 	e.release(a)
@@ -176,20 +175,19 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	// accepted) publishes; GC1 lists that object, holds it as abandoned (a
 	// dead grant's object above the snapshot's pointer), and must not delete
 	// what is now the published object.
-	c := e.acquire(res, "c", 0)
-	pc := e.bind(e.pub, c)
+	c, pc := e.worker(res, "c")
 	e.release(c)
 	var (
 		late    publisher.Result
 		lateErr error
 	)
 	resume = e.paused(res, func() { late, lateErr = pc.Publish(context.Background(), op("4", "late")) })
-	if late.Outcome != publisher.Applied || e.pointer(res).Object.Key != late.Object.Key {
+	if late.Outcome != publisher.Applied || e.Pointer(res).Object.Key != late.Object.Key {
 		t.Fatalf("late publish: %+v %v", late, lateErr)
 	}
 	rep1b := resume()
 	mustDecide(t, rep1b, late.Object.Key, Abandoned, "skipped", "changed since the snapshot")
-	if !e.exists(late.Object.Key) {
+	if !e.Exists(late.Object.Key) {
 		t.Fatal("deleted the object a late transaction published")
 	}
 	w.check(t, o21.Version)
@@ -210,7 +208,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	mustDecide(t, rep3, o51.Attempt.Object.Key, Quarantined, "kept", "")
 	w.check(t, o21.Version)
 	for _, k := range []string{p1.Object.Key, late.Object.Key, o51.Attempt.Object.Key} {
-		if !e.exists(k) {
+		if !e.Exists(k) {
 			t.Fatalf("%s deleted", k)
 		}
 	}
@@ -221,8 +219,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	// goes.
 	var reps []*Report
 	for round := range 3 {
-		g := e.acquire(res, "w", 0)
-		pg := e.bind(e.pub, g)
+		g, pg := e.worker(res, "w")
 		e.publish(pg, fmt.Sprintf("round-%d", round), publisher.Applied)
 		for i := range 3 {
 			e.inFlight(g, fmt.Sprintf("lost-%d-%d", round, i))

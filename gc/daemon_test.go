@@ -60,7 +60,9 @@ func TestDaemonHandover(t *testing.T) {
 		t.Fatalf("holder %q while A is alive", got)
 	}
 
-	a.signal(t, syscall.SIGKILL)
+	if err := a.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	took := waitFor(t, "daemon B takes over", 10*time.Second, func() bool { return e.holderOwner() == "gc-b" })
 	t.Logf("handover after SIGKILL of the leader: %s (lease TTL %s)", took, ttl)
 	if took > ttl+time.Second {
@@ -69,13 +71,12 @@ func TestDaemonHandover(t *testing.T) {
 
 	// B acts: a stale worker's orphan disappears.
 	const res = "daemon-res"
-	w := e.acquire(res, "w1", 0)
-	pw := e.bind(e.pub, w)
+	w, pw := e.worker(res, "w1")
 	e.publish(pw, "1", publisher.Applied)
 	e.release(w)
 	e.publish(e.bind(e.pub, e.acquire(res, "w2", 0)), "2", publisher.Applied)
 	orphan := e.publish(pw, "3", publisher.Stale)
-	waitFor(t, "daemon B deletes the orphan", 10*time.Second, func() bool { return !e.exists(orphan.Attempt.Object.Key) })
+	waitFor(t, "daemon B deletes the orphan", 10*time.Second, func() bool { return !e.Exists(orphan.Attempt.Object.Key) })
 }
 
 // A daemon that is stopped (context cancelled, as on SIGTERM) releases the
@@ -110,13 +111,12 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	go func() { done <- d.Run(ctx) }()
 
 	const res = "metered"
-	g := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, g)
+	g, pa := e.worker(res, "a")
 	e.publish(pa, "1", publisher.Applied)
 	e.release(g)
 	e.publish(e.bind(e.pub, e.acquire(res, "b", 0)), "2", publisher.Applied)
 	orphan := e.publish(pa, "3", publisher.Stale)
-	waitFor(t, "the daemon deletes the orphan", 10*time.Second, func() bool { return !e.exists(orphan.Attempt.Object.Key) })
+	waitFor(t, "the daemon deletes the orphan", 10*time.Second, func() bool { return !e.Exists(orphan.Attempt.Object.Key) })
 	<-passes
 
 	get := func(path string) (int, string) {
@@ -147,7 +147,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	}
 
 	// Graceful stop: the lease is released at once, not left to expire.
-	standby, err := authority.New(authority.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store})
+	standby, err := authority.New(authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	}
 	// The GC lease's own records stay bounded: one grant record per
 	// campaign, pruned below the holder's.
-	if n := e.count(e.ns.GrantsPrefix(DefaultLeaseResource)); n > 2 {
+	if n := e.Count(e.NS.GrantsPrefix(DefaultLeaseResource)); n > 2 {
 		t.Fatalf("%d grant records of the GC lease", n)
 	}
 }

@@ -3,8 +3,6 @@ package gc
 import (
 	"context"
 	"errors"
-	"os"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +10,6 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
@@ -23,38 +19,33 @@ import (
 func TestMain(m *testing.M) {
 	// The test binary doubles as the child processes of the race and
 	// handover tests (helper_test.go).
-	if mode := os.Getenv(helperEnv); mode != "" {
-		os.Exit(helperMain(mode))
-	}
+	testenv.RunChild(helpers)
 	testenv.Main(m)
 }
 
 // env is one test's domain on the shared servers: a fresh namespace with an
 // initialised authority and a publisher Client.
 type env struct {
-	t     testing.TB
-	ns    layout.Namespace
-	etcd  *clientv3.Client
-	store *objstore.Store
-	auth  *authority.Authority
-	pub   *publisher.Client
+	*testenv.Domain
+	t    testing.TB
+	auth *authority.Authority
+	pub  *publisher.Client
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	sh := testenv.Get(t)
-	e := &env{t: t, ns: testenv.Namespace(t), etcd: sh.EtcdClient(t), store: sh.Store(t)}
-	e.auth = e.authority(e.etcd)
+	e := &env{Domain: testenv.NewDomain(t), t: t}
+	e.auth = e.authority(e.Etcd)
 	if _, err := e.auth.Init(ctxT(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	e.pub = e.publisher(e.etcd, nil)
+	e.pub = e.publisher(e.Etcd, nil)
 	return e
 }
 
 func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 	e.t.Helper()
-	a, err := authority.New(authority.Config{Namespace: e.ns, Etcd: cli, Store: e.store})
+	a, err := authority.New(authority.Config{Namespace: e.NS, Etcd: cli, Store: e.Store})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -63,7 +54,7 @@ func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 
 func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publisher.Client {
 	e.t.Helper()
-	cfg := publisher.Config{Namespace: e.ns, Etcd: cli, Store: e.store}
+	cfg := publisher.Config{Namespace: e.NS, Etcd: cli, Store: e.Store}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -77,7 +68,7 @@ func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publ
 // collector returns a Collector of e's domain; mod adjusts its Config.
 func (e *env) collector(mod func(*Config)) *Collector {
 	e.t.Helper()
-	cfg := Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store, Authority: e.auth}
+	cfg := Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Authority: e.auth}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -132,6 +123,13 @@ func (e *env) release(g authority.Grant) {
 	}
 }
 
+// worker acquires res for owner (10 s TTL) and binds e.pub to the grant.
+func (e *env) worker(res, owner string) (authority.Grant, *publisher.Publisher) {
+	e.t.Helper()
+	g := e.acquire(res, owner, 0)
+	return g, e.bind(e.pub, g)
+}
+
 func (e *env) bind(c *publisher.Client, g authority.Grant) *publisher.Publisher {
 	e.t.Helper()
 	p, err := c.BindGrant(ctxT(e.t, 10*time.Second), g, false)
@@ -162,17 +160,8 @@ func (e *env) publish(p *publisher.Publisher, key string, want publisher.Outcome
 // attempt.
 func (e *env) inFlight(g authority.Grant, key string) publisher.Result {
 	e.t.Helper()
-	target := strings.TrimPrefix(testenv.Get(e.t).Etcd.Members[0].ClientURL, "http://")
-	px, err := faultproxy.Start(target)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer px.Close()
-	cli, err := localstack.NewEtcdClient([]string{px.URL()})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer cli.Close()
+	px, cli := testenv.Get(e.t).EtcdProxy(e.t)
+	defer px.Close() // cut the client off etcd for good once the attempt is over
 	pc := e.publisher(cli, func(c *publisher.Config) {
 		c.AttemptTimeout = 100 * time.Millisecond
 		c.ResendTimeout = 300 * time.Millisecond
@@ -187,43 +176,16 @@ func (e *env) inFlight(g authority.Grant, key string) publisher.Result {
 	return r
 }
 
-// keys lists the object keys under prefix.
-func (e *env) keys(prefix string) []string {
-	e.t.Helper()
-	var out []string
-	for o := range e.store.Client.ListObjects(ctxT(e.t, 30*time.Second), e.store.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if o.Err != nil {
-			e.t.Fatal(o.Err)
-		}
-		out = append(out, o.Key)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (e *env) exists(key string) bool {
-	e.t.Helper()
-	_, err := e.store.Client.StatObject(ctxT(e.t, 10*time.Second), e.store.Bucket, key, minio.StatObjectOptions{})
-	if err == nil {
-		return true
-	}
-	if errors.Is(objstore.Classify(err), objstore.ErrNotFound) {
-		return false
-	}
-	e.t.Fatal(err)
-	return false
-}
-
 func (e *env) put(key, body string) {
 	e.t.Helper()
-	if _, err := e.store.Client.PutObject(ctxT(e.t, 10*time.Second), e.store.Bucket, key, strings.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
+	if _, err := e.Store.Client.PutObject(ctxT(e.t, 10*time.Second), e.Store.Bucket, key, strings.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 func (e *env) rm(key string) {
 	e.t.Helper()
-	if err := e.store.Client.RemoveObject(ctxT(e.t, 10*time.Second), e.store.Bucket, key, minio.RemoveObjectOptions{}); err != nil {
+	if err := e.Store.Client.RemoveObject(ctxT(e.t, 10*time.Second), e.Store.Bucket, key, minio.RemoveObjectOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -231,7 +193,7 @@ func (e *env) rm(key string) {
 // get returns the value of an etcd key, or nil.
 func (e *env) get(key string) *mvccKV {
 	e.t.Helper()
-	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), key)
+	resp, err := e.Etcd.Get(ctxT(e.t, 10*time.Second), key)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -243,7 +205,7 @@ func (e *env) get(key string) *mvccKV {
 
 func (e *env) seal(res string) layout.Seal {
 	e.t.Helper()
-	kv := e.get(e.ns.SealKey(res))
+	kv := e.get(e.NS.SealKey(res))
 	if kv == nil {
 		e.t.Fatalf("no seal for %s", res)
 	}
@@ -255,28 +217,6 @@ func (e *env) seal(res string) layout.Seal {
 }
 
 func decodePointerKV(kv *mvccKV) (layout.Pointer, error) { return layout.DecodePointer(kv.Value) }
-
-func (e *env) pointer(res string) layout.Pointer {
-	e.t.Helper()
-	kv := e.get(e.ns.PointerKey(res))
-	if kv == nil {
-		return layout.Pointer{}
-	}
-	p, err := layout.DecodePointer(kv.Value)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return p
-}
-
-func (e *env) count(prefix string) int64 {
-	e.t.Helper()
-	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return resp.Count
-}
 
 // decision returns the decision of key in rep, failing t if absent.
 func decision(t *testing.T, rep *Report, key string) Decision {

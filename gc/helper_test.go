@@ -3,97 +3,63 @@ package gc
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The test binary runs as a child process when helperEnv is set: a GC
+// The test binary runs as a child process (testenv.StartChild): a GC
 // daemon ("daemon") or a publishing worker ("worker") that the parent test
-// kills or pauses with SIGSTOP. helperConfigEnv carries a helperConfig as
-// JSON.
-const (
-	helperEnv       = "FENCEPUB_GC_HELPER"
-	helperConfigEnv = "FENCEPUB_GC_HELPER_CONFIG"
-)
-
-type helperConfig struct {
-	Etcd     []string        `json:"etcd"`
-	S3       objstore.Config `json:"s3"`
-	Prefix   string          `json:"prefix"`
-	Domain   string          `json:"domain"`
-	Resource string          `json:"resource"`
-	Owner    string          `json:"owner"`
-	TTL      time.Duration   `json:"ttl"`
-	Interval time.Duration   `json:"interval"`
-	Policy   Policy          `json:"policy"`
+// kills or pauses with SIGSTOP. Both take a helperConfig.
+var helpers = map[string]testenv.ChildFunc{
+	"daemon": helperMain(helperDaemon),
+	"worker": helperMain(helperWorker),
 }
 
-// helperMain runs a child process and returns its exit status. It stops on
-// SIGTERM.
-func helperMain(mode string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	var cfg helperConfig
-	if err := json.Unmarshal([]byte(os.Getenv(helperConfigEnv)), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "helper config:", err)
-		return 2
+type helperConfig struct {
+	testenv.Servers
+	Resource string        `json:"resource"`
+	Owner    string        `json:"owner"`
+	TTL      time.Duration `json:"ttl"`
+	Interval time.Duration `json:"interval"`
+	Policy   Policy        `json:"policy"`
+}
+
+// helperFunc is the body of a helper process; ctx ends on SIGTERM.
+type helperFunc func(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error
+
+// helperMain returns the child process that connects to the servers of its
+// helperConfig and runs run.
+func helperMain(run helperFunc) testenv.ChildFunc {
+	return func(spec []byte) error {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		defer stop()
+		var cfg helperConfig
+		cli, st, err := testenv.ConnectSpec(spec, &cfg)
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		auth, err := authority.New(authority.Config{Namespace: cfg.Namespace, Etcd: cli, Store: st})
+		if err != nil {
+			return err
+		}
+		return run(ctx, cfg, cli, st, auth)
 	}
-	cli, err := localstack.NewEtcdClient(cfg.Etcd)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer cli.Close()
-	st, err := objstore.New(cfg.S3)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ns, err := layout.NewNamespace(cfg.Prefix, cfg.Domain)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: cli, Store: st})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	switch mode {
-	case "daemon":
-		err = helperDaemon(ctx, cfg, ns, cli, st, auth)
-	case "worker":
-		err = helperWorker(ctx, cfg, ns, cli, st, auth)
-	default:
-		err = fmt.Errorf("unknown helper mode %q", mode)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "helper:", err)
-		return 1
-	}
-	return 0
 }
 
 // helperDaemon runs a GC daemon over every resource until SIGTERM.
-func helperDaemon(ctx context.Context, cfg helperConfig, ns layout.Namespace, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
-	c, err := New(Config{Namespace: ns, Etcd: cli, Store: st, Authority: auth, Policy: cfg.Policy})
+func helperDaemon(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
+	c, err := New(Config{Namespace: cfg.Namespace, Etcd: cli, Store: st, Authority: auth, Policy: cfg.Policy})
 	if err != nil {
 		return err
 	}
@@ -108,8 +74,8 @@ func helperDaemon(ctx context.Context, cfg helperConfig, ns layout.Namespace, cl
 // keep the lease with a Session, publish every 30 ms until a publish is
 // not applied or the session is lost, then start over. It prints one line
 // per publish: "<outcome> <reason> <version> <object key>".
-func helperWorker(ctx context.Context, cfg helperConfig, ns layout.Namespace, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
-	pub, err := publisher.New(publisher.Config{Namespace: ns, Etcd: cli, Store: st, ResendTimeout: 2 * time.Second})
+func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
+	pub, err := publisher.New(publisher.Config{Namespace: cfg.Namespace, Etcd: cli, Store: st, ResendTimeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -146,82 +112,25 @@ func helperWorker(ctx context.Context, cfg helperConfig, ns layout.Namespace, cl
 	return nil
 }
 
-// child is a helper process started by a test.
-type child struct {
-	cmd *exec.Cmd
-
-	mu    sync.Mutex
-	lines []string
-	done  chan struct{}
-}
-
-// startChild starts the test binary in helper mode with cfg (the shared
-// servers' endpoints and e's namespace are filled in). The child is killed
-// when t ends.
-func (e *env) startChild(mode string, cfg helperConfig) *child {
+// startChild starts the helper mode ("daemon" or "worker") as a child
+// process with cfg (the shared servers' endpoints and e's namespace are
+// filled in). The child is killed when t ends.
+func (e *env) startChild(mode string, cfg helperConfig) *testenv.Child {
 	e.t.Helper()
-	sh := testenv.Get(e.t)
-	cfg.Etcd, cfg.S3, cfg.Prefix, cfg.Domain = sh.Etcd.Endpoints(), sh.MinIO.Config, e.ns.Prefix, e.ns.Domain
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+mode, helperConfigEnv+"="+string(b))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	c := &child{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.mu.Lock()
-			c.lines = append(c.lines, sc.Text())
-			c.mu.Unlock()
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-		_ = cmd.Wait()
-	}()
-	e.t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-c.done
-		if e.t.Failed() && stderr.Len() > 0 {
-			e.t.Logf("%s child stderr:\n%s", mode, stderr.String())
-		}
-	})
-	return c
+	cfg.Servers = testenv.Get(e.t).Servers(e.NS)
+	return testenv.StartChild(e.t, mode, cfg)
 }
 
-func (c *child) signal(t *testing.T, sig syscall.Signal) {
+// stopChild sends c SIGTERM and waits up to timeout for it to exit.
+func stopChild(t *testing.T, c *testenv.Child, timeout time.Duration) {
 	t.Helper()
-	if err := c.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %v: %v", sig, err)
+	_ = c.Signal(syscall.SIGCONT)
+	if err := c.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("signal %v: %v", syscall.SIGTERM, err)
 	}
-}
-
-// stop sends SIGTERM and waits up to timeout for the child to exit.
-func (c *child) stop(t *testing.T, timeout time.Duration) {
-	t.Helper()
-	_ = c.cmd.Process.Signal(syscall.SIGCONT)
-	c.signal(t, syscall.SIGTERM)
 	select {
-	case <-c.done:
+	case <-c.Done():
 	case <-time.After(timeout):
 		t.Fatalf("child did not exit within %s of SIGTERM", timeout)
 	}
-}
-
-func (c *child) output() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.lines...)
 }

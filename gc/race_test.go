@@ -15,7 +15,6 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
@@ -70,12 +69,12 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 			if ctx.Err() != nil {
 				return
 			}
-			if err := kid.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			if err := kid.Signal(syscall.SIGSTOP); err != nil {
 				fail("SIGSTOP: %v", err)
 				return
 			}
 			time.Sleep(ttl + 500*time.Millisecond) // past its lease
-			if err := kid.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			if err := kid.Signal(syscall.SIGCONT); err != nil {
 				fail("SIGCONT: %v", err)
 				return
 			}
@@ -128,16 +127,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	}
 
 	// The lossy publisher: its etcd client goes through a fault proxy.
-	px, err := faultproxy.Start(strings.TrimPrefix(testenv.Get(t).Etcd.Members[0].ClientURL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	pxCli, err := localstack.NewEtcdClient([]string{px.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pxCli.Close()
+	px, pxCli := testenv.Get(t).EtcdProxy(t)
 	lossyPub := e.publisher(pxCli, func(c *publisher.Config) {
 		c.AttemptTimeout, c.ResendTimeout = 100*time.Millisecond, 300*time.Millisecond
 	})
@@ -189,7 +179,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	// pointer, waits up to 300 ms (well within the 1 s grace) and fetches
 	// exactly that object.
 	for _, res := range resources {
-		rd, err := reader.New(reader.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store}, res)
+		rd, err := reader.New(reader.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, res)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +212,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 				}
 				readAt := time.Now()
 				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-				_, err = e.store.Client.StatObject(context.Background(), e.store.Bucket, ptr.Object.Key, minio.StatObjectOptions{})
+				_, err = e.Store.Client.StatObject(context.Background(), e.Store.Bucket, ptr.Object.Key, minio.StatObjectOptions{})
 				if err != nil {
 					fail("%s: the object of pointer %s, read %s ago, is gone: %v", res, ptr.Version, time.Since(readAt), objstore.Classify(err))
 				}
@@ -255,8 +245,8 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	<-ctx.Done()
 	wg.Wait()
 	<-gcDone
-	kid.stop(t, 10*time.Second)
-	childLines := kid.output()
+	stopChild(t, kid, 10*time.Second)
+	childLines := kid.Lines()
 	childApplied := 0
 	for _, l := range childLines {
 		if strings.HasPrefix(l, "applied ") {
@@ -294,8 +284,8 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	}
 	final := e.run(e.collector(func(c *Config) { c.Policy = policy; later(time.Hour)(c) }))
 	for _, res := range resources {
-		keep := map[string]bool{e.pointer(res).Object.Key: true}
-		hist, err := e.etcd.Get(ctxT(t, 10*time.Second), e.ns.HistoryPrefix(res), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(policy.Retain)))
+		keep := map[string]bool{e.Pointer(res).Object.Key: true}
+		hist, err := e.Etcd.Get(ctxT(t, 10*time.Second), e.NS.HistoryPrefix(res), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(policy.Retain)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,14 +296,14 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 			}
 			keep[p.Object.Key] = true
 		}
-		for _, k := range e.keys(e.ns.ObjectsPrefix(res)) {
+		for _, k := range e.Keys(e.NS.ObjectsPrefix(res)) {
 			if !keep[k] {
 				d := decision(t, final, k)
 				t.Errorf("%s left after the final pass: %s (%s)", k, d.Kind, d.Reason)
 			}
 		}
 		for k := range keep {
-			if !e.exists(k) {
+			if !e.Exists(k) {
 				t.Errorf("%s: published or retained object %s is gone", res, k)
 			}
 		}

@@ -22,8 +22,7 @@ import (
 func TestRecordsPruned(t *testing.T) {
 	e := newEnv(t)
 	const res = "bounded"
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	for _, k := range []string{"k1", "k2", "k3"} {
 		e.publish(pa, k, publisher.Applied)
 	}
@@ -32,7 +31,7 @@ func TestRecordsPruned(t *testing.T) {
 	last := e.publish(e.bind(e.pub, b), "k4", publisher.Applied)
 
 	// A collector whose authority keeps request records for 1 ns.
-	auth, err := authority.New(authority.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store, RequestRetention: time.Nanosecond})
+	auth, err := authority.New(authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, RequestRetention: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,23 +40,23 @@ func TestRecordsPruned(t *testing.T) {
 	if rep.Records.Ops != 0 || rep.Records.History != 0 || rep.Records.Grants != 1 || rep.Records.Requests != 1 {
 		t.Fatalf("first pass records %+v; want the grant and request records of A only", rep.Records)
 	}
-	if e.count(e.ns.RequestsPrefix(res)) != 1 || e.get(e.ns.RequestKey(res, b.RequestID)) == nil {
+	if e.Count(e.NS.RequestsPrefix(res)) != 1 || e.get(e.NS.RequestKey(res, b.RequestID)) == nil {
 		t.Fatal("the live holder's request record was pruned")
 	}
-	if n := e.count(e.ns.OpsPrefix(res)); n != 4 {
+	if n := e.Count(e.NS.OpsPrefix(res)); n != 4 {
 		t.Fatalf("%d op records; want 4", n)
 	}
 
 	// Eight days later: every op record is past the 7-day window; history
 	// keeps the last 2 versions.
 	rep = e.run(e.collector(func(c *Config) { withAuth(c); later(8 * 24 * time.Hour)(c) }), res)
-	if rep.Records.Ops != 4 || rep.Records.History != 2 || e.count(e.ns.OpsPrefix(res)) != 0 || e.count(e.ns.HistoryPrefix(res)) != 2 {
-		t.Fatalf("records %+v, ops left %d, history left %d", rep.Records, e.count(e.ns.OpsPrefix(res)), e.count(e.ns.HistoryPrefix(res)))
+	if rep.Records.Ops != 4 || rep.Records.History != 2 || e.Count(e.NS.OpsPrefix(res)) != 0 || e.Count(e.NS.HistoryPrefix(res)) != 2 {
+		t.Fatalf("records %+v, ops left %d, history left %d", rep.Records, e.Count(e.NS.OpsPrefix(res)), e.Count(e.NS.HistoryPrefix(res)))
 	}
-	if p := e.pointer(res); p.Version != last.Version {
+	if p := e.Pointer(res); p.Version != last.Version {
 		t.Fatalf("pointer changed: %s", p.Version)
 	}
-	for _, k := range []string{e.ns.GenerationKey(res), e.ns.SealKey(res), e.ns.PointerKey(res), e.ns.EpochKey(), e.ns.DeploymentKey(), e.ns.GrantKey(res, b.Generation)} {
+	for _, k := range []string{e.NS.GenerationKey(res), e.NS.SealKey(res), e.NS.PointerKey(res), e.NS.EpochKey(), e.NS.DeploymentKey(), e.NS.GrantKey(res, b.Generation)} {
 		if e.get(k) == nil {
 			t.Fatalf("%s was deleted", k)
 		}
@@ -65,7 +64,7 @@ func TestRecordsPruned(t *testing.T) {
 	// A dry run counts but deletes nothing.
 	e.publish(e.bind(e.pub, b), "k5", publisher.Applied)
 	dry, err := e.collector(func(c *Config) { withAuth(c); later(8 * 24 * time.Hour)(c) }).Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true})
-	if err != nil || dry.Records.Ops != 1 || dry.Records.History != 1 || e.count(e.ns.OpsPrefix(res)) != 1 || e.count(e.ns.HistoryPrefix(res)) != 3 {
+	if err != nil || dry.Records.Ops != 1 || dry.Records.History != 1 || e.Count(e.NS.OpsPrefix(res)) != 1 || e.Count(e.NS.HistoryPrefix(res)) != 3 {
 		t.Fatalf("dry run: %v %+v", err, dry.Records)
 	}
 }
@@ -76,8 +75,7 @@ func TestRecordsPruned(t *testing.T) {
 func TestQuarantineAfterRecover(t *testing.T) {
 	e := newEnv(t)
 	const res = "restored"
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	first := e.publish(pa, "r1", publisher.Applied)
 	lost := e.inFlight(a, "r2")
 	e.release(a)
@@ -88,14 +86,13 @@ func TestQuarantineAfterRecover(t *testing.T) {
 	if rrep.NewEpoch <= first.Version.Epoch {
 		t.Fatalf("recover: %+v", rrep)
 	}
-	b := e.acquire(res, "b", 0)
-	pb := e.bind(e.pub, b)
+	_, pb := e.worker(res, "b")
 	e.publish(pb, "r3", publisher.Applied)
 	e.publish(pb, "r4", publisher.Applied)
 	rep := e.run(e.collector(later(3*time.Hour)), res)
 	mustDecide(t, rep, lost.Attempt.Object.Key, Quarantined, "kept", "recover recorded")
 	mustDecide(t, rep, first.Object.Key, Unpublishable, "deleted", "older than the current epoch")
-	if rep.Kept.Quarantined != 1 || !e.exists(lost.Attempt.Object.Key) {
+	if rep.Kept.Quarantined != 1 || !e.Exists(lost.Attempt.Object.Key) {
 		t.Fatalf("report %+v", rep.Kept)
 	}
 }
@@ -108,8 +105,7 @@ func TestQuarantineAfterRecover(t *testing.T) {
 func TestDecommission(t *testing.T) {
 	e := newEnv(t)
 	const res = "retired"
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	p1 := e.publish(pa, "d1", publisher.Applied)
 	p2 := e.publish(pa, "d2", publisher.Applied)
 	c := e.collector(nil)
@@ -142,13 +138,13 @@ func TestDecommission(t *testing.T) {
 	rep = e.run(e.collector(later(12*time.Minute)), res)
 	mustDecide(t, rep, p2.Object.Key, Unpublishable, "deleted", "")
 	mustDecide(t, rep, p1.Object.Key, Unpublishable, "deleted", "")
-	if left := e.keys(e.ns.ObjectsPrefix(res)); len(left) != 0 {
+	if left := e.Keys(e.NS.ObjectsPrefix(res)); len(left) != 0 {
 		t.Fatalf("objects left: %v", left)
 	}
-	if e.count(e.ns.HistoryPrefix(res)) != 0 || rep.Records.History != 2 {
-		t.Fatalf("history left: %d (%+v)", e.count(e.ns.HistoryPrefix(res)), rep.Records)
+	if e.Count(e.NS.HistoryPrefix(res)) != 0 || rep.Records.History != 2 {
+		t.Fatalf("history left: %d (%+v)", e.Count(e.NS.HistoryPrefix(res)), rep.Records)
 	}
-	for _, k := range []string{e.ns.GenerationKey(res), e.ns.SealKey(res), e.ns.PointerKey(res)} {
+	for _, k := range []string{e.NS.GenerationKey(res), e.NS.SealKey(res), e.NS.PointerKey(res)} {
 		if e.get(k) == nil {
 			t.Fatalf("%s deleted", k)
 		}
@@ -192,7 +188,7 @@ func (b *blockingBody) Read(p []byte) (int, error) {
 func TestUploadsAborted(t *testing.T) {
 	e := newEnv(t)
 	const res = "big"
-	pc := e.publisher(e.etcd, func(c *publisher.Config) { c.PartSize = publisher.MinPartSize })
+	pc := e.publisher(e.Etcd, func(c *publisher.Config) { c.PartSize = publisher.MinPartSize })
 	upload := func(p *publisher.Publisher) (stop func()) {
 		body := &blockingBody{left: publisher.MinPartSize + 1, release: make(chan struct{}), started: make(chan struct{})}
 		done := make(chan struct{})
@@ -209,11 +205,11 @@ func TestUploadsAborted(t *testing.T) {
 	}
 	uploads := func() []string {
 		var out []string
-		for u := range e.store.Client.ListIncompleteUploads(ctxT(t, 10*time.Second), e.store.Bucket, "", true) {
+		for u := range e.Store.Client.ListIncompleteUploads(ctxT(t, 10*time.Second), e.Store.Bucket, "", true) {
 			if u.Err != nil {
 				t.Fatal(u.Err)
 			}
-			if strings.HasPrefix(u.Key, e.ns.ObjectsPrefix(res)) {
+			if strings.HasPrefix(u.Key, e.NS.ObjectsPrefix(res)) {
 				out = append(out, u.Key)
 			}
 		}
@@ -263,23 +259,21 @@ func TestUploadsAborted(t *testing.T) {
 func TestDryRunSameDecisions(t *testing.T) {
 	e := newEnv(t)
 	const res = "dry"
-	a := e.acquire(res, "a", 0)
-	pa := e.bind(e.pub, a)
+	a, pa := e.worker(res, "a")
 	e.publish(pa, "1", publisher.Applied)
 	lost := e.inFlight(a, "2")
 	e.release(a)
-	b := e.acquire(res, "b", 0)
-	pb := e.bind(e.pub, b)
+	_, pb := e.worker(res, "b")
 	e.publish(pb, "3", publisher.Applied)
 	stale := e.publish(pa, "4", publisher.Stale)
-	e.put(e.ns.ObjectsPrefix(res)+"notes", "foreign")
+	e.put(e.NS.ObjectsPrefix(res)+"notes", "foreign")
 	c := e.collector(later(3 * time.Hour))
-	sealBefore := e.get(e.ns.SealKey(res)).ModRevision
+	sealBefore := e.get(e.NS.SealKey(res)).ModRevision
 	dry, err := c.Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true, Verbose: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !e.exists(stale.Attempt.Object.Key) || !e.exists(lost.Attempt.Object.Key) || e.get(e.ns.SealKey(res)).ModRevision != sealBefore {
+	if !e.Exists(stale.Attempt.Object.Key) || !e.Exists(lost.Attempt.Object.Key) || e.get(e.NS.SealKey(res)).ModRevision != sealBefore {
 		t.Fatal("the dry run changed something")
 	}
 	real := e.run(c, res)
@@ -293,7 +287,7 @@ func TestDryRunSameDecisions(t *testing.T) {
 			t.Fatalf("%s: dry %s/%s, real %s/%s", d.Key, d.Kind, d.Action, r.Kind, r.Action)
 		}
 	}
-	if e.exists(stale.Attempt.Object.Key) || e.exists(lost.Attempt.Object.Key) {
+	if e.Exists(stale.Attempt.Object.Key) || e.Exists(lost.Attempt.Object.Key) {
 		t.Fatal("the real pass did not delete")
 	}
 }

@@ -74,15 +74,15 @@ func BenchmarkFloor(b *testing.B) {
 	// floor makes one create-only PUT and one bare transaction, adding their
 	// durations to put and txn.
 	floor := func(res string, i int, put, txn *time.Duration) error {
-		key := e.ns.ObjectKey(res, layout.Version{Epoch: 1, Fence: 1, Seq: uint64(i + 1)}, layout.NewNonce())
+		key := e.NS.ObjectKey(res, layout.Version{Epoch: 1, Fence: 1, Seq: uint64(i + 1)}, layout.NewNonce())
 		start := time.Now()
-		if _, err := e.store.PutSmallCreateOnly(ctx, key, body, "application/octet-stream"); err != nil {
+		if _, err := e.Store.PutSmallCreateOnly(ctx, key, body, "application/octet-stream"); err != nil {
 			return err
 		}
 		mid := time.Now()
 		v := layout.Version{Epoch: 1, Fence: 1, Seq: uint64(i + 1)}.Encode()
-		k := e.ns.PointerKey(res)
-		_, err := e.etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "<", v)).Then(clientv3.OpPut(k, v)).Commit()
+		k := e.NS.PointerKey(res)
+		_, err := e.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "<", v)).Then(clientv3.OpPut(k, v)).Commit()
 		*put += mid.Sub(start)
 		*txn += time.Since(mid)
 		return err

@@ -11,7 +11,6 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/minio/minio-go/v7"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,17 +22,7 @@ import (
 // in reg).
 func (e *env) proxied(reg prometheus.Registerer) (*faultproxy.Proxy, *Client) {
 	e.t.Helper()
-	target := strings.TrimPrefix(testenv.Get(e.t).Etcd.Members[0].ClientURL, "http://")
-	px, err := faultproxy.Start(target)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = px.Close() })
-	cli, err := localstack.NewEtcdClient([]string{px.URL()})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = cli.Close() })
+	px, cli := testenv.Get(e.t).EtcdProxy(e.t)
 	return px, e.client(cli, func(c *Config) {
 		c.AttemptTimeout = 500 * time.Millisecond
 		c.Registerer = reg
@@ -67,11 +56,11 @@ func TestLostResponseAppliesExactlyOnce(t *testing.T) {
 	if got := e.history("r"); len(got) != 1 || got[0] != r.Version {
 		t.Fatalf("history %v, want exactly %s", got, r.Version)
 	}
-	resp, err := e.etcd.Get(ctx, e.ns.OpKey("r", "k-once"))
+	resp, err := e.Etcd.Get(ctx, e.NS.OpKey("r", "k-once"))
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Version != 1 {
 		t.Fatalf("op record %+v, %v: want one record written once", resp, err)
 	}
-	if ptr := e.pointer("r"); ptr.Version != r.Version || ptr.Object != r.Object {
+	if ptr := e.Pointer("r"); ptr.Version != r.Version || ptr.Object != r.Object {
 		t.Fatalf("pointer %+v", ptr)
 	}
 	t.Logf("applied after %d sends; proxy %+v", r.Attempts, px.Stats())
@@ -113,7 +102,7 @@ func TestUnknownOutcomeResolved(t *testing.T) {
 	if got.Object != r1.Object || got.Digest != r1.Digest {
 		t.Fatalf("resolve returned %+v, want the attempt's object", got)
 	}
-	if ptr := e.pointer(res); ptr.Version != r1.Version {
+	if ptr := e.Pointer(res); ptr.Version != r1.Version {
 		t.Fatalf("pointer %s, want %s", ptr.Version, r1.Version)
 	}
 
@@ -128,7 +117,7 @@ func TestUnknownOutcomeResolved(t *testing.T) {
 	late := e.pub.prepare(p.Term(), r2.Version, "k-lost", r2.Digest, r2.Object, "text/plain")
 	lr, err := e.pub.commit(ctx, late)
 	mustOutcome(t, "late delivery", lr, err, Stale, ReasonSeal)
-	if ptr := e.pointer(res); ptr.Version != r1.Version {
+	if ptr := e.Pointer(res); ptr.Version != r1.Version {
 		t.Fatalf("pointer %s, want %s", ptr.Version, r1.Version)
 	}
 
@@ -167,21 +156,21 @@ func TestRollback(t *testing.T) {
 
 	rb, err := p.Rollback(ctx, r1.Version, "rollback-to-v1")
 	mustOutcome(t, "rollback", rb, err, Applied, ReasonNone)
-	v, _, ok := e.ns.ParseObjectKey(res, rb.Object.Key)
+	v, _, ok := e.NS.ParseObjectKey(res, rb.Object.Key)
 	if !ok || v != rb.Version || rb.Version.Seq != 3 || rb.Object.Key == r1.Object.Key {
 		t.Fatalf("rollback object %s for version %s: want a fresh key of the new version", rb.Object.Key, rb.Version)
 	}
 	if rb.Digest != r1.Digest || rb.Object.SHA256 != r1.Object.SHA256 || rb.Object.Size != r1.Object.Size {
 		t.Fatalf("rollback digest %s / sha %s, want v1's %s / %s", rb.Digest, rb.Object.SHA256, r1.Digest, r1.Object.SHA256)
 	}
-	ptr := e.pointer(res)
+	ptr := e.Pointer(res)
 	if ptr.Version != rb.Version || ptr.ContentType != "text/csv" {
 		t.Fatalf("pointer %+v", ptr)
 	}
 	if got := e.readObject(ptr.Object.Key); !bytes.Equal(got, []byte("version one")) {
 		t.Fatalf("rolled-back content %q", got)
 	}
-	info, err := e.store.Client.StatObject(ctx, e.store.Bucket, ptr.Object.Key, minio.StatObjectOptions{})
+	info, err := e.Store.Client.StatObject(ctx, e.Store.Bucket, ptr.Object.Key, minio.StatObjectOptions{})
 	if err != nil || info.ContentType != "text/csv" || info.UserMetadata["Team"] != "data" || info.ETag != ptr.Object.ETag {
 		t.Fatalf("copy %+v, %v", info, err)
 	}
@@ -195,13 +184,13 @@ func TestRollback(t *testing.T) {
 		t.Fatalf("rollback to an unknown version: %v", err)
 	}
 	// GC collected v2's object after its retention.
-	if err := e.store.Client.RemoveObject(ctx, e.store.Bucket, r2.Object.Key, minio.RemoveObjectOptions{}); err != nil {
+	if err := e.Store.Client.RemoveObject(ctx, e.Store.Bucket, r2.Object.Key, minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Rollback(ctx, r2.Version, "rb-v2"); !errors.Is(err, ErrSourceGone) {
 		t.Fatalf("rollback to a collected object: %v", err)
 	}
-	if ptr := e.pointer(res); ptr.Version != rb.Version {
+	if ptr := e.Pointer(res); ptr.Version != rb.Version {
 		t.Fatalf("pointer moved to %s", ptr.Version)
 	}
 }
@@ -232,7 +221,7 @@ func TestResolveEdges(t *testing.T) {
 	v := g.Version(2)
 	r, err := e.pub.Resolve(ctx, "fresh", "k", v)
 	mustOutcome(t, "resolve on a resource never published", r, err, Stale, ReasonSeal)
-	resp, err := e.etcd.Get(ctx, e.ns.SealKey("fresh"))
+	resp, err := e.Etcd.Get(ctx, e.NS.SealKey("fresh"))
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatal(resp, err)
 	}
@@ -243,7 +232,7 @@ func TestResolveEdges(t *testing.T) {
 	// A lower version does not lower the seal.
 	r, err = e.pub.Resolve(ctx, "fresh", "k2", g.Version(1))
 	mustOutcome(t, "resolve below the seal", r, err, Stale, ReasonSeal)
-	resp, _ = e.etcd.Get(ctx, e.ns.SealKey("fresh"), clientv3.WithSerializable())
+	resp, _ = e.Etcd.Get(ctx, e.NS.SealKey("fresh"), clientv3.WithSerializable())
 	if s, _ := layout.DecodeSeal(resp.Kvs[0].Value); s.Version != v {
 		t.Fatalf("seal went to %s", s.Version)
 	}

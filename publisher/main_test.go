@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/minio/minio-go/v7"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,29 +17,25 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(pausedWorkerEnv) != "" {
-		os.Exit(runPausedWorker()) // a helper process of an adversarial test
-	}
+	// The test binary doubles as the paused worker of an adversarial test.
+	testenv.RunChild(map[string]testenv.ChildFunc{pausedWorkerChild: runPausedWorker})
 	testenv.Main(m)
 }
 
 // env is one test's domain on the shared servers: a fresh namespace with an
 // initialised authority and a publisher Client with its own registry.
 type env struct {
-	t     testing.TB
-	ns    layout.Namespace
-	etcd  *clientv3.Client
-	store *objstore.Store
-	auth  *authority.Authority
-	pub   *Client
-	reg   *prometheus.Registry
+	*testenv.Domain
+	t    testing.TB
+	auth *authority.Authority
+	pub  *Client
+	reg  *prometheus.Registry
 }
 
 func newEnv(t testing.TB, mods ...func(*Config)) *env {
 	t.Helper()
-	shared := testenv.Get(t)
-	e := &env{t: t, ns: testenv.Namespace(t), etcd: shared.EtcdClient(t), store: shared.Store(t), reg: prometheus.NewRegistry()}
-	a, err := authority.New(authority.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store})
+	e := &env{Domain: testenv.NewDomain(t), t: t, reg: prometheus.NewRegistry()}
+	a, err := authority.New(authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,14 +44,14 @@ func newEnv(t testing.TB, mods ...func(*Config)) *env {
 	}
 	e.auth = a
 	withRegistry := func(c *Config) { c.Registerer = e.reg }
-	e.pub = e.client(e.etcd, append([]func(*Config){withRegistry}, mods...)...)
+	e.pub = e.client(e.Etcd, append([]func(*Config){withRegistry}, mods...)...)
 	return e
 }
 
 // client builds another publisher Client of e's domain on cli.
 func (e *env) client(cli *clientv3.Client, mods ...func(*Config)) *Client {
 	e.t.Helper()
-	cfg := Config{Namespace: e.ns, Etcd: cli, Store: e.store}
+	cfg := Config{Namespace: e.NS, Etcd: cli, Store: e.Store}
 	for _, m := range mods {
 		m(&cfg)
 	}
@@ -104,63 +98,22 @@ func (e *env) bind(g authority.Grant, strict bool) *Publisher {
 	return p
 }
 
-// pointer reads and decodes res's pointer straight from etcd.
-func (e *env) pointer(res string) layout.Pointer {
-	e.t.Helper()
-	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), e.ns.PointerKey(res))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if len(resp.Kvs) == 0 {
-		return layout.Pointer{}
-	}
-	p, err := layout.DecodePointer(resp.Kvs[0].Value)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return p
-}
-
-// count returns the number of etcd keys under prefix.
-func (e *env) count(prefix string) int64 {
-	e.t.Helper()
-	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return resp.Count
-}
-
 // history returns the versions in res's history, in order.
 func (e *env) history(res string) []layout.Version {
 	e.t.Helper()
-	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), e.ns.HistoryPrefix(res), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := e.Etcd.Get(ctxT(e.t, 10*time.Second), e.NS.HistoryPrefix(res), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	var out []layout.Version
 	for _, kv := range resp.Kvs {
-		v, err := layout.DecodeVersion(strings.TrimPrefix(string(kv.Key), e.ns.HistoryPrefix(res)))
+		v, err := layout.DecodeVersion(strings.TrimPrefix(string(kv.Key), e.NS.HistoryPrefix(res)))
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		out = append(out, v)
 	}
 	return out
-}
-
-// objectExists stats key in the bucket.
-func (e *env) objectExists(key string) bool {
-	e.t.Helper()
-	_, err := e.store.Client.StatObject(ctxT(e.t, 10*time.Second), e.store.Bucket, key, minio.StatObjectOptions{})
-	if err == nil {
-		return true
-	}
-	if errors.Is(objstore.Classify(err), objstore.ErrNotFound) {
-		return false
-	}
-	e.t.Fatal(err)
-	return false
 }
 
 // counter returns the value of a counter of e.reg with the given labels.
@@ -216,7 +169,7 @@ func op(key, body string) Operation {
 }
 
 // mustOutcome fails t unless (res, err) is the outcome want (and reason).
-func mustOutcome(t *testing.T, what string, res Result, err error, want Outcome, reason Reason) {
+func mustOutcome(t testing.TB, what string, res Result, err error, want Outcome, reason Reason) {
 	t.Helper()
 	if res.Outcome != want || res.Reason != reason {
 		t.Fatalf("%s: outcome %q reason %q (err %v); want %q %q", what, res.Outcome, res.Reason, err, want, reason)
@@ -238,7 +191,7 @@ func mustOutcome(t *testing.T, what string, res Result, err error, want Outcome,
 // readObject returns the bytes of key.
 func (e *env) readObject(key string) []byte {
 	e.t.Helper()
-	o, err := e.store.Client.GetObject(ctxT(e.t, 30*time.Second), e.store.Bucket, key, minio.GetObjectOptions{})
+	o, err := e.Store.Client.GetObject(ctxT(e.t, 30*time.Second), e.Store.Bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}

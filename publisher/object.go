@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
@@ -159,16 +160,36 @@ func fillPart(r *bufio.Reader, buf []byte, limit int) (part []byte, last bool, e
 }
 
 // bodyReader reads at most size bytes of a body into a hash, counting them
-// and keeping the body's own failures apart from the store's errors.
+// and keeping the body's own failures apart from the store's errors. The
+// HTTP transport may go on reading a request body after the request
+// returned (net/http.RoundTripper), so detach ends its reads before the
+// publisher reads the body itself (to hash the rest, or to seek back): from
+// then on Read fails, and the body is read in order by one reader at a
+// time, every byte through the hash.
 type bodyReader struct {
-	r   io.Reader // the body, limited to size bytes
-	h   hash.Hash
-	n   int64
-	eof bool  // the body (or the limit) ended
-	err error // the body's read error other than io.EOF
+	mu       sync.Mutex
+	r        io.Reader // the body, limited to size bytes
+	h        hash.Hash
+	n        int64
+	eof      bool  // the body (or the limit) ended
+	err      error // the body's read error other than io.EOF
+	detached bool
 }
 
+// errDetached is what the transport reads from a detached bodyReader.
+var errDetached = errors.New("publisher: request body detached")
+
 func (b *bodyReader) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.detached {
+		return 0, errDetached
+	}
+	return b.read(p)
+}
+
+// read reads from the body through the hash; b.mu must be held.
+func (b *bodyReader) read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.h.Write(p[:n])
 	b.n += int64(n)
@@ -179,6 +200,28 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		b.err = err
 	}
 	return n, err
+}
+
+// detach waits for a Read in progress and makes later ones fail.
+func (b *bodyReader) detach() {
+	b.mu.Lock()
+	b.detached = true
+	b.mu.Unlock()
+}
+
+// rest reads the rest of the body through the hash (after detach) and
+// returns the body's total length, or ErrBody.
+func (b *bodyReader) rest() (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	buf := make([]byte, 32<<10)
+	for !b.eof && b.err == nil {
+		_, _ = b.read(buf)
+	}
+	if b.err != nil {
+		return b.n, fmt.Errorf("%w after %d bytes: %w", ErrBody, b.n, b.err)
+	}
+	return b.n, nil
 }
 
 // putStream streams exactly size bytes of body in one create-only PUT,
@@ -205,6 +248,7 @@ func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size
 	for attempt := 1; ; attempt++ {
 		br := &bodyReader{r: io.LimitReader(body, size), h: sha256.New()}
 		info, err := st.Client.PutObject(ctx, st.Bucket, key, br, size, opts)
+		br.detach()
 		switch {
 		case br.err != nil:
 			return layout.Object{}, nil, fmt.Errorf("%w after %d bytes: %w", ErrBody, br.n, br.err)
@@ -227,8 +271,10 @@ func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size
 			}
 			// Our own earlier request was stored: hash the rest of the body
 			// (the store may have answered before reading it) and compare.
-			if _, err := io.Copy(io.Discard, br); err != nil || br.n != size {
-				return layout.Object{}, nil, fmt.Errorf("%w after %d of %d bytes: %v", ErrBody, br.n, size, err)
+			if n, err := br.rest(); err != nil {
+				return layout.Object{}, nil, err
+			} else if n != size {
+				return layout.Object{}, nil, fmt.Errorf("%w: the body ended after %d of its %d bytes", ErrBody, n, size)
 			}
 		}
 		if err := bodyEnded(body); err != nil {

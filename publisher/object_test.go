@@ -27,7 +27,7 @@ import (
 func TestCreateOnlyWrites(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
 	ctx := ctxT(t, time.Minute)
-	st := e.store
+	st := e.Store
 	small, other := []byte("small body"), []byte("another body")
 	var key string
 	big := bytes.Repeat([]byte("0123456789abcdef"), (2*MinPartSize+1000)/16)
@@ -50,7 +50,7 @@ func TestCreateOnlyWrites(t *testing.T) {
 			}
 			return e.pub.writeObject(ctx, key, bytes.NewReader(body), int64(len(body)), "text/plain", map[string]string{"a": "b"})
 		}
-		key = e.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 1}, layout.NewNonce())
+		key = e.NS.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 1}, layout.NewNonce())
 		obj, sum, err := write(tc.body)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -94,7 +94,7 @@ func TestCreateOnlyWrites(t *testing.T) {
 	// A multipart completion retried after a lost response meets 412 (the
 	// precondition is checked before the upload id) and is verified by
 	// reading the object back.
-	key = e.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 3}, layout.NewNonce())
+	key = e.NS.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 3}, layout.NewNonce())
 	core := minio.Core{Client: st.Client}
 	id, err := core.NewMultipartUpload(ctx, st.Bucket, key, putOpts("text/plain", nil, ""))
 	if err != nil {
@@ -131,7 +131,7 @@ func TestCreateOnlyWrites(t *testing.T) {
 	// Two create-only multipart uploads of one key, both started before
 	// either completes: MinIO checks If-None-Match again at completion, so
 	// the second completion fails with 412 instead of overwriting.
-	key = e.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 4}, layout.NewNonce())
+	key = e.NS.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 4}, layout.NewNonce())
 	var ids []string
 	for range 2 {
 		id, err := core.NewMultipartUpload(ctx, st.Bucket, key, putOpts("text/plain", nil, ""))
@@ -216,7 +216,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("metadata %q: %v, want ErrInvalid", meta, err)
 		}
 	}
-	before := e.pointer(res)
+	before := e.Pointer(res)
 
 	// A body that fails mid-upload: single-PUT size and multipart size, of
 	// unknown length (buffered) and of stated length (streamed).
@@ -239,7 +239,7 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("a 10-byte body with Size %d: %v, want %v", tc.size, err, tc.want)
 		}
 	}
-	uploads, err := minio.Core{Client: e.store.Client}.ListMultipartUploads(ctx, e.store.Bucket, e.ns.ObjectsPrefix(res), "", "", "", 100)
+	uploads, err := minio.Core{Client: e.Store.Client}.ListMultipartUploads(ctx, e.Store.Bucket, e.NS.ObjectsPrefix(res), "", "", "", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,8 +248,8 @@ func TestBadInput(t *testing.T) {
 	}
 
 	// A missing bucket: the object write fails, nothing is published.
-	noBucket := e.client(e.etcd, func(c *Config) {
-		st := *e.store
+	noBucket := e.client(e.Etcd, func(c *Config) {
+		st := *e.Store
 		st.Bucket = "fencepub-no-such-bucket"
 		c.Store = &st
 	})
@@ -261,8 +261,8 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("missing bucket: %v, want objstore.ErrNotFound", err)
 	}
 
-	after := e.pointer(res)
-	if after.Version != before.Version || len(e.history(res)) != 1 || e.count(e.ns.OpsPrefix(res)) != 1 {
+	after := e.Pointer(res)
+	if after.Version != before.Version || len(e.history(res)) != 1 || e.Count(e.NS.OpsPrefix(res)) != 1 {
 		t.Fatalf("bad input published something: pointer %s, history %v", after.Version, e.history(res))
 	}
 }
@@ -274,7 +274,7 @@ func TestCorruptPointer(t *testing.T) {
 	g := e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"})
 	p := e.bind(g, false)
 	for _, bad := range []string{"garbage", "99999999999999999999-x", layout.Version{Epoch: 9}.Encode() + "|{not json"} {
-		if _, err := e.etcd.Put(ctx, e.ns.PointerKey("r"), bad); err != nil {
+		if _, err := e.Etcd.Put(ctx, e.NS.PointerKey("r"), bad); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.pub.BindGrant(ctx, g, false); !errors.Is(err, layout.ErrCorruptRecord) {
@@ -380,7 +380,7 @@ func TestCancelledContextPublishesNothing(t *testing.T) {
 	if _, err := p.Publish(ctx, op("k", "x")); !errors.Is(err, context.Canceled) {
 		t.Fatalf("publish with a cancelled context: %v", err)
 	}
-	if v := e.pointer("r").Version; !v.IsZero() {
+	if v := e.Pointer("r").Version; !v.IsZero() {
 		t.Fatalf("pointer moved to %s", v)
 	}
 }
@@ -392,13 +392,7 @@ func TestCancelledContextPublishesNothing(t *testing.T) {
 func TestLostResponseOfUnseekableBody(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
-	px, c, _ := e.proxiedStore()
-	p, err := c.BindGrant(ctx, e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"}), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r0, err := p.Publish(ctx, op("k0", "warm-up")) // the bucket lookup is not retried
-	mustOutcome(t, "warm-up publish", r0, err, Applied, ReasonNone)
+	px, p, r0 := e.proxiedPublisher(ctx, "r")
 	const body = "streamed once"
 	unseekable := func() Operation {
 		return Operation{IdempotencyKey: "k", Body: io.MultiReader(strings.NewReader(body)), Size: int64(len(body))}
@@ -407,7 +401,7 @@ func TestLostResponseOfUnseekableBody(t *testing.T) {
 	if _, err := p.Publish(ctx, unseekable()); !errors.Is(err, objstore.ErrUnavailable) {
 		t.Fatalf("publish whose PUT response was lost: %v; want objstore.ErrUnavailable", err)
 	}
-	if v := e.pointer("r").Version; v != r0.Version {
+	if v := e.Pointer("r").Version; v != r0.Version {
 		t.Fatalf("pointer moved to %s after a failed object write", v)
 	}
 	r, err := p.Publish(ctx, unseekable())

@@ -38,11 +38,11 @@ func TestSeedTimelineStaleAfterNewerFence(t *testing.T) {
 	rA, err := pA.Publish(ctx, op("result-A", "state computed by A"))
 	mustOutcome(t, "A after B", rA, err, Stale, ReasonPointer)
 
-	ptr := e.pointer(res)
+	ptr := e.Pointer(res)
 	if ptr.Version != rB.Version || ptr.Object.Key != rB.Object.Key {
 		t.Fatalf("pointer %+v, want B's %s %s", ptr.Version, rB.Version, rB.Object.Key)
 	}
-	if !e.objectExists(rA.Object.Key) || rA.Object.Key == ptr.Object.Key {
+	if !e.Exists(rA.Object.Key) || rA.Object.Key == ptr.Object.Key {
 		t.Fatalf("A's object %s must exist, unreferenced", rA.Object.Key)
 	}
 	if got := e.history(res); len(got) != 1 || got[0] != rB.Version {
@@ -88,7 +88,7 @@ func TestSeqTwoThenSeqOneIsStale(t *testing.T) {
 	mustOutcome(t, "seq 2", r2, err, Applied, ReasonNone)
 	r1, err := p.PublishSeq(ctx, 1, op("k1", "one"))
 	mustOutcome(t, "seq 1", r1, err, Stale, ReasonPointer)
-	if ptr := e.pointer("r"); ptr.Version != r2.Version {
+	if ptr := e.Pointer("r"); ptr.Version != r2.Version {
 		t.Fatalf("pointer %s, want %s", ptr.Version, r2.Version)
 	}
 	if p.NextSeq() != 3 {
@@ -129,13 +129,13 @@ func TestOperationsCase(t *testing.T) {
 	stale, err := pA.PublishSeq(ctx, 1, op("op-3", "third"))
 	mustOutcome(t, "new key, old seq", stale, err, Stale, ReasonPointer)
 
-	if ptr := e.pointer(res); ptr.Version != r2.Version || ptr.Object != r2.Object {
+	if ptr := e.Pointer(res); ptr.Version != r2.Version || ptr.Object != r2.Object {
 		t.Fatalf("pointer %s, want seq2's %s", ptr.Version, r2.Version)
 	}
 	if got := e.history(res); !slices.Equal(got, []layout.Version{r1.Version, r2.Version}) {
 		t.Fatalf("history %v: want exactly the two effects", got)
 	}
-	if n := e.count(e.ns.OpsPrefix(res)); n != 2 {
+	if n := e.Count(e.NS.OpsPrefix(res)); n != 2 {
 		t.Fatalf("%d op records, want 2", n)
 	}
 }
@@ -185,7 +185,7 @@ func TestUnauthorizedTokensRejected(t *testing.T) {
 	r, err := pA.Publish(ctx, op("k-old-epoch", "from the old epoch"))
 	mustOutcome(t, "old epoch", r, err, Stale, ReasonEpoch)
 
-	if ptr := e.pointer(res); ptr.Version != first.Version {
+	if ptr := e.Pointer(res); ptr.Version != first.Version {
 		t.Fatalf("pointer moved to %s", ptr.Version)
 	}
 	if n := len(e.history(res)); n != 1 {
@@ -261,14 +261,14 @@ func TestConcurrentPublishers(t *testing.T) {
 		pubs = append(pubs, e.bind(g, false))
 		e.release(g)
 	}
-	start, err := e.etcd.Get(ctx, e.ns.PointerKey(res))
+	start, err := e.Etcd.Get(ctx, e.NS.PointerKey(res))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	watch := e.etcd.Watch(wctx, e.ns.PointerKey(res), clientv3.WithRev(start.Header.Revision+1))
-	rd, err := reader.New(reader.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store}, res)
+	watch := e.Etcd.Watch(wctx, e.NS.PointerKey(res), clientv3.WithRev(start.Header.Revision+1))
+	rd, err := reader.New(reader.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestConcurrentPublishers(t *testing.T) {
 			t.Errorf("outcome %q: %v", o.r.Outcome, o.err)
 		}
 	}
-	ptr := e.pointer(res)
+	ptr := e.Pointer(res)
 	if ptr.Version != maxApplied {
 		t.Fatalf("pointer %s, want the maximum applied %s", ptr.Version, maxApplied)
 	}

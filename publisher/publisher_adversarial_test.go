@@ -11,7 +11,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,7 +20,6 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/reader"
@@ -32,25 +30,23 @@ import (
 // Adversarial tests: faults and bad input aimed at the publish protocol's
 // commit boundary (DESIGN.md invariants 1, 2, 4, 8).
 
-// pausedWorkerEnv names the environment variable that turns the test binary
-// into a paused-worker helper process (see runPausedWorker).
-const pausedWorkerEnv = "FENCEPUB_PUBLISHER_PAUSED_WORKER"
+// pausedWorkerChild names runPausedWorker as a child process of the test
+// binary (testenv.StartChild).
+const pausedWorkerChild = "publisher-paused-worker"
 
-// pausedWorkerSpec is the helper's input, JSON in pausedWorkerEnv.
+// pausedWorkerSpec is the helper's input.
 type pausedWorkerSpec struct {
-	Endpoints []string         `json:"endpoints"`
-	S3        objstore.Config  `json:"s3"`
-	Namespace layout.Namespace `json:"namespace"`
-	Resource  string           `json:"resource"`
-	Owner     string           `json:"owner"`
-	TTL       time.Duration    `json:"ttl"`
-	Strict    bool             `json:"strict"`
-	Key       string           `json:"key"`
-	Body      string           `json:"body"`
+	testenv.Servers
+	Resource string        `json:"resource"`
+	Owner    string        `json:"owner"`
+	TTL      time.Duration `json:"ttl"`
+	Strict   bool          `json:"strict"`
+	Key      string        `json:"key"`
+	Body     string        `json:"body"`
 }
 
-// workerEvent is one JSON line of the helper: "grant", "written", "result"
-// or "error".
+// workerEvent is one JSON line of the helper: "grant", "written" or
+// "result". The helper prints its errors on stderr and exits 1.
 type workerEvent struct {
 	Event   string           `json:"event"`
 	Grant   *authority.Grant `json:"grant,omitempty"`
@@ -66,60 +62,49 @@ type workerEvent struct {
 // stdin before it sends the publish transaction. The test SIGSTOPs it after
 // "written" and gives it its line while it is stopped, so the pause falls
 // between the object write and the publish transaction.
-func runPausedWorker() int {
+func runPausedWorker(specJSON []byte) error {
 	out := json.NewEncoder(os.Stdout)
-	fail := func(err error) int {
-		_ = out.Encode(workerEvent{Event: "error", Err: err.Error()})
-		return 1
-	}
 	var spec pausedWorkerSpec
-	if err := json.Unmarshal([]byte(os.Getenv(pausedWorkerEnv)), &spec); err != nil {
-		return fail(err)
-	}
-	cli, err := localstack.NewEtcdClient(spec.Endpoints)
+	cli, st, err := testenv.ConnectSpec(specJSON, &spec)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer cli.Close()
-	st, err := objstore.New(spec.S3)
-	if err != nil {
-		return fail(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	a, err := authority.New(authority.Config{Namespace: spec.Namespace, Etcd: cli, Store: st})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	g, err := a.Acquire(ctx, authority.AcquireRequest{Resource: spec.Resource, Owner: spec.Owner, TTL: spec.TTL})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	_ = out.Encode(workerEvent{Event: "grant", Grant: &g})
 	c, err := New(Config{Namespace: spec.Namespace, Etcd: cli, Store: st})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	p, err := c.BindGrant(ctx, g, spec.Strict)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	// Publish, split at the pause point: take, write, [pause], prepare+commit.
 	op, err := normalize(Operation{IdempotencyKey: spec.Key, Body: strings.NewReader(spec.Body), ContentType: "text/plain"})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	v, err := p.take(0)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	obj, sum, err := c.writeObject(ctx, c.ns.ObjectKey(spec.Resource, v, layout.NewNonce()), op.Body, bodySize(op.Body, op.Size), op.ContentType, op.Metadata)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	_ = out.Encode(workerEvent{Event: "written", Object: &obj})
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		return fail(err)
+		return err
 	}
 	pr := c.prepare(p.term, v, op.IdempotencyKey, requestDigest(sum, op.ContentType, op.Metadata), obj, op.ContentType)
 	res, err := c.commit(ctx, pr)
@@ -128,71 +113,33 @@ func runPausedWorker() int {
 		ev.Err = err.Error()
 	}
 	_ = out.Encode(ev)
-	return 0
+	return nil
 }
 
 // pausedWorker is a running helper process.
 type pausedWorker struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	events chan workerEvent
+	t     *testing.T
+	child *testenv.Child
 }
 
 func startPausedWorker(t *testing.T, spec pausedWorkerSpec) *pausedWorker {
 	t.Helper()
-	specJSON, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), pausedWorkerEnv+"="+string(specJSON))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := &pausedWorker{t: t, cmd: cmd, stdin: stdin, events: make(chan workerEvent, 8)}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	go func() {
-		defer close(w.events)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var ev workerEvent
-			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-				ev = workerEvent{Event: "error", Err: fmt.Sprintf("bad line %q", sc.Text())}
-			}
-			w.events <- ev
-		}
-	}()
-	return w
+	return &pausedWorker{t: t, child: testenv.StartChild(t, pausedWorkerChild, spec)}
 }
 
 func (w *pausedWorker) next(want string) workerEvent {
 	w.t.Helper()
-	select {
-	case ev, ok := <-w.events:
-		if !ok || ev.Event != want {
-			w.t.Fatalf("worker: want event %q, got %+v (open=%v)", want, ev, ok)
-		}
-		return ev
-	case <-time.After(time.Minute):
-		w.t.Fatalf("worker: no %q event", want)
+	var ev workerEvent
+	w.child.NextJSON(&ev, time.Minute)
+	if ev.Event != want {
+		w.t.Fatalf("worker: want event %q, got %+v", want, ev)
 	}
-	panic("unreachable")
+	return ev
 }
 
 func (w *pausedWorker) signal(sig syscall.Signal) {
 	w.t.Helper()
-	if err := w.cmd.Process.Signal(sig); err != nil {
+	if err := w.child.Signal(sig); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -204,9 +151,9 @@ func (w *pausedWorker) stop() {
 	w.t.Helper()
 	w.signal(syscall.SIGSTOP)
 	deadline := time.Now().Add(10 * time.Second)
-	for !allThreadsStopped(w.t, w.cmd.Process.Pid) {
+	for !allThreadsStopped(w.t, w.child.Pid()) {
 		if time.Now().After(deadline) {
-			w.t.Fatalf("process %d did not stop", w.cmd.Process.Pid)
+			w.t.Fatalf("process %d did not stop", w.child.Pid())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -240,7 +187,7 @@ func allThreadsStopped(t *testing.T, pid int) bool {
 func (e *env) awaitLeaseGone(res string, rev int64) {
 	e.t.Helper()
 	ctx := ctxT(e.t, 20*time.Second)
-	for wr := range e.etcd.Watch(ctx, e.ns.HolderKey(res), clientv3.WithRev(rev), clientv3.WithFilterPut()) {
+	for wr := range e.Etcd.Watch(ctx, e.NS.HolderKey(res), clientv3.WithRev(rev), clientv3.WithFilterPut()) {
 		if err := wr.Err(); err != nil {
 			e.t.Fatal(err)
 		}
@@ -264,8 +211,8 @@ func TestAdversarialPausedWorkerBetweenWriteAndPublish(t *testing.T) {
 	e := newEnv(t)
 	sh := testenv.Get(t)
 	spec := func(res string, strict bool) pausedWorkerSpec {
-		return pausedWorkerSpec{Endpoints: sh.Etcd.Endpoints(), S3: sh.MinIO.Config, Namespace: e.ns,
-			Resource: res, Owner: "A-" + res, TTL: 2 * time.Second, Strict: strict, Key: "a-" + res, Body: "A's stale result"}
+		return pausedWorkerSpec{Servers: sh.Servers(e.NS), Resource: res, Owner: "A-" + res, TTL: 2 * time.Second,
+			Strict: strict, Key: "a-" + res, Body: "A's stale result"}
 	}
 	workers := map[string]*pausedWorker{
 		"seed":   startPausedWorker(t, spec("seed", false)),
@@ -278,7 +225,7 @@ func TestAdversarialPausedWorkerBetweenWriteAndPublish(t *testing.T) {
 		grants[res] = *w.next("grant").Grant
 		objects[res] = *w.next("written").Object
 		w.stop()
-		if _, err := io.WriteString(w.stdin, "go\n"); err != nil { // read only after SIGCONT
+		if _, err := io.WriteString(w.child.Stdin(), "go\n"); err != nil { // read only after SIGCONT
 			t.Fatal(err)
 		}
 	}
@@ -306,10 +253,10 @@ func TestAdversarialPausedWorkerBetweenWriteAndPublish(t *testing.T) {
 	if seed.Result.Outcome != Stale || seed.Result.Reason != ReasonPointer || !seed.IsStale {
 		t.Fatalf("A's resumed publish after B's: %+v (%s); want stale (pointer)", seed.Result, seed.Err)
 	}
-	if ptr := e.pointer("seed"); ptr.Version != rb.Version || ptr.Object != rb.Object {
+	if ptr := e.Pointer("seed"); ptr.Version != rb.Version || ptr.Object != rb.Object {
 		t.Fatalf("pointer %+v; want B's %s", ptr.Version, rb.Version)
 	}
-	if !e.objectExists(objects["seed"].Key) {
+	if !e.Exists(objects["seed"].Key) {
 		t.Fatalf("A's object %s is gone; only GC deletes", objects["seed"].Key)
 	}
 	if h := e.history("seed"); len(h) != 1 || h[0] != rb.Version {
@@ -320,7 +267,7 @@ func TestAdversarialPausedWorkerBetweenWriteAndPublish(t *testing.T) {
 	if lax.Result.Outcome != Applied {
 		t.Fatalf("A's resumed publish with nobody newer: %+v (%s); want applied", lax.Result, lax.Err)
 	}
-	if ptr := e.pointer("lax"); ptr.Object != objects["lax"] {
+	if ptr := e.Pointer("lax"); ptr.Object != objects["lax"] {
 		t.Fatalf("pointer of lax names %+v; want A's object", ptr.Object)
 	}
 
@@ -328,7 +275,7 @@ func TestAdversarialPausedWorkerBetweenWriteAndPublish(t *testing.T) {
 	if strict.Result.Outcome != Stale || strict.Result.Reason != ReasonLease {
 		t.Fatalf("A's resumed strict publish: %+v (%s); want stale (lease)", strict.Result, strict.Err)
 	}
-	if ptr := e.pointer("strict"); !ptr.Version.IsZero() {
+	if ptr := e.Pointer("strict"); !ptr.Version.IsZero() {
 		t.Fatalf("pointer of strict moved to %s", ptr.Version)
 	}
 }
@@ -377,7 +324,7 @@ func TestAdversarialResolveFutureVersion(t *testing.T) {
 
 	// An attempt of an older epoch is settled without a seal: the epoch
 	// compare already refuses it for good.
-	if _, err := e.etcd.Put(ctx, e.ns.EpochKey(), layout.EncodeNumber(g.Epoch+1)); err != nil {
+	if _, err := e.Etcd.Put(ctx, e.NS.EpochKey(), layout.EncodeNumber(g.Epoch+1)); err != nil {
 		t.Fatal(err)
 	}
 	sealBefore = e.sealValue(res)
@@ -391,7 +338,7 @@ func TestAdversarialResolveFutureVersion(t *testing.T) {
 // sealValue returns the raw seal value of res.
 func (e *env) sealValue(res string) string {
 	e.t.Helper()
-	resp, err := e.etcd.Get(ctxT(e.t, 10*time.Second), e.ns.SealKey(res))
+	resp, err := e.Etcd.Get(ctxT(e.t, 10*time.Second), e.NS.SealKey(res))
 	if err != nil || len(resp.Kvs) != 1 {
 		e.t.Fatalf("seal of %q: %v %v", res, resp, err)
 	}
@@ -415,7 +362,7 @@ func TestAdversarialSeqBounds(t *testing.T) {
 	if _, err := p.Publish(ctx, op("k-next", "next")); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("past the last seq: %v, want ErrExhausted", err)
 	}
-	if ptr := e.pointer("r"); ptr.Version.Seq != layout.MaxNumber {
+	if ptr := e.Pointer("r"); ptr.Version.Seq != layout.MaxNumber {
 		t.Fatalf("pointer %s", ptr.Version)
 	}
 }
@@ -435,7 +382,23 @@ func (e *env) proxiedStore() (*faultproxy.Proxy, *Client, *objstore.Store) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return px, e.client(e.etcd, func(c *Config) { c.Store = st; c.PartSize = MinPartSize }), st
+	return px, e.client(e.Etcd, func(c *Config) { c.Store = st; c.PartSize = MinPartSize }), st
+}
+
+// proxiedPublisher binds a grant of res through a proxiedStore client and
+// publishes once ("k0") to warm the client up: its first request looks up
+// the bucket's location, which minio-go does not retry. It returns the
+// warm-up's result.
+func (e *env) proxiedPublisher(ctx context.Context, res string) (*faultproxy.Proxy, *Publisher, Result) {
+	e.t.Helper()
+	px, c, _ := e.proxiedStore()
+	p, err := c.BindGrant(ctx, e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"}), false)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	r0, err := p.Publish(ctx, op("k0", "warm-up"))
+	mustOutcome(e.t, "warm-up publish", r0, err, Applied, ReasonNone)
+	return px, p, r0
 }
 
 // TestAdversarialLostObjectResponse drops the response of the create-only
@@ -447,15 +410,7 @@ func (e *env) proxiedStore() (*faultproxy.Proxy, *Client, *objstore.Store) {
 func TestAdversarialLostObjectResponse(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
-	px, c, _ := e.proxiedStore()
-	p, err := c.BindGrant(ctx, e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"}), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Warm the client: its first request looks up the bucket's location,
-	// which minio-go does not retry.
-	r0, err := p.Publish(ctx, op("k0", "warm-up"))
-	mustOutcome(t, "warm-up publish", r0, err, Applied, ReasonNone)
+	px, p, _ := e.proxiedPublisher(ctx, "r")
 	fired := px.DropResponse(1, time.Second) // long enough for the store to answer under load
 	r, err := p.Publish(ctx, op("k", "stored, but the answer was lost"))
 	mustOutcome(t, "publish with a lost PUT response", r, err, Applied, ReasonNone)
@@ -467,7 +422,7 @@ func TestAdversarialLostObjectResponse(t *testing.T) {
 	if st := px.Stats(); st.DroppedDown == 0 || st.Resets == 0 {
 		t.Fatalf("proxy %+v: no response was lost", st)
 	}
-	if keys := e.listObjects(e.ns.ObjectsPrefix("r")); len(keys) != 2 || keys[1] != r.Object.Key {
+	if keys := e.listObjects(e.NS.ObjectsPrefix("r")); len(keys) != 2 || keys[1] != r.Object.Key {
 		t.Fatalf("objects %v; want the warm-up's and exactly %s", keys, r.Object.Key)
 	}
 	if got := e.readVerified("r"); got != "stored, but the answer was lost" {
@@ -520,14 +475,14 @@ func TestAdversarialResetMidMultipart(t *testing.T) {
 			}
 		case err != nil && r.Outcome == "":
 			t.Logf("publish %d failed cleanly: %v", i, err)
-			if ptr := e.pointer("big"); ptr.IdempotencyKey == key {
+			if ptr := e.Pointer("big"); ptr.IdempotencyKey == key {
 				t.Fatalf("publish %d reported failure but the pointer names it", i)
 			}
 		default:
 			t.Fatalf("publish %d: %+v, %v", i, r, err)
 		}
 	}
-	for u := range st.Client.ListIncompleteUploads(ctx, st.Bucket, e.ns.ObjectsPrefix("big"), true) {
+	for u := range st.Client.ListIncompleteUploads(ctx, st.Bucket, e.NS.ObjectsPrefix("big"), true) {
 		if u.Err != nil {
 			t.Fatal(u.Err)
 		}
@@ -543,7 +498,7 @@ func TestAdversarialResetMidMultipart(t *testing.T) {
 func (e *env) listObjects(prefix string) []string {
 	e.t.Helper()
 	var keys []string
-	for o := range e.store.Client.ListObjectsIter(ctxT(e.t, 30*time.Second), e.store.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+	for o := range e.Store.Client.ListObjectsIter(ctxT(e.t, 30*time.Second), e.Store.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if o.Err != nil {
 			e.t.Fatal(o.Err)
 		}
@@ -555,7 +510,7 @@ func (e *env) listObjects(prefix string) []string {
 // readVerified reads res's published object through a reader, verified.
 func (e *env) readVerified(res string) string {
 	e.t.Helper()
-	r, err := reader.New(reader.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store}, res)
+	r, err := reader.New(reader.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, res)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -596,11 +551,11 @@ func TestAdversarialCorruptValues(t *testing.T) {
 				t.Fatalf("grant %s: want version 1.1.1 first", g.Version(1))
 			}
 			p := e.bind(g, false) // creates pointer and seal
-			key := e.ns.PointerKey(res)
+			key := e.NS.PointerKey(res)
 			if which == "seal" {
-				key = e.ns.SealKey(res)
+				key = e.NS.SealKey(res)
 			}
-			if _, err := e.etcd.Put(ctx, key, bad); err != nil {
+			if _, err := e.Etcd.Put(ctx, key, bad); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := e.pub.BindGrant(ctx, g, false); !errors.Is(err, layout.ErrCorruptRecord) {
@@ -610,7 +565,7 @@ func TestAdversarialCorruptValues(t *testing.T) {
 			if !high {
 				// Sorts below: the compare passes and a valid value replaces it.
 				mustOutcome(t, fmt.Sprintf("publish over %s %q", which, bad), r, err, Applied, ReasonNone)
-				if ptr := e.pointer(res); ptr.Version != r.Version {
+				if ptr := e.Pointer(res); ptr.Version != r.Version {
 					t.Errorf("pointer %s after repairing %s %q", ptr.Version, which, bad)
 				}
 				continue
@@ -627,7 +582,7 @@ func TestAdversarialCorruptValues(t *testing.T) {
 			case "pointer": // informative only: the answer still comes
 				mustOutcome(t, fmt.Sprintf("resolve with pointer %q", bad), r, err, Stale, ReasonSeal)
 			}
-			resp, err := e.etcd.Get(ctx, key)
+			resp, err := e.Etcd.Get(ctx, key)
 			if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != bad {
 				t.Errorf("%s %q was overwritten: %v %v", which, bad, resp, err)
 			}
@@ -638,7 +593,7 @@ func TestAdversarialCorruptValues(t *testing.T) {
 	// another key still publishes.
 	g := e.acquire(authority.AcquireRequest{Resource: "ops", Owner: "w"})
 	p := e.bind(g, false)
-	if _, err := e.etcd.Put(ctx, e.ns.OpKey("ops", "k"), "{not json"); err != nil {
+	if _, err := e.Etcd.Put(ctx, e.NS.OpKey("ops", "k"), "{not json"); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := p.Publish(ctx, op("k", "x")); !errors.Is(err, layout.ErrCorruptRecord) || r.Outcome != "" {
@@ -656,25 +611,25 @@ func TestAdversarialCorruptValues(t *testing.T) {
 		key, value string
 		reason     Reason
 	}{
-		{e.ns.GrantKey("ops", g.Generation), "garbage", ReasonGrant},
-		{e.ns.GrantKey("ops", g.Generation), layout.GrantRecordValue(g.Epoch, "w") + " ", ReasonGrant},
-		{e.ns.EpochKey(), "x", ReasonEpoch},
-		{e.ns.EpochKey(), layout.EncodeNumber(g.Epoch) + "\x00", ReasonEpoch},
+		{e.NS.GrantKey("ops", g.Generation), "garbage", ReasonGrant},
+		{e.NS.GrantKey("ops", g.Generation), layout.GrantRecordValue(g.Epoch, "w") + " ", ReasonGrant},
+		{e.NS.EpochKey(), "x", ReasonEpoch},
+		{e.NS.EpochKey(), layout.EncodeNumber(g.Epoch) + "\x00", ReasonEpoch},
 	} {
-		old, err := e.etcd.Get(ctx, c.key)
+		old, err := e.Etcd.Get(ctx, c.key)
 		if err != nil || len(old.Kvs) != 1 {
 			t.Fatal(old, err)
 		}
-		if _, err := e.etcd.Put(ctx, c.key, c.value); err != nil {
+		if _, err := e.Etcd.Put(ctx, c.key, c.value); err != nil {
 			t.Fatal(err)
 		}
 		r, err := p.Publish(ctx, op("k-"+string(c.reason)+fmt.Sprint(len(c.value)), "z"))
 		mustOutcome(t, fmt.Sprintf("publish with %s = %q", c.key, c.value), r, err, Stale, c.reason)
-		if _, err := e.etcd.Put(ctx, c.key, string(old.Kvs[0].Value)); err != nil {
+		if _, err := e.Etcd.Put(ctx, c.key, string(old.Kvs[0].Value)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if ptr := e.pointer("ops"); ptr.IdempotencyKey != "k-other" {
+	if ptr := e.Pointer("ops"); ptr.IdempotencyKey != "k-other" {
 		t.Fatalf("pointer moved to %q", ptr.IdempotencyKey)
 	}
 }
@@ -710,7 +665,7 @@ func TestAdversarialLostResponseThenSuperseded(t *testing.T) {
 	// A's transaction is applied (its op record exists) but A has no answer.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for wr := range e.etcd.Watch(wctx, e.ns.OpKey("r", "a"), clientv3.WithRev(1)) {
+	for wr := range e.Etcd.Watch(wctx, e.NS.OpKey("r", "a"), clientv3.WithRev(1)) {
 		if len(wr.Events) > 0 {
 			break
 		}
@@ -731,7 +686,7 @@ func TestAdversarialLostResponseThenSuperseded(t *testing.T) {
 	if o.r.Attempts < 2 {
 		t.Fatalf("A's answer was not lost: %d sends", o.r.Attempts)
 	}
-	if ptr := e.pointer("r"); ptr.Version != rb.Version {
+	if ptr := e.Pointer("r"); ptr.Version != rb.Version {
 		t.Fatalf("pointer %s; want B's %s", ptr.Version, rb.Version)
 	}
 	if h := e.history("r"); len(h) != 2 || h[0] != o.r.Version || h[1] != rb.Version {
@@ -749,7 +704,7 @@ func TestAdversarialLostResponseThenSuperseded(t *testing.T) {
 func TestAdversarialRepublishMultipart(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
-	c := e.client(e.etcd, func(c *Config) { c.PartSize = MinPartSize })
+	c := e.client(e.Etcd, func(c *Config) { c.PartSize = MinPartSize })
 	body := make([]byte, MinPartSize+4321)
 	_, _ = rand.Read(body)
 	ga := e.acquire(authority.AcquireRequest{Resource: "big", Owner: "A"})

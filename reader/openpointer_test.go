@@ -3,26 +3,18 @@ package reader
 import (
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/minio/minio-go/v7"
 )
 
 // readPointer opens ptr through OpenPointer and reads it to EOF.
 func readPointer(t *testing.T, r *Reader, ptr layout.Pointer) (string, error) {
 	t.Helper()
-	b, err := r.OpenPointer(ctxT(t, 30*time.Second), ptr)
-	if err != nil {
-		return "", err
-	}
-	defer b.Close()
-	data, err := io.ReadAll(b)
-	return string(data), err
+	return drain(r.OpenPointer(ctxT(t, 30*time.Second), ptr))
 }
 
 // OpenPointer serves the version the caller holds (from a watch), verified
@@ -33,17 +25,7 @@ func TestOpenPointer(t *testing.T) {
 	p1 := e.publish("k1", "first")
 	p2 := e.publish("k2", "second")
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	dead, err := localstack.NewEtcdClient([]string{"http://" + addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dead.Close()
+	dead := unreachableEtcd(t)
 	r := e.reader(dead, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond })
 
 	for _, tc := range []struct {
@@ -85,10 +67,10 @@ func TestOpenPointerFollowsNewer(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	p1 := e.publish("k1", "old")
 	e.publish("k2", "new")
-	if err := e.store.Client.RemoveObject(ctx, e.store.Bucket, p1.Object.Key, minio.RemoveObjectOptions{}); err != nil {
+	if err := e.Store.Client.RemoveObject(ctx, e.Store.Bucket, p1.Object.Key, minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r := e.reader(e.etcd)
+	r := e.reader(e.Etcd)
 	b, err := r.OpenPointer(ctx, p1)
 	if err != nil {
 		t.Fatalf("OpenPointer of a collected superseded object: %v", err)

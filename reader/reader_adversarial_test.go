@@ -5,12 +5,10 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -24,17 +22,7 @@ import (
 // lines. Each read now ends with ErrUnavailable after RequestTimeout.
 func TestAdversarialUnreachableEtcd(t *testing.T) {
 	e := newEnv(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // a port that accepts nothing useful
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	cli, err := localstack.NewEtcdClient([]string{"http://" + addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := unreachableEtcd(t)
 	const timeout = 500 * time.Millisecond
 	r := e.reader(cli, func(c *Config) { c.RequestTimeout = timeout })
 	ctx := ctxT(t, time.Minute) // far longer than the request timeout
@@ -65,7 +53,7 @@ func TestAdversarialUnreachableEtcd(t *testing.T) {
 	for range ch {
 	}
 
-	if _, err := New(Config{Namespace: e.ns, Etcd: cli, RequestTimeout: -time.Second}, res); !errors.Is(err, ErrInvalid) {
+	if _, err := New(Config{Namespace: e.NS, Etcd: cli, RequestTimeout: -time.Second}, res); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("negative RequestTimeout: %v, want ErrInvalid", err)
 	}
 }
@@ -79,10 +67,10 @@ func TestAdversarialObjectOverwritten(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	const body = "the published bytes"
 	p := e.publish("k1", body)
-	r := e.reader(e.etcd)
+	r := e.reader(e.Etcd)
 	put := func(data string) {
 		t.Helper()
-		if _, err := e.store.Client.PutObject(ctx, p.Object.Bucket, p.Object.Key, strings.NewReader(data), int64(len(data)),
+		if _, err := e.Store.Client.PutObject(ctx, p.Object.Bucket, p.Object.Key, strings.NewReader(data), int64(len(data)),
 			minio.PutObjectOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +16,6 @@ import (
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
@@ -26,21 +26,18 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // env is one test's domain with a bound publisher of resource "r".
 type env struct {
-	t     *testing.T
-	ns    layout.Namespace
-	etcd  *clientv3.Client
-	store *objstore.Store
-	pub   *publisher.Publisher
+	*testenv.Domain
+	t   *testing.T
+	pub *publisher.Publisher
 }
 
 const res = "r"
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	sh := testenv.Get(t)
-	e := &env{t: t, ns: testenv.Namespace(t), etcd: sh.EtcdClient(t), store: sh.Store(t)}
+	e := &env{Domain: testenv.NewDomain(t), t: t}
 	ctx := ctxT(t, 30*time.Second)
-	a, err := authority.New(authority.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store})
+	a, err := authority.New(authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +48,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := publisher.New(publisher.Config{Namespace: e.ns, Etcd: e.etcd, Store: e.store})
+	c, err := publisher.New(publisher.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +67,7 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 
 func (e *env) reader(cli *clientv3.Client, mods ...func(*Config)) *Reader {
 	e.t.Helper()
-	cfg := Config{Namespace: e.ns, Etcd: cli, Store: e.store}
+	cfg := Config{Namespace: e.NS, Etcd: cli, Store: e.Store}
 	for _, m := range mods {
 		m(&cfg)
 	}
@@ -98,14 +95,20 @@ func (e *env) putPointer(p layout.Pointer) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.etcd.Put(ctxT(e.t, 10*time.Second), e.ns.PointerKey(res), v); err != nil {
+	if _, err := e.Etcd.Put(ctxT(e.t, 10*time.Second), e.NS.PointerKey(res), v); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
+// readAll opens r's current object with Open and reads it to EOF.
 func readAll(t *testing.T, r *Reader) (string, error) {
 	t.Helper()
-	b, err := r.Open(ctxT(t, 30*time.Second))
+	return drain(r.Open(ctxT(t, 30*time.Second)))
+}
+
+// drain reads an opened body to EOF (the digest is checked there) and
+// closes it.
+func drain(b *Body, err error) (string, error) {
 	if err != nil {
 		return "", err
 	}
@@ -114,11 +117,29 @@ func readAll(t *testing.T, r *Reader) (string, error) {
 	return string(data), err
 }
 
+// unreachableEtcd returns an etcd client of an address where nothing
+// listens (closed at the end of the test).
+func unreachableEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cli, err := localstack.NewEtcdClient([]string{"http://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
 func TestCurrentAndOpen(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
 	for _, ser := range []bool{false, true} {
-		r := e.reader(e.etcd, func(c *Config) { c.Serializable = ser })
+		r := e.reader(e.Etcd, func(c *Config) { c.Serializable = ser })
 		if _, err := r.Current(ctx); !errors.Is(err, ErrNotPublished) {
 			t.Fatalf("serializable=%v: current before any publish: %v", ser, err)
 		}
@@ -128,7 +149,7 @@ func TestCurrentAndOpen(t *testing.T) {
 	}
 	p1 := e.publish("k1", "first")
 	p2 := e.publish("k2", "second")
-	r := e.reader(e.etcd)
+	r := e.reader(e.Etcd)
 	cur, err := r.Current(ctx)
 	if err != nil || cur.Version != p2.Version || cur.Object != p2.Object {
 		t.Fatalf("current %+v, %v; want %s", cur.Version, err, p2.Version)
@@ -146,7 +167,7 @@ func TestCurrentAndOpen(t *testing.T) {
 func TestVerification(t *testing.T) {
 	e := newEnv(t)
 	good := e.publish("k1", "the published bytes")
-	r := e.reader(e.etcd)
+	r := e.reader(e.Etcd)
 
 	bad := good
 	bad.Object.SHA256 = strings.Repeat("0", 64)
@@ -174,7 +195,7 @@ func TestVerification(t *testing.T) {
 		t.Fatalf("read %q, %v", got, err)
 	}
 
-	if _, err := e.etcd.Put(ctxT(t, 10*time.Second), e.ns.PointerKey(res), "not a pointer"); err != nil {
+	if _, err := e.Etcd.Put(ctxT(t, 10*time.Second), e.NS.PointerKey(res), "not a pointer"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Current(ctxT(t, 10*time.Second)); !errors.Is(err, layout.ErrCorruptRecord) {
@@ -189,9 +210,9 @@ func TestMissingObjects(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	p1 := e.publish("k1", "old")
 	e.publish("k2", "new")
-	r := e.reader(e.etcd)
+	r := e.reader(e.Etcd)
 	remove := func(key string) {
-		if err := e.store.Client.RemoveObject(ctx, e.store.Bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		if err := e.Store.Client.RemoveObject(ctx, e.Store.Bucket, key, minio.RemoveObjectOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -222,7 +243,7 @@ func TestMissingObjects(t *testing.T) {
 func TestWatch(t *testing.T) {
 	e := newEnv(t)
 	p1 := e.publish("k1", "one")
-	r := e.reader(e.etcd)
+	r := e.reader(e.Etcd)
 	ctx, cancel := context.WithCancel(ctxT(t, 30*time.Second))
 	defer cancel()
 	ch := r.Watch(ctx)
@@ -251,7 +272,7 @@ func TestWatch(t *testing.T) {
 	}
 	// A corrupt value that sorts below every version: reported, and the
 	// next publish goes through and is delivered.
-	if _, err := e.etcd.Put(ctx, e.ns.PointerKey(res), layout.Version{}.Encode()+"|{broken"); err != nil {
+	if _, err := e.Etcd.Put(ctx, e.NS.PointerKey(res), layout.Version{}.Encode()+"|{broken"); err != nil {
 		t.Fatal(err)
 	}
 	if u := next(); !errors.Is(u.Err, layout.ErrCorruptRecord) {
@@ -272,16 +293,7 @@ func TestWatchResyncsAfterCompaction(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	p1 := e.publish("k1", "one")
-	px, err := faultproxy.Start(strings.TrimPrefix(testenv.Get(t).Etcd.Members[0].ClientURL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	cli, err := localstack.NewEtcdClient([]string{px.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	px, cli := testenv.Get(t).EtcdProxy(t)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var logs syncBuffer
@@ -292,11 +304,11 @@ func TestWatchResyncsAfterCompaction(t *testing.T) {
 	px.Set(faultproxy.Faults{DropDownstream: true})
 	e.publish("k2", "two")
 	p3 := e.publish("k3", "three")
-	now, err := e.etcd.Get(ctx, e.ns.PointerKey(res))
+	now, err := e.Etcd.Get(ctx, e.NS.PointerKey(res))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.etcd.Compact(ctx, now.Header.Revision); err != nil {
+	if _, err := e.Etcd.Compact(ctx, now.Header.Revision); err != nil {
 		t.Fatal(err)
 	}
 	px.Set(faultproxy.Faults{})

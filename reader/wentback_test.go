@@ -17,8 +17,8 @@ func TestWentBack(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	p1 := e.publish("k1", "one")
 	p2 := e.publish("k2", "two")
-	lin := e.reader(e.etcd)
-	ser := e.reader(e.etcd, func(c *Config) { c.Serializable = true })
+	lin := e.reader(e.Etcd)
+	ser := e.reader(e.Etcd, func(c *Config) { c.Serializable = true })
 	for _, r := range []*Reader{lin, ser} {
 		if cur, err := r.Current(ctx); err != nil || cur.Version != p2.Version {
 			t.Fatalf("current %s, %v; want %s", cur.Version, err, p2.Version)
@@ -48,7 +48,7 @@ func TestWentBack(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watch did not report the pointer going back")
 	}
-	if got, err := readAll(t, e.reader(e.etcd)); err != nil || got != "one" {
+	if got, err := readAll(t, e.reader(e.Etcd)); err != nil || got != "one" {
 		t.Fatalf("a new reader: %q, %v; want the restored %q", got, err, "one")
 	}
 

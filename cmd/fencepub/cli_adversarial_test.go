@@ -36,11 +36,7 @@ func newCLIRig(t *testing.T, domain string) *cliRig {
 	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
 	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
 	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
-	cli, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := testenv.EtcdClient(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	return &cliRig{t: t, ctx: ctx, etcd: cli, dir: t.TempDir(),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -113,11 +114,7 @@ func TestRunCLI(t *testing.T) {
 		o.CommandExit = code // reuse the field to carry fencepub's exit code
 		resc <- result{o, time.Since(start)}
 	}()
-	cli, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := testenv.EtcdClient(t, e)
 	for {
 		if _, err := os.Stat(ready); err == nil {
 			break

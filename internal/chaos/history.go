@@ -246,15 +246,18 @@ func NewRecorder(ns layout.Namespace, epoch uint64, clock Clock) *Recorder {
 	}
 }
 
+// appendLocked appends x to *list, a slice of r.h, under r.mu.
+func appendLocked[T any](r *Recorder, list *[]T, x T) {
+	r.mu.Lock()
+	*list = append(*list, x)
+	r.mu.Unlock()
+}
+
 // Clock returns the run's clock.
 func (r *Recorder) Clock() Clock { return r.clock }
 
 // Grant logs a grant.
-func (r *Recorder) Grant(g GrantEvent) {
-	r.mu.Lock()
-	r.h.Grants = append(r.h.Grants, g)
-	r.mu.Unlock()
-}
+func (r *Recorder) Grant(g GrantEvent) { appendLocked(r, &r.h.Grants, g) }
 
 // Invoke logs the start of a publish; Complete closes it by ID.
 func (r *Recorder) Invoke(p PublishOp) {
@@ -281,11 +284,7 @@ func (r *Recorder) Complete(p PublishOp) {
 }
 
 // Anomaly logs an anomaly.
-func (r *Recorder) Anomaly(a Anomaly) {
-	r.mu.Lock()
-	r.h.Anomalies = append(r.h.Anomalies, a)
-	r.mu.Unlock()
-}
+func (r *Recorder) Anomaly(a Anomaly) { appendLocked(r, &r.h.Anomalies, a) }
 
 // OpenPublishes returns the publishes of client that were invoked and not
 // completed (a killed worker's last one).
@@ -310,39 +309,19 @@ func (r *Recorder) InFlight() int {
 }
 
 // Read logs a read.
-func (r *Recorder) Read(o ReadOp) {
-	r.mu.Lock()
-	r.h.Reads = append(r.h.Reads, o)
-	r.mu.Unlock()
-}
+func (r *Recorder) Read(o ReadOp) { appendLocked(r, &r.h.Reads, o) }
 
 // Change logs a watch event.
-func (r *Recorder) Change(c Change) {
-	r.mu.Lock()
-	r.h.Changes = append(r.h.Changes, c)
-	r.mu.Unlock()
-}
+func (r *Recorder) Change(c Change) { appendLocked(r, &r.h.Changes, c) }
 
 // Fault logs an injected fault.
-func (r *Recorder) Fault(f FaultRecord) {
-	r.mu.Lock()
-	r.h.Faults = append(r.h.Faults, f)
-	r.mu.Unlock()
-}
+func (r *Recorder) Fault(f FaultRecord) { appendLocked(r, &r.h.Faults, f) }
 
 // GC logs a GC pass.
-func (r *Recorder) GC(p GCPass) {
-	r.mu.Lock()
-	r.h.GCPasses = append(r.h.GCPasses, p)
-	r.mu.Unlock()
-}
+func (r *Recorder) GC(p GCPass) { appendLocked(r, &r.h.GCPasses, p) }
 
 // Restore logs an etcd restore.
-func (r *Recorder) Restore(e RestoreEvent) {
-	r.mu.Lock()
-	r.h.Restores = append(r.h.Restores, e)
-	r.mu.Unlock()
-}
+func (r *Recorder) Restore(e RestoreEvent) { appendLocked(r, &r.h.Restores, e) }
 
 // Count adds n to the informative counter name.
 func (r *Recorder) Count(name string, n int) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"runtime"
 	"slices"
@@ -409,19 +410,8 @@ func (v *verifier) keys() {
 // applied publish's, and (with a complete watch) every applied publish
 // moved its pointer.
 func (v *verifier) pointers() {
-	last := map[string]layout.Version{}
 	held := map[versionID]bool{}
-	seg := 0
-	for _, c := range v.changesByRevision() {
-		if c.Kind != ChangePointer || c.Err != "" {
-			continue
-		}
-		if s := v.segmentOfRevision(c.Revision); s != seg {
-			seg, last = s, map[string]layout.Version{}
-			for res, st := range v.segs[s].states {
-				last[res] = st.Pointer
-			}
-		}
+	for c, last := range v.versionChanges(ChangePointer, func(st InitialState) layout.Version { return st.Pointer }) {
 		if c.Delete {
 			v.add(InvPointerMonotonic, c.Resource, "pointer deleted at revision %d", c.Revision)
 			continue
@@ -457,18 +447,7 @@ func (v *verifier) pointers() {
 
 // seals: a seal only rises (within a segment).
 func (v *verifier) seals() {
-	last := map[string]layout.Version{}
-	seg := 0
-	for _, c := range v.changesByRevision() {
-		if c.Kind != ChangeSeal || c.Err != "" {
-			continue
-		}
-		if s := v.segmentOfRevision(c.Revision); s != seg {
-			seg, last = s, map[string]layout.Version{}
-			for res, st := range v.segs[s].states {
-				last[res] = st.Seal
-			}
-		}
+	for c, last := range v.versionChanges(ChangeSeal, func(st InitialState) layout.Version { return st.Seal }) {
 		if c.Delete {
 			v.add(InvSealMonotonic, c.Resource, "seal deleted at revision %d", c.Revision)
 			continue
@@ -562,6 +541,32 @@ func (v *verifier) anomalies() {
 		case c.Kind == ChangeEpoch:
 			if s := v.segmentOfRevision(c.Revision); s == 0 || c.Number != v.segs[s].epoch {
 				v.add(InvAnomaly, "", "the epoch changed to %d at revision %d, not by a restore's recover", c.Number, c.Revision)
+			}
+		}
+	}
+}
+
+// versionChanges yields the changes of kind (pointer or seal) that carry no
+// error, in etcd's commit order, each with last: the latest version of each
+// resource so far within the change's segment, which the caller keeps up to
+// date. The first segment starts with no versions; each later one starts
+// from the state its restore left, the version that from picks.
+func (v *verifier) versionChanges(kind ChangeKind, from func(InitialState) layout.Version) iter.Seq2[Change, map[string]layout.Version] {
+	return func(yield func(Change, map[string]layout.Version) bool) {
+		last := map[string]layout.Version{}
+		seg := 0
+		for _, c := range v.changesByRevision() {
+			if c.Kind != kind || c.Err != "" {
+				continue
+			}
+			if s := v.segmentOfRevision(c.Revision); s != seg {
+				seg, last = s, map[string]layout.Version{}
+				for res, st := range v.segs[s].states {
+					last[res] = from(st)
+				}
+			}
+			if !yield(c, last) {
+				return
 			}
 		}
 	}

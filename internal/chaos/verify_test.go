@@ -55,19 +55,43 @@ func invariants(vs []Violation) []string {
 	return out
 }
 
+// mutation is a change to a clean history, which is what a broken
+// implementation would have produced, and the invariants it breaks.
+type mutation struct {
+	name   string
+	mutate func(h *History)
+	want   []string
+}
+
+// verifyMutations checks that the history base returns passes Verify, and
+// that each mutation of a fresh copy is reported under exactly the
+// invariants it names.
+func verifyMutations(t *testing.T, base func() *History, cases []mutation) {
+	t.Helper()
+	if vs := Verify(base(), VerifyOptions{}); len(vs) > 0 {
+		t.Fatalf("clean history: %v", vs)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := base()
+			c.mutate(h)
+			got := invariants(Verify(h, VerifyOptions{}))
+			slices.Sort(got)
+			want := slices.Clone(c.want)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("violated %v, want %v:\n%v", got, want, Verify(h, VerifyOptions{}))
+			}
+		})
+	}
+}
+
 // TestVerify: the clean timeline passes; each mutation, which is what a
 // broken implementation would have produced, is reported under the
 // invariants it breaks.
 func TestVerify(t *testing.T) {
-	if vs := Verify(seedTimeline(), VerifyOptions{}); len(vs) > 0 {
-		t.Fatalf("clean timeline: %v", vs)
-	}
 	const ms = 1_000_000
-	cases := []struct {
-		name   string
-		mutate func(h *History)
-		want   []string
-	}{
+	verifyMutations(t, seedTimeline, []mutation{
 		{"late A accepted after B (no pointer compare)", func(h *History) {
 			h.Publishes[1].Reported, h.Publishes[1].Outcome, h.Publishes[1].Object = Applied, Applied, "obj41"
 			h.Changes = append(h.Changes, Change{Kind: ChangePointer, Resource: "r", Version: v(41, 1), Object: "obj41", Revision: 6, KVVersion: 3, Seen: 21 * ms})
@@ -128,20 +152,7 @@ func TestVerify(t *testing.T) {
 				Version: v(42, 2), Call: 30 * ms, Return: 31 * ms, Done: true, Reported: Stale, Outcome: Stale, Reason: "seal"})
 			h.Changes = append(h.Changes, Change{Kind: ChangeSeal, Resource: "r", Version: v(42, 2), Value: "gc-abandoned", Revision: 13, KVVersion: 2, At: 35 * ms, Seen: 36 * ms})
 		}, []string{InvLinearizable}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			h := seedTimeline()
-			c.mutate(h)
-			got := invariants(Verify(h, VerifyOptions{}))
-			slices.Sort(got)
-			want := slices.Clone(c.want)
-			slices.Sort(want)
-			if !slices.Equal(got, want) {
-				t.Fatalf("violated %v, want %v:\n%v", got, want, Verify(h, VerifyOptions{}))
-			}
-		})
-	}
+	})
 }
 
 // TestVerifySealExplainsStale: a GC seal raised while a publish was in
@@ -241,15 +252,8 @@ func restoredTimeline() *History {
 // the generation back by design; the history is judged in two parts, and
 // violations within either part are still found.
 func TestVerifyAcrossRestore(t *testing.T) {
-	if vs := Verify(restoredTimeline(), VerifyOptions{}); len(vs) > 0 {
-		t.Fatalf("restored timeline: %v", vs)
-	}
 	const ms = 1_000_000
-	cases := []struct {
-		name   string
-		mutate func(h *History)
-		want   []string
-	}{
+	verifyMutations(t, restoredTimeline, []mutation{
 		{"old epoch applied after the restore", func(h *History) {
 			h.Publishes = append(h.Publishes, PublishOp{ID: "a/2", Client: "a", Resource: "r", Key: "ka2", Digest: "da2", Owner: "A",
 				Version: v(41, 2), Call: 70 * ms, Return: 71 * ms, Done: true, Reported: Applied, Outcome: Applied, Result: v(41, 2)})
@@ -267,18 +271,5 @@ func TestVerifyAcrossRestore(t *testing.T) {
 		{"a publish seen applied before the cut reported stale before it", func(h *History) {
 			h.Publishes[3].Return, h.Publishes[3].Reported, h.Publishes[3].Outcome = 38*ms, Stale, Stale
 		}, []string{InvLinearizable, InvNoPhantom, InvReaderBytes}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			h := restoredTimeline()
-			c.mutate(h)
-			got := invariants(Verify(h, VerifyOptions{}))
-			slices.Sort(got)
-			want := slices.Clone(c.want)
-			slices.Sort(want)
-			if !slices.Equal(got, want) {
-				t.Fatalf("violated %v, want %v:\n%v", got, want, Verify(h, VerifyOptions{}))
-			}
-		})
-	}
+	})
 }

@@ -51,11 +51,7 @@ func TestEtcdClusterSurvivesMemberLoss(t *testing.T) {
 	e := testenv.StartEtcd(t, localstack.EtcdOptions{Members: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testenv.EtcdClient(t, e)
 	for i := range 5 {
 		if _, err := c.Put(ctx, fmt.Sprintf("k%d", i), fmt.Sprint(i)); err != nil {
 			t.Fatal(err)
@@ -101,17 +97,13 @@ func TestEtcdClusterSurvivesMemberLoss(t *testing.T) {
 // and after SIGCONT it answers again.
 func TestEtcdPauseResume(t *testing.T) {
 	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	c, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testenv.EtcdClient(t, e)
 	m := e.Members[0]
 	if err := m.Pause(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	_, err = c.Get(ctx, "x")
+	_, err := c.Get(ctx, "x")
 	cancel()
 	if err == nil {
 		t.Fatal("read from a paused etcd succeeded")

@@ -4,9 +4,11 @@
 // test and says to run `make deps`.
 //
 // Packages share one single-member etcd and one MinIO per test binary
-// through Main; each test isolates itself with its own Namespace domain.
-// Tests that kill, pause or restart servers start their own with StartEtcd
-// and StartMinIO. When a test fails, the server logs are printed.
+// through Main; each test isolates itself with its own Namespace domain
+// (NewDomain gives one with its clients). Tests that kill, pause or restart
+// servers start their own with StartEtcd and StartMinIO. When a test fails,
+// the server logs are printed. Tests that kill or pause a worker run it as
+// a child process of the test binary (StartChild, RunChild).
 package testenv
 
 import (
@@ -15,9 +17,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -83,12 +87,38 @@ func Get(t testing.TB) *Shared {
 // EtcdClient returns a client of the shared etcd, closed when t ends.
 func (s *Shared) EtcdClient(t testing.TB) *clientv3.Client {
 	t.Helper()
-	c, err := s.Etcd.Client()
+	return EtcdClient(t, s.Etcd)
+}
+
+// EtcdClient returns a client of e (the shared etcd or one from StartEtcd),
+// closed when t ends. It fails t if the client cannot be made.
+func EtcdClient(t testing.TB, e *localstack.Etcd) *clientv3.Client {
+	t.Helper()
+	c, err := e.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// EtcdProxy starts a fault proxy (internal/faultproxy) in front of the
+// shared etcd and returns it with a client that reaches etcd only through
+// it, so the test can drop, delay or cut that client's traffic. Both are
+// closed when t ends. It fails t if either cannot be made.
+func (s *Shared) EtcdProxy(t testing.TB) (*faultproxy.Proxy, *clientv3.Client) {
+	t.Helper()
+	px, err := faultproxy.Start(strings.TrimPrefix(s.Etcd.Members[0].ClientURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+	cli, err := localstack.NewEtcdClient([]string{px.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return px, cli
 }
 
 // Store returns a Store of the shared MinIO's bucket.
