@@ -81,3 +81,31 @@ func TestOpenPointerFollowsNewer(t *testing.T) {
 		t.Fatalf("read %q at %s, %v; want the newer object", data, b.Pointer.Version, err)
 	}
 }
+
+// io.Copy drives Body.WriteTo: it copies verified bytes and returns nil,
+// and for a pointer whose sha256 or size the bytes do not match it returns
+// ErrDigestMismatch, never a silent success.
+func TestBodyWriteTo(t *testing.T) {
+	e := newEnv(t)
+	body := strings.Repeat("0123456789", 50_000) // several WriteTo reads
+	good := e.publish("k1", body)
+	r := e.reader(e.Etcd)
+	badSHA := good
+	badSHA.Object.SHA256 = strings.Repeat("0", 64)
+	for _, tc := range []struct {
+		name string
+		ptr  layout.Pointer
+		want error
+	}{{"matching", good, nil}, {"another sha256", badSHA, ErrDigestMismatch}} {
+		b, err := r.OpenPointer(ctxT(t, 30*time.Second), tc.ptr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		n, err := io.Copy(&out, b)
+		b.Close()
+		if !errors.Is(err, tc.want) || tc.want == nil && (err != nil || n != int64(len(body)) || out.String() != body) {
+			t.Fatalf("%s: io.Copy = %d bytes, %v; want %v", tc.name, n, err, tc.want)
+		}
+	}
+}

@@ -352,6 +352,45 @@ func (b *Body) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// copyBufs holds WriteTo's buffers (copyBufSize bytes each).
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// copyBufSize is WriteTo's read size: large reads take the bytes off the
+// socket in few system calls (io.Discard and many writers read 8 KiB at a
+// time when they drive the copy).
+const copyBufSize = 128 << 10
+
+// WriteTo writes the rest of the object to w, verified as Read verifies: it
+// returns a nil error after the last byte only if sha256 and size match the
+// pointer, ErrDigestMismatch otherwise (the bytes already written must then
+// be discarded), or w's error. io.Copy(w, body) uses it, reading 128 KiB at
+// a time.
+func (b *Body) WriteTo(w io.Writer) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var total int64
+	for {
+		n, err := b.Read(buf)
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			total += int64(m)
+			switch {
+			case werr != nil:
+				return total, werr
+			case m < n:
+				return total, io.ErrShortWrite
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
 // Close releases the connection.
 func (b *Body) Close() error { return b.obj.Close() }
 

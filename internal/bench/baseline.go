@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
@@ -43,6 +44,32 @@ func (t Target) PutCreateOnly(ctx context.Context, key string, body []byte) (str
 		return "", objstore.Classify(err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// getBufs holds BareGet's copy buffers (128 KiB, reader.Body.WriteTo's
+// read size).
+var getBufs = sync.Pool{New: func() any { b := make([]byte, 128<<10); return &b }}
+
+// BareGet is the floor of reading an object: ONE GET of key (minio-go's
+// Core, no Stat, no background goroutine) copied to dst in 128 KiB reads,
+// the read size reader.Body uses, so the comparison with reader.Open
+// isolates the pointer read and the verification. setSize, if not nil,
+// receives the object's size before the first byte is copied (an HTTP proxy
+// sets Content-Length from it). It returns the bytes copied.
+func (t Target) BareGet(ctx context.Context, key string, dst io.Writer, setSize func(int64)) (int64, error) {
+	body, info, _, err := minio.Core{Client: t.Store.Client}.GetObject(ctx, t.Store.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return 0, objstore.Classify(err)
+	}
+	defer body.Close()
+	if setSize != nil {
+		setSize(info.Size)
+	}
+	bp := getBufs.Get().(*[]byte)
+	defer getBufs.Put(bp)
+	// Hide dst's ReadFrom (io.Discard's reads 8 KiB at a time) so the
+	// buffer sets the read size.
+	return io.CopyBuffer(struct{ io.Writer }{dst}, body, *bp)
 }
 
 // FloorPublish is the physical floor of one publish: sha256 of the body

@@ -12,7 +12,6 @@ import (
 	"github.com/fencepub/fencepub/internal/bench"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
-	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -254,12 +253,7 @@ func (s *runner) openVsGet(ctx context.Context, st *stack, rcli *clientv3.Client
 		// get is the bare GET, read to EOF into dst.
 		get := func(dst func() io.Writer) bench.Op {
 			return func(ctx context.Context, _, _ int) error {
-				o, err := st.Store.Client.GetObject(ctx, st.Store.Bucket, r.Object.Key, minio.GetObjectOptions{})
-				if err != nil {
-					return err
-				}
-				defer o.Close()
-				_, err = io.Copy(dst(), o)
+				_, err := st.BareGet(ctx, r.Object.Key, dst(), nil)
 				return err
 			}
 		}

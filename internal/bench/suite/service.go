@@ -18,7 +18,6 @@ import (
 	"github.com/fencepub/fencepub/internal/bench"
 	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/publisher"
-	"github.com/minio/minio-go/v7"
 )
 
 // Service workload settings: the small object is served from the
@@ -210,20 +209,11 @@ func startPlain(st *stack, small []byte, largeKey string) (string, func(), error
 		_, _ = w.Write(small)
 	})
 	mux.HandleFunc("GET /svc-large", func(w http.ResponseWriter, r *http.Request) {
-		o, err := st.Store.Client.GetObject(r.Context(), st.Store.Bucket, largeKey, minio.GetObjectOptions{})
+		_, err := st.BareGet(r.Context(), largeKey, w, func(size int64) {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		})
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer o.Close()
-		info, err := o.Stat()
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Length", strconv.FormatInt(info.Size, 10))
-		if _, err := io.Copy(w, o); err != nil {
 			panic(http.ErrAbortHandler)
 		}
 	})
