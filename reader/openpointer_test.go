@@ -109,3 +109,30 @@ func TestBodyWriteTo(t *testing.T) {
 		}
 	}
 }
+
+// Open speculatively GETs the object it opened last while it reads the
+// pointer; the bytes returned are always those of the pointer read: the
+// same object while the pointer stays, the newer one once it moved (the
+// speculative GET dropped), and a pointer gone back is refused.
+func TestOpenSpeculation(t *testing.T) {
+	e := newEnv(t)
+	p1 := e.publish("k1", "one")
+	r := e.reader(e.Etcd)
+	for _, want := range []string{"one", "one"} {
+		if got, err := readAll(t, r); err != nil || got != want {
+			t.Fatalf("open: %q, %v; want %q", got, err, want)
+		}
+	}
+	p2 := e.publish("k2", "two")
+	b, err := r.Open(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := drain(b, nil); err != nil || got != "two" || b.Pointer.Version != p2.Version {
+		t.Fatalf("open after the pointer moved: %q at %s, %v; want %q at %s", got, b.Pointer.Version, err, "two", p2.Version)
+	}
+	e.putPointer(p1)
+	if _, err := r.Open(ctxT(t, 30*time.Second)); !errors.Is(err, ErrWentBack) {
+		t.Fatalf("open after the pointer went back to the speculated-on version's predecessor: %v; want ErrWentBack", err)
+	}
+}

@@ -267,7 +267,7 @@ func (s *runner) openVsGet(ctx context.Context, st *stack, rcli *clientv3.Client
 		cfgName := fmt.Sprintf("Open, %s, c=%d", sizeName(size), conc)
 		s.add(bench.NewRow(WorkloadReader, cfgName, size, conc, stats[0], "bare GET", stats[2]).
 			WithTarget("throughput >= 0.8x", func(x bench.Row) bool { return x.RatioThroughput >= 0.8 }).
-			WithNote("linearizable pointer read (the default) + GET If-Match + sha256"))
+			WithNote("linearizable pointer read (the default) + GET If-Match + sha256; the GET of the object opened last is sent while the pointer is read"))
 		s.add(bench.NewRow(WorkloadReader, cfgName+", serializable", size, conc, stats[1], "bare GET", stats[2]).
 			WithNote("Config.Serializable: the pointer is read from the local member without a quorum round"))
 		s.add(bench.NewRow(WorkloadReader, cfgName+", watched pointer", size, conc, stats[4], "bare GET", stats[2]).
