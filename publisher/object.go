@@ -83,7 +83,9 @@ func bodySize(body io.Reader, size int64) int64 {
 			break
 		}
 		fi, err := b.Stat()
-		if err != nil || !fi.Mode().IsRegular() {
+		// Files of /proc, /sys and some FUSE mounts are regular but say 0
+		// bytes: their length is unknown.
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
 			return -1
 		}
 		off, err := b.Seek(0, io.SeekCurrent)
@@ -115,11 +117,14 @@ func (c *Client) writeObject(ctx context.Context, key string, body io.Reader, si
 	if size >= 0 && size <= maxSinglePut {
 		return c.putStream(ctx, key, body, size, contentType, meta)
 	}
+	if size > maxSinglePut { // multipart, holding the body to its stated length
+		body = &exactReader{r: body, left: size}
+	}
 	h := sha256.New()
 	br := bufio.NewReaderSize(io.TeeReader(body, h), 64<<10)
-	part, last, err := fillPart(br, nil, int(c.cfg.PartSize))
+	part, last, err := fillPart(ctx, br, nil, int(c.cfg.PartSize))
 	if err != nil {
-		return layout.Object{}, nil, fmt.Errorf("%w after %d bytes: %w", ErrBody, len(part), err)
+		return layout.Object{}, nil, bodyErr(ctx, key, int64(len(part)), err)
 	}
 	if last {
 		sum := h.Sum(nil)
@@ -130,13 +135,26 @@ func (c *Client) writeObject(ctx context.Context, key string, body io.Reader, si
 	return c.putMultipart(ctx, key, br, part, h, contentType, meta)
 }
 
+// bodyErr is the error of reading a body after n bytes: ctx's error when
+// ctx ended, else ErrBody wrapping err.
+func bodyErr(ctx context.Context, key string, n int64, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("publisher: write %s stopped after %d bytes of the body: %w", key, n, ctx.Err())
+	}
+	return fmt.Errorf("%w after %d bytes: %w", ErrBody, n, err)
+}
+
 // fillPart reads from r into buf (reusing its capacity, growing it up to
 // limit bytes) until buf holds limit bytes or r ends. last reports that r
 // has no more bytes after this part; when it is false the next call returns
-// at least one byte.
-func fillPart(r *bufio.Reader, buf []byte, limit int) (part []byte, last bool, err error) {
+// at least one byte. It stops with ctx's error between reads once ctx ends
+// (a read that blocks is not interrupted).
+func fillPart(ctx context.Context, r *bufio.Reader, buf []byte, limit int) (part []byte, last bool, err error) {
 	buf = buf[:0]
 	for len(buf) < limit {
+		if err := ctx.Err(); err != nil {
+			return buf, false, err
+		}
 		if len(buf) == cap(buf) {
 			grown := make([]byte, len(buf), min(max(2*cap(buf), 64<<10), limit))
 			copy(grown, buf)
@@ -157,6 +175,31 @@ func fillPart(r *bufio.Reader, buf []byte, limit int) (part []byte, last bool, e
 		return buf, false, err
 	}
 	return buf, false, nil
+}
+
+// exactReader passes exactly left bytes of r on and fails (ErrBody) when r
+// ends before them or has more after them.
+type exactReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (e *exactReader) Read(p []byte) (int, error) {
+	if e.left == 0 {
+		if err := bodyEnded(e.r); err != nil {
+			return 0, err
+		}
+		return 0, io.EOF
+	}
+	n, err := e.r.Read(p[:min(int64(len(p)), e.left)])
+	e.left -= int64(n)
+	if errors.Is(err, io.EOF) && e.left > 0 {
+		return n, fmt.Errorf("%w: the body ended %d bytes before its stated size", ErrBody, e.left)
+	}
+	if errors.Is(err, io.EOF) {
+		return n, nil // the next Read checks that nothing follows
+	}
+	return n, err
 }
 
 // bodyReader reads at most size bytes of a body into a hash, counting them
@@ -375,6 +418,9 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 		if n > maxParts {
 			return layout.Object{}, nil, fmt.Errorf("%w: body exceeds %d parts of %d bytes", ErrInvalid, maxParts, c.cfg.PartSize)
 		}
+		if err := ctx.Err(); err != nil {
+			return layout.Object{}, nil, fmt.Errorf("publisher: upload of %s stopped before part %d: %w", key, n, err)
+		}
 		inflight := send(n, part)
 		size += int64(len(part))
 		more := !last
@@ -384,14 +430,14 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 			if spare == nil { // the body has a second part: no growing
 				spare = make([]byte, 0, c.cfg.PartSize)
 			}
-			next, last, ferr = fillPart(br, spare, int(c.cfg.PartSize))
+			next, last, ferr = fillPart(ctx, br, spare, int(c.cfg.PartSize))
 		}
 		r := <-inflight
 		switch {
 		case r.err != nil:
 			return layout.Object{}, nil, r.err
 		case ferr != nil:
-			return layout.Object{}, nil, fmt.Errorf("%w after %d bytes: %w", ErrBody, size+int64(len(next)), ferr)
+			return layout.Object{}, nil, bodyErr(ctx, key, size+int64(len(next)), ferr)
 		}
 		parts = append(parts, r.part)
 		if !more {

@@ -377,6 +377,20 @@ func (p *Publisher) take(seq uint64) (layout.Version, error) {
 	return layout.Version{Epoch: p.term.Epoch, Fence: p.term.Fence, Seq: seq}, nil
 }
 
+// giveBack returns v's seq, taken for a publish whose object write failed
+// (nothing was published), when no later seq was taken since: the next
+// Publish uses it, so a contiguous term does not see a gap that no
+// publish made. An object already written under v (a body longer than its
+// Size) stays an orphan that can never be published: its key differs from
+// the next attempt's, and GC collects it once the pointer passes v.
+func (p *Publisher) giveBack(v layout.Version) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.next == v.Seq+1 {
+		p.next = v.Seq
+	}
+}
+
 // Publish writes op's body as a new immutable object and publishes it with
 // the next seq in one etcd transaction (DESIGN.md "Publish, in one round trip
 // to etcd"). It blocks until the outcome is known or ctx ends; a transaction
@@ -421,6 +435,9 @@ func (p *Publisher) publish(ctx context.Context, seq uint64, op Operation) (Resu
 	obj, bodySHA, err := p.c.writeObject(ctx, key, op.Body, bodySize(op.Body, op.Size), op.ContentType, op.Metadata)
 	if err != nil {
 		p.c.m.failure("object")
+		if seq == 0 {
+			p.giveBack(v)
+		}
 		return Result{}, err
 	}
 	p.c.m.objectWritten(time.Since(start), obj.Size)

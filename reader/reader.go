@@ -108,6 +108,7 @@ type Reader struct {
 
 	mu     sync.Mutex
 	seen   layout.Version // highest version returned so far
+	seenAt int64          // the etcd revision at which seen was written
 	opened layout.Pointer // the pointer of the last object opened
 }
 
@@ -152,8 +153,13 @@ func (r *Reader) Current(ctx context.Context) (layout.Pointer, error) {
 }
 
 // current reads the pointer and returns it with the read's header revision.
+// A version below one this Reader returned is ErrWentBack when the read's
+// revision is at or above the revision at which that higher version was
+// written (the read should have seen it: etcd's history went back); a read
+// older than that write is a concurrent caller's, and its version is
+// returned as read (linearizable: the calls overlapped).
 func (r *Reader) current(ctx context.Context, serializable bool) (layout.Pointer, int64, error) {
-	ptr, rev, err := r.get(ctx, serializable)
+	ptr, rev, mod, err := r.get(ctx, serializable)
 	if err != nil {
 		return ptr, rev, err
 	}
@@ -161,29 +167,35 @@ func (r *Reader) current(ctx context.Context, serializable bool) (layout.Pointer
 		return layout.Pointer{}, rev, fmt.Errorf("%w: %q", ErrNotPublished, r.res)
 	}
 	r.mu.Lock()
-	seen := r.seen
+	seen, seenAt := r.seen, r.seenAt
 	r.mu.Unlock()
 	if ptr.Version.Less(seen) {
-		if serializable { // a lagging member: ask the leader
+		switch {
+		case serializable: // a lagging member: ask the leader
 			return r.current(ctx, false)
+		case rev >= seenAt:
+			return layout.Pointer{}, rev, fmt.Errorf("%w: %q is at %s (read at revision %d), this reader already returned %s (written at revision %d)",
+				ErrWentBack, r.res, ptr.Version, rev, seen, seenAt)
 		}
-		return layout.Pointer{}, rev, fmt.Errorf("%w: %q is at %s, this reader already returned %s",
-			ErrWentBack, r.res, ptr.Version, seen)
+		return ptr, rev, nil
 	}
-	r.saw(ptr.Version)
+	r.saw(ptr.Version, mod)
 	return ptr, rev, nil
 }
 
-// saw raises the highest version seen.
-func (r *Reader) saw(v layout.Version) {
+// saw raises the highest version returned, written at etcd revision mod.
+func (r *Reader) saw(v layout.Version, mod int64) {
 	r.mu.Lock()
-	r.seen = r.seen.Max(v)
+	if r.seen.Less(v) {
+		r.seen, r.seenAt = v, mod
+	}
 	r.mu.Unlock()
 }
 
 // get reads and decodes the pointer, bounded by Config.RequestTimeout; a
-// missing key is the zero pointer.
-func (r *Reader) get(ctx context.Context, serializable bool) (layout.Pointer, int64, error) {
+// missing key is the zero pointer. It returns the read's header revision
+// and the revision at which the pointer was written (0 when missing).
+func (r *Reader) get(ctx context.Context, serializable bool) (ptr layout.Pointer, rev, mod int64, err error) {
 	var opts []clientv3.OpOption
 	if serializable {
 		opts = append(opts, clientv3.WithSerializable())
@@ -193,18 +205,18 @@ func (r *Reader) get(ctx context.Context, serializable bool) (layout.Pointer, in
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
-			return layout.Pointer{}, 0, fmt.Errorf("reader: get pointer of %q: %w", r.res, err)
+			return layout.Pointer{}, 0, 0, fmt.Errorf("reader: get pointer of %q: %w", r.res, err)
 		}
-		return layout.Pointer{}, 0, fmt.Errorf("%w: get pointer of %q: %w", ErrUnavailable, r.res, err)
+		return layout.Pointer{}, 0, 0, fmt.Errorf("%w: get pointer of %q: %w", ErrUnavailable, r.res, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return layout.Pointer{}, resp.Header.Revision, nil
+		return layout.Pointer{}, resp.Header.Revision, 0, nil
 	}
-	ptr, err := layout.DecodePointer(resp.Kvs[0].Value)
-	if err != nil {
-		return layout.Pointer{}, resp.Header.Revision, fmt.Errorf("reader: pointer of %q: %w", r.res, err)
+	kv := resp.Kvs[0]
+	if ptr, err = layout.DecodePointer(kv.Value); err != nil {
+		return layout.Pointer{}, resp.Header.Revision, kv.ModRevision, fmt.Errorf("reader: pointer of %q: %w", r.res, err)
 	}
-	return ptr, resp.Header.Revision, nil
+	return ptr, resp.Header.Revision, kv.ModRevision, nil
 }
 
 // Body is a published object being read. Read returns the object's bytes
@@ -289,8 +301,8 @@ func (r *Reader) Open(ctx context.Context) (*Body, error) {
 // service that follows the pointer with Watch serves each request with one
 // store round trip this way (DESIGN.md "Reading": readers follow the
 // published pointer alone, by get or watch). It does not check that ptr is
-// still current: the caller chose the version, and the bytes are verified
-// against it. If the object is gone, OpenPointer re-reads the pointer and
+// still current, nor record it as returned: the caller chose the version,
+// and the bytes are verified against it. If the object is gone, OpenPointer re-reads the pointer and
 // follows a newer one as Open does. Errors: those of Open, and ErrInvalid
 // for a zero pointer.
 func (r *Reader) OpenPointer(ctx context.Context, ptr layout.Pointer) (*Body, error) {
@@ -300,7 +312,6 @@ func (r *Reader) OpenPointer(ctx context.Context, ptr layout.Pointer) (*Body, er
 	case ptr.Version.IsZero() || ptr.Object.Key == "":
 		return nil, fmt.Errorf("%w: OpenPointer of %q needs a published pointer, got version %s key %q", ErrInvalid, r.res, ptr.Version, ptr.Object.Key)
 	}
-	r.saw(ptr.Version)
 	return r.openFrom(ctx, ptr)
 }
 
@@ -494,7 +505,7 @@ func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
 		}
 	}
 	var last layout.Version
-	emit := func(ptr layout.Pointer, rev int64, resync bool) bool {
+	emit := func(ptr layout.Pointer, rev, mod int64, resync bool) bool {
 		if ptr.Version.Less(last) && !ptr.Version.IsZero() {
 			err := fmt.Errorf("%w: %q is at %s, this watch already sent %s; waiting for a newer version",
 				ErrWentBack, r.res, ptr.Version, last)
@@ -504,12 +515,12 @@ func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
 			return true
 		}
 		last = ptr.Version
-		r.saw(ptr.Version)
+		r.saw(ptr.Version, mod)
 		return send(Update{Pointer: ptr, Revision: rev, Resync: resync})
 	}
 	resync := false
 	for ctx.Err() == nil {
-		ptr, rev, err := r.get(ctx, false)
+		ptr, rev, mod, err := r.get(ctx, false)
 		if err != nil {
 			if ctx.Err() != nil || !send(Update{Err: err, Revision: rev}) {
 				return
@@ -519,7 +530,7 @@ func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
 				continue
 			}
 			// A corrupt pointer: report it and watch for the next value.
-		} else if !emit(ptr, rev, resync) {
+		} else if !emit(ptr, rev, mod, resync) {
 			return
 		}
 		if !r.follow(ctx, rev+1, emit, send) {
@@ -534,7 +545,7 @@ func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
 // follow runs one etcd watch of the pointer from rev and emits its values.
 // It returns false when the consumer is gone (ctx ended) and true when the
 // watch ended otherwise and needs a re-sync.
-func (r *Reader) follow(ctx context.Context, rev int64, emit func(layout.Pointer, int64, bool) bool, send func(Update) bool) bool {
+func (r *Reader) follow(ctx context.Context, rev int64, emit func(ptr layout.Pointer, rev, mod int64, resync bool) bool, send func(Update) bool) bool {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for resp := range r.cfg.Etcd.Watch(wctx, r.key, clientv3.WithRev(rev)) {
@@ -560,7 +571,7 @@ func (r *Reader) follow(ctx context.Context, rev int64, emit func(layout.Pointer
 				}
 				continue
 			}
-			if !emit(ptr, ev.Kv.ModRevision, false) {
+			if !emit(ptr, ev.Kv.ModRevision, ev.Kv.ModRevision, false) {
 				return false
 			}
 		}

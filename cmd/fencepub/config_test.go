@@ -36,7 +36,7 @@ func publishCLI(t *testing.T, ctx context.Context, stdin string, args ...string)
 	if err != nil {
 		errb.WriteString(err.Error())
 	}
-	return out.String(), errb.String(), exitcode.Of(err)
+	return out.String(), errb.String(), exitCode(err, ctx.Err() != nil)
 }
 
 // cliStack starts a dedicated etcd and MinIO for t, puts the store's

@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -63,6 +65,21 @@ func readDevState(dir string) (devState, error) {
 // alive reports whether pid is a running process.
 func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
 
+// running reports whether pid is a running server of the stack in dir:
+// alive and, where /proc tells (Linux), started with a path under dir (its
+// data directory). A PID that an unrelated process reused after the stack
+// died is not the stack's, so `dev down` never signals it.
+func running(pid int, dir string) bool {
+	if !alive(pid) {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return runtime.GOOS != "linux"
+	}
+	return strings.Contains(string(cmdline), dir)
+}
+
 // portOr returns want if it is free on 127.0.0.1, else a free port.
 func portOr(want int) (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(want))
@@ -86,7 +103,7 @@ func newDevUpCmd(dir *string) *cobra.Command {
 				return exitcode.With(exitcode.Usage, err)
 			}
 			if st, err := readDevState(abs); err == nil {
-				switch e, m := alive(st.EtcdPID), alive(st.MinIOPID); {
+				switch e, m := running(st.EtcdPID, st.Dir), running(st.MinIOPID, st.Dir); {
 				case e && m:
 					fmt.Fprintf(out, "dev: already running (etcd %s, minio %s); config %s\n", st.EtcdEndpoint, st.MinIOEndpoint, st.ConfigFile)
 					return nil
@@ -202,7 +219,7 @@ func stopDev(out io.Writer, st devState) {
 		name string
 		pid  int
 	}{{"minio", st.MinIOPID}, {"etcd", st.EtcdPID}} {
-		if !alive(p.pid) {
+		if !running(p.pid, st.Dir) {
 			fmt.Fprintf(out, "dev: %s (pid %d) is not running\n", p.name, p.pid)
 			continue
 		}
@@ -231,8 +248,8 @@ func newDevStatusCmd(dir *string) *cobra.Command {
 			return exitcode.With(exitcode.Usage, fmt.Errorf("no local stack in %s: %w", *dir, err))
 		}
 		status := map[string]any{
-			"etcd":   map[string]any{"pid": st.EtcdPID, "running": alive(st.EtcdPID), "endpoint": st.EtcdEndpoint},
-			"minio":  map[string]any{"pid": st.MinIOPID, "running": alive(st.MinIOPID), "endpoint": st.MinIOEndpoint, "bucket": st.Bucket},
+			"etcd":   map[string]any{"pid": st.EtcdPID, "running": running(st.EtcdPID, st.Dir), "endpoint": st.EtcdEndpoint},
+			"minio":  map[string]any{"pid": st.MinIOPID, "running": running(st.MinIOPID, st.Dir), "endpoint": st.MinIOEndpoint, "bucket": st.Bucket},
 			"config": st.ConfigFile,
 		}
 		if *out == "json" {
@@ -241,9 +258,9 @@ func newDevStatusCmd(dir *string) *cobra.Command {
 			}
 		} else {
 			fmt.Fprintf(c.OutOrStdout(), "etcd   %-28s pid %-7d running=%v\nminio  %-28s pid %-7d running=%v\nconfig %s\n",
-				st.EtcdEndpoint, st.EtcdPID, alive(st.EtcdPID), st.MinIOEndpoint, st.MinIOPID, alive(st.MinIOPID), st.ConfigFile)
+				st.EtcdEndpoint, st.EtcdPID, running(st.EtcdPID, st.Dir), st.MinIOEndpoint, st.MinIOPID, running(st.MinIOPID, st.Dir), st.ConfigFile)
 		}
-		if !alive(st.EtcdPID) || !alive(st.MinIOPID) {
+		if !running(st.EtcdPID, st.Dir) || !running(st.MinIOPID, st.Dir) {
 			return exitcode.With(exitcode.Unavailable, errors.New("the local stack is not fully running; start it with 'fencepub dev up'"))
 		}
 		return nil

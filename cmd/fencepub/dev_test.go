@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -70,5 +71,21 @@ func TestDevUpDown(t *testing.T) {
 	out, _, _ = runCLI(t, "dev", "status", "--dir", dir, "-o", "json")
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.E.Running || st.M.Running {
 		t.Fatalf("after down: %s", out)
+	}
+}
+
+// running accepts a live process only if its command line names the
+// stack's directory, so a PID reused by an unrelated process is never
+// signalled by `dev down`.
+func TestDevRunningChecksTheCommandLine(t *testing.T) {
+	self := os.Getpid()
+	if !running(self, filepath.Dir(os.Args[0])) {
+		t.Fatalf("this process (pid %d) not recognised by a path in its own command line %q", self, os.Args[0])
+	}
+	if running(self, filepath.Join(t.TempDir(), "some-other-stack")) {
+		t.Fatal("a live process whose command line does not name the stack's directory counted as the stack's")
+	}
+	if running(0, "/") || running(-1, "/") {
+		t.Fatal("a non-positive pid counted as running")
 	}
 }

@@ -4,12 +4,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/objstore"
 )
 
 func main() {
@@ -20,9 +22,19 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fencepub:", err)
 	}
+	os.Exit(exitCode(err, interrupted))
+}
+
+// exitCode is the process exit code of the command's error: its exitcode
+// (README "Exit codes"), 130 for an internal error after an interrupt, and
+// 2 for credentials the object store refused (a configuration problem).
+func exitCode(err error, interrupted bool) int {
 	code := exitcode.Of(err)
-	if interrupted && code == exitcode.Internal {
-		code = exitcode.Interrupted
+	switch {
+	case interrupted && code == exitcode.Internal:
+		return exitcode.Interrupted
+	case code == exitcode.Internal && errors.Is(err, objstore.ErrAccessDenied):
+		return exitcode.Usage
 	}
-	os.Exit(code)
+	return code
 }

@@ -305,6 +305,10 @@ func openBody(cmd *cobra.Command, file string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
+	if fi, err := fh.Stat(); err == nil && fi.IsDir() {
+		_ = fh.Close()
+		return nil, exitcode.Usagef("--file %s is a directory; give a file, or - for stdin", file)
+	}
 	return fh, nil
 }
 

@@ -20,7 +20,8 @@ func newReadCmd() *cobra.Command {
 		Use:   "read --resource R [--out FILE]",
 		Short: "Read a resource's published object, verified against the pointer",
 		Long: `read fetches the object the resource's pointer names (GET conditioned on the
-pointer's ETag) and checks its sha256 and size while streaming.
+pointer's ETag) and checks its sha256 and size while streaming. The bucket is
+the one the pointer names, whatever s3.bucket says.
 
 With --out FILE the bytes go to a temporary file next to FILE, which is renamed
 to FILE only after the check passed: FILE never holds unverified bytes. Without
@@ -37,6 +38,11 @@ after writing them, so a consumer of stdout must check the exit code.
 	addConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		if out != "" && out != "-" {
+			if err := checkOutPath(out); err != nil {
+				return err
+			}
+		}
 		r, env, err := openReader(c, resource, serializable)
 		if err != nil {
 			return err
@@ -63,12 +69,26 @@ after writing them, so a consumer of stdout must check the exit code.
 	return cmd
 }
 
+// checkOutPath refuses, before anything is read, an --out path that cannot
+// receive a file: a directory, or a file in a directory that does not
+// exist. Errors carry exit code 2 and name path.
+func checkOutPath(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return exitcode.Usagef("--out %s is a directory; give a file path", path)
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return exitcode.Usagef("--out %s: directory %s does not exist", path, dir)
+	}
+	return nil
+}
+
 // copyToFile writes r to a temporary file in path's directory and renames it
 // to path only when r ended without error (the sha256 check happens at EOF).
 func copyToFile(path string, r io.Reader) (int64, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".fencepub-*")
 	if err != nil {
-		return 0, exitcode.With(exitcode.Usage, err)
+		return 0, exitcode.With(exitcode.Usage, fmt.Errorf("--out %s: %w", path, err))
 	}
 	n, err := io.Copy(tmp, r)
 	if err == nil {
@@ -78,7 +98,9 @@ func copyToFile(path string, r io.Reader) (int64, error) {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), path)
+		if err = os.Rename(tmp.Name(), path); err != nil {
+			err = exitcode.With(exitcode.Usage, fmt.Errorf("--out %s: %w", path, err))
+		}
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())

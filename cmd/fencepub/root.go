@@ -19,7 +19,8 @@ compares the resource pointer's (epoch, fence, seq) before swapping it.
 
 Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 110 stale, 111 conflict, 112 unknown (run 'fencepub resolve'), 113 lease held,
-114 lease lost, 115 service unavailable, 116 authority needs 'recover'.`,
+114 lease lost, 115 service unavailable, 116 authority needs 'recover',
+130 interrupted before an outcome.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -121,6 +121,15 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 		if output == "json" || output == "text" {
 			return exitcode.Usagef("--output names the file CMD writes its result to; for the output format use -o %s (--format %s)", output, output)
 		}
+		switch {
+		case wait < 0 || grace < 0:
+			return exitcode.Usagef("--wait and --grace must not be negative (got %s, %s)", wait, grace)
+		case timeout <= 0:
+			return exitcode.Usagef("--publish-timeout %s: want a positive duration", timeout)
+		}
+		if _, err := exec.LookPath(args[0]); err != nil {
+			return exitcode.Usagef("CMD %q: %v (nothing acquired)", args[0], err)
+		}
 		if key == "" {
 			key = defaultRunKey(resource, args, runID)
 		}

@@ -17,13 +17,15 @@ func newWatchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "watch --resource R",
 		Short: "Follow a resource's pointer, one JSON line per newer version",
-		Long: `watch prints the current pointer and then every newer one as JSON lines (the
+		Long: `watch prints the current pointer (once something is published: until then
+it waits silently) and then every newer one as JSON lines (the
 shape of 'fencepub pointer -o json' plus "revision" and "resync"), with strictly
 increasing versions. It follows an etcd watch from the read's revision + 1 and,
 after compaction or a lost connection, re-syncs with a fresh read ("resync":
 true; versions published meanwhile may be skipped: newer state wins). Problems
-that do not stop the watch (a corrupt pointer value, etcd unreachable) are
-printed as lines with "error". It runs until interrupted, or until --count
+that do not stop the watch (a corrupt pointer value, etcd unreachable, a
+pointer that went back below a version already printed) are printed as lines
+with "error". It runs until interrupted, or until --count
 versions were printed.
 
 ` + readerExitHelp,

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -71,14 +72,30 @@ func Binary(name string) (string, error) {
 	return p, nil
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Server ports are drawn from [portLow, portHigh), below Linux's default
+// ephemeral range (32768-60999). A port the kernel hands out with ":0" is an
+// ephemeral one, which any outgoing connection may take as its source port
+// the moment the server that owned it stops: a member restarted on its own
+// port (cluster members cannot change it) then fails with "address already
+// in use". Outgoing connections never take ports below the range.
+const (
+	portLow  = 20000
+	portHigh = 32768
+)
+
+// FreePort returns a TCP port on 127.0.0.1, outside the ephemeral range,
+// that was free a moment ago.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 100 {
+		port := portLow + rand.IntN(portHigh-portLow)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue // taken: draw another
+		}
+		_ = l.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("localstack: no free port in [%d, %d) after 100 draws", portLow, portHigh)
 }
 
 // Process is one server process. Its methods are safe for concurrent use.

@@ -26,6 +26,11 @@ var (
 	// ErrConditionConflict: a concurrent conditional write on the same key
 	// (HTTP 409 ConditionalRequestConflict); safe to retry.
 	ErrConditionConflict = errors.New("objstore: concurrent conditional request")
+	// ErrAccessDenied: the store refused the credentials or the request
+	// (AccessDenied, InvalidAccessKeyId, SignatureDoesNotMatch): a
+	// configuration problem (s3.access_key, s3.secret_key, the bucket's
+	// policy), not an outage.
+	ErrAccessDenied = errors.New("objstore: access denied (check s3.access_key, s3.secret_key and the bucket policy)")
 	// ErrUnavailable: the store could not be reached or answered 5xx.
 	ErrUnavailable = errors.New("objstore: unavailable")
 )
@@ -151,6 +156,8 @@ func Classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrConditionConflict, err)
 	case resp.Code == "NoSuchKey" || resp.Code == "NoSuchBucket" || resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case resp.Code == "AccessDenied" || resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch":
+		return fmt.Errorf("%w: %w", ErrAccessDenied, err)
 	case resp.StatusCode >= 500:
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

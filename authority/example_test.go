@@ -1,0 +1,69 @@
+package authority_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/publisher"
+	"github.com/fencepub/fencepub/reader"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Example is the README's "Using the libraries": everything it needs is
+// public (this file imports no internal package), so it builds from other
+// modules too. It is compiled, not run (it needs etcd and MinIO).
+func Example() {
+	ctx := context.Background()
+	ns, err := authority.NewNamespace("fencepub", "default") // namespace.prefix, namespace.domain
+	if err != nil {
+		panic(err)
+	}
+	store, err := authority.NewStore(authority.StoreConfig{
+		Endpoint: "127.0.0.1:9000", AccessKey: "minioadmin", SecretKey: "minioadmin", Bucket: "fencepub",
+	})
+	if err != nil {
+		panic(err)
+	}
+	etcdClient, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	defer etcdClient.Close()
+
+	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: etcdClient, Store: store})
+	if err != nil {
+		panic(err)
+	}
+	g, err := auth.Acquire(ctx, authority.AcquireRequest{Resource: "report", Owner: "worker-1", TTL: 15 * time.Second, Wait: true})
+	if err != nil {
+		panic(err)
+	}
+	sess, err := auth.NewSession(ctx, g) // renews; sess.Lost() fires no later than etcd could expire the lease
+	if err != nil {
+		panic(err)
+	}
+	defer sess.Close() // releases
+
+	pub, err := publisher.New(publisher.Config{Namespace: ns, Etcd: etcdClient, Store: store})
+	if err != nil {
+		panic(err)
+	}
+	p, err := pub.BindGrant(ctx, g, false)
+	if err != nil {
+		panic(err)
+	}
+	res, err := p.Publish(ctx, publisher.Operation{IdempotencyKey: "report-2026-11-30", Body: strings.NewReader("result")})
+	fmt.Println(res.Outcome, err) // applied | duplicate | conflict | stale | unknown (then pub.Resolve)
+
+	r, err := reader.New(reader.Config{Namespace: ns, Etcd: etcdClient, Store: store}, "report")
+	if err != nil {
+		panic(err)
+	}
+	b, err := r.Open(ctx) // read to EOF and check the error before trusting the bytes
+	if err == nil {
+		defer b.Close()
+	}
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Mistakes a user makes are exit 2 with a message naming what to fix, and
+// they are caught before a lease is acquired: a directory given as --file or
+// --out, a CMD that does not exist, a bad duration, credentials the store
+// refuses. The first real publish afterwards still gets fence 1, so none
+// of the mistakes minted a fencing token.
+func TestUserMistakes(t *testing.T) {
+	conn, _, _ := cliStack(t, "mistakes")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	body := filepath.Join(dir, "body.txt")
+	if err := os.WriteFile(body, []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	publish := []string{"publish", "--resource", "r", "--owner", "me", "--ttl", "5s", "--key", "k1", "-o", "json"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in stderr
+	}{
+		{"--file is a directory", append(publish, "--file", dir), "is a directory"},
+		{"run: CMD does not exist", []string{"run", "--resource", "r", "--", filepath.Join(dir, "no-such-cmd")}, "no-such-cmd"},
+		{"run: zero publish timeout", []string{"run", "--resource", "r", "--publish-timeout", "0s", "--", "true"}, "--publish-timeout"},
+		{"run: negative wait", []string{"run", "--resource", "r", "--wait", "-1s", "--", "true"}, "--wait"},
+	} {
+		_, errs, code := publishCLI(t, ctx, "", append(tc.args, conn...)...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Fatalf("%s: exit %d, stderr %q; want 2 naming %q", tc.name, code, errs, tc.want)
+		}
+	}
+
+	secret := os.Getenv("FENCEPUB_S3_SECRET_KEY")
+	t.Setenv("FENCEPUB_S3_SECRET_KEY", "not-the-secret")
+	_, errs, code := publishCLI(t, ctx, "", append(publish, append([]string{"--file", body}, conn...)...)...)
+	if code != 2 || !strings.Contains(errs, "s3.secret_key") {
+		t.Fatalf("wrong secret key: exit %d, stderr %q; want 2 naming s3.secret_key", code, errs)
+	}
+	t.Setenv("FENCEPUB_S3_SECRET_KEY", secret)
+
+	out, errs, code := publishCLI(t, ctx, "", append(publish, append([]string{"--file", body}, conn...)...)...)
+	if code != 0 {
+		t.Fatalf("publish: exit %d: %s", code, errs)
+	}
+	var res struct {
+		Version struct{ Fence uint64 }
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Version.Fence != 1 {
+		t.Fatalf("first real publish has fence %d; want 1 (a mistake above minted a token)", res.Version.Fence)
+	}
+
+	for _, tc := range []struct{ out, want string }{
+		{dir, "is a directory"},
+		{filepath.Join(dir, "missing", "file"), "does not exist"},
+	} {
+		_, errs, code := publishCLI(t, ctx, "", append([]string{"read", "--resource", "r", "--out", tc.out}, conn...)...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Fatalf("read --out %s: exit %d, stderr %q; want 2 (%s)", tc.out, code, errs, tc.want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("read left files behind in %s: %v", dir, entries)
+	}
+}
