@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/spf13/cobra"
@@ -15,6 +17,7 @@ func newReadCmd() *cobra.Command {
 	var (
 		resource, out string
 		serializable  bool
+		timeout       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "read --resource R [--out FILE]",
@@ -34,10 +37,20 @@ after writing them, so a consumer of stdout must check the exit code.
 	cmd.Flags().StringVar(&resource, "resource", "", "resource name (required)")
 	cmd.Flags().StringVar(&out, "out", "", "write to FILE (atomically, after verification) instead of stdout")
 	cmd.Flags().BoolVar(&serializable, "serializable", false, "read the pointer from the local etcd member without a quorum round")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline for the whole read, transfer included (0: none; a stalled store then waits until interrupted)")
 	_ = cmd.MarkFlagRequired("resource")
 	addConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		if timeout < 0 {
+			return exitcode.Usagef("--timeout %s: want a positive duration, or 0 for none", timeout)
+		}
+		ctx := c.Context()
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
 		if out != "" && out != "-" {
 			if err := checkOutPath(out); err != nil {
 				return err
@@ -48,7 +61,7 @@ after writing them, so a consumer of stdout must check the exit code.
 			return err
 		}
 		defer env.Close()
-		body, err := r.Open(c.Context())
+		body, err := r.Open(ctx)
 		if err != nil {
 			return readerExit(err)
 		}

@@ -72,6 +72,12 @@ func TestUserMistakes(t *testing.T) {
 			t.Fatalf("read --out %s: exit %d, stderr %q; want 2 (%s)", tc.out, code, errs, tc.want)
 		}
 	}
+	if _, errs, code := publishCLI(t, ctx, "", append([]string{"read", "--resource", "r", "--timeout", "-1s"}, conn...)...); code != 2 {
+		t.Fatalf("read --timeout -1s: exit %d (%s); want 2", code, errs)
+	}
+	if out, errs, code := publishCLI(t, ctx, "", append([]string{"read", "--resource", "r", "--timeout", "30s"}, conn...)...); code != 0 || out != "hello" {
+		t.Fatalf("read --timeout 30s: exit %d, %q (%s); want the object", code, out, errs)
+	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Fatalf("read left files behind in %s: %v", dir, entries)
 	}

@@ -37,24 +37,40 @@ import (
 
 func main() {
 	var (
-		cfgPath, resources, listen string
-		cacheBytes                 int64
+		cfgPath, listen string
+		resources       resourceList
+		cacheBytes      int64
 	)
 	flag.StringVar(&cfgPath, "config", "", "fencepub config file (default ./fencepub.yaml)")
-	flag.StringVar(&resources, "resource", "", "resources to follow, comma-separated (required)")
+	flag.Var(&resources, "resource", "resource to follow; repeatable, or comma-separated (required)")
 	flag.StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP listen address")
 	flag.Int64Var(&cacheBytes, "cache-bytes", 8<<20, "objects up to this size (bytes) are kept in memory")
 	flag.Parse()
-	if resources == "" {
+	if len(resources) == 0 {
 		fmt.Fprintln(os.Stderr, "reader-service: --resource is required")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfgPath, strings.Split(resources, ","), listen, cacheBytes); err != nil {
+	if err := run(ctx, cfgPath, resources, listen, cacheBytes); err != nil {
 		fmt.Fprintln(os.Stderr, "reader-service:", err)
 		os.Exit(1)
 	}
+}
+
+// resourceList is the --resource flag: every use adds its comma-separated
+// names.
+type resourceList []string
+
+func (l *resourceList) String() string { return strings.Join(*l, ",") }
+
+func (l *resourceList) Set(v string) error {
+	for _, name := range strings.Split(v, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			*l = append(*l, name)
+		}
+	}
+	return nil
 }
 
 func run(ctx context.Context, cfgPath string, resources []string, listen string, cacheBytes int64) error {

@@ -155,3 +155,16 @@ func (f *fixture) awaitVersionReady() {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// --resource adds names, whether repeated or comma-separated.
+func TestResourceListFlag(t *testing.T) {
+	var l resourceList
+	for _, v := range []string{"a", "b,c", " d , ", ""} {
+		if err := l.Set(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l.String(); got != "a,b,c,d" {
+		t.Fatalf("resources %q; want a,b,c,d", got)
+	}
+}
