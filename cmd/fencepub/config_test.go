@@ -83,6 +83,22 @@ func TestConfigPrecedence(t *testing.T) {
 	if strings.Contains(out, "s3cr3t") {
 		t.Fatal("config show printed a secret")
 	}
+
+	// etcd.endpoints is a list whether it comes from the file or from a
+	// comma-separated environment value.
+	if err := os.WriteFile(file, []byte("etcd:\n  endpoints: [\"http://f1:2379\", \"http://f2:2379\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []string{"", "http://e1:2379,http://e2:2379"} {
+		t.Setenv("FENCEPUB_ETCD_ENDPOINTS", env)
+		out, errs, code := runCLI(t, "config", "show", "-o", "json", "--config", file)
+		var shown struct {
+			Endpoints []string `json:"etcd.endpoints"`
+		}
+		if err := json.Unmarshal([]byte(out), &shown); code != 0 || err != nil || len(shown.Endpoints) != 2 {
+			t.Fatalf("FENCEPUB_ETCD_ENDPOINTS=%q: exit %d, %v, endpoints %q (%s); want a list of 2", env, code, err, shown.Endpoints, errs)
+		}
+	}
 }
 
 func TestConfigErrors(t *testing.T) {

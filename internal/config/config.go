@@ -144,17 +144,22 @@ func Load(v *viper.Viper) (Config, error) {
 	if err := v.UnmarshalExact(&c); err != nil {
 		return Config{}, fmt.Errorf("%w: %s (known keys: %s)", ErrInvalid, oneLine(err), strings.Join(Keys, ", "))
 	}
-	// A comma-separated env or flag value arrives as one string.
+	c.Etcd.Endpoints = splitEndpoints(c.Etcd.Endpoints)
+	return c, c.Validate()
+}
+
+// splitEndpoints splits the comma-separated values in which env and flags
+// give etcd.endpoints (one string) into one URL each, dropping empties.
+func splitEndpoints(vals []string) []string {
 	var eps []string
-	for _, e := range c.Etcd.Endpoints {
+	for _, e := range vals {
 		for _, p := range strings.Split(e, ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				eps = append(eps, p)
 			}
 		}
 	}
-	c.Etcd.Endpoints = eps
-	return c, c.Validate()
+	return eps
 }
 
 func invalid(key, value, want string) error {
@@ -227,6 +232,9 @@ func Redacted(v *viper.Viper) map[string]any {
 	out := make(map[string]any, len(Keys))
 	for _, k := range Keys {
 		val := v.Get(k)
+		if k == "etcd.endpoints" { // a list, whether from the file or env/flags
+			val = splitEndpoints(v.GetStringSlice(k))
+		}
 		if SecretKeys[k] {
 			if s := v.GetString(k); s != "" {
 				val = "<redacted>"
