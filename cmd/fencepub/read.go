@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,15 +10,16 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/reader"
 	"github.com/spf13/cobra"
 )
 
 // newReadCmd builds `fencepub read`.
 func newReadCmd() *cobra.Command {
 	var (
-		resource, out string
-		serializable  bool
-		timeout       time.Duration
+		resource, out  string
+		serializable   bool
+		timeout, stall time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "read --resource R [--out FILE]",
@@ -37,13 +39,14 @@ after writing them, so a consumer of stdout must check the exit code.
 	cmd.Flags().StringVar(&resource, "resource", "", "resource name (required)")
 	cmd.Flags().StringVar(&out, "out", "", "write to FILE (atomically, after verification) instead of stdout")
 	cmd.Flags().BoolVar(&serializable, "serializable", false, "read the pointer from the local etcd member without a quorum round")
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline for the whole read, transfer included (0: none; a stalled store then waits until interrupted)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline for the whole read, transfer included (0: none)")
+	cmd.Flags().DurationVar(&stall, "stall-timeout", time.Minute, "give up (exit 115) when the store sends no bytes for this long (0: wait for ever)")
 	_ = cmd.MarkFlagRequired("resource")
 	addConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
-		if timeout < 0 {
-			return exitcode.Usagef("--timeout %s: want a positive duration, or 0 for none", timeout)
+		if timeout < 0 || stall < 0 {
+			return exitcode.Usagef("--timeout %s, --stall-timeout %s: want positive durations, or 0 for none", timeout, stall)
 		}
 		ctx := c.Context()
 		if timeout > 0 {
@@ -51,6 +54,8 @@ after writing them, so a consumer of stdout must check the exit code.
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
+		ctx, guard := newStallGuard(ctx, stall)
+		defer guard.stop()
 		if out != "" && out != "-" {
 			if err := checkOutPath(out); err != nil {
 				return err
@@ -63,17 +68,18 @@ after writing them, so a consumer of stdout must check the exit code.
 		defer env.Close()
 		body, err := r.Open(ctx)
 		if err != nil {
-			return readerExit(err)
+			return readerExit(guard.explain(err))
 		}
 		defer body.Close()
 		var n int64
+		src := guard.reader(body)
 		if out == "" || out == "-" {
-			n, err = io.Copy(c.OutOrStdout(), body)
+			n, err = io.Copy(c.OutOrStdout(), src)
 		} else {
-			n, err = copyToFile(out, body)
+			n, err = copyToFile(out, src)
 		}
 		if err != nil {
-			return readerExit(err)
+			return readerExit(guard.explain(err))
 		}
 		fmt.Fprintf(c.ErrOrStderr(), "fencepub: read %s at %s: %d bytes, sha256 %s verified\n",
 			resource, body.Pointer.Version, n, body.Pointer.Object.SHA256)
@@ -120,3 +126,63 @@ func copyToFile(path string, r io.Reader) (int64, error) {
 	}
 	return n, err
 }
+
+// stallGuard cancels a read's context when no byte arrived for its period
+// (the store stopped sending, or never answered): minio-go bounds the wait
+// for response headers but not a body that stops mid-way. A zero period
+// guards nothing.
+type stallGuard struct {
+	period time.Duration
+	timer  *time.Timer // nil when period is 0
+	cancel context.CancelCauseFunc
+	ctx    context.Context
+}
+
+// errStalled is the cancellation cause of a stalled read (exit 115).
+var errStalled = fmt.Errorf("%w: the object store sent no bytes", reader.ErrUnavailable)
+
+// newStallGuard returns ctx under a guard whose period starts now.
+func newStallGuard(ctx context.Context, period time.Duration) (context.Context, *stallGuard) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	g := &stallGuard{period: period, cancel: cancel, ctx: ctx}
+	if period > 0 {
+		g.timer = time.AfterFunc(period, func() { cancel(fmt.Errorf("%w for %s (--stall-timeout)", errStalled, period)) })
+	}
+	return ctx, g
+}
+
+// reader passes r through. From now on only the time spent waiting inside
+// r.Read counts (each Read restarts the period; time spent writing the
+// bytes out, to a slow consumer, does not).
+func (g *stallGuard) reader(r io.Reader) io.Reader {
+	if g.timer == nil {
+		return r
+	}
+	g.timer.Stop()
+	return readerFunc(func(p []byte) (int, error) {
+		g.timer.Reset(g.period)
+		n, err := r.Read(p)
+		g.timer.Stop()
+		return n, err
+	})
+}
+
+// explain returns the stall as the error when it is what ended the read.
+func (g *stallGuard) explain(err error) error {
+	if cause := context.Cause(g.ctx); errors.Is(cause, errStalled) {
+		return cause
+	}
+	return err
+}
+
+func (g *stallGuard) stop() {
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.cancel(nil)
+}
+
+// readerFunc is an io.Reader made of a function.
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

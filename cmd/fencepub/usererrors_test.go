@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencepub/fencepub/internal/faultproxy"
 )
 
 // Mistakes a user makes are exit 2 with a message naming what to fix, and
@@ -80,5 +83,48 @@ func TestUserMistakes(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Fatalf("read left files behind in %s: %v", dir, entries)
+	}
+}
+
+// A store that stops sending: `read` gives up after --stall-timeout with
+// exit 115 and says why, instead of waiting for ever (minio-go bounds the
+// wait for headers, not a body that stops).
+func TestReadStalledStore(t *testing.T) {
+	conn, _, m := cliStack(t, "stall")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	body := filepath.Join(t.TempDir(), "body")
+	if err := os.WriteFile(body, bytes.Repeat([]byte("published "), 400_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := publishCLI(t, ctx, "", append([]string{"publish", "--resource", "r", "--owner", "me", "--ttl", "5s", "--key", "k", "--file", body}, conn...)...); code != 0 {
+		t.Fatalf("publish: exit %d: %s", code, errs)
+	}
+	px, err := faultproxy.Start(m.Config.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	read := append([]string{"read", "--resource", "r", "--stall-timeout", "1s"}, append(conn, "--s3-endpoint", px.Addr())...)
+	for _, tc := range []struct {
+		name   string
+		faults faultproxy.Faults
+	}{
+		{"no answer at all", faultproxy.Faults{DropDownstream: true}},
+		{"stops after 1 MiB of a 4 MB body", faultproxy.Faults{StallDownstreamAfter: 1 << 20}},
+	} {
+		px.Set(tc.faults)
+		start := time.Now()
+		out, errs, code := publishCLI(t, ctx, "", read...)
+		if took := time.Since(start); code != 115 || !strings.Contains(errs, "sent no bytes") || took > 20*time.Second {
+			t.Fatalf("%s: exit %d after %s, %q; want 115 within seconds, naming the stall", tc.name, code, took, errs)
+		}
+		if tc.faults.StallDownstreamAfter > 0 && len(out) == 0 {
+			t.Fatalf("%s: no bytes reached stdout; the stall was not mid-body", tc.name)
+		}
+	}
+	px.Set(faultproxy.Faults{})
+	if out, errs, code := publishCLI(t, ctx, "", read...); code != 0 || len(out) != 4_000_000 {
+		t.Fatalf("read through the healed proxy: exit %d, %d bytes (%s)", code, len(out), errs)
 	}
 }

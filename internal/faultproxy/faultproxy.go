@@ -33,6 +33,10 @@ type Faults struct {
 	DropUpstream bool
 	// DropDownstream discards server→client bytes; the connections stay open.
 	DropDownstream bool
+	// StallDownstreamAfter, when positive, forwards that many server→client
+	// bytes (counted from Set, whole chunks) and discards the rest: a
+	// server that stops sending in the middle of a response.
+	StallDownstreamAfter int64
 	// Latency delays every forwarded chunk, in both directions.
 	Latency time.Duration
 	// Refuse closes newly accepted connections at once (with a reset).
@@ -61,6 +65,7 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	faults Faults
+	passed int64 // server→client bytes forwarded since Set (StallDownstreamAfter)
 	conns  map[*link]struct{}
 	stats  Stats
 	drop   *dropPlan // armed by DropResponse; nil when idle
@@ -104,7 +109,7 @@ func (p *Proxy) URL() string { return "http://" + p.Addr() }
 // Set installs f for every connection, open or new, from now on.
 func (p *Proxy) Set(f Faults) {
 	p.mu.Lock()
-	p.faults = f
+	p.faults, p.passed = f, 0
 	p.mu.Unlock()
 }
 
@@ -286,7 +291,11 @@ func (p *Proxy) account(up bool, n int) (drop bool, latency time.Duration) {
 		}
 	} else {
 		p.stats.BytesDown += int64(n)
-		drop = f.DropDownstream || p.drop != nil && p.drop.fired
+		drop = f.DropDownstream || p.drop != nil && p.drop.fired ||
+			f.StallDownstreamAfter > 0 && p.passed >= f.StallDownstreamAfter
+		if !drop {
+			p.passed += int64(n)
+		}
 		if drop {
 			p.stats.DroppedDown += int64(n)
 		}
