@@ -139,8 +139,9 @@ func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cliEnv, 
 	}
 	done := func() {
 		// Close stops renewing and releases the grant (with its own bounded
-		// context, so a cancelled command still releases).
-		if err := sess.Close(); err != nil {
+		// context, so a cancelled command still releases). A grant already
+		// gone (released by an interrupted session, expired) needs nothing.
+		if err := sess.Close(); err != nil && !errors.Is(err, authority.ErrLeaseLost) {
 			env.Log.Warn("release after publish failed; the lease expires by itself", "resource", gr.Resource, "generation", gr.Generation, "err", err)
 		}
 	}
