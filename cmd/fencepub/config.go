@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -51,6 +52,13 @@ func addConnFlags(cmd *cobra.Command) {
 // loadViper builds the command's own viper: defaults, FENCEPUB_* env, the
 // config file and the flags the user set (flag > env > file > default).
 func loadViper(cmd *cobra.Command) (*viper.Viper, error) {
+	v, _, err := loadViperFile(cmd)
+	return v, err
+}
+
+// loadViperFile is loadViper, also returning the config file read ("" when
+// none was found).
+func loadViperFile(cmd *cobra.Command) (*viper.Viper, string, error) {
 	v := config.NewViper()
 	flags := cmd.Flags()
 	bind := func(name, key string) {
@@ -66,10 +74,11 @@ func loadViper(cmd *cobra.Command) (*viper.Viper, error) {
 	if fl := flags.Lookup("config"); fl != nil {
 		path = fl.Value.String()
 	}
-	if _, err := config.ReadFile(v, path); err != nil {
-		return nil, exitcode.With(exitcode.Usage, err)
+	used, err := config.ReadFile(v, path)
+	if err != nil {
+		return nil, "", exitcode.With(exitcode.Usage, err)
 	}
-	return v, nil
+	return v, used, nil
 }
 
 // cliEnv holds the live clients a command built from its configuration.
@@ -91,13 +100,19 @@ const etcdProbeTimeout = 3 * time.Second
 // with 115 (unavailable), and so does an etcd that does not answer a
 // serializable read within etcdProbeTimeout.
 func openEnv(cmd *cobra.Command) (*cliEnv, error) {
-	v, err := loadViper(cmd)
+	v, used, err := loadViperFile(cmd)
 	if err != nil {
 		return nil, err
 	}
 	cfg, err := config.Load(v)
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	if used == "" && !cmd.Flags().Changed("domain") && os.Getenv("FENCEPUB_NAMESPACE_DOMAIN") == "" {
+		// A command run away from its config file would otherwise look at
+		// the default domain and report, say, "nothing published".
+		fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: no config file (./fencepub.yaml, ~/.config/fencepub/fencepub.yaml; --config); using domain %q of prefix %q at %s\n",
+			cfg.Namespace.Domain, cfg.Namespace.Prefix, strings.Join(cfg.Etcd.Endpoints, ","))
 	}
 	ns, _ := cfg.NS() // validated by Load
 	cli, err := cfg.EtcdClient()

@@ -81,6 +81,18 @@ func TestUserMistakes(t *testing.T) {
 	if out, errs, code := publishCLI(t, ctx, "", append([]string{"read", "--resource", "r", "--timeout", "30s"}, conn...)...); code != 0 || out != "hello" {
 		t.Fatalf("read --timeout 30s: exit %d, %q (%s); want the object", code, out, errs)
 	}
+	// Away from any config file and without --domain, a command says which
+	// domain it looks at (the published "r" lives in d1, not "default").
+	t.Setenv("HOME", t.TempDir())
+	var noDomain []string
+	for i := 0; i < len(conn); i += 2 {
+		if conn[i] != "--domain" {
+			noDomain = append(noDomain, conn[i], conn[i+1])
+		}
+	}
+	if _, errs, _ := publishCLI(t, ctx, "", append([]string{"pointer", "--resource", "r"}, noDomain...)...); !strings.Contains(errs, `no config file`) || !strings.Contains(errs, `domain "default"`) {
+		t.Fatalf("pointer without a config file or --domain: stderr %q; want a note naming the default domain", errs)
+	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Fatalf("read left files behind in %s: %v", dir, entries)
 	}
