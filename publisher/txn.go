@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
@@ -265,15 +266,22 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 		return Result{}, fmt.Errorf("%w: domain %q has no epoch (run the authority's init)", ErrNotInitialized, c.ns.Domain)
 	}
 	if string(ekv.Value) != layout.EncodeNumber(v.Epoch) {
-		return stale(ReasonEpoch, "the current epoch is %q", ekv.Value)
+		current := string(ekv.Value)
+		if e, err := layout.DecodeNumber(current); err == nil {
+			current = strconv.FormatUint(e, 10)
+		}
+		return stale(ReasonEpoch, "the current epoch is %s, the version's %d", current, v.Epoch)
 	}
 	want := layout.GrantRecordValue(v.Epoch, t.Owner)
 	if g := kv(resp, elseGrant); g == nil || string(g.Value) != want {
-		got := "no grant record"
+		got := "has no grant record"
 		if g != nil {
-			got = fmt.Sprintf("grant record %q", g.Value)
+			got = fmt.Sprintf("has a grant record %q", g.Value)
+			if e, owner, err := layout.ParseGrantRecord(string(g.Value)); err == nil {
+				got = fmt.Sprintf("was granted to owner %q in epoch %d", owner, e)
+			}
 		}
-		return stale(ReasonGrant, "fence %d has %s; want %q", v.Fence, got, want)
+		return stale(ReasonGrant, "fence %d %s; this publish needs it granted to owner %q in epoch %d", v.Fence, got, t.Owner, v.Epoch)
 	}
 	if p, ok := prev(v); ok && t.Contiguous && ptr.Version.Less(p) {
 		return stale(ReasonGap, "contiguous mode: the pointer is at %s, not at the previous seq %s", ptr.Version, p)
