@@ -13,7 +13,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -54,30 +54,13 @@ func (e *env) mustNoUploads(res string) {
 	}
 }
 
-// leakedGoroutines waits up to 5 s for goroutines whose stacks mention one
-// of the frames to end and returns those left.
-func leakedGoroutines(frames ...string) string {
-	var left string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		buf := make([]byte, 8<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		left = ""
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "TestAttack") && strings.Contains(g, "goroutine") && strings.Contains(g, "testing.tRunner") {
-				continue
-			}
-			for _, f := range frames {
-				if strings.Contains(g, f) {
-					left += g + "\n\n"
-					break
-				}
-			}
-		}
-		if left == "" {
-			return ""
-		}
+// mustNoWriterGoroutines fails t when an object write's goroutines are
+// still running 5 s after it returned.
+func mustNoWriterGoroutines(t *testing.T) {
+	t.Helper()
+	if left := testenv.Leaked("publisher.(*Client).putMultipart", "publisher.(*Client).putStream"); left != "" {
+		t.Fatalf("goroutines left:\n%s", left)
 	}
-	return left
 }
 
 func randBytes(n int) []byte {
@@ -200,9 +183,7 @@ func TestAttackBodyErrors(t *testing.T) {
 		}
 	}
 	e.mustNoUploads("r")
-	if left := leakedGoroutines("publisher.(*Client).putMultipart", "publisher.(*Client).putStream"); left != "" {
-		t.Fatalf("goroutines left:\n%s", left)
-	}
+	mustNoWriterGoroutines(t)
 }
 
 // An *os.File that grows or shrinks while it is being published (its length
@@ -417,9 +398,7 @@ func TestAttackStalledStore(t *testing.T) {
 	for u := range e.Store.Client.ListIncompleteUploads(ctx, e.Store.Bucket, e.NS.ObjectsPrefix("r"), true) {
 		t.Logf("incomplete upload after a stalled store (left for GC): %s %v", u.Key, u.Err)
 	}
-	if left := leakedGoroutines("publisher.(*Client).putMultipart", "publisher.(*Client).putStream"); left != "" {
-		t.Fatalf("goroutines left:\n%s", left)
-	}
+	mustNoWriterGoroutines(t)
 }
 
 // progressReader yields n random bytes and calls at once after it has
@@ -479,9 +458,7 @@ func TestAttackCancelMidUpload(t *testing.T) {
 		t.Logf("%s: %v, %s after start, %s after the cancel", tc.name, err, time.Since(start).Round(time.Millisecond), time.Since(cancelled).Round(time.Millisecond))
 	}
 	e.mustNoUploads("r")
-	if left := leakedGoroutines("publisher.(*Client).putMultipart", "publisher.(*Client).putStream"); left != "" {
-		t.Fatalf("goroutines left:\n%s", left)
-	}
+	mustNoWriterGoroutines(t)
 }
 
 // A body whose Read blocks (a stalled pipe or slow client) holds Publish
@@ -532,9 +509,7 @@ func TestAttackBlockedBodyIgnoresContext(t *testing.T) {
 			t.Fatalf("%s: Publish still blocked after the body failed", tc.name)
 		}
 	}
-	if left := leakedGoroutines("publisher.(*Client).putMultipart", "publisher.(*Client).putStream"); left != "" {
-		t.Fatalf("goroutines left:\n%s", left)
-	}
+	mustNoWriterGoroutines(t)
 }
 
 // A regular file whose Stat size is not its length (procfs, sysfs, some

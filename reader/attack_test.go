@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,24 +41,23 @@ func checkBody(b *Body) error {
 	return nil
 }
 
-// leaked waits up to 5 s for goroutines whose stacks mention frame to end
-// and returns them.
-func leaked(frame string) string {
-	var left []string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		buf := make([]byte, 8<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		left = left[:0]
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, frame) {
-				left = append(left, g)
-			}
-		}
-		if len(left) == 0 {
-			return ""
+// publishWhileReading publishes k001..k<n> (bodies atkBody) while the
+// readers in wg run, then calls stop, waits for them and reports every
+// error they sent on errs.
+func (e *env) publishWhileReading(ctx context.Context, n int, stop func(), wg *sync.WaitGroup, errs chan error) {
+	e.t.Helper()
+	for i := 1; i <= n; i++ {
+		key := fmt.Sprintf("k%03d", i)
+		if _, err := e.pub.Publish(ctx, publisher.Operation{IdempotencyKey: key, Body: strings.NewReader(atkBody(key))}); err != nil {
+			e.t.Fatal(err)
 		}
 	}
-	return strings.Join(left, "\n\n")
+	stop()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		e.t.Error(err)
+	}
 }
 
 // Several goroutines Open (and read to EOF through WriteTo) one Reader while
@@ -119,18 +117,7 @@ func TestAttackConcurrentOpensWhilePointerMoves(t *testing.T) {
 			}
 		})
 	}
-	for i := 1; i <= publishes; i++ {
-		key := fmt.Sprintf("k%03d", i)
-		if _, err := e.pub.Publish(ctx, publisher.Operation{IdempotencyKey: key, Body: strings.NewReader(atkBody(key))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stop.Store(true)
-	wg.Wait()
-	close(firstErr)
-	for err := range firstErr {
-		t.Error(err)
-	}
+	e.publishWhileReading(ctx, publishes, func() { stop.Store(true) }, &wg, firstErr)
 	t.Logf("%d opens during %d publishes; %d spurious ErrWentBack", opens.Load(), publishes, wentBack.Load())
 }
 
@@ -179,19 +166,7 @@ func TestAttackWatchAndOpenShareReader(t *testing.T) {
 			}
 		})
 	}
-	for i := 1; i <= publishes; i++ {
-		key := fmt.Sprintf("k%03d", i)
-		if _, err := e.pub.Publish(ctx, publisher.Operation{IdempotencyKey: key, Body: strings.NewReader(atkBody(key))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stop.Store(true)
-	cancel()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	e.publishWhileReading(ctx, publishes, func() { stop.Store(true); cancel() }, &wg, errs)
 	t.Logf("%d opens alongside a watch during %d publishes; %d spurious ErrWentBack", opens.Load(), publishes, wentBack.Load())
 }
 
@@ -350,7 +325,7 @@ func TestAttackEtcdUnreachableDuringSpeculation(t *testing.T) {
 	if err := checkBody(must(r.OpenPointer(ctx, p1))); err != nil {
 		t.Fatalf("OpenPointer with etcd unreachable: %v", err)
 	}
-	if left := leaked("reader.(*Reader).open"); left != "" {
+	if left := testenv.Leaked("reader.(*Reader).open"); left != "" {
 		t.Fatalf("goroutines left:\n%s", left)
 	}
 	px.Set(faultproxy.Faults{})
