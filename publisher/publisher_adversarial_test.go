@@ -371,17 +371,7 @@ func TestAdversarialSeqBounds(t *testing.T) {
 // publisher Client whose object store goes through it (PartSize 5 MiB).
 func (e *env) proxiedStore() (*faultproxy.Proxy, *Client, *objstore.Store) {
 	e.t.Helper()
-	cfg := testenv.Get(e.t).MinIO.Config
-	px, err := faultproxy.Start(cfg.Endpoint)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = px.Close() })
-	cfg.Endpoint = px.Addr()
-	st, err := objstore.New(cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	px, st := testenv.Get(e.t).StoreProxy(e.t)
 	return px, e.client(e.Etcd, func(c *Config) { c.Store = st; c.PartSize = MinPartSize }), st
 }
 

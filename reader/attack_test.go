@@ -18,7 +18,6 @@ import (
 
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
@@ -338,17 +337,7 @@ func TestAttackEtcdUnreachableDuringSpeculation(t *testing.T) {
 func TestAttackSpeculationReleasesConnections(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
-	cfg := testenv.Get(t).MinIO.Config
-	spx, err := faultproxy.Start(cfg.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer spx.Close()
-	cfg.Endpoint = spx.Addr()
-	st, err := objstore.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	spx, st := testenv.Get(t).StoreProxy(t)
 	big := make([]byte, 4<<20) // larger than socket buffers: an unread body holds its connection
 	_, _ = rand.Read(big)
 	if _, err := e.pub.Publish(ctx, publisher.Operation{IdempotencyKey: "k0", Body: bytes.NewReader(big)}); err != nil {

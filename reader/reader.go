@@ -96,6 +96,13 @@ type Config struct {
 	// instead of a wait as long as the caller's context (the etcd client
 	// waits for a connection indefinitely). Default DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// StallTimeout, when positive, ends an object read that receives no
+	// byte for that long — no response to the GET, or a body that stops —
+	// with ErrUnavailable; only the time spent waiting inside Read counts,
+	// not the caller's pauses between reads. minio-go bounds the wait for
+	// response headers, never a body that stops. 0 waits as long as the
+	// caller's context.
+	StallTimeout time.Duration
 }
 
 // Reader reads one resource's published state. It is safe for concurrent
@@ -123,6 +130,8 @@ func New(cfg Config, resource string) (*Reader, error) {
 		return nil, fmt.Errorf("%w: negative OpenRetries", ErrInvalid)
 	case cfg.RequestTimeout < 0:
 		return nil, fmt.Errorf("%w: negative RequestTimeout", ErrInvalid)
+	case cfg.StallTimeout < 0:
+		return nil, fmt.Errorf("%w: negative StallTimeout", ErrInvalid)
 	}
 	if err := layout.ValidateResource(resource, false); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -231,6 +240,7 @@ type Body struct {
 	n       int64
 	err     error              // sticky result once the end is reached
 	cancel  context.CancelFunc // ends a speculative GET's context; nil otherwise
+	stall   *stallTimer        // nil without Config.StallTimeout
 }
 
 // Open returns the current published object's body. It reads the pointer,
@@ -346,20 +356,86 @@ func (r *Reader) open(ctx context.Context, ptr layout.Pointer) (*Body, error) {
 			return nil, fmt.Errorf("reader: ETag %q: %w", ptr.Object.ETag, err)
 		}
 	}
+	ctx, st := newStallTimer(ctx, r.cfg.StallTimeout)
 	core := minio.Core{Client: r.cfg.Store.Client}
 	obj, info, _, err := core.GetObject(ctx, ptr.Object.Bucket, ptr.Object.Key, opts)
 	if err != nil {
+		serr := st.explain(err)
+		st.end()
+		if serr != err {
+			return nil, fmt.Errorf("reader: get %s/%s: %w", ptr.Object.Bucket, ptr.Object.Key, serr)
+		}
 		return nil, r.objectErr(ptr, err)
 	}
+	st.pause()
 	if info.Size != ptr.Object.Size {
 		_ = obj.Close()
+		st.end()
 		return nil, fmt.Errorf("%w: %s holds %d bytes; the pointer %s says %d",
 			ErrDigestMismatch, ptr.Object.Key, info.Size, ptr.Version, ptr.Object.Size)
 	}
 	r.mu.Lock()
 	r.opened = ptr
 	r.mu.Unlock()
-	return &Body{Pointer: ptr, obj: obj, h: sha256.New()}, nil
+	return &Body{Pointer: ptr, obj: obj, h: sha256.New(), stall: st}, nil
+}
+
+// stallTimer cancels an object read's context when it waits longer than
+// its period for bytes (Config.StallTimeout). A nil *stallTimer (no
+// timeout) does nothing.
+type stallTimer struct {
+	period time.Duration
+	timer  *time.Timer
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// errStalled is the cancellation cause of a stalled read.
+var errStalled = errors.New("the object store sent no bytes")
+
+// newStallTimer returns ctx under a stall timer running from now, or ctx
+// and nil when period is 0.
+func newStallTimer(ctx context.Context, period time.Duration) (context.Context, *stallTimer) {
+	if period <= 0 {
+		return ctx, nil
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	st := &stallTimer{period: period, ctx: ctx, cancel: cancel}
+	st.timer = time.AfterFunc(period, func() {
+		cancel(fmt.Errorf("%w: %w for %s (Config.StallTimeout)", ErrUnavailable, errStalled, period))
+	})
+	return ctx, st
+}
+
+// wait restarts the period (a Read starts waiting); pause stops it.
+func (st *stallTimer) wait() {
+	if st != nil {
+		st.timer.Reset(st.period)
+	}
+}
+
+func (st *stallTimer) pause() {
+	if st != nil {
+		st.timer.Stop()
+	}
+}
+
+// explain returns the stall as the error when it is what ended the read.
+func (st *stallTimer) explain(err error) error {
+	if st != nil {
+		if cause := context.Cause(st.ctx); errors.Is(cause, errStalled) {
+			return cause
+		}
+	}
+	return err
+}
+
+// end stops the timer and releases the context.
+func (st *stallTimer) end() {
+	if st != nil {
+		st.timer.Stop()
+		st.cancel(nil)
+	}
 }
 
 // objectErr classifies a GET error of ptr's object.
@@ -393,7 +469,9 @@ func (b *Body) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
+	b.stall.wait()
 	n, err := b.obj.Read(p)
+	b.stall.pause()
 	b.h.Write(p[:n])
 	b.n += int64(n)
 	if b.n > b.Pointer.Object.Size {
@@ -409,6 +487,10 @@ func (b *Body) Read(p []byte) (int, error) {
 		return n, b.err
 	}
 	if err != nil {
+		if serr := b.stall.explain(err); serr != err {
+			b.err = fmt.Errorf("reader: read %s: %w", b.Pointer.Object.Key, serr)
+			return n, b.err
+		}
 		b.err = fmt.Errorf("reader: read %s: %w", b.Pointer.Object.Key, objstore.Classify(err))
 		return n, b.err
 	}
@@ -459,6 +541,7 @@ func (b *Body) Close() error {
 	if b.cancel != nil {
 		defer b.cancel()
 	}
+	defer b.stall.end()
 	return b.obj.Close()
 }
 

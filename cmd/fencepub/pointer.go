@@ -29,13 +29,14 @@ type pointerOutput struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// openReader connects and builds a Reader of resource.
-func openReader(cmd *cobra.Command, resource string, serializable bool) (*reader.Reader, *cliEnv, error) {
+// openReader connects and builds a Reader of resource (stall: its
+// Config.StallTimeout; pointer reads need none).
+func openReader(cmd *cobra.Command, resource string, serializable bool, stall time.Duration) (*reader.Reader, *cliEnv, error) {
 	env, err := openEnv(cmd)
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := reader.New(reader.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log, Serializable: serializable}, resource)
+	r, err := reader.New(reader.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log, Serializable: serializable, StallTimeout: stall}, resource)
 	if err != nil {
 		env.Close()
 		return nil, nil, readerExit(err)
@@ -88,7 +89,7 @@ been published. The read is linearizable unless --serializable.
 		if err := positive("timeout", timeout); err != nil {
 			return err
 		}
-		r, env, err := openReader(c, resource, serializable)
+		r, env, err := openReader(c, resource, serializable, 0)
 		if err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/reader"
 	"github.com/spf13/cobra"
 )
 
@@ -54,32 +52,29 @@ after writing them, so a consumer of stdout must check the exit code.
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
-		ctx, guard := newStallGuard(ctx, stall)
-		defer guard.stop()
 		if out != "" && out != "-" {
 			if err := checkOutPath(out); err != nil {
 				return err
 			}
 		}
-		r, env, err := openReader(c, resource, serializable)
+		r, env, err := openReader(c, resource, serializable, stall)
 		if err != nil {
 			return err
 		}
 		defer env.Close()
 		body, err := r.Open(ctx)
 		if err != nil {
-			return readerExit(guard.explain(err))
+			return readerExit(err)
 		}
 		defer body.Close()
 		var n int64
-		src := guard.reader(body)
 		if out == "" || out == "-" {
-			n, err = io.Copy(c.OutOrStdout(), src)
+			n, err = io.Copy(c.OutOrStdout(), body)
 		} else {
-			n, err = copyToFile(out, src)
+			n, err = copyToFile(out, body)
 		}
 		if err != nil {
-			return readerExit(guard.explain(err))
+			return readerExit(err)
 		}
 		fmt.Fprintf(c.ErrOrStderr(), "fencepub: read %s at %s: %d bytes, sha256 %s verified\n",
 			resource, body.Pointer.Version, n, body.Pointer.Object.SHA256)
@@ -126,63 +121,3 @@ func copyToFile(path string, r io.Reader) (int64, error) {
 	}
 	return n, err
 }
-
-// stallGuard cancels a read's context when no byte arrived for its period
-// (the store stopped sending, or never answered): minio-go bounds the wait
-// for response headers but not a body that stops mid-way. A zero period
-// guards nothing.
-type stallGuard struct {
-	period time.Duration
-	timer  *time.Timer // nil when period is 0
-	cancel context.CancelCauseFunc
-	ctx    context.Context
-}
-
-// errStalled is the cancellation cause of a stalled read (exit 115).
-var errStalled = fmt.Errorf("%w: the object store sent no bytes", reader.ErrUnavailable)
-
-// newStallGuard returns ctx under a guard whose period starts now.
-func newStallGuard(ctx context.Context, period time.Duration) (context.Context, *stallGuard) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	g := &stallGuard{period: period, cancel: cancel, ctx: ctx}
-	if period > 0 {
-		g.timer = time.AfterFunc(period, func() { cancel(fmt.Errorf("%w for %s (--stall-timeout)", errStalled, period)) })
-	}
-	return ctx, g
-}
-
-// reader passes r through. From now on only the time spent waiting inside
-// r.Read counts (each Read restarts the period; time spent writing the
-// bytes out, to a slow consumer, does not).
-func (g *stallGuard) reader(r io.Reader) io.Reader {
-	if g.timer == nil {
-		return r
-	}
-	g.timer.Stop()
-	return readerFunc(func(p []byte) (int, error) {
-		g.timer.Reset(g.period)
-		n, err := r.Read(p)
-		g.timer.Stop()
-		return n, err
-	})
-}
-
-// explain returns the stall as the error when it is what ended the read.
-func (g *stallGuard) explain(err error) error {
-	if cause := context.Cause(g.ctx); errors.Is(cause, errStalled) {
-		return cause
-	}
-	return err
-}
-
-func (g *stallGuard) stop() {
-	if g.timer != nil {
-		g.timer.Stop()
-	}
-	g.cancel(nil)
-}
-
-// readerFunc is an io.Reader made of a function.
-type readerFunc func([]byte) (int, error)
-
-func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

@@ -40,7 +40,7 @@ versions were printed.
 		if count < 0 {
 			return exitcode.Usagef("--count %d: want 0 (run until interrupted) or more", count)
 		}
-		r, env, err := openReader(c, resource, false)
+		r, env, err := openReader(c, resource, false, 0)
 		if err != nil {
 			return err
 		}

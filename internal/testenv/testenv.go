@@ -121,6 +121,25 @@ func (s *Shared) EtcdProxy(t testing.TB) (*faultproxy.Proxy, *clientv3.Client) {
 	return px, cli
 }
 
+// StoreProxy starts a fault proxy in front of the shared MinIO and returns
+// it with a Store of the shared bucket that reaches MinIO only through it.
+// The proxy is closed when t ends. It fails t if either cannot be made.
+func (s *Shared) StoreProxy(t testing.TB) (*faultproxy.Proxy, *objstore.Store) {
+	t.Helper()
+	cfg := s.MinIO.Config
+	px, err := faultproxy.Start(cfg.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+	cfg.Endpoint = px.Addr()
+	st, err := objstore.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return px, st
+}
+
 // Store returns a Store of the shared MinIO's bucket.
 func (s *Shared) Store(t testing.TB) *objstore.Store {
 	t.Helper()

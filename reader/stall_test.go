@@ -1,0 +1,71 @@
+package reader
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/faultproxy"
+	"github.com/fencepub/fencepub/internal/testenv"
+)
+
+// Config.StallTimeout ends a read that gets no byte for that long — no
+// answer to the GET, or a body that stops — with ErrUnavailable, while the
+// caller's own pauses between reads (longer than the timeout) do not count.
+func TestStallTimeout(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	body := strings.Repeat("0123456789", 400_000) // 4 MB
+	e.publish("k1", body)
+	px, st := testenv.Get(t).StoreProxy(t)
+	const stall = 500 * time.Millisecond
+	r := e.reader(e.Etcd, func(c *Config) { c.Store, c.StallTimeout = st, stall })
+
+	// Healthy, read slowly: pauses of 2x the timeout between reads.
+	b, err := r.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	buf := make([]byte, 1<<20)
+	for {
+		n, err := b.Read(buf)
+		got.Write(buf[:n])
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("slow but healthy read: %v", err)
+		}
+		time.Sleep(2 * stall)
+	}
+	b.Close()
+	if got.String() != body {
+		t.Fatalf("slow read got %d bytes", got.Len())
+	}
+
+	for _, tc := range []struct {
+		name   string
+		faults faultproxy.Faults
+	}{
+		{"no answer", faultproxy.Faults{DropDownstream: true}},
+		{"body stops after 1 MiB", faultproxy.Faults{StallDownstreamAfter: 1 << 20}},
+	} {
+		px.Set(tc.faults)
+		start := time.Now()
+		b, err := r.OpenPointer(ctx, b.Pointer)
+		if err == nil {
+			_, err = io.Copy(io.Discard, b)
+			b.Close()
+		}
+		if took := time.Since(start); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "sent no bytes") || took > 10*time.Second {
+			t.Fatalf("%s: %v after %s; want ErrUnavailable naming the stall within seconds", tc.name, err, took)
+		}
+	}
+	if _, err := New(Config{Namespace: e.NS, Etcd: e.Etcd, StallTimeout: -time.Second}, res); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative StallTimeout: %v, want ErrInvalid", err)
+	}
+}
