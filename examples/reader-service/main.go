@@ -40,11 +40,13 @@ func main() {
 		cfgPath, listen string
 		resources       resourceList
 		cacheBytes      int64
+		stall           time.Duration
 	)
 	flag.StringVar(&cfgPath, "config", "", "fencepub config file (default ./fencepub.yaml)")
 	flag.Var(&resources, "resource", "resource to follow; repeatable, or comma-separated (required)")
 	flag.StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP listen address")
 	flag.Int64Var(&cacheBytes, "cache-bytes", 8<<20, "objects up to this size (bytes) are kept in memory")
+	flag.DurationVar(&stall, "stall-timeout", time.Minute, "end a streamed response when the store sends no byte for this long (0: never)")
 	flag.Parse()
 	if len(resources) == 0 {
 		fmt.Fprintln(os.Stderr, "reader-service: --resource is required")
@@ -52,7 +54,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfgPath, resources, listen, cacheBytes); err != nil {
+	if err := run(ctx, cfgPath, resources, listen, cacheBytes, stall); err != nil {
 		fmt.Fprintln(os.Stderr, "reader-service:", err)
 		os.Exit(1)
 	}
@@ -73,7 +75,7 @@ func (l *resourceList) Set(v string) error {
 	return nil
 }
 
-func run(ctx context.Context, cfgPath string, resources []string, listen string, cacheBytes int64) error {
+func run(ctx context.Context, cfgPath string, resources []string, listen string, cacheBytes int64, stall time.Duration) error {
 	conn, err := config.Connect(cfgPath)
 	if err != nil {
 		return err
@@ -82,7 +84,7 @@ func run(ctx context.Context, cfgPath string, resources []string, listen string,
 	ns, cli, store := conn.NS, conn.Etcd, conn.Store
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	reg := prometheus.NewRegistry()
-	svc, err := newService(reader.Config{Namespace: ns, Etcd: cli, Store: store, Logger: log}, resources, cacheBytes, reg, log)
+	svc, err := newService(reader.Config{Namespace: ns, Etcd: cli, Store: store, Logger: log, StallTimeout: stall}, resources, cacheBytes, reg, log)
 	if err != nil {
 		return err
 	}
