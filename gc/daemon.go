@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -162,13 +163,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case errors.Is(err, authority.ErrUnavailable):
 			// The grant may exist: retry with the same request id.
 			d.log.Warn("gc daemon: acquiring the GC lease", "err", err)
-			sleepCtx(ctx, backoff)
+			wait.Sleep(ctx, backoff)
 			backoff = min(2*backoff, 5*time.Second)
 			continue
 		case err != nil:
 			d.log.Warn("gc daemon: acquiring the GC lease", "err", err)
 			requestID = ""
-			sleepCtx(ctx, backoff)
+			wait.Sleep(ctx, backoff)
 			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
@@ -271,14 +272,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

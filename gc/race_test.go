@@ -17,6 +17,7 @@ import (
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/minio/minio-go/v7"
@@ -65,7 +66,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for _, at := range []time.Duration{time.Second, 4500 * time.Millisecond} {
-			sleepCtx(ctx, time.Until(start.Add(at)))
+			wait.Sleep(ctx, time.Until(start.Add(at)))
 			if ctx.Err() != nil {
 				return
 			}
@@ -152,7 +153,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 			}
 			// Compute for a while first: the previous term's lost object
 			// stays in flight of an expired grant meanwhile (abandoned).
-			sleepCtx(ctx, time.Second)
+			wait.Sleep(ctx, time.Second)
 			for k := range 3 {
 				if k == 2 {
 					px.Set(faultproxy.Faults{DropUpstream: true})

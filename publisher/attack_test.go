@@ -595,12 +595,7 @@ var _ = objstore.ErrExists
 func TestAttackContiguousAfterBodyError(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
-	term := GrantTerm(e.acquire(authority.AcquireRequest{Resource: "counter", Owner: "w"}), false)
-	term.Contiguous = true
-	p, err := e.pub.Bind(ctx, term)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := e.bindContiguous(ctx, "counter")
 	r1, err := p.Publish(ctx, op("inc-1", "+1"))
 	mustOutcome(t, "seq 1", r1, err, Applied, ReasonNone)
 	if _, err := p.Publish(ctx, Operation{IdempotencyKey: "inc-2", Body: strings.NewReader("+2"), Size: 3}); !errors.Is(err, ErrBody) {

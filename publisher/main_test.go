@@ -89,6 +89,19 @@ func (e *env) release(g authority.Grant) {
 	}
 }
 
+// bindContiguous acquires res for owner "w" and binds the grant in
+// contiguous mode (each seq must follow the pointer's).
+func (e *env) bindContiguous(ctx context.Context, res string) *Publisher {
+	e.t.Helper()
+	term := GrantTerm(e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"}), false)
+	term.Contiguous = true
+	p, err := e.pub.Bind(ctx, term)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
 func (e *env) bind(g authority.Grant, strict bool) *Publisher {
 	e.t.Helper()
 	p, err := e.pub.BindGrant(ctxT(e.t, 10*time.Second), g, strict)

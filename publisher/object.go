@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -305,7 +306,7 @@ func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size
 					return layout.Object{}, nil, fmt.Errorf("%w: seek back to re-send: %w (put %s: %w)", ErrBody, serr, key, err)
 				}
 				c.log.Warn("object PUT failed in transit; sending it again", "key", key, "attempt", attempt, "err", err)
-				if sleep(ctx, backoff(attempt)) {
+				if wait.Sleep(ctx, backoff(attempt)) {
 					continue
 				}
 			}
@@ -364,7 +365,7 @@ func (c *Client) putSingle(ctx context.Context, obj layout.Object, data []byte, 
 		err = objstore.Classify(err)
 		switch {
 		case errors.Is(err, objstore.ErrConditionConflict) && attempt < conflictRetries:
-			if !sleep(ctx, backoff(attempt)) {
+			if !wait.Sleep(ctx, backoff(attempt)) {
 				return layout.Object{}, fmt.Errorf("publisher: put %s: %w", obj.Key, err)
 			}
 		case errors.Is(err, objstore.ErrExists):
@@ -467,7 +468,7 @@ func (c *Client) complete(ctx context.Context, core minio.Core, key, id string, 
 		err = objstore.Classify(err)
 		switch {
 		case errors.Is(err, objstore.ErrConditionConflict) && attempt < conflictRetries:
-			if !sleep(ctx, backoff(attempt)) {
+			if !wait.Sleep(ctx, backoff(attempt)) {
 				return layout.Object{}, fmt.Errorf("publisher: complete %s: %w", key, err)
 			}
 		case errors.Is(err, objstore.ErrExists) || code == "NoSuchUpload":
@@ -584,16 +585,4 @@ func (c *Client) abort(key, id string) {
 // backoff is the wait before retry attempt+1: 50 ms doubling to 1 s.
 func backoff(attempt int) time.Duration {
 	return min(50*time.Millisecond<<min(attempt-1, 5), time.Second)
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -364,12 +364,7 @@ func TestConcurrentPublishers(t *testing.T) {
 func TestContiguousMode(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
-	term := GrantTerm(e.acquire(authority.AcquireRequest{Resource: "counter", Owner: "w"}), false)
-	term.Contiguous = true
-	p, err := e.pub.Bind(ctx, term)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := e.bindContiguous(ctx, "counter")
 	r1, err := p.PublishSeq(ctx, 1, op("inc-1", "+1"))
 	mustOutcome(t, "seq 1", r1, err, Applied, ReasonNone)
 	r3, err := p.PublishSeq(ctx, 3, op("inc-3", "+3"))

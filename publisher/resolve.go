@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/wait"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -82,7 +83,7 @@ func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Ver
 			Else(clientv3.OpGet(opKey), clientv3.OpGet(sealKey), clientv3.OpGet(ptrKey), clientv3.OpGet(epochKey), clientv3.OpGet(genKey)).
 			Commit()
 		cancel()
-		if err == nil || definite(err) || ctx.Err() != nil || !sleep(ctx, backoff(attempt)) {
+		if err == nil || definite(err) || ctx.Err() != nil || !wait.Sleep(ctx, backoff(attempt)) {
 			break
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/wait"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -140,7 +141,7 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 		ambiguous = true
 		c.log.Warn("publish transaction unanswered; re-sending the same transaction",
 			"resource", pr.term.Resource, "version", pr.version.String(), "key", pr.key, "attempt", attempt, "err", err)
-		if ctx.Err() != nil || !sleep(ctx, backoff(attempt)) {
+		if ctx.Err() != nil || !wait.Sleep(ctx, backoff(attempt)) {
 			break
 		}
 	}
@@ -302,7 +303,7 @@ func (c *Client) retry(ctx context.Context, what string, fn func(ctx context.Con
 		if err == nil || definite(err) {
 			return err
 		}
-		if ctx.Err() != nil || attempt == idempotentAttempts || !sleep(ctx, backoff(attempt)) {
+		if ctx.Err() != nil || attempt == idempotentAttempts || !wait.Sleep(ctx, backoff(attempt)) {
 			break
 		}
 	}

@@ -37,6 +37,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -609,7 +610,7 @@ func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
 				return
 			}
 			if rev == 0 { // no answer: wait and retry
-				sleep(ctx, resyncDelay)
+				wait.Sleep(ctx, resyncDelay)
 				continue
 			}
 			// A corrupt pointer: report it and watch for the next value.
@@ -621,7 +622,7 @@ func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
 		}
 		resync = true
 		r.log.Info("pointer watch interrupted; re-syncing with a fresh read", "resource", r.res, "from_revision", rev+1)
-		sleep(ctx, resyncDelay)
+		wait.Sleep(ctx, resyncDelay)
 	}
 }
 
@@ -660,14 +661,4 @@ func (r *Reader) follow(ctx context.Context, rev int64, emit func(ptr layout.Poi
 		}
 	}
 	return ctx.Err() == nil
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }

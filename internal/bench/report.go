@@ -242,7 +242,7 @@ func (x Row) Measured() string {
 	case strings.HasPrefix(x.Target, "p99"):
 		return fmt.Sprintf("p99 %s ms (baseline %s ms)", ms(x.Subject.P99), ms(x.Base.P99))
 	case strings.HasPrefix(x.Target, "peak RSS"):
-		return fmt.Sprintf("%.1f MiB vs %.1f MiB (%.2fx)", mib(x.Subject.PeakRSS), mib(x.Base.PeakRSS), Ratio(float64(x.Subject.PeakRSS), float64(x.Base.PeakRSS)))
+		return fmt.Sprintf("%.1f MiB vs %.1f MiB (%.2fx)", MiB(x.Subject.PeakRSS), MiB(x.Base.PeakRSS), Ratio(float64(x.Subject.PeakRSS), float64(x.Base.PeakRSS)))
 	default:
 		return fmt.Sprintf("p50 %.2fx, throughput %.2fx", x.RatioP50, x.RatioThroughput)
 	}
@@ -270,7 +270,7 @@ func rate(f float64, unit string) string {
 	if f == 0 {
 		return "-"
 	}
-	return num(f) + " " + unit
+	return Num(f) + " " + unit
 }
 
 func ratio(f float64) string {
@@ -280,7 +280,8 @@ func ratio(f float64) string {
 	return fmt.Sprintf("%.2fx", f)
 }
 
-func num(f float64) string {
+// Num formats a rate or size with about three significant digits.
+func Num(f float64) string {
 	switch {
 	case f >= 100:
 		return fmt.Sprintf("%.0f", f)
@@ -291,7 +292,8 @@ func num(f float64) string {
 	}
 }
 
-func mib(b int64) float64 { return float64(b) / (1 << 20) }
+// MiB converts bytes to MiB.
+func MiB(b int64) float64 { return float64(b) / (1 << 20) }
 
 // errWriter keeps the first write error, so a long report is written
 // without checking every line.

@@ -14,6 +14,7 @@ import (
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/wait"
 )
 
 // Cluster is the servers a run injects faults into: a 3-member etcd cluster
@@ -153,7 +154,7 @@ func loseResponses(ctx context.Context, proxies []*faultproxy.Proxy, variant int
 		for _, p := range proxies {
 			p.Set(faultproxy.Faults{DropDownstream: true})
 		}
-		sleepCtx(ctx, hold)
+		wait.Sleep(ctx, hold)
 		n := 0
 		for _, p := range proxies {
 			p.Set(faultproxy.Faults{})
@@ -180,7 +181,7 @@ func loseResponses(ctx context.Context, proxies []*faultproxy.Proxy, variant int
 		for _, p := range proxies {
 			n += p.ResetAll()
 		}
-		sleepCtx(ctx, hold)
+		wait.Sleep(ctx, hold)
 		return fmt.Sprintf("reset %d connections", n)
 	}
 }
@@ -217,7 +218,7 @@ func (c *Cluster) injectServer(ctx context.Context, f Fault, proxies []*proxySet
 			detail = "no leader found; killed member " + m.Name + " instead"
 		}
 		m.Kill()
-		sleepCtx(ctx, f.Hold)
+		wait.Sleep(ctx, f.Hold)
 		return m.Name, detail, m.Restart(ctx)
 	case EtcdPauseMember:
 		m := c.Etcd.Members[f.Target%len(c.Etcd.Members)]
@@ -227,13 +228,13 @@ func (c *Cluster) injectServer(ctx context.Context, f Fault, proxies []*proxySet
 		if err := m.Pause(); err != nil {
 			return m.Name, detail, err
 		}
-		sleepCtx(ctx, f.Hold)
+		wait.Sleep(ctx, f.Hold)
 		return m.Name, detail, m.Resume()
 	case EtcdFullRestart:
 		for _, m := range c.Etcd.Members {
 			m.Kill()
 		}
-		sleepCtx(ctx, f.Hold)
+		wait.Sleep(ctx, f.Hold)
 		var errs []error
 		for _, m := range c.Etcd.Members {
 			errs = append(errs, m.Start())
@@ -244,14 +245,14 @@ func (c *Cluster) injectServer(ctx context.Context, f Fault, proxies []*proxySet
 		return "all members", "", errors.Join(errs...)
 	case MinIORestart:
 		c.MinIO.Kill()
-		sleepCtx(ctx, f.Hold)
+		wait.Sleep(ctx, f.Hold)
 		return "minio", "", c.MinIO.Restart(ctx)
 	case MinIODriveRemoved:
 		d := c.MinIO.Drives[f.Target%len(c.MinIO.Drives)]
 		if err := os.Rename(d, d+".removed"); err != nil {
 			return d, "", err
 		}
-		sleepCtx(ctx, f.Hold)
+		wait.Sleep(ctx, f.Hold)
 		if _, err := os.Stat(d); err == nil {
 			// MinIO recreated the directory meanwhile: keep that copy aside.
 			if err := os.Rename(d, fmt.Sprintf("%s.recreated-%d", d, time.Now().UnixNano())); err != nil {
@@ -321,17 +322,4 @@ func (c *Cluster) restore(ctx context.Context, path string) error {
 		errs = append(errs, m.WaitReady(ctx, time.Minute))
 	}
 	return errors.Join(errs...)
-}
-
-// sleepCtx sleeps for d or until ctx ends, and reports whether it slept the
-// whole time.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/minio/minio-go/v7"
@@ -424,7 +425,7 @@ func (h *harness) runFaults(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			for _, f := range h.sched.track(kinds) {
-				if !sleepCtx(ctx, time.Duration(int64(f.At)-h.clock.Now())) || ctx.Err() != nil {
+				if !wait.Sleep(ctx, time.Duration(int64(f.At)-h.clock.Now())) || ctx.Err() != nil {
 					return
 				}
 				h.inject(ctx, f)
@@ -469,7 +470,7 @@ func (h *harness) injectWorker(ctx context.Context, f Fault) (target, detail str
 		if err := p.signal(syscall.SIGSTOP); err != nil {
 			return p.id, "", err
 		}
-		sleepCtx(ctx, f.Hold)
+		wait.Sleep(ctx, f.Hold)
 		detail = fmt.Sprintf("paused for %s", f.Hold)
 		if ok {
 			detail = fmt.Sprintf("paused during publish %s (%s of %s) for %s", op.ID, op.Version, op.Resource, f.Hold)
@@ -478,7 +479,7 @@ func (h *harness) injectWorker(ctx context.Context, f Fault) (target, detail str
 	case WorkerKillUpload:
 		sl.px.minio.Set(faultproxy.Faults{Latency: 200 * time.Millisecond})
 		op, ok := p.nextInvoke(ctx, 8*time.Second)
-		sleepCtx(ctx, 100*time.Millisecond)
+		wait.Sleep(ctx, 100*time.Millisecond)
 		p.kill()
 		sl.px.clear()
 		detail = h.afterKill(ctx, p, op, ok)
@@ -490,7 +491,7 @@ func (h *harness) injectWorker(ctx context.Context, f Fault) (target, detail str
 				e.Set(faultproxy.Faults{DropDownstream: true})
 			}
 			h.awaitObject(ctx, op, 5*time.Second)
-			sleepCtx(ctx, 100*time.Millisecond) // the transaction is sent; its answer is held back
+			wait.Sleep(ctx, 100*time.Millisecond) // the transaction is sent; its answer is held back
 		}
 		p.kill()
 		sl.px.clear()
@@ -512,7 +513,7 @@ func (h *harness) awaitObject(ctx context.Context, op PublishOp, timeout time.Du
 		if keys, err := objectsAt(ctx, h.store, h.ns, op.Resource, op.Version); err == nil && len(keys) > 0 {
 			return
 		}
-		if !sleepCtx(ctx, 20*time.Millisecond) {
+		if !wait.Sleep(ctx, 20*time.Millisecond) {
 			return
 		}
 	}

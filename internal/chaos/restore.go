@@ -10,6 +10,7 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/wait"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,7 +30,7 @@ func (h *harness) injectRestore(ctx context.Context, f Fault) (target, detail st
 		return target, "", err
 	}
 	ev := RestoreEvent{Snapshot: h.clock.Now(), OldEpoch: h.epoch.Load()}
-	sleepCtx(ctx, f.Hold)
+	wait.Sleep(ctx, f.Hold)
 
 	h.gate.Lock()
 	defer h.gate.Unlock()
@@ -48,7 +49,7 @@ func (h *harness) injectRestore(ctx context.Context, f Fault) (target, detail st
 		}
 	}()
 	ev.Start = h.clock.Now()
-	sleepCtx(ctx, 200*time.Millisecond) // requests already inside etcd finish
+	wait.Sleep(ctx, 200*time.Millisecond) // requests already inside etcd finish
 	if ev.Revision, err = h.watch.sync(ctx); err != nil {
 		return target, "", err
 	}
@@ -63,7 +64,7 @@ func (h *harness) injectRestore(ctx context.Context, f Fault) (target, detail st
 		if rep, err = h.auth.Recover(rctx, authority.RecoverOptions{}); err == nil {
 			break
 		}
-		if !sleepCtx(rctx, 500*time.Millisecond) {
+		if !wait.Sleep(rctx, 500*time.Millisecond) {
 			return target, "", fmt.Errorf("chaos: recover after the restore: %w", err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/wait"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -65,7 +66,7 @@ func (w *watcher) run(ctx context.Context, from int64) {
 			}
 		}
 		cancel()
-		sleepCtx(ctx, 100*time.Millisecond)
+		wait.Sleep(ctx, 100*time.Millisecond)
 	}
 }
 
@@ -96,7 +97,7 @@ func (w *watcher) sync(ctx context.Context) (int64, error) {
 			rev = resp.Header.Revision
 			break
 		}
-		if !sleepCtx(ctx, 200*time.Millisecond) {
+		if !wait.Sleep(ctx, 200*time.Millisecond) {
 			return 0, fmt.Errorf("chaos: write the watch marker: %w", err)
 		}
 	}

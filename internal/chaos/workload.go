@@ -17,6 +17,7 @@ import (
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/minio/minio-go/v7"
@@ -390,7 +391,7 @@ func settle(ctx context.Context, c *publisher.Client, op *PublishOp, by string) 
 		case err == nil:
 			return fmt.Errorf("chaos: Resolve of %s returned outcome %q", op.ID, r.Outcome)
 		case errors.Is(err, publisher.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-			if !sleepCtx(ctx, 200*time.Millisecond) {
+			if !wait.Sleep(ctx, 200*time.Millisecond) {
 				return fmt.Errorf("chaos: resolve %s: %w", op.ID, err)
 			}
 			continue

@@ -44,7 +44,7 @@ func (s *runner) gcWorkload(ctx context.Context) error {
 		if err := st.fill(ctx, n, keyOf); err != nil {
 			return err
 		}
-		s.log.Info("bench: gc objects written", "objects", n, "per_second", num(float64(n)/time.Since(t0).Seconds()))
+		s.log.Info("bench: gc objects written", "objects", n, "per_second", bench.Num(float64(n)/time.Since(t0).Seconds()))
 	}
 	rounds := s.slowRounds()
 	peaks := make([]memPeak, len(sizes))
@@ -97,7 +97,7 @@ func (s *runner) gcWorkload(ctx context.Context) error {
 		row := bench.NewRow(WorkloadGC, fmt.Sprintf("scan, %d objects (dry-run pass)", n), 0, 1, sub, "bare ListObjects", base)
 		row.Unit = "objects/s"
 		row = row.WithNote(fmt.Sprintf("%d rounds; allocs/classified object %.1f (whole pass: listing, classification, report); peak RSS %.1f MiB, peak heap %.1f MiB",
-			rounds, float64(allocs)/float64(scanned), mib(peaks[i].RSS), mib(peaks[i].Heap)))
+			rounds, float64(allocs)/float64(scanned), bench.MiB(peaks[i].RSS), bench.MiB(peaks[i].Heap)))
 		if n >= 100_000 {
 			row = row.WithTarget("throughput >= 0.8x", func(x bench.Row) bool { return x.RatioThroughput >= 0.8 })
 		} else {
@@ -111,7 +111,7 @@ func (s *runner) gcWorkload(ctx context.Context) error {
 	s.add(rss.WithTarget("peak RSS <= 1.25x (flat)", func(x bench.Row) bool {
 		return float64(x.Subject.PeakRSS) <= 1.25*float64(x.Base.PeakRSS)
 	}).WithNote(fmt.Sprintf("peak RSS %.1f MiB vs %.1f MiB; peak Go heap %.1f MiB vs %.1f MiB (whole process: clients and runtime included)",
-		mib(peaks[1].RSS), mib(peaks[0].RSS), mib(peaks[1].Heap), mib(peaks[0].Heap))))
+		bench.MiB(peaks[1].RSS), bench.MiB(peaks[0].RSS), bench.MiB(peaks[1].Heap), bench.MiB(peaks[0].Heap))))
 	return s.gcDelete(ctx, st, coll, res[1], sizes[1], sizes[0])
 }
 

@@ -218,7 +218,7 @@ func (s *runner) addPeerRows(config string, size, conc int, stats []bench.Stats,
 	lease := bench.NewRow(WorkloadPeer, config, size, conc, stats[0], "peer lease-holding", stats[2]).WithNote(peerNote)
 	if len(stats) > 3 {
 		put := fmt.Sprintf("bound by the PUT: a bare create-only PUT of %s alone, as many at once as active writers, runs %s ops/s (p50 %s ms)",
-			sizeName(size), num(stats[3].Throughput), ms(stats[3].P50))
+			sizeName(size), bench.Num(stats[3].Throughput), ms(stats[3].P50))
 		lock, lease = lock.WithNote(put), lease.WithNote(put)
 	}
 	if ha && size <= 64<<10 {

@@ -290,7 +290,7 @@ func (s *runner) add(row bench.Row) {
 		attrs = append(attrs, "skipped", row.Skipped)
 	} else {
 		attrs = append(attrs, "p50_ms", ms(row.Subject.P50), "base_p50_ms", ms(row.Base.P50),
-			"throughput", num(row.Subject.Throughput), "base_throughput", num(row.Base.Throughput),
+			"throughput", bench.Num(row.Subject.Throughput), "base_throughput", bench.Num(row.Base.Throughput),
 			"ratio_p50", fmt.Sprintf("%.2f", row.RatioP50), "ratio_throughput", fmt.Sprintf("%.2f", row.RatioThroughput))
 	}
 	if row.Met != nil {
