@@ -3,7 +3,8 @@
 // objects, never a version lower than one they already saw, and only bytes
 // that match the pointer's sha256.
 //
-// Current reads the pointer (linearizable by default). Open reads the
+// Current reads the pointer (linearizable by default; concurrent calls on one
+// Reader share a read sent after each of them began). Open reads the
 // pointer, GETs its object with If-Match on the pointer's ETag (one GET,
 // sent while the pointer is read when the object opened last is still
 // current) and verifies sha256 and size while the caller reads: a mismatch
@@ -118,6 +119,7 @@ type Reader struct {
 	seen   layout.Version // highest version returned so far
 	seenAt int64          // the etcd revision at which seen was written
 	opened layout.Pointer // the pointer of the last object opened
+	reads  [2]readQueue   // pointer reads: [0] linearizable, [1] serializable
 }
 
 // New returns a Reader of resource. Errors: ErrInvalid.
@@ -154,7 +156,9 @@ func New(cfg Config, resource string) (*Reader, error) {
 func (r *Reader) Resource() string { return r.res }
 
 // Current returns the published pointer. It blocks for one etcd read (two
-// if a serializable read went back). It never returns a version below one
+// if a serializable read went back); concurrent calls on one Reader share
+// reads, each call getting a read sent after it began (pointerRead), so a
+// call may also wait for the read already in flight. It never returns a version below one
 // this Reader already returned (invariant 6). Errors: ErrNotPublished,
 // ErrWentBack, ErrUnavailable, layout.ErrCorruptRecord.
 func (r *Reader) Current(ctx context.Context) (layout.Pointer, error) {
@@ -202,10 +206,68 @@ func (r *Reader) saw(v layout.Version, mod int64) {
 	r.mu.Unlock()
 }
 
-// get reads and decodes the pointer, bounded by Config.RequestTimeout; a
+// get returns a read of the pointer that was sent after this call began
+// (see pointerRead), or ctx's error when ctx ends first.
+func (r *Reader) get(ctx context.Context, serializable bool) (layout.Pointer, int64, int64, error) {
+	q := &r.reads[0]
+	if serializable {
+		q = &r.reads[1]
+	}
+	r.mu.Lock()
+	rd := q.pending
+	if rd == nil {
+		rd = &pointerRead{done: make(chan struct{})}
+		q.pending = rd
+		go r.send(context.WithoutCancel(ctx), q, rd, q.inflight, serializable)
+	}
+	r.mu.Unlock()
+	select {
+	case <-rd.done:
+		return rd.ptr, rd.rev, rd.mod, rd.err
+	case <-ctx.Done():
+		return layout.Pointer{}, 0, 0, fmt.Errorf("reader: get pointer of %q: %w", r.res, context.Cause(ctx))
+	}
+}
+
+// pointerRead is one etcd read of the pointer shared by every call that
+// asked for it before it was sent. Per Reader and consistency mode, one read
+// is in flight and one is pending: a call joins the pending read, never one
+// already sent, so the read it gets began after the call did and a
+// linearizable read stays linearizable for each caller (the batching etcd's
+// own ReadIndex does). Concurrent Opens of a hot resource thus cost one etcd
+// read per round trip instead of one each; a lone caller waits for nothing.
+type pointerRead struct {
+	done     chan struct{} // closed once the fields below are set
+	ptr      layout.Pointer
+	rev, mod int64
+	err      error
+}
+
+// readQueue holds a consistency mode's pending read and the done channel of
+// the read sent last (nil before the first). Guarded by Reader.mu.
+type readQueue struct {
+	pending  *pointerRead
+	inflight chan struct{}
+}
+
+// send waits for the read in flight (prev) to end, then sends rd, closing
+// it to new callers. ctx carries values only: each read is bounded by
+// Config.RequestTimeout, and callers stop waiting on their own contexts.
+func (r *Reader) send(ctx context.Context, q *readQueue, rd *pointerRead, prev chan struct{}, serializable bool) {
+	if prev != nil {
+		<-prev
+	}
+	r.mu.Lock()
+	q.pending, q.inflight = nil, rd.done
+	r.mu.Unlock()
+	rd.ptr, rd.rev, rd.mod, rd.err = r.read(ctx, serializable)
+	close(rd.done)
+}
+
+// read reads and decodes the pointer, bounded by Config.RequestTimeout; a
 // missing key is the zero pointer. It returns the read's header revision
 // and the revision at which the pointer was written (0 when missing).
-func (r *Reader) get(ctx context.Context, serializable bool) (ptr layout.Pointer, rev, mod int64, err error) {
+func (r *Reader) read(ctx context.Context, serializable bool) (ptr layout.Pointer, rev, mod int64, err error) {
 	var opts []clientv3.OpOption
 	if serializable {
 		opts = append(opts, clientv3.WithSerializable())
@@ -214,9 +276,6 @@ func (r *Reader) get(ctx context.Context, serializable bool) (ptr layout.Pointer
 	resp, err := r.cfg.Etcd.Get(rctx, r.key, opts...)
 	cancel()
 	if err != nil {
-		if ctx.Err() != nil {
-			return layout.Pointer{}, 0, 0, fmt.Errorf("reader: get pointer of %q: %w", r.res, err)
-		}
 		return layout.Pointer{}, 0, 0, fmt.Errorf("%w: get pointer of %q: %w", ErrUnavailable, r.res, err)
 	}
 	if len(resp.Kvs) == 0 {
@@ -257,7 +316,8 @@ type Body struct {
 // pointer the read returned (linearizable by default), so an Open costs
 // about the longer of the two round trips instead of their sum.
 //
-// Blocks for one etcd read and one GET (the body streams as it is read).
+// Blocks for one etcd read (shared with concurrent calls, as Current's) and
+// one GET (the body streams as it is read).
 // Errors: ErrNotPublished, ErrWentBack, ErrObjectMissing, ErrObjectChanged,
 // ErrDigestMismatch (the store reports another size), ErrUnavailable,
 // layout.ErrCorruptRecord.
