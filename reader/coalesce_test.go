@@ -3,6 +3,7 @@ package reader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -14,18 +15,29 @@ import (
 )
 
 // slowKV is the real etcd KV whose Get answers reach the caller delay after
-// etcd served them (a slow network), counting the Gets sent.
+// etcd served them (a slow network), counting the Gets sent, those whose
+// context ended during the delay, and those that ended.
 type slowKV struct {
 	clientv3.KV
-	delay time.Duration
-	gets  atomic.Int64
+	delay                  time.Duration
+	gets, cancelled, ended atomic.Int64
+	panics                 atomic.Int64 // Gets that panic, left to do
 }
 
 func (s *slowKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	s.gets.Add(1)
+	defer s.ended.Add(1)
+	if s.panics.Add(-1) >= 0 {
+		panic("boom in Get")
+	}
 	resp, err := s.KV.Get(ctx, key, opts...)
-	time.Sleep(s.delay)
-	return resp, err
+	select {
+	case <-time.After(s.delay):
+		return resp, err
+	case <-ctx.Done():
+		s.cancelled.Add(1)
+		return nil, ctx.Err()
+	}
 }
 
 // slowEtcd returns a client of the shared etcd whose Gets are slowed by
@@ -33,6 +45,7 @@ func (s *slowKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption)
 func slowEtcd(t *testing.T, delay time.Duration) (*clientv3.Client, *slowKV) {
 	cli := testenv.Get(t).EtcdClient(t)
 	kv := &slowKV{KV: cli.KV, delay: delay}
+	kv.panics.Store(-1 << 40)
 	cli.KV = kv
 	return cli, kv
 }
@@ -106,32 +119,117 @@ func TestSharedReadsAreLinearizable(t *testing.T) {
 
 // A call whose context ends while it waits for a shared read returns its
 // context's error at once (not ErrUnavailable), and the read still serves
-// the calls that wait for it.
-func TestSharedReadCallerLeaves(t *testing.T) {
+// the calls that wait for it; a read whose callers all left is cancelled,
+// so nobody after them waits for it; a panic of the read reaches its
+// callers, not the process.
+func TestSharedReadCallersLeave(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
 	p := e.publish("k0", "zero")
-	cli, _ := slowEtcd(t, 300*time.Millisecond)
+	cli, kv := slowEtcd(t, 300*time.Millisecond)
 	rd := e.reader(cli)
-	got := make(chan error, 1)
-	go func() {
+	short := func() error {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		defer cancel()
+		_, err := rd.Current(sctx)
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
+			return fmt.Errorf("a caller whose context ended: %v; want its deadline, not ErrUnavailable", err)
+		}
+		return nil
+	}
+
+	// A blocker's read is in flight; the patient and the short caller share
+	// the read pending behind it, and the short one leaves.
+	blocker, patient := make(chan error, 1), make(chan error, 1)
+	current := func(ch chan<- error) {
 		cur, err := rd.Current(ctx)
 		if err == nil && cur.Version != p.Version {
-			err = errors.New("patient caller got " + cur.Version.String())
+			err = errors.New("got " + cur.Version.String())
 		}
-		got <- err
+		ch <- err
+	}
+	go current(blocker)
+
+	// state reports whether a linearizable read is in flight and how many
+	// calls wait for the read pending behind it.
+	state := func() (inflight bool, pending int) {
+		rd.mu.Lock()
+		defer rd.mu.Unlock()
+		q := rd.reads[0]
+		if q.pending != nil {
+			pending = q.pending.waiters
+		}
+		return q.inflight != nil, pending
+	}
+	until := func(ok func() bool) {
+		for !ok() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	until(func() bool { in, _ := state(); return in })
+	go current(patient)
+	until(func() bool { _, n := state(); return n == 1 })
+	if err := short(); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]chan error{"blocker": blocker, "patient": patient} {
+		if err := <-ch; err != nil {
+			t.Fatalf("the %s: %v", name, err)
+		}
+	}
+	if n := kv.cancelled.Load(); n != 0 {
+		t.Fatalf("%d reads cancelled while a caller still waited", n)
+	}
+
+	// Alone, the short caller's read is orphaned: it must be cancelled,
+	// not left to run (or to hold up the next caller).
+	ended := kv.ended.Load()
+	if err := short(); err != nil {
+		t.Fatal(err)
+	}
+	for kv.ended.Load() == ended {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := kv.cancelled.Load(); n != 1 {
+		t.Fatalf("the read whose only caller left: %d reads cancelled, want 1", n)
+	}
+
+	kv.panics.Store(1)
+	func() {
+		defer func() {
+			if v := recover(); v != "boom in Get" {
+				t.Fatalf("recovered %v; want the read's panic in its caller", v)
+			}
+		}()
+		_, _ = rd.Current(ctx)
 	}()
-	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := rd.Current(short)
-	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
-		t.Fatalf("a caller whose context ended: %v; want its deadline, not ErrUnavailable", err)
+	if cur, err := rd.Current(ctx); err != nil || cur.Version != p.Version {
+		t.Fatalf("after a read panicked: %s, %v", cur.Version, err)
 	}
-	if waited := time.Since(start); waited > 200*time.Millisecond {
-		t.Fatalf("a caller whose context ended waited %s for the shared read", waited)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("the caller that waited: %v", err)
+}
+
+// Config.RequestTimeout bounds a call's wait for the pointer from the call's
+// arrival, time spent behind the read in flight included: against an etcd
+// that never answers, a call that arrives while another's read is in flight
+// (its caller still waiting, or gone) gets ErrUnavailable within
+// RequestTimeout, before its own longer deadline, instead of waiting for
+// two reads.
+func TestSharedReadRequestTimeout(t *testing.T) {
+	e := newEnv(t)
+	const timeout = 2 * time.Second
+	for _, firstStays := range []bool{true, false} {
+		r := e.reader(unreachableEtcd(t), func(c *Config) { c.RequestTimeout = timeout })
+		first := ctxT(t, time.Minute)
+		if !firstStays {
+			first = ctxT(t, 50*time.Millisecond)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := r.Current(first); done <- err }()
+		time.Sleep(200 * time.Millisecond)
+		_, err := r.Current(ctxT(t, timeout+timeout*3/4))
+		if !errors.Is(err, ErrUnavailable) {
+			t.Errorf("first caller stays=%v: a later caller got %v; want ErrUnavailable within RequestTimeout", firstStays, err)
+		}
+		<-done
 	}
 }

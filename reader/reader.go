@@ -209,6 +209,9 @@ func (r *Reader) saw(v layout.Version, mod int64) {
 // get returns a read of the pointer that was sent after this call began
 // (see pointerRead), or ctx's error when ctx ends first.
 func (r *Reader) get(ctx context.Context, serializable bool) (layout.Pointer, int64, int64, error) {
+	if err := context.Cause(ctx); err != nil {
+		return layout.Pointer{}, 0, 0, fmt.Errorf("reader: get pointer of %q: %w", r.res, err)
+	}
 	q := &r.reads[0]
 	if serializable {
 		q = &r.reads[1]
@@ -216,15 +219,32 @@ func (r *Reader) get(ctx context.Context, serializable bool) (layout.Pointer, in
 	r.mu.Lock()
 	rd := q.pending
 	if rd == nil {
-		rd = &pointerRead{done: make(chan struct{})}
-		q.pending = rd
-		go r.send(context.WithoutCancel(ctx), q, rd, q.inflight, serializable)
+		rctx, cancel := context.WithTimeout(context.Background(), r.cfg.RequestTimeout)
+		rd = &pointerRead{ctx: rctx, cancel: cancel, done: make(chan struct{})}
+		if q.inflight == nil {
+			q.inflight = rd
+			go r.send(q, rd, serializable)
+		} else {
+			q.pending = rd
+		}
 	}
+	rd.waiters++
 	r.mu.Unlock()
 	select {
 	case <-rd.done:
+		if rd.panicked != nil {
+			panic(rd.panicked)
+		}
 		return rd.ptr, rd.rev, rd.mod, rd.err
 	case <-ctx.Done():
+		r.mu.Lock()
+		if rd.waiters--; rd.waiters == 0 { // nobody needs this read any more
+			rd.cancel()
+			if q.pending == rd {
+				q.pending = nil
+			}
+		}
+		r.mu.Unlock()
 		return layout.Pointer{}, 0, 0, fmt.Errorf("reader: get pointer of %q: %w", r.res, context.Cause(ctx))
 	}
 }
@@ -235,36 +255,46 @@ func (r *Reader) get(ctx context.Context, serializable bool) (layout.Pointer, in
 // already sent, so the read it gets began after the call did and a
 // linearizable read stays linearizable for each caller (the batching etcd's
 // own ReadIndex does). Concurrent Opens of a hot resource thus cost one etcd
-// read per round trip instead of one each; a lone caller waits for nothing.
+// read per round trip instead of one each, for a wait of up to two reads
+// (the one in flight, then their own). A read whose callers all left is
+// cancelled, so a lone caller never waits for another's read, and the
+// RequestTimeout of a read runs from its first caller's arrival, pending
+// time included. The read carries no caller's context values.
 type pointerRead struct {
+	ctx      context.Context // bounded by Config.RequestTimeout
+	cancel   context.CancelFunc
+	waiters  int           // calls waiting for it; guarded by Reader.mu
 	done     chan struct{} // closed once the fields below are set
 	ptr      layout.Pointer
 	rev, mod int64
 	err      error
+	panicked any // a panic of the read, re-raised in every caller
 }
 
-// readQueue holds a consistency mode's pending read and the done channel of
-// the read sent last (nil before the first). Guarded by Reader.mu.
+// readQueue holds a consistency mode's read in flight and the read pending
+// behind it (nil when none). Guarded by Reader.mu.
 type readQueue struct {
-	pending  *pointerRead
-	inflight chan struct{}
+	inflight, pending *pointerRead
 }
 
-// send waits for the read in flight (prev) to end, then sends rd, closing
-// it to new callers. ctx carries values only: each read is bounded by
-// Config.RequestTimeout, and callers stop waiting on their own contexts.
-func (r *Reader) send(ctx context.Context, q *readQueue, rd *pointerRead, prev chan struct{}, serializable bool) {
-	if prev != nil {
-		<-prev
-	}
-	r.mu.Lock()
-	q.pending, q.inflight = nil, rd.done
-	r.mu.Unlock()
-	rd.ptr, rd.rev, rd.mod, rd.err = r.read(ctx, serializable)
-	close(rd.done)
+// send sends rd, then the read pending behind it, if any.
+func (r *Reader) send(q *readQueue, rd *pointerRead, serializable bool) {
+	defer func() {
+		rd.panicked = recover()
+		rd.cancel()
+		r.mu.Lock()
+		next := q.pending
+		q.inflight, q.pending = next, nil
+		if next != nil {
+			go r.send(q, next, serializable)
+		}
+		r.mu.Unlock()
+		close(rd.done)
+	}()
+	rd.ptr, rd.rev, rd.mod, rd.err = r.read(rd.ctx, serializable)
 }
 
-// read reads and decodes the pointer, bounded by Config.RequestTimeout; a
+// read reads and decodes the pointer within ctx (a pointerRead's); a
 // missing key is the zero pointer. It returns the read's header revision
 // and the revision at which the pointer was written (0 when missing).
 func (r *Reader) read(ctx context.Context, serializable bool) (ptr layout.Pointer, rev, mod int64, err error) {
@@ -272,9 +302,7 @@ func (r *Reader) read(ctx context.Context, serializable bool) (ptr layout.Pointe
 	if serializable {
 		opts = append(opts, clientv3.WithSerializable())
 	}
-	rctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
-	resp, err := r.cfg.Etcd.Get(rctx, r.key, opts...)
-	cancel()
+	resp, err := r.cfg.Etcd.Get(ctx, r.key, opts...)
 	if err != nil {
 		return layout.Pointer{}, 0, 0, fmt.Errorf("%w: get pointer of %q: %w", ErrUnavailable, r.res, err)
 	}
