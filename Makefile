@@ -18,7 +18,7 @@ deps:
 
 ## build: build the fencepub CLI and the example programs into ./bin
 build:
-	$(GO) build -o $(BIN)/fencepub ./cmd/fencepub
+	$(GO) build -buildvcs=auto -o $(BIN)/fencepub ./cmd/fencepub
 	$(GO) build -o $(BIN)/batch-publisher ./examples/batch-publisher
 	$(GO) build -o $(BIN)/reader-service ./examples/reader-service
 

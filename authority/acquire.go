@@ -105,7 +105,9 @@ func checkTTL(ttl time.Duration) (int64, error) {
 // together with an error wrapping ErrExpired.
 //
 // Blocks for about one etcd transaction plus one object-store round trip;
-// with req.Wait, until the resource is free or ctx ends.
+// with req.Wait, until the resource is free or ctx ends. A deadline that
+// ends the wait is a *HeldError naming the holder that also wraps ctx's
+// error (errors.Is matches both ErrHeld and context.DeadlineExceeded).
 //
 // Errors: layout.ErrInvalidName and ErrBadTTL (nothing written); *HeldError
 // (ErrHeld); ErrExpired; ErrRequestConflict; ErrRolledBack; ErrLeaseLost
@@ -190,6 +192,9 @@ func (q *acquisition) run(ctx context.Context) (Grant, error) {
 			}
 			q.dropLease() // it would tick away while we wait
 			if err := a.waitFree(ctx, res, s.rev); err != nil {
+				if errors.Is(err, context.DeadlineExceeded) { // still held when the deadline came
+					return Grant{}, fmt.Errorf("%w; stopped waiting: %w", a.heldError(context.WithoutCancel(ctx), res, *s.holder), err)
+				}
 				return Grant{}, err
 			}
 			continue

@@ -216,8 +216,9 @@ func TestHeldAndWait(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	_, err = a.Acquire(wctx, AcquireRequest{Resource: "held", Owner: owner("C"), TTL: 5 * time.Second, Wait: true})
 	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("wait with a short ctx: %v; want DeadlineExceeded", err)
+	var held *HeldError
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &held) || held.Holder.Owner != ga.Owner {
+		t.Fatalf("wait with a short ctx: %v; want DeadlineExceeded and a HeldError naming A", err)
 	}
 	got := make(chan Grant, 1)
 	go func() {

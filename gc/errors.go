@@ -38,6 +38,9 @@ var (
 	ErrRaceLost = errors.New("gc: state changed concurrently")
 	// ErrInvalid: a bad configuration value or resource name.
 	ErrInvalid = errors.New("gc: invalid input")
+	// ErrUnknownResource: the resource was never granted (no generation
+	// counter), e.g. a typo in its name; nothing was written.
+	ErrUnknownResource = errors.New("gc: unknown resource")
 	// ErrIncomplete: a pass finished with errors on some resources; the
 	// report lists them. Whatever was deleted was safe on its own.
 	ErrIncomplete = errors.New("gc: pass incomplete")

@@ -159,6 +159,13 @@ func TestDecommission(t *testing.T) {
 	if _, err := c.Decommission(ctx, "_gc", true); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("decommission of a reserved name: %v", err)
 	}
+	// A name never granted (a typo) is refused and nothing is written.
+	if _, err := c.Decommission(ctx, res+"-typo", true); !errors.Is(err, ErrUnknownResource) {
+		t.Fatalf("decommission of a resource never granted: %v; want ErrUnknownResource", err)
+	}
+	if n := e.Count(e.NS.SealKey(res + "-typo")); n != 0 {
+		t.Fatalf("a refused decommission wrote %d seal keys", n)
+	}
 }
 
 // blockingBody yields size zero bytes, then blocks until release is closed

@@ -98,8 +98,8 @@ const decommissionAttempts = 8
 // The seal never goes down: when it is already at or above the target,
 // nothing is written.
 //
-// Errors: ErrInvalid (bad name), ErrHeld (a live lease and !force; wraps the
-// holder), ErrNotInitialized, ErrCorruptState, ErrRaceLost, ErrUnavailable,
+// Errors: ErrInvalid (bad name), ErrUnknownResource (never granted: a
+// typo), ErrHeld (a live lease and !force; wraps the holder), ErrNotInitialized, ErrCorruptState, ErrRaceLost, ErrUnavailable,
 // ctx's error.
 func (c *Collector) Decommission(ctx context.Context, res string, force bool) (Decommissioned, error) {
 	if err := layout.ValidateResource(res, false); err != nil {
@@ -129,6 +129,9 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 			return Decommissioned{}, err
 		}
 		out := Decommissioned{Resource: res, Previous: ptr.Version.Max(seal.Version), Revision: resp.Header.Revision}
+		if kvs[1] == nil {
+			return out, fmt.Errorf("%w: %q was never granted (no generation counter in domain %q); nothing sealed", ErrUnknownResource, res, ns.Domain)
+		}
 		if holder != nil && !force {
 			return out, fmt.Errorf("%w: %q is held by %q (generation %d, epoch %d); use force to seal it anyway",
 				ErrHeld, res, holder.Owner, holder.Generation, holder.Epoch)

@@ -320,9 +320,10 @@ type holderOutput struct {
 func newAuthorityShowCmd() *cobra.Command {
 	var res string
 	cmd := &cobra.Command{
-		Use:   "show --resource NAME",
-		Short: "Show a resource's epoch, generation and live holder",
-		Args:  cobra.NoArgs,
+		Use:     "show --resource NAME",
+		Aliases: []string{"status"},
+		Short:   "Show a resource's epoch, generation and live holder",
+		Args:    cobra.NoArgs,
 	}
 	cmd.Flags().StringVar(&res, "resource", "", "resource name")
 	out := addOutputFlag(cmd)

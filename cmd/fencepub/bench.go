@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -19,9 +21,24 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// defaultBenchOut is bench's default --out: a directory in the working
+// directory that is not committed (.gitignore), so a run from the checkout
+// never overwrites bench/results; `make bench` writes there explicitly.
+const defaultBenchOut = "fencepub-bench"
+
+// maxBenchScale bounds --scale: 100 times the default counts is already a
+// run of many hours.
+const maxBenchScale = 100
+
+// minBenchGCObjects is the least --gc-objects: the GC workload's small set
+// is a tenth of it.
+const minBenchGCObjects = 10
+
 // newBenchCmd builds `fencepub bench`: the benchmark suite of issue 8
 // (internal/bench/suite), against the configured servers or, with --local, a
-// single-member etcd and a single-drive MinIO it starts itself.
+// single-member etcd and a single-drive MinIO it starts itself. Flags and
+// --out are checked before any server is started or contacted; an
+// interrupted run writes no report.
 func newBenchCmd() *cobra.Command {
 	var (
 		local, quick  bool
@@ -36,42 +53,58 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure fencepub side by side with its baselines on real etcd and MinIO",
 		Long: `bench runs fencepub's benchmark suite and writes latest.json, latest.md and
-latest.png to --out. Every number is a ratio to a baseline measured in the
-same run on the same servers: the physical floor of a publish (sha256 + one
-create-only PUT + one bare etcd compare-and-put), what users write today
-(an etcd lock per publish, a held lease without a fence), a bare lease
-grant and keepalive, a bare watch, a bare GET, a plain HTTP server (driven
-by wrk, if installed), a bare listing and a bare multi-object delete.
+latest.png to --out (default ./` + defaultBenchOut + `, created if missing; make bench
+writes the committed bench/results). Every number is a ratio to a baseline
+measured in the same run on the same servers: the physical floor of a
+publish (sha256 + one create-only PUT + one bare etcd compare-and-put), what
+users write today (an etcd lock per publish, a held lease without a fence),
+a bare lease grant and keepalive, a bare watch, a bare GET, a plain HTTP
+server (driven by wrk, if installed), a bare listing and a bare
+multi-object delete.
 
 Workloads: ` + strings.Join(suite.Workloads(), ", ") + `.
 
 Without --local the suite runs against the configured servers (flags,
 FENCEPUB_* environment, config file) in a throwaway domain
-"<domain>-bench-<random>" it deletes at the end; it writes about 100k small
-objects and up to a few GiB of large ones while it runs. The default run
-takes about 5-10 minutes on 2 cores; --quick runs in seconds (numbers not
-meaningful) and writes to bench/results/tmp unless --out is given.
+"<domain>-bench-<random>" it deletes at the end; it names the servers and
+the domain on stderr when it starts. While it runs it writes about 145k
+small objects (130k of them in the GC workload: 1.3 x --gc-objects) and up
+to a few GiB of large ones. The default run takes about 5-10 minutes on 2
+cores; --quick runs in seconds (numbers not meaningful). An interrupted run
+(Ctrl-C) writes no report.
 
 Exit status: 0 when every workload ran (missed targets are reported, not
-failures), 1 when a workload failed, 2 for bad flags or a missing server
-binary, 115 when the configured servers cannot be reached.`,
+failures), 1 when a workload failed, 2 for bad flags, an --out that is not
+a writable directory or a missing server binary (all checked before any
+server is started or contacted), 115 when the configured servers cannot be
+reached, 130 when interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if !c.Flags().Changed("out") && quick {
-				out = filepath.Join("bench", "results", "tmp")
+			opts, err := benchOptions(c, workloads, quick, scale, gcObjects, wrkDuration, readerService)
+			if err != nil {
+				return err
 			}
-			if readerService != "" { // the service runs in a temporary directory
-				abs, err := filepath.Abs(readerService)
-				if err != nil {
-					return exitcode.Usagef("--reader-service %q: %v", readerService, err)
+			opts.Log = slog.New(slog.NewTextHandler(c.ErrOrStderr(), nil))
+			var binDir string
+			if local { // a missing binary fails now, not after --out is made
+				for _, name := range []string{"etcd", "minio"} {
+					p, err := localstack.Binary(name)
+					if err != nil {
+						return exitcode.With(exitcode.Usage, err)
+					}
+					binDir = filepath.Dir(p)
 				}
-				readerService = abs
 			}
-			opts := suite.Options{
-				Workloads: workloads, Quick: quick, Scale: scale, GCObjects: gcObjects,
-				WrkDuration: wrkDuration, ReaderService: readerService,
-				Log: slog.New(slog.NewTextHandler(c.ErrOrStderr(), nil)),
+			created, err := prepareBenchOut(out)
+			if err != nil {
+				return err
 			}
+			wrote := false
+			defer func() {
+				if created && !wrote {
+					_ = os.Remove(out) // only if still empty
+				}
+			}()
 			ctx := c.Context()
 			var env suite.Env
 			if local {
@@ -80,29 +113,39 @@ binary, 115 when the configured servers cannot be reached.`,
 					return err
 				}
 				defer os.RemoveAll(dir)
-				fmt.Fprintln(c.ErrOrStderr(), "bench: starting local etcd and MinIO ...")
+				ns, err := layout.NewNamespace("fencepub-bench", "bench")
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.ErrOrStderr(), "bench: starting a local etcd and MinIO from %s, data in %s (removed at the end); domain %q of prefix %q; report to %s\n",
+					binDir, dir, ns.Domain, ns.Prefix, out)
 				l, err := suite.StartLocal(ctx, dir)
 				if err != nil {
-					if errors.Is(err, localstack.ErrNoBinary) {
+					switch {
+					case ctx.Err() != nil:
+						return benchInterrupted(ctx, out)
+					case errors.Is(err, localstack.ErrNoBinary):
 						return exitcode.With(exitcode.Usage, err)
 					}
 					return exitcode.With(exitcode.Unavailable, err)
 				}
 				defer l.Close()
-				ns, err := layout.NewNamespace("fencepub-bench", "bench")
-				if err != nil {
-					return err
-				}
 				if env, err = l.Env(ns); err != nil {
 					return err
 				}
 			} else {
 				e, err := openEnv(c)
 				if err != nil {
+					if ctx.Err() != nil {
+						return benchInterrupted(ctx, out)
+					}
 					return err
 				}
 				defer e.Close()
 				if err := e.Store.CheckBucket(ctx); err != nil {
+					if ctx.Err() != nil {
+						return benchInterrupted(ctx, out)
+					}
 					return exitcode.With(exitcode.Unavailable, err)
 				}
 				var b [3]byte
@@ -111,17 +154,26 @@ binary, 115 when the configured servers cannot be reached.`,
 				if err != nil {
 					return exitcode.With(exitcode.Usage, err)
 				}
+				servers := fmt.Sprintf("etcd %s, S3 %s bucket %q", strings.Join(e.Config.Etcd.Endpoints, ","), e.Config.S3.Endpoint, e.Config.S3.Bucket)
+				fmt.Fprintf(c.ErrOrStderr(), "bench: %s; throwaway domain %q of prefix %q (deleted at the end); report to %s\n",
+					servers, ns.Domain, ns.Prefix, out)
 				env = suite.Env{
 					Target:  bench.Target{Etcd: e.Etcd, Store: e.Store, NS: ns},
 					Config:  e.Config,
 					NewEtcd: e.Config.EtcdClient,
-					Servers: fmt.Sprintf("configured: etcd %s, S3 %s bucket %q", strings.Join(e.Config.Etcd.Endpoints, ","), e.Config.S3.Endpoint, e.Config.S3.Bucket),
+					Servers: "configured: " + servers,
 				}
 			}
 			rep, runErr := suite.Run(ctx, env, opts)
-			if errors.Is(runErr, suite.ErrUnknownWorkload) {
+			if ctx.Err() != nil {
+				// The rows of an interrupted run are partial or failed with
+				// the cancellation: not a report.
+				return benchInterrupted(ctx, out)
+			}
+			if errors.Is(runErr, suite.ErrUnknownWorkload) || errors.Is(runErr, suite.ErrInvalid) {
 				return exitcode.With(exitcode.Usage, runErr)
 			}
+			wrote = true
 			if err := rep.Write(out); err != nil {
 				return errors.Join(runErr, err)
 			}
@@ -154,11 +206,103 @@ binary, 115 when the configured servers cannot be reached.`,
 	f := cmd.Flags()
 	f.BoolVar(&local, "local", false, "start a local etcd and MinIO from ./bin (make deps) instead of using the configured servers")
 	f.BoolVar(&quick, "quick", false, "tiny counts: a smoke run in seconds (numbers not meaningful)")
-	f.StringVar(&out, "out", filepath.Join("bench", "results"), "directory for latest.json, latest.md and latest.png")
+	f.StringVar(&out, "out", defaultBenchOut, "directory for latest.json, latest.md and latest.png (created if missing)")
 	f.StringSliceVar(&workloads, "workloads", nil, "workloads to run, comma-separated (default all: "+strings.Join(suite.Workloads(), ",")+")")
-	f.Float64Var(&scale, "scale", 1, "multiply every operation count (e.g. 0.5 for a shorter run)")
-	f.IntVar(&gcObjects, "gc-objects", 0, "objects in the GC workload's large set (default 100000; the small set is a tenth)")
-	f.DurationVar(&wrkDuration, "wrk-duration", 0, "length of each wrk run (default 3s)")
+	f.Float64Var(&scale, "scale", 1, fmt.Sprintf("multiply every operation count: > 0, at most %d (e.g. 0.5 for a shorter run; ignored with --quick)", maxBenchScale))
+	f.IntVar(&gcObjects, "gc-objects", 100_000, fmt.Sprintf("objects in the GC workload's large set, at least %d; the small set is a tenth (--quick: 1000 unless given)", minBenchGCObjects))
+	f.DurationVar(&wrkDuration, "wrk-duration", 3*time.Second, "length of each wrk run, at least 1s, rounded to whole seconds (--quick: 1s unless given)")
 	f.StringVar(&readerService, "reader-service", "", "path of the examples/reader-service binary (default: reader-service in ./bin, built by make build)")
 	return cmd
+}
+
+// benchOptions checks bench's flags and returns the suite options they
+// give (without Log). Every error is a usage error naming the flag and its
+// valid range; nothing has been started or contacted yet. With --quick,
+// --gc-objects and --wrk-duration not given keep the suite's quick values.
+func benchOptions(c *cobra.Command, workloads []string, quick bool, scale float64, gcObjects int, wrkDuration time.Duration, readerService string) (suite.Options, error) {
+	changed := c.Flags().Changed
+	switch {
+	case !(scale > 0 && scale <= maxBenchScale): // NaN fails too
+		return suite.Options{}, exitcode.Usagef("--scale %g: want a number > 0 and at most %d (1 is the default run, 0.5 a shorter one)", scale, maxBenchScale)
+	case gcObjects < minBenchGCObjects:
+		return suite.Options{}, exitcode.Usagef("--gc-objects %d: want at least %d (the GC workload's small set is a tenth of it)", gcObjects, minBenchGCObjects)
+	case wrkDuration < time.Second:
+		return suite.Options{}, exitcode.Usagef("--wrk-duration %s: want at least 1s (wrk runs whole seconds)", wrkDuration)
+	}
+	if quick && !changed("gc-objects") {
+		gcObjects = 0 // the suite's quick count
+	}
+	if quick && !changed("wrk-duration") {
+		wrkDuration = 0 // the suite's quick duration
+	}
+	if readerService != "" { // the service runs in a temporary directory
+		abs, err := filepath.Abs(readerService)
+		if err != nil {
+			return suite.Options{}, exitcode.Usagef("--reader-service %q: %v", readerService, err)
+		}
+		readerService = abs
+	}
+	opts := suite.Options{
+		Workloads: workloads, Quick: quick, Scale: scale, GCObjects: gcObjects,
+		WrkDuration: wrkDuration, ReaderService: readerService,
+	}
+	if err := opts.Validate(); err != nil {
+		if errors.Is(err, suite.ErrUnknownWorkload) {
+			return suite.Options{}, exitcode.Usagef("--workloads: %v", err)
+		}
+		return suite.Options{}, exitcode.With(exitcode.Usage, err)
+	}
+	return opts, nil
+}
+
+// prepareBenchOut makes sure dir, bench's --out, is a directory the report
+// can be written to, creating it if missing, so a bad --out fails before
+// the run rather than after it. It reports whether it created dir (the
+// caller removes it again if it writes no report). Errors are usage
+// errors naming --out.
+func prepareBenchOut(dir string) (created bool, err error) {
+	if dir == "" {
+		return false, exitcode.Usagef("--out is empty; give a directory for the report")
+	}
+	switch fi, err := os.Stat(dir); {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return false, exitcode.Usagef("--out %s: cannot create the directory: %v", dir, err)
+		}
+		created = true
+	case err != nil:
+		return false, exitcode.Usagef("--out %s: %v", dir, err)
+	case !fi.IsDir():
+		return false, exitcode.Usagef("--out %s is not a directory; give a directory for the report", dir)
+	}
+	fail := func(err error) (bool, error) {
+		if created {
+			_ = os.Remove(dir)
+		}
+		return false, exitcode.Usagef("--out %s is not writable: %v", dir, err)
+	}
+	probe, err := os.CreateTemp(dir, ".fencepub-bench-probe-*")
+	if err != nil {
+		return fail(err)
+	}
+	_ = probe.Close()
+	_ = os.Remove(probe.Name())
+	for _, name := range []string{"latest.json", "latest.md", "latest.png"} {
+		// Open without truncating: an existing report stays as it is.
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fail(err)
+		}
+		_ = f.Close()
+	}
+	return created, nil
+}
+
+// benchInterrupted is bench's error when ctx ended (SIGINT, SIGTERM) before
+// the report was written: exit 130, and no report.
+func benchInterrupted(ctx context.Context, out string) error {
+	return exitcode.With(exitcode.Interrupted, fmt.Errorf("bench interrupted (%w): no report written, %s left as it was", context.Cause(ctx), out))
 }

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,19 +26,53 @@ import (
 // newBenchCmd on the root first if the root does not have one yet.
 func benchCLI(t *testing.T, ctx context.Context, args ...string) (string, string, int) {
 	t.Helper()
+	errb := &syncBuffer{}
+	out, code := benchCLIStderr(t, ctx, errb, args...)
+	return out, errb.String(), code
+}
+
+// benchCLIStderr is benchCLI with stderr (progress, and the command's
+// error at the end) written to errw.
+func benchCLIStderr(t *testing.T, ctx context.Context, errw io.Writer, args ...string) (string, int) {
+	t.Helper()
 	root := newRootCmd()
 	if c, _, err := root.Find([]string{"bench"}); err != nil || c.Name() != "bench" {
 		root.AddCommand(newBenchCmd())
 	}
-	var out, errb bytes.Buffer
+	var out bytes.Buffer
 	root.SetOut(&out)
-	root.SetErr(&errb)
+	root.SetErr(errw)
 	root.SetArgs(append([]string{"bench"}, args...))
 	err := root.ExecuteContext(ctx)
 	if err != nil {
-		errb.WriteString(err.Error())
+		_, _ = io.WriteString(errw, err.Error())
 	}
-	return out.String(), errb.String(), exitcode.Of(err)
+	return out.String(), exitcode.Of(err)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers (the suite logs
+// from several goroutines). If onWrite is set, it is called with the
+// buffer's contents after each write.
+type syncBuffer struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	onWrite func(string)
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := b.b.Write(p)
+	if b.onWrite != nil {
+		b.onWrite(b.b.String())
+	}
+	return n, err
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // TestBenchCLI runs a quick bench against configured servers (the domain
@@ -51,6 +89,11 @@ func TestBenchCLI(t *testing.T) {
 	}
 	if !strings.Contains(out, "targets met; wrote") || !strings.Contains(out, "acquire, uncontended") {
 		t.Errorf("summary: %s", out)
+	}
+	// The first line names the servers and the throwaway domain.
+	if first, _, _ := strings.Cut(errs, "\n"); !strings.Contains(first, "bench: etcd "+e.Endpoints()[0]) ||
+		!strings.Contains(first, "S3 "+m.Config.Endpoint+" bucket ") || !strings.Contains(first, `throwaway domain "d1-bench-`) {
+		t.Errorf("start line: %q", first)
 	}
 	var rep bench.Report
 	b, err := os.ReadFile(filepath.Join(dir, "latest.json"))
@@ -75,6 +118,33 @@ func TestBenchCLI(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	// Interrupted (the context ends as the first workload starts, as on
+	// SIGINT): exit 130 and no report; the previous one stays as it was.
+	prev, err := os.ReadFile(filepath.Join(dir, "latest.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "latest.json")); err != nil {
+		t.Fatal(err)
+	}
+	ictx, icancel := context.WithCancel(ctx)
+	ierr := &syncBuffer{onWrite: func(s string) {
+		if strings.Contains(s, `msg="bench: workload" name=authority`) {
+			icancel()
+		}
+	}}
+	out, code = benchCLIStderr(t, ictx, ierr, append([]string{"--quick", "--workloads", "authority,gc", "--gc-objects", "200", "--out", dir}, conn...)...)
+	icancel()
+	if code != exitcode.Interrupted || out != "" || !strings.Contains(ierr.String(), "no report written") {
+		t.Errorf("interrupted: exit %d, want %d\nstdout: %s\nstderr: %s", code, exitcode.Interrupted, out, ierr)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "latest.md")); err != nil || !bytes.Equal(b, prev) {
+		t.Errorf("interrupted run changed latest.md (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "latest.json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("interrupted run wrote latest.json (%v)", err)
+	}
+
 	// Nothing left behind, in etcd or in the bucket.
 	cli, err := localstack.NewEtcdClient(e.Endpoints())
 	if err != nil {
@@ -97,8 +167,95 @@ func TestBenchCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "renew, sequential") {
 		t.Fatalf("--local: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
 	}
+	if first, _, _ := strings.Cut(errs, "\n"); !strings.HasPrefix(first, "bench: starting a local etcd and MinIO from ") {
+		t.Errorf("--local start line: %q", first)
+	}
 
 	if _, errs, code := benchCLI(t, ctx, append([]string{"--quick", "--workloads", "nope", "--out", dir}, conn...)...); code != exitcode.Usage || !strings.Contains(errs, "unknown workload") {
 		t.Errorf("bad workload: exit %d: %s", code, errs)
+	}
+}
+
+// TestBenchRejectsBadFlags: invalid values and an --out that cannot take
+// the report are usage errors (exit 2) naming the flag, returned at once:
+// no server is started or contacted (the configured endpoints do not
+// answer, which would take seconds and exit 115), nothing is logged and no
+// directory is created.
+func TestBenchRejectsBadFlags(t *testing.T) {
+	wd := t.TempDir()
+	t.Chdir(wd) // the default --out would appear here
+	file := filepath.Join(wd, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reportDir := filepath.Join(wd, "report") // latest.json is a directory
+	if err := os.MkdirAll(filepath.Join(reportDir, "latest.json"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unreachable := []string{"--etcd-endpoints", "127.0.0.1:1", "--s3-endpoint", "127.0.0.1:1"}
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--scale", "0"}, "--scale"},
+		{[]string{"--scale", "-1"}, "--scale"},
+		{[]string{"--scale", "NaN"}, "--scale"},
+		{[]string{"--scale", "101"}, "--scale"},
+		{[]string{"--quick", "--scale", "0"}, "--scale"},
+		{[]string{"--local", "--scale", "0"}, "--scale"},
+		{[]string{"--gc-objects", "-5"}, "--gc-objects"},
+		{[]string{"--gc-objects", "0"}, "--gc-objects"},
+		{[]string{"--quick", "--gc-objects", "9"}, "--gc-objects"},
+		{[]string{"--wrk-duration", "0s"}, "--wrk-duration"},
+		{[]string{"--wrk-duration", "-1s"}, "--wrk-duration"},
+		{[]string{"--wrk-duration", "500ms"}, "--wrk-duration"},
+		{[]string{"--workloads", "publish,nope"}, "--workloads"},
+		{[]string{"--out", filepath.Join(wd, "new"), "--scale", "0"}, "--scale"},
+		{[]string{"--quick", "--out", file}, "--out"},
+		{[]string{"--quick", "--out", filepath.Join(file, "sub")}, "--out"},
+		{[]string{"--quick", "--out", reportDir}, "--out"},
+		{[]string{"--quick", "--out", ""}, "--out"},
+	} {
+		start := time.Now()
+		out, errs, code := benchCLI(t, context.Background(), append(tc.args, unreachable...)...)
+		took := time.Since(start)
+		if code != exitcode.Usage || !strings.Contains(errs, tc.flag) || out != "" {
+			t.Errorf("%v: exit %d, want 2 naming %s\nstdout: %s\nstderr: %s", tc.args, code, tc.flag, out, errs)
+		}
+		if strings.Contains(errs, "bench: ") || took > time.Second {
+			t.Errorf("%v: something ran (%s): %s", tc.args, took, errs)
+		}
+	}
+	entries, err := os.ReadDir(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "file" && e.Name() != "report" {
+			t.Errorf("created %s", e.Name())
+		}
+	}
+	if entries, _ := os.ReadDir(reportDir); len(entries) != 1 {
+		t.Errorf("--out %s: %d entries, want only latest.json", reportDir, len(entries))
+	}
+
+	if os.Geteuid() != 0 { // root writes anywhere
+		ro := filepath.Join(wd, "ro")
+		if err := os.Mkdir(ro, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		if _, errs, code := benchCLI(t, context.Background(), append([]string{"--quick", "--out", ro}, unreachable...)...); code != exitcode.Usage || !strings.Contains(errs, "--out "+ro+" is not writable") {
+			t.Errorf("read-only --out: exit %d: %s", code, errs)
+		}
+	}
+}
+
+// TestBenchHelp: the help states the one default --out and the object
+// count the code writes.
+func TestBenchHelp(t *testing.T) {
+	out, _, code := benchCLI(t, context.Background(), "--help")
+	if code != 0 || !strings.Contains(out, "default ./fencepub-bench") || strings.Contains(out, "bench/results/tmp") ||
+		!strings.Contains(out, "about 145k") || !strings.Contains(out, `(default "fencepub-bench")`) {
+		t.Errorf("help: exit %d\n%s", code, out)
 	}
 }

@@ -112,6 +112,13 @@ func newDevUpCmd(dir *string) *cobra.Command {
 					stopDev(out, st)
 				}
 			}
+			cfgAbs, err := filepath.Abs(configPath)
+			if err == nil {
+				err = checkWritable(cfgAbs)
+			}
+			if err != nil {
+				return exitcode.Usagef("--write-config %s: %v (nothing started)", configPath, err)
+			}
 			if err := os.MkdirAll(abs, 0o755); err != nil {
 				return exitcode.With(exitcode.Usage, err)
 			}
@@ -143,10 +150,6 @@ func newDevUpCmd(dir *string) *cobra.Command {
 				e.Stop()
 				return devErr(err)
 			}
-			cfgAbs, err := filepath.Abs(configPath)
-			if err != nil {
-				return exitcode.With(exitcode.Usage, err)
-			}
 			yaml := fmt.Sprintf(`# Written by 'fencepub dev up' for the local stack in %s.
 etcd:
   endpoints: [%q]
@@ -160,16 +163,20 @@ namespace:
   prefix: fencepub
   domain: dev
 `, abs, e.Members[0].ClientURL, m.Config.Endpoint, m.Config.AccessKey, m.Config.SecretKey, m.Config.Bucket)
-			if err := os.WriteFile(cfgAbs, []byte(yaml), 0o600); err != nil {
-				return err
-			}
 			st := devState{
 				Dir: abs, ConfigFile: cfgAbs, EtcdPID: e.Members[0].PID(), EtcdEndpoint: e.Members[0].ClientURL,
 				MinIOPID: m.PID(), MinIOEndpoint: m.Config.Endpoint, Bucket: m.Config.Bucket, StartedAt: time.Now().UTC(),
 			}
 			b, _ := json.MarshalIndent(st, "", "  ")
-			if err := os.WriteFile(filepath.Join(abs, "state.json"), b, 0o644); err != nil {
-				return err
+			err = os.WriteFile(filepath.Join(abs, "state.json"), b, 0o644)
+			if err == nil {
+				err = os.WriteFile(cfgAbs, []byte(yaml), 0o600)
+			}
+			if err != nil { // leave nothing running that dev down cannot find
+				m.Stop()
+				e.Stop()
+				_ = os.Remove(filepath.Join(abs, "state.json"))
+				return fmt.Errorf("dev up: %w (servers stopped)", err)
 			}
 			fmt.Fprintf(out, `dev: up
   etcd   %s   (pid %d, log %s)
@@ -186,6 +193,25 @@ Stop with: %[9]s dev down
 	}
 	cmd.Flags().StringVar(&configPath, "write-config", "fencepub.yaml", "where to write the config file for the local stack")
 	return cmd
+}
+
+// checkWritable reports why a file cannot be written at path: it is a
+// directory, its directory does not exist, or either is not writable.
+func checkWritable(path string) error {
+	if fi, err := os.Stat(path); err == nil {
+		if fi.IsDir() {
+			return errors.New("is a directory; give a file path")
+		}
+		return syscall.Access(path, 2 /* W_OK */)
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("directory %s does not exist", dir)
+	}
+	if err := syscall.Access(dir, 2 /* W_OK */); err != nil {
+		return fmt.Errorf("directory %s is not writable: %w", dir, err)
+	}
+	return nil
 }
 
 // devErr maps a server start failure to its exit code: a missing binary is

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,16 @@ import (
 func TestDevUpDown(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "dev")
 	cfgPath := filepath.Join(t.TempDir(), "fencepub.yaml")
+	// A --write-config that cannot be written is refused before anything
+	// starts: no servers left running that dev down could not find.
+	for _, bad := range []string{t.TempDir(), filepath.Join(t.TempDir(), "missing", "x.yaml")} {
+		if _, errs, code := runCLI(t, "dev", "up", "--dir", dir, "--write-config", bad); code != 2 || !strings.Contains(errs, "--write-config") {
+			t.Fatalf("dev up --write-config %s: exit %d, %q; want 2 naming the flag", bad, code, errs)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Fatalf("dev up with a bad --write-config created %s (%v)", dir, err)
+		}
+	}
 	start := time.Now()
 	_, errs, code := runCLI(t, "dev", "up", "--dir", dir, "--write-config", cfgPath)
 	if code != 0 {

@@ -121,7 +121,8 @@ func gcExit(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, gc.ErrInvalid), errors.Is(err, gc.ErrForeignDeployment), errors.Is(err, gc.ErrNoOwnership), errors.Is(err, gc.ErrNotInitialized):
+	case errors.Is(err, gc.ErrInvalid), errors.Is(err, gc.ErrForeignDeployment), errors.Is(err, gc.ErrNoOwnership), errors.Is(err, gc.ErrNotInitialized),
+		errors.Is(err, gc.ErrUnknownResource):
 		code = exitcode.Usage
 	case errors.Is(err, gc.ErrHeld):
 		code = exitcode.Held
@@ -215,7 +216,7 @@ func printGCTable(w io.Writer, rep *gc.Report, verbose bool) {
 	if rep.DryRun {
 		mode = " (dry run: nothing was changed; counts are what a real pass would do)"
 	}
-	fmt.Fprintf(w, "gc pass%s: %d resources in %.2fs\n", mode, rep.Resources, rep.Duration)
+	fmt.Fprintf(w, "gc pass%s: %d resource(s) in %.2fs\n", mode, rep.Resources, rep.Duration)
 	fmt.Fprintf(w, "  %-12s %d\n  %-12s %d\n  %-12s %d (seal raises %d)\n", "scanned", rep.Scanned, "deleted", rep.Deleted, "sealed", rep.Sealed, rep.SealRaises)
 	k := rep.Kept
 	fmt.Fprintf(w, "  %-12s published %d, retained %d, in_flight %d, quarantined %d, foreign %d\n", "kept", k.Published, k.Retained, k.InFlight, k.Quarantined, k.Foreign)

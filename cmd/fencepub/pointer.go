@@ -13,9 +13,9 @@ import (
 )
 
 // readerExitHelp is the exit-code table of pointer, read and watch.
-const readerExitHelp = `Exit codes: 0 success, 1 internal error or a data problem (nothing published for
-read, object missing, bytes not matching the pointer's sha256, corrupt pointer),
-2 usage, 115 etcd or the object store unavailable.`
+const readerExitHelp = `Exit codes: 0 success, 1 internal error or a data problem (a corrupt pointer;
+for read also: nothing published, the object missing, bytes not matching the
+pointer's sha256), 2 usage, 115 etcd or the object store unavailable.`
 
 // pointerOutput is the JSON of `fencepub pointer` and of each `fencepub
 // watch` line: the resource, whether anything is published, and the pointer

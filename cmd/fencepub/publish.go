@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -164,6 +165,7 @@ func newPublishCmd() *cobra.Command {
 		contentType string
 		meta        []string
 		timeout     time.Duration
+		allowEmpty  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "publish --resource R (--epoch E --fence F --seq S | --ttl D) --owner O --key K (--file PATH | -)",
@@ -177,6 +179,9 @@ With --epoch, --fence, --seq and --owner it publishes under an existing grant
 publishes with the next seq and releases the grant.
 
 The body comes from --file PATH, or from stdin with --file - or a lone '-'.
+An empty body is refused (exit 2, before any grant is acquired) unless
+--allow-empty: a producer that silently wrote nothing must not replace the
+last good state.
 --key is the operation's idempotency key: a retry with the same key and the same
 body, content type and metadata gets "duplicate" with the original result.
 Newer state wins: a version at or below the pointer is stale.
@@ -195,6 +200,7 @@ Newer state wins: a version at or below the pointer is stale.
 	f.StringVar(&key, "key", "", "idempotency key of the operation (required)")
 	f.StringVar(&file, "file", "", "file to publish, or - for stdin")
 	f.StringVar(&contentType, "content-type", "", "content type (default application/octet-stream)")
+	f.BoolVar(&allowEmpty, "allow-empty", false, "publish an empty (0-byte) body instead of refusing it")
 	f.StringArrayVar(&meta, "meta", nil, "user metadata key=value (repeatable); part of the request digest")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "deadline for the whole publish; a transaction still unanswered then is unknown (exit 112)")
 	_ = cmd.MarkFlagRequired("key")
@@ -232,7 +238,7 @@ Newer state wins: a version at or below the pointer is stale.
 		if err := (publisher.Operation{IdempotencyKey: key, ContentType: contentType, Metadata: md}).Validate(); err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
-		body, err := openBody(c, file)
+		body, err := openBody(c, file, allowEmpty)
 		if err != nil {
 			return err
 		}
@@ -297,20 +303,47 @@ func isNoSuchBucket(err error) bool {
 	return errors.As(err, &resp) && resp.Code == "NoSuchBucket"
 }
 
-// openBody opens the body: stdin for "-", else the file.
-func openBody(cmd *cobra.Command, file string) (io.ReadCloser, error) {
+// openBody opens the body: stdin for "-", else the file. Unless allowEmpty,
+// an empty body is a usage error (for stdin, after waiting for its first
+// byte, before anything is acquired).
+func openBody(cmd *cobra.Command, file string, allowEmpty bool) (io.ReadCloser, error) {
+	empty := exitcode.Usagef("the body (%s) is empty; nothing published (pass --allow-empty to publish an empty body)", file)
 	if file == "-" {
-		return io.NopCloser(cmd.InOrStdin()), nil
+		in, isEmpty := peekEmpty(cmd.InOrStdin())
+		if isEmpty && !allowEmpty {
+			return nil, empty
+		}
+		return io.NopCloser(in), nil
 	}
 	fh, err := os.Open(file)
 	if err != nil {
-		return nil, exitcode.With(exitcode.Usage, err)
+		return nil, exitcode.Usagef("--file: %v", err)
 	}
-	if fi, err := fh.Stat(); err == nil && fi.IsDir() {
+	fi, err := fh.Stat()
+	switch {
+	case err == nil && fi.IsDir():
 		_ = fh.Close()
 		return nil, exitcode.Usagef("--file %s is a directory; give a file, or - for stdin", file)
+	case err == nil && fi.Size() == 0: // empty, or a /proc-like file of unknown size
+		in, isEmpty := peekEmpty(fh)
+		if isEmpty && !allowEmpty {
+			_ = fh.Close()
+			return nil, empty
+		}
+		return struct {
+			io.Reader
+			io.Closer
+		}{in, fh}, nil
 	}
 	return fh, nil
+}
+
+// peekEmpty waits for r's first byte and returns a reader of all of r and
+// whether r was empty.
+func peekEmpty(r io.Reader) (io.Reader, bool) {
+	in := bufio.NewReaderSize(r, 64<<10)
+	_, err := in.Peek(1)
+	return in, err == io.EOF
 }
 
 // parseMeta turns key=value flags into a map; the publisher validates it.

@@ -22,7 +22,8 @@ published and retained ones after the reader grace — and prunes its history;
 the generation counter, pointer and seal stay, so a later grant re-creates
 the resource above them.
 
-Exit codes: 0 sealed (or already sealed); 2 bad name; 113 a live lease holds
+Exit codes: 0 sealed (or already sealed); 2 bad name, or a resource never
+granted in this domain (a typo: nothing is written); 113 a live lease holds
 the resource (use --force); 115 etcd did not answer.`,
 		Args: cobra.ExactArgs(1),
 	}

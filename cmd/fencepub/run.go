@@ -6,14 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"al.essio.dev/pkg/shellescape"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
@@ -43,6 +42,7 @@ func newRunCmd() *cobra.Command {
 	var (
 		resource, owner, key, runID, output, contentType string
 		ttl, wait, grace, timeout                        time.Duration
+		allowEmpty                                       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run --resource R [--owner O] [--ttl 15s] [--wait 1m] [--key K] [--output FILE] -- CMD ARGS...",
@@ -53,7 +53,11 @@ func newRunCmd() *cobra.Command {
      holds it) and mint its fence in the same etcd transaction;
   2. run CMD with FENCEPUB_RESOURCE, FENCEPUB_EPOCH, FENCEPUB_FENCE and
      FENCEPUB_OWNER in its environment, renewing the lease meanwhile;
-  3. capture its result: its stdout, or the file it wrote at --output;
+  3. capture its result: its stdout, or the file it wrote at --output (CMD
+     must create or rewrite it: a file left as it was before the run is not
+     published, and fencepub never deletes it); an empty result is refused
+     unless --allow-empty, so a job that silently produced nothing does not
+     replace the last good result;
   4. publish the result with the grant's fence, in one etcd transaction that
      rejects it if a newer state is already published;
   5. release the lease.
@@ -92,8 +96,9 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 	f.DurationVar(&wait, "wait", time.Minute, "how long to wait for the lease while another owner holds it (0: fail at once with 113)")
 	f.StringVar(&key, "key", "", "idempotency key of this run's publish (default: see above)")
 	f.StringVar(&runID, "run-id", "", "identity of this job run, part of the default key (default $FENCEPUB_RUN_ID, else the UTC hour)")
-	f.StringVar(&output, "output", "", "publish the file CMD wrote here instead of its stdout")
+	f.StringVar(&output, "output", "", "publish the file CMD writes (creates or rewrites) here instead of its stdout; never deleted, and not published if left unchanged")
 	f.StringVar(&contentType, "content-type", "", "content type of the result (default application/octet-stream)")
+	f.BoolVar(&allowEmpty, "allow-empty", false, "publish an empty (0-byte) result instead of refusing it")
 	f.DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
 	f.DurationVar(&timeout, "publish-timeout", 5*time.Minute, "deadline for writing and publishing the result; an unanswered transaction is then unknown (112)")
 	_ = cmd.MarkFlagRequired("resource")
@@ -127,6 +132,18 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 		case timeout <= 0:
 			return exitcode.Usagef("--publish-timeout %s: want a positive duration", timeout)
 		}
+		var prior os.FileInfo // --output as it was before the run
+		if output != "" {
+			fi, err := os.Stat(output)
+			switch {
+			case err == nil && fi.IsDir():
+				return exitcode.Usagef("--output %s is a directory; give the file CMD writes its result to (nothing acquired)", output)
+			case err == nil:
+				prior = fi
+			case !errors.Is(err, os.ErrNotExist):
+				return exitcode.Usagef("--output %s: %v (nothing acquired)", output, err)
+			}
+		}
 		if _, err := exec.LookPath(args[0]); err != nil {
 			return exitcode.Usagef("CMD %q: %v (nothing acquired)", args[0], err)
 		}
@@ -136,7 +153,7 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 		if err := layout.ValidateKey("key", key); err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
-		r := &runner{c: c, args: args, output: output, grace: grace, res: runOutput{Resource: resource, Owner: owner, Key: key, CommandExit: -1, Outcome: "not_published"}}
+		r := &runner{c: c, args: args, output: output, prior: prior, allowEmpty: allowEmpty, grace: grace, res: runOutput{Resource: resource, Owner: owner, Key: key, CommandExit: -1, Outcome: "not_published"}}
 		err := r.run(resource, owner, key, contentType, ttl, wait, timeout)
 		r.res.DurationMS = time.Since(start).Milliseconds()
 		if err != nil {
@@ -172,8 +189,11 @@ type runner struct {
 	c      *cobra.Command
 	args   []string
 	output string
+	prior  os.FileInfo // --output before the run; nil when it did not exist
 	grace  time.Duration
-	res    runOutput
+	// allowEmpty publishes a 0-byte result (--allow-empty).
+	allowEmpty bool
+	res        runOutput
 }
 
 func (r *runner) say(format string, a ...any) {
@@ -196,9 +216,6 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	g, err := a.Acquire(actx, authority.AcquireRequest{Resource: resource, Owner: owner, TTL: ttl, Wait: wait > 0})
 	cancel()
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && !errors.Is(err, authority.ErrUnavailable) {
-			return exitcode.With(exitcode.Held, fmt.Errorf("lease on %q still held after waiting %s: %w", resource, wait, err))
-		}
 		return authorityExit(err)
 	}
 	r.res.Epoch, r.res.Fence = g.Epoch, g.Fence()
@@ -284,11 +301,8 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 		cmd.Stdout = f
 	} else {
 		cmd.Stdout = r.c.OutOrStdout()
-		if err := os.Remove(r.output); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return "", noop, exitcode.With(exitcode.Usage, fmt.Errorf("--output %s: cannot clear a stale result: %w", r.output, err))
-		}
 	}
-	r.say("running %s", strings.Join(r.args, " "))
+	r.say("running %s", shellescape.QuoteCommand(r.args))
 	if err := cmd.Start(); err != nil {
 		if stdout != nil {
 			stdout.Close()
@@ -336,11 +350,35 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	}
 	r.res.CommandExit = code
 	if code != 0 {
-		r.say("command exited with %d; nothing published", code)
 		return "", cleanup, &exitcode.Error{Code: code, Err: fmt.Errorf("command %s exited with %d; nothing published", r.args[0], code)}
 	}
-	if _, err := os.Stat(result); err != nil {
-		return "", cleanup, exitcode.With(exitcode.Usage, fmt.Errorf("the command succeeded but wrote no result at --output %s: %w", r.output, err))
+	fi, err := os.Stat(result)
+	if err != nil {
+		return "", cleanup, exitcode.With(exitcode.Usage, fmt.Errorf("the command succeeded but wrote no result at --output %s: %w; nothing published", r.output, err))
+	}
+	if fi.Size() == 0 && !r.allowEmpty {
+		return "", cleanup, exitcode.Usagef("the command succeeded but its result (%s) is empty; nothing published (pass --allow-empty to publish an empty result)", resultName(r.output))
+	}
+	if r.prior != nil && unchanged(r.prior, fi) {
+		return "", cleanup, exitcode.Usagef("the command succeeded but did not write --output %s: it is unchanged since before the run (%d bytes, modified %s); nothing published",
+			r.output, fi.Size(), fi.ModTime().Format(time.RFC3339))
 	}
 	return result, cleanup, nil
+}
+
+// resultName names where a run's result came from.
+func resultName(output string) string {
+	if output == "" {
+		return "its stdout"
+	}
+	return "--output " + output
+}
+
+// unchanged reports whether b is the same file as a with the same size and
+// modification and change times: nobody wrote it in between.
+func unchanged(a, b os.FileInfo) bool {
+	sa, oka := a.Sys().(*syscall.Stat_t)
+	sb, okb := b.Sys().(*syscall.Stat_t)
+	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime()) &&
+		oka && okb && sa.Ctim == sb.Ctim
 }

@@ -88,6 +88,41 @@ func TestRunCLI(t *testing.T) {
 		t.Fatalf("--output run %+v", o)
 	}
 
+	// An existing --output file is never deleted: not when the command
+	// fails, not when it succeeds without writing it (refused: an old
+	// result must not be published as this run's); a rewrite is published.
+	// An empty result is refused unless --allow-empty.
+	kept := filepath.Join(dir, "kept.txt")
+	if err := os.WriteFile(kept, []byte("important\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o = fp(1, "run", "--resource", "job7", "--output", kept, "-o", "json", "--", "false")
+	o = fp(exitcode.Usage, "run", "--resource", "job7", "--output", kept, "-o", "json", "--", "true")
+	if b, err := os.ReadFile(kept); err != nil || string(b) != "important\n" || o.Outcome != "not_published" {
+		t.Fatalf("--output after a failed and an idle command: %q, %v; %+v", b, err, o)
+	}
+	fp(0, "run", "--resource", "job7", "--output", kept, "--", "sh", "-c", "echo rewritten > "+kept)
+	if got := read("job7"); got != "rewritten\n" {
+		t.Fatalf("rewritten --output published %q", got)
+	}
+	fp(exitcode.Usage, "run", "--resource", "job8", "--", "true")
+	if o = fp(0, "run", "--resource", "job8", "--allow-empty", "-o", "json", "--", "true"); o.Outcome != "applied" || read("job8") != "" {
+		t.Fatalf("--allow-empty run %+v", o)
+	}
+
+	// A lease still held when the wait ends is 113 naming the holder, from
+	// run and from publish --wait alike.
+	fp(0, "authority", "acquire", "--resource", "job9", "--owner", "alice", "--ttl", "30s")
+	for _, args := range [][]string{
+		append(append([]string{"run", "--resource", "job9", "--wait", "1s"}, conn...), "--", "echo", "hi"),
+		append([]string{"publish", "--resource", "job9", "--owner", "bob", "--ttl", "5s", "--wait", "--key", "q", "--file", kept, "--timeout", "1s"}, conn...),
+	} {
+		_, stderr, code := publishCLI(t, ctx, "", args...)
+		if code != exitcode.Held || !strings.Contains(stderr, `"alice"`) {
+			t.Fatalf("%s on a held lease: exit %d, stderr %q; want 113 naming alice", args[0], code, stderr)
+		}
+	}
+
 	// A failing command: its own exit code, nothing published.
 	o = fp(7, "run", "--resource", "job4", "--ttl", "2s", "-o", "json", "--", "sh", "-c", "echo partial; exit 7")
 	if o.CommandExit != 7 || o.Outcome != "not_published" {

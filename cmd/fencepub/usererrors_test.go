@@ -27,18 +27,27 @@ func TestUserMistakes(t *testing.T) {
 	if err := os.WriteFile(body, []byte("hello"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	emptyFile := filepath.Join(dir, "empty.txt")
+	if err := os.WriteFile(emptyFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	publish := []string{"publish", "--resource", "r", "--owner", "me", "--ttl", "5s", "--key", "k1", "-o", "json"}
 	for _, tc := range []struct {
-		name string
-		args []string
-		want string // in stderr
+		name  string
+		args  []string
+		want  string // in stderr
+		stdin string
 	}{
-		{"--file is a directory", append(publish, "--file", dir), "is a directory"},
-		{"run: CMD does not exist", []string{"run", "--resource", "r", "--", filepath.Join(dir, "no-such-cmd")}, "no-such-cmd"},
-		{"run: zero publish timeout", []string{"run", "--resource", "r", "--publish-timeout", "0s", "--", "true"}, "--publish-timeout"},
-		{"run: negative wait", []string{"run", "--resource", "r", "--wait", "-1s", "--", "true"}, "--wait"},
+		{"--file is a directory", append(publish, "--file", dir), "is a directory", ""},
+		{"--file does not exist", append(publish, "--file", filepath.Join(dir, "nope")), "--file", ""},
+		{"--file is empty", append(publish, "--file", emptyFile), "--allow-empty", ""},
+		{"stdin is empty", append(publish, "-"), "--allow-empty", ""},
+		{"run: --output is a directory", []string{"run", "--resource", "r", "--output", dir, "--", "true"}, "is a directory", ""},
+		{"run: CMD does not exist", []string{"run", "--resource", "r", "--", filepath.Join(dir, "no-such-cmd")}, "no-such-cmd", ""},
+		{"run: zero publish timeout", []string{"run", "--resource", "r", "--publish-timeout", "0s", "--", "true"}, "--publish-timeout", ""},
+		{"run: negative wait", []string{"run", "--resource", "r", "--wait", "-1s", "--", "true"}, "--wait", ""},
 	} {
-		_, errs, code := publishCLI(t, ctx, "", append(tc.args, conn...)...)
+		_, errs, code := publishCLI(t, ctx, tc.stdin, append(tc.args, conn...)...)
 		if code != 2 || !strings.Contains(errs, tc.want) {
 			t.Fatalf("%s: exit %d, stderr %q; want 2 naming %q", tc.name, code, errs, tc.want)
 		}
@@ -93,7 +102,7 @@ func TestUserMistakes(t *testing.T) {
 	if _, errs, _ := publishCLI(t, ctx, "", append([]string{"pointer", "--resource", "r"}, noDomain...)...); !strings.Contains(errs, `no config file`) || !strings.Contains(errs, `domain "default"`) {
 		t.Fatalf("pointer without a config file or --domain: stderr %q; want a note naming the default domain", errs)
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Fatalf("read left files behind in %s: %v", dir, entries)
 	}
 }

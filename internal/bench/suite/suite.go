@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -103,7 +104,8 @@ func Workloads() []string {
 }
 
 // Options tune a suite run. The zero value runs every workload at the
-// default sizes (about 5–10 minutes on 2 cores).
+// default sizes (about 5–10 minutes on 2 cores): a zero field means its
+// default; a negative (or non-finite) one is invalid (Validate).
 type Options struct {
 	// Workloads to run (Workloads() names); empty means all.
 	Workloads []string
@@ -132,6 +134,34 @@ type Options struct {
 	Wrk string
 	// Log receives progress; nil discards.
 	Log *slog.Logger
+}
+
+// Validate reports options Run refuses, before anything runs: a workload
+// name that does not exist (ErrUnknownWorkload), a size below 1 byte, a
+// negative or non-finite Scale, a negative Rounds, GCObjects or WrkDuration
+// (ErrInvalid). Zero values are valid: they mean the defaults.
+func (o Options) Validate() error {
+	for _, w := range o.Workloads {
+		if !slices.Contains(Workloads(), w) {
+			return fmt.Errorf("%w: %q (want some of %s)", ErrUnknownWorkload, w, strings.Join(Workloads(), ", "))
+		}
+	}
+	for _, size := range o.Sizes {
+		if size <= 0 {
+			return fmt.Errorf("%w: size %d (want at least 1 byte)", ErrInvalid, size)
+		}
+	}
+	switch {
+	case o.Scale < 0 || math.IsNaN(o.Scale) || math.IsInf(o.Scale, 0):
+		return fmt.Errorf("%w: scale %g (want a finite number > 0, or 0 for the default 1)", ErrInvalid, o.Scale)
+	case o.Rounds < 0:
+		return fmt.Errorf("%w: rounds %d (want at least 1, or 0 for the default)", ErrInvalid, o.Rounds)
+	case o.GCObjects < 0:
+		return fmt.Errorf("%w: GC objects %d (want at least 1, or 0 for the default)", ErrInvalid, o.GCObjects)
+	case o.WrkDuration < 0:
+		return fmt.Errorf("%w: wrk duration %s (want more than 0, or 0 for the default)", ErrInvalid, o.WrkDuration)
+	}
+	return nil
 }
 
 func (o Options) withDefaults() Options {
@@ -215,20 +245,14 @@ type runner struct {
 // (a server error, not a missed target) is logged, recorded as a skipped
 // row, and the others still run; its error is returned joined with the
 // others' at the end, together with the report. Errors: ErrUnknownWorkload,
-// ErrInvalid, the workloads' errors, ctx's error.
+// ErrInvalid (Validate, or an incomplete env), the workloads' errors, ctx's
+// error.
 func Run(ctx context.Context, env Env, opts Options) (bench.Report, error) {
+	if err := opts.Validate(); err != nil {
+		return bench.Report{Machine: bench.ThisMachine(), Servers: env.Servers}, err
+	}
 	opts = opts.withDefaults()
 	rep := bench.Report{Machine: bench.ThisMachine(), Servers: env.Servers, Options: opts.String()}
-	for _, w := range opts.Workloads {
-		if !slices.Contains(Workloads(), w) {
-			return rep, fmt.Errorf("%w: %q (want some of %s)", ErrUnknownWorkload, w, strings.Join(Workloads(), ", "))
-		}
-	}
-	for _, size := range opts.Sizes {
-		if size <= 0 {
-			return rep, fmt.Errorf("%w: size %d (want at least 1 byte)", ErrInvalid, size)
-		}
-	}
 	if env.Etcd == nil || env.Store == nil {
 		return rep, fmt.Errorf("%w: Env needs an etcd client and a store", ErrInvalid)
 	}

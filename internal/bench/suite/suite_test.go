@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,7 +118,16 @@ func TestRunRejectsBadOptions(t *testing.T) {
 	}{
 		{Options{Workloads: []string{"publish", "nope"}}, ErrUnknownWorkload},
 		{Options{Workloads: []string{"publish"}, Sizes: []int{1024, 0}}, ErrInvalid},
+		{Options{Scale: -1}, ErrInvalid},
+		{Options{Scale: math.NaN()}, ErrInvalid},
+		{Options{Scale: math.Inf(1)}, ErrInvalid},
+		{Options{Rounds: -1}, ErrInvalid},
+		{Options{GCObjects: -5}, ErrInvalid},
+		{Options{WrkDuration: -time.Second}, ErrInvalid},
 	} {
+		if err := c.opts.Validate(); !errors.Is(err, c.want) {
+			t.Errorf("%+v: Validate() = %v; want %v", c.opts, err, c.want)
+		}
 		rep, err := Run(context.Background(), env, c.opts)
 		if !errors.Is(err, c.want) || len(rep.Rows) != 0 {
 			t.Errorf("%+v: err = %v, %d rows; want %v", c.opts, err, len(rep.Rows), c.want)
