@@ -440,6 +440,9 @@ func (c *Collector) collect(ctx context.Context, res, dep string, uploads []Entr
 	if c.afterState != nil {
 		c.afterState(res)
 	}
+	if !opts.All && s.Generation == 0 && !s.HasPointer && !s.HasSeal {
+		rep.warn(fmt.Sprintf("resource %q was never granted in domain %q (no generation, pointer or seal): a typo?", res, c.ns.Domain))
+	}
 	p := &resourcePass{c: c, s: s, rep: rep, opts: opts, now: c.now()}
 	del := c.newDeleter(ctx, opts.DryRun, p)
 	abandoned, listErr := p.list(ctx, del)

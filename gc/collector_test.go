@@ -255,6 +255,11 @@ func TestBucketWarnings(t *testing.T) {
 	if len(rep.Warnings) != 0 {
 		t.Fatalf("warnings on a plain bucket: %v", rep.Warnings)
 	}
+	// A resource named but never granted (a typo) gets a warning.
+	rep = e.run(e.collector(nil), "v-typo")
+	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], `"v-typo" was never granted`) {
+		t.Fatalf("warnings for a resource never granted: %v", rep.Warnings)
+	}
 	if err := st.Client.EnableVersioning(ctx, st.Bucket); err != nil {
 		t.Fatal(err)
 	}
