@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/config"
@@ -36,6 +37,16 @@ var connFlags = []struct{ flag, key, usage string }{
 	{"s3-region", "s3.region", "bucket region (s3.region)"},
 	{"prefix", "namespace.prefix", "key prefix in etcd and the bucket (namespace.prefix)"},
 	{"domain", "namespace.domain", "authority domain under the prefix (namespace.domain)"},
+}
+
+// configKeyAnnotation marks a command's own flag as the override of a
+// configuration key (keyFlag); loadViperFile binds it.
+const configKeyAnnotation = "fencepub_config_key"
+
+// keyFlag makes flag name of fs override configuration key (flag > env >
+// file > default). The flag's default should be the key's.
+func keyFlag(fs *pflag.FlagSet, name, key string) {
+	_ = fs.SetAnnotation(name, configKeyAnnotation, []string{key}) // the flag exists
 }
 
 // addConnFlags registers --config and the connection flags on cmd's
@@ -70,6 +81,11 @@ func loadViperFile(cmd *cobra.Command) (*viper.Viper, string, error) {
 		bind(c.flag, c.key)
 	}
 	bind("s3-secure", "s3.secure")
+	flags.VisitAll(func(fl *pflag.Flag) {
+		if keys := fl.Annotations[configKeyAnnotation]; len(keys) == 1 {
+			bind(fl.Name, keys[0])
+		}
+	})
 	path := ""
 	if fl := flags.Lookup("config"); fl != nil {
 		path = fl.Value.String()
@@ -228,10 +244,11 @@ defaults, the config file, FENCEPUB_* environment variables and flags
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
+		tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 0, 2, ' ', 0)
 		for _, k := range keys {
-			fmt.Fprintf(c.OutOrStdout(), "%-18s %v\n", k, red[k])
+			fmt.Fprintf(tw, "%s\t%v\n", k, red[k])
 		}
-		return nil
+		return tw.Flush()
 	}
 	cmd.AddCommand(show)
 	addConnFlags(cmd)

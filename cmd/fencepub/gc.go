@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
+	"github.com/fencepub/fencepub/internal/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -42,15 +43,21 @@ pruned after the objects they name.`,
 	return cmd
 }
 
-// gcFlags are the collector settings shared by `gc run` and `gc daemon`.
+// gcFlags are the collector settings shared by `gc run` and `gc daemon`:
+// the gc.* configuration keys (internal/config.GC), each overridden by the
+// flag of the same name.
 type gcFlags struct {
-	policy           gc.Policy
-	opRetention      time.Duration
-	requestRetention time.Duration
-	batch            int
-	concurrency      int
-	resources        []string
-	all              bool
+	cfg       config.GC
+	resources []string
+	all       bool
+}
+
+// gcKeyFlags names the flag of each gc.* key that `gc run` and `gc daemon`
+// share; the daemon adds interval, lease_ttl and listen.
+var gcKeyFlags = map[string]string{
+	"retain": "gc.retain", "grace": "gc.grace", "clock-skew": "gc.clock_skew", "abandon-after": "gc.abandon_after",
+	"op-retention": "gc.op_retention", "request-retention": "gc.request_retention",
+	"delete-batch": "gc.delete_batch", "delete-concurrency": "gc.delete_concurrency",
 }
 
 func addGCFlags(cmd *cobra.Command, f *gcFlags) {
@@ -58,41 +65,53 @@ func addGCFlags(cmd *cobra.Command, f *gcFlags) {
 	d := gc.DefaultPolicy()
 	fl.StringArrayVar(&f.resources, "resource", nil, "resource to collect (repeatable)")
 	fl.BoolVar(&f.all, "all", false, "collect every resource that has a pointer")
-	fl.IntVar(&f.policy.Retain, "retain", d.Retain, "published versions kept per resource, the current one included")
-	fl.DurationVar(&f.policy.Grace, "grace", d.Grace, "reader grace: keep versions superseded less than this (plus --clock-skew) ago")
-	fl.DurationVar(&f.policy.ClockSkew, "clock-skew", d.ClockSkew, "allowance for clock differences between publishers, the store and gc")
-	fl.DurationVar(&f.policy.AbandonAfter, "abandon-after", d.AbandonAfter, "seal and delete in-flight objects of dead grants older than this")
-	fl.DurationVar(&f.opRetention, "op-retention", gc.DefaultOpRetention, "keep op (idempotency) records this long after their commit")
-	fl.DurationVar(&f.requestRetention, "request-retention", authority.DefaultRequestRetention, "keep acquire request records this long")
-	fl.IntVar(&f.batch, "delete-batch", gc.DefaultDeleteBatch, "keys per multi-object delete (1-1000)")
-	fl.IntVar(&f.concurrency, "delete-concurrency", gc.DefaultDeleteConcurrency, "multi-object deletes in flight")
+	fl.Int("retain", d.Retain, "published versions kept per resource, the current one included (gc.retain)")
+	fl.Duration("grace", d.Grace, "reader grace: keep versions superseded less than this (plus --clock-skew) ago (gc.grace)")
+	fl.Duration("clock-skew", d.ClockSkew, "allowance for clock differences between publishers, the store and gc (gc.clock_skew)")
+	fl.Duration("abandon-after", d.AbandonAfter, "seal and delete in-flight objects of dead grants older than this (gc.abandon_after)")
+	fl.Duration("op-retention", gc.DefaultOpRetention, "keep op (idempotency) records this long after their commit (gc.op_retention)")
+	fl.Duration("request-retention", authority.DefaultRequestRetention, "keep acquire request records this long (gc.request_retention)")
+	fl.Int("delete-batch", gc.DefaultDeleteBatch, "keys per multi-object delete, 1-1000 (gc.delete_batch)")
+	fl.Int("delete-concurrency", gc.DefaultDeleteConcurrency, "multi-object deletes in flight (gc.delete_concurrency)")
+	for name, key := range gcKeyFlags {
+		keyFlag(fl, name, key)
+	}
 }
 
-// check validates the flags that need no server. Errors carry exit code 2.
-func (f *gcFlags) check(allowNone bool) error {
+// load reads the gc.* settings (flag > FENCEPUB_GC_* > config file >
+// default) and validates them and the resource selection. Errors carry exit
+// code 2 and name the key and the flag; no server is contacted.
+func (f *gcFlags) load(cmd *cobra.Command, allowNone bool) error {
 	switch {
 	case f.all && len(f.resources) > 0:
 		return exitcode.Usagef("give --resource or --all, not both")
 	case !f.all && len(f.resources) == 0 && !allowNone:
 		return exitcode.Usagef("give --resource R (repeatable) or --all")
-	case f.policy.Retain < 1:
-		return exitcode.Usagef("--retain must be at least 1 (the current version)")
-	case f.policy.Grace <= 0 || f.policy.ClockSkew < 0 || f.policy.AbandonAfter <= 0 || f.opRetention <= 0 || f.requestRetention <= 0:
-		return exitcode.Usagef("--grace, --abandon-after, --op-retention and --request-retention must be positive; --clock-skew must not be negative")
-	case f.batch < 1 || f.batch > gc.DefaultDeleteBatch || f.concurrency < 1:
-		return exitcode.Usagef("--delete-batch must be 1-%d and --delete-concurrency at least 1", gc.DefaultDeleteBatch)
 	}
+	v, err := loadViper(cmd)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(v)
+	if err == nil {
+		err = cfg.GC.Validate()
+	}
+	if err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	f.cfg = cfg.GC
 	return nil
 }
 
 // collector builds the Collector of env's domain from the flags.
 func (f *gcFlags) collector(env *cliEnv, m *gc.Metrics) (*gc.Collector, error) {
-	p := f.policy
+	g := f.cfg
+	p := gc.Policy{Retain: g.Retain, Grace: g.Grace, ClockSkew: g.ClockSkew, AbandonAfter: g.AbandonAfter}
 	if p.ClockSkew == 0 {
 		p.ClockSkew = time.Nanosecond // the library reads 0 as "default"
 	}
-	return openCollector(env, f.requestRetention, gc.Config{
-		Policy: p, OpRetention: f.opRetention, DeleteBatch: f.batch, DeleteConcurrency: f.concurrency, Metrics: m,
+	return openCollector(env, g.RequestRetention, gc.Config{
+		Policy: p, OpRetention: g.OpRetention, DeleteBatch: g.DeleteBatch, DeleteConcurrency: g.DeleteConcurrency, Metrics: m,
 	})
 }
 
@@ -158,7 +177,7 @@ store did not answer.`,
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "include every object's decision, reason and action")
 	cmd.Flags().VarP(&choice{value: &format, allowed: []string{"table", "json", "text"}, def: "table"}, "output", "o", "output format: table or json")
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
-		if err := f.check(false); err != nil {
+		if err := f.load(c, false); err != nil {
 			return err
 		}
 		env, err := openEnv(c)
@@ -242,11 +261,8 @@ func printGCTable(w io.Writer, rep *gc.Report, verbose bool) {
 
 func newGCDaemonCmd() *cobra.Command {
 	var (
-		f        gcFlags
-		interval time.Duration
-		ttl      time.Duration
-		listen   string
-		owner    string
+		f     gcFlags
+		owner string
 	)
 	cmd := &cobra.Command{
 		Use:   "daemon",
@@ -262,17 +278,19 @@ pass is cancelled (each deletion is safe on its own) and the lease released.`,
 		Args: cobra.NoArgs,
 	}
 	addGCFlags(cmd, &f)
-	cmd.Flags().DurationVar(&interval, "interval", gc.DefaultInterval, "time between the end of one pass and the start of the next")
-	cmd.Flags().DurationVar(&ttl, "lease-ttl", gc.DefaultLeaseTTL, "GC lease TTL, whole seconds (at least 2s)")
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9464", `address of the /healthz and /metrics endpoint ("" disables it)`)
+	fl := cmd.Flags()
+	fl.Duration("interval", gc.DefaultInterval, "time between the end of one pass and the start of the next (gc.interval)")
+	fl.Duration("lease-ttl", gc.DefaultLeaseTTL, "GC lease TTL, whole seconds, at least 2s (gc.lease_ttl)")
+	fl.String("listen", "127.0.0.1:9464", `address of the /healthz and /metrics endpoint, "" disables it (gc.listen)`)
+	keyFlag(fl, "interval", "gc.interval")
+	keyFlag(fl, "lease-ttl", "gc.lease_ttl")
+	keyFlag(fl, "listen", "gc.listen")
 	cmd.Flags().StringVar(&owner, "owner", "", "this replica's owner id in the GC lease (default gc-<host>-<pid>-<random>)")
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
-		if err := f.check(true); err != nil {
+		if err := f.load(c, true); err != nil {
 			return err
 		}
-		if interval <= 0 {
-			return exitcode.Usagef("--interval must be positive")
-		}
+		interval, ttl, listen := f.cfg.Interval, f.cfg.LeaseTTL, f.cfg.Listen
 		env, err := openEnv(c)
 		if err != nil {
 			return err

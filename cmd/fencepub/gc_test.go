@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -181,5 +183,67 @@ func TestGCCLI(t *testing.T) {
 	}
 	if _, held, err := auth.Holder(ctx, "_gc"); err != nil || held {
 		t.Fatalf("GC lease still held after the daemon stopped (%v)", err)
+	}
+}
+
+// The gc.* configuration keys set `gc run` (and `gc daemon`): flag >
+// FENCEPUB_GC_* > config file > default, seen in what a dry-run pass would
+// delete of three published versions; a bad value is exit 2 naming the key
+// and its flag.
+func TestGCConfigKeys(t *testing.T) {
+	conn, _, _ := cliStack(t, "gccfg")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	body := filepath.Join(dir, "body")
+	for i := range 3 {
+		if err := os.WriteFile(body, []byte(strconv.Itoa(i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, errs, code := publishCLI(t, ctx, "", append([]string{"publish", "--resource", "cfg", "--owner", "o", "--ttl", "5s", "--key", strconv.Itoa(i), "--file", body}, conn...)...); code != 0 {
+			t.Fatalf("publish %d: exit %d: %s", i, code, errs)
+		}
+	}
+	time.Sleep(10 * time.Millisecond) // past the 1ms grace below
+	cfgFile := filepath.Join(dir, "fencepub.yaml")
+	writeCfg := func(yaml string) {
+		if err := os.WriteFile(cfgFile, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// deletes returns how many objects a dry-run pass would delete.
+	deletes := func(extra ...string) int64 {
+		t.Helper()
+		out, errs, code := publishCLI(t, ctx, "", append(append([]string{"gc", "run", "--resource", "cfg", "--dry-run", "-o", "json", "--config", cfgFile}, extra...), conn...)...)
+		if code != 0 {
+			t.Fatalf("gc run %v: exit %d: %s", extra, code, errs)
+		}
+		var rep struct{ Deleted int64 }
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, out)
+		}
+		return rep.Deleted
+	}
+	writeCfg("gc: {}\n")
+	if n := deletes(); n != 0 {
+		t.Fatalf("defaults (10m grace): %d deletions, want 0", n)
+	}
+	writeCfg("gc:\n  retain: 1\n  grace: 1ms\n  clock_skew: 0s\n")
+	if n := deletes(); n != 2 {
+		t.Fatalf("file gc.retain 1, gc.grace 1ms: %d deletions, want 2", n)
+	}
+	if n := deletes("--retain", "2"); n != 1 {
+		t.Fatalf("--retain 2 over the file: %d deletions, want 1", n)
+	}
+	t.Setenv("FENCEPUB_GC_RETAIN", "3")
+	if n := deletes(); n != 0 {
+		t.Fatalf("FENCEPUB_GC_RETAIN=3 over the file: %d deletions, want 0", n)
+	}
+	if n := deletes("--retain", "1"); n != 2 {
+		t.Fatalf("--retain 1 over FENCEPUB_GC_RETAIN: %d deletions, want 2", n)
+	}
+	writeCfg("gc:\n  retain: 0\n")
+	if _, errs, code := publishCLI(t, ctx, "", append([]string{"gc", "run", "--resource", "cfg", "--retain", "0", "--config", cfgFile}, conn...)...); code != exitcode.Usage || !strings.Contains(errs, "gc.retain (--retain)") {
+		t.Fatalf("retain 0: exit %d, %q; want 2 naming gc.retain and --retain", code, errs)
 	}
 }

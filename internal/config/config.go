@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/spf13/viper"
@@ -33,6 +35,69 @@ type Config struct {
 	Etcd      Etcd            `mapstructure:"etcd"`
 	S3        objstore.Config `mapstructure:"s3"`
 	Namespace Namespace       `mapstructure:"namespace"`
+	GC        GC              `mapstructure:"gc"`
+}
+
+// GC holds the settings of `fencepub gc run` and `gc daemon` (DESIGN.md
+// "Garbage collection"). Each key has a flag of those commands named like
+// it with '-' for '_' (gc.abandon_after is --abandon-after), which
+// overrides it; only those commands read and validate them (GC.Validate).
+type GC struct {
+	// Retain is how many published versions are kept per resource, the
+	// current one included.
+	Retain int `mapstructure:"retain"`
+	// Grace keeps versions superseded less than this (plus ClockSkew) ago:
+	// the reader grace.
+	Grace time.Duration `mapstructure:"grace"`
+	// ClockSkew is the allowance for clock differences between publishers,
+	// the store and GC.
+	ClockSkew time.Duration `mapstructure:"clock_skew"`
+	// AbandonAfter is the age after which in-flight objects of dead grants
+	// are sealed out and deleted.
+	AbandonAfter time.Duration `mapstructure:"abandon_after"`
+	// OpRetention and RequestRetention keep op (idempotency) records and
+	// acquire request records this long.
+	OpRetention      time.Duration `mapstructure:"op_retention"`
+	RequestRetention time.Duration `mapstructure:"request_retention"`
+	// DeleteBatch is the keys per multi-object delete (1-1000);
+	// DeleteConcurrency the deletes in flight.
+	DeleteBatch       int `mapstructure:"delete_batch"`
+	DeleteConcurrency int `mapstructure:"delete_concurrency"`
+	// Interval (between passes), LeaseTTL (of the GC lease, whole seconds)
+	// and Listen (the /healthz and /metrics address, "" for none) are the
+	// daemon's.
+	Interval time.Duration `mapstructure:"interval"`
+	LeaseTTL time.Duration `mapstructure:"lease_ttl"`
+	Listen   string        `mapstructure:"listen"`
+}
+
+// Validate checks the GC settings; errors are ErrInvalid naming the key and
+// its flag.
+func (g GC) Validate() error {
+	bad := func(key string, v any, want string) error {
+		return fmt.Errorf("%w: %s (--%s) = %v: want %s", ErrInvalid, key, strings.ReplaceAll(strings.TrimPrefix(key, "gc."), "_", "-"), v, want)
+	}
+	switch {
+	case g.Retain < 1:
+		return bad("gc.retain", g.Retain, "at least 1 (the current version)")
+	case g.Grace <= 0:
+		return bad("gc.grace", g.Grace, "a positive duration")
+	case g.ClockSkew < 0:
+		return bad("gc.clock_skew", g.ClockSkew, "a duration of 0 or more")
+	case g.AbandonAfter <= 0:
+		return bad("gc.abandon_after", g.AbandonAfter, "a positive duration")
+	case g.OpRetention <= 0:
+		return bad("gc.op_retention", g.OpRetention, "a positive duration")
+	case g.RequestRetention <= 0:
+		return bad("gc.request_retention", g.RequestRetention, "a positive duration")
+	case g.DeleteBatch < 1 || g.DeleteBatch > gc.DefaultDeleteBatch:
+		return bad("gc.delete_batch", g.DeleteBatch, fmt.Sprintf("1-%d", gc.DefaultDeleteBatch))
+	case g.DeleteConcurrency < 1:
+		return bad("gc.delete_concurrency", g.DeleteConcurrency, "at least 1")
+	case g.Interval <= 0:
+		return bad("gc.interval", g.Interval, "a positive duration")
+	}
+	return nil
 }
 
 // Etcd describes how to reach etcd.
@@ -65,6 +130,18 @@ var defaults = map[string]any{
 	"s3.secure":        false,
 	"namespace.prefix": "fencepub",
 	"namespace.domain": "default",
+
+	"gc.retain":             gc.DefaultPolicy().Retain,
+	"gc.grace":              gc.DefaultPolicy().Grace,
+	"gc.clock_skew":         gc.DefaultPolicy().ClockSkew,
+	"gc.abandon_after":      gc.DefaultPolicy().AbandonAfter,
+	"gc.op_retention":       gc.DefaultOpRetention,
+	"gc.request_retention":  authority.DefaultRequestRetention,
+	"gc.delete_batch":       gc.DefaultDeleteBatch,
+	"gc.delete_concurrency": gc.DefaultDeleteConcurrency,
+	"gc.interval":           gc.DefaultInterval,
+	"gc.lease_ttl":          gc.DefaultLeaseTTL,
+	"gc.listen":             "127.0.0.1:9464",
 }
 
 // Keys lists every configuration key, in the order `config show` prints them.
@@ -72,6 +149,8 @@ var Keys = []string{
 	"etcd.endpoints", "etcd.username", "etcd.password", "etcd.tls.ca", "etcd.tls.cert", "etcd.tls.key",
 	"s3.endpoint", "s3.access_key", "s3.secret_key", "s3.bucket", "s3.secure", "s3.region",
 	"namespace.prefix", "namespace.domain",
+	"gc.retain", "gc.grace", "gc.clock_skew", "gc.abandon_after", "gc.op_retention", "gc.request_retention",
+	"gc.delete_batch", "gc.delete_concurrency", "gc.interval", "gc.lease_ttl", "gc.listen",
 }
 
 // SecretKeys are redacted by Redacted.
