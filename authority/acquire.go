@@ -40,6 +40,12 @@ type AcquireRequest struct {
 	// holder key, not polling) until this request wins or ctx ends. Without
 	// it a held resource fails at once with ErrHeld.
 	Wait bool
+	// MaxWait, with Wait, bounds the time spent waiting for a holder (from
+	// the first wait; 0: as long as ctx). When it passes the resource is
+	// still held: a *HeldError wrapping context.DeadlineExceeded. It bounds
+	// only the waiting, never a grant transaction in progress, so a holder
+	// that leaves just before it passes does not cut a grant in half.
+	MaxWait time.Duration
 	// Reserved allows a name starting with '_' (fencepub's own leases, such
 	// as the GC's).
 	Reserved bool
@@ -150,6 +156,21 @@ type acquisition struct {
 	keepLease bool
 	// unknown counts grant transactions whose outcome was not learned.
 	unknown int
+	// waitUntil is when AcquireRequest.MaxWait ends the waiting (zero:
+	// not waited yet, or no MaxWait).
+	waitUntil time.Time
+}
+
+// waitCtx bounds one wait for the holder by AcquireRequest.MaxWait,
+// counted from the first wait.
+func (q *acquisition) waitCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if q.req.MaxWait <= 0 {
+		return ctx, func() {}
+	}
+	if q.waitUntil.IsZero() {
+		q.waitUntil = time.Now().Add(q.req.MaxWait)
+	}
+	return context.WithDeadline(ctx, q.waitUntil)
 }
 
 // maxUnknown bounds the grant transactions of one Acquire whose outcome is
@@ -191,7 +212,10 @@ func (q *acquisition) run(ctx context.Context) (Grant, error) {
 				return Grant{}, a.heldError(ctx, res, *s.holder)
 			}
 			q.dropLease() // it would tick away while we wait
-			if err := a.waitFree(ctx, res, s.rev); err != nil {
+			wctx, cancel := q.waitCtx(ctx)
+			err := a.waitFree(wctx, res, s.rev)
+			cancel()
+			if err != nil {
 				if errors.Is(err, context.DeadlineExceeded) { // still held when the deadline came
 					return Grant{}, fmt.Errorf("%w; stopped waiting: %w", a.heldError(context.WithoutCancel(ctx), res, *s.holder), err)
 				}

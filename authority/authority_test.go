@@ -220,6 +220,15 @@ func TestHeldAndWait(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &held) || held.Holder.Owner != ga.Owner {
 		t.Fatalf("wait with a short ctx: %v; want DeadlineExceeded and a HeldError naming A", err)
 	}
+	// MaxWait ends the waiting alike, under a context that would wait on.
+	start := time.Now()
+	_, err = a.Acquire(ctx, AcquireRequest{Resource: "held", Owner: owner("C"), TTL: 5 * time.Second, Wait: true, MaxWait: 300 * time.Millisecond})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &held) || held.Holder.Owner != ga.Owner || ctx.Err() != nil {
+		t.Fatalf("wait with MaxWait: %v; want DeadlineExceeded and a HeldError naming A", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("MaxWait 300ms waited %s", took)
+	}
 	got := make(chan Grant, 1)
 	go func() {
 		g, err := a.Acquire(ctx, AcquireRequest{Resource: "held", Owner: owner("B"), TTL: 5 * time.Second, Wait: true})

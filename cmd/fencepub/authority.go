@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -79,6 +80,11 @@ func authorityExit(err error) error {
 		code = exitcode.LeaseLost
 	case errors.Is(err, authority.ErrUnavailable):
 		code = exitcode.Unavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		// The command's own deadline (--timeout) ran out mid-acquire: not
+		// an internal error; a grant made meanwhile expires with its TTL.
+		code = exitcode.Unavailable
+		err = fmt.Errorf("%w (the deadline ran out while acquiring; a grant made meanwhile expires with its TTL)", err)
 	case errors.Is(err, authority.ErrRolledBack):
 		code = exitcode.NeedRecover
 	}

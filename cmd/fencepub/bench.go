@@ -30,9 +30,16 @@ const defaultBenchOut = "fencepub-bench"
 // run of many hours.
 const maxBenchScale = 100
 
-// minBenchGCObjects is the least --gc-objects: the GC workload's small set
-// is a tenth of it.
-const minBenchGCObjects = 10
+// minBenchGCObjects and maxBenchGCObjects bound --gc-objects: the GC
+// workload's small set is a tenth of it, and 10M one-byte PUTs already take
+// hours.
+const (
+	minBenchGCObjects = 10
+	maxBenchGCObjects = 10_000_000
+)
+
+// maxWrkDuration bounds --wrk-duration.
+const maxWrkDuration = 10 * time.Minute
 
 // newBenchCmd builds `fencepub bench`: the benchmark suite of issue 8
 // (internal/bench/suite), against the configured servers or, with --local, a
@@ -95,14 +102,14 @@ reached, 130 when interrupted.`,
 					binDir = filepath.Dir(p)
 				}
 			}
-			created, err := prepareBenchOut(out)
+			undoOut, err := prepareBenchOut(out)
 			if err != nil {
 				return err
 			}
 			wrote := false
 			defer func() {
-				if created && !wrote {
-					_ = os.Remove(out) // only if still empty
+				if !wrote {
+					undoOut() // only what it created, only if still empty
 				}
 			}()
 			ctx := c.Context()
@@ -224,10 +231,10 @@ func benchOptions(c *cobra.Command, workloads []string, quick bool, scale float6
 	switch {
 	case !(scale > 0 && scale <= maxBenchScale): // NaN fails too
 		return suite.Options{}, exitcode.Usagef("--scale %g: want a number > 0 and at most %d (1 is the default run, 0.5 a shorter one)", scale, maxBenchScale)
-	case gcObjects < minBenchGCObjects:
-		return suite.Options{}, exitcode.Usagef("--gc-objects %d: want at least %d (the GC workload's small set is a tenth of it)", gcObjects, minBenchGCObjects)
-	case wrkDuration < time.Second:
-		return suite.Options{}, exitcode.Usagef("--wrk-duration %s: want at least 1s (wrk runs whole seconds)", wrkDuration)
+	case gcObjects < minBenchGCObjects || gcObjects > maxBenchGCObjects:
+		return suite.Options{}, exitcode.Usagef("--gc-objects %d: want %d to %d (the GC workload's small set is a tenth of it)", gcObjects, minBenchGCObjects, maxBenchGCObjects)
+	case wrkDuration < time.Second || wrkDuration > maxWrkDuration:
+		return suite.Options{}, exitcode.Usagef("--wrk-duration %s: want 1s to %s (wrk runs whole seconds)", wrkDuration, maxWrkDuration)
 	}
 	if quick && !changed("gc-objects") {
 		gcObjects = 0 // the suite's quick count
@@ -257,29 +264,37 @@ func benchOptions(c *cobra.Command, workloads []string, quick bool, scale float6
 
 // prepareBenchOut makes sure dir, bench's --out, is a directory the report
 // can be written to, creating it if missing, so a bad --out fails before
-// the run rather than after it. It reports whether it created dir (the
-// caller removes it again if it writes no report). Errors are usage
-// errors naming --out.
-func prepareBenchOut(dir string) (created bool, err error) {
+// the run rather than after it. It returns undo, which removes what it
+// created (dir and any missing parents, if still empty) for a run that
+// writes no report. Errors are usage errors naming --out.
+func prepareBenchOut(dir string) (undo func(), err error) {
+	undo = func() {}
 	if dir == "" {
-		return false, exitcode.Usagef("--out is empty; give a directory for the report")
+		return undo, exitcode.Usagef("--out is empty; give a directory for the report")
 	}
 	switch fi, err := os.Stat(dir); {
 	case errors.Is(err, fs.ErrNotExist):
+		top := filepath.Clean(dir) // the outermost directory MkdirAll creates
+		for p := filepath.Dir(top); p != top; top, p = p, filepath.Dir(p) {
+			if _, err := os.Stat(p); err == nil {
+				break
+			}
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return false, exitcode.Usagef("--out %s: cannot create the directory: %v", dir, err)
+			return undo, exitcode.Usagef("--out %s: cannot create the directory: %v", dir, err)
 		}
-		created = true
+		undo = func() {
+			for d := filepath.Clean(dir); os.Remove(d) == nil && d != top; d = filepath.Dir(d) {
+			}
+		}
 	case err != nil:
-		return false, exitcode.Usagef("--out %s: %v", dir, err)
+		return undo, exitcode.Usagef("--out %s: %v", dir, err)
 	case !fi.IsDir():
-		return false, exitcode.Usagef("--out %s is not a directory; give a directory for the report", dir)
+		return undo, exitcode.Usagef("--out %s is not a directory; give a directory for the report", dir)
 	}
-	fail := func(err error) (bool, error) {
-		if created {
-			_ = os.Remove(dir)
-		}
-		return false, exitcode.Usagef("--out %s is not writable: %v", dir, err)
+	fail := func(err error) (func(), error) {
+		undo()
+		return func() {}, exitcode.Usagef("--out %s is not writable: %v", dir, err)
 	}
 	probe, err := os.CreateTemp(dir, ".fencepub-bench-probe-*")
 	if err != nil {
@@ -298,7 +313,7 @@ func prepareBenchOut(dir string) (created bool, err error) {
 		}
 		_ = f.Close()
 	}
-	return created, nil
+	return undo, nil
 }
 
 // benchInterrupted is bench's error when ctx ended (SIGINT, SIGTERM) before

@@ -209,6 +209,8 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--wrk-duration", "0s"}, "--wrk-duration"},
 		{[]string{"--wrk-duration", "-1s"}, "--wrk-duration"},
 		{[]string{"--wrk-duration", "500ms"}, "--wrk-duration"},
+		{[]string{"--wrk-duration", "100000h"}, "--wrk-duration"},
+		{[]string{"--gc-objects", "9223372036854775807"}, "--gc-objects"},
 		{[]string{"--workloads", "publish,nope"}, "--workloads"},
 		{[]string{"--out", filepath.Join(wd, "new"), "--scale", "0"}, "--scale"},
 		{[]string{"--quick", "--out", file}, "--out"},
@@ -237,6 +239,16 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(reportDir); len(entries) != 1 {
 		t.Errorf("--out %s: %d entries, want only latest.json", reportDir, len(entries))
+	}
+
+	// A run that fails after --out was made (servers unreachable: 115)
+	// removes every directory it created, not only the last.
+	if _, errs, code := benchCLI(t, context.Background(), "--quick", "--out", filepath.Join(wd, "nest", "a", "b"),
+		"--etcd-endpoints", "http://127.0.0.1:1", "--s3-endpoint", "127.0.0.1:1"); code != exitcode.Unavailable {
+		t.Errorf("unreachable servers: exit %d, want 115: %s", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(wd, "nest")); !os.IsNotExist(err) {
+		t.Errorf("a failed run left %s behind (%v)", filepath.Join(wd, "nest"), err)
 	}
 
 	if os.Geteuid() != 0 { // root writes anywhere

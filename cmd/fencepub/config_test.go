@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,9 +27,15 @@ func runCLI(t *testing.T, args ...string) (string, string, int) {
 // main prints it) and the exit code main would use.
 func publishCLI(t *testing.T, ctx context.Context, stdin string, args ...string) (string, string, int) {
 	t.Helper()
+	return cliIO(t, ctx, strings.NewReader(stdin), args...)
+}
+
+// cliIO is publishCLI with any stdin.
+func cliIO(t *testing.T, ctx context.Context, stdin io.Reader, args ...string) (string, string, int) {
+	t.Helper()
 	root := newRootCmd()
 	var out, errb bytes.Buffer
-	root.SetIn(strings.NewReader(stdin))
+	root.SetIn(stdin)
 	root.SetOut(&out)
 	root.SetErr(&errb)
 	root.SetArgs(args)

@@ -102,22 +102,33 @@ func newDevUpCmd(dir *string) *cobra.Command {
 			if err != nil {
 				return exitcode.With(exitcode.Usage, err)
 			}
+			cfgAbs, err := filepath.Abs(configPath)
+			if err == nil {
+				err = checkWritable(cfgAbs, abs)
+			}
+			if err != nil {
+				return exitcode.Usagef("--write-config %s: %v (nothing started or stopped)", configPath, err)
+			}
 			if st, err := readDevState(abs); err == nil {
 				switch e, m := running(st.EtcdPID, st.Dir), running(st.MinIOPID, st.Dir); {
 				case e && m:
 					fmt.Fprintf(out, "dev: already running (etcd %s, minio %s); config %s\n", st.EtcdEndpoint, st.MinIOEndpoint, st.ConfigFile)
+					if !c.Flags().Changed("write-config") || cfgAbs == st.ConfigFile {
+						return nil
+					}
+					b, err := os.ReadFile(st.ConfigFile)
+					if err == nil {
+						err = os.WriteFile(cfgAbs, b, 0o600)
+					}
+					if err != nil {
+						return exitcode.Usagef("--write-config %s: copying %s: %v", configPath, st.ConfigFile, err)
+					}
+					fmt.Fprintf(out, "dev: wrote its config to %s too\n", cfgAbs)
 					return nil
 				case e || m:
 					fmt.Fprintln(out, "dev: one server of the stack is down; restarting both (data is kept)")
 					stopDev(out, st)
 				}
-			}
-			cfgAbs, err := filepath.Abs(configPath)
-			if err == nil {
-				err = checkWritable(cfgAbs)
-			}
-			if err != nil {
-				return exitcode.Usagef("--write-config %s: %v (nothing started)", configPath, err)
 			}
 			if err := os.MkdirAll(abs, 0o755); err != nil {
 				return exitcode.With(exitcode.Usage, err)
@@ -176,7 +187,7 @@ namespace:
 				m.Stop()
 				e.Stop()
 				_ = os.Remove(filepath.Join(abs, "state.json"))
-				return fmt.Errorf("dev up: %w (servers stopped)", err)
+				return exitcode.Usagef("dev up: %v (servers stopped)", err)
 			}
 			fmt.Fprintf(out, `dev: up
   etcd   %s   (pid %d, log %s)
@@ -196,8 +207,9 @@ Stop with: %[9]s dev down
 }
 
 // checkWritable reports why a file cannot be written at path: it is a
-// directory, its directory does not exist, or either is not writable.
-func checkWritable(path string) error {
+// directory, its directory does not exist (and is not stackDir, which
+// dev up creates), or either is not writable.
+func checkWritable(path, stackDir string) error {
 	if fi, err := os.Stat(path); err == nil {
 		if fi.IsDir() {
 			return errors.New("is a directory; give a file path")
@@ -205,6 +217,9 @@ func checkWritable(path string) error {
 		return syscall.Access(path, 2 /* W_OK */)
 	}
 	dir := filepath.Dir(path)
+	if dir == stackDir {
+		return nil // created with the stack
+	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("directory %s does not exist", dir)
 	}

@@ -76,6 +76,23 @@ func TestDevUpDown(t *testing.T) {
 		t.Fatalf("bucket from the written config: %v", err)
 	}
 
+	// On a running stack, --write-config writes its config there too; a
+	// bad one is refused without touching the stack.
+	other := filepath.Join(t.TempDir(), "other.yaml")
+	if _, errs, code := runCLI(t, "dev", "up", "--dir", dir, "--write-config", other); code != 0 {
+		t.Fatalf("dev up --write-config on a running stack: exit %d: %s", code, errs)
+	}
+	if a, b := readFile(t, cfgPath), readFile(t, other); a != b {
+		t.Fatalf("config written for the running stack differs:\n%s\n%s", a, b)
+	}
+	if _, errs, code := runCLI(t, "dev", "up", "--dir", dir, "--write-config", filepath.Join(t.TempDir(), "missing", "x.yaml")); code != 2 {
+		t.Fatalf("dev up with a bad --write-config on a running stack: exit %d: %s", code, errs)
+	}
+	out, _, _ = runCLI(t, "dev", "status", "--dir", dir, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil || !st.E.Running || !st.M.Running {
+		t.Fatalf("after a refused dev up: %s", out)
+	}
+
 	if _, errs, code := runCLI(t, "dev", "down", "--dir", dir); code != 0 {
 		t.Fatalf("dev down: exit %d: %s", code, errs)
 	}
@@ -99,4 +116,13 @@ func TestDevRunningChecksTheCommandLine(t *testing.T) {
 	if running(0, "/") || running(-1, "/") {
 		t.Fatal("a non-positive pid counted as running")
 	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 // publishExitHelp is the exit-code table of publish, rollback and resolve.
@@ -304,12 +305,37 @@ func isNoSuchBucket(err error) bool {
 }
 
 // openBody opens the body: stdin for "-", else the file. Unless allowEmpty,
-// an empty body is a usage error (for stdin, after waiting for its first
-// byte, before anything is acquired).
+// an empty body is a usage error, found before anything is acquired: for
+// stdin, a FIFO, or a /proc or /sys file (whose stated size is not its
+// length), after waiting for the first byte. That wait (and opening a FIFO
+// that has no writer yet) ends with cmd's context (Ctrl-C).
 func openBody(cmd *cobra.Command, file string, allowEmpty bool) (io.ReadCloser, error) {
+	type opened struct {
+		rc  io.ReadCloser
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		rc, err := openBodyNow(cmd.InOrStdin(), file, allowEmpty)
+		ch <- opened{rc, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.rc, o.err
+	case <-cmd.Context().Done():
+		go func() { // the open or the first read may still end
+			if o := <-ch; o.rc != nil {
+				_ = o.rc.Close()
+			}
+		}()
+		return nil, fmt.Errorf("waiting for the body (%s): %w", file, context.Cause(cmd.Context()))
+	}
+}
+
+func openBodyNow(stdin io.Reader, file string, allowEmpty bool) (io.ReadCloser, error) {
 	empty := exitcode.Usagef("the body (%s) is empty; nothing published (pass --allow-empty to publish an empty body)", file)
 	if file == "-" {
-		in, isEmpty := peekEmpty(cmd.InOrStdin())
+		in, isEmpty := peekEmpty(stdin)
 		if isEmpty && !allowEmpty {
 			return nil, empty
 		}
@@ -320,22 +346,23 @@ func openBody(cmd *cobra.Command, file string, allowEmpty bool) (io.ReadCloser, 
 		return nil, exitcode.Usagef("--file: %v", err)
 	}
 	fi, err := fh.Stat()
-	switch {
-	case err == nil && fi.IsDir():
+	if err == nil && fi.IsDir() {
 		_ = fh.Close()
 		return nil, exitcode.Usagef("--file %s is a directory; give a file, or - for stdin", file)
-	case err == nil && fi.Size() == 0: // empty, or a /proc-like file of unknown size
-		in, isEmpty := peekEmpty(fh)
-		if isEmpty && !allowEmpty {
-			_ = fh.Close()
-			return nil, empty
-		}
-		return struct {
-			io.Reader
-			io.Closer
-		}{in, fh}, nil
 	}
-	return fh, nil
+	if err == nil && fi.Mode().IsRegular() && fi.Size() > 0 && !pseudoFS(fh) {
+		return fh, nil // its length is known: one streamed PUT
+	}
+	// Of unknown length: hidden from the publisher's length detection.
+	in, isEmpty := peekEmpty(fh)
+	if isEmpty && !allowEmpty {
+		_ = fh.Close()
+		return nil, empty
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{in, fh}, nil
 }
 
 // peekEmpty waits for r's first byte and returns a reader of all of r and
@@ -344,6 +371,13 @@ func peekEmpty(r io.Reader) (io.Reader, bool) {
 	in := bufio.NewReaderSize(r, 64<<10)
 	_, err := in.Peek(1)
 	return in, err == io.EOF
+}
+
+// pseudoFS reports whether f lives on procfs or sysfs, whose files state a
+// size (0, or a page) that is not their length.
+func pseudoFS(f *os.File) bool {
+	var st unix.Statfs_t
+	return unix.Fstatfs(int(f.Fd()), &st) == nil && (st.Type == unix.PROC_SUPER_MAGIC || st.Type == unix.SYSFS_MAGIC)
 }
 
 // parseMeta turns key=value flags into a map; the publisher validates it.

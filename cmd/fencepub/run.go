@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,11 +55,14 @@ func newRunCmd() *cobra.Command {
      holds it) and mint its fence in the same etcd transaction;
   2. run CMD with FENCEPUB_RESOURCE, FENCEPUB_EPOCH, FENCEPUB_FENCE and
      FENCEPUB_OWNER in its environment, renewing the lease meanwhile;
-  3. capture its result: its stdout, or the file it wrote at --output (CMD
-     must create or rewrite it: a file left as it was before the run is not
-     published, and fencepub never deletes it); an empty result is refused
-     unless --allow-empty, so a job that silently produced nothing does not
-     replace the last good result;
+  3. capture its result: its stdout, or the regular file it wrote at --output.
+     An existing --output is moved to FILE.fencepub-prev before CMD starts, so
+     only what CMD writes in this run can be published; it is removed once
+     the new result is published and put back when CMD writes nothing (or
+     nothing but an empty file). An empty result is refused unless
+     --allow-empty, so a job that silently produced nothing does not replace
+     the last good result. CMD's leftover background processes (its process
+     group) are killed when it exits, before the result is read;
   4. publish the result with the grant's fence, in one etcd transaction that
      rejects it if a newer state is already published;
   5. release the lease.
@@ -96,7 +101,7 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 	f.DurationVar(&wait, "wait", time.Minute, "how long to wait for the lease while another owner holds it (0: fail at once with 113)")
 	f.StringVar(&key, "key", "", "idempotency key of this run's publish (default: see above)")
 	f.StringVar(&runID, "run-id", "", "identity of this job run, part of the default key (default $FENCEPUB_RUN_ID, else the UTC hour)")
-	f.StringVar(&output, "output", "", "publish the file CMD writes (creates or rewrites) here instead of its stdout; never deleted, and not published if left unchanged")
+	f.StringVar(&output, "output", "", "publish the regular file CMD writes here instead of its stdout (an existing one is set aside as FILE.fencepub-prev while CMD runs)")
 	f.StringVar(&contentType, "content-type", "", "content type of the result (default application/octet-stream)")
 	f.BoolVar(&allowEmpty, "allow-empty", false, "publish an empty (0-byte) result instead of refusing it")
 	f.DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
@@ -132,16 +137,9 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 		case timeout <= 0:
 			return exitcode.Usagef("--publish-timeout %s: want a positive duration", timeout)
 		}
-		var prior os.FileInfo // --output as it was before the run
 		if output != "" {
-			fi, err := os.Stat(output)
-			switch {
-			case err == nil && fi.IsDir():
-				return exitcode.Usagef("--output %s is a directory; give the file CMD writes its result to (nothing acquired)", output)
-			case err == nil:
-				prior = fi
-			case !errors.Is(err, os.ErrNotExist):
-				return exitcode.Usagef("--output %s: %v (nothing acquired)", output, err)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 		}
 		if _, err := exec.LookPath(args[0]); err != nil {
@@ -153,7 +151,7 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 		if err := layout.ValidateKey("key", key); err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
-		r := &runner{c: c, args: args, output: output, prior: prior, allowEmpty: allowEmpty, grace: grace, res: runOutput{Resource: resource, Owner: owner, Key: key, CommandExit: -1, Outcome: "not_published"}}
+		r := &runner{c: c, args: args, output: output, allowEmpty: allowEmpty, grace: grace, res: runOutput{Resource: resource, Owner: owner, Key: key, CommandExit: -1, Outcome: "not_published"}}
 		err := r.run(resource, owner, key, contentType, ttl, wait, timeout)
 		r.res.DurationMS = time.Since(start).Milliseconds()
 		if err != nil {
@@ -189,8 +187,10 @@ type runner struct {
 	c      *cobra.Command
 	args   []string
 	output string
-	prior  os.FileInfo // --output before the run; nil when it did not exist
-	grace  time.Duration
+	// saved is where an existing --output waits while CMD runs
+	// (settleOutput); "" when there was none.
+	saved string
+	grace time.Duration
 	// allowEmpty publishes a 0-byte result (--allow-empty).
 	allowEmpty bool
 	res        runOutput
@@ -212,9 +212,9 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 		return exitcode.With(exitcode.Usage, err)
 	}
 	r.say("acquiring the lease on %q as %q (ttl %s, wait %s)", resource, owner, ttl, wait)
-	actx, cancel := context.WithTimeout(ctx, max(wait, time.Second))
-	g, err := a.Acquire(actx, authority.AcquireRequest{Resource: resource, Owner: owner, TTL: ttl, Wait: wait > 0})
-	cancel()
+	// MaxWait bounds only the wait for another holder: a grant in progress
+	// when it passes is finished, never cut in half.
+	g, err := a.Acquire(ctx, authority.AcquireRequest{Resource: resource, Owner: owner, TTL: ttl, Wait: wait > 0, MaxWait: wait})
 	if err != nil {
 		return authorityExit(err)
 	}
@@ -230,10 +230,28 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 		}
 	}()
 
+	published := false
+	defer func() { r.settleOutput(published) }()
 	result, cleanup, err := r.execute(sess, g)
 	defer cleanup()
 	if err != nil {
 		return err
+	}
+	// One handle, checked and published: the file cannot be swapped
+	// between the check and the upload.
+	body, err := os.Open(result)
+	if err != nil {
+		return exitcode.With(exitcode.Usage, fmt.Errorf("the command succeeded but wrote no result at --output %s: %w; nothing published", r.output, err))
+	}
+	defer body.Close()
+	fi, err := body.Stat()
+	switch {
+	case err != nil:
+		return exitcode.With(exitcode.Usage, fmt.Errorf("result %s: %w", result, err))
+	case !fi.Mode().IsRegular():
+		return exitcode.Usagef("the command's result at --output %s is not a regular file (%s); nothing published", r.output, fi.Mode().Type())
+	case fi.Size() == 0 && !r.allowEmpty:
+		return exitcode.Usagef("the command succeeded but its result (%s) is empty; nothing published (pass --allow-empty to publish an empty result)", resultName(r.output))
 	}
 	select {
 	case <-sess.Lost():
@@ -251,14 +269,10 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	if err != nil {
 		return publishExit(publisher.Result{}, err)
 	}
-	body, err := os.Open(result)
-	if err != nil {
-		return exitcode.With(exitcode.Usage, fmt.Errorf("result %s: %w", result, err))
-	}
-	defer body.Close()
 	r.say("publishing the result with fence %d (key %s)", g.Fence(), key)
 	res, err := p.Publish(pctx, publisher.Operation{IdempotencyKey: key, Body: body, ContentType: contentType})
 	r.res.Outcome, r.res.Reason, r.res.Version, r.res.Object = string(res.Outcome), string(res.Reason), res.Version, res.Object
+	published = res.Outcome == publisher.Applied || res.Outcome == publisher.Duplicate
 	switch res.Outcome {
 	case publisher.Applied:
 		r.say("applied: %s is at %s", resource, res.Version)
@@ -302,6 +316,9 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	} else {
 		cmd.Stdout = r.c.OutOrStdout()
 	}
+	if err := r.setAsideOutput(); err != nil {
+		return "", cleanup, err
+	}
 	r.say("running %s", shellescape.QuoteCommand(r.args))
 	if err := cmd.Start(); err != nil {
 		if stdout != nil {
@@ -315,6 +332,9 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	lost := false
 	select {
 	case waitErr = <-done:
+		// Background children must not write the result (or anything)
+		// after the command's end, outside the lease.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	case <-sess.Lost():
 		lost = true
 		r.say("lease lost while the command runs (%v): SIGTERM, SIGKILL after %s", sess.Err(), r.grace)
@@ -352,17 +372,6 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	if code != 0 {
 		return "", cleanup, &exitcode.Error{Code: code, Err: fmt.Errorf("command %s exited with %d; nothing published", r.args[0], code)}
 	}
-	fi, err := os.Stat(result)
-	if err != nil {
-		return "", cleanup, exitcode.With(exitcode.Usage, fmt.Errorf("the command succeeded but wrote no result at --output %s: %w; nothing published", r.output, err))
-	}
-	if fi.Size() == 0 && !r.allowEmpty {
-		return "", cleanup, exitcode.Usagef("the command succeeded but its result (%s) is empty; nothing published (pass --allow-empty to publish an empty result)", resultName(r.output))
-	}
-	if r.prior != nil && unchanged(r.prior, fi) {
-		return "", cleanup, exitcode.Usagef("the command succeeded but did not write --output %s: it is unchanged since before the run (%d bytes, modified %s); nothing published",
-			r.output, fi.Size(), fi.ModTime().Format(time.RFC3339))
-	}
 	return result, cleanup, nil
 }
 
@@ -374,11 +383,84 @@ func resultName(output string) string {
 	return "--output " + output
 }
 
-// unchanged reports whether b is the same file as a with the same size and
-// modification and change times: nobody wrote it in between.
-func unchanged(a, b os.FileInfo) bool {
-	sa, oka := a.Sys().(*syscall.Stat_t)
-	sb, okb := b.Sys().(*syscall.Stat_t)
-	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime()) &&
-		oka && okb && sa.Ctim == sb.Ctim
+// savedSuffix names where an existing --output waits while CMD runs.
+const savedSuffix = ".fencepub-prev"
+
+// outputTarget is the file --output names: the target of a symlink.
+func outputTarget(output string) string {
+	if t, err := filepath.EvalSymlinks(output); err == nil {
+		return t
+	}
+	return output
+}
+
+// checkOutput refuses an --output that cannot receive this run's result: an
+// existing path that is not a regular file (a directory, FIFO or device),
+// or one whose FILE.fencepub-prev a previous run left behind (it would be
+// overwritten). Errors carry exit code 2.
+func checkOutput(output string) error {
+	fi, err := os.Stat(output)
+	switch {
+	case err == nil && fi.IsDir():
+		return exitcode.Usagef("--output %s is a directory; give the file CMD writes its result to", output)
+	case err == nil && !fi.Mode().IsRegular():
+		return exitcode.Usagef("--output %s is not a regular file (%s); give the file CMD writes its result to", output, fi.Mode().Type())
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return exitcode.Usagef("--output %s: %v", output, err)
+	}
+	if saved := outputTarget(output) + savedSuffix; exists(saved) {
+		return exitcode.Usagef("--output %s: a previous run left %s behind; restore or remove it", output, saved)
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// setAsideOutput moves an existing --output to FILE.fencepub-prev, after the
+// grant and just before CMD starts, so that only what CMD writes in this
+// run can be published (settleOutput ends it).
+func (r *runner) setAsideOutput() error {
+	if r.output == "" {
+		return nil
+	}
+	if err := checkOutput(r.output); err != nil { // it may have changed while we waited
+		return err
+	}
+	target := outputTarget(r.output)
+	if !exists(target) {
+		return nil
+	}
+	r.saved = target + savedSuffix
+	if err := os.Rename(target, r.saved); err != nil {
+		r.saved = ""
+		return exitcode.Usagef("--output %s: cannot set the existing file aside: %v", r.output, err)
+	}
+	r.say("--output %s existed: set aside as %s while the command runs", target, r.saved)
+	return nil
+}
+
+// settleOutput ends setAsideOutput: the previous file is removed once this
+// run's result was published, put back when the command left no result or
+// an empty one, and otherwise kept beside the command's new file.
+func (r *runner) settleOutput(published bool) {
+	if r.saved == "" {
+		return
+	}
+	target := strings.TrimSuffix(r.saved, savedSuffix)
+	fi, err := os.Stat(target)
+	switch {
+	case published:
+		_ = os.Remove(r.saved)
+	case err != nil || fi.Mode().IsRegular() && fi.Size() == 0:
+		if err := os.Rename(r.saved, target); err != nil {
+			r.say("could not put the previous --output back: %v; it is at %s", err, r.saved)
+			return
+		}
+		r.say("nothing published; the previous %s is back in place", target)
+	default:
+		r.say("nothing published; the previous --output is kept at %s beside the command's new %s", r.saved, target)
+	}
 }

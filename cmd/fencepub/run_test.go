@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,22 +89,49 @@ func TestRunCLI(t *testing.T) {
 		t.Fatalf("--output run %+v", o)
 	}
 
-	// An existing --output file is never deleted: not when the command
-	// fails, not when it succeeds without writing it (refused: an old
-	// result must not be published as this run's); a rewrite is published.
-	// An empty result is refused unless --allow-empty.
+	// An existing --output is set aside while CMD runs, so only what CMD
+	// writes in this run is published: it comes back when CMD fails or
+	// writes nothing (or only an empty file), and is removed once a new
+	// result is published. An append publishes only what this run wrote.
 	kept := filepath.Join(dir, "kept.txt")
+	saved := kept + ".fencepub-prev"
 	if err := os.WriteFile(kept, []byte("important\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o = fp(1, "run", "--resource", "job7", "--output", kept, "-o", "json", "--", "false")
-	o = fp(exitcode.Usage, "run", "--resource", "job7", "--output", kept, "-o", "json", "--", "true")
-	if b, err := os.ReadFile(kept); err != nil || string(b) != "important\n" || o.Outcome != "not_published" {
-		t.Fatalf("--output after a failed and an idle command: %q, %v; %+v", b, err, o)
+	intact := func(when string) {
+		t.Helper()
+		if b, err := os.ReadFile(kept); err != nil || string(b) != "important\n" || exists(saved) {
+			t.Fatalf("--output %s: %q, %v (saved copy left: %v)", when, b, err, exists(saved))
+		}
 	}
-	fp(0, "run", "--resource", "job7", "--output", kept, "--", "sh", "-c", "echo rewritten > "+kept)
-	if got := read("job7"); got != "rewritten\n" {
-		t.Fatalf("rewritten --output published %q", got)
+	fp(1, "run", "--resource", "job7", "--output", kept, "--", "false")
+	intact("after a failed command")
+	fp(exitcode.Usage, "run", "--resource", "job7", "--output", kept, "--", "true")
+	intact("after a command that wrote nothing")
+	fp(exitcode.Usage, "run", "--resource", "job7", "--output", kept, "--", "touch", kept)
+	intact("after a command that only touched it")
+	fp(0, "run", "--resource", "job7", "--output", kept, "--", "sh", "-c", "echo more >> "+kept)
+	if got := read("job7"); got != "more\n" || exists(saved) {
+		t.Fatalf("appended --output published %q (saved copy left: %v)", got, exists(saved))
+	}
+	// A FIFO (or any non-regular file) is refused before the lease.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fp(exitcode.Usage, "run", "--resource", "job7", "--output", fifo, "--", "true")
+	// Background children are killed when CMD exits: one that would empty
+	// the result after CMD's end changes nothing. (It must not hold CMD's
+	// stdout and stderr, which are pipes here, not the terminal: Wait
+	// returns only once they close.)
+	bg := filepath.Join(dir, "bg.txt")
+	fp(0, "run", "--resource", "job7", "--output", bg, "--", "sh", "-c", "echo good > "+bg+"; (sleep 0.3; : > "+bg+") >/dev/null 2>&1 &")
+	time.Sleep(500 * time.Millisecond)
+	if got := read("job7"); got != "good\n" {
+		t.Fatalf("with a background child: published %q", got)
+	}
+	if b, _ := os.ReadFile(bg); string(b) != "good\n" {
+		t.Fatalf("a background child outlived the command and wrote %q", b)
 	}
 	fp(exitcode.Usage, "run", "--resource", "job8", "--", "true")
 	if o = fp(0, "run", "--resource", "job8", "--allow-empty", "-o", "json", "--", "true"); o.Outcome != "applied" || read("job8") != "" {
@@ -115,7 +143,7 @@ func TestRunCLI(t *testing.T) {
 	fp(0, "authority", "acquire", "--resource", "job9", "--owner", "alice", "--ttl", "30s")
 	for _, args := range [][]string{
 		append(append([]string{"run", "--resource", "job9", "--wait", "1s"}, conn...), "--", "echo", "hi"),
-		append([]string{"publish", "--resource", "job9", "--owner", "bob", "--ttl", "5s", "--wait", "--key", "q", "--file", kept, "--timeout", "1s"}, conn...),
+		append([]string{"publish", "--resource", "job9", "--owner", "bob", "--ttl", "5s", "--wait", "--key", "q", "--file", bg, "--timeout", "1s"}, conn...),
 	} {
 		_, stderr, code := publishCLI(t, ctx, "", args...)
 		if code != exitcode.Held || !strings.Contains(stderr, `"alice"`) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,6 +74,28 @@ func TestUserMistakes(t *testing.T) {
 	}
 	if res.Version.Fence != 1 {
 		t.Fatalf("first real publish has fence %d; want 1 (a mistake above minted a token)", res.Version.Fence)
+	}
+
+	// A /proc file states size 0 but has content: published whole.
+	want, err := os.ReadFile("/proc/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := publishCLI(t, ctx, "", append([]string{"publish", "--resource", "procfs", "--owner", "me", "--ttl", "5s", "--key", "k1", "--file", "/proc/version"}, conn...)...); code != 0 {
+		t.Fatalf("publish --file /proc/version: exit %d: %s", code, errs)
+	}
+	if got, errs, code := publishCLI(t, ctx, "", append([]string{"read", "--resource", "procfs"}, conn...)...); code != 0 || got != string(want) {
+		t.Fatalf("read of the /proc file: exit %d, %q (%s); want %q", code, got, errs, want)
+	}
+	// Ctrl-C while publish waits for stdin's first byte: 130 at once,
+	// nothing acquired.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	ictx, interrupt := context.WithCancel(ctx)
+	time.AfterFunc(200*time.Millisecond, interrupt)
+	start := time.Now()
+	if _, errs, code := cliIO(t, ictx, pr, append([]string{"publish", "--resource", "stdin", "--owner", "me", "--ttl", "5s", "--key", "k1", "-"}, conn...)...); code != 130 || time.Since(start) > 10*time.Second {
+		t.Fatalf("publish - interrupted while stdin is silent: exit %d after %s (%s); want 130 at once", code, time.Since(start), errs)
 	}
 
 	for _, tc := range []struct{ out, want string }{
