@@ -115,6 +115,9 @@ func (c *Client) writeObject(ctx context.Context, key string, body io.Reader, si
 	if body == nil {
 		body = bytes.NewReader(nil)
 	}
+	if mayBlock(body) {
+		body = &ctxReader{ctx: ctx, r: body}
+	}
 	if size >= 0 && size <= maxSinglePut {
 		return c.putStream(ctx, key, body, size, contentType, meta)
 	}
@@ -148,8 +151,8 @@ func bodyErr(ctx context.Context, key string, n int64, err error) error {
 // fillPart reads from r into buf (reusing its capacity, growing it up to
 // limit bytes) until buf holds limit bytes or r ends. last reports that r
 // has no more bytes after this part; when it is false the next call returns
-// at least one byte. It stops with ctx's error between reads once ctx ends
-// (a read that blocks is not interrupted).
+// at least one byte. It stops with ctx's error once ctx ends (a body that
+// may block is read through a ctxReader).
 func fillPart(ctx context.Context, r *bufio.Reader, buf []byte, limit int) (part []byte, last bool, err error) {
 	buf = buf[:0]
 	for len(buf) < limit {
@@ -176,6 +179,83 @@ func fillPart(ctx context.Context, r *bufio.Reader, buf []byte, limit int) (part
 		return buf, false, err
 	}
 	return buf, false, nil
+}
+
+// mayBlock reports whether a Read of body may wait indefinitely (a pipe, a
+// socket, a caller's own reader): anything but an in-memory reader, a
+// regular file or a seekable reader.
+func mayBlock(body io.Reader) bool {
+	switch b := body.(type) {
+	case interface{ Len() int }:
+		return false
+	case *os.File:
+		fi, err := b.Stat()
+		return err != nil || !fi.Mode().IsRegular()
+	case io.Seeker:
+		return false
+	}
+	return true
+}
+
+// ctxReader reads r in a goroutine of its own so that a Read blocked in r
+// (a stalled pipe) ends with ctx's error when ctx ends; without it the
+// HTTP transport, which waits for its body's Read, would hold Publish past
+// its context. The abandoned Read finishes in its goroutine whenever r
+// returns, and its bytes are dropped; every later Read fails. Not for
+// concurrent use (one reader at a time, as a request body is read).
+type ctxReader struct {
+	ctx  context.Context
+	r    io.Reader
+	buf  []byte          // what the goroutine reads into
+	res  chan readResult // the Read in flight, nil when none
+	rest []byte          // bytes read, not yet returned
+	err  error           // sticky: r's error or ctx's
+}
+
+// ctxReadSize bounds one Read of a ctxReader, and so its buffer: callers
+// such as bufio pass their whole destination (a 16 MiB part).
+const ctxReadSize = 256 << 10
+
+type readResult struct {
+	n   int
+	err error
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if len(c.rest) > 0 {
+		n := copy(p, c.rest)
+		c.rest = c.rest[n:]
+		return n, nil
+	}
+	if c.err != nil || len(p) == 0 {
+		return 0, c.err
+	}
+	if c.res == nil {
+		want := min(len(p), ctxReadSize)
+		if cap(c.buf) < want {
+			c.buf = make([]byte, want)
+		}
+		buf, res := c.buf[:want], make(chan readResult, 1)
+		c.res = res
+		go func() {
+			n, err := c.r.Read(buf)
+			res <- readResult{n, err}
+		}()
+	}
+	select {
+	case r := <-c.res:
+		c.res = nil
+		n := copy(p, c.buf[:r.n])
+		c.rest = c.buf[n:r.n]
+		c.err = r.err
+		if len(c.rest) > 0 {
+			return n, nil
+		}
+		return n, r.err
+	case <-c.ctx.Done():
+		c.err = context.Cause(c.ctx) // c.buf stays the goroutine's
+		return 0, c.err
+	}
 }
 
 // exactReader passes exactly left bytes of r on and fails (ErrBody) when r
@@ -295,7 +375,7 @@ func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size
 		br.detach()
 		switch {
 		case br.err != nil:
-			return layout.Object{}, nil, fmt.Errorf("%w after %d bytes: %w", ErrBody, br.n, br.err)
+			return layout.Object{}, nil, bodyErr(ctx, key, br.n, br.err)
 		case br.eof && br.n < size:
 			return layout.Object{}, nil, fmt.Errorf("%w: the body ended after %d of its %d bytes", ErrBody, br.n, size)
 		case err != nil:

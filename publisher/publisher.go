@@ -395,7 +395,9 @@ func (p *Publisher) giveBack(v layout.Version) {
 // the next seq in one etcd transaction (DESIGN.md "Publish, in one round trip
 // to etcd"). It blocks until the outcome is known or ctx ends; a transaction
 // that got no answer is re-sent unchanged until then (or Config.ResendTimeout
-// when ctx has no deadline).
+// when ctx has no deadline). A body whose Read blocks (a stalled pipe) does
+// not hold it past ctx: such bodies are read on a goroutine of their own,
+// which ends when the body's Read returns.
 //
 // It returns the Result and nil for applied and duplicate; the Result and
 // ErrStale, ErrConflict or ErrUnknown (wrapped, with details) for those
