@@ -238,7 +238,11 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 		return err
 	}
 	// One handle, checked and published: the file cannot be swapped
-	// between the check and the upload.
+	// between the check and the upload. (Stat first: opening a FIFO would
+	// block.)
+	if fi, err := os.Stat(result); err == nil && !fi.Mode().IsRegular() {
+		return exitcode.Usagef("the command's result at --output %s is not a regular file (%s); nothing published", r.output, fi.Mode().Type())
+	}
 	body, err := os.Open(result)
 	if err != nil {
 		return exitcode.With(exitcode.Usage, fmt.Errorf("the command succeeded but wrote no result at --output %s: %w; nothing published", r.output, err))
@@ -414,6 +418,7 @@ func checkOutput(output string) error {
 	return nil
 }
 
+// exists reports whether anything is at path (a dangling symlink counts).
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil

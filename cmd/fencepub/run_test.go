@@ -120,6 +120,9 @@ func TestRunCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp(exitcode.Usage, "run", "--resource", "job7", "--output", fifo, "--", "true")
+	// ... and so is one that CMD leaves (opening it would block).
+	made := filepath.Join(dir, "made-fifo")
+	fp(exitcode.Usage, "run", "--resource", "job7", "--output", made, "--", "mkfifo", made)
 	// Background children are killed when CMD exits: one that would empty
 	// the result after CMD's end changes nothing. (It must not hold CMD's
 	// stdout and stderr, which are pipes here, not the terminal: Wait
