@@ -125,9 +125,11 @@ func TestDecommission(t *testing.T) {
 	if late.Reason != publisher.ReasonSeal {
 		t.Fatalf("holder's publish after decommission: %+v", late)
 	}
-	again, err := c.Decommission(ctx, res, true)
-	if err != nil || !again.Already || again.Seal != want {
-		t.Fatalf("second decommission: %+v %v", again, err)
+	for _, force := range []bool{true, false} { // the holder's lease still runs
+		again, err := c.Decommission(ctx, res, force)
+		if err != nil || !again.Already || again.Seal != want {
+			t.Fatalf("second decommission (force %v): %+v %v", force, again, err)
+		}
 	}
 
 	rep := e.run(c, res)

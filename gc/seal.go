@@ -19,7 +19,7 @@ const (
 	// generation, max). While the seal is above the pointer with this
 	// reason, GC keeps the resource's published and retained objects only
 	// for the reader grace after the seal's time.
-	SealReasonDecommissioned = "decommissioned"
+	SealReasonDecommissioned = layout.SealReasonDecommissioned
 )
 
 // raiseSeal raises the seal of s.Resource to target in ONE transaction that
@@ -132,14 +132,14 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 		if kvs[1] == nil {
 			return out, fmt.Errorf("%w: %q was never granted (no generation counter in domain %q); nothing sealed", ErrUnknownResource, res, ns.Domain)
 		}
-		if holder != nil && !force {
-			return out, fmt.Errorf("%w: %q is held by %q (generation %d, epoch %d); use force to seal it anyway",
-				ErrHeld, res, holder.Owner, holder.Generation, holder.Epoch)
-		}
 		target := layout.Version{Epoch: epoch, Fence: gen, Seq: layout.MaxNumber}
 		if !out.Previous.Less(target) {
 			out.Seal, out.Already = out.Previous, true
 			return out, nil
+		}
+		if holder != nil && !force {
+			return out, fmt.Errorf("%w: %q is held by %q (generation %d, epoch %d); force the seal (fencepub resource delete --force) to retire it anyway",
+				ErrHeld, res, holder.Owner, holder.Generation, holder.Epoch)
 		}
 		if (kvs[2] == nil) != (kvs[3] == nil) {
 			return out, fmt.Errorf("%w: %q has a pointer or a seal but not both", ErrCorruptState, res)

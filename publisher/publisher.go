@@ -60,8 +60,6 @@ var (
 	// ErrSourceGone: Rollback's source object no longer exists (collected by
 	// GC after its retention).
 	ErrSourceGone = errors.New("publisher: rollback source object is gone")
-	// ErrExhausted: the next seq would pass layout.MaxNumber.
-	ErrExhausted = errors.New("publisher: seq space exhausted")
 )
 
 // Defaults of Config.
@@ -363,18 +361,20 @@ func (p *Publisher) NextSeq() uint64 {
 	return p.next
 }
 
-// take reserves seq (0: the next one) and moves next above it.
-func (p *Publisher) take(seq uint64) (layout.Version, error) {
+// take reserves seq (0: the next one) and moves next above it. A term
+// whose seq space is closed — a seal at its last seq (`resource delete`
+// of a live holder) or a pointer there — takes the last seq again: the
+// transaction refuses that version as stale (reason seal or pointer)
+// after checking the idempotency key, so a retried publish is still told
+// duplicate.
+func (p *Publisher) take(seq uint64) layout.Version {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if seq == 0 {
-		seq = p.next
-	}
-	if seq > layout.MaxNumber {
-		return layout.Version{}, fmt.Errorf("%w: seq %d of fence %d", ErrExhausted, seq, p.term.Fence)
+		seq = min(p.next, layout.MaxNumber)
 	}
 	p.next = max(p.next, seq+1)
-	return layout.Version{Epoch: p.term.Epoch, Fence: p.term.Fence, Seq: seq}, nil
+	return layout.Version{Epoch: p.term.Epoch, Fence: p.term.Fence, Seq: seq}
 }
 
 // giveBack returns v's seq, taken for a publish whose object write failed
@@ -402,7 +402,7 @@ func (p *Publisher) giveBack(v layout.Version) {
 // It returns the Result and nil for applied and duplicate; the Result and
 // ErrStale, ErrConflict or ErrUnknown (wrapped, with details) for those
 // outcomes; otherwise a zero Result and an error (ErrInvalid, ErrBody,
-// ErrObjectMismatch, objstore errors, ErrExhausted, layout.ErrCorruptRecord,
+// ErrObjectMismatch, objstore errors, layout.ErrCorruptRecord,
 // ErrNotInitialized), in which case nothing was published.
 func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
 	return p.publish(ctx, 0, op)
@@ -427,11 +427,7 @@ func (p *Publisher) publish(ctx context.Context, seq uint64, op Operation) (Resu
 		p.c.m.failure("validate")
 		return Result{}, err
 	}
-	v, err := p.take(seq)
-	if err != nil {
-		p.c.m.failure("validate")
-		return Result{}, err
-	}
+	v := p.take(seq)
 	key := p.c.ns.ObjectKey(p.term.Resource, v, layout.NewNonce())
 	start := time.Now()
 	obj, bodySHA, err := p.c.writeObject(ctx, key, op.Body, bodySize(op.Body, op.Size), op.ContentType, op.Metadata)

@@ -94,10 +94,7 @@ func runPausedWorker(specJSON []byte) error {
 	if err != nil {
 		return err
 	}
-	v, err := p.take(0)
-	if err != nil {
-		return err
-	}
+	v := p.take(0)
 	obj, sum, err := c.writeObject(ctx, c.ns.ObjectKey(spec.Resource, v, layout.NewNonce()), op.Body, bodySize(op.Body, op.Size), op.ContentType, op.Metadata)
 	if err != nil {
 		return err
@@ -346,8 +343,10 @@ func (e *env) sealValue(res string) string {
 }
 
 // TestAdversarialSeqBounds: an explicit seq above layout.MaxNumber is bad
-// input (ErrInvalid, exit 2 in the CLI), not exhaustion; the last seq
-// publishes and the next one is refused rather than wrapped.
+// input (ErrInvalid, exit 2 in the CLI); the last seq publishes, and a
+// publish after it is stale (the seq is never wrapped); a term sealed at its
+// last seq (`resource delete --force` of a live holder) is stale (seal) for
+// its holder, and a retry of a key applied before the seal is duplicate.
 func TestAdversarialSeqBounds(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
@@ -359,11 +358,28 @@ func TestAdversarialSeqBounds(t *testing.T) {
 	}
 	r, err := p.PublishSeq(ctx, layout.MaxNumber, op("k-last", "last"))
 	mustOutcome(t, "the last seq", r, err, Applied, ReasonNone)
-	if _, err := p.Publish(ctx, op("k-next", "next")); !errors.Is(err, ErrExhausted) {
-		t.Fatalf("past the last seq: %v, want ErrExhausted", err)
-	}
+	r, err = p.Publish(ctx, op("k-next", "next"))
+	mustOutcome(t, "past the last seq", r, err, Stale, ReasonPointer)
 	if ptr := e.Pointer("r"); ptr.Version.Seq != layout.MaxNumber {
 		t.Fatalf("pointer %s", ptr.Version)
+	}
+
+	g := e.acquire(authority.AcquireRequest{Resource: "sealed", Owner: "w"})
+	p = e.bind(g, false)
+	first, err := p.Publish(ctx, op("k1", "one"))
+	mustOutcome(t, "before the seal", first, err, Applied, ReasonNone)
+	seal, err := layout.EncodeSeal(layout.Seal{Version: layout.Version{Epoch: g.Epoch, Fence: g.Fence(), Seq: layout.MaxNumber}, Reason: "decommissioned", At: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Etcd.Put(ctx, e.NS.SealKey("sealed"), seal); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []*Publisher{p, e.bind(g, false)} { // bound before and after the seal
+		r, err := q.Publish(ctx, op("k2", "two"))
+		mustOutcome(t, "a sealed term", r, err, Stale, ReasonSeal)
+		r, err = q.Publish(ctx, op("k1", "one"))
+		mustOutcome(t, "a retry after the seal", r, err, Duplicate, ReasonNone)
 	}
 }
 

@@ -71,11 +71,7 @@ func (p *Publisher) Rollback(ctx context.Context, to layout.Version, key string)
 // contentType, meta): the shared tail of Rollback and Republish.
 func (p *Publisher) republish(ctx context.Context, src layout.Object, contentType string, meta map[string]string, bodySHA []byte, key string) (Result, error) {
 	c, res := p.c, p.term.Resource
-	v, err := p.take(0)
-	if err != nil {
-		c.m.failure("validate")
-		return Result{}, err
-	}
+	v := p.take(0)
 	if contentType == "" {
 		contentType = DefaultContentType
 	}

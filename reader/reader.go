@@ -63,6 +63,11 @@ var (
 	// `fencepub authority recover --republish`, or a pointer written out of
 	// band. The error names both versions; a new Reader starts afresh.
 	ErrWentBack = errors.New("reader: the pointer went back below a version already read")
+	// ErrDecommissioned: the current pointer's object is gone because the
+	// resource was retired (`fencepub resource delete`: a seal with
+	// layout.SealReasonDecommissioned at or above the pointer) and GC
+	// collected its objects; not data loss.
+	ErrDecommissioned = errors.New("reader: the resource was decommissioned")
 	// ErrUnavailable: etcd or the store did not answer.
 	ErrUnavailable = errors.New("reader: service unavailable")
 	// ErrInvalid: bad configuration or resource name, or a bucket that does
@@ -346,9 +351,9 @@ type Body struct {
 //
 // Blocks for one etcd read (shared with concurrent calls, as Current's) and
 // one GET (the body streams as it is read).
-// Errors: ErrNotPublished, ErrWentBack, ErrObjectMissing, ErrObjectChanged,
-// ErrDigestMismatch (the store reports another size), ErrUnavailable,
-// layout.ErrCorruptRecord.
+// Errors: ErrNotPublished, ErrWentBack, ErrObjectMissing, ErrDecommissioned,
+// ErrObjectChanged, ErrDigestMismatch (the store reports another size),
+// ErrUnavailable, layout.ErrCorruptRecord.
 func (r *Reader) Open(ctx context.Context) (*Body, error) {
 	if r.cfg.Store == nil {
 		return nil, fmt.Errorf("%w: Config.Store is nil", ErrInvalid)
@@ -427,6 +432,11 @@ func (r *Reader) openFrom(ctx context.Context, ptr layout.Pointer) (*Body, error
 		if perr != nil {
 			return nil, errors.Join(err, perr)
 		}
+		if fresh.Version == ptr.Version {
+			if derr := r.decommissioned(ctx, ptr); derr != nil {
+				return nil, derr
+			}
+		}
 		if fresh.Version == ptr.Version || retry >= r.cfg.OpenRetries {
 			return nil, err
 		}
@@ -434,6 +444,25 @@ func (r *Reader) openFrom(ctx context.Context, ptr layout.Pointer) (*Body, error
 			"resource", r.res, "old", ptr.Version.String(), "new", fresh.Version.String())
 		ptr = fresh
 	}
+}
+
+// decommissioned returns ErrDecommissioned, naming the seal, when the
+// resource's seal says it was retired at or above ptr (its objects are
+// collected by design); nil otherwise, or when the seal cannot be read (the
+// caller then reports the missing object).
+func (r *Reader) decommissioned(ctx context.Context, ptr layout.Pointer) error {
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := r.cfg.Etcd.Get(rctx, r.cfg.Namespace.SealKey(r.res))
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil
+	}
+	seal, err := layout.DecodeSeal(resp.Kvs[0].Value)
+	if err != nil || seal.Reason != layout.SealReasonDecommissioned || seal.Version.Less(ptr.Version) {
+		return nil
+	}
+	return fmt.Errorf("%w: %q was retired by `fencepub resource delete` at %s (seal %s above its version %s); its objects are collected",
+		ErrDecommissioned, r.res, seal.At.Format(time.RFC3339), seal.Version, ptr.Version)
 }
 
 // open sends one GET of ptr's object (If-Match on its ETag) and returns a

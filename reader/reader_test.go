@@ -232,8 +232,21 @@ func TestMissingObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	remove(cur.Object.Key)
-	if _, err := r.Open(ctx); !errors.Is(err, ErrObjectMissing) {
+	if _, err := r.Open(ctx); !errors.Is(err, ErrObjectMissing) || errors.Is(err, ErrDecommissioned) {
 		t.Fatalf("current object gone: %v, want ErrObjectMissing", err)
+	}
+	// Retired by `resource delete` (a decommission seal above the pointer)
+	// and collected: said so, not reported as data loss.
+	seal, err := layout.EncodeSeal(layout.Seal{Version: layout.Version{Epoch: cur.Version.Epoch, Fence: cur.Version.Fence, Seq: layout.MaxNumber},
+		Reason: layout.SealReasonDecommissioned, At: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Etcd.Put(ctx, e.NS.SealKey(res), seal); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Open(ctx); !errors.Is(err, ErrDecommissioned) {
+		t.Fatalf("a decommissioned resource's collected object: %v, want ErrDecommissioned", err)
 	}
 }
 

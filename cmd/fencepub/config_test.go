@@ -114,12 +114,22 @@ func TestConfigErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("s3: [unclosed\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	badGC := filepath.Join(dir, "bad-gc.yaml")
+	if err := os.WriteFile(badGC, []byte("gc:\n  interval: abc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	typo := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(typo, []byte("gc:\n  intervall: 5m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		args []string
 		want string
 	}{
 		{"malformed file", []string{"--config", bad}, "config file"},
+		{"bad duration", []string{"--config", badGC}, `gc.interval = "abc": want a duration`},
+		{"unknown key", []string{"--config", typo}, "intervall (known keys: "},
 		{"missing explicit file", []string{"--config", filepath.Join(dir, "nope.yaml")}, "config file"},
 		{"bad bucket", []string{"--s3-bucket", "Bad_Bucket"}, "s3.bucket"},
 		{"bad endpoint", []string{"--s3-endpoint", "http://x:9000"}, "s3.endpoint"},

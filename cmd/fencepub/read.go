@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 )
 
@@ -26,8 +27,10 @@ func newReadCmd() *cobra.Command {
 pointer's ETag) and checks its sha256 and size while streaming. The bucket is
 the one the pointer names, whatever s3.bucket says.
 
-With --out FILE the bytes go to a temporary file next to FILE, which is renamed
-to FILE only after the check passed: FILE never holds unverified bytes. Without
+With --out FILE the bytes go to a temporary file, which is renamed over FILE
+only after the check passed: FILE never holds unverified bytes. An existing
+FILE keeps its permissions (a new one gets 0666 less the umask), and a
+symlink is written through, not replaced. Without
 --out the bytes stream to stdout as they arrive; on a mismatch the command fails
 after writing them, so a consumer of stdout must check the exit code.
 
@@ -97,27 +100,25 @@ func checkOutPath(path string) error {
 	return nil
 }
 
-// copyToFile writes r to a temporary file in path's directory and renames it
-// to path only when r ended without error (the sha256 check happens at EOF).
+// copyToFile writes r to a temporary file and renames it over path only
+// when r ended without error (the sha256 check happens at EOF), through
+// renameio: fsynced, with path's permissions if it exists, else 0666 less
+// the umask. A symlink at path is written through, not replaced.
 func copyToFile(path string, r io.Reader) (int64, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".fencepub-*")
+	if t, err := filepath.EvalSymlinks(path); err == nil {
+		path = t
+	}
+	f, err := renameio.NewPendingFile(path, renameio.WithPermissions(0o666), renameio.WithExistingPermissions())
 	if err != nil {
 		return 0, exitcode.With(exitcode.Usage, fmt.Errorf("--out %s: %w", path, err))
 	}
-	n, err := io.Copy(tmp, r)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		if err = os.Rename(tmp.Name(), path); err != nil {
-			err = exitcode.With(exitcode.Usage, fmt.Errorf("--out %s: %w", path, err))
-		}
-	}
+	defer func() { _ = f.Cleanup() }() // a no-op once replaced
+	n, err := io.Copy(f, r)
 	if err != nil {
-		_ = os.Remove(tmp.Name())
+		return n, err
 	}
-	return n, err
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return n, exitcode.With(exitcode.Usage, fmt.Errorf("--out %s: %w", path, err))
+	}
+	return n, nil
 }

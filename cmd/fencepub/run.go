@@ -55,11 +55,15 @@ func newRunCmd() *cobra.Command {
      holds it) and mint its fence in the same etcd transaction;
   2. run CMD with FENCEPUB_RESOURCE, FENCEPUB_EPOCH, FENCEPUB_FENCE and
      FENCEPUB_OWNER in its environment, renewing the lease meanwhile;
-  3. capture its result: its stdout, or the regular file it wrote at --output.
+  3. capture its result: its stdout, or the regular file it wrote at --output
+     (then CMD's stdout goes to stderr: fencepub's stdout is its own output).
      An existing --output is moved to FILE.fencepub-prev before CMD starts, so
      only what CMD writes in this run can be published; it is removed once
-     the new result is published and put back when CMD writes nothing (or
-     nothing but an empty file). An empty result is refused unless
+     the new result is published, and put back whenever nothing is
+     published (CMD failed, wrote nothing, was refused as stale, ...), with
+     what CMD wrote kept as FILE.fencepub-failed. A FILE.fencepub-prev found
+     at the start (fencepub itself was killed) stops the run (exit 2) until
+     you restore or remove it. An empty result is refused unless
      --allow-empty, so a job that silently produced nothing does not replace
      the last good result. CMD's leftover background processes (its process
      group) are killed when it exits, before the result is read;
@@ -101,7 +105,7 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 	f.DurationVar(&wait, "wait", time.Minute, "how long to wait for the lease while another owner holds it (0: fail at once with 113)")
 	f.StringVar(&key, "key", "", "idempotency key of this run's publish (default: see above)")
 	f.StringVar(&runID, "run-id", "", "identity of this job run, part of the default key (default $FENCEPUB_RUN_ID, else the UTC hour)")
-	f.StringVar(&output, "output", "", "publish the regular file CMD writes here instead of its stdout (an existing one is set aside as FILE.fencepub-prev while CMD runs)")
+	f.StringVar(&output, "output", "", "publish the regular file CMD writes here instead of its stdout (an existing one is set aside as FILE.fencepub-prev while CMD runs; see above)")
 	f.StringVar(&contentType, "content-type", "", "content type of the result (default application/octet-stream)")
 	f.BoolVar(&allowEmpty, "allow-empty", false, "publish an empty (0-byte) result instead of refusing it")
 	f.DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
@@ -318,7 +322,8 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 		cleanup = func() { _ = f.Close(); _ = os.Remove(f.Name()) }
 		cmd.Stdout = f
 	} else {
-		cmd.Stdout = r.c.OutOrStdout()
+		// fencepub's stdout carries its own output (-o json).
+		cmd.Stdout = r.c.ErrOrStderr()
 	}
 	if err := r.setAsideOutput(); err != nil {
 		return "", cleanup, err
@@ -387,8 +392,13 @@ func resultName(output string) string {
 	return "--output " + output
 }
 
-// savedSuffix names where an existing --output waits while CMD runs.
-const savedSuffix = ".fencepub-prev"
+// savedSuffix names where an existing --output waits while CMD runs;
+// failedSuffix where the output of a run that published nothing is kept
+// when the previous file goes back.
+const (
+	savedSuffix  = ".fencepub-prev"
+	failedSuffix = ".fencepub-failed"
+)
 
 // outputTarget is the file --output names: the target of a symlink.
 func outputTarget(output string) string {
@@ -447,25 +457,35 @@ func (r *runner) setAsideOutput() error {
 	return nil
 }
 
-// settleOutput ends setAsideOutput: the previous file is removed once this
-// run's result was published, put back when the command left no result or
-// an empty one, and otherwise kept beside the command's new file.
+// settleOutput ends setAsideOutput. Published: the previous file is
+// removed (this run's result replaced it). Not published: the previous
+// file is put back, so the next run finds things as they were; a non-empty
+// file the command wrote is kept as FILE.fencepub-failed (replacing an
+// older one) for inspection.
 func (r *runner) settleOutput(published bool) {
 	if r.saved == "" {
 		return
 	}
 	target := strings.TrimSuffix(r.saved, savedSuffix)
-	fi, err := os.Stat(target)
-	switch {
-	case published:
+	if published {
 		_ = os.Remove(r.saved)
-	case err != nil || fi.Mode().IsRegular() && fi.Size() == 0:
-		if err := os.Rename(r.saved, target); err != nil {
+		return
+	}
+	kept := ""
+	if fi, err := os.Lstat(target); err == nil && (!fi.Mode().IsRegular() || fi.Size() > 0) {
+		kept = target + failedSuffix
+		if err := os.Rename(target, kept); err != nil {
 			r.say("could not put the previous --output back: %v; it is at %s", err, r.saved)
 			return
 		}
+	}
+	if err := os.Rename(r.saved, target); err != nil {
+		r.say("could not put the previous --output back: %v; it is at %s", err, r.saved)
+		return
+	}
+	if kept != "" {
+		r.say("nothing published; the previous %s is back in place, the command's output is at %s", target, kept)
+	} else {
 		r.say("nothing published; the previous %s is back in place", target)
-	default:
-		r.say("nothing published; the previous --output is kept at %s beside the command's new %s", r.saved, target)
 	}
 }

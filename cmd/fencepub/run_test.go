@@ -110,8 +110,19 @@ func TestRunCLI(t *testing.T) {
 	intact("after a command that wrote nothing")
 	fp(exitcode.Usage, "run", "--resource", "job7", "--output", kept, "--", "touch", kept)
 	intact("after a command that only touched it")
-	fp(0, "run", "--resource", "job7", "--output", kept, "--", "sh", "-c", "echo more >> "+kept)
-	if got := read("job7"); got != "more\n" || exists(saved) {
+	// A command that fails after writing: the previous file is back, what
+	// it wrote is kept aside, and the next run is not blocked.
+	failed := kept + ".fencepub-failed"
+	fp(3, "run", "--resource", "job7", "--output", kept, "--", "sh", "-c", "echo partial > "+kept+"; exit 3")
+	intact("after a command that failed after writing")
+	if b, err := os.ReadFile(failed); err != nil || string(b) != "partial\n" {
+		t.Fatalf("the failed run's output: %q, %v", b, err)
+	}
+	// With --output, CMD's stdout goes to stderr: -o json stays parseable.
+	if o = fp(0, "run", "--resource", "job7", "--output", kept, "-o", "json", "--", "sh", "-c", "echo chatter; echo more >> "+kept); o.Outcome != "applied" {
+		t.Fatalf("-o json with a chatty command: %+v", o)
+	}
+	if got := read("job7"); got != "more\n" || exists(saved) || !exists(failed) {
 		t.Fatalf("appended --output published %q (saved copy left: %v)", got, exists(saved))
 	}
 	// A FIFO (or any non-regular file) is refused before the lease.

@@ -125,7 +125,25 @@ func TestUserMistakes(t *testing.T) {
 	if _, errs, _ := publishCLI(t, ctx, "", append([]string{"pointer", "--resource", "r"}, noDomain...)...); !strings.Contains(errs, `no config file`) || !strings.Contains(errs, `domain "default"`) {
 		t.Fatalf("pointer without a config file or --domain: stderr %q; want a note naming the default domain", errs)
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+	// --out keeps an existing file's permissions and writes through a
+	// symlink.
+	target, link := filepath.Join(dir, "target"), filepath.Join(dir, "link")
+	if err := os.WriteFile(target, []byte("old"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := publishCLI(t, ctx, "", append([]string{"read", "--resource", "r", "--out", link}, conn...)...); code != 0 {
+		t.Fatalf("read --out a symlink: exit %d: %s", code, errs)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("read --out replaced the symlink (%v)", err)
+	}
+	if fi, err := os.Stat(target); err != nil || fi.Mode().Perm() != 0o640 || readFile(t, target) != "hello" {
+		t.Fatalf("read --out through a symlink: target %v %v %q; want 0640 and the object", fi.Mode(), err, readFile(t, target))
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 4 {
 		t.Fatalf("read left files behind in %s: %v", dir, entries)
 	}
 }

@@ -219,12 +219,50 @@ func Load(v *viper.Viper) (Config, error) {
 			return Config{}, invalid("s3.secure", raw, "true or false")
 		}
 	}
+	if err := checkTypes(v); err != nil {
+		return Config{}, err
+	}
 	var c Config
 	if err := v.UnmarshalExact(&c); err != nil {
-		return Config{}, fmt.Errorf("%w: %s (known keys: %s)", ErrInvalid, oneLine(err), strings.Join(Keys, ", "))
+		msg := oneLine(err)
+		if strings.Contains(msg, "invalid keys") {
+			msg += " (known keys: " + strings.Join(Keys, ", ") + ")"
+		}
+		if f := v.ConfigFileUsed(); f != "" {
+			msg += " in " + f
+		}
+		return Config{}, fmt.Errorf("%w: %s", ErrInvalid, msg)
 	}
 	c.Etcd.Endpoints = splitEndpoints(c.Etcd.Endpoints)
 	return c, c.Validate()
+}
+
+// durationKeys and intKeys are the keys whose string values (from the
+// environment, or quoted in the file) must parse; checkTypes names a bad one
+// with the expected form, instead of the decoder's generic message.
+var (
+	durationKeys = []string{"gc.grace", "gc.clock_skew", "gc.abandon_after", "gc.op_retention", "gc.request_retention", "gc.interval", "gc.lease_ttl"}
+	intKeys      = []string{"gc.retain", "gc.delete_batch", "gc.delete_concurrency"}
+)
+
+// checkTypes returns ErrInvalid naming the first of durationKeys or intKeys
+// whose value does not parse.
+func checkTypes(v *viper.Viper) error {
+	for _, k := range durationKeys {
+		if raw, ok := v.Get(k).(string); ok {
+			if _, err := time.ParseDuration(raw); err != nil {
+				return invalid(k, raw, "a duration like 90s, 10m or 1h")
+			}
+		}
+	}
+	for _, k := range intKeys {
+		if raw, ok := v.Get(k).(string); ok {
+			if _, err := strconv.Atoi(raw); err != nil {
+				return invalid(k, raw, "a whole number")
+			}
+		}
+	}
+	return nil
 }
 
 // splitEndpoints splits the comma-separated values in which env and flags

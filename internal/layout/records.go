@@ -57,6 +57,12 @@ type Pointer struct {
 	CommittedAt    time.Time `json:"committed_at,omitzero"` // publisher's clock; informative
 }
 
+// SealReasonDecommissioned is the Seal.Reason of a resource retired by
+// `fencepub resource delete` (gc.Collector.Decommission): its seal is at
+// (epoch, generation, MaxNumber) and GC collects its objects, the published
+// one included, after the reader grace.
+const SealReasonDecommissioned = "decommissioned"
+
 // Seal is the highest version that can no longer be published, besides the
 // pointer: it only ever rises (GC's abandon step, Resolve, decommission).
 type Seal struct {
