@@ -166,7 +166,8 @@ func Classify(s *State, e Entry, now time.Time) Decision {
 	case v.Fence > s.Generation:
 		return d.is(InFlight, "above %s; fence %d is newer than the snapshot's generation %d", s.Top(), v.Fence, s.Generation)
 	case age < abandon:
-		return d.is(InFlight, "above %s; %s old, younger than the abandon period %s", s.Top(), age.Round(time.Second), abandon)
+		return d.is(InFlight, "above %s; %s old, younger than the abandon period %s (abandon-after %s + clock skew %s)",
+			s.Top(), age.Round(time.Second), abandon, s.Policy.AbandonAfter, s.Policy.ClockSkew)
 	case s.HasPointer != s.HasSeal:
 		return d.is(InFlight, "above %s; the resource has a pointer or a seal but not both, so it cannot be sealed", s.Top())
 	}

@@ -246,7 +246,7 @@ func newDevDownCmd(dir *string) *cobra.Command {
 		RunE: func(c *cobra.Command, _ []string) error {
 			st, err := readDevState(*dir)
 			if err != nil {
-				return exitcode.With(exitcode.Usage, fmt.Errorf("no local stack in %s: %w", *dir, err))
+				return exitcode.With(exitcode.Usage, fmt.Errorf("no local stack in %s (run 'fencepub dev up', or give the stack's --dir): %w", *dir, err))
 			}
 			stopDev(c.ErrOrStderr(), st)
 			return nil
@@ -286,7 +286,7 @@ func newDevStatusCmd(dir *string) *cobra.Command {
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		st, err := readDevState(*dir)
 		if err != nil {
-			return exitcode.With(exitcode.Usage, fmt.Errorf("no local stack in %s: %w", *dir, err))
+			return exitcode.With(exitcode.Usage, fmt.Errorf("no local stack in %s (run 'fencepub dev up', or give the stack's --dir): %w", *dir, err))
 		}
 		status := map[string]any{
 			"etcd":   map[string]any{"pid": st.EtcdPID, "running": running(st.EtcdPID, st.Dir), "endpoint": st.EtcdEndpoint},

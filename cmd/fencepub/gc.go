@@ -313,6 +313,10 @@ pass is cancelled (each deletion is safe on its own) and the lease released.`,
 		if err != nil {
 			return gcExit(err)
 		}
+		g := f.cfg
+		env.Log.Info("gc daemon: starting", "domain", env.NS.Domain, "all", f.all, "resources", f.resources,
+			"interval", interval, "lease_ttl", ttl, "retain", g.Retain, "grace", g.Grace, "clock_skew", g.ClockSkew,
+			"abandon_after", g.AbandonAfter, "op_retention", g.OpRetention, "request_retention", g.RequestRetention)
 		ctx := c.Context()
 		if listen != "" {
 			ln, err := net.Listen("tcp", listen)
