@@ -151,8 +151,19 @@ func TestDecommission(t *testing.T) {
 			t.Fatalf("%s deleted", k)
 		}
 	}
-	// Re-created: the next grant is above the seal.
+	// A grant after the retirement that never publishes is abandoned: the
+	// seal rises over its object and still says decommissioned, with the
+	// retirement's time (readers then report ErrDecommissioned, not a loss).
 	e.release(a)
+	ghost := e.acquire(res, "ghost", 0)
+	stray := e.inFlight(ghost, "ghost")
+	e.release(ghost)
+	rep = e.run(e.collector(later(3*time.Hour)), res)
+	mustDecide(t, rep, stray.Attempt.Object.Key, Abandoned, "deleted", "")
+	if s := e.seal(res); s.Reason != SealReasonDecommissioned || !s.Version.Less(layout.Version{Epoch: ghost.Epoch, Fence: ghost.Generation + 1}) || s.Version.Less(stray.Attempt.Version) {
+		t.Fatalf("seal after abandoning a grant of a retired resource: %+v", s)
+	}
+	// Re-created: the next grant is above the seal.
 	b := e.acquire(res, "b", 0)
 	back := e.publish(e.bind(e.pub, b), "d4", publisher.Applied)
 	rep = e.run(e.collector(later(12*time.Minute)), res)

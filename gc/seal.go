@@ -41,7 +41,14 @@ func (c *Collector) raiseSeal(ctx context.Context, s *State, target layout.Versi
 		return false, fmt.Errorf("%w: %q has a pointer or a seal but not both", ErrCorruptState, s.Resource)
 	}
 	ns := c.ns
-	sealVal, err := layout.EncodeSeal(layout.Seal{Version: target, Reason: reason, At: c.now().UTC()})
+	seal := layout.Seal{Version: target, Reason: reason, At: c.now().UTC()}
+	if s.HasSeal && s.Seal.Reason == SealReasonDecommissioned && s.Pointer.Version.Less(s.Seal.Version) {
+		// Still retired (nothing published since Decommission): the seal
+		// keeps saying so, with the retirement's time, so readers see a
+		// retired resource and not a loss, and passes keep collecting it.
+		seal.Reason, seal.At = SealReasonDecommissioned, s.Seal.At
+	}
+	sealVal, err := layout.EncodeSeal(seal)
 	if err != nil {
 		return false, err
 	}

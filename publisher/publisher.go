@@ -354,11 +354,12 @@ func (c *Client) BindGrant(ctx context.Context, g authority.Grant, strict bool) 
 // Term returns the Publisher's term.
 func (p *Publisher) Term() Term { return p.term }
 
-// NextSeq returns the seq the next Publish will use.
+// NextSeq returns the seq the next Publish will use (layout.MaxNumber
+// again once the term's seq space is closed; see take).
 func (p *Publisher) NextSeq() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.next
+	return min(p.next, layout.MaxNumber)
 }
 
 // take reserves seq (0: the next one) and moves next above it. A term

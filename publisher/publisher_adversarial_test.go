@@ -358,6 +358,9 @@ func TestAdversarialSeqBounds(t *testing.T) {
 	}
 	r, err := p.PublishSeq(ctx, layout.MaxNumber, op("k-last", "last"))
 	mustOutcome(t, "the last seq", r, err, Applied, ReasonNone)
+	if n := p.NextSeq(); n != layout.MaxNumber {
+		t.Fatalf("NextSeq after the last seq: %d", n)
+	}
 	r, err = p.Publish(ctx, op("k-next", "next"))
 	mustOutcome(t, "past the last seq", r, err, Stale, ReasonPointer)
 	if ptr := e.Pointer("r"); ptr.Version.Seq != layout.MaxNumber {

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -61,9 +59,10 @@ func newRunCmd() *cobra.Command {
      only what CMD writes in this run can be published; it is removed once
      the new result is published, and put back whenever nothing is
      published (CMD failed, wrote nothing, was refused as stale, ...), with
-     what CMD wrote kept as FILE.fencepub-failed. A FILE.fencepub-prev found
-     at the start (fencepub itself was killed) stops the run (exit 2) until
-     you restore or remove it. An empty result is refused unless
+     what CMD wrote kept as FILE.fencepub-failed. --output must be a regular
+     file or missing (not a symlink, directory, FIFO or device). A
+     FILE.fencepub-prev found once the lease is held (fencepub itself was
+     killed mid-run) stops the run (exit 2) until you restore or remove it. An empty result is refused unless
      --allow-empty, so a job that silently produced nothing does not replace
      the last good result. CMD's leftover background processes (its process
      group) are killed when it exits, before the result is read;
@@ -224,7 +223,9 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	}
 	r.res.Epoch, r.res.Fence = g.Epoch, g.Fence()
 	r.say("granted: epoch %d, fence %d", g.Epoch, g.Fence())
-	sess, err := a.NewSession(ctx, g)
+	// Renewed until closed, not until Ctrl-C: an interrupted command is
+	// stopped (execute) before the lease is released.
+	sess, err := a.NewSession(context.WithoutCancel(ctx), g)
 	if err != nil {
 		return authorityExit(err)
 	}
@@ -244,8 +245,8 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	// One handle, checked and published: the file cannot be swapped
 	// between the check and the upload. (Stat first: opening a FIFO would
 	// block.)
-	if fi, err := os.Stat(result); err == nil && !fi.Mode().IsRegular() {
-		return exitcode.Usagef("the command's result at --output %s is not a regular file (%s); nothing published", r.output, fi.Mode().Type())
+	if fi, err := os.Lstat(result); err == nil && !fi.Mode().IsRegular() {
+		return exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
 	}
 	body, err := os.Open(result)
 	if err != nil {
@@ -257,7 +258,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	case err != nil:
 		return exitcode.With(exitcode.Usage, fmt.Errorf("result %s: %w", result, err))
 	case !fi.Mode().IsRegular():
-		return exitcode.Usagef("the command's result at --output %s is not a regular file (%s); nothing published", r.output, fi.Mode().Type())
+		return exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
 	case fi.Size() == 0 && !r.allowEmpty:
 		return exitcode.Usagef("the command succeeded but its result (%s) is empty; nothing published (pass --allow-empty to publish an empty result)", resultName(r.output))
 	}
@@ -338,15 +339,9 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var waitErr error
-	lost := false
-	select {
-	case waitErr = <-done:
-		// Background children must not write the result (or anything)
-		// after the command's end, outside the lease.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	case <-sess.Lost():
-		lost = true
-		r.say("lease lost while the command runs (%v): SIGTERM, SIGKILL after %s", sess.Err(), r.grace)
+	lost, interrupted := false, false
+	// stop ends CMD: SIGTERM to its process group, SIGKILL after --grace.
+	stop := func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case waitErr = <-done:
@@ -354,9 +349,25 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			waitErr = <-done
 		}
+	}
+	select {
+	case waitErr = <-done:
+	case <-sess.Lost():
+		lost = true
+		r.say("lease lost while the command runs (%v): SIGTERM, SIGKILL after %s", sess.Err(), r.grace)
+		stop()
 	case <-r.c.Context().Done():
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		<-done
+		// The lease is still renewed (the session's context is not the
+		// command's) until CMD is gone, so no other holder's command
+		// overlaps with it.
+		interrupted = true
+		r.say("interrupted: SIGTERM to the command, SIGKILL after %s", r.grace)
+		stop()
+	}
+	// Leftover background processes must not write the result (or anything
+	// else) after the command's end, outside the lease.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if interrupted {
 		return "", cleanup, exitcode.With(exitcode.Internal, fmt.Errorf("interrupted; nothing published: %w", r.c.Context().Err()))
 	}
 	if stdout != nil {
@@ -400,32 +411,37 @@ const (
 	failedSuffix = ".fencepub-failed"
 )
 
-// outputTarget is the file --output names: the target of a symlink.
-func outputTarget(output string) string {
-	if t, err := filepath.EvalSymlinks(output); err == nil {
-		return t
-	}
-	return output
-}
-
-// checkOutput refuses an --output that cannot receive this run's result: an
-// existing path that is not a regular file (a directory, FIFO or device),
-// or one whose FILE.fencepub-prev a previous run left behind (it would be
-// overwritten). Errors carry exit code 2.
+// checkOutput refuses an --output that cannot receive this run's result:
+// an existing path that is not a regular file (a directory, FIFO, device,
+// or a symlink, whose target a rename would leave behind). Errors carry
+// exit code 2. It runs before the lease and again, with the
+// FILE.fencepub-prev check, in setAsideOutput.
 func checkOutput(output string) error {
-	fi, err := os.Stat(output)
+	fi, err := os.Lstat(output)
 	switch {
-	case err == nil && fi.IsDir():
-		return exitcode.Usagef("--output %s is a directory; give the file CMD writes its result to", output)
 	case err == nil && !fi.Mode().IsRegular():
-		return exitcode.Usagef("--output %s is not a regular file (%s); give the file CMD writes its result to", output, fi.Mode().Type())
+		return exitcode.Usagef("--output %s is %s; give the regular file CMD writes its result to", output, fileKind(fi.Mode()))
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return exitcode.Usagef("--output %s: %v", output, err)
 	}
-	if saved := outputTarget(output) + savedSuffix; exists(saved) {
-		return exitcode.Usagef("--output %s: a previous run left %s behind; restore or remove it", output, saved)
-	}
 	return nil
+}
+
+// fileKind names a non-regular file's kind for messages.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeSymlink != 0:
+		return "a symlink"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "not a regular file"
 }
 
 // exists reports whether anything is at path (a dangling symlink counts).
@@ -436,7 +452,9 @@ func exists(path string) bool {
 
 // setAsideOutput moves an existing --output to FILE.fencepub-prev, after the
 // grant and just before CMD starts, so that only what CMD writes in this
-// run can be published (settleOutput ends it).
+// run can be published (settleOutput ends it). A FILE.fencepub-prev already
+// there was left by a fencepub killed mid-run (a live run of this resource
+// would hold the lease): it stops the run rather than be overwritten.
 func (r *runner) setAsideOutput() error {
 	if r.output == "" {
 		return nil
@@ -444,48 +462,57 @@ func (r *runner) setAsideOutput() error {
 	if err := checkOutput(r.output); err != nil { // it may have changed while we waited
 		return err
 	}
-	target := outputTarget(r.output)
-	if !exists(target) {
+	saved := r.output + savedSuffix
+	if exists(saved) {
+		return exitcode.Usagef("--output %s: %s was left by an interrupted run (fencepub killed before it could put the file back); restore or remove it", r.output, saved)
+	}
+	if !exists(r.output) {
 		return nil
 	}
-	r.saved = target + savedSuffix
-	if err := os.Rename(target, r.saved); err != nil {
-		r.saved = ""
+	if err := os.Rename(r.output, saved); err != nil {
 		return exitcode.Usagef("--output %s: cannot set the existing file aside: %v", r.output, err)
 	}
-	r.say("--output %s existed: set aside as %s while the command runs", target, r.saved)
+	r.saved = saved
+	r.say("--output %s existed: set aside as %s while the command runs", r.output, saved)
 	return nil
 }
 
 // settleOutput ends setAsideOutput. Published: the previous file is
 // removed (this run's result replaced it). Not published: the previous
-// file is put back, so the next run finds things as they were; a non-empty
-// file the command wrote is kept as FILE.fencepub-failed (replacing an
-// older one) for inspection.
+// file is put back, so the next run finds things as they were; whatever the
+// command left at FILE is kept as FILE.fencepub-failed (replacing an older
+// one) for inspection.
 func (r *runner) settleOutput(published bool) {
 	if r.saved == "" {
 		return
 	}
-	target := strings.TrimSuffix(r.saved, savedSuffix)
 	if published {
 		_ = os.Remove(r.saved)
 		return
 	}
-	kept := ""
-	if fi, err := os.Lstat(target); err == nil && (!fi.Mode().IsRegular() || fi.Size() > 0) {
-		kept = target + failedSuffix
-		if err := os.Rename(target, kept); err != nil {
+	if !exists(r.saved) {
+		r.say("nothing published; the previous --output (set aside as %s) was removed during the run", r.saved)
+		return
+	}
+	failed := ""
+	if fi, err := os.Lstat(r.output); err == nil && (!fi.Mode().IsRegular() || fi.Size() > 0) {
+		failed = r.output + failedSuffix
+		err := os.RemoveAll(failed)
+		if err == nil {
+			err = os.Rename(r.output, failed)
+		}
+		if err != nil {
 			r.say("could not put the previous --output back: %v; it is at %s", err, r.saved)
 			return
 		}
 	}
-	if err := os.Rename(r.saved, target); err != nil {
+	if err := os.Rename(r.saved, r.output); err != nil {
 		r.say("could not put the previous --output back: %v; it is at %s", err, r.saved)
 		return
 	}
-	if kept != "" {
-		r.say("nothing published; the previous %s is back in place, the command's output is at %s", target, kept)
+	if failed != "" {
+		r.say("nothing published; the previous %s is back in place, the command's output is at %s", r.output, failed)
 	} else {
-		r.say("nothing published; the previous %s is back in place", target)
+		r.say("nothing published; the previous %s is back in place", r.output)
 	}
 }

@@ -118,6 +118,14 @@ func TestRunCLI(t *testing.T) {
 	if b, err := os.ReadFile(failed); err != nil || string(b) != "partial\n" {
 		t.Fatalf("the failed run's output: %q, %v", b, err)
 	}
+	// Whatever a failed run left at FILE.fencepub-failed (here a directory)
+	// is replaced by the next failure's, never blocking a later run.
+	fp(exitcode.Usage, "run", "--resource", "job7", "--output", kept, "--", "mkdir", kept)
+	fp(4, "run", "--resource", "job7", "--output", kept, "--", "sh", "-c", "echo again > "+kept+"; exit 4")
+	intact("after two failed runs")
+	if b, err := os.ReadFile(failed); err != nil || string(b) != "again\n" {
+		t.Fatalf("the second failed run's output: %q, %v", b, err)
+	}
 	// With --output, CMD's stdout goes to stderr: -o json stays parseable.
 	if o = fp(0, "run", "--resource", "job7", "--output", kept, "-o", "json", "--", "sh", "-c", "echo chatter; echo more >> "+kept); o.Outcome != "applied" {
 		t.Fatalf("-o json with a chatty command: %+v", o)
@@ -131,6 +139,12 @@ func TestRunCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp(exitcode.Usage, "run", "--resource", "job7", "--output", fifo, "--", "true")
+	// ... and so is a symlink (a rename would leave its target behind) ...
+	sym := filepath.Join(dir, "sym")
+	if err := os.Symlink(kept, sym); err != nil {
+		t.Fatal(err)
+	}
+	fp(exitcode.Usage, "run", "--resource", "job7", "--output", sym, "--", "true")
 	// ... and so is one that CMD leaves (opening it would block).
 	made := filepath.Join(dir, "made-fifo")
 	fp(exitcode.Usage, "run", "--resource", "job7", "--output", made, "--", "mkfifo", made)
@@ -150,6 +164,34 @@ func TestRunCLI(t *testing.T) {
 	fp(exitcode.Usage, "run", "--resource", "job8", "--", "true")
 	if o = fp(0, "run", "--resource", "job8", "--allow-empty", "-o", "json", "--", "true"); o.Outcome != "applied" || read("job8") != "" {
 		t.Fatalf("--allow-empty run %+v", o)
+	}
+
+	// Two runs of one resource and one --output, the second waiting for
+	// the lease: it runs after the first, not refused because of the
+	// first's FILE.fencepub-prev.
+	shared := filepath.Join(dir, "shared.txt")
+	if err := os.WriteFile(shared, []byte("v0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type done struct {
+		stdout string
+		code   int
+	}
+	first := make(chan done, 1)
+	go func() { // fp would call t.Fatal off the test goroutine
+		stdout, _, code := publishCLI(t, ctx, "", append(append([]string{"run", "--resource", "job10", "--run-id", "a", "--output", shared, "-o", "json"}, conn...),
+			"--", "sh", "-c", "sleep 1; echo a > "+shared)...)
+		first <- done{stdout, code}
+	}()
+	for !exists(shared + ".fencepub-prev") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	second := fp(0, "run", "--resource", "job10", "--run-id", "b", "--wait", "30s", "--output", shared, "-o", "json", "--", "sh", "-c", "echo b > "+shared)
+	f := <-first
+	var fo out
+	if err := json.Unmarshal([]byte(f.stdout), &fo); err != nil || f.code != 0 || fo.Outcome != "applied" ||
+		second.Outcome != "applied" || second.Fence != fo.Fence+1 || read("job10") != "b\n" {
+		t.Fatalf("overlapping runs: first exit %d %s (%v), second %+v", f.code, f.stdout, err, second)
 	}
 
 	// A lease still held when the wait ends is 113 naming the holder, from
@@ -217,6 +259,35 @@ func TestRunCLI(t *testing.T) {
 	}
 	if stdout, _, _ := publishCLI(t, ctx, "", append([]string{"pointer", "--resource", "job5", "-o", "json"}, conn...)...); !strings.Contains(stdout, `"published": false`) {
 		t.Fatalf("pointer after lease loss: %s", stdout)
+	}
+
+	// Ctrl-C while a command that ignores SIGTERM runs: it is killed after
+	// --grace (fencepub does not wait for it for ever), and fencepub exits
+	// 130 with nothing published.
+	pidFile := filepath.Join(dir, "pid")
+	ictx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	codes := make(chan int, 1)
+	go func() {
+		_, _, code := publishCLI(t, ictx, "", append(append([]string{"run", "--resource", "job11", "--ttl", "2s", "--grace", "1s"}, conn...),
+			"--", "sh", "-c", "trap '' TERM; echo $$ > "+pidFile+"; sleep 30")...)
+		codes <- code
+	}()
+	for !exists(pidFile) || readFile(t, pidFile) == "" {
+		time.Sleep(10 * time.Millisecond)
+	}
+	pid := strings.TrimSpace(readFile(t, pidFile))
+	interrupt()
+	select {
+	case code := <-codes:
+		if code != 130 {
+			t.Fatalf("interrupted run: exit %d, want 130", code)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("an interrupted run waited for a command that ignores SIGTERM")
+	}
+	if exists("/proc/" + pid) {
+		t.Fatalf("the interrupted command (pid %s) is still running", pid)
 	}
 
 	// Usage: no command.
