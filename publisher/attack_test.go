@@ -508,25 +508,31 @@ func TestAttackBlockedBodyEndsWithContext(t *testing.T) {
 	mustNoWriterGoroutines(t)
 }
 
-// A regular file whose Stat size is not its length (procfs, sysfs, some
-// FUSE file systems) is a body fencepub used to publish through the
-// unknown-length path; with bodySize trusting Stat it is streamed as a
-// body of 0 bytes and fails.
+// A regular file whose Stat size is not its length (procfs says 0, sysfs a
+// page, some FUSE file systems) is published through the unknown-length
+// path, whole; trusting Stat would stream 0 bytes, or fail after the few
+// bytes a sysfs file has.
 func TestAttackProcFileBody(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	p := e.atkPublisher("r")
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err) // Linux: /proc is always there
-	}
-	defer f.Close()
-	r, err := p.Publish(ctx, Operation{IdempotencyKey: "k", Body: f})
-	if err != nil {
-		t.Fatalf("publish of /proc/self/mountinfo (a regular file with Stat size 0): %v", err)
-	}
-	if r.Object.Size == 0 {
-		t.Fatalf("published an empty object for a non-empty file")
+	for i, path := range []string{"/proc/self/mountinfo", "/sys/devices/system/cpu/online"} {
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err) // Linux: /proc and /sys are always there
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := p.Publish(ctx, Operation{IdempotencyKey: fmt.Sprint("k", i), Body: f})
+		_ = f.Close()
+		if err != nil {
+			t.Fatalf("publish of %s (Stat size not its length): %v", path, err)
+		}
+		if r.Object.Size != int64(len(want)) {
+			t.Fatalf("%s: published %d bytes, the file has %d", path, r.Object.Size, len(want))
+		}
 	}
 }
 

@@ -116,14 +116,37 @@ const etcdProbeTimeout = 3 * time.Second
 // with 115 (unavailable), and so does an etcd that does not answer a
 // serializable read within etcdProbeTimeout.
 func openEnv(cmd *cobra.Command) (*cliEnv, error) {
-	v, used, err := loadViperFile(cmd)
+	lc, err := loadConfig(cmd)
 	if err != nil {
 		return nil, err
 	}
+	return connect(cmd, lc)
+}
+
+// loadedConfig is a command's validated configuration and the config file
+// it came from ("" when none was found).
+type loadedConfig struct {
+	cfg  config.Config
+	file string
+}
+
+// loadConfig reads and validates cmd's configuration without contacting
+// any server. Errors carry exit code 2.
+func loadConfig(cmd *cobra.Command) (loadedConfig, error) {
+	v, used, err := loadViperFile(cmd)
+	if err != nil {
+		return loadedConfig{}, err
+	}
 	cfg, err := config.Load(v)
 	if err != nil {
-		return nil, exitcode.With(exitcode.Usage, err)
+		return loadedConfig{}, exitcode.With(exitcode.Usage, err)
 	}
+	return loadedConfig{cfg, used}, nil
+}
+
+// connect is openEnv's second half: the clients of a loaded configuration.
+func connect(cmd *cobra.Command, lc loadedConfig) (*cliEnv, error) {
+	cfg, used := lc.cfg, lc.file
 	if used == "" && !cmd.Flags().Changed("domain") && os.Getenv("FENCEPUB_NAMESPACE_DOMAIN") == "" {
 		// A command run away from its config file would otherwise look at
 		// the default domain and report, say, "nothing published".

@@ -62,45 +62,42 @@ var gcKeyFlags = map[string]string{
 
 func addGCFlags(cmd *cobra.Command, f *gcFlags) {
 	fl := cmd.Flags()
-	d := gc.DefaultPolicy()
+	d := config.DefaultGC
 	fl.StringArrayVar(&f.resources, "resource", nil, "resource to collect (repeatable)")
 	fl.BoolVar(&f.all, "all", false, "collect every resource that has a pointer")
 	fl.Int("retain", d.Retain, "published versions kept per resource, the current one included (gc.retain)")
 	fl.Duration("grace", d.Grace, "reader grace: keep versions superseded less than this (plus --clock-skew) ago (gc.grace)")
 	fl.Duration("clock-skew", d.ClockSkew, "allowance for clock differences between publishers, the store and gc (gc.clock_skew)")
 	fl.Duration("abandon-after", d.AbandonAfter, "seal and delete in-flight objects of dead grants older than this (gc.abandon_after)")
-	fl.Duration("op-retention", gc.DefaultOpRetention, "keep op (idempotency) records this long after their commit (gc.op_retention)")
-	fl.Duration("request-retention", authority.DefaultRequestRetention, "keep acquire request records this long (gc.request_retention)")
-	fl.Int("delete-batch", gc.DefaultDeleteBatch, "keys per multi-object delete, 1-1000 (gc.delete_batch)")
-	fl.Int("delete-concurrency", gc.DefaultDeleteConcurrency, "multi-object deletes in flight (gc.delete_concurrency)")
+	fl.Duration("op-retention", d.OpRetention, "keep op (idempotency) records this long after their commit (gc.op_retention)")
+	fl.Duration("request-retention", d.RequestRetention, "keep acquire request records this long (gc.request_retention)")
+	fl.Int("delete-batch", d.DeleteBatch, "keys per multi-object delete, 1-1000 (gc.delete_batch)")
+	fl.Int("delete-concurrency", d.DeleteConcurrency, "multi-object deletes in flight (gc.delete_concurrency)")
 	for name, key := range gcKeyFlags {
 		keyFlag(fl, name, key)
 	}
 }
 
-// load reads the gc.* settings (flag > FENCEPUB_GC_* > config file >
-// default) and validates them and the resource selection. Errors carry exit
-// code 2 and name the key and the flag; no server is contacted.
-func (f *gcFlags) load(cmd *cobra.Command, allowNone bool) error {
+// load reads the configuration, with the gc.* settings (flag >
+// FENCEPUB_GC_* > config file > default), and validates them and the
+// resource selection. Errors carry exit code 2 and name the key and the
+// flag; no server is contacted. The result is what connect takes.
+func (f *gcFlags) load(cmd *cobra.Command, allowNone bool) (loadedConfig, error) {
 	switch {
 	case f.all && len(f.resources) > 0:
-		return exitcode.Usagef("give --resource or --all, not both")
+		return loadedConfig{}, exitcode.Usagef("give --resource or --all, not both")
 	case !f.all && len(f.resources) == 0 && !allowNone:
-		return exitcode.Usagef("give --resource R (repeatable) or --all")
+		return loadedConfig{}, exitcode.Usagef("give --resource R (repeatable) or --all")
 	}
-	v, err := loadViper(cmd)
+	lc, err := loadConfig(cmd)
 	if err != nil {
-		return err
+		return loadedConfig{}, err
 	}
-	cfg, err := config.Load(v)
-	if err == nil {
-		err = cfg.GC.Validate()
+	if err := lc.cfg.GC.Validate(); err != nil {
+		return loadedConfig{}, exitcode.With(exitcode.Usage, err)
 	}
-	if err != nil {
-		return exitcode.With(exitcode.Usage, err)
-	}
-	f.cfg = cfg.GC
-	return nil
+	f.cfg = lc.cfg.GC
+	return lc, nil
 }
 
 // collector builds the Collector of env's domain from the flags.
@@ -177,10 +174,11 @@ store did not answer.`,
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "include every object's decision, reason and action")
 	cmd.Flags().VarP(&choice{value: &format, allowed: []string{"table", "json", "text"}, def: "table"}, "output", "o", "output format: table or json")
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
-		if err := f.load(c, false); err != nil {
+		lc, err := f.load(c, false)
+		if err != nil {
 			return err
 		}
-		env, err := openEnv(c)
+		env, err := connect(c, lc)
 		if err != nil {
 			return err
 		}
@@ -279,19 +277,20 @@ pass is cancelled (each deletion is safe on its own) and the lease released.`,
 	}
 	addGCFlags(cmd, &f)
 	fl := cmd.Flags()
-	fl.Duration("interval", gc.DefaultInterval, "time between the end of one pass and the start of the next (gc.interval)")
-	fl.Duration("lease-ttl", gc.DefaultLeaseTTL, "GC lease TTL, whole seconds, at least 2s (gc.lease_ttl)")
-	fl.String("listen", "127.0.0.1:9464", `address of the /healthz and /metrics endpoint, "" disables it (gc.listen)`)
+	fl.Duration("interval", config.DefaultGC.Interval, "time between the end of one pass and the start of the next (gc.interval)")
+	fl.Duration("lease-ttl", config.DefaultGC.LeaseTTL, "GC lease TTL, whole seconds, at least 2s (gc.lease_ttl)")
+	fl.String("listen", config.DefaultGC.Listen, `address of the /healthz and /metrics endpoint, "" disables it (gc.listen)`)
 	keyFlag(fl, "interval", "gc.interval")
 	keyFlag(fl, "lease-ttl", "gc.lease_ttl")
 	keyFlag(fl, "listen", "gc.listen")
 	cmd.Flags().StringVar(&owner, "owner", "", "this replica's owner id in the GC lease (default gc-<host>-<pid>-<random>)")
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
-		if err := f.load(c, true); err != nil {
+		lc, err := f.load(c, true)
+		if err != nil {
 			return err
 		}
 		interval, ttl, listen := f.cfg.Interval, f.cfg.LeaseTTL, f.cfg.Listen
-		env, err := openEnv(c)
+		env, err := connect(c, lc)
 		if err != nil {
 			return err
 		}

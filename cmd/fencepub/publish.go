@@ -17,7 +17,6 @@ import (
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 )
 
 // publishExitHelp is the exit-code table of publish, rollback and resolve.
@@ -306,8 +305,8 @@ func isNoSuchBucket(err error) bool {
 
 // openBody opens the body: stdin for "-", else the file. Unless allowEmpty,
 // an empty body is a usage error, found before anything is acquired: for
-// stdin, a FIFO, or a /proc or /sys file (whose stated size is not its
-// length), after waiting for the first byte. That wait (and opening a FIFO
+// stdin, a FIFO or a file that states 0 bytes (a /proc file may still have
+// some), after waiting for the first byte. That wait (and opening a FIFO
 // that has no writer yet) ends with cmd's context (Ctrl-C).
 func openBody(cmd *cobra.Command, file string, allowEmpty bool) (io.ReadCloser, error) {
 	type opened struct {
@@ -350,10 +349,10 @@ func openBodyNow(stdin io.Reader, file string, allowEmpty bool) (io.ReadCloser, 
 		_ = fh.Close()
 		return nil, exitcode.Usagef("--file %s is a directory; give a file, or - for stdin", file)
 	}
-	if err == nil && fi.Mode().IsRegular() && fi.Size() > 0 && !pseudoFS(fh) {
-		return fh, nil // its length is known: one streamed PUT
+	if err == nil && fi.Size() > 0 {
+		return fh, nil // the publisher tells a known length (one streamed PUT) from /sys's
 	}
-	// Of unknown length: hidden from the publisher's length detection.
+	// Empty, or of unknown length (a FIFO, a /proc file): wait for a byte.
 	in, isEmpty := peekEmpty(fh)
 	if isEmpty && !allowEmpty {
 		_ = fh.Close()
@@ -371,13 +370,6 @@ func peekEmpty(r io.Reader) (io.Reader, bool) {
 	in := bufio.NewReaderSize(r, 64<<10)
 	_, err := in.Peek(1)
 	return in, err == io.EOF
-}
-
-// pseudoFS reports whether f lives on procfs or sysfs, whose files state a
-// size (0, or a page) that is not their length.
-func pseudoFS(f *os.File) bool {
-	var st unix.Statfs_t
-	return unix.Fstatfs(int(f.Fd()), &st) == nil && (st.Type == unix.PROC_SUPER_MAGIC || st.Type == unix.SYSFS_MAGIC)
 }
 
 // parseMeta turns key=value flags into a map; the publisher validates it.

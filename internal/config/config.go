@@ -71,6 +71,16 @@ type GC struct {
 	Listen   string        `mapstructure:"listen"`
 }
 
+// DefaultGC holds the gc.* defaults: the gc and authority packages' own
+// (the CLI's flags show the same values).
+var DefaultGC = GC{
+	Retain: gc.DefaultPolicy().Retain, Grace: gc.DefaultPolicy().Grace, ClockSkew: gc.DefaultPolicy().ClockSkew,
+	AbandonAfter: gc.DefaultPolicy().AbandonAfter, OpRetention: gc.DefaultOpRetention,
+	RequestRetention: authority.DefaultRequestRetention, DeleteBatch: gc.DefaultDeleteBatch,
+	DeleteConcurrency: gc.DefaultDeleteConcurrency, Interval: gc.DefaultInterval, LeaseTTL: gc.DefaultLeaseTTL,
+	Listen: "127.0.0.1:9464",
+}
+
 // Validate checks the GC settings; errors are ErrInvalid naming the key and
 // its flag.
 func (g GC) Validate() error {
@@ -131,17 +141,17 @@ var defaults = map[string]any{
 	"namespace.prefix": "fencepub",
 	"namespace.domain": "default",
 
-	"gc.retain":             gc.DefaultPolicy().Retain,
-	"gc.grace":              gc.DefaultPolicy().Grace,
-	"gc.clock_skew":         gc.DefaultPolicy().ClockSkew,
-	"gc.abandon_after":      gc.DefaultPolicy().AbandonAfter,
-	"gc.op_retention":       gc.DefaultOpRetention,
-	"gc.request_retention":  authority.DefaultRequestRetention,
-	"gc.delete_batch":       gc.DefaultDeleteBatch,
-	"gc.delete_concurrency": gc.DefaultDeleteConcurrency,
-	"gc.interval":           gc.DefaultInterval,
-	"gc.lease_ttl":          gc.DefaultLeaseTTL,
-	"gc.listen":             "127.0.0.1:9464",
+	"gc.retain":             DefaultGC.Retain,
+	"gc.grace":              DefaultGC.Grace,
+	"gc.clock_skew":         DefaultGC.ClockSkew,
+	"gc.abandon_after":      DefaultGC.AbandonAfter,
+	"gc.op_retention":       DefaultGC.OpRetention,
+	"gc.request_retention":  DefaultGC.RequestRetention,
+	"gc.delete_batch":       DefaultGC.DeleteBatch,
+	"gc.delete_concurrency": DefaultGC.DeleteConcurrency,
+	"gc.interval":           DefaultGC.Interval,
+	"gc.lease_ttl":          DefaultGC.LeaseTTL,
+	"gc.listen":             DefaultGC.Listen,
 }
 
 // Keys lists every configuration key, in the order `config show` prints them.
