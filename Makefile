@@ -8,7 +8,7 @@ BIN       := $(CURDIR)/bin
 PKGS      := ./...
 TEST_FLAGS ?= -count=1 -timeout 28m
 
-.PHONY: all deps build test lint fmt vet staticcheck demo bench chaos clean
+.PHONY: all deps build test cross lint fmt vet staticcheck demo bench chaos clean
 
 all: build
 
@@ -39,9 +39,19 @@ bench: deps build
 	$(GO) test -run '^$$' -bench Classify -benchmem ./gc >> bench/results/micro.txt
 	@cat bench/results/micro.txt
 
-## test: every test, against real servers started by internal/testenv
-test: deps
+## test: every test, against real servers started by internal/testenv,
+##       after the cross-compile check
+test: deps cross
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+## cross: the library packages build for darwin, windows and freebsd, and
+##        the CLI for darwin (cross-compilation only; nothing runs there)
+LIBS = $(shell $(GO) list ./... | grep -v -E '/(internal|cmd|examples|tools|bench)(/|$$)')
+cross:
+	GOOS=darwin GOARCH=arm64 $(GO) build $(LIBS)
+	GOOS=windows GOARCH=amd64 $(GO) build $(LIBS)
+	GOOS=freebsd GOARCH=amd64 $(GO) build $(LIBS)
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/fencepub
 
 ## lint: gofmt check, go vet and staticcheck (pinned in tools/go.mod)
 lint: fmt vet staticcheck

@@ -19,7 +19,6 @@ import (
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/minio/minio-go/v7"
-	"golang.org/x/sys/unix"
 )
 
 // Object writes. Every write is create-only (If-None-Match: *) on a key no
@@ -180,13 +179,6 @@ func fillPart(ctx context.Context, r *bufio.Reader, buf []byte, limit int) (part
 		return buf, false, err
 	}
 	return buf, false, nil
-}
-
-// pseudoFS reports whether f lives on procfs or sysfs, whose files state a
-// size (0, or a page) that is not their length.
-func pseudoFS(f *os.File) bool {
-	var st unix.Statfs_t
-	return unix.Fstatfs(int(f.Fd()), &st) == nil && (st.Type == unix.PROC_SUPER_MAGIC || st.Type == unix.SYSFS_MAGIC)
 }
 
 // mayBlock reports whether a Read of body may wait indefinitely (a pipe, a

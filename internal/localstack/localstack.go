@@ -23,6 +23,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fencepub/fencepub/internal/sysproc"
 )
 
 // ErrNoBinary is returned when a server binary is missing from the bin
@@ -128,11 +130,11 @@ func (p *Process) Start() error {
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if p.detached {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		cmd.SysProcAttr = sysproc.Session()
 	} else {
 		// Own process group, so a terminal's Ctrl-C reaches us first and we
-		// stop servers in order; killed with us if the parent dies.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		// stop servers in order; killed with us if the parent dies (Linux).
+		cmd.SysProcAttr = sysproc.Group()
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()

@@ -18,6 +18,8 @@ import (
 	"github.com/fencepub/fencepub/internal/bench"
 	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/publisher"
+
+	"github.com/fencepub/fencepub/internal/sysproc"
 )
 
 // Service workload settings: the small object is served from the
@@ -156,7 +158,7 @@ func (s *runner) startService(ctx context.Context, st *stack, bin, dir, resource
 	cmd := exec.Command(bin, "--config", cfgPath, "--resource", resources, "--listen", addr, "--cache-bytes", strconv.Itoa(serviceCache))
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysproc.Tied()
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("start reader-service: %w", err)
 	}
