@@ -112,7 +112,7 @@ func etcdKeys(t *testing.T, e *localstack.Etcd) int64 {
 }
 
 // refusesForeignHistory checks that an etcd without the bucket's history
-// refuses to publish, acquire and collect (exit 116, naming the way out)
+// refuses to publish, run, acquire and collect (exit 116, naming the way out)
 // and writes nothing to itself or the bucket.
 func refusesForeignHistory(t *testing.T, h *historyCLI, e *localstack.Etcd, m *localstack.MinIO) {
 	t.Helper()
@@ -129,6 +129,14 @@ func refusesForeignHistory(t *testing.T, h *historyCLI, e *localstack.Etcd, m *l
 		}
 	}
 	h.publish(exitcode.NeedRecover, "r", "from the second etcd")
+	ran := filepath.Join(h.dir, "ran")
+	runArgs := append(append([]string{"run", "--resource", "r", "--ttl", "2s"}, h.conn...), "--", "touch", ran)
+	if out, errs, code := publishCLI(t, h.ctx, "", runArgs...); code != exitcode.NeedRecover {
+		t.Fatalf("fencepub run: exit %d, want 116\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("fencepub run ran its command without a grant")
+	}
 	if after := bucketKeys(t, m); !slices.Equal(before, after) {
 		t.Fatalf("the refused commands changed the bucket:\nbefore %v\nafter  %v", before, after)
 	}
@@ -138,7 +146,7 @@ func refusesForeignHistory(t *testing.T, h *historyCLI, e *localstack.Etcd, m *l
 }
 
 // TestSecondEtcdSameBucket: a second, empty etcd configured with the bucket,
-// prefix and domain of a live one publishes, acquires and collects nothing
+// prefix and domain of a live one publishes, runs, acquires and collects nothing
 // (exit 116) and writes nothing; the first etcd's reader still reads its
 // object.
 func TestSecondEtcdSameBucket(t *testing.T) {
