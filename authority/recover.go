@@ -116,8 +116,9 @@ type restoredPointer struct {
 //     On an etcd with no epoch for the domain it refuses a bucket that
 //     holds anything under the root (another history: DESIGN.md
 //     invariant 9) unless opts.FromBucket, which takes the bucket over: it
-//     adopts the marker's deployment id and, with no pointers in etcd, quarantines
-//     every object found (step 4 records the zero pointer for each epoch).
+//     adopts the marker's deployment id and, with no pointers in etcd,
+//     quarantines every object found (step 4 records the zero pointer for
+//     each epoch).
 //     FromBucket on an etcd that has an epoch is refused;
 //  2. scans the bucket: epoch markers, grant markers and object keys;
 //  3. reserves NewEpoch = 1 + the highest epoch of all of those and etcd's,

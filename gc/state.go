@@ -51,9 +51,10 @@ func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly
 
 // readState reads what GC needs about res at ONE etcd revision: one
 // transaction reads the epoch, deployment, pointer, seal, generation, holder,
-// restored-pointer records and epoch records, and the history is then read page by page
-// at that transaction's revision (DESIGN.md "Garbage collection": "Read
-// epoch, pointer, seal and history at one etcd revision").
+// restored-pointer records and epoch records, and the history is then read
+// page by page at that transaction's revision (DESIGN.md "Garbage
+// collection": "Read epoch, pointer, seal and history at one etcd
+// revision").
 //
 // Errors: ErrNotInitialized, ErrCorruptState (epoch, generation, pointer,
 // seal or a history entry does not decode), ErrUnavailable, ctx's error.
