@@ -197,24 +197,32 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 
 // Init initialises the domain if it is not yet and returns its epoch and
 // deployment id; on an initialised domain it is one etcd read. It is
-// idempotent and safe to run concurrently from many processes.
+// idempotent and safe to run concurrently from many processes of the same
+// etcd.
 //
-// A first init (DESIGN.md "etcd layout", invariant 3): it takes the
-// deployment id from the bucket's ownership marker, creating the marker
-// create-only with a fresh id if there is none (a fresh etcd pointed at an
-// old bucket adopts the bucket's deployment); reserves epoch 1 + the highest
-// epoch marker in the bucket by writing that marker create-only, so a fresh
-// etcd never reuses an epoch; then creates the epoch and deployment keys in
-// one transaction that requires the epoch key absent. Etcd is read first, so
-// an unreachable etcd writes nothing.
+// A first init (DESIGN.md "etcd layout", invariants 3 and 9) requires the
+// bucket to hold nothing under the domain's root: it claims etcd's
+// deployment key with a fresh id (or the id another init of this etcd
+// claimed), writes the bucket's ownership marker create-only, reserves
+// epoch 1 + the highest epoch marker by writing that marker create-only,
+// then creates the epoch key and the epoch's record (layout.EpochRecord) in
+// one transaction that requires the epoch key absent. A bucket that already
+// holds an ownership marker of another deployment, epoch or grant markers,
+// or objects belongs to another etcd history: Init refuses and writes
+// nothing (Recover with FromBucket takes such a bucket over). Etcd is read
+// first, so an unreachable etcd writes nothing.
 //
-// Errors: ErrUnavailable, ErrForeignDeployment, ErrCorruptState.
+// Errors: *ForeignHistoryError (ErrForeignHistory), ErrUnavailable,
+// ErrExhausted, ErrCorruptState.
 func (a *Authority) Init(ctx context.Context) (Domain, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil || ok {
 		return d, err
 	}
-	dep, err := a.ensureOwnership(ctx, NewID())
+	dep, err := a.checkBucket(ctx)
+	if err == nil && dep == "" {
+		dep, err = a.claimOwnership(ctx)
+	}
 	if err != nil {
 		return Domain{}, err
 	}
@@ -245,8 +253,8 @@ func (a *Authority) Init(ctx context.Context) (Domain, error) {
 		}
 		rctx, cancel := a.rctx(ctx)
 		resp, err := a.cli.Txn(rctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.ns.EpochKey()), "=", 0)).
-			Then(clientv3.OpPut(a.ns.EpochKey(), layout.EncodeNumber(epoch)), clientv3.OpPut(a.ns.DeploymentKey(), dep)).
+			If(clientv3.Compare(clientv3.CreateRevision(a.ns.EpochKey()), "=", 0), clientv3.Compare(clientv3.Value(a.ns.DeploymentKey()), "=", dep)).
+			Then(append(a.epochRecordOps(dep, "init", epoch), clientv3.OpPut(a.ns.EpochKey(), layout.EncodeNumber(epoch)))...).
 			Else(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey())).
 			Commit()
 		cancel()
@@ -260,7 +268,10 @@ func (a *Authority) Init(ctx context.Context) (Domain, error) {
 		}
 		// A concurrent init won; an epoch marker we reserved stays unused,
 		// which is harmless: epochs need to be unique, not contiguous.
-		got, _, err := decodeDomain(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+		got, ok, err := decodeDomain(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+		if err == nil && !ok {
+			err = fmt.Errorf("authority: init: deployment %s lost its claim on etcd's deployment key (another deployment took the bucket prefix?); run again", dep)
+		}
 		return got, err
 	}
 	return Domain{}, fmt.Errorf("authority: init: could not reserve an epoch marker after 8 attempts (concurrent recovers?)")

@@ -77,18 +77,15 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 }
 
-func TestInitEpochAboveMarkersAndConcurrent(t *testing.T) {
+// TestInitConcurrent: many processes of one etcd initialise a domain on an
+// empty bucket at once; they all get the same domain, epoch 1, whose marker,
+// etcd epoch record and ownership marker name its deployment.
+func TestInitConcurrent(t *testing.T) {
 	env := testenv.Get(t)
 	ns := testenv.Namespace(t)
 	st := env.Store(t)
 	ctx := ctxT(t, time.Minute)
-	// An old bucket already reserved epochs up to 7.
 	a0 := newAuthority(t, env.EtcdClient(t), st, ns)
-	for _, e := range []uint64{3, 7} {
-		if ours, err := a0.reserveEpoch(ctx, epochMarker{Epoch: e, Deployment: "old", Reason: "recover", Nonce: "x"}); err != nil || !ours {
-			t.Fatal(ours, err)
-		}
-	}
 	var wg sync.WaitGroup
 	doms := make([]Domain, 8)
 	errs := make([]error, 8)
@@ -104,15 +101,14 @@ func TestInitEpochAboveMarkersAndConcurrent(t *testing.T) {
 			t.Fatalf("init %d = %+v, %v; init 0 = %+v", i, doms[i], errs[i], doms[0])
 		}
 	}
-	// Every init reserves the epoch above the highest marker it saw; the
-	// one whose transaction lands first sets the domain, so the epoch is
-	// 8 or, when a later reservation won, above it (epochs are unique, not
-	// contiguous). Its marker is this deployment's.
-	if doms[0].Epoch < 8 || doms[0].DeploymentID == "" {
-		t.Fatalf("domain = %+v; want an epoch above marker 7", doms[0])
+	if doms[0].Epoch != 1 || doms[0].DeploymentID == "" {
+		t.Fatalf("domain = %+v; want epoch 1 of a fresh deployment", doms[0])
 	}
 	if m, err := a0.readEpochMarker(ctx, doms[0].Epoch); err != nil || m.Deployment != doms[0].DeploymentID || m.Reason != "init" {
 		t.Fatalf("marker of epoch %d = %+v, %v; want the init marker of deployment %s", doms[0].Epoch, m, err, doms[0].DeploymentID)
+	}
+	if n := countKeys(t, a0.cli, ns.EpochRecord(doms[0].Epoch)); n != 1 {
+		t.Fatalf("%d epoch records of epoch %d in etcd; want 1", n, doms[0].Epoch)
 	}
 	m, err := ReadOwnership(ctx, st, ns)
 	if err != nil || m.DeploymentID != doms[0].DeploymentID {
@@ -121,23 +117,6 @@ func TestInitEpochAboveMarkersAndConcurrent(t *testing.T) {
 	mustAcquire(t, a0, AcquireRequest{Resource: "r", Owner: owner("o")})
 	if e, err := a0.Epoch(ctx); err != nil || e != doms[0].Epoch {
 		t.Fatalf("Epoch = %d, %v; want %d", e, err, doms[0].Epoch)
-	}
-
-	// A fresh etcd pointed at the same bucket never reuses an epoch and
-	// adopts the bucket's deployment.
-	fresh := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	fc := testenv.EtcdClient(t, fresh)
-	af := newAuthority(t, fc, st, ns)
-	if _, err := af.Epoch(ctx); !errors.Is(err, ErrNotInitialized) {
-		t.Fatalf("Epoch on a fresh etcd: %v; want ErrNotInitialized", err)
-	}
-	g := mustAcquire(t, af, AcquireRequest{Resource: "r", Owner: owner("o")}) // implicit init
-	if maxEp, err := a0.maxEpochMarker(ctx); err != nil || g.Epoch != maxEp || g.Epoch <= doms[0].Epoch {
-		t.Fatalf("grant on a fresh etcd has epoch %d (highest marker %d, %v); want a new epoch above %d", g.Epoch, maxEp, err, doms[0].Epoch)
-	}
-	d, err := af.Init(ctx)
-	if err != nil || d.DeploymentID != doms[0].DeploymentID {
-		t.Fatalf("fresh etcd's domain = %+v, %v; want deployment %q", d, err, doms[0].DeploymentID)
 	}
 }
 

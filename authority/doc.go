@@ -40,9 +40,11 @@
 // # Epochs and rollback
 //
 // Epochs survive an etcd restore because each is reserved first by a
-// create-only marker object in the bucket (layout.EpochMarker); Init takes 1
-// + the highest marker, so a fresh etcd pointed at an old bucket never
-// reuses an epoch. Before Acquire returns a token it records the grant
+// create-only marker object in the bucket (layout.EpochMarker), and etcd
+// records each epoch it issued (layout.EpochRecord). Init runs only on an
+// empty bucket root: an etcd with no epoch never initialises itself over a
+// bucket that holds another history (ErrForeignHistory, DESIGN.md invariant
+// 9); Recover with FromBucket takes such a bucket over. Before Acquire returns a token it records the grant
 // create-only under layout.GrantMarker(res, epoch, generation) and lists the
 // markers above it: a marker of the same (epoch, generation) from another
 // request, or a higher marker etcd does not know, means etcd's history went

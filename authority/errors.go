@@ -53,6 +53,18 @@ var (
 	// ErrForeignDeployment: the bucket's ownership marker names a deployment
 	// other than the one recorded in etcd.
 	ErrForeignDeployment = errors.New("authority: the bucket prefix belongs to another deployment")
+	// ErrForeignHistory: etcd holds no epoch for the domain but the bucket
+	// already holds something under its root (an ownership marker, epoch or
+	// grant markers, objects): the history of another etcd (an empty
+	// replacement, a second cluster configured with the same bucket). The
+	// error is a *ForeignHistoryError. Init refuses it and writes nothing;
+	// `fencepub authority recover --from-bucket` (RecoverOptions.FromBucket)
+	// takes the bucket over (DESIGN.md invariant 9).
+	ErrForeignHistory = errors.New("authority: the bucket holds another etcd history")
+	// ErrInitialized: Recover with FromBucket found an epoch in etcd: etcd
+	// holds the domain's history (a snapshot restore is recovered without
+	// FromBucket).
+	ErrInitialized = errors.New("authority: etcd already holds the domain's history")
 	// ErrExhausted: minting would pass layout.MaxNumber; fencepub refuses to
 	// wrap (DESIGN.md "Object layout").
 	ErrExhausted = errors.New("authority: number space exhausted")

@@ -20,11 +20,21 @@ type RecoverOptions struct {
 	// DryRun computes and reports what Recover would do and changes nothing
 	// (NewEpoch is then the epoch it would reserve).
 	DryRun bool
+	// FromBucket takes over a bucket whose etcd history is lost with no
+	// snapshot (an empty replacement etcd): etcd must hold no epoch for the
+	// domain. Recover then adopts the ownership marker's deployment id and
+	// quarantines every object found (DESIGN.md invariant 9). Without it,
+	// Recover on an etcd with no epoch refuses a bucket that holds anything
+	// under the domain's root.
+	FromBucket bool
 }
 
 // RecoverReport describes a Recover run.
 type RecoverReport struct {
-	DryRun       bool   `json:"dry_run"`
+	DryRun bool `json:"dry_run"`
+	// FromBucket is true for a take-over of the bucket by an etcd without
+	// the domain's history (RecoverOptions.FromBucket).
+	FromBucket   bool   `json:"from_bucket"`
 	DeploymentID string `json:"deployment_id"`
 	// OldEpoch is etcd's epoch before the recovery (0: the restored etcd had
 	// no epoch); NewEpoch the epoch the domain is in afterwards.
@@ -102,7 +112,14 @@ type restoredPointer struct {
 // workers cannot reach etcd (see the restore runbook in README.md). In order, it:
 //
 //  1. reads etcd's epoch, deployment and rollback flag, checks the bucket's
-//     ownership marker names the same deployment, and reads every pointer;
+//     ownership marker names the same deployment, and reads every pointer.
+//     On an etcd with no epoch for the domain it refuses a bucket that
+//     holds anything under the root (another history: DESIGN.md
+//     invariant 9) unless opts.FromBucket, which takes the bucket over: it
+//     adopts the marker's deployment id and, with no pointers in etcd,
+//     quarantines every object found (step 4 records the zero pointer for
+//     each epoch).
+//     FromBucket on an etcd that has an epoch is refused;
 //  2. scans the bucket: epoch markers, grant markers and object keys;
 //  3. reserves NewEpoch = 1 + the highest epoch of all of those and etcd's,
 //     create-only in the bucket (the next free number if taken);
@@ -110,9 +127,11 @@ type restoredPointer struct {
 //     layout.RestoredKey(resource, epoch) (create-only) for OldEpoch and for
 //     every epoch of an object above that pointer, so GC quarantines those
 //     objects (the zero pointer for a resource the restore left without one);
-//  5. sets the epoch in one transaction that requires it unchanged and
-//     clears the rollback flag — from here every publish and grant of an
-//     older epoch is rejected;
+//  5. sets the epoch in one transaction that requires it unchanged, clears
+//     the rollback flag and records NewEpoch and OldEpoch as epochs this
+//     etcd issued (layout.EpochRecord; GC deletes older-epoch objects only
+//     of recorded epochs) — from here every publish and grant of an older
+//     epoch is rejected;
 //  6. revokes the lease of every holder created before that transaction;
 //  7. reports the objects above each restored pointer.
 //
@@ -122,10 +141,12 @@ type restoredPointer struct {
 // any other corrupt value it needs (a pointer) stops it before it changes
 // anything.
 //
-// Errors: ErrForeignDeployment, ErrUnavailable, ErrExhausted,
-// ErrCorruptState, a concurrent epoch change (run again), ctx's error.
+// Errors: *ForeignHistoryError (ErrForeignHistory; retry with FromBucket),
+// ErrInitialized (FromBucket on an etcd with an epoch),
+// ErrForeignDeployment, ErrUnavailable, ErrExhausted, ErrCorruptState, a
+// concurrent epoch change (run again), ctx's error.
 func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverReport, error) {
-	rep := RecoverReport{DryRun: opts.DryRun, Revoked: []RevokedHolder{}, Resources: []ResourceRecovery{}}
+	rep := RecoverReport{DryRun: opts.DryRun, FromBucket: opts.FromBucket, Revoked: []RevokedHolder{}, Resources: []ResourceRecovery{}}
 	rctx, cancel := a.rctx(ctx)
 	resp, err := a.cli.Txn(rctx).Then(
 		clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey()), clientv3.OpGet(a.rollbackKey()),
@@ -154,6 +175,9 @@ func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverRe
 		a.log.Warn("authority: recover replaces a corrupt epoch key", "value", rep.CorruptEpoch)
 	}
 	if err != nil {
+		return rep, err
+	}
+	if err := a.checkRecoverSource(ctx, initialised, epochValue, opts.FromBucket); err != nil {
 		return rep, err
 	}
 	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -190,7 +214,12 @@ func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverRe
 	if err := a.recordRestored(ctx, pointers, &rep); err != nil {
 		return rep, err
 	}
-	switchRev, err := a.switchEpoch(ctx, epochValue, initialised, rep.NewEpoch, rep.DeploymentID)
+	reason := "recover"
+	if opts.FromBucket {
+		reason = "recover-from-bucket"
+	}
+	records := a.epochRecordOps(rep.DeploymentID, reason, rep.NewEpoch, rep.OldEpoch)
+	switchRev, err := a.switchEpoch(ctx, epochValue, initialised, rep.NewEpoch, rep.DeploymentID, records)
 	if err != nil {
 		return rep, err
 	}
@@ -202,6 +231,22 @@ func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverRe
 		return rep, err
 	}
 	return rep, nil
+}
+
+// checkRecoverSource checks that the kind of recovery asked for matches
+// etcd: a take-over (fromBucket) needs an etcd without an epoch for the
+// domain; a snapshot recovery on such an etcd is refused when the bucket
+// holds another history (DESIGN.md invariant 9).
+func (a *Authority) checkRecoverSource(ctx context.Context, initialised bool, epochValue []byte, fromBucket bool) error {
+	switch {
+	case fromBucket && initialised:
+		return fmt.Errorf("%w: epoch key %s holds %q; a restore from a snapshot is recovered without --from-bucket",
+			ErrInitialized, a.ns.EpochKey(), epochValue)
+	case !fromBucket && !initialised:
+		_, err := a.checkBucket(ctx)
+		return err
+	}
+	return nil
 }
 
 // recoverDeployment returns the deployment id after checking (or, if
@@ -408,20 +453,20 @@ func (a *Authority) recordRestored(ctx context.Context, pointers map[string]rest
 
 // switchEpoch sets the domain epoch from the value old (absent when not
 // initialised) to epoch, and the deployment key, in one transaction that
-// requires the epoch key unchanged, clearing the rollback flag. It returns
-// the transaction's revision.
-func (a *Authority) switchEpoch(ctx context.Context, old []byte, initialised bool, epoch uint64, dep string) (int64, error) {
+// requires the epoch key unchanged, clearing the rollback flag and running
+// records (the epoch records). It returns the transaction's revision.
+func (a *Authority) switchEpoch(ctx context.Context, old []byte, initialised bool, epoch uint64, dep string, records []clientv3.Op) (int64, error) {
 	cmp := clientv3.Compare(clientv3.CreateRevision(a.ns.EpochKey()), "=", 0)
 	if initialised {
 		cmp = clientv3.Compare(clientv3.Value(a.ns.EpochKey()), "=", string(old))
 	}
 	rctx, cancel := a.rctx(ctx)
 	defer cancel()
-	resp, err := a.cli.Txn(rctx).If(cmp).Then(
+	resp, err := a.cli.Txn(rctx).If(cmp).Then(append(records,
 		clientv3.OpPut(a.ns.EpochKey(), layout.EncodeNumber(epoch)),
 		clientv3.OpPut(a.ns.DeploymentKey(), dep),
 		clientv3.OpDelete(a.rollbackKey()),
-	).Commit()
+	)...).Commit()
 	if err != nil {
 		return 0, etcdErr(ctx, "switch epoch", err)
 	}

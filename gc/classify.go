@@ -88,6 +88,11 @@ type State struct {
 	Restored           map[uint64]layout.Version
 	RestoredBad        map[uint64]bool
 	RestoredUnreadable bool
+	// Issued is the set of epochs this etcd issued (layout.EpochRecord,
+	// written by init and recover). An older-epoch object of an epoch
+	// neither issued nor restored belongs to another etcd history and is
+	// quarantined (DESIGN.md invariant 9).
+	Issued map[uint64]bool
 	// Retained maps an object key to why history retains it (last N
 	// versions, or superseded within the grace).
 	Retained map[string]string
@@ -116,6 +121,8 @@ func (s *State) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Versi
 //  2. an object the pointer names: Published; one history retains: Retained
 //     (neither applies to uploads, nor to a decommissioned resource);
 //  3. older epoch: Quarantined if above the restored pointer of that epoch,
+//     or if that epoch has neither a restored pointer nor an epoch record
+//     (this etcd never issued it: another history's object, invariant 9),
 //     else Unpublishable;
 //  4. version <= max(pointer, seal): Unpublishable;
 //  5. newer epoch than the snapshot's: InFlight (a recover after the
@@ -144,8 +151,12 @@ func Classify(s *State, e Entry, now time.Time) Decision {
 		if s.RestoredBad[v.Epoch] || s.RestoredUnreadable {
 			return d.is(Quarantined, "epoch %d has an unreadable restored-pointer record", v.Epoch)
 		}
-		if r, ok := s.Restored[v.Epoch]; ok && r.Less(v) {
+		r, restored := s.Restored[v.Epoch]
+		switch {
+		case restored && r.Less(v):
 			return d.is(Quarantined, "above the pointer %s that recover recorded for restored epoch %d: may be the only copy of a lost publish", r, v.Epoch)
+		case !restored && !s.Issued[v.Epoch]:
+			return d.is(Quarantined, "epoch %d was never issued by this etcd: another history's object (recover --from-bucket takes it over)", v.Epoch)
 		}
 		return d.is(Unpublishable, "epoch %d is older than the current epoch %d", v.Epoch, s.Epoch)
 	case v.Compare(top) <= 0:

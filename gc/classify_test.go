@@ -23,7 +23,8 @@ func ver(e, f, s uint64) layout.Version { return layout.Version{Epoch: e, Fence:
 func okey(res string, v layout.Version) string { return tns.ObjectKey(res, v, nonce) }
 
 // baseState: epoch 3, pointer (3,5,3), seal (3,6,2), generation 7 held live
-// by grant 7, history retains (3,5,2), recover recorded (2,9,4) for epoch 2.
+// by grant 7, history retains (3,5,2), recover recorded (2,9,4) for epoch 2,
+// this etcd issued epochs 1 and 3 (epoch records).
 func baseState() *State {
 	return &State{
 		NS: tns, Resource: "logs", Revision: 100, Epoch: 3, Generation: 7,
@@ -33,6 +34,7 @@ func baseState() *State {
 		Seal:       layout.Seal{Version: ver(3, 6, 2)},
 		HasSeal:    true,
 		Restored:   map[uint64]layout.Version{2: ver(2, 9, 4)},
+		Issued:     map[uint64]bool{1: true, 3: true},
 		Retained:   map[string]string{okey("logs", ver(3, 5, 2)): "kept by history"},
 		Policy:     Policy{Retain: 2, Grace: 10 * time.Minute, ClockSkew: time.Minute, AbandonAfter: time.Hour},
 	}
@@ -68,6 +70,16 @@ func TestClassify(t *testing.T) {
 		{name: "between pointer and seal", key: okey("logs", ver(3, 6, 1)), want: Unpublishable, reason: "<= seal"},
 		{name: "equal to seal", key: okey("logs", ver(3, 6, 2)), want: Unpublishable, reason: "<= seal"},
 		{name: "old epoch, no restored record", key: okey("logs", ver(1, 99, 99)), want: Unpublishable, reason: "older than the current epoch"},
+		{name: "old epoch never issued, no restored record", key: okey("logs", ver(1, 99, 99)), age: 100 * time.Hour,
+			mod: func(s *State) { s.Issued = nil }, want: Quarantined, reason: "never issued by this etcd"},
+		{name: "old epoch never issued, below restored pointer", key: okey("logs", ver(2, 9, 3)),
+			mod: func(s *State) { s.Issued = nil }, want: Unpublishable},
+		{name: "old epoch never issued, above restored pointer", key: okey("logs", ver(2, 9, 5)),
+			mod: func(s *State) { s.Issued = nil }, want: Quarantined, reason: "recover"},
+		{name: "old epoch issued elsewhere: another epoch's record does not count", key: okey("logs", ver(1, 1, 1)),
+			mod: func(s *State) { s.Issued = map[uint64]bool{3: true} }, want: Quarantined, reason: "another history"},
+		{name: "current epoch is not judged by records", key: okey("logs", ver(3, 5, 1)),
+			mod: func(s *State) { s.Issued = nil }, want: Unpublishable, reason: "<= pointer"},
 		{name: "old epoch, at restored pointer", key: okey("logs", ver(2, 9, 4)), want: Unpublishable},
 		{name: "old epoch, below restored pointer", key: okey("logs", ver(2, 9, 3)), want: Unpublishable},
 		{name: "old epoch, above restored pointer", key: okey("logs", ver(2, 9, 5)), age: 100 * time.Hour, want: Quarantined, reason: "recover"},

@@ -166,7 +166,9 @@ type RunOptions struct {
 // complete or fail on their own; each is safe on its own).
 //
 // Errors: ErrInvalid (options), ErrForeignDeployment, ErrNoOwnership,
-// ErrNotInitialized, ErrUnavailable; ErrIncomplete wrapping the
+// ErrNotInitialized, authority.ErrForeignHistory (etcd has no epoch and the
+// bucket holds another etcd's history: DESIGN.md invariant 9),
+// ErrUnavailable; ErrIncomplete wrapping the
 // per-resource errors (joined; errors.Is sees each) when some failed. The
 // report is returned in every case.
 func (c *Collector) Run(ctx context.Context, opts RunOptions) (*Report, error) {
@@ -251,6 +253,9 @@ func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
 		return "", etcdErr(ctx, "read deployment", err)
 	}
 	if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+		if err := c.auth.CheckHistory(ctx); err != nil {
+			return "", err
+		}
 		return "", fmt.Errorf("%w: no epoch key under %s", ErrNotInitialized, c.ns.Root())
 	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs

@@ -50,10 +50,11 @@ func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly
 }
 
 // readState reads what GC needs about res at ONE etcd revision: one
-// transaction reads the epoch, deployment, pointer, seal, generation, holder
-// and restored-pointer records, and the history is then read page by page
-// at that transaction's revision (DESIGN.md "Garbage collection": "Read
-// epoch, pointer, seal and history at one etcd revision").
+// transaction reads the epoch, deployment, pointer, seal, generation, holder,
+// restored-pointer records and epoch records, and the history is then read
+// page by page at that transaction's revision (DESIGN.md "Garbage
+// collection": "Read epoch, pointer, seal and history at one etcd
+// revision").
 //
 // Errors: ErrNotInitialized, ErrCorruptState (epoch, generation, pointer,
 // seal or a history entry does not decode), ErrUnavailable, ctx's error.
@@ -68,6 +69,7 @@ func (c *Collector) readState(ctx context.Context, res string) (*State, error) {
 		clientv3.OpGet(ns.GenerationKey(res)),
 		clientv3.OpGet(ns.HolderKey(res)),
 		clientv3.OpGet(ns.RestoredPrefix(res), clientv3.WithPrefix()),
+		clientv3.OpGet(ns.EpochRecordsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	).Commit()
 	cancel()
 	if err != nil {
@@ -121,6 +123,7 @@ func (c *Collector) readState(ctx context.Context, res string) (*State, error) {
 		}
 	}
 	s.Restored, s.RestoredBad, s.RestoredUnreadable = decodeRestored(ns.RestoredPrefix(res), resp.Responses[6].GetResponseRange().Kvs)
+	s.Issued = decodeIssued(ns.EpochRecordsPrefix(), resp.Responses[7].GetResponseRange().Kvs)
 	s.Decommissioned = s.HasSeal && s.Seal.Reason == SealReasonDecommissioned && s.Pointer.Version.Less(s.Seal.Version) &&
 		now.Sub(s.Seal.At) >= s.Policy.Grace+s.Policy.ClockSkew
 	ret := newRetention(s.Policy, now)
@@ -163,4 +166,16 @@ func decodeRestored(prefix string, kvs []*mvccKV) (ok map[uint64]layout.Version,
 		ok[epoch] = v
 	}
 	return ok, bad, unreadable
+}
+
+// decodeIssued returns the epochs of the epoch records under prefix. A key
+// that does not decode names no epoch: its objects stay quarantined.
+func decodeIssued(prefix string, kvs []*mvccKV) map[uint64]bool {
+	issued := make(map[uint64]bool, len(kvs))
+	for _, kv := range kvs {
+		if epoch, err := layout.DecodeNumber(strings.TrimPrefix(string(kv.Key), prefix)); err == nil {
+			issued[epoch] = true
+		}
+	}
+	return issued
 }

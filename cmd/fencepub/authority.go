@@ -70,7 +70,7 @@ func authorityExit(err error) error {
 	case errors.As(err, &coded):
 		return err
 	case errors.Is(err, layout.ErrInvalidName), errors.Is(err, authority.ErrBadTTL), errors.Is(err, authority.ErrInvalidGrant),
-		isNoSuchBucket(err):
+		errors.Is(err, authority.ErrInitialized), isNoSuchBucket(err):
 		code = exitcode.Usage
 	case errors.Is(err, authority.ErrRequestConflict):
 		code = exitcode.Conflict
@@ -85,7 +85,7 @@ func authorityExit(err error) error {
 		// an internal error; a grant made meanwhile expires with its TTL.
 		code = exitcode.Unavailable
 		err = fmt.Errorf("%w (the deadline ran out while acquiring; a grant made meanwhile expires with its TTL)", err)
-	case errors.Is(err, authority.ErrRolledBack):
+	case errors.Is(err, authority.ErrRolledBack), errors.Is(err, authority.ErrForeignHistory):
 		code = exitcode.NeedRecover
 	}
 	return exitcode.With(code, err)
@@ -370,8 +370,8 @@ func newAuthorityShowCmd() *cobra.Command {
 func newAuthorityRecoverCmd() *cobra.Command {
 	var opts authority.RecoverOptions
 	cmd := &cobra.Command{
-		Use:   "recover [--dry-run]",
-		Short: "Move the domain to a new epoch after an etcd restore",
+		Use:   "recover [--from-bucket] [--dry-run] [--republish]",
+		Short: "Move the domain to a new epoch after an etcd restore or loss",
 		Long: `recover makes the domain safe again after etcd was restored from a snapshot
 (see the restore runbook in README.md). Run it while workers cannot reach the
 restored etcd. It reserves a new epoch above every epoch found in the bucket's
@@ -381,12 +381,31 @@ later restore), records each resource's restored pointer for the old epoch
 then on every publish or grant of an older epoch is rejected — revokes every
 lease the snapshot brought back, and reports the objects above each restored
 pointer: publishes the restore may have lost. It is idempotent: after a
-failure, run it again. --dry-run reports without changing anything.`,
+failure, run it again. --dry-run reports without changing anything.
+
+--from-bucket is the one explicit way to take over a bucket whose etcd is
+lost with no snapshot (an empty replacement etcd; see "etcd lost with no
+snapshot" in README.md). An etcd that holds no epoch for the domain never
+initialises itself over a bucket that already holds its markers or objects:
+publish, acquire and gc exit 116 until this runs. With --from-bucket,
+recover adopts the deployment id of the bucket's ownership marker, reserves
+an epoch above every marker and object, and quarantines every object found
+(GC keeps them and reports them as quarantined); readers get nothing until
+a publish, or, with --republish, the newest object of each resource again
+under the new epoch. It is refused on an etcd that already holds an epoch
+(a snapshot restore: run recover without --from-bucket). Never run it
+against a second cluster while the first one still serves the bucket: both
+would publish, and neither GC deletes the other's objects.
+
+Exit codes: 0 done; 2 bad flags, or --from-bucket on an etcd that holds an
+epoch; 115 etcd or the object store did not answer; 116 etcd holds no epoch
+and the bucket holds another history (add --from-bucket).`,
 		Args: cobra.NoArgs,
 	}
 	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "report what recover would do; change nothing")
+	cmd.Flags().BoolVar(&opts.FromBucket, "from-bucket", false, "take over the bucket's history into an etcd that holds none of it (etcd lost with no snapshot); quarantines every object found")
 	var republish bool
-	cmd.Flags().BoolVar(&republish, "republish", false, "then publish the newest object above each restored pointer under the new epoch (a publish the restore lost)")
+	cmd.Flags().BoolVar(&republish, "republish", false, "then publish the newest object above each restored pointer under the new epoch (a publish the restore lost; with --from-bucket, each resource's newest object)")
 	out := addOutputFlag(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		a, env, err := openAuthority(c)
@@ -429,6 +448,9 @@ failure, run it again. --dry-run reports without changing anything.`,
 		verb := "moved"
 		if rep.DryRun {
 			verb = "would move"
+		}
+		if rep.FromBucket {
+			fmt.Fprintf(w, "taking over the bucket's history of deployment %s: every object found is quarantined\n", rep.DeploymentID)
 		}
 		fmt.Fprintf(w, "%s the domain from epoch %d to %d (highest seen: epoch markers %d, grant markers %d, pointers %d, objects %d)\n",
 			verb, rep.OldEpoch, rep.NewEpoch, rep.Highest.EpochMarker, rep.Highest.GrantMarker, rep.Highest.Pointer, rep.Highest.Object)

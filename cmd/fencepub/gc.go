@@ -131,12 +131,14 @@ func openCollector(env *cliEnv, requestRetention time.Duration, cfg gc.Config) (
 // gcExit attaches the exit code of a gc error: 2 for bad input and for a
 // prefix that is not this deployment's (a configuration problem), 113 when
 // `resource delete` meets a live lease, 115 when a server did not answer,
-// else 1.
+// 116 when etcd holds no epoch and the bucket holds another history, else 1.
 func gcExit(err error) error {
 	code := exitcode.Internal
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, authority.ErrForeignHistory):
+		code = exitcode.NeedRecover
 	case errors.Is(err, gc.ErrInvalid), errors.Is(err, gc.ErrForeignDeployment), errors.Is(err, gc.ErrNoOwnership), errors.Is(err, gc.ErrNotInitialized),
 		errors.Is(err, gc.ErrUnknownResource):
 		code = exitcode.Usage
@@ -166,7 +168,8 @@ progress counter is drawn on stderr. Several passes may run at once safely.
 
 Exit codes: 0 the pass completed; 1 some resources failed (see errors); 2 bad
 flags, or the prefix belongs to another deployment; 115 etcd or the object
-store did not answer.`,
+store did not answer; 116 etcd holds no epoch for the domain while the bucket
+holds another etcd's history (see authority recover --from-bucket).`,
 		Args: cobra.NoArgs,
 	}
 	addGCFlags(cmd, &f)

@@ -23,7 +23,7 @@ const (
 	Held        = 113 // the lease is held by another owner
 	LeaseLost   = 114 // the lease expired or was revoked while the caller relied on it
 	Unavailable = 115 // etcd or the object store could not be reached
-	NeedRecover = 116 // the authority detected a rolled-back counter; run `fencepub authority recover`
+	NeedRecover = 116 // a rolled-back counter (run `fencepub authority recover`), or another etcd history in the bucket (`recover --from-bucket`)
 	Interrupted = 130 // stopped by SIGINT or SIGTERM before an outcome (the shell's 128+SIGINT)
 )
 

@@ -15,6 +15,18 @@ func (n Namespace) EpochKey() string { return n.Root() + "epoch" }
 // DeploymentKey holds the deployment id created by domain init.
 func (n Namespace) DeploymentKey() string { return n.Root() + "deployment" }
 
+// EpochRecordsPrefix ends with '/'; one durable record per epoch this etcd
+// issued (by init or recover) lives under it. GC deletes an older-epoch
+// object only when its epoch has a record here or a restored-pointer record
+// (DESIGN.md invariant 9).
+func (n Namespace) EpochRecordsPrefix() string { return n.Root() + "epochs/" }
+
+// EpochRecord is the record of epoch (20 digits, EncodeNumber), written in
+// the transaction that makes epoch the current one.
+func (n Namespace) EpochRecord(epoch uint64) string {
+	return n.EpochRecordsPrefix() + EncodeNumber(epoch)
+}
+
 // Authority keys, per resource.
 
 // AuthorityPrefix is "<root>authority/", the prefix of every resource's

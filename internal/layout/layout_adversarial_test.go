@@ -15,7 +15,7 @@ import (
 // pruning deleted the nested domain's epoch, generation, pointer and seal
 // keys — a generation counter reset, the bug invariant 3 forbids.
 func TestAdversarialNamespacesNeverNest(t *testing.T) {
-	parts := []string{"p", "d", "r", "authority", "pointers", "seals", "ops", "history", "restored", "_fencepub", "epoch", "x"}
+	parts := []string{"p", "d", "r", "authority", "pointers", "seals", "ops", "history", "restored", "epochs", "_fencepub", "epoch", "x"}
 	var nss []Namespace
 	for _, a := range parts {
 		for _, b := range parts {
@@ -32,7 +32,7 @@ func TestAdversarialNamespacesNeverNest(t *testing.T) {
 	}
 	res := []string{"r", "x", "epoch", "history"}
 	keysOf := func(n Namespace) []string {
-		out := []string{n.EpochKey(), n.DeploymentKey(), n.OwnershipObject(), n.EpochMarker(1)}
+		out := []string{n.EpochKey(), n.DeploymentKey(), n.EpochRecord(1), n.OwnershipObject(), n.EpochMarker(1)}
 		for _, r := range res {
 			v := Version{Epoch: 1, Fence: 2, Seq: 3}
 			out = append(out, n.GenerationKey(r), n.HolderKey(r), n.GrantKey(r, 2), n.RequestKey(r, "q"),
@@ -42,7 +42,7 @@ func TestAdversarialNamespacesNeverNest(t *testing.T) {
 		return out
 	}
 	rangesOf := func(n Namespace) []string {
-		out := []string{n.AuthorityPrefix(), n.PointersPrefix(), n.MetaPrefix(), n.EpochMarkersPrefix()}
+		out := []string{n.AuthorityPrefix(), n.PointersPrefix(), n.EpochRecordsPrefix(), n.MetaPrefix(), n.EpochMarkersPrefix()}
 		for _, r := range res {
 			out = append(out, n.GrantsPrefix(r), n.RequestsPrefix(r), n.OpsPrefix(r), n.HistoryPrefix(r),
 				n.RestoredPrefix(r), n.GrantMarkersPrefix(r))
