@@ -41,14 +41,8 @@ func (c *Collector) raiseSeal(ctx context.Context, s *State, target layout.Versi
 		return false, fmt.Errorf("%w: %q has a pointer or a seal but not both", ErrCorruptState, s.Resource)
 	}
 	ns := c.ns
-	seal := layout.Seal{Version: target, Reason: reason, At: c.now().UTC()}
-	if s.HasSeal && s.Seal.Reason == SealReasonDecommissioned && s.Pointer.Version.Less(s.Seal.Version) {
-		// Still retired (nothing published since Decommission): the seal
-		// keeps saying so, with the retirement's time, so readers see a
-		// retired resource and not a loss, and passes keep collecting it.
-		seal.Reason, seal.At = SealReasonDecommissioned, s.Seal.At
-	}
-	sealVal, err := layout.EncodeSeal(seal)
+	// A still retired resource keeps its seal's reason and time.
+	sealVal, err := layout.EncodeSeal(s.Seal.RaisedTo(target, reason, c.now().UTC(), s.Pointer.Version))
 	if err != nil {
 		return false, err
 	}

@@ -2,10 +2,12 @@ package publisher
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 
@@ -37,6 +39,38 @@ const metaSHA256 = reservedMetaPrefix + "sha256"
 func (op Operation) Validate() error {
 	_, err := normalize(op)
 	return err
+}
+
+// RequestDigest returns op's request digest, 64 lowercase hex digits, as
+// Publish computes it (requestDigest): it validates op as Publish does,
+// reads op.Body to EOF (nil is an empty body) and hashes it with the content
+// type (defaulted) and the metadata (keys lowercased). It names an attempt
+// for Resolve (AttemptID.Digest). A body that may block is read until ctx
+// ends. Errors: ErrInvalid naming the field; ErrBody when the body's read
+// fails or its length is not op.Size (when set); ctx's error.
+func RequestDigest(ctx context.Context, op Operation) (string, error) {
+	op, err := normalize(op)
+	if err != nil {
+		return "", err
+	}
+	body := op.Body
+	if body == nil {
+		body = bytes.NewReader(nil)
+	}
+	if mayBlock(body) {
+		body = &ctxReader{ctx: ctx, r: body}
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, body)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return "", fmt.Errorf("publisher: request digest: reading the body stopped after %d bytes: %w", n, ctx.Err())
+	case err != nil:
+		return "", fmt.Errorf("%w after %d bytes: %w", ErrBody, n, err)
+	case op.Size > 0 && n != op.Size:
+		return "", fmt.Errorf("%w: the body has %d bytes, not Size %d", ErrBody, n, op.Size)
+	}
+	return requestDigest(h.Sum(nil), op.ContentType, op.Metadata), nil
 }
 
 // normalize validates op and returns it with defaults applied: content type

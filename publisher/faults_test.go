@@ -97,7 +97,7 @@ func TestUnknownOutcomeResolved(t *testing.T) {
 
 	// Requests delivered, responses lost: the publish was applied.
 	r1 := unknown(faultproxy.Faults{DropDownstream: true}, "k-delivered")
-	got, err := e.pub.Resolve(ctx, res, "k-delivered", r1.Version)
+	got, err := e.pub.Resolve(ctx, res, "k-delivered", r1.Version, r1.AttemptID())
 	mustOutcome(t, "resolve delivered", got, err, Applied, ReasonNone)
 	if got.Object != r1.Object || got.Digest != r1.Digest {
 		t.Fatalf("resolve returned %+v, want the attempt's object", got)
@@ -108,9 +108,9 @@ func TestUnknownOutcomeResolved(t *testing.T) {
 
 	// Requests lost: not applied; Resolve raises the seal over the version.
 	r2 := unknown(faultproxy.Faults{DropUpstream: true}, "k-lost")
-	got, err = e.pub.Resolve(ctx, res, "k-lost", r2.Version)
+	got, err = e.pub.Resolve(ctx, res, "k-lost", r2.Version, r2.AttemptID())
 	mustOutcome(t, "resolve lost", got, err, Stale, ReasonSeal)
-	again, err := e.pub.Resolve(ctx, res, "k-lost", r2.Version)
+	again, err := e.pub.Resolve(ctx, res, "k-lost", r2.Version, r2.AttemptID())
 	mustOutcome(t, "resolve lost again", again, err, Stale, ReasonSeal)
 	// The same transaction arriving late (a delayed packet, a retry) is
 	// refused by the seal and never applies.
@@ -125,7 +125,7 @@ func TestUnknownOutcomeResolved(t *testing.T) {
 	// old attempt then reports the operation's actual result as duplicate.
 	r3, err := p.Publish(ctx, op("k-lost", "body of k-lost"))
 	mustOutcome(t, "retry of the lost op", r3, err, Applied, ReasonNone)
-	got, err = e.pub.Resolve(ctx, res, "k-lost", r2.Version)
+	got, err = e.pub.Resolve(ctx, res, "k-lost", r2.Version, r2.AttemptID())
 	mustOutcome(t, "resolve after the retry applied", got, err, Duplicate, ReasonNone)
 	if got.Version != r3.Version {
 		t.Fatalf("resolve reports %s, want the applied %s", got.Version, r3.Version)
@@ -208,18 +208,18 @@ func TestResolveEdges(t *testing.T) {
 		{"r", "k", layout.Version{Epoch: 1, Fence: 1}},
 		{"r", "k", layout.Version{Epoch: 1, Fence: layout.MaxNumber + 1, Seq: 1}},
 	} {
-		if _, err := e.pub.Resolve(ctx, c.res, c.key, c.v); !errors.Is(err, ErrInvalid) {
+		if _, err := e.pub.Resolve(ctx, c.res, c.key, c.v, unsent); !errors.Is(err, ErrInvalid) {
 			t.Errorf("resolve %+v: %v, want ErrInvalid", c, err)
 		}
 	}
 	// A fence never granted is refused and seals nothing (see
 	// TestAdversarialResolveFutureVersion).
-	if _, err := e.pub.Resolve(ctx, "fresh", "k", layout.Version{Epoch: 1, Fence: 3, Seq: 2}); !errors.Is(err, ErrInvalid) {
+	if _, err := e.pub.Resolve(ctx, "fresh", "k", layout.Version{Epoch: 1, Fence: 3, Seq: 2}, unsent); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("resolve of a fence never granted: %v, want ErrInvalid", err)
 	}
 	g := e.acquire(authority.AcquireRequest{Resource: "fresh", Owner: "w"})
 	v := g.Version(2)
-	r, err := e.pub.Resolve(ctx, "fresh", "k", v)
+	r, err := e.pub.Resolve(ctx, "fresh", "k", v, unsent)
 	mustOutcome(t, "resolve on a resource never published", r, err, Stale, ReasonSeal)
 	resp, err := e.Etcd.Get(ctx, e.NS.SealKey("fresh"))
 	if err != nil || len(resp.Kvs) != 1 {
@@ -230,7 +230,7 @@ func TestResolveEdges(t *testing.T) {
 		t.Fatalf("seal %+v, %v; want %s", seal, err, v)
 	}
 	// A lower version does not lower the seal.
-	r, err = e.pub.Resolve(ctx, "fresh", "k2", g.Version(1))
+	r, err = e.pub.Resolve(ctx, "fresh", "k2", g.Version(1), unsent)
 	mustOutcome(t, "resolve below the seal", r, err, Stale, ReasonSeal)
 	resp, _ = e.Etcd.Get(ctx, e.NS.SealKey("fresh"), clientv3.WithSerializable())
 	if s, _ := layout.DecodeSeal(resp.Kvs[0].Value); s.Version != v {

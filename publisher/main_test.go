@@ -181,6 +181,10 @@ func op(key, body string) Operation {
 	return Operation{IdempotencyKey: key, Body: strings.NewReader(body), ContentType: "text/plain"}
 }
 
+// unsent names an attempt whose transaction never reached etcd: no publish
+// has its request digest.
+var unsent = AttemptID{Digest: strings.Repeat("0", 64)}
+
 // mustOutcome fails t unless (res, err) is the outcome want (and reason).
 func mustOutcome(t testing.TB, what string, res Result, err error, want Outcome, reason Reason) {
 	t.Helper()

@@ -236,7 +236,7 @@ func TestRebindContinuesSeq(t *testing.T) {
 	}
 	// A resolve that sealed seq 5 of this fence moves the start above it.
 	v5 := layout.Version{Epoch: g.Epoch, Fence: g.Fence(), Seq: 5}
-	if _, err := e.pub.Resolve(ctx, "r", "lost-op", v5); !errors.Is(err, ErrStale) {
+	if _, err := e.pub.Resolve(ctx, "r", "lost-op", v5, unsent); !errors.Is(err, ErrStale) {
 		t.Fatalf("resolve: %v", err)
 	}
 	p3 := e.bind(g2, false)

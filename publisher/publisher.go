@@ -33,7 +33,9 @@ var (
 	// its grant no longer holds the resource (Result.Reason "lease").
 	ErrLeaseLost = errors.New("publisher: lease lost")
 	// ErrConflict: the idempotency key was already applied with a different
-	// request digest (DESIGN.md invariant 5). Nothing was published.
+	// request digest (DESIGN.md invariant 5), or, from Resolve, by another
+	// attempt than the one named (invariant 11). Nothing was published by
+	// this attempt, and it never will be.
 	ErrConflict = errors.New("publisher: idempotency key already used with a different request digest")
 	// ErrUnknown: the transaction may have been applied but no answer came
 	// before the deadline. Resolve settles it (DESIGN.md invariant 8).
@@ -170,7 +172,9 @@ type Term struct {
 	// Contiguous requires every publish with seq > 1 to follow seq-1 of the
 	// same term exactly: the pointer must be at (Epoch, Fence, seq-1). A
 	// publish after a gap is refused as stale with reason "gap" and can be
-	// retried once the missing seq is published. For operations where every
+	// retried once the missing seq is published; when an earlier send of
+	// the same transaction went unanswered, the refusal is unknown instead
+	// (that send may still apply once the gap closes; Resolve settles it). For operations where every
 	// increment must take effect; a seq that can never be published (sealed
 	// by Resolve) stops the term, and the worker must acquire a new grant.
 	Contiguous bool
@@ -293,7 +297,8 @@ type Result struct {
 	// op record's when one exists.
 	Digest string `json:"digest,omitempty"`
 	// Version and Object are the result: this call's for applied, stale,
-	// conflict and unknown; the original publish's for duplicate.
+	// conflict and unknown; the original publish's for duplicate. For
+	// Resolve, the op record's when one exists (the winner's for conflict).
 	Version layout.Version `json:"version"`
 	Object  layout.Object  `json:"object"`
 	// Attempt is what this call wrote (equal to Version/Object unless

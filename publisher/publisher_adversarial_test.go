@@ -298,7 +298,7 @@ func TestAdversarialResolveFutureVersion(t *testing.T) {
 		{Epoch: g.Epoch, Fence: layout.MaxNumber, Seq: 1},
 		{Epoch: g.Epoch, Fence: g.Generation + 1, Seq: 1},
 	} {
-		r, err := e.pub.Resolve(ctx, res, "future", v)
+		r, err := e.pub.Resolve(ctx, res, "future", v, unsent)
 		if !errors.Is(err, ErrInvalid) || r.Outcome != "" {
 			t.Errorf("resolve %s: %+v, %v; want ErrInvalid and no outcome", v, r, err)
 		}
@@ -316,7 +316,7 @@ func TestAdversarialResolveFutureVersion(t *testing.T) {
 	mustOutcome(t, "publish under the next grant", r3, err, Applied, ReasonNone)
 
 	// A real unknown attempt of the current term is still settled by a seal.
-	r, err := e.pub.Resolve(ctx, res, "k-unknown", g2.Version(5))
+	r, err := e.pub.Resolve(ctx, res, "k-unknown", g2.Version(5), unsent)
 	mustOutcome(t, "resolve of a granted fence", r, err, Stale, ReasonSeal)
 
 	// An attempt of an older epoch is settled without a seal: the epoch
@@ -325,7 +325,7 @@ func TestAdversarialResolveFutureVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	sealBefore = e.sealValue(res)
-	r, err = e.pub.Resolve(ctx, res, "k-old", layout.Version{Epoch: g.Epoch, Fence: g2.Generation + 7, Seq: 1})
+	r, err = e.pub.Resolve(ctx, res, "k-old", layout.Version{Epoch: g.Epoch, Fence: g2.Generation + 7, Seq: 1}, unsent)
 	mustOutcome(t, "resolve of an old-epoch attempt", r, err, Stale, ReasonEpoch)
 	if got := e.sealValue(res); got != sealBefore {
 		t.Fatalf("resolve of an old-epoch attempt moved the seal to %q", got)
@@ -582,7 +582,7 @@ func TestAdversarialCorruptValues(t *testing.T) {
 			if !errors.Is(err, layout.ErrCorruptRecord) || r.Outcome != "" {
 				t.Errorf("publish over %s %q: %+v, %v; want ErrCorruptRecord and no outcome", which, bad, r, err)
 			}
-			r, err = e.pub.Resolve(ctx, res, "k2", g.Version(1))
+			r, err = e.pub.Resolve(ctx, res, "k2", g.Version(1), unsent)
 			switch which {
 			case "seal":
 				if !errors.Is(err, layout.ErrCorruptRecord) || r.Outcome != "" {
@@ -608,7 +608,7 @@ func TestAdversarialCorruptValues(t *testing.T) {
 	if r, err := p.Publish(ctx, op("k", "x")); !errors.Is(err, layout.ErrCorruptRecord) || r.Outcome != "" {
 		t.Errorf("publish with a corrupt op record: %+v, %v", r, err)
 	}
-	if r, err := e.pub.Resolve(ctx, "ops", "k", g.Version(9)); !errors.Is(err, layout.ErrCorruptRecord) || r.Outcome != "" {
+	if r, err := e.pub.Resolve(ctx, "ops", "k", g.Version(9), unsent); !errors.Is(err, layout.ErrCorruptRecord) || r.Outcome != "" {
 		t.Errorf("resolve with a corrupt op record: %+v, %v", r, err)
 	}
 	r, err := p.Publish(ctx, op("k-other", "y"))

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -10,19 +11,83 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Resolve settles the outcome of a publish of key at version v on resource
-// (after ErrUnknown) in one etcd transaction (DESIGN.md invariant 8):
+// AttemptID names the one publish attempt that Resolve settles (DESIGN.md
+// invariant 11): its request digest, its object key, or both. An unknown
+// Result carries both (Result.Digest and Result.Object.Key).
+type AttemptID struct {
+	// Digest is the attempt's request digest: 64 lowercase hex digits of
+	// sha256 over body, content type and metadata (RequestDigest), not the
+	// body's own sha256.
+	Digest string `json:"digest,omitempty"`
+	// ObjectKey is the key of the object the attempt wrote; it names the
+	// resource and the version Resolve is given.
+	ObjectKey string `json:"object_key,omitempty"`
+}
+
+// AttemptID returns the identity of the attempt r reports, for Resolve:
+// the request digest and the object this call wrote (Result.Attempt when
+// set, else Result.Object).
+func (r Result) AttemptID() AttemptID {
+	obj := r.Object
+	if r.Attempt != nil {
+		obj = r.Attempt.Object
+	}
+	return AttemptID{Digest: r.Digest, ObjectKey: obj.Key}
+}
+
+// validate checks that id names an attempt of resource at v. Errors:
+// ErrInvalid.
+func (id AttemptID) validate(ns layout.Namespace, resource string, v layout.Version) error {
+	if id.Digest == "" && id.ObjectKey == "" {
+		return fmt.Errorf("%w: cannot tell which attempt: give its request digest or object key", ErrInvalid)
+	}
+	if id.Digest != "" {
+		if b, err := hex.DecodeString(id.Digest); err != nil || len(b) != 32 || hex.EncodeToString(b) != id.Digest {
+			return fmt.Errorf("%w: request digest %.80q: want 64 lowercase hex digits", ErrInvalid, id.Digest)
+		}
+	}
+	if id.ObjectKey != "" {
+		if ov, _, ok := ns.ParseObjectKey(resource, id.ObjectKey); !ok || ov != v {
+			return fmt.Errorf("%w: object key %.200q is not an attempt's object of %q at %s", ErrInvalid, id.ObjectKey, resource, v)
+		}
+	}
+	return nil
+}
+
+// String names id in messages.
+func (id AttemptID) String() string {
+	switch {
+	case id.ObjectKey == "":
+		return "digest " + id.Digest
+	case id.Digest == "":
+		return "object " + id.ObjectKey
+	}
+	return "digest " + id.Digest + ", object " + id.ObjectKey
+}
+
+// Resolve settles the outcome of one publish attempt of key at version v on
+// resource (after ErrUnknown), named by id, in one etcd transaction
+// (DESIGN.md invariants 8 and 11, "Publish" step 3):
 //
-//   - the op record of key exists at version v: Applied (nil error);
-//   - it exists at another version: Duplicate (nil error) with the version
-//     and object that applied the operation; the attempt at v never will;
+//   - the op record of key exists and names the attempt — its object key is
+//     id.ObjectKey, or else its digest is id.Digest (the same logical
+//     operation): Applied when it is at version v, else Duplicate (nil
+//     error);
+//   - it exists and names neither: another attempt under the same key took
+//     effect, and this one never will: Conflict, returned with ErrConflict;
 //   - it is absent: the seal is raised to v unless it is already at or above
 //     it, in the same transaction that saw the record absent. The attempt is
 //     then definitely not applied and never will be: Stale with reason
-//     "seal", returned with ErrStale;
+//     "seal", returned with ErrStale. A retired resource's seal keeps its
+//     decommission reason and time (layout.Seal.RaisedTo), so its readers
+//     still get reader.ErrDecommissioned; the transaction then also requires
+//     the pointer and the seal unchanged since Resolve read them;
 //   - it is absent and v's epoch is older than the domain's: no publish of v
 //     can apply any more (the publish transaction requires the current
 //     epoch): Stale with reason "epoch", returned with ErrStale.
+//
+// Whenever the op record exists, Result's Digest, Version and Object are
+// its: the winner's for Conflict, so a caller sees what took effect.
 //
 // The same transaction requires that v could have been carried by a real
 // publish: v.Epoch at most the domain's current epoch and v.Fence at most
@@ -33,14 +98,12 @@ import (
 // attempt: Resolve seals every version up to v, so a seq from the future
 // would still block that fence's later seqs.
 //
-// Result.Digest is the op record's digest when one exists; a caller holding
-// its own digest compares it to tell a duplicate from a conflict.
-//
 // Resolve is safe to repeat and re-sends its transaction until an answer or
 // the deadline (ctx's, or Config.ResendTimeout); then ErrUnavailable.
-// Errors: ErrInvalid, ErrUnavailable, ErrNotInitialized,
-// layout.ErrCorruptRecord.
-func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Version) (Result, error) {
+// Errors: ErrInvalid (also when id names no attempt, or one of another
+// resource or version), ErrConflict, ErrStale, ErrUnavailable,
+// ErrNotInitialized, layout.ErrCorruptRecord.
+func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Version, id AttemptID) (Result, error) {
 	if err := layout.ValidateResource(resource, false); err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -50,7 +113,7 @@ func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Ver
 	if v.Epoch == 0 || v.Fence == 0 || v.Seq == 0 || v.Validate() != nil {
 		return Result{}, fmt.Errorf("%w: version %s: epoch, fence and seq must be in 1..%d", ErrInvalid, v, layout.MaxNumber)
 	}
-	if _, err := c.createResource(ctx, resource); err != nil { // a corrupt pointer must not stop Resolve
+	if err := id.validate(c.ns, resource, v); err != nil {
 		return Result{}, err
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -58,28 +121,84 @@ func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Ver
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.ResendTimeout)
 		defer cancel()
 	}
-	ns := c.ns
+	r := resolution{resource: resource, key: key, v: v, id: id}
+	for {
+		// A corrupt pointer must not stop Resolve: it is only read here.
+		init, err := c.createResource(ctx, resource)
+		if err != nil {
+			return Result{}, err
+		}
+		r.plan(init)
+		res, again, err := c.resolveOnce(ctx, &r)
+		if !again {
+			return res, err
+		}
+		if !wait.Sleep(ctx, backoff(1)) {
+			return Result{}, fmt.Errorf("%w: resolve %q of %q at %s: the resource kept changing: %w", ErrUnavailable, key, resource, v, ctx.Err())
+		}
+	}
+}
+
+// resolution is one Resolve call: the attempt, and the seal its
+// transaction writes, planned from the pointer and seal read before it.
+type resolution struct {
+	resource, key string
+	v             layout.Version
+	id            AttemptID
+	sealVal       string
+	// guard, when set, requires the pointer and the seal at these
+	// ModRevisions: the planned seal keeps a decommission's reason, which
+	// is right only while they are unchanged.
+	guard           bool
+	ptrMod, sealMod int64
+}
+
+// plan sets the seal r's transaction writes from init, the resource-init
+// transaction's response (createResource).
+func (r *resolution) plan(init *clientv3.TxnResponse) {
+	seal := layout.Seal{Version: r.v, Reason: "resolve " + r.key, At: time.Now().UTC()}
+	r.guard = false
+	if !init.Succeeded {
+		pkv, skv := kv(init, 0), kv(init, 1)
+		if cur, err := layout.DecodeSeal(skv.Value); err == nil { // a corrupt seal fails the transaction's compare or is replaced
+			ptr, _ := layout.DecodePointer(pkv.Value) // a corrupt pointer counts as the zero version
+			seal = cur.RaisedTo(r.v, seal.Reason, seal.At, ptr.Version)
+			r.guard, r.ptrMod, r.sealMod = cur.Retires(ptr.Version), pkv.ModRevision, skv.ModRevision
+		}
+	}
+	r.sealVal, _ = layout.EncodeSeal(seal)
+}
+
+// resolveOnce sends r's transaction until an answer or ctx's end and
+// classifies it. again is true when the guard failed: the pointer or seal
+// changed since r was planned, and Resolve must read and plan again.
+func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, again bool, err error) {
+	ns, v, key, resource := c.ns, r.v, r.key, r.resource
 	opKey, sealKey, ptrKey := ns.OpKey(resource, key), ns.SealKey(resource), ns.PointerKey(resource)
 	epochKey, genKey := ns.EpochKey(), ns.GenerationKey(resource)
-	sealVal, _ := layout.EncodeSeal(layout.Seal{Version: v, Reason: "resolve " + key, At: time.Now().UTC()})
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(opKey), "=", 0),
+		clientv3.Compare(clientv3.Value(sealKey), "<", v.Encode()),
+		// epoch >= v.Epoch and generation >= v.Fence: fixed-width
+		// numbers compare byte-wise, and etcd has no ">=".
+		clientv3.Compare(clientv3.Value(epochKey), ">", layout.EncodeNumber(v.Epoch-1)),
+		clientv3.Compare(clientv3.Value(genKey), ">", layout.EncodeNumber(v.Fence-1)),
+	}
+	if r.guard {
+		cmps = append(cmps,
+			clientv3.Compare(clientv3.ModRevision(ptrKey), "=", r.ptrMod),
+			clientv3.Compare(clientv3.ModRevision(sealKey), "=", r.sealMod))
+	}
 	var (
 		resp    *clientv3.TxnResponse
-		err     error
 		attempt int
 	)
 	for {
 		attempt++
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 		resp, err = c.cfg.Etcd.Txn(actx).
-			If(
-				clientv3.Compare(clientv3.CreateRevision(opKey), "=", 0),
-				clientv3.Compare(clientv3.Value(sealKey), "<", v.Encode()),
-				// epoch >= v.Epoch and generation >= v.Fence: fixed-width
-				// numbers compare byte-wise, and etcd has no ">=".
-				clientv3.Compare(clientv3.Value(epochKey), ">", layout.EncodeNumber(v.Epoch-1)),
-				clientv3.Compare(clientv3.Value(genKey), ">", layout.EncodeNumber(v.Fence-1)),
-			).
-			Then(clientv3.OpPut(sealKey, sealVal), clientv3.OpGet(ptrKey)).
+			If(cmps...).
+			Then(clientv3.OpPut(sealKey, r.sealVal), clientv3.OpGet(ptrKey)).
 			Else(clientv3.OpGet(opKey), clientv3.OpGet(sealKey), clientv3.OpGet(ptrKey), clientv3.OpGet(epochKey), clientv3.OpGet(genKey)).
 			Commit()
 		cancel()
@@ -88,9 +207,9 @@ func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Ver
 		}
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: resolve %q of %q at %s after %d sends: %w", ErrUnavailable, key, resource, v, attempt, err)
+		return Result{}, false, fmt.Errorf("%w: resolve %q of %q at %s after %d sends: %w", ErrUnavailable, key, resource, v, attempt, err)
 	}
-	res := Result{Resource: resource, IdempotencyKey: key, Version: v, Revision: resp.Header.Revision, Attempts: attempt}
+	res = Result{Resource: resource, IdempotencyKey: key, Version: v, Revision: resp.Header.Revision, Attempts: attempt}
 	ptrIdx := 2
 	if resp.Succeeded {
 		ptrIdx = 1
@@ -104,10 +223,10 @@ func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Ver
 			c.log.Warn("resolve: the resource's pointer does not decode", "resource", resource, "err", err)
 		}
 	}
-	stale := func(seal layout.Version) (Result, error) {
+	stale := func(seal layout.Version) (Result, bool, error) {
 		res.Outcome, res.Reason = Stale, ReasonSeal
 		c.m.resolved(Stale)
-		return res, fmt.Errorf("%w (%s): %q of %q at %s was not applied and never will be: the seal is at %s",
+		return res, false, fmt.Errorf("%w (%s): %q of %q at %s was not applied and never will be: the seal is at %s",
 			ErrStale, ReasonSeal, key, resource, v, seal)
 	}
 	if resp.Succeeded {
@@ -116,27 +235,49 @@ func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Ver
 	if op := kv(resp, 0); op != nil {
 		rec, err := layout.DecodeOp(op.Value)
 		if err != nil {
-			return Result{}, fmt.Errorf("publisher: op record %q of %q: %w", key, resource, err)
+			return Result{}, false, fmt.Errorf("publisher: op record %q of %q: %w", key, resource, err)
 		}
-		res.Outcome, res.Digest, res.Version, res.Object = Applied, rec.Digest, rec.Version, rec.Object
+		res, err = c.resolveApplied(res, rec, r.id)
+		return res, false, err
+	}
+	skv := kv(resp, 1)
+	if skv == nil {
+		return Result{}, false, fmt.Errorf("%w: resource %q has no seal", ErrNotInitialized, resource)
+	}
+	seal, err := layout.DecodeSeal(skv.Value)
+	if err != nil {
+		return Result{}, false, fmt.Errorf("publisher: seal of %q: %w", resource, err)
+	}
+	if !seal.Version.Less(v) {
+		return stale(seal.Version)
+	}
+	if pkv := kv(resp, 2); r.guard && (skv.ModRevision != r.sealMod || pkv == nil || pkv.ModRevision != r.ptrMod) {
+		return Result{}, true, nil
+	}
+	res, err = c.resolveRefused(res, resp, v)
+	return res, false, err
+}
+
+// resolveApplied classifies a Resolve that found rec, the op record of its
+// key: the attempt id took effect (Applied or Duplicate) or another attempt
+// did (Conflict, with ErrConflict). res gets rec's digest, version and
+// object.
+func (c *Client) resolveApplied(res Result, rec layout.OpRecord, id AttemptID) (Result, error) {
+	v := res.Version
+	res.Digest, res.Version, res.Object = rec.Digest, rec.Version, rec.Object
+	switch {
+	case id.ObjectKey != "" && rec.Object.Key == id.ObjectKey, id.Digest != "" && rec.Digest == id.Digest:
+		res.Outcome = Applied
 		if rec.Version != v {
 			res.Outcome = Duplicate
 		}
 		c.m.resolved(res.Outcome)
 		return res, nil
 	}
-	skv := kv(resp, 1)
-	if skv == nil {
-		return Result{}, fmt.Errorf("%w: resource %q has no seal", ErrNotInitialized, resource)
-	}
-	seal, err := layout.DecodeSeal(skv.Value)
-	if err != nil {
-		return Result{}, fmt.Errorf("publisher: seal of %q: %w", resource, err)
-	}
-	if !seal.Version.Less(v) {
-		return stale(seal.Version)
-	}
-	return c.resolveRefused(res, resp, v)
+	res.Outcome = Conflict
+	c.m.resolved(Conflict)
+	return res, fmt.Errorf("%w: key %q of %q was applied at %s by another attempt (digest %s, object %s); the attempt at %s (%s) never will be",
+		ErrConflict, res.IdempotencyKey, res.Resource, rec.Version, rec.Digest, rec.Object.Key, v, id)
 }
 
 // resolveRefused classifies a Resolve transaction that found no op record

@@ -104,7 +104,9 @@ func (c *Client) send(ctx context.Context, pr *prepared) (*clientv3.TxnResponse,
 // commit sends pr and classifies the answer. A send that fails in a way that
 // may have reached etcd makes the outcome ambiguous; pr is then re-sent,
 // unchanged, until an answer or the deadline (ctx's, or ResendTimeout), and
-// at the deadline the outcome is unknown (DESIGN.md "Publish" step 3).
+// at the deadline the outcome is unknown (DESIGN.md "Publish" step 3). A
+// contiguous-mode gap refusal of a re-send is unknown at once: the earlier
+// send may still be on its way and apply once seq-1 is published.
 func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		c.m.failure("txn")
@@ -124,6 +126,13 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 		resp, err := c.send(ctx, pr)
 		if err == nil {
 			res, err := c.classify(pr, resp)
+			if ambiguous && res.Outcome == Stale && res.Reason == ReasonGap {
+				// Unlike the pointer, seal and epoch, the gap can close:
+				// an earlier send still on its way can then apply. Not
+				// wrapped: the outcome is unknown, not stale.
+				last = fmt.Errorf("a re-send was refused (%v), but an earlier send may still apply once the gap closes", err)
+				break
+			}
 			res.Attempts = attempt
 			c.m.txnDone(time.Since(start), attempt)
 			if res.Outcome != "" {

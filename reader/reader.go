@@ -684,9 +684,9 @@ const resyncDelay = 200 * time.Millisecond
 // increasing versions: a Get, then an etcd watch from the Get's header
 // revision + 1 (DESIGN.md "Reading"); when the watch is compacted, loses its
 // leader or breaks, a fresh Get re-syncs and the watch restarts from there.
-// Errors (a corrupt pointer value, an unreachable etcd, a pointer below
-// the last version sent: ErrWentBack) are sent as Updates with Err set and
-// do not end the watch. The goroutine behind it ends when
+// Errors (a corrupt pointer value, an unreachable etcd, a pointer missing
+// or below the last version sent — a re-sync after an etcd restore:
+// ErrWentBack) are sent as Updates with Err set and do not end the watch. The goroutine behind it ends when
 // ctx ends; the caller must cancel ctx when done, and should keep receiving
 // until the channel is closed.
 func (r *Reader) Watch(ctx context.Context) <-chan Update {
@@ -707,9 +707,14 @@ func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
 	}
 	var last layout.Version
 	emit := func(ptr layout.Pointer, rev, mod int64, resync bool) bool {
-		if ptr.Version.Less(last) && !ptr.Version.IsZero() {
-			err := fmt.Errorf("%w: %q is at %s, this watch already sent %s; waiting for a newer version",
-				ErrWentBack, r.res, ptr.Version, last)
+		if ptr.Version.Less(last) {
+			// Missing or lower (a restore): never silently keep the old one.
+			at := "is at " + ptr.Version.String()
+			if ptr.Version.IsZero() {
+				at = "has no published version"
+			}
+			err := fmt.Errorf("%w: %q %s (revision %d), this watch already sent %s; waiting for a newer version",
+				ErrWentBack, r.res, at, rev, last)
 			return send(Update{Err: err, Revision: rev})
 		}
 		if ptr.Version.IsZero() || !last.Less(ptr.Version) {

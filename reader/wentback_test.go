@@ -3,8 +3,13 @@ package reader
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // A pointer below a version the reader already returned (etcd's history
@@ -58,5 +63,65 @@ func TestWentBack(t *testing.T) {
 	}
 	if u := <-ch; u.Err != nil || u.Pointer.Version != p3.Version {
 		t.Fatalf("watch after a newer publish: %+v; want %s", u, p3.Version)
+	}
+}
+
+// A watch that re-syncs after an etcd restore to an older snapshot (with
+// --bump-revision --mark-compacted, as the runbook says) and finds the
+// pointer lower than a version it sent, or missing, reports ErrWentBack
+// instead of going on silently with the old version.
+func TestWatchWentBackAfterRestore(t *testing.T) {
+	etcd := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	cli := testenv.EtcdClient(t, etcd)
+	ns := testenv.Namespace(t)
+	ctx := ctxT(t, 2*time.Minute)
+	put := func(res string, seq uint64) layout.Version {
+		t.Helper()
+		v := layout.Version{Epoch: 1, Fence: 1, Seq: seq}
+		val, err := layout.EncodePointer(layout.Pointer{Version: v, Object: layout.Object{Bucket: "b", Key: ns.ObjectKey(res, v, layout.NewNonce())}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Put(ctx, ns.PointerKey(res), val); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	put("lower", 1)
+	snap := filepath.Join(t.TempDir(), "snap.db")
+	if err := etcd.Members[0].SaveSnapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	sent := map[string]layout.Version{"lower": put("lower", 2), "missing": put("missing", 1)}
+	wctx := ctxT(t, time.Minute)
+	watches := map[string]<-chan Update{}
+	for res, v := range sent {
+		r, err := New(Config{Namespace: ns, Etcd: cli}, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := r.Watch(wctx)
+		if u := <-ch; u.Err != nil || u.Pointer.Version != v {
+			t.Fatalf("%s: first update %+v; want %s", res, u, v)
+		}
+		watches[res] = ch
+	}
+	if err := etcd.RestoreSnapshot(ctx, snap, localstack.RestoreOptions{BumpRevision: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	for res, ch := range watches {
+		for u := range ch {
+			if u.Pointer.Version.Less(sent[res]) && !u.Pointer.Version.IsZero() {
+				t.Fatalf("%s: the watch sent %s after %s", res, u.Pointer.Version, sent[res])
+			}
+			if errors.Is(u.Err, ErrWentBack) {
+				t.Logf("%s: %v", res, u.Err)
+				break
+			}
+			// Unavailable while etcd restarts: the watch goes on.
+		}
+		if wctx.Err() != nil {
+			t.Fatalf("%s: the watch never reported the restore", res)
+		}
 	}
 }

@@ -143,7 +143,7 @@ func TestAdversarialCLIBadInput(t *testing.T) {
 			[]string{"pointer", "--resource", n},
 			[]string{"read", "--resource", n},
 			[]string{"watch", "--resource", n, "--count", "1"},
-			[]string{"resolve", "--resource", n, "--key", "k", "--epoch", epoch, "--fence", fence, "--seq", "1"},
+			[]string{"resolve", "--sha256", zeroDigest, "--resource", n, "--key", "k", "--epoch", epoch, "--fence", fence, "--seq", "1"},
 			[]string{"rollback", "--resource", n, "--to", "1.1.1", "--owner", "bob", "--ttl", "5s"},
 		)
 	}
@@ -155,7 +155,7 @@ func TestAdversarialCLIBadInput(t *testing.T) {
 		{"publish", "--resource", "_gc", "--owner", "bob", "--ttl", "5s", "--key", "k", "--file", a},
 		{"publish", "--resource", "_gc", "--epoch", epoch, "--fence", fence, "--seq", "1", "--owner", "bob", "--key", "k", "--file", a},
 		{"pointer", "--resource", "_gc"},
-		{"resolve", "--resource", "_gc", "--key", "k", "--epoch", epoch, "--fence", fence, "--seq", "1"},
+		{"resolve", "--sha256", zeroDigest, "--resource", "_gc", "--key", "k", "--epoch", epoch, "--fence", fence, "--seq", "1"},
 		{"rollback", "--resource", "_gc", "--to", "1.1.1", "--owner", "bob", "--ttl", "5s"},
 	}...)
 	// An explicitly empty owner or request id (an unset shell variable) is
@@ -170,7 +170,7 @@ func TestAdversarialCLIBadInput(t *testing.T) {
 			[]string{"authority", "acquire", "--resource", "job2", "--owner", "carol", "--request-id", k},
 			[]string{"publish", "--resource", "job2", "--owner", "carol", "--ttl", "5s", "--key", k, "--file", a},
 			append([]string{"publish", "--resource", "job", "--seq", "2", "--key", k, "--file", a}, raw...),
-			[]string{"resolve", "--resource", "job", "--key", k, "--epoch", epoch, "--fence", fence, "--seq", "1"},
+			[]string{"resolve", "--sha256", zeroDigest, "--resource", "job", "--key", k, "--epoch", epoch, "--fence", fence, "--seq", "1"},
 			[]string{"rollback", "--resource", "job", "--to", epoch + "." + fence + ".1", "--owner", "carol", "--ttl", "5s", "--key", k},
 		)
 	}
@@ -178,7 +178,7 @@ func TestAdversarialCLIBadInput(t *testing.T) {
 		cases = append(cases,
 			append([]string{"publish", "--resource", "job", "--seq", n, "--key", "k", "--file", a}, raw...),
 			[]string{"publish", "--resource", "job", "--epoch", n, "--fence", fence, "--seq", "2", "--owner", "bob", "--key", "k", "--file", a},
-			[]string{"resolve", "--resource", "job", "--key", "k", "--epoch", epoch, "--fence", n, "--seq", "1"},
+			[]string{"resolve", "--sha256", zeroDigest, "--resource", "job", "--key", "k", "--epoch", epoch, "--fence", n, "--seq", "1"},
 			[]string{"authority", "release", "--resource", "job", "--owner", "bob", "--generation", n},
 			[]string{"watch", "--resource", "job", "--count", n},
 		)
@@ -193,7 +193,7 @@ func TestAdversarialCLIBadInput(t *testing.T) {
 		cases = append(cases,
 			append([]string{"publish", "--resource", "job", "--seq", "2", "--key", "k", "--file", a, "--timeout", d}, raw...),
 			[]string{"pointer", "--resource", "job", "--timeout", d},
-			[]string{"resolve", "--resource", "job", "--key", "k", "--epoch", epoch, "--fence", fence, "--seq", "1", "--timeout", d},
+			[]string{"resolve", "--sha256", zeroDigest, "--resource", "job", "--key", "k", "--epoch", epoch, "--fence", fence, "--seq", "1", "--timeout", d},
 			[]string{"rollback", "--resource", "job2", "--to", "1.1.1", "--owner", "carol", "--ttl", "5s", "--timeout", d},
 		)
 	}
@@ -205,7 +205,7 @@ func TestAdversarialCLIBadInput(t *testing.T) {
 		append([]string{"publish", "--resource", "job", "--seq", big, "--key", "k", "--file", a}, raw...),
 		[]string{"publish", "--resource", "job", "--epoch", big, "--fence", fence, "--seq", "2", "--owner", "bob", "--key", "k", "--file", a},
 		[]string{"publish", "--resource", "job", "--epoch", epoch, "--fence", big, "--seq", "2", "--owner", "bob", "--key", "k", "--file", a},
-		[]string{"resolve", "--resource", "job", "--key", "k", "--epoch", epoch, "--fence", fence, "--seq", big},
+		[]string{"resolve", "--sha256", zeroDigest, "--resource", "job", "--key", "k", "--epoch", epoch, "--fence", fence, "--seq", big},
 		[]string{"rollback", "--resource", "job", "--to", epoch + "." + fence + "." + big, "--owner", "carol", "--ttl", "5s"},
 		// Metadata and content types that cannot travel as headers.
 		[]string{"publish", "--resource", "job2", "--owner", "carol", "--ttl", "5s", "--key", "k", "--file", a, "--meta", "Bad_Key=v"},
@@ -215,8 +215,8 @@ func TestAdversarialCLIBadInput(t *testing.T) {
 		[]string{"rollback", "--resource", "job2", "--to", "1.1.1", "--owner", "carol", "--ttl", "5s"},
 		// A resolve of a version no publish can carry would seal the
 		// resource for good: refused.
-		[]string{"resolve", "--resource", "job", "--key", "k", "--epoch", strconv.FormatUint(1<<63-1, 10), "--fence", "1", "--seq", "1"},
-		[]string{"resolve", "--resource", "job", "--key", "k", "--epoch", epoch, "--fence", "999", "--seq", "1"},
+		[]string{"resolve", "--sha256", zeroDigest, "--resource", "job", "--key", "k", "--epoch", strconv.FormatUint(1<<63-1, 10), "--fence", "1", "--seq", "1"},
+		[]string{"resolve", "--sha256", zeroDigest, "--resource", "job", "--key", "k", "--epoch", epoch, "--fence", "999", "--seq", "1"},
 	)
 	for _, c := range cases {
 		r.run("", exitcode.Usage, c...)
@@ -258,7 +258,7 @@ func TestAdversarialCLIContract(t *testing.T) {
 	}
 	ptr := jsonKeys(t, r.run("", 0, "pointer", "--resource", "res", "-o", "json"))
 	requireFields(t, "pointer", ptr, "version.epoch", "version.fence", "version.seq", "object.bucket", "object.key", "object.sha256")
-	res := jsonKeys(t, r.run("", 0, "resolve", "--resource", "res", "--key", "k1", "--epoch", epoch, "--fence", fence, "--seq", "1", "-o", "json"))
+	res := jsonKeys(t, r.run("", 0, "resolve", "--resource", "res", "--key", "k1", "--epoch", epoch, "--fence", fence, "--seq", "1", "--file", a, "-o", "json"))
 	requireFields(t, "resolve", res, resultFields...)
 	rb := jsonKeys(t, r.run("", 0, append([]string{"rollback", "--resource", "res", "--to", epoch + "." + fence + ".1", "--key", "rb", "-o", "json"}, raw...)...))
 	requireFields(t, "rollback", rb, resultFields...)
@@ -317,7 +317,7 @@ func TestAdversarialCLIUnreachableEtcd(t *testing.T) {
 		{"publish", "--resource", "r", "--owner", "o", "--epoch", "1", "--fence", "1", "--seq", "1", "--key", "k", "--file", a},
 		{"pointer", "--resource", "r"},
 		{"read", "--resource", "r"},
-		{"resolve", "--resource", "r", "--key", "k", "--epoch", "1", "--fence", "1", "--seq", "1"},
+		{"resolve", "--sha256", zeroDigest, "--resource", "r", "--key", "k", "--epoch", "1", "--fence", "1", "--seq", "1"},
 		{"rollback", "--resource", "r", "--to", "1.1.1", "--owner", "o", "--epoch", "1", "--fence", "1"},
 	} {
 		wg.Go(func() {

@@ -23,7 +23,7 @@ import (
 const publishExitHelp = `Exit codes: 0 applied or duplicate (the JSON "outcome" and stderr tell which),
 1 internal error, 2 usage or bad input (names, numbers, body read error, missing
 bucket or domain), 110 stale (reason pointer, seal, epoch, grant or gap), 111 conflict
-(the key was applied with another body), 112 unknown (settle it with
+(the key was applied with another body; for resolve, by another attempt), 112 unknown (settle it with
 'fencepub resolve'), 113 lease held (with --ttl), 114 lease lost (strict mode,
 reason lease), 115 etcd or the object store unavailable.`
 
@@ -156,16 +156,65 @@ func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cliEnv, 
 	return p, done, publisher.Result{}, nil
 }
 
+// bodyFlags are what a request digest covers besides the key: the body
+// (--file), --content-type and --meta. publish sends them; resolve
+// recomputes an attempt's digest from them.
+type bodyFlags struct {
+	file, contentType string
+	meta              []string
+}
+
+func (b *bodyFlags) add(cmd *cobra.Command, fileUsage string) {
+	f := cmd.Flags()
+	f.StringVar(&b.file, "file", "", fileUsage)
+	f.StringVar(&b.contentType, "content-type", "", "content type (default application/octet-stream); part of the request digest")
+	f.StringArrayVar(&b.meta, "meta", nil, "user metadata key=value (repeatable); part of the request digest")
+}
+
+// operation returns the Operation of key without its body, validated as
+// Publish validates it. Errors: usage.
+func (b *bodyFlags) operation(key string) (publisher.Operation, error) {
+	md, err := parseMeta(b.meta)
+	if err != nil {
+		return publisher.Operation{}, err
+	}
+	op := publisher.Operation{IdempotencyKey: key, ContentType: b.contentType, Metadata: md}
+	if err := op.Validate(); err != nil {
+		return publisher.Operation{}, exitcode.With(exitcode.Usage, err)
+	}
+	return op, nil
+}
+
+// digest reads the body and returns the request digest of key's publish
+// of it, as Publish computes it. Errors: usage (bad flags, unreadable
+// body), ctx's.
+func (b *bodyFlags) digest(cmd *cobra.Command, key string) (string, error) {
+	op, err := b.operation(key)
+	if err != nil {
+		return "", err
+	}
+	body, err := openBody(cmd, b.file, true)
+	if err != nil {
+		return "", err
+	}
+	defer body.Close()
+	op.Body = body
+	d, err := publisher.RequestDigest(cmd.Context(), op)
+	if err != nil {
+		return "", exitcode.With(exitcode.Usage, fmt.Errorf("--file %s: %w", b.file, err))
+	}
+	return d, nil
+}
+
 // newPublishCmd builds `fencepub publish`.
 func newPublishCmd() *cobra.Command {
 	var (
-		g           grantFlags
-		seq         uint64
-		key, file   string
-		contentType string
-		meta        []string
-		timeout     time.Duration
-		allowEmpty  bool
+		g          grantFlags
+		seq        uint64
+		key        string
+		body       bodyFlags
+		timeout    time.Duration
+		allowEmpty bool
 	)
 	cmd := &cobra.Command{
 		Use:   "publish --resource R (--epoch E --fence F --seq S | --ttl D) --owner O --key K (--file PATH | -)",
@@ -198,10 +247,8 @@ Newer state wins: a version at or below the pointer is stale.
 	f := cmd.Flags()
 	f.Uint64Var(&seq, "seq", 0, "seq within the grant's term, from 1 (required with --fence; default with --ttl: the next one)")
 	f.StringVar(&key, "key", "", "idempotency key of the operation (required)")
-	f.StringVar(&file, "file", "", "file to publish, or - for stdin")
-	f.StringVar(&contentType, "content-type", "", "content type (default application/octet-stream)")
+	body.add(cmd, "file to publish, or - for stdin")
 	f.BoolVar(&allowEmpty, "allow-empty", false, "publish an empty (0-byte) body instead of refusing it")
-	f.StringArrayVar(&meta, "meta", nil, "user metadata key=value (repeatable); part of the request digest")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "deadline for the whole publish; a transaction still unanswered then is unknown (exit 112)")
 	_ = cmd.MarkFlagRequired("key")
 	out := addOutputFlag(cmd)
@@ -209,12 +256,12 @@ Newer state wins: a version at or below the pointer is stale.
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		if len(args) == 1 {
-			if file != "" {
+			if body.file != "" {
 				return exitcode.Usagef("give --file or '-', not both")
 			}
-			file = "-"
+			body.file = "-"
 		}
-		if file == "" {
+		if body.file == "" {
 			return exitcode.Usagef("no body: give --file PATH, or --file - (or '-') for stdin")
 		}
 		if err := positive("timeout", timeout); err != nil {
@@ -230,19 +277,17 @@ Newer state wins: a version at or below the pointer is stale.
 		if c.Flags().Changed("seq") && (seq == 0 || seq > layout.MaxNumber) {
 			return exitcode.Usagef("--seq %d: want 1..%d", seq, layout.MaxNumber)
 		}
-		md, err := parseMeta(meta)
-		if err != nil {
-			return err
-		}
 		// Refuse bad input before a grant is acquired or anything written.
-		if err := (publisher.Operation{IdempotencyKey: key, ContentType: contentType, Metadata: md}).Validate(); err != nil {
-			return exitcode.With(exitcode.Usage, err)
-		}
-		body, err := openBody(c, file, allowEmpty)
+		op, err := body.operation(key)
 		if err != nil {
 			return err
 		}
-		defer body.Close()
+		rc, err := openBody(c, body.file, allowEmpty)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		op.Body = rc
 
 		env, err := openEnv(c)
 		if err != nil {
@@ -260,7 +305,6 @@ Newer state wins: a version at or below the pointer is stale.
 			return reportResult(c, *out, "publish", res, err)
 		}
 		defer done()
-		op := publisher.Operation{IdempotencyKey: key, Body: body, ContentType: contentType, Metadata: md}
 		if seq != 0 {
 			res, err = p.PublishSeq(ctx, seq, op)
 		} else {
@@ -418,8 +462,8 @@ func reportResult(cmd *cobra.Command, format, verb string, res publisher.Result,
 			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: %s duplicate: key %q was already applied at %s; the pointer did not move\n",
 				verb, res.IdempotencyKey, res.Version)
 		case publisher.Unknown:
-			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: settle it with: fencepub resolve --resource %s --key %s --epoch %d --fence %d --seq %d\n",
-				res.Resource, res.IdempotencyKey, res.Version.Epoch, res.Version.Fence, res.Version.Seq)
+			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: settle it with: %s (or pass this command's -o json output to: fencepub resolve --from -)\n",
+				resolveHint(res, res.IdempotencyKey))
 		}
 	}
 	return publishExit(res, err)

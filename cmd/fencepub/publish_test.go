@@ -140,11 +140,11 @@ func TestPublishCLI(t *testing.T) {
 	}
 
 	// resolve: the applied seq 1 of fence 4; a never-sent seq 7 gets sealed.
-	out, _ = run("", 0, "resolve", "--resource", "job", "--key", "k2", "--epoch", "1", "--fence", "4", "--seq", "1", "-o", "json")
+	out, _ = run("from stdin", 0, "resolve", "--resource", "job", "--key", "k2", "--epoch", "1", "--fence", "4", "--seq", "1", "--file", "-", "-o", "json")
 	if r := decode(out); r.Outcome != "applied" {
 		t.Fatalf("resolve applied: %s", out)
 	}
-	out, _ = run("", exitcode.Stale, "resolve", "--resource", "job", "--key", "k-never", "--epoch", "1", "--fence", "4", "--seq", "7", "-o", "json")
+	out, _ = run("", exitcode.Stale, "resolve", "--sha256", zeroDigest, "--resource", "job", "--key", "k-never", "--epoch", "1", "--fence", "4", "--seq", "7", "-o", "json")
 	if r := decode(out); r.Outcome != "stale" || r.Reason != "seal" {
 		t.Fatalf("resolve not applied: %s", out)
 	}

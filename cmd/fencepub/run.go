@@ -32,6 +32,7 @@ type runOutput struct {
 	Reason      string         `json:"reason"`
 	Version     layout.Version `json:"version"`
 	Object      layout.Object  `json:"object"`
+	Digest      string         `json:"digest,omitempty"` // request digest; with key, version and object it names the attempt for resolve --from
 	DurationMS  int64          `json:"duration_ms"`
 	Error       string         `json:"error,omitempty"`
 }
@@ -280,7 +281,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	}
 	r.say("publishing the result with fence %d (key %s)", g.Fence(), key)
 	res, err := p.Publish(pctx, publisher.Operation{IdempotencyKey: key, Body: body, ContentType: contentType})
-	r.res.Outcome, r.res.Reason, r.res.Version, r.res.Object = string(res.Outcome), string(res.Reason), res.Version, res.Object
+	r.res.Outcome, r.res.Reason, r.res.Version, r.res.Object, r.res.Digest = string(res.Outcome), string(res.Reason), res.Version, res.Object, res.Digest
 	published = res.Outcome == publisher.Applied || res.Outcome == publisher.Duplicate
 	switch res.Outcome {
 	case publisher.Applied:
@@ -288,8 +289,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	case publisher.Duplicate:
 		r.say("duplicate: this run (key %s) was already published at %s; the pointer did not move", key, res.Version)
 	case publisher.Unknown:
-		r.say("unknown; settle it with: fencepub resolve --resource %s --key %s --epoch %d --fence %d --seq %d",
-			resource, key, res.Version.Epoch, res.Version.Fence, res.Version.Seq)
+		r.say("unknown; settle it with: %s (or pass this command's -o json output to: fencepub resolve --from -)", resolveHint(res, key))
 	case "":
 	case publisher.Conflict:
 		r.say("conflict: key %s was already published with a different result; nothing published (is the job's output deterministic?)", key)

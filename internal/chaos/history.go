@@ -97,6 +97,10 @@ type PublishOp struct {
 	// ResolvedBy is "worker" or "harness" when Resolve settled the outcome.
 	ResolvedBy string `json:"resolved_by,omitempty"`
 	Err        string `json:"err,omitempty"`
+
+	// RequestDigest is the request digest as Publish computes it: Resolve
+	// names the attempt by it (and by Object when known).
+	RequestDigest string `json:"request_digest,omitempty"`
 }
 
 // ReadOp is one read of a resource through reader.Open, logged when the

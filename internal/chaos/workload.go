@@ -315,15 +315,21 @@ func (w *worker) publish(p *publisher.Publisher, seq uint64, key string, body []
 	t := p.Term()
 	w.n++
 	sum := sha256.Sum256(body)
+	pop := publisher.Operation{IdempotencyKey: key, Body: bytes.NewReader(body)}
+	rd, err := publisher.RequestDigest(context.Background(), pop)
+	if err != nil {
+		w.anomaly("request digest of "+key, err)
+	}
+	pop.Body = bytes.NewReader(body)
 	op := PublishOp{
 		ID: fmt.Sprintf("%s/%d", w.id, w.n), Client: w.id, Resource: t.Resource, Key: key,
-		Digest: hex.EncodeToString(sum[:]), Size: int64(len(body)), Owner: t.Owner,
+		Digest: hex.EncodeToString(sum[:]), RequestDigest: rd, Size: int64(len(body)), Owner: t.Owner,
 		Version: layout.Version{Epoch: t.Epoch, Fence: t.Fence, Seq: seq}, Strict: t.Strict, Forged: forged,
 		Call: w.clock.Now(),
 	}
 	w.out.Invoke(op)
 	ctx, cancel := context.WithTimeout(context.Background(), w.wl.PublishTimeout)
-	r, err := p.PublishSeq(ctx, seq, publisher.Operation{IdempotencyKey: key, Body: bytes.NewReader(body)})
+	r, err := p.PublishSeq(ctx, seq, pop)
 	cancel()
 	reported(&op, r, err)
 	if isAnomaly(err) {
@@ -363,7 +369,7 @@ func reported(op *PublishOp, r publisher.Result, err error) {
 
 // settle turns op's unknown outcome into a definite one with Resolve
 // (DESIGN.md invariant 8), re-trying while etcd does not answer, until ctx
-// ends. Applied: the op record holds op's version. Duplicate or Conflict: the
+// ends. Applied: the op record holds op's object. Duplicate or Conflict: the
 // key was applied by another attempt, with the same body or another one.
 // ResolvedNotApplied: Resolve found no op record and the seal is now at or
 // above the version, or the domain has moved to a newer epoch, so it never
@@ -374,12 +380,12 @@ func reported(op *PublishOp, r publisher.Result, err error) {
 func settle(ctx context.Context, c *publisher.Client, op *PublishOp, by string) error {
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		r, err := c.Resolve(rctx, op.Resource, op.Key, op.Version)
+		r, err := c.Resolve(rctx, op.Resource, op.Key, op.Version, publisher.AttemptID{Digest: op.RequestDigest, ObjectKey: op.Object})
 		cancel()
 		switch {
 		case err == nil && r.Outcome == publisher.Applied:
 			op.Outcome, op.Result, op.Object = Applied, r.Version, r.Object.Key
-		case err == nil && r.Outcome == publisher.Duplicate:
+		case err == nil && r.Outcome == publisher.Duplicate, errors.Is(err, publisher.ErrConflict):
 			op.Outcome, op.Result, op.Object = Duplicate, r.Version, r.Object.Key
 			if r.Object.SHA256 != op.Digest {
 				op.Outcome = Conflict

@@ -97,6 +97,9 @@ type run struct {
 	mu   sync.Mutex
 	evs  chan event
 	proc []*proc
+	// failed receives each child that exits with a failure before the
+	// demo stops it (buffered for every child, so no exit ever blocks).
+	failed chan *proc
 }
 
 func (r *run) say(format string, args ...any) { fmt.Fprintf(r.out, format+"\n", args...) }
@@ -131,7 +134,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if o.Out == nil {
 		o.Out = os.Stdout
 	}
-	r := &run{o: o, out: o.Out, evs: make(chan event, 64)}
+	r := &run{o: o, out: o.Out, evs: make(chan event, 64), failed: make(chan *proc, 4)}
 	r.dir = o.Dir
 	if r.dir == "" {
 		d, err := os.MkdirTemp("", "fencepub-demo-")
@@ -170,9 +173,19 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 }
 
 func (r *run) main(ctx context.Context) error {
+	// The servers come from BinDir for this run only (localstack reads
+	// FENCEPUB_BIN_DIR); children never see it (childEnv).
+	prev, had := os.LookupEnv("FENCEPUB_BIN_DIR")
 	if err := os.Setenv("FENCEPUB_BIN_DIR", r.o.BinDir); err != nil {
 		return err
 	}
+	defer func() {
+		if had {
+			_ = os.Setenv("FENCEPUB_BIN_DIR", prev)
+		} else {
+			_ = os.Unsetenv("FENCEPUB_BIN_DIR")
+		}
+	}()
 	for _, b := range []string{"batch-publisher", "reader-service"} {
 		if _, err := localstack.Binary(b); err != nil {
 			return fmt.Errorf("%w (make demo builds it)", err)
@@ -218,7 +231,7 @@ func (r *run) main(ctx context.Context) error {
 	}
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	rs, err := startProc("reader-service", r.dir, filepath.Join(r.o.BinDir, "reader-service"),
-		[]string{"--config", r.cfg, "--resource", Resource, "--listen", "127.0.0.1:" + strconv.Itoa(port), "--cache-bytes", "0"}, nil)
+		[]string{"--config", r.cfg, "--resource", Resource, "--listen", "127.0.0.1:" + strconv.Itoa(port), "--cache-bytes", "0"}, nil, r.failed)
 	if err != nil {
 		return err
 	}
@@ -239,7 +252,7 @@ func (r *run) main(ctx context.Context) error {
 			if ev, ok := parseEvent(w, line); ok {
 				r.evs <- ev
 			}
-		})
+		}, r.failed)
 		if err != nil {
 			return err
 		}
@@ -363,7 +376,9 @@ func (r *run) main(ctx context.Context) error {
 }
 
 // await returns the next worker event matching want, keeping the others
-// for later awaits.
+// for later awaits. A child that fails ends the wait at once with its exit
+// status and stderr, unless the event was already sent (a child's events
+// are all queued before its exit is reported).
 func (r *run) await(ctx context.Context, want func(event) bool) (event, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -373,17 +388,31 @@ func (r *run) await(ctx context.Context, want func(event) bool) (event, error) {
 			r.evs <- e
 		}
 	}()
+	take := func(e event) bool {
+		if e.Name == "lease_lost" { // narrated once, never awaited
+			r.say("   %s noticed its lease is gone (%s) but publishes anyway", e.Worker, e.Err)
+			return false
+		}
+		if want(e) {
+			return true
+		}
+		skipped = append(skipped, e)
+		return false
+	}
 	for {
 		select {
 		case e := <-r.evs:
-			if e.Name == "lease_lost" { // narrated once, never awaited
-				r.say("   %s noticed its lease is gone (%s) but publishes anyway", e.Worker, e.Err)
-				continue
-			}
-			if want(e) {
+			if take(e) {
 				return e, nil
 			}
-			skipped = append(skipped, e)
+		case p := <-r.failed:
+			for len(r.evs) > 0 {
+				if e := <-r.evs; take(e) {
+					r.failed <- p // still failed: the next await reports it
+					return e, nil
+				}
+			}
+			return event{}, p.failure()
 		case <-ctx.Done():
 			return event{}, fmt.Errorf("demo: waiting for a worker event: %w", ctx.Err())
 		}

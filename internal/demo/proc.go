@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -38,20 +40,39 @@ func (v versionJSON) String() string { return fmt.Sprintf("%d.%d.%d", v.Epoch, v
 // signal), in its own process group so a terminal's Ctrl-C reaches the demo
 // first and it stops children in order.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	name     string
+	log      string // its stderr
+	cmd      *exec.Cmd
+	done     chan struct{}
+	err      error
+	stopping atomic.Bool // stop was called: its exit is expected
 }
 
-// startProc starts bin with args; stdout lines go to onLine (if set) and
-// stderr to a log file in dir.
-func startProc(name, dir, bin string, args []string, onLine func(string)) (*proc, error) {
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
+// childEnv is the environment of the demo's children: the demo's own
+// without any FENCEPUB_* variable, so a user's settings (another etcd,
+// another domain) cannot redirect a child; they take everything from the
+// config file the demo writes and the flags it passes.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FENCEPUB_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// startProc starts bin with args in childEnv; stdout lines go to onLine
+// (if set) and stderr to a log file in dir. When the process exits with a
+// failure before stop was called, it is sent on failed.
+func startProc(name, dir, bin string, args []string, onLine func(string), failed chan<- *proc) (*proc, error) {
+	logPath := filepath.Join(dir, name+".log")
+	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = childEnv()
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var out io.ReadCloser
@@ -67,7 +88,7 @@ func startProc(name, dir, bin string, args []string, onLine func(string)) (*proc
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &proc{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
 	var wg sync.WaitGroup
 	if out != nil {
 		wg.Add(1)
@@ -84,15 +105,35 @@ func startProc(name, dir, bin string, args []string, onLine func(string)) (*proc
 		p.err = cmd.Wait()
 		logf.Close()
 		close(p.done)
+		if p.err != nil && !p.stopping.Load() {
+			failed <- p
+		}
 	}()
 	return p, nil
 }
+
+// failure describes p's unexpected exit: its exit status and the end of
+// its stderr.
+func (p *proc) failure() error {
+	tail := "(no stderr)"
+	if b, err := os.ReadFile(p.log); err == nil && len(bytes.TrimSpace(b)) > 0 {
+		if len(b) > failureTail {
+			b = b[len(b)-failureTail:]
+		}
+		tail = string(bytes.TrimSpace(b))
+	}
+	return fmt.Errorf("%s exited (%v) before the demo was done; its stderr (%s) ends:\n%s", p.name, p.err, p.log, tail)
+}
+
+// failureTail is how many bytes of a failed child's stderr are shown.
+const failureTail = 2048
 
 func (p *proc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 
 // stop sends SIGCONT (a stopped process cannot handle SIGTERM) and SIGTERM,
 // then SIGKILL after grace.
 func (p *proc) stop(grace time.Duration) {
+	p.stopping.Store(true)
 	_ = p.signal(syscall.SIGCONT)
 	_ = p.signal(syscall.SIGTERM)
 	select {
