@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -210,6 +211,9 @@ func (c *Collector) advanceClock(ctx context.Context, dry bool) (*clockReading, 
 	head, _ := json.Marshal(clockHead{T: t, Wall: c.now().UnixNano(), Lease: int64(lease.ID), TTL: lease.TTL})
 	p := checkpoint{T: t, Rev: st.rev + 1, key: c.ns.ClockPointKey(t)}
 	point, _ := json.Marshal(p)
+	if c.beforeClockTxn != nil {
+		c.beforeClockTxn()
+	}
 	resp, err := c.cli.Txn(rctx).
 		If(clientv3.Compare(clientv3.ModRevision(c.ns.ClockHeadKey()), "=", st.headMod)).
 		Then(clientv3.OpPut(c.ns.ClockHeadKey(), string(head)), clientv3.OpPut(p.key, string(point))).
@@ -252,13 +256,19 @@ func dropKey(points []checkpoint, key string) []checkpoint {
 }
 
 // thinClock deletes the checkpoints of r that no cutoff needs: it keeps
-// every one of the last clockKeepAll, the latest of each minute up to
-// clockKeepMinutes and of each hour beyond, and none older than the latest
-// one the longest retention in use (op, request, grace) needs. Each delete
+// the one each retention in use (op, request, grace) cuts at now, every one
+// of the last clockKeepAll, the latest of each minute up to
+// clockKeepMinutes and of each hour beyond, and none older than the one the
+// longest retention cuts at. Each delete
 // requires the checkpoint unchanged. r.points is updated to what is kept.
 func (c *Collector) thinClock(ctx context.Context, r *clockReading) error {
-	longest := max(c.cfg.OpRetention, c.auth.RequestRetention(), c.cfg.Policy.Grace+c.cfg.Policy.ClockSkew)
-	need := r.cutoff(longest)
+	ages := []time.Duration{c.cfg.OpRetention, c.auth.RequestRetention(), c.cfg.Policy.Grace + c.cfg.Policy.ClockSkew}
+	// The checkpoint each age's cutoff uses now stays, whatever its bucket.
+	inUse := make(map[int64]bool, len(ages))
+	for _, a := range ages {
+		inUse[r.cutoff(a)] = true
+	}
+	need := r.cutoff(slices.Max(ages))
 	var keep []checkpoint
 	var ops []clientv3.Op
 	seen := make(map[[2]int64]bool)
@@ -274,7 +284,7 @@ func (c *Collector) thinClock(ctx context.Context, r *clockReading) error {
 		default:
 			bucket = [2]int64{2, p.T / int64(time.Hour)}
 		}
-		if seen[bucket] || (need > 0 && p.Rev < need) {
+		if !inUse[p.Rev] && (seen[bucket] || p.Rev < need) {
 			ops = append(ops, clientv3.OpTxn(
 				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(p.key), "=", p.mod)},
 				[]clientv3.Op{clientv3.OpDelete(p.key)}, nil))

@@ -89,6 +89,8 @@ type Collector struct {
 	// transaction.
 	afterState func(res string)
 	beforeSeal func(res string)
+	// beforeClockTxn runs before an advance's transaction.
+	beforeClockTxn func()
 }
 
 // New checks cfg, applies the defaults and returns a Collector. It makes no
