@@ -52,7 +52,9 @@ type AcquireRequest struct {
 }
 
 // requestRecord is the value of requests/<request-id>: the grant the request
-// got and when the record was written (its retention starts there).
+// got and when the record was written. Its retention is measured from the
+// record's ModRevision on GC's domain clock (PruneRequests); CreatedAt, the
+// acquirer's clock, is informative only.
 type requestRecord struct {
 	Grant     Grant     `json:"grant"`
 	CreatedAt time.Time `json:"created_at"`

@@ -45,7 +45,8 @@ type Config struct {
 	Store *objstore.Store
 	// RequestRetention is how long an acquire request record is kept after
 	// its grant, so a retried request gets the original grant instead of a
-	// new one (PruneRequests deletes older ones). Default 24 h.
+	// new one. Default 24 h. GC measures it on the domain clock and prunes
+	// older records (PruneRequests).
 	RequestRetention time.Duration
 	// RequestTimeout bounds each single etcd or object-store request; a
 	// request that gets no answer in time fails with ErrUnavailable rather
@@ -120,6 +121,11 @@ func New(cfg Config) (*Authority, error) {
 
 // Namespace returns the domain's namespace.
 func (a *Authority) Namespace() layout.Namespace { return a.ns }
+
+// RequestRetention returns the effective Config.RequestRetention (default
+// applied): GC keeps an acquire request record at least this long on the
+// domain clock before PruneRequests may delete it.
+func (a *Authority) RequestRetention() time.Duration { return a.cfg.RequestRetention }
 
 // rollbackKey is the domain's sticky "rollback detected" flag. Acquire sets
 // it when a marker shows the counter went back; every grant transaction

@@ -397,20 +397,41 @@ func TestConcurrentAcquirers(t *testing.T) {
 	}
 }
 
+// PruneRequests deletes the records modified before the revision it is
+// given (GC's clock cutoff), never a later one nor the live holder's.
 func TestPruneRequests(t *testing.T) {
-	a := shared(t, func(c *Config) { c.RequestRetention = time.Millisecond })
+	a := shared(t)
 	ctx := ctxT(t, 30*time.Second)
-	for range 3 {
+	acquireReleased := func() {
 		g := mustAcquire(t, a, AcquireRequest{Resource: "p", Owner: owner("o")})
 		if err := a.Release(ctx, g); err != nil {
 			t.Fatal(err)
 		}
 	}
+	for range 3 {
+		acquireReleased()
+	}
+	resp, err := a.cli.Get(ctx, a.ns.EpochKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cutoff := resp.Header.Revision + 1
+	acquireReleased() // after the cutoff
 	live := mustAcquire(t, a, AcquireRequest{Resource: "p", Owner: owner("o")})
-	time.Sleep(5 * time.Millisecond) // older than the 1 ms retention
-	n, err := a.PruneRequests(ctx, "p")
+	if n, err := a.PruneRequests(ctx, "p", 0); err != nil || n != 0 {
+		t.Fatalf("PruneRequests without a cutoff = %d, %v; want 0", n, err)
+	}
+	n, err := a.PruneRequests(ctx, "p", cutoff)
 	if err != nil || n != 3 {
-		t.Fatalf("PruneRequests = %d, %v; want 3 (the live holder's record stays)", n, err)
+		t.Fatalf("PruneRequests = %d, %v; want 3 (the records before the cutoff)", n, err)
+	}
+	resp, err = a.cli.Get(ctx, a.ns.EpochKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err = a.PruneRequests(ctx, "p", resp.Header.Revision+1)
+	if err != nil || n != 1 {
+		t.Fatalf("PruneRequests = %d, %v; want 1 (the live holder's record stays)", n, err)
 	}
 	if c := countKeys(t, a.cli, a.ns.RequestsPrefix("p")); c != 1 {
 		t.Fatalf("%d request records left; want 1", c)

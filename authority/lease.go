@@ -2,7 +2,6 @@ package authority
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -181,19 +180,23 @@ func (a *Authority) Holder(ctx context.Context, res string) (h Holder, ok bool, 
 // default limit of 128 operations per transaction.
 const pruneBatch = 50
 
-// PruneRequests deletes the acquire request records of res older than
-// RequestRetention (by their CreatedAt, the writer's clock), except the
-// record of the current holder. Each deletion is its own nested compare
-// (ModRevision unchanged, not the live holder's), so it is safe on its own
-// with several pruners running. It returns how many records it deleted.
-// GC calls it; nothing else deletes request records.
+// PruneRequests deletes the acquire request records of res last modified
+// before etcd revision before, except the record of the current holder.
+// GC computes before on its domain clock as the cutoff of RequestRetention
+// (DESIGN.md "Ages come from one clock"), so no acquirer's clock shortens
+// a record's life; before <= 0 deletes nothing. Each deletion is its own
+// nested compare (ModRevision unchanged, not the live holder's), so it is
+// safe on its own with several pruners running. It returns how many records
+// it deleted. GC calls it; nothing else deletes request records.
 //
 // Errors: layout.ErrInvalidName, ErrUnavailable, ctx's error.
-func (a *Authority) PruneRequests(ctx context.Context, res string) (int, error) {
+func (a *Authority) PruneRequests(ctx context.Context, res string, before int64) (int, error) {
 	if err := validateResourceName(res); err != nil {
 		return 0, err
 	}
-	cutoff := time.Now().Add(-a.cfg.RequestRetention)
+	if before <= 0 {
+		return 0, nil
+	}
 	prefix := a.ns.RequestsPrefix(res)
 	hk := a.ns.HolderKey(res)
 	deleted := 0
@@ -207,8 +210,7 @@ func (a *Authority) PruneRequests(ctx context.Context, res string) (int, error) 
 		}
 		var ops []clientv3.Op
 		for _, kv := range resp.Kvs {
-			var rec requestRecord
-			if err := json.Unmarshal(kv.Value, &rec); err != nil || !rec.CreatedAt.Before(cutoff) {
+			if kv.ModRevision >= before {
 				continue
 			}
 			ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{

@@ -97,8 +97,9 @@ type State struct {
 	// versions, or superseded within the grace).
 	Retained map[string]string
 	// Decommissioned is true when the seal was raised by Decommission above
-	// the pointer more than Grace + ClockSkew ago: the published and
-	// retained objects are then no longer kept.
+	// the pointer more than Grace + ClockSkew ago on the domain clock (its
+	// ModRevision before the grace cutoff): the published and retained
+	// objects are then no longer kept.
 	Decommissioned bool
 	Policy         Policy
 

@@ -217,48 +217,46 @@ func TestClassifyNeverDeletesPublishable(t *testing.T) {
 	}
 }
 
-func hist(v layout.Version, at time.Time) *historyEntry {
-	return &historyEntry{key: "h/" + v.Encode(), pointer: layout.Pointer{Version: v, Object: layout.Object{Key: okey("logs", v)}, CommittedAt: at}}
+// hist is a history entry of v written at etcd revision mod, whose
+// publisher's clock said at.
+func hist(v layout.Version, mod int64, at time.Time) *historyEntry {
+	return &historyEntry{key: "h/" + v.Encode(), mod: mod, pointer: layout.Pointer{Version: v, Object: layout.Object{Key: okey("logs", v)}, CommittedAt: at}}
 }
 
+// Retention judges supersession by the successor's revision against the
+// clock's grace cutoff, never by the publishers' commit times.
 func TestRetention(t *testing.T) {
 	p := Policy{Retain: 2, Grace: 10 * time.Minute, ClockSkew: time.Minute, AbandonAfter: time.Hour}
-	ago := func(d time.Duration) time.Time { return t0.Add(-d) }
+	const cutoff = 100
 	cases := []struct {
-		name    string
-		p       Policy
-		commits []time.Time // commit times of versions (1,1,1), (1,1,2), ...
-		keep    []uint64    // seqs whose objects are retained
-		reason  map[uint64]string
+		name   string
+		p      Policy
+		cutoff int64
+		mods   []int64 // revisions of versions (1,1,1), (1,1,2), ...
+		keep   []uint64
+		reason map[uint64]string
 	}{
-		{name: "empty history", p: p},
-		{name: "last N and grace", p: p,
-			commits: []time.Time{ago(60 * time.Minute), ago(50 * time.Minute), ago(30 * time.Minute), ago(5 * time.Minute), ago(time.Minute)},
-			keep:    []uint64{3, 4, 5}, reason: map[uint64]string{3: "within the reader grace", 4: "last 2", 5: "last 2"}},
-		{name: "grace boundary: superseded exactly grace+skew ago expires", p: p,
-			commits: []time.Time{ago(time.Hour), ago(11 * time.Minute), ago(time.Minute)},
-			keep:    []uint64{2, 3}},
-		{name: "grace boundary: just inside", p: p,
-			commits: []time.Time{ago(time.Hour), ago(11*time.Minute - time.Second), ago(time.Minute)},
-			keep:    []uint64{1, 2, 3}},
-		{name: "retain 1 keeps only the newest", p: Policy{Retain: 1, Grace: time.Second, ClockSkew: time.Second},
-			commits: []time.Time{ago(3 * time.Hour), ago(2 * time.Hour), ago(time.Hour)},
-			keep:    []uint64{3}, reason: map[uint64]string{3: "last 1"}},
-		{name: "retain more than history", p: Policy{Retain: 5, Grace: time.Second, ClockSkew: time.Second},
-			commits: []time.Time{ago(3 * time.Hour), ago(2 * time.Hour)},
-			keep:    []uint64{1, 2}},
-		{name: "successor without commit time keeps", p: p,
-			commits: []time.Time{ago(3 * time.Hour), {}, ago(2 * time.Hour), ago(time.Hour)},
-			keep:    []uint64{1, 3, 4}, reason: map[uint64]string{1: "unknown time"}},
-		{name: "successor committed in the future (skewed clock) keeps", p: p,
-			commits: []time.Time{ago(3 * time.Hour), t0.Add(time.Hour), ago(time.Hour), ago(time.Hour)},
-			keep:    []uint64{1, 3, 4}},
+		{name: "empty history", p: p, cutoff: cutoff},
+		{name: "last N and grace", p: p, cutoff: cutoff, mods: []int64{10, 20, 30, 150, 160},
+			keep: []uint64{3, 4, 5}, reason: map[uint64]string{3: "within the reader grace", 4: "last 2", 5: "last 2"}},
+		{name: "grace boundary: superseded at the cutoff revision keeps", p: p, cutoff: cutoff, mods: []int64{10, 100, 110},
+			keep: []uint64{1, 2, 3}},
+		{name: "grace boundary: just before expires", p: p, cutoff: cutoff, mods: []int64{10, 99, 110},
+			keep: []uint64{2, 3}},
+		{name: "no cutoff yet keeps everything", p: p, cutoff: 0, mods: []int64{10, 20, 30, 40},
+			keep: []uint64{1, 2, 3, 4}},
+		{name: "retain 1 keeps only the newest", p: Policy{Retain: 1, Grace: time.Second, ClockSkew: time.Second}, cutoff: cutoff,
+			mods: []int64{10, 20, 30}, keep: []uint64{3}, reason: map[uint64]string{3: "last 1"}},
+		{name: "retain more than history", p: Policy{Retain: 5, Grace: time.Second, ClockSkew: time.Second}, cutoff: cutoff,
+			mods: []int64{10, 20}, keep: []uint64{1, 2}},
 	}
+	// A publisher's clock days behind or ahead changes nothing.
+	skews := []time.Duration{0, -10 * 24 * time.Hour, 10 * 24 * time.Hour}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRetention(c.p, t0)
-			for i, at := range c.commits {
-				r.add(hist(ver(1, 1, uint64(i+1)), at))
+			r := newRetention(c.p, c.cutoff)
+			for i, mod := range c.mods {
+				r.add(hist(ver(1, 1, uint64(i+1)), mod, t0.Add(skews[i%len(skews)])))
 				if len(r.queue) > c.p.Retain+1 {
 					t.Fatalf("retention holds %d undecided entries; Retain is %d", len(r.queue), c.p.Retain)
 				}
@@ -274,7 +272,7 @@ func TestRetention(t *testing.T) {
 					t.Errorf("seq %d kept because %q; want %q", s, r.objects[okey("logs", ver(1, 1, s))], why)
 				}
 			}
-			if len(r.objects) != len(want) || len(r.keys) != len(want) || r.expired != len(c.commits)-len(want) {
+			if len(r.objects) != len(want) || len(r.keys) != len(want) || r.expired != len(c.mods)-len(want) {
 				t.Fatalf("retained objects %v (%d keys, %d expired); want seqs %v", r.objects, len(r.keys), r.expired, c.keep)
 			}
 			for k := range want {
@@ -289,9 +287,9 @@ func TestRetention(t *testing.T) {
 // TestRetentionBoundedMemory feeds a long history and checks that only the
 // retained entries are held.
 func TestRetentionBoundedMemory(t *testing.T) {
-	r := newRetention(Policy{Retain: 2, Grace: time.Minute, ClockSkew: time.Second}, t0)
+	r := newRetention(Policy{Retain: 2, Grace: time.Minute, ClockSkew: time.Second}, 99940)
 	for i := 1; i <= 100000; i++ {
-		r.add(hist(ver(1, 1, uint64(i)), t0.Add(-time.Duration(200000-i)*time.Second)))
+		r.add(hist(ver(1, 1, uint64(i)), int64(i), t0))
 		if len(r.queue) > 3 {
 			t.Fatalf("queue grew to %d", len(r.queue))
 		}

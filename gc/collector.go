@@ -34,15 +34,15 @@ type Config struct {
 	Etcd *clientv3.Client
 	// Store is the bucket holding the domain's objects.
 	Store *objstore.Store
-	// Authority prunes acquire request records (PruneRequests, with its own
-	// Config.RequestRetention, default 24 h) and, for the Daemon, grants
-	// the GC lease.
+	// Authority prunes acquire request records (PruneRequests, past its
+	// Config.RequestRetention, default 24 h, on the domain clock) and, for
+	// the Daemon, grants the GC lease.
 	Authority *authority.Authority
 	// Policy says what to keep; zero fields take their defaults.
 	Policy Policy
 	// OpRetention is how long op records (idempotency records) live after
-	// their commit: the retry/replay window of DESIGN.md invariant 5.
-	// Default 7 days.
+	// their commit, on the domain clock (clock.go): the retry/replay window
+	// of DESIGN.md invariant 5. Default 7 days.
 	OpRetention time.Duration
 	// DeleteBatch is the number of keys per multi-object delete, 1–1000.
 	// Default 1000.
@@ -57,9 +57,16 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, if set, counts decisions and passes (NewMetrics).
 	Metrics *Metrics
-	// Now is the clock (UTC not required). Default time.Now. Tests inject a
-	// later clock to age objects without sleeping.
+	// Now is this process's wall clock (UTC not required). Default
+	// time.Now. It ages in-flight objects (the abandon period) and bounds
+	// each advance of the domain clock, which etcd's lease timer bounds too,
+	// so a clock running ahead cannot age a record (clock.go). Tests inject
+	// a later clock to age objects without sleeping.
 	Now func() time.Time
+
+	// leases is the clock witness's lease API; default Etcd. Tests inject
+	// one whose leases report more elapsed time.
+	leases leases
 }
 
 // Collector runs GC passes over the resources of one domain. It is safe for
@@ -74,12 +81,16 @@ type Collector struct {
 	log  *slog.Logger
 	m    *Metrics
 	now  func() time.Time
+	// leases serves the domain clock's witness leases.
+	leases leases
 
 	// Test hooks: afterState runs after a resource's snapshot is read and
 	// before its listing starts; beforeSeal runs before an abandon seal
 	// transaction.
 	afterState func(res string)
 	beforeSeal func(res string)
+	// beforeClockTxn runs before an advance's transaction.
+	beforeClockTxn func()
 }
 
 // New checks cfg, applies the defaults and returns a Collector. It makes no
@@ -124,9 +135,12 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.leases == nil {
+		cfg.leases = cfg.Etcd
+	}
 	return &Collector{
 		cfg: cfg, ns: cfg.Namespace, cli: cfg.Etcd, st: cfg.Store, auth: cfg.Authority,
-		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now,
+		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now, leases: cfg.leases,
 	}, nil
 }
 
@@ -157,7 +171,9 @@ type RunOptions struct {
 
 // Run performs one pass and returns its report. It first checks that the
 // bucket's ownership marker names etcd's deployment (else ErrForeignDeployment
-// or ErrNoOwnership, and nothing is touched), warns when bucket versioning or
+// or ErrNoOwnership, and nothing is touched), advances the domain clock that
+// every record age is measured on (a dry run only reads it; clock.go,
+// DESIGN.md "Ages come from one clock"), warns when bucket versioning or
 // lifecycle rules are on, lists the bucket's incomplete multipart uploads
 // once, then collects each resource in turn (collect). A resource that fails
 // does not stop the others.
@@ -202,6 +218,11 @@ func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error
 	if err != nil {
 		return err
 	}
+	clk, err := c.advanceClock(ctx, opts.DryRun)
+	if err != nil {
+		return err
+	}
+	rep.Clock = clk.report(c.cfg.Policy, c.cfg.OpRetention, c.auth.RequestRetention())
 	for _, w := range c.bucketWarnings(ctx) {
 		c.log.Warn("gc: " + w)
 		rep.warn(w)
@@ -227,7 +248,7 @@ func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error
 			errs = append(errs, err)
 			break
 		}
-		if err := c.collect(ctx, res, dep, uploads[res], opts, rep); err != nil {
+		if err := c.collect(ctx, res, dep, clk, uploads[res], opts, rep); err != nil {
 			c.log.Warn("gc: resource failed", "resource", res, "err", err)
 			rep.fail(res, err)
 			errs = append(errs, fmt.Errorf("resource %q: %w", res, err))
@@ -433,9 +454,9 @@ func (p *resourcePass) classified(d Decision) {
 // collect runs the pass for one resource: snapshot, listing, deletions,
 // seal-then-delete of abandoned objects, uploads, then etcd records (only
 // when every object step succeeded, so records go after the objects they
-// name).
-func (c *Collector) collect(ctx context.Context, res, dep string, uploads []Entry, opts RunOptions, rep *Report) error {
-	s, err := c.readState(ctx, res)
+// name). Ages are those of the pass's clock reading clk.
+func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockReading, uploads []Entry, opts RunOptions, rep *Report) error {
+	s, err := c.readState(ctx, res, clk.cutoff(c.cfg.Policy.Grace+c.cfg.Policy.ClockSkew))
 	if err != nil {
 		return err
 	}
@@ -468,7 +489,7 @@ func (c *Collector) collect(ctx context.Context, res, dep string, uploads []Entr
 	if p.failed > 0 {
 		return fmt.Errorf("gc: %d deletions failed; etcd records are pruned on a later pass", p.failed)
 	}
-	counts, err := c.pruneRecords(ctx, s, p.now, opts.DryRun)
+	counts, err := c.pruneRecords(ctx, s, clk, opts.DryRun)
 	rep.mu.Lock()
 	rep.Records.History += counts.History
 	rep.Records.Ops += counts.Ops

@@ -10,8 +10,9 @@
 //
 //   - published: the key the pointer names. Kept.
 //   - retained: named by one of the last Policy.Retain history entries, or
-//     superseded less than Policy.Grace + Policy.ClockSkew ago (the
-//     superseded time of version k is the commit time of version k+1). Kept.
+//     superseded less than Policy.Grace + Policy.ClockSkew ago on the domain
+//     clock (version k was superseded when version k+1's history entry was
+//     written, at its ModRevision). Kept.
 //   - unpublishable: version <= max(pointer, seal), or of an older epoch.
 //     Deleted: the publish transaction can never accept it again.
 //   - quarantined: an old-epoch object above the pointer `recover` recorded
@@ -47,4 +48,14 @@
 // records older than Config.OpRetention, acquire request records (through
 // authority.PruneRequests) and grant records whose fence can no longer
 // publish. The epoch, generation, pointer and seal keys are never deleted.
+//
+// Ages come from one clock that publishers do not control (clock.go,
+// DESIGN.md "Ages come from one clock"): every pass advances a domain clock
+// kept in etcd by min(its own wall-clock delta, the elapsed time of a
+// witness lease by etcd's timer) and checkpoints (clock time, revision); a
+// record's age is that of its ModRevision on this clock. Ages are lower
+// bounds of real elapsed time; a publisher's clock never enters, and a
+// collector clock jumping ahead cannot shorten any record's life. Only the
+// abandon period compares an object's LastModified (the store's clock) with
+// the collector's clock, plus Policy.ClockSkew.
 package gc

@@ -79,10 +79,38 @@ func (e *env) collector(mod func(*Config)) *Collector {
 	return c
 }
 
-// later is a Config mod whose clock runs d ahead, to age objects and history
-// without sleeping.
+// later is a Config mod for a collector living d in the future: its wall
+// clock runs d ahead and etcd's leases look d older (agedLeases), so the
+// domain clock advances by d, to age objects, history and records without
+// sleeping.
 func later(d time.Duration) func(*Config) {
+	return func(c *Config) {
+		jumped(d)(c)
+		c.leases = agedLeases{Lease: c.Etcd, d: d}
+	}
+}
+
+// jumped is a Config mod whose wall clock alone runs d ahead: etcd's lease
+// timer does not agree.
+func jumped(d time.Duration) func(*Config) {
 	return func(c *Config) { c.Now = func() time.Time { return time.Now().Add(d) } }
+}
+
+// agedLeases reports every lease d older than etcd does (its remaining TTL
+// d shorter, at least 0), as if d of real time had passed.
+type agedLeases struct {
+	clientv3.Lease
+	d time.Duration
+}
+
+func (a agedLeases) TimeToLive(ctx context.Context, id clientv3.LeaseID, opts ...clientv3.LeaseOption) (*clientv3.LeaseTimeToLiveResponse, error) {
+	r, err := a.Lease.TimeToLive(ctx, id, opts...)
+	if err != nil || r.TTL < 0 {
+		return r, err
+	}
+	aged := *r
+	aged.TTL = max(0, r.TTL-int64(a.d/time.Second))
+	return &aged, nil
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {

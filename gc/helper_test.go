@@ -3,6 +3,7 @@ package gc
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -19,10 +20,12 @@ import (
 
 // The test binary runs as a child process (testenv.StartChild): a GC
 // daemon ("daemon") or a publishing worker ("worker") that the parent test
-// kills or pauses with SIGSTOP. Both take a helperConfig.
+// kills or pauses with SIGSTOP, or a publisher whose clock is off
+// ("skewed"). All take a helperConfig.
 var helpers = map[string]testenv.ChildFunc{
 	"daemon": helperMain(helperDaemon),
 	"worker": helperMain(helperWorker),
+	"skewed": helperMain(helperSkewed),
 }
 
 type helperConfig struct {
@@ -32,6 +35,10 @@ type helperConfig struct {
 	TTL      time.Duration `json:"ttl"`
 	Interval time.Duration `json:"interval"`
 	Policy   Policy        `json:"policy"`
+	// Skew offsets the skewed publisher's clock; Keys are its idempotency
+	// keys.
+	Skew time.Duration `json:"skew"`
+	Keys []string      `json:"keys"`
 }
 
 // helperFunc is the body of a helper process; ctx ends on SIGTERM.
@@ -110,6 +117,43 @@ func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 		_ = sess.Close()
 	}
 	return nil
+}
+
+// helperSkewed publishes cfg.Keys (bodies "body of <key>") to cfg.Resource
+// under one grant (TTL cfg.TTL), with a publisher whose clock is
+// time.Now() + cfg.Skew: all but the last key at once, the last after a
+// line on stdin. It prints each Result as one JSON line, then releases the
+// grant.
+func helperSkewed(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
+	pub, err := publisher.New(publisher.Config{
+		Namespace: cfg.Namespace, Etcd: cli, Store: st, AttemptTimeout: 300 * time.Millisecond, ResendTimeout: 2 * time.Minute,
+		Now: func() time.Time { return time.Now().Add(cfg.Skew) },
+	})
+	if err != nil {
+		return err
+	}
+	g, err := auth.Acquire(ctx, authority.AcquireRequest{Resource: cfg.Resource, Owner: cfg.Owner, TTL: cfg.TTL, Wait: true})
+	if err != nil {
+		return err
+	}
+	p, err := pub.BindGrant(ctx, g, false)
+	if err != nil {
+		return err
+	}
+	in, out := bufio.NewScanner(os.Stdin), json.NewEncoder(os.Stdout)
+	for i, k := range cfg.Keys {
+		if i == len(cfg.Keys)-1 && !in.Scan() {
+			return fmt.Errorf("stdin ended before the last key")
+		}
+		r, err := p.Publish(ctx, op(k, "body of "+k))
+		if r.Outcome == "" {
+			return err
+		}
+		if err := out.Encode(r); err != nil {
+			return err
+		}
+	}
+	return auth.Release(ctx, g)
 }
 
 // startChild starts the helper mode ("daemon" or "worker") as a child

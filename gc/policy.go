@@ -24,9 +24,10 @@ type Policy struct {
 	// Grace + ClockSkew ago is kept, so a reader that read the pointer just
 	// before it moved can still fetch it. Default 10 min.
 	Grace time.Duration `json:"grace"`
-	// ClockSkew is the allowance for the difference between the publishers'
-	// clocks (commit times in history) and this process's clock. Default
-	// 1 min.
+	// ClockSkew is added to the reader grace (measured on the domain clock,
+	// whose one-second steps and etcd's lease timer it covers) and to the
+	// abandon period (the store's clock, LastModified, against this
+	// process's clock). Publishers' clocks never enter. Default 1 min.
 	ClockSkew time.Duration `json:"clock_skew"`
 	// AbandonAfter is how old an in-flight object (current epoch, above
 	// max(pointer, seal)) of a grant that is no longer live must be before

@@ -271,8 +271,8 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 		e.deletedSafelyUnder(res, reps...)
 	}
 
-	// Once every lease has expired or been released, a final pass with the
-	// clock past every grace and abandon period leaves only published and
+	// Once every lease has expired or been released, final passes with the
+	// clock past every grace and abandon period leave only published and
 	// retained objects.
 	for _, res := range resources {
 		waitFor(t, "the leases of "+res+" end", 2*ttl, func() bool {
@@ -283,7 +283,10 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 			return !held
 		})
 	}
-	final := e.run(e.collector(func(c *Config) { c.Policy = policy; later(time.Hour)(c) }))
+	// The first of them puts a checkpoint of the domain clock after every
+	// publish; the second is an hour past it.
+	e.run(e.collector(func(c *Config) { c.Policy = policy; later(time.Hour)(c) }))
+	final := e.run(e.collector(func(c *Config) { c.Policy = policy; later(2 * time.Hour)(c) }))
 	for _, res := range resources {
 		keep := map[string]bool{e.Pointer(res).Object.Key: true}
 		hist, err := e.Etcd.Get(ctxT(t, 10*time.Second), e.NS.HistoryPrefix(res), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(policy.Retain)))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
@@ -18,14 +17,16 @@ const pruneBatch = 50
 // pruneRecords deletes the etcd records of s.Resource that nothing needs any
 // more, after the pass dealt with the objects they name (issue 5
 // "Retention"): history entries retention no longer keeps (read at
-// s.Revision), op records committed more than OpRetention before now, grant
-// records whose fence can no longer publish, and acquire request records
-// older than the authority's RequestRetention (authority.PruneRequests).
+// s.Revision), op records last modified before clk's OpRetention cutoff,
+// grant records whose fence can no longer publish, and acquire request
+// records before the cutoff of the authority's RequestRetention
+// (authority.PruneRequests). Ages are on the domain clock, never a
+// CommittedAt or CreatedAt (DESIGN.md "Ages come from one clock").
 // Each deletion is guarded by its own compare (the record's ModRevision
 // unchanged), so it is safe with other collectors running. With dry, it
 // counts instead (request records are not counted). The epoch, generation,
 // pointer and seal are never deleted.
-func (c *Collector) pruneRecords(ctx context.Context, s *State, now time.Time, dry bool) (RecordCounts, error) {
+func (c *Collector) pruneRecords(ctx context.Context, s *State, clk *clockReading, dry bool) (RecordCounts, error) {
 	var out RecordCounts
 	var err error
 	res, ns := s.Resource, c.ns
@@ -35,14 +36,13 @@ func (c *Collector) pruneRecords(ctx context.Context, s *State, now time.Time, d
 	if err != nil {
 		return out, err
 	}
-	cutoff := now.Add(-c.cfg.OpRetention)
+	cutoff := clk.cutoff(c.cfg.OpRetention)
 	out.Ops, err = c.pruneRange(ctx, ns.OpsPrefix(res), s.Revision, dry, func(kv *mvccKV) bool {
-		r, err := layout.DecodeOp(kv.Value)
-		if err != nil {
+		if _, err := layout.DecodeOp(kv.Value); err != nil {
 			c.log.Warn("gc: keeping an op record that does not decode", "key", string(kv.Key), "err", err)
 			return false
 		}
-		return !r.CommittedAt.IsZero() && r.CommittedAt.Before(cutoff)
+		return kv.ModRevision < cutoff
 	})
 	if err != nil {
 		return out, err
@@ -58,7 +58,7 @@ func (c *Collector) pruneRecords(ctx context.Context, s *State, now time.Time, d
 		return out, err
 	}
 	if !dry {
-		n, err := c.auth.PruneRequests(ctx, res)
+		n, err := c.auth.PruneRequests(ctx, res, clk.cutoff(c.auth.RequestRetention()))
 		out.Requests = int64(n)
 		if err != nil {
 			return out, fmt.Errorf("gc: prune request records of %q: %w", res, err)
@@ -138,7 +138,8 @@ func (c *Collector) pruneRange(ctx context.Context, prefix string, rev int64, dr
 // pruneLease prunes the records of the reserved lease resource res (the GC
 // lease) while its grant of generation gen is held: grant records of lower
 // generations (their leases are over: a resource has one holder) and
-// acquire request records past the authority's retention.
+// acquire request records past the authority's retention on the domain
+// clock (read, not advanced: the pass advanced it).
 func (c *Collector) pruneLease(ctx context.Context, res string, gen uint64) (RecordCounts, error) {
 	var out RecordCounts
 	var err error
@@ -146,7 +147,11 @@ func (c *Collector) pruneLease(ctx context.Context, res string, gen uint64) (Rec
 	if err != nil {
 		return out, err
 	}
-	n, err := c.auth.PruneRequests(ctx, res)
+	clk, err := c.advanceClock(ctx, true)
+	if err != nil {
+		return out, err
+	}
+	n, err := c.auth.PruneRequests(ctx, res, clk.cutoff(c.auth.RequestRetention()))
 	out.Requests = int64(n)
 	if c.m != nil {
 		c.m.recordsDeleted(out)

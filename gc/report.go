@@ -30,8 +30,11 @@ type Report struct {
 	ByDecision map[Kind]int64 `json:"by_decision"`
 	Uploads    UploadCounts   `json:"uploads"`
 	Records    RecordCounts   `json:"records"`
-	Warnings   []string       `json:"warnings"`
-	Errors     []string       `json:"errors"`
+	// Clock is the domain clock as the pass read it; nil when the pass
+	// stopped before.
+	Clock    *ClockReport `json:"clock,omitempty"`
+	Warnings []string     `json:"warnings"`
+	Errors   []string     `json:"errors"`
 	// Decisions lists every object and upload with its decision, reason and
 	// action, only when RunOptions.Verbose.
 	Decisions []Decision `json:"decisions,omitempty"`
@@ -55,6 +58,25 @@ type UploadCounts struct {
 	Scanned int64 `json:"scanned"`
 	Aborted int64 `json:"aborted"`
 	Kept    int64 `json:"kept"`
+}
+
+// ClockReport is the domain clock a pass measured ages on (DESIGN.md "Ages
+// come from one clock"). A cutoff is an etcd revision: a record last
+// modified before it is at least that old; 0 means nothing is yet.
+type ClockReport struct {
+	// Time is the clock time: a lower bound of real time elapsed since the
+	// clock started, counted from the first collector's wall time.
+	Time time.Time `json:"time"`
+	// Advanced is true when the pass wrote a checkpoint.
+	Advanced    bool `json:"advanced"`
+	Checkpoints int  `json:"checkpoints"`
+	// GraceCutoff ages history supersession and decommission seals
+	// (Policy.Grace + Policy.ClockSkew); OpCutoff op records (OpRetention);
+	// RequestCutoff acquire request records (the authority's
+	// RequestRetention).
+	GraceCutoff   int64 `json:"grace_cutoff_revision"`
+	OpCutoff      int64 `json:"op_cutoff_revision"`
+	RequestCutoff int64 `json:"request_cutoff_revision"`
 }
 
 // RecordCounts counts the etcd records a pass deleted.

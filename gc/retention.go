@@ -2,15 +2,16 @@ package gc
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
 )
 
-// historyEntry is one decoded history record: the key it lives at and the
-// pointer value it holds (version, object, commit time).
+// historyEntry is one decoded history record: the key it lives at, its
+// ModRevision (when its version was published, at the latest) and the
+// pointer value it holds.
 type historyEntry struct {
 	key     string
+	mod     int64
 	pointer layout.Pointer
 	// keep is the grace judgement, set once the successor is known.
 	keep   bool
@@ -20,10 +21,13 @@ type historyEntry struct {
 // retention computes which history entries keep their objects, streaming
 // the history in version order with memory bounded by the entries it keeps
 // (Policy.Retain plus those superseded within the grace), not by the
-// history's length (issue 5 "Retention").
+// history's length (issue 5 "Retention"). Supersession is measured on the
+// domain clock: entry k was superseded when entry k+1 was written, and that
+// is past the grace when its ModRevision is below graceCutoff (never the
+// publishers' CommittedAt).
 type retention struct {
-	p   Policy
-	now time.Time
+	p           Policy
+	graceCutoff int64
 
 	queue []*historyEntry // undecided entries, oldest first
 	// objects maps a retained object key to its reason; keys is the set of
@@ -33,28 +37,24 @@ type retention struct {
 	expired int
 }
 
-func newRetention(p Policy, now time.Time) *retention {
-	return &retention{p: p, now: now, objects: make(map[string]string), keys: make(map[string]bool)}
+func newRetention(p Policy, graceCutoff int64) *retention {
+	return &retention{p: p, graceCutoff: graceCutoff, objects: make(map[string]string), keys: make(map[string]bool)}
 }
 
-// judge sets e's grace judgement from the commit time of its successor.
-func (r *retention) judge(e *historyEntry, supersededAt time.Time) {
-	window := r.p.Grace + r.p.ClockSkew
-	switch ago := r.now.Sub(supersededAt); {
-	case supersededAt.IsZero():
-		e.keep, e.reason = true, fmt.Sprintf("version %s was superseded at an unknown time (its successor has no commit time)", e.pointer.Version)
-	case ago < window:
-		e.keep, e.reason = true, fmt.Sprintf("version %s was superseded %s ago, within the reader grace %s + skew %s",
-			e.pointer.Version, ago.Round(time.Second), r.p.Grace, r.p.ClockSkew)
-	default:
-		e.keep = false
+// judge sets e's grace judgement from the revision its successor was
+// written at.
+func (r *retention) judge(e *historyEntry, supersededRev int64) {
+	e.keep = supersededRev >= r.graceCutoff
+	if e.keep {
+		e.reason = fmt.Sprintf("version %s was superseded at etcd revision %d, within the reader grace %s + skew %s on the domain clock (cutoff revision %d)",
+			e.pointer.Version, supersededRev, r.p.Grace, r.p.ClockSkew, r.graceCutoff)
 	}
 }
 
 // add takes the next history entry in version order.
 func (r *retention) add(e *historyEntry) {
 	if n := len(r.queue); n > 0 {
-		r.judge(r.queue[n-1], e.pointer.CommittedAt)
+		r.judge(r.queue[n-1], e.mod)
 	}
 	r.queue = append(r.queue, e)
 	// Entries with Retain successors are out of the last N and judged.

@@ -18,7 +18,8 @@ const (
 	// SealReasonDecommissioned: raised by Decommission to (epoch,
 	// generation, max). While the seal is above the pointer with this
 	// reason, GC keeps the resource's published and retained objects only
-	// for the reader grace after the seal's time.
+	// for the reader grace after the seal was written (its ModRevision on
+	// the domain clock; the seal's At is informative).
 	SealReasonDecommissioned = layout.SealReasonDecommissioned
 )
 

@@ -54,11 +54,13 @@ func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly
 // restored-pointer records and epoch records, and the history is then read
 // page by page at that transaction's revision (DESIGN.md "Garbage
 // collection": "Read epoch, pointer, seal and history at one etcd
-// revision").
+// revision"). graceCutoff is the domain clock's revision for Grace +
+// ClockSkew: a history entry superseded before it, or a decommission seal
+// written before it, is past the reader grace (0: nothing is).
 //
 // Errors: ErrNotInitialized, ErrCorruptState (epoch, generation, pointer,
 // seal or a history entry does not decode), ErrUnavailable, ctx's error.
-func (c *Collector) readState(ctx context.Context, res string) (*State, error) {
+func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64) (*State, error) {
 	ns := c.ns
 	rctx, cancel := c.rctx(ctx)
 	resp, err := c.cli.Txn(rctx).Then(
@@ -75,7 +77,6 @@ func (c *Collector) readState(ctx context.Context, res string) (*State, error) {
 	if err != nil {
 		return nil, etcdErr(ctx, "read state of "+res, err)
 	}
-	now := c.now()
 	kv := func(i int) *mvccKV {
 		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
 			return kvs[0]
@@ -125,15 +126,15 @@ func (c *Collector) readState(ctx context.Context, res string) (*State, error) {
 	s.Restored, s.RestoredBad, s.RestoredUnreadable = decodeRestored(ns.RestoredPrefix(res), resp.Responses[6].GetResponseRange().Kvs)
 	s.Issued = decodeIssued(ns.EpochRecordsPrefix(), resp.Responses[7].GetResponseRange().Kvs)
 	s.Decommissioned = s.HasSeal && s.Seal.Reason == SealReasonDecommissioned && s.Pointer.Version.Less(s.Seal.Version) &&
-		now.Sub(s.Seal.At) >= s.Policy.Grace+s.Policy.ClockSkew
-	ret := newRetention(s.Policy, now)
+		s.sealMod < graceCutoff
+	ret := newRetention(s.Policy, graceCutoff)
 	if !s.Decommissioned {
 		err = c.scan(ctx, ns.HistoryPrefix(res), s.Revision, false, func(kv *mvccKV) error {
 			p, err := layout.DecodePointer(kv.Value)
 			if err != nil {
 				return fmt.Errorf("%w: history entry %s: %w", ErrCorruptState, kv.Key, err)
 			}
-			ret.add(&historyEntry{key: string(kv.Key), pointer: p})
+			ret.add(&historyEntry{key: string(kv.Key), pointer: p, mod: kv.ModRevision})
 			return nil
 		})
 		if err != nil {

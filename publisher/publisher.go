@@ -96,6 +96,12 @@ type Config struct {
 	// transaction when the caller's context has no earlier deadline; then the
 	// outcome is unknown.
 	ResendTimeout time.Duration
+	// Now is the clock of the CommittedAt times written into pointers,
+	// history entries and op records; default time.Now. Those times are
+	// informative: no expiry or retention reads them (GC ages records on
+	// its domain clock, DESIGN.md "Ages come from one clock"), so a wrong
+	// clock here cannot shorten any record's life.
+	Now func() time.Time
 }
 
 // Validate checks the required fields and the tunables' ranges. Errors:
@@ -141,6 +147,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.ResendTimeout == 0 {
 		cfg.ResendTimeout = DefaultResendTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -52,7 +52,7 @@ type prepared struct {
 // Then: pointer, op record, history entry. Else: read all of them.
 func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layout.Object, contentType string) *prepared {
 	ns, res := c.ns, t.Resource
-	now := time.Now().UTC()
+	now := c.cfg.Now().UTC()
 	ptr := layout.Pointer{
 		Version: v, Object: obj, IdempotencyKey: key, Digest: digest,
 		ContentType: contentType, Owner: t.Owner, CommittedAt: now,

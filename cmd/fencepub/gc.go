@@ -36,7 +36,21 @@ gets stale (reason seal). Keys that do not parse as fencepub object keys are
 never deleted. It refuses to delete under a prefix whose bucket ownership
 marker names another deployment. etcd records (expired history, op records,
 acquire request records, grant records below the pointer's fence) are
-pruned after the objects they name.`,
+pruned after the objects they name.
+
+Ages come from one clock that publishers do not control: every pass that is
+not a dry run advances a domain clock kept in etcd (<prefix>/<domain>/clock/)
+by the smaller of this process's clock delta and the time etcd's lease timer
+says passed, and ages a record (op record, request record, history
+supersession, decommission seal) by the revision it was written at. Ages are
+lower bounds of real elapsed time: no publisher's clock enters, a GC clock
+jumping ahead cannot shorten any record's life, and a leader change, an etcd
+restart costs at most one pass interval of clock progress
+(pruning happens later, never earlier; one checkpoint an hour is kept past
+2 h, so old records may wait up to an hour more). --clock-skew covers the
+clock's whole-second steps in the grace, and is the allowance of the one age
+still on wall clocks: --abandon-after compares an object's LastModified (the
+store's clock) with this process's clock.`,
 	}
 	cmd.AddCommand(newGCRunCmd(), newGCDaemonCmd())
 	addConnFlags(cmd)
@@ -67,9 +81,9 @@ func addGCFlags(cmd *cobra.Command, f *gcFlags) {
 	fl.BoolVar(&f.all, "all", false, "collect every resource that has a pointer")
 	fl.Int("retain", d.Retain, "published versions kept per resource, the current one included (gc.retain)")
 	fl.Duration("grace", d.Grace, "reader grace: keep versions superseded less than this (plus --clock-skew) ago (gc.grace)")
-	fl.Duration("clock-skew", d.ClockSkew, "allowance for clock differences between publishers, the store and gc (gc.clock_skew)")
+	fl.Duration("clock-skew", d.ClockSkew, "allowance added to the grace (domain clock steps) and to the abandon period (the store's clock against gc's) (gc.clock_skew)")
 	fl.Duration("abandon-after", d.AbandonAfter, "seal and delete in-flight objects of dead grants older than this (gc.abandon_after)")
-	fl.Duration("op-retention", d.OpRetention, "keep op (idempotency) records this long after their commit (gc.op_retention)")
+	fl.Duration("op-retention", d.OpRetention, "keep op (idempotency) records this long after their commit, on the domain clock (gc.op_retention)")
 	fl.Duration("request-retention", d.RequestRetention, "keep acquire request records this long (gc.request_retention)")
 	fl.Int("delete-batch", d.DeleteBatch, "keys per multi-object delete, 1-1000 (gc.delete_batch)")
 	fl.Int("delete-concurrency", d.DeleteConcurrency, "multi-object deletes in flight (gc.delete_concurrency)")
@@ -163,8 +177,11 @@ func newGCRunCmd() *cobra.Command {
 		Long: `run performs one pass and prints a report: scanned, deleted, kept by decision
 (published, retained, in_flight, quarantined, foreign), sealed, uploads,
 records and errors; --verbose adds every object's decision and reason.
---dry-run makes the same decisions and changes nothing. On a terminal a
-progress counter is drawn on stderr. Several passes may run at once safely.
+--dry-run makes the same decisions and changes nothing (it reads the domain
+clock without advancing it). On a terminal a progress counter is drawn on
+stderr. Several passes may run at once safely. Ages are measured on the
+domain clock (see fencepub gc --help): the first pass on a domain starts it,
+so records become old on it only after a later pass.
 
 Exit codes: 0 the pass completed; 1 some resources failed (see errors); 2 bad
 flags, or the prefix belongs to another deployment; 115 etcd or the object

@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,12 +45,18 @@ type WorkerSpec struct {
 // IsWorker reports whether this process was started as a worker process.
 func IsWorker() bool { return os.Getenv(WorkerEnv) != "" }
 
+// WorkerSkew is how far a worker process's publisher clock is off during a
+// WorkerClockSkew fault.
+const WorkerSkew = 10 * 24 * time.Hour
+
 // WorkerMain runs this process as a worker process and returns its exit
 // code: it reads the WorkerSpec from WorkerEnv, publishes like the harness's
 // in-process workers until its standard input closes, and writes every
 // grant and publish to standard output as JSON lines, each with one write
 // before the step it describes starts (invoke) or after it ended (complete),
-// so a SIGKILL loses nothing that happened. Errors go to standard error.
+// so a SIGKILL loses nothing that happened. Each line on standard input is
+// a clock offset in nanoseconds for its publisher (0: right). Errors go to
+// standard error.
 func WorkerMain() int {
 	var spec WorkerSpec
 	if err := json.Unmarshal([]byte(os.Getenv(WorkerEnv)), &spec); err != nil {
@@ -78,15 +86,23 @@ func runWorker(spec WorkerSpec, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var skew atomic.Int64 // ns
 	pub, err := publisher.New(publisher.Config{
 		Namespace: spec.Namespace, Etcd: cli, Store: st, PartSize: partSize,
 		AttemptTimeout: wl.AttemptTimeout, ResendTimeout: wl.PublishTimeout,
+		Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
 	})
 	if err != nil {
 		return err
 	}
 	stop := make(chan struct{})
 	go func() {
+		sc := bufio.NewScanner(in)
+		for sc.Scan() {
+			if n, err := strconv.ParseInt(sc.Text(), 10, 64); err == nil {
+				skew.Store(n)
+			}
+		}
 		_, _ = io.Copy(io.Discard, in)
 		close(stop)
 	}()
@@ -239,6 +255,12 @@ func (p *process) kill() {
 	_ = p.signal(syscall.SIGCONT)
 	_ = p.signal(syscall.SIGKILL)
 	<-p.exited
+}
+
+// setSkew sets the offset of the process's publisher clock.
+func (p *process) setSkew(d time.Duration) error {
+	_, err := fmt.Fprintln(p.stdin, int64(d))
+	return err
 }
 
 // stop closes the process's standard input and waits for it to finish its

@@ -440,7 +440,7 @@ func (h *harness) inject(ctx context.Context, f Fault) {
 	rec := FaultRecord{Kind: f.Kind, Start: h.clock.Now()}
 	var err error
 	switch f.Kind {
-	case WorkerPause, WorkerKillUpload, WorkerKillPublish:
+	case WorkerPause, WorkerKillUpload, WorkerKillPublish, WorkerClockSkew:
 		rec.Target, rec.Detail, err = h.injectWorker(ctx, f)
 	case EtcdRestore:
 		rec.Target, rec.Detail, err = h.injectRestore(ctx, f)
@@ -476,6 +476,16 @@ func (h *harness) injectWorker(ctx context.Context, f Fault) (target, detail str
 			detail = fmt.Sprintf("paused during publish %s (%s of %s) for %s", op.ID, op.Version, op.Resource, f.Hold)
 		}
 		return p.id, detail, p.signal(syscall.SIGCONT)
+	case WorkerClockSkew:
+		skew := -WorkerSkew
+		if f.Variant == 1 {
+			skew = WorkerSkew
+		}
+		if err := p.setSkew(skew); err != nil {
+			return p.id, "", err
+		}
+		wait.Sleep(ctx, f.Hold)
+		return p.id, fmt.Sprintf("publisher clock off by %s for %s", skew, f.Hold), p.setSkew(0)
 	case WorkerKillUpload:
 		sl.px.minio.Set(faultproxy.Faults{Latency: 200 * time.Millisecond})
 		op, ok := p.nextInvoke(ctx, 8*time.Second)

@@ -23,6 +23,11 @@ const (
 	// written, while the response of its publish transaction is held back
 	// (mid-publish); the harness settles the open publish with Resolve.
 	WorkerKillPublish FaultKind = "worker_kill_publish"
+	// WorkerClockSkew: the publisher clock of a worker process runs
+	// WorkerSkew behind (variant 0) or ahead (1) for Hold, then is right
+	// again: nothing it writes may age by that clock (DESIGN.md invariant
+	// 10).
+	WorkerClockSkew FaultKind = "worker_clock_skew"
 	// EtcdLostResponses: the etcd proxies forward requests and drop the
 	// responses for a while, then reset every connection (variant 0), drop
 	// the response of the next request only (1), or reset (2).
@@ -55,7 +60,7 @@ const (
 
 // WorkerFaults returns the kinds of the worker track, in report order.
 func WorkerFaults() []FaultKind {
-	return []FaultKind{WorkerPause, WorkerKillUpload, WorkerKillPublish}
+	return []FaultKind{WorkerPause, WorkerKillUpload, WorkerKillPublish, WorkerClockSkew}
 }
 
 // ServerFaults returns the kinds of the server track, in report order.
@@ -153,8 +158,12 @@ func Plan(seed int64, d time.Duration, workers int, ttl time.Duration) Schedule 
 	for at < end {
 		for _, k := range permute(rng, WorkerFaults()) {
 			f := Fault{At: at, Kind: k, Target: rng.IntN(s.Workers)}
-			if f.Kind == WorkerPause {
+			switch f.Kind {
+			case WorkerPause:
 				f.Hold = ttl + between(time.Second, 3*time.Second)
+			case WorkerClockSkew:
+				f.Variant = rng.IntN(2)
+				f.Hold = between(2*time.Second, 5*time.Second)
 			}
 			if f.At+f.Hold > end {
 				at = end

@@ -7,7 +7,8 @@ import (
 	"strings"
 )
 
-// Domain-wide etcd keys (DESIGN.md "etcd layout"). None of them is ever deleted.
+// Domain-wide etcd keys (DESIGN.md "etcd layout"). Epoch and deployment are
+// never deleted; GC thins the clock's checkpoints.
 
 // EpochKey holds the current epoch as 20 digits (EncodeNumber).
 func (n Namespace) EpochKey() string { return n.Root() + "epoch" }
@@ -25,6 +26,21 @@ func (n Namespace) EpochRecordsPrefix() string { return n.Root() + "epochs/" }
 // the transaction that makes epoch the current one.
 func (n Namespace) EpochRecord(epoch uint64) string {
 	return n.EpochRecordsPrefix() + EncodeNumber(epoch)
+}
+
+// ClockHeadKey holds the head of the domain's revision clock (gc's clock):
+// the clock time, the advancing collector's wall time and the witness lease
+// (DESIGN.md "Ages come from one clock").
+func (n Namespace) ClockHeadKey() string { return n.Root() + "clock/head" }
+
+// ClockPointsPrefix ends with '/'; the clock's checkpoints live under it,
+// sorted by clock time.
+func (n Namespace) ClockPointsPrefix() string { return n.Root() + "clock/points/" }
+
+// ClockPointKey is the checkpoint of clock time t (unix nanoseconds, 20
+// digits; t must not be negative).
+func (n Namespace) ClockPointKey(t int64) string {
+	return n.ClockPointsPrefix() + EncodeNumber(uint64(t))
 }
 
 // Authority keys, per resource.

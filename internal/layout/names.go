@@ -117,7 +117,7 @@ type Namespace struct {
 
 // subtrees are the first key components under a domain's root that its
 // range reads and deletes cover (authority/, pointers/, seals/, ops/,
-// history/, restored/, epochs/ in etcd; _fencepub/ in the bucket). No prefix
+// history/, restored/, epochs/, clock/ in etcd; _fencepub/ in the bucket). No prefix
 // component or domain may be one of them: otherwise one domain nests inside
 // another's subtree — prefix "p/d/history" with domain "r" has the root
 // "p/d/history/r/", which is the history prefix of resource "r" of domain
@@ -126,14 +126,15 @@ type Namespace struct {
 // domain's epoch, generation, pointer and seal keys.
 var subtrees = map[string]bool{
 	"authority": true, "pointers": true, "seals": true, "ops": true, "history": true, "restored": true,
-	"epochs": true, strings.TrimSuffix(metaDir, "/"): true,
+	"epochs": true, "clock": true, strings.TrimSuffix(metaDir, "/"): true,
 }
 
 // NewNamespace validates prefix (one or more '/'-separated name components,
 // no leading or trailing '/') and domain (a name) and returns the Namespace.
 // No component may name one of a domain's key subtrees ("authority",
-// "pointers", "seals", "ops", "history", "restored", "epochs", "_fencepub"), so no two
-// namespaces' keys ever overlap unless their roots are equal.
+// "pointers", "seals", "ops", "history", "restored", "epochs", "clock",
+// "_fencepub"), so no two namespaces' keys ever overlap unless their roots
+// are equal.
 func NewNamespace(prefix, domain string) (Namespace, error) {
 	if prefix == "" {
 		return Namespace{}, nameErr("namespace.prefix", prefix, "is empty")

@@ -48,13 +48,15 @@ type Object struct {
 // by version. The zero Pointer (no object) is the state a resource init
 // writes.
 type Pointer struct {
-	Version        Version   `json:"version"`
-	Object         Object    `json:"object"`
-	IdempotencyKey string    `json:"idempotency_key,omitempty"`
-	Digest         string    `json:"digest,omitempty"` // request digest, hex sha256
-	ContentType    string    `json:"content_type,omitempty"`
-	Owner          string    `json:"owner,omitempty"`
-	CommittedAt    time.Time `json:"committed_at,omitzero"` // publisher's clock; informative
+	Version        Version `json:"version"`
+	Object         Object  `json:"object"`
+	IdempotencyKey string  `json:"idempotency_key,omitempty"`
+	Digest         string  `json:"digest,omitempty"` // request digest, hex sha256
+	ContentType    string  `json:"content_type,omitempty"`
+	Owner          string  `json:"owner,omitempty"`
+	// CommittedAt is the publisher's clock at prepare: informative only.
+	// Retention measures supersession on GC's domain clock instead.
+	CommittedAt time.Time `json:"committed_at,omitzero"`
 }
 
 // SealReasonDecommissioned is the Seal.Reason of a resource retired by
@@ -66,18 +68,23 @@ const SealReasonDecommissioned = "decommissioned"
 // Seal is the highest version that can no longer be published, besides the
 // pointer: it only ever rises (GC's abandon step, Resolve, decommission).
 type Seal struct {
-	Version Version   `json:"version"`
-	Reason  string    `json:"reason,omitempty"`
-	At      time.Time `json:"at,omitzero"`
+	Version Version `json:"version"`
+	Reason  string  `json:"reason,omitempty"`
+	// At is the writer's clock: informative only. A decommission's reader
+	// grace is measured from the seal's ModRevision on GC's domain clock.
+	At time.Time `json:"at,omitzero"`
 }
 
 // OpRecord is the idempotency record of one applied operation: the request
 // digest and the result it got (DESIGN.md invariant 5).
 type OpRecord struct {
-	Digest      string    `json:"digest"`
-	Version     Version   `json:"version"`
-	Object      Object    `json:"object"`
-	Owner       string    `json:"owner,omitempty"`
+	Digest  string  `json:"digest"`
+	Version Version `json:"version"`
+	Object  Object  `json:"object"`
+	Owner   string  `json:"owner,omitempty"`
+	// CommittedAt is the publisher's clock at prepare: informative only.
+	// OpRetention is measured from the record's ModRevision on GC's domain
+	// clock (DESIGN.md "Ages come from one clock").
 	CommittedAt time.Time `json:"committed_at"`
 }
 
