@@ -264,8 +264,8 @@ func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error
 }
 
 // checkOwnership returns etcd's deployment id after checking that the
-// bucket's ownership marker names it (issue 5: "GC refuses to delete under a
-// prefix whose marker names another deployment").
+// bucket's ownership marker names it (DESIGN.md "Object layout": GC refuses
+// to delete under a prefix whose marker names another deployment).
 func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
 	rctx, cancel := c.rctx(ctx)
 	resp, err := c.cli.Txn(rctx).Then(clientv3.OpGet(c.ns.EpochKey()), clientv3.OpGet(c.ns.DeploymentKey())).Commit()

@@ -71,7 +71,8 @@ type DaemonStatus struct {
 // Daemon runs GC passes on a schedule. Several replicas may run; only the
 // holder of the GC lease (authority, resource LeaseResource) runs passes.
 // Safety never depends on the lease (every deletion is safe on its own);
-// it only keeps replicas from doing the same work twice (issue 5 "Daemon").
+// it only keeps replicas from doing the same work twice (DESIGN.md "Garbage
+// collection": only the lease holder acts, but safety never depends on it).
 type Daemon struct {
 	cfg  DaemonConfig
 	c    *Collector

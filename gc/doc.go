@@ -1,7 +1,7 @@
 // Package gc is fencepub's garbage collector: it removes the objects that can
 // never be published or are no longer retained, aborts the multipart uploads
 // of the same kind, and keeps the domain's etcd records bounded
-// (DESIGN.md "Garbage collection", invariant 7; issue 5).
+// (DESIGN.md "Garbage collection", invariant 7).
 //
 // Decisions come from fences, not only from clocks. For each resource the
 // collector reads the epoch, pointer, seal, holder, restored-pointer records

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Defaults of Policy (issue 5 "Decisions").
+// Defaults of Policy (DESIGN.md "Garbage collection").
 const (
 	DefaultRetain       = 2
 	DefaultGrace        = 10 * time.Minute

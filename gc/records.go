@@ -15,8 +15,8 @@ import (
 const pruneBatch = 50
 
 // pruneRecords deletes the etcd records of s.Resource that nothing needs any
-// more, after the pass dealt with the objects they name (issue 5
-// "Retention"): history entries retention no longer keeps (read at
+// more, after the pass dealt with the objects they name (DESIGN.md "Garbage
+// collection": keep etcd bounded): history entries retention no longer keeps (read at
 // s.Revision), op records last modified before clk's OpRetention cutoff,
 // grant records whose fence can no longer publish, and acquire request
 // records before the cutoff of the authority's RequestRetention

@@ -6,7 +6,7 @@ import (
 )
 
 // Report is the outcome of one pass (Collector.Run), shaped for
-// `fencepub gc run -o json` (issue 5 "Daemon and CLI"). Counts are of
+// `fencepub gc run -o json`. Counts are of
 // objects unless named otherwise. In a dry run nothing is changed and
 // Deleted, Sealed, Uploads.Aborted and Records count what the pass would
 // have done (request records are not counted: authority prunes them).

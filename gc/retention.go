@@ -21,7 +21,7 @@ type historyEntry struct {
 // retention computes which history entries keep their objects, streaming
 // the history in version order with memory bounded by the entries it keeps
 // (Policy.Retain plus those superseded within the grace), not by the
-// history's length (issue 5 "Retention"). Supersession is measured on the
+// history's length. Supersession is measured on the
 // domain clock: entry k was superseded when entry k+1 was written, and that
 // is past the grace when its ModRevision is below graceCutoff (never the
 // publishers' CommittedAt).

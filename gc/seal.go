@@ -90,7 +90,8 @@ type Decommissioned struct {
 const decommissionAttempts = 8
 
 // Decommission retires res so that no fence of its past can ever publish
-// (issue 5, `fencepub resource delete`): in ONE transaction that requires
+// (`fencepub resource delete`; DESIGN.md "etcd layout": decommissioning
+// raises the seal instead of deleting the pointer): in ONE transaction that requires
 // the epoch, generation, pointer and seal unchanged since it read them (and,
 // unless force, no holder), it raises the seal to (epoch, generation,
 // layout.MaxNumber) with reason SealReasonDecommissioned. GC then deletes

@@ -1,7 +1,7 @@
 // Package publisher publishes the results of batch workers as immutable
 // objects in an S3-compatible store, made visible only by one fenced etcd
 // transaction per publish (DESIGN.md "Publish, in one round trip to etcd";
-// the seed's "一个任期多次写" and "大对象可不可变写，指针支持 CAS").
+// protocol source, §Term and §Resources).
 //
 // # Protocol
 //
@@ -35,7 +35,8 @@
 // is accepted only above the pointer. That is "newer state wins": if seq 2
 // is committed before seq 1 arrives, seq 1 is stale and its content is never
 // published, and before a newer fence's publish is durably accepted an older
-// fence may still publish (fencing allows it; the seed's "关键限定"). Use it
+// fence may still publish (fencing allows it; protocol source, §Timeline,
+// "key limitation"). Use it
 // for state that supersedes itself (a snapshot, a model, a report). When
 // every increment must take effect, use Term.Contiguous: a publish with seq
 // s > 1 then also requires the pointer to be exactly at seq s-1 of its term,

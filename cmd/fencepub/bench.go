@@ -41,8 +41,8 @@ const (
 // maxWrkDuration bounds --wrk-duration.
 const maxWrkDuration = 10 * time.Minute
 
-// newBenchCmd builds `fencepub bench`: the benchmark suite of issue 8
-// (internal/bench/suite), against the configured servers or, with --local, a
+// newBenchCmd builds `fencepub bench`: the benchmark suite
+// (internal/bench/suite; bench/README.md), against the configured servers or, with --local, a
 // single-member etcd and a single-drive MinIO it starts itself. Flags and
 // --out are checked before any server is started or contacted; an
 // interrupted run writes no report.

@@ -21,7 +21,7 @@ import (
 	"golang.org/x/term"
 )
 
-// newGCCmd builds `fencepub gc run` and `fencepub gc daemon` (issue 5).
+// newGCCmd builds `fencepub gc run` and `fencepub gc daemon`.
 func newGCCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gc",

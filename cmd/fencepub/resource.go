@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// newResourceCmd builds `fencepub resource delete R [--force]` (issue 5).
+// newResourceCmd builds `fencepub resource delete R [--force]`.
 func newResourceCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "resource", Short: "Manage resources"}
 	var force bool

@@ -5,8 +5,7 @@
 // Peer: what users write today without fencepub), and the report (Row,
 // Report: latest.json, latest.md, and a PNG chart). Results are ratios of
 // two measurements of the same run on the same servers, because the
-// machines they run on are shared and noisy (issue 8 "Benchmarks side by
-// side").
+// machines they run on are shared and noisy.
 //
 // It imports no fencepub package but layout and objstore, so every
 // package's own benchmarks can use it; the suite of `fencepub bench` lives

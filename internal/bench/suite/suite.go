@@ -1,4 +1,4 @@
-// Package suite is fencepub's benchmark suite (issue 8): `fencepub bench`
+// Package suite is fencepub's benchmark suite: `fencepub bench`
 // and `make bench`. Run runs its workloads against real etcd and MinIO —
 // the configured servers, or those StartLocal starts — and returns a
 // bench.Report whose every row sets a fencepub measurement next to its
@@ -41,9 +41,8 @@ var (
 	ErrInvalid = errors.New("suite: invalid options")
 )
 
-// Workload names, in the order Run runs them (issue 8's workloads:
-// publish = 1 and 2, peer = 3, authority = 4, reader = 5, gc = 6, scaling
-// and cluster = 7).
+// Workload names, in the order Run runs them (bench/README.md describes
+// each).
 const (
 	WorkloadPublish   = "publish"
 	WorkloadPeer      = "peer"
