@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -19,10 +20,12 @@ import (
 
 // The test binary runs as a child process (testenv.StartChild): a GC
 // daemon ("daemon") or a publishing worker ("worker") that the parent test
-// kills or pauses with SIGSTOP. Both take a helperConfig.
+// kills or pauses with SIGSTOP. Both take a helperConfig. The daemon's
+// authority logs to stdout (JSON lines), where a test sees it wait for the
+// GC lease; the worker's stdout carries only its publish lines.
 var helpers = map[string]testenv.ChildFunc{
-	"daemon": helperMain(helperDaemon),
-	"worker": helperMain(helperWorker),
+	"daemon": helperMain(helperDaemon, true),
+	"worker": helperMain(helperWorker, false),
 }
 
 type helperConfig struct {
@@ -38,8 +41,9 @@ type helperConfig struct {
 type helperFunc func(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error
 
 // helperMain returns the child process that connects to the servers of its
-// helperConfig and runs run.
-func helperMain(run helperFunc) testenv.ChildFunc {
+// helperConfig and runs run; with logAuthority its authority logs to stdout
+// at debug level.
+func helperMain(run helperFunc, logAuthority bool) testenv.ChildFunc {
 	return func(spec []byte) error {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
@@ -49,7 +53,11 @@ func helperMain(run helperFunc) testenv.ChildFunc {
 			return err
 		}
 		defer cli.Close()
-		auth, err := authority.New(authority.Config{Namespace: cfg.Namespace, Etcd: cli, Store: st})
+		var log *slog.Logger
+		if logAuthority {
+			log = slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		auth, err := authority.New(authority.Config{Namespace: cfg.Namespace, Etcd: cli, Store: st, Logger: log})
 		if err != nil {
 			return err
 		}
