@@ -6,9 +6,18 @@
 GO        ?= go
 BIN       := $(CURDIR)/bin
 PKGS      := ./...
-TEST_FLAGS ?= -count=1 -timeout 28m
+# -race: every package runs under the race detector. The suite waits on real
+# servers far more than it computes, so -race costs it little (see README,
+# "Tests"); should it outgrow CI, split PKGS here, keeping -race at least for
+# reader, publisher, gc and authority.
+TEST_FLAGS ?= -count=1 -timeout 28m -race
+# fuzz: every Fuzz target of FUZZ_PKGS runs for FUZZTIME (one at a time, as
+# go test requires); the seed corpus is in each package's testdata/fuzz, where
+# go test also writes any failing input it finds.
+FUZZ_PKGS ?= ./internal/layout
+FUZZTIME  ?= 10s
 
-.PHONY: all deps build test lint fmt vet staticcheck demo bench chaos clean
+.PHONY: all deps build test fuzz wrk lint fmt vet staticcheck demo bench chaos clean
 
 all: build
 
@@ -26,22 +35,40 @@ build:
 demo: deps build
 	$(GO) run ./examples/demo --bin $(BIN)
 
+## wrk: install wrk (Debian package), which drives the reader-service
+## benchmark rows, with apt-get (as root, else through sudo) unless it is in PATH.
+wrk:
+	@command -v wrk >/dev/null 2>&1 || { echo "installing wrk"; \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get install -y wrk || { $$sudo apt-get update && $$sudo apt-get install -y wrk; }; }
+
 ## bench: the benchmark suite on local etcd and MinIO, plus the Go
 ## micro-benchmarks; results and chart in bench/results (bench/README.md).
 ## wrk (Debian package) drives the reader-service rows; without it they are
 ## skipped with a note.
 bench: deps build
-	@command -v wrk >/dev/null 2>&1 || { echo "bench: installing wrk"; \
-		if [ "$$(id -u)" = 0 ]; then apt-get install -y wrk; else sudo apt-get install -y wrk; fi; } \
-		|| echo "bench: wrk not installed; the reader-service rows will be skipped"
+	@$(MAKE) --no-print-directory wrk || echo "bench: wrk not installed; the reader-service rows will be skipped"
 	$(GO) run ./cmd/fencepub bench --local --out bench/results --reader-service $(BIN)/reader-service
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/layout > bench/results/micro.txt
 	$(GO) test -run '^$$' -bench Classify -benchmem ./gc >> bench/results/micro.txt
 	@cat bench/results/micro.txt
 
-## test: every test, against real servers started by internal/testenv
-test: deps
+## test: every test under the race detector, against real servers started by
+## internal/testenv (wrk installed for the reader-service bench rows, which
+## must run), then every fuzz target for FUZZTIME
+test: deps wrk
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+	@$(MAKE) --no-print-directory fuzz
+
+## fuzz: each Fuzz target of FUZZ_PKGS for FUZZTIME (default 10s)
+fuzz:
+	@for pkg in $(FUZZ_PKGS); do \
+		targets=$$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz') || exit 1; \
+		for t in $$targets; do \
+			echo "fuzz $$pkg $$t for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
 
 ## lint: gofmt check, go vet and staticcheck (pinned in tools/go.mod)
 lint: fmt vet staticcheck
