@@ -153,7 +153,7 @@ func FuzzParseGrantRecord(f *testing.F) {
 
 // orderEdges are the numbers where a decimal encoding changes width or
 // reaches its limit.
-var orderEdges = []uint64{0, 1, 9, 10, 11, 99, 100, MaxNumber - 1, MaxNumber}
+var orderEdges = []uint64{0, 9, 10, 99, 100, MaxNumber}
 
 // checkEncodeOrder fails t unless the encodings of a and b compare as
 // bytes exactly as a and b compare as versions (etcd's Compare on pointer
