@@ -139,20 +139,18 @@ func TestKillLeaderMidAcquireLoop(t *testing.T) {
 		})
 	}
 	// Kill the leader once some grants are done.
-	for {
+	done := 0
+	testenv.Eventually(t, "10 grants before the kill", time.Minute, func() bool {
 		mu.Lock()
-		n := len(order)
-		mu.Unlock()
-		if n >= 10 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		done = len(order)
+		return done >= 10
+	})
 	leader, err := e.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killing leader %s after %d grants", leader.Name, len(order))
+	t.Logf("killing leader %s after %d grants", leader.Name, done)
 	leader.Kill()
 	close(killed)
 	wg.Wait()
