@@ -7,8 +7,21 @@ GO        ?= go
 BIN       := $(CURDIR)/bin
 PKGS      := ./...
 TEST_FLAGS ?= -count=1 -timeout 28m
+# make test runs every package under the race detector except NORACE_PKGS:
+# the suite waits on real servers far more than it computes, so -race costs
+# it little (README, "Development"), but the lab's model checker is
+# single-goroutine CPU work that -race slows eightfold and cannot find
+# anything in. Should the suite outgrow CI, move packages to NORACE_PKGS,
+# keeping -race at least for reader, publisher, gc and authority.
+NORACE_PKGS := ./lab
+RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS)),$(shell $(GO) list $(PKGS)))
+# fuzz: every Fuzz target of FUZZ_PKGS runs for FUZZTIME (one at a time, as
+# go test requires); the seed corpus is in each package's testdata/fuzz, where
+# go test also writes any failing input it finds.
+FUZZ_PKGS ?= ./internal/layout
+FUZZTIME  ?= 10s
 
-.PHONY: all deps build test cross lint fmt vet staticcheck demo bench chaos clean
+.PHONY: all deps build test cross fuzz wrk lint fmt vet staticcheck demo bench chaos clean
 
 all: build
 
@@ -26,23 +39,41 @@ build:
 demo: deps build
 	$(GO) run ./examples/demo --bin $(BIN)
 
+## wrk: install wrk (Debian package), which drives the reader-service
+## benchmark rows, with apt-get (as root, else through sudo) unless it is in PATH.
+wrk:
+	@command -v wrk >/dev/null 2>&1 || { echo "installing wrk"; \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get install -y wrk || { $$sudo apt-get update && $$sudo apt-get install -y wrk; }; }
+
 ## bench: the benchmark suite on local etcd and MinIO, plus the Go
 ## micro-benchmarks; results and chart in bench/results (bench/README.md).
 ## wrk (Debian package) drives the reader-service rows; without it they are
 ## skipped with a note.
 bench: deps build
-	@command -v wrk >/dev/null 2>&1 || { echo "bench: installing wrk"; \
-		if [ "$$(id -u)" = 0 ]; then apt-get install -y wrk; else sudo apt-get install -y wrk; fi; } \
-		|| echo "bench: wrk not installed; the reader-service rows will be skipped"
+	@$(MAKE) --no-print-directory wrk || echo "bench: wrk not installed; the reader-service rows will be skipped"
 	$(GO) run ./cmd/fencepub bench --local --out bench/results --reader-service $(BIN)/reader-service
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/layout > bench/results/micro.txt
 	$(GO) test -run '^$$' -bench Classify -benchmem ./gc >> bench/results/micro.txt
 	@cat bench/results/micro.txt
 
-## test: every test, against real servers started by internal/testenv,
-##       after the cross-compile check
-test: deps cross
-	$(GO) test $(TEST_FLAGS) $(PKGS)
+## test: every test (under the race detector but for NORACE_PKGS), against real servers started by
+## internal/testenv (wrk installed for the reader-service bench rows, which
+## must run), after the cross-compile check, then every fuzz target for FUZZTIME
+test: deps wrk cross
+	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
+	$(GO) test $(TEST_FLAGS) $(NORACE_PKGS)
+	@$(MAKE) --no-print-directory fuzz
+
+## fuzz: each Fuzz target of FUZZ_PKGS for FUZZTIME (default 10s)
+fuzz:
+	@for pkg in $(FUZZ_PKGS); do \
+		targets=$$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz') || exit 1; \
+		for t in $$targets; do \
+			echo "fuzz $$pkg $$t for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
 
 ## cross: the library packages build for darwin, windows and freebsd, and
 ##        the CLI for darwin (cross-compilation only; nothing runs there)

@@ -214,6 +214,7 @@ func (q *acquisition) run(ctx context.Context) (Grant, error) {
 				return Grant{}, a.heldError(ctx, res, *s.holder)
 			}
 			q.dropLease() // it would tick away while we wait
+			a.log.Debug("authority: waiting for the holder", "resource", res, "holder", s.holder.Owner)
 			wctx, cancel := q.waitCtx(ctx)
 			err := a.waitFree(wctx, res, s.rev)
 			cancel()

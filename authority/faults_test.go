@@ -139,20 +139,18 @@ func TestKillLeaderMidAcquireLoop(t *testing.T) {
 		})
 	}
 	// Kill the leader once some grants are done.
-	for {
+	done := 0
+	testenv.Eventually(t, "10 grants before the kill", time.Minute, func() bool {
 		mu.Lock()
-		n := len(order)
-		mu.Unlock()
-		if n >= 10 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		done = len(order)
+		return done >= 10
+	})
 	leader, err := e.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killing leader %s after %d grants", leader.Name, len(order))
+	t.Logf("killing leader %s after %d grants", leader.Name, done)
 	leader.Kill()
 	close(killed)
 	wg.Wait()
@@ -202,9 +200,10 @@ func TestSessionRenewsAndLoses(t *testing.T) {
 	if _, err := cli.Revoke(ctx, g.LeaseID); err != nil {
 		t.Fatal(err)
 	}
+	// The next renewal (every TTL/3) notices within its RequestTimeout.
 	select {
 	case <-s.Lost():
-	case <-time.After(2 * time.Second):
+	case <-time.After(g.TTL/3 + time.Second + testenv.Slack):
 		t.Fatal("Lost did not close after the lease was revoked")
 	}
 	if !errors.Is(s.Err(), ErrLeaseLost) {
@@ -224,7 +223,8 @@ func TestSessionRenewsAndLoses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	time.Sleep(time.Second) // at least one renewal
+	first := s2.Deadline()
+	testenv.Eventually(t, "a renewal of the second session", g2.TTL+testenv.Slack, func() bool { return s2.Deadline().After(first) })
 	if err := e.Members[0].Pause(); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,11 +22,13 @@ import (
 // The test binary runs as a child process (testenv.StartChild): a GC
 // daemon ("daemon") or a publishing worker ("worker") that the parent test
 // kills or pauses with SIGSTOP, or a publisher whose clock is off
-// ("skewed"). All take a helperConfig.
+// ("skewed"). All take a helperConfig. The daemon's authority logs to stdout
+// (JSON lines), where a test sees it wait for the GC lease; the worker's and
+// the skewed publisher's stdout carry only their publish lines.
 var helpers = map[string]testenv.ChildFunc{
-	"daemon": helperMain(helperDaemon),
-	"worker": helperMain(helperWorker),
-	"skewed": helperMain(helperSkewed),
+	"daemon": helperMain(helperDaemon, true),
+	"worker": helperMain(helperWorker, false),
+	"skewed": helperMain(helperSkewed, false),
 }
 
 type helperConfig struct {
@@ -45,8 +48,9 @@ type helperConfig struct {
 type helperFunc func(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error
 
 // helperMain returns the child process that connects to the servers of its
-// helperConfig and runs run.
-func helperMain(run helperFunc) testenv.ChildFunc {
+// helperConfig and runs run; with logAuthority its authority logs to stdout
+// at debug level.
+func helperMain(run helperFunc, logAuthority bool) testenv.ChildFunc {
 	return func(spec []byte) error {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
@@ -56,7 +60,11 @@ func helperMain(run helperFunc) testenv.ChildFunc {
 			return err
 		}
 		defer cli.Close()
-		auth, err := authority.New(authority.Config{Namespace: cfg.Namespace, Etcd: cli, Store: st})
+		var log *slog.Logger
+		if logAuthority {
+			log = slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		auth, err := authority.New(authority.Config{Namespace: cfg.Namespace, Etcd: cli, Store: st, Logger: log})
 		if err != nil {
 			return err
 		}

@@ -41,6 +41,29 @@ func TestExplore(t *testing.T) {
 			if first := evs[0]; first.Action != Acquire || first.Issuer < issuer {
 				t.Errorf("%s: first step %+v", v, first)
 			}
+			replayCounterexample(t, v, issuer, 3, x)
+		}
+	}
+}
+
+// replayCounterexample applies the steps of x's counterexample to a fresh
+// model of variant v: every step must give the recorded event, no step
+// before the last may violate a property, and the last must violate x's
+// property with x's detail.
+func replayCounterexample(t *testing.T, v Variant, issuer, clients int, x Violation) {
+	t.Helper()
+	w := newWorld(v, issuer, []string{"A", "B", "C", "D", "E"}[:clients])
+	evs := x.Counterexample.Events
+	for i, want := range evs {
+		got, f := w.apply(want.Step)
+		if got != want {
+			t.Fatalf("%s issuer %d: replayed step %d gives %+v, the counterexample says %+v", v, issuer, i+1, got, want)
+		}
+		switch {
+		case i < len(evs)-1 && f != nil:
+			t.Fatalf("%s issuer %d: replayed step %d already violates %s (%s)", v, issuer, i+1, f.property, f.detail)
+		case i == len(evs)-1 && (f == nil || f.property != x.Property || f.detail != x.Detail):
+			t.Fatalf("%s issuer %d: replayed last step gives %+v, want %s (%s)", v, issuer, f, x.Property, x.Detail)
 		}
 	}
 }
@@ -58,7 +81,12 @@ func TestExploreRollbackBounds(t *testing.T) {
 	if err != nil || r.OK() || r.Violations[0].Property != RevokedGenerationOverwrite {
 		t.Fatalf("Explore(rollback-issuer, 3 clients, 1 write): %v, %+v", err, r.Violations)
 	}
+	replayCounterexample(t, RollbackIssuer, 40, 3, r.Violations[0])
 }
+
+// issuers are the initial issuer values the reduction and abstraction
+// tests run at: the smallest, the seed's, others, and the largest.
+var issuers = []int{0, 7, 40, MaxIssuer}
 
 // exactKey is the whole state, with no abstraction: exact fences and grant
 // ordinals, and finished clients kept as they are.
@@ -72,7 +100,7 @@ func exactKey(w *world, paused []bool) string {
 // same violations, leading to states with the same key. By induction, states
 // merged by the key have the same futures. Where no violation stops Explore,
 // the keys of the exactly reachable states must also be exactly the states
-// Explore visited.
+// Explore visited. It runs at every issuer of issuers.
 func TestExploreKeyIsExact(t *testing.T) {
 	for _, tt := range []struct {
 		v       Variant
@@ -83,49 +111,52 @@ func TestExploreKeyIsExact(t *testing.T) {
 		{NoFence, 3, 2}, {SplitAuthority, 2, 2}, {SplitAuthority, 3, 1},
 		{RollbackIssuer, 3, 2}, {RollbackIssuer, 2, 1},
 	} {
-		seen := map[string]bool{}
-		signature := map[string]string{} // key -> transitions
-		var dfs func(w *world)
-		dfs = func(w *world) {
-			k := exactKey(w, nil)
-			if seen[k] {
-				return
-			}
-			seen[k] = true
-			var sig []string
-			var next []*world
-			for _, s := range w.enabled(tt.writes) {
-				n := w.clone()
-				steps := []Step{s}
-				if s.Action == Pause {
-					steps = append(steps, Step{Actor: s.Actor, Action: Resume})
+		for _, issuer := range issuers {
+			name := fmt.Sprintf("%s issuer %d, %d clients x %d writes", tt.v, issuer, tt.clients, tt.writes)
+			seen := map[string]bool{}
+			signature := map[string]string{} // key -> transitions
+			var dfs func(w *world)
+			dfs = func(w *world) {
+				k := exactKey(w, nil)
+				if seen[k] {
+					return
 				}
-				var props []Property
-				for _, st := range steps {
-					if _, f := n.apply(st); f != nil {
-						props = append(props, f.property)
+				seen[k] = true
+				var sig []string
+				var next []*world
+				for _, s := range w.enabled(tt.writes) {
+					n := w.clone()
+					steps := []Step{s}
+					if s.Action == Pause {
+						steps = append(steps, Step{Actor: s.Actor, Action: Resume})
 					}
+					var props []Property
+					for _, st := range steps {
+						if _, f := n.apply(st); f != nil {
+							props = append(props, f.property)
+						}
+					}
+					sig = append(sig, fmt.Sprintf("%+v %v %q", s, props, n.appendKey(nil, tt.writes)))
+					next = append(next, n)
 				}
-				sig = append(sig, fmt.Sprintf("%+v %v %q", s, props, n.appendKey(nil, tt.writes)))
-				next = append(next, n)
+				ak := string(w.appendKey(nil, tt.writes))
+				if old, ok := signature[ak]; ok && old != fmt.Sprint(sig) {
+					t.Fatalf("%s: states with the same key differ:\n%s\n%s", name, old, fmt.Sprint(sig))
+				}
+				signature[ak] = fmt.Sprint(sig)
+				for _, n := range next {
+					dfs(n)
+				}
 			}
-			ak := string(w.appendKey(nil, tt.writes))
-			if old, ok := signature[ak]; ok && old != fmt.Sprint(sig) {
-				t.Fatalf("%+v: states with the same key differ:\n%s\n%s", tt, old, fmt.Sprint(sig))
-			}
-			signature[ak] = fmt.Sprint(sig)
-			for _, n := range next {
-				dfs(n)
-			}
-		}
-		dfs(newWorld(tt.v, 40, []string{"A", "B", "C", "D"}[:tt.clients]))
+			dfs(newWorld(tt.v, issuer, []string{"A", "B", "C", "D"}[:tt.clients]))
 
-		r, err := Explore(tt.v, 40, tt.clients, tt.writes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.OK() && len(signature) != r.States {
-			t.Errorf("%+v: %d exact states with %d distinct keys; Explore visited %d", tt, len(seen), len(signature), r.States)
+			r, err := Explore(tt.v, issuer, tt.clients, tt.writes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.OK() && len(signature) != r.States {
+				t.Errorf("%s: %d exact states with %d distinct keys; Explore visited %d", name, len(seen), len(signature), r.States)
+			}
 		}
 	}
 }
@@ -133,7 +164,7 @@ func TestExploreKeyIsExact(t *testing.T) {
 // TestExploreReductionsLoseNothing searches without Explore's reductions:
 // pause and resume are separate steps in every variant, and the authority may
 // recover in every variant. It must find exactly the properties Explore
-// finds.
+// finds, at every issuer of issuers.
 func TestExploreReductionsLoseNothing(t *testing.T) {
 	for _, tt := range []struct {
 		v       Variant
@@ -142,45 +173,47 @@ func TestExploreReductionsLoseNothing(t *testing.T) {
 	}{
 		{Correct, 3, 2}, {NoFence, 3, 2}, {SplitAuthority, 2, 2}, {RollbackIssuer, 3, 1}, {RollbackIssuer, 2, 2}, {RollbackIssuer, 2, 1},
 	} {
-		r, err := Explore(tt.v, 40, tt.clients, tt.writes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := map[Property]bool{}
-		for _, x := range r.Violations {
-			want[x.Property] = true
-		}
-		got := map[Property]bool{}
-		seen := map[string]bool{}
-		var dfs func(w *world, paused []bool)
-		dfs = func(w *world, paused []bool) {
-			k := exactKey(w, paused)
-			if seen[k] {
-				return
+		for _, issuer := range issuers {
+			r, err := Explore(tt.v, issuer, tt.clients, tt.writes)
+			if err != nil {
+				t.Fatal(err)
 			}
-			seen[k] = true
-			for _, s := range unreducedSteps(w, paused, tt.writes) {
-				n, p := w.clone(), append([]bool(nil), paused...)
-				i := -1
-				if s.Actor != Authority {
-					i, _ = n.client(s.Actor)
-				}
-				switch s.Action {
-				case Pause:
-					p[i] = true
-				case Resume:
-					p[i] = false
-				}
-				if _, f := n.apply(s); f != nil {
-					got[f.property] = true
-				}
-				dfs(n, p)
+			want := map[Property]bool{}
+			for _, x := range r.Violations {
+				want[x.Property] = true
 			}
-		}
-		w := newWorld(tt.v, 40, []string{"A", "B", "C"}[:tt.clients])
-		dfs(w, make([]bool, tt.clients))
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("%+v: unreduced search finds %v, Explore %v (%d exact states)", tt, got, want, len(seen))
+			got := map[Property]bool{}
+			seen := map[string]bool{}
+			var dfs func(w *world, paused []bool)
+			dfs = func(w *world, paused []bool) {
+				k := exactKey(w, paused)
+				if seen[k] {
+					return
+				}
+				seen[k] = true
+				for _, s := range unreducedSteps(w, paused, tt.writes) {
+					n, p := w.clone(), append([]bool(nil), paused...)
+					i := -1
+					if s.Actor != Authority {
+						i, _ = n.client(s.Actor)
+					}
+					switch s.Action {
+					case Pause:
+						p[i] = true
+					case Resume:
+						p[i] = false
+					}
+					if _, f := n.apply(s); f != nil {
+						got[f.property] = true
+					}
+					dfs(n, p)
+				}
+			}
+			w := newWorld(tt.v, issuer, []string{"A", "B", "C"}[:tt.clients])
+			dfs(w, make([]bool, tt.clients))
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s issuer %d %+v: unreduced search finds %v, Explore %v (%d exact states)", tt.v, issuer, tt, got, want, len(seen))
+			}
 		}
 	}
 }

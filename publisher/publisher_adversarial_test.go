@@ -20,6 +20,7 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/reader"
@@ -147,36 +148,13 @@ func (w *pausedWorker) signal(sig syscall.Signal) {
 func (w *pausedWorker) stop() {
 	w.t.Helper()
 	w.signal(syscall.SIGSTOP)
-	deadline := time.Now().Add(10 * time.Second)
-	for !allThreadsStopped(w.t, w.child.Pid()) {
-		if time.Now().After(deadline) {
-			w.t.Fatalf("process %d did not stop", w.child.Pid())
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// allThreadsStopped reports whether every thread of pid is in state T
-// (stopped by a signal), from /proc/<pid>/task/*/stat.
-func allThreadsStopped(t *testing.T, pid int) bool {
-	t.Helper()
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, task := range tasks {
-		stat, err := os.ReadFile(dir + "/" + task.Name() + "/stat")
+	testenv.Eventually(w.t, fmt.Sprintf("every thread of process %d stopped", w.child.Pid()), 10*time.Second, func() bool {
+		stopped, err := localstack.ThreadsStopped(w.child.Pid())
 		if err != nil {
-			return false // a thread came or went: look again
+			w.t.Fatal(err)
 		}
-		// The state is the first field after the parenthesised command.
-		_, rest, ok := strings.Cut(string(stat), ") ")
-		if !ok || len(rest) == 0 || rest[0] != 'T' {
-			return false
-		}
-	}
-	return true
+		return stopped
+	})
 }
 
 // awaitLeaseGone blocks until etcd deleted the holder key created at rev

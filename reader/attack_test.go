@@ -118,6 +118,9 @@ func TestAttackConcurrentOpensWhilePointerMoves(t *testing.T) {
 	}
 	e.publishWhileReading(ctx, publishes, func() { stop.Store(true) }, &wg, firstErr)
 	t.Logf("%d opens during %d publishes; %d spurious ErrWentBack", opens.Load(), publishes, wentBack.Load())
+	if opens.Load() == 0 {
+		t.Fatal("no open succeeded while the pointer moved")
+	}
 }
 
 // A Watch and Opens share one Reader (a service that watches for cache
@@ -167,6 +170,9 @@ func TestAttackWatchAndOpenShareReader(t *testing.T) {
 	}
 	e.publishWhileReading(ctx, publishes, func() { stop.Store(true); cancel() }, &wg, errs)
 	t.Logf("%d opens alongside a watch during %d publishes; %d spurious ErrWentBack", opens.Load(), publishes, wentBack.Load())
+	if opens.Load() == 0 {
+		t.Fatal("no open succeeded alongside the watch")
+	}
 }
 
 // The pointer moves while Open's speculative GET of the last object is in
@@ -359,9 +365,9 @@ func TestAttackSpeculationReleasesConnections(t *testing.T) {
 		}
 		b.Close()
 	}
-	time.Sleep(time.Second)
-	if open := spx.Stats().Open; open > 4 {
-		t.Fatalf("%d store connections still open after 20 missed speculations", open)
-	}
+	// Closed bodies release their connections at once; idle ones stay
+	// pooled (at most a few).
+	testenv.Eventually(t, "at most 4 store connections open after 20 missed speculations", 10*time.Second,
+		func() bool { return spx.Stats().Open <= 4 })
 	t.Logf("store proxy %+v", spx.Stats())
 }

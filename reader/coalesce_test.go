@@ -161,14 +161,9 @@ func TestSharedReadCallersLeave(t *testing.T) {
 		}
 		return q.inflight != nil, pending
 	}
-	until := func(ok func() bool) {
-		for !ok() {
-			time.Sleep(time.Millisecond)
-		}
-	}
-	until(func() bool { in, _ := state(); return in })
+	testenv.Eventually(t, "the blocker's read in flight", 10*time.Second, func() bool { in, _ := state(); return in })
 	go current(patient)
-	until(func() bool { _, n := state(); return n == 1 })
+	testenv.Eventually(t, "the patient waits for the pending read", 10*time.Second, func() bool { _, n := state(); return n == 1 })
 	if err := short(); err != nil {
 		t.Fatal(err)
 	}
@@ -187,9 +182,7 @@ func TestSharedReadCallersLeave(t *testing.T) {
 	if err := short(); err != nil {
 		t.Fatal(err)
 	}
-	for kv.ended.Load() == ended {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the orphaned read ends", 10*time.Second, func() bool { return kv.ended.Load() != ended })
 	if n := kv.cancelled.Load(); n != 1 {
 		t.Fatalf("the read whose only caller left: %d reads cancelled, want 1", n)
 	}
@@ -225,11 +218,20 @@ func TestSharedReadRequestTimeout(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { _, err := r.Current(first); done <- err }()
-		time.Sleep(200 * time.Millisecond)
+		testenv.Eventually(t, "the first caller's read in flight", 10*time.Second, func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.reads[0].inflight != nil
+		})
+		if !firstStays {
+			<-done // the first caller is gone
+		}
 		_, err := r.Current(ctxT(t, timeout+timeout*3/4))
 		if !errors.Is(err, ErrUnavailable) {
 			t.Errorf("first caller stays=%v: a later caller got %v; want ErrUnavailable within RequestTimeout", firstStays, err)
 		}
-		<-done
+		if firstStays {
+			<-done
+		}
 	}
 }

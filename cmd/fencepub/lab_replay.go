@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -14,6 +15,7 @@ import (
 // interleavings performed against the real authority and publisher.
 func newLabReplayCmd() *cobra.Command {
 	var issuer int
+	var variant string
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Replay every interleaving of the correct model against real etcd and MinIO",
@@ -26,13 +28,34 @@ each real outcome and pointer with the model's. Pauses are a client doing
 nothing while etcd expires its 2 s lease, so the run takes a few seconds per
 interleaving.
 
+--variant no-fence or rollback-issuer replays the fencing case of that
+deliberately broken model instead: the implementation does not have the defect,
+so the replay reports mismatches and exits 1 on purpose (split-authority mints
+apart from the grant, which has no real counterpart: exit 2).
+
 Exit status: 0 when the implementation matched the model at every step, 1 when
-it did not (each mismatch is printed), 115 when a server is unreachable.`,
+it did not (each mismatch is printed), 2 for a variant that cannot be
+replayed, 115 when a server is unreachable.`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
+	cmd.Flags().StringVar(&variant, "variant", string(lab.Correct), "model variant: correct (both cases), or no-fence or rollback-issuer (fencing case only; mismatches expected)")
 	cmd.Flags().IntVar(&issuer, "issuer", 40, "the model's initial issuer value; a real fresh resource starts at generation 1, so the model's token T is compared with generation T-issuer")
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		v, err := lab.ParseVariant(variant)
+		if err != nil {
+			return exitcode.With(exitcode.Usage, err)
+		}
+		cases := []lab.Case{lab.Fencing, lab.Operations}
+		if v != lab.Correct {
+			cases = cases[:1] // the operations case has no defective variant
+		}
+		scenarios := make([]lab.Scenario, len(cases))
+		for i, k := range cases {
+			if scenarios[i], err = lab.NewScenario(k, v, issuer); err != nil {
+				return exitcode.With(exitcode.Usage, err)
+			}
+		}
 		env, err := openEnv(c)
 		if err != nil {
 			return err
@@ -46,14 +69,13 @@ it did not (each mismatch is printed), 115 when a server is unreachable.`,
 		t := replay.Target{Namespace: ns, Etcd: env.Etcd, Store: env.Store}
 		var reports []replay.Report
 		failed := 0
-		for _, k := range []lab.Case{lab.Fencing, lab.Operations} {
-			s, err := lab.NewScenario(k, lab.Correct, issuer)
-			if err != nil {
-				return exitcode.With(exitcode.Usage, err)
-			}
-			fmt.Fprintf(env.Stderr, "lab replay: case %s: %d interleavings ...\n", k, len(s.Interleavings()))
+		for i, s := range scenarios {
+			fmt.Fprintf(env.Stderr, "lab replay: case %s, variant %s: %d interleavings ...\n", cases[i], v, len(s.Interleavings()))
 			rep, err := replay.Run(c.Context(), t, s)
-			if err != nil {
+			switch {
+			case errors.Is(err, replay.ErrNotReplayable):
+				return exitcode.With(exitcode.Usage, err)
+			case err != nil:
 				return exitcode.With(exitcode.Unavailable, err)
 			}
 			reports = append(reports, rep)

@@ -75,3 +75,17 @@ func TestLabUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestLabReplayBrokenVariant: `lab replay` of a deliberately broken model
+// against real servers reports where the real system differs (exit 1); a
+// variant with no real counterpart is a usage error.
+func TestLabReplayBrokenVariant(t *testing.T) {
+	conn, _, _ := cliStack(t, "labreplay")
+	out, errs, code := runCLI(t, append([]string{"lab", "replay", "--variant", "no-fence"}, conn...)...)
+	if code != 1 || !strings.Contains(out, "expected applied: got outcome stale") {
+		t.Fatalf("lab replay --variant no-fence: exit %d, stdout:\n%s\nstderr: %s", code, out, errs)
+	}
+	if _, errs, code := runCLI(t, append([]string{"lab", "replay", "--variant", "split-authority"}, conn...)...); code != 2 || errs == "" {
+		t.Fatalf("lab replay --variant split-authority: exit %d, stderr %q; want 2", code, errs)
+	}
+}

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -155,7 +157,7 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 		if err := layout.ValidateKey("key", key); err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
-		r := &runner{c: c, args: args, output: output, allowEmpty: allowEmpty, grace: grace, res: runOutput{Resource: resource, Owner: owner, Key: key, CommandExit: -1, Outcome: "not_published"}}
+		r := &runner{c: c, stderr: shareWriter(c.ErrOrStderr()), args: args, output: output, allowEmpty: allowEmpty, grace: grace, res: runOutput{Resource: resource, Owner: owner, Key: key, CommandExit: -1, Outcome: "not_published"}}
 		err := r.run(resource, owner, key, contentType, ttl, wait, timeout)
 		r.res.DurationMS = time.Since(start).Milliseconds()
 		if err != nil {
@@ -188,7 +190,10 @@ func defaultRunKey(resource string, argv []string, id string) string {
 }
 
 type runner struct {
-	c      *cobra.Command
+	c *cobra.Command
+	// stderr carries fencepub's messages and CMD's stderr (and, with
+	// --output, its stdout): shareWriter of the command's stderr.
+	stderr io.Writer
 	args   []string
 	output string
 	// saved is where an existing --output waits while CMD runs
@@ -201,7 +206,31 @@ type runner struct {
 }
 
 func (r *runner) say(format string, a ...any) {
-	fmt.Fprintf(r.c.ErrOrStderr(), "fencepub run: "+format+"\n", a...)
+	fmt.Fprintf(r.stderr, "fencepub run: "+format+"\n", a...)
+}
+
+// shareWriter returns w for use by fencepub and CMD at once. A file (the
+// terminal, a log) is handed to CMD as its descriptor and written by
+// fencepub directly; any other writer (fencepub embedded in a program or a
+// test) is written by a goroutine os/exec starts for CMD's output while
+// fencepub writes its own messages, so its writes are serialized.
+func shareWriter(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return &lockedWriter{w: w}
+}
+
+// lockedWriter serializes the writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeout time.Duration) error {
@@ -310,7 +339,7 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 		"FENCEPUB_RESOURCE="+g.Resource, "FENCEPUB_EPOCH="+strconv.FormatUint(g.Epoch, 10),
 		"FENCEPUB_FENCE="+strconv.FormatUint(g.Fence(), 10), "FENCEPUB_OWNER="+g.Owner)
 	cmd.Stdin = r.c.InOrStdin()
-	cmd.Stderr = r.c.ErrOrStderr()
+	cmd.Stderr = r.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	result, cleanup := r.output, noop
 	var stdout *os.File
@@ -324,7 +353,7 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 		cmd.Stdout = f
 	} else {
 		// fencepub's stdout carries its own output (-o json).
-		cmd.Stdout = r.c.ErrOrStderr()
+		cmd.Stdout = r.stderr
 	}
 	if err := r.setAsideOutput(); err != nil {
 		return "", cleanup, err

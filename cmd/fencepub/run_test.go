@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -152,9 +154,20 @@ func TestRunCLI(t *testing.T) {
 	// the result after CMD's end changes nothing. (It must not hold CMD's
 	// stdout and stderr, which are pipes here, not the terminal: Wait
 	// returns only once they close.)
-	bg := filepath.Join(dir, "bg.txt")
-	fp(0, "run", "--resource", "job7", "--output", bg, "--", "sh", "-c", "echo good > "+bg+"; (sleep 0.3; : > "+bg+") >/dev/null 2>&1 &")
-	time.Sleep(500 * time.Millisecond)
+	// CMD exits once the child has written its pid; the child, if it
+	// survived, would empty the file 0.3 s later.
+	bg, bgPid := filepath.Join(dir, "bg.txt"), filepath.Join(dir, "bg.pid")
+	fp(0, "run", "--resource", "job7", "--output", bg, "--", "sh", "-c", "echo good > "+bg+
+		"; sh -c 'echo $$ > "+bgPid+"; sleep 0.3; : > "+bg+"' >/dev/null 2>&1 & while [ ! -s "+bgPid+" ]; do sleep 0.01; done")
+	pidText, err := os.ReadFile(bgPid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	if err != nil {
+		t.Fatalf("background child pid %q: %v", pidText, err)
+	}
+	testenv.Eventually(t, fmt.Sprintf("the background child %d is gone", child), 10*time.Second, func() bool { return !processAlive(child) })
 	if got := read("job7"); got != "good\n" {
 		t.Fatalf("with a background child: published %q", got)
 	}
@@ -292,4 +305,17 @@ func TestRunCLI(t *testing.T) {
 
 	// Usage: no command.
 	fp(exitcode.Usage, "run", "--resource", "job6")
+}
+
+// processAlive reports whether process pid exists and is not a zombie (a
+// zombie runs no code; its parent may be slow to reap it).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// "pid (comm) state ...": the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }

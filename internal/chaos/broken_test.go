@@ -14,6 +14,7 @@ import (
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
+	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -103,7 +104,7 @@ func (e *brokenEnv) readNow(res string) layout.Version {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.read.read(rd)
+	e.read.read(rd, 0)
 	h := e.rec.History()
 	return h.Reads[len(h.Reads)-1].Version
 }
@@ -113,6 +114,12 @@ func (e *brokenEnv) readNow(res string) layout.Version {
 // record and history entry in a transaction with no If at all (a raw put),
 // and reports applied. checks lists compares it keeps anyway.
 func (e *brokenEnv) brokenPublish(g authority.Grant, seq uint64, key, body string, checks ...clientv3.Cmp) {
+	e.brokenPublishReporting(Applied, g, seq, key, body, checks...)
+}
+
+// brokenPublishReporting is brokenPublish reporting outcome instead of
+// applied (a publish path that loses track of what it sent).
+func (e *brokenEnv) brokenPublishReporting(outcome string, g authority.Grant, seq uint64, key, body string, checks ...clientv3.Cmp) {
 	v := g.Version(seq)
 	st := testenv.Get(e.t).Store(e.t)
 	objKey := e.ns.ObjectKey(g.Resource, v, layout.NewNonce())
@@ -139,16 +146,22 @@ func (e *brokenEnv) brokenPublish(g authority.Grant, seq uint64, key, body strin
 	if err != nil || !resp.Succeeded {
 		e.t.Fatalf("broken publish: %v %v", resp, err)
 	}
-	op.Return, op.Done, op.Reported, op.Outcome, op.Result, op.Object = e.rec.Clock().Now(), true, Applied, Applied, v, objKey
+	op.Return, op.Done, op.Reported, op.Outcome, op.Result = e.rec.Clock().Now(), true, outcome, outcome, v
+	if outcome == Applied {
+		op.Object = objKey
+	}
 	e.rec.Complete(op)
 }
 
 // verify waits for the watch and returns the invariants Verify reports.
-func (e *brokenEnv) verify() []string {
+func (e *brokenEnv) verify() []string { return e.verifyWith(VerifyOptions{}) }
+
+// verifyWith is verify with opts.
+func (e *brokenEnv) verifyWith(opts VerifyOptions) []string {
 	if _, err := e.watch.sync(e.ctx); err != nil {
 		e.t.Fatal(err)
 	}
-	vs := Verify(e.rec.History(), VerifyOptions{})
+	vs := Verify(e.rec.History(), opts)
 	for _, v := range vs {
 		e.t.Logf("reported: %s", v)
 	}
@@ -205,6 +218,63 @@ func TestCheckerCatchesBrokenPublisher(t *testing.T) {
 			if !slices.Contains(got, want) {
 				t.Errorf("violations %v, want %s", got, want)
 			}
+		}
+	})
+}
+
+// TestCheckerCatchesUncheckedPaths: the parts of a history that stay out of
+// the linearizability check (failed publishes, failed reads) and the check's
+// own timeout still fail the run, on histories made against real etcd and
+// MinIO.
+func TestCheckerCatchesUncheckedPaths(t *testing.T) {
+	t.Run("a failed publish whose pointer moved", func(t *testing.T) {
+		e := newBrokenEnv(t)
+		b := e.worker("b")
+		gb := e.acquire(b, "r")
+		e.publish(b, gb, 1, "k1", "first body", Applied)
+		e.brokenPublishReporting(Failed, gb, 2, "k2", "second body")
+		if got := e.readNow("r"); got != gb.Version(2) {
+			t.Fatalf("read %s, want the failed publish's %s", got, gb.Version(2))
+		}
+		got := e.verify()
+		for _, want := range []string{InvNoPhantom, InvReaderBytes} {
+			if !slices.Contains(got, want) {
+				t.Errorf("violations %v, want %s", got, want)
+			}
+		}
+	})
+	t.Run("a read of a missing object", func(t *testing.T) {
+		e := newBrokenEnv(t)
+		b := e.worker("b")
+		gb := e.acquire(b, "r")
+		e.publish(b, gb, 1, "k1", "the only body", Applied)
+		h := e.rec.History()
+		obj := h.Publishes[len(h.Publishes)-1].Object
+		// A broken GC deletes the published object.
+		st := testenv.Get(t).Store(t)
+		if err := st.Client.RemoveObject(e.ctx, st.Bucket, obj, minio.RemoveObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.readNow("r")
+		h = e.rec.History()
+		if r := h.Reads[len(h.Reads)-1]; r.Problem != ReadMissing || r.Object != obj {
+			t.Fatalf("read %+v, want %s of %s", r, ReadMissing, obj)
+		}
+		if got := e.verify(); !slices.Equal(got, []string{InvObjectKept}) {
+			t.Errorf("violations %v, want %s", got, InvObjectKept)
+		}
+	})
+	t.Run("a check over its timeout", func(t *testing.T) {
+		e := newBrokenEnv(t)
+		b := e.worker("b")
+		gb := e.acquire(b, "r")
+		e.publish(b, gb, 1, "k1", "first body", Applied)
+		e.readNow("r")
+		if got := e.verify(); len(got) > 0 {
+			t.Fatalf("violations %v on a correct history", got)
+		}
+		if got := e.verifyWith(VerifyOptions{Timeout: time.Nanosecond}); !slices.Equal(got, []string{InvLinearizable}) {
+			t.Errorf("violations %v with a 1 ns timeout, want %s", got, InvLinearizable)
 		}
 	})
 }

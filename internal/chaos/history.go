@@ -33,7 +33,8 @@ type History struct {
 	// Objects counts the objects the final listing checked.
 	Objects int `json:"objects_checked"`
 	// WatchGaps counts the times the etcd watch lost events (compaction):
-	// the checks that need every change are then skipped.
+	// the checks that need every change cannot run, and Verify reports
+	// InvWatchComplete.
 	WatchGaps int `json:"watch_gaps"`
 	// Counters holds informative counts (read errors by kind, ...).
 	Counters map[string]int `json:"counters"`
@@ -103,8 +104,22 @@ type PublishOp struct {
 	RequestDigest string `json:"request_digest,omitempty"`
 }
 
+// Read problems (ReadOp.Problem).
+const (
+	// ReadMissing: reader.ErrObjectMissing, the pointer's object is gone.
+	ReadMissing = "missing"
+	// ReadChanged: reader.ErrObjectChanged.
+	ReadChanged = "changed"
+	// ReadDigest: reader.ErrDigestMismatch.
+	ReadDigest = "digest"
+	// ReadWentBack: reader.ErrWentBack, the pointer is below a version the
+	// Reader returned before; only an etcd restore since the Reader's
+	// previous read (ReadOp.After) explains it.
+	ReadWentBack = "went_back"
+)
+
 // ReadOp is one read of a resource through reader.Open, logged when the
-// pointer read succeeded.
+// pointer read succeeded or the read failed with one of the Read problems.
 type ReadOp struct {
 	Client   string `json:"client"`
 	Resource string `json:"resource"`
@@ -116,11 +131,14 @@ type ReadOp struct {
 	PointerSHA string         `json:"pointer_sha256,omitempty"`
 	// SHA is the hex sha256 of the bytes read, computed by the harness.
 	SHA string `json:"sha256,omitempty"`
-	// Problem is set when the read failed in a way that matters: "missing"
-	// (reader.ErrObjectMissing), "changed" (ErrObjectChanged) or "digest"
-	// (ErrDigestMismatch); Err holds the error.
+	// Problem is set when the read failed in a way that matters (ReadMissing,
+	// ReadChanged, ReadDigest, ReadWentBack); Err holds the error.
 	Problem string `json:"problem,omitempty"`
 	Err     string `json:"err,omitempty"`
+	// After is the call time of the previous Open of the same Reader (its
+	// creation time for the first): a went-back read is legal only if an
+	// etcd restore lies between it and this read.
+	After int64 `json:"after,omitempty"`
 }
 
 // ChangeKind names the etcd key a Change is about.
@@ -216,10 +234,13 @@ type Anomaly struct {
 	What   string `json:"what"`
 	Err    string `json:"err"`
 	// AfterRestore marks an error that an etcd restore explains when one
-	// began before it: a resource whose pointer and seal the restore took
-	// away (created after the snapshot) answers publishes with
+	// lies between Since and Time: a resource whose pointer and seal the
+	// restore took away (created after the snapshot) answers publishes with
 	// publisher.ErrNotInitialized until it is bound again.
 	AfterRestore bool `json:"after_restore,omitempty"`
+	// Since is when the component that returned the error was set up (the
+	// start of the publisher's Bind).
+	Since int64 `json:"since,omitempty"`
 }
 
 // sink receives a worker's events: the Recorder in the harness process, a

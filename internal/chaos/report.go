@@ -66,7 +66,7 @@ func Summarize(h *History, s Schedule, v []Violation, check time.Duration) Summa
 	}
 	sum.Resources = len(resources)
 	for _, r := range h.Reads {
-		if r.Problem == "missing" && !slices.Contains(h.Missing, r.Object) {
+		if r.Problem == ReadMissing && !slices.Contains(h.Missing, r.Object) {
 			sum.ReadProblems++
 		}
 	}

@@ -58,6 +58,10 @@ const (
 	// explains (History.Anomalies), a watched value did not decode, or the
 	// epoch changed without a restore.
 	InvAnomaly = "anomaly"
+	// InvWatchComplete: the harness's watch saw every change. A watch that
+	// lost events (History.WatchGaps) leaves "every applied publish moved
+	// the pointer" unchecked, so the run fails instead of passing on less.
+	InvWatchComplete = "watch_complete"
 )
 
 // Violation is one broken invariant.
@@ -89,7 +93,8 @@ type VerifyOptions struct {
 // Verify judges a run's history and returns every violation found (nil when
 // the run was correct). It is a pure function of h, except for the time the
 // linearizability checks take: resources are checked in parallel, each with
-// opts.Timeout.
+// opts.Timeout, and a check that takes longer than that is undecided, a
+// violation, even if porcupine finished it.
 func Verify(h *History, opts VerifyOptions) []Violation {
 	if opts.Timeout == 0 {
 		opts.Timeout = 30 * time.Second
@@ -262,7 +267,7 @@ func (v *verifier) place() {
 	}
 	for _, r := range v.h.Reads {
 		if r.Problem != "" {
-			continue
+			continue // judged by readers()
 		}
 		s := v.segmentOfTime(r.Call)
 		if s+1 < len(v.segs) && r.Return > v.segs[s].end {
@@ -436,6 +441,7 @@ func (v *verifier) pointers() {
 		}
 	}
 	if v.h.WatchGaps > 0 {
+		v.add(InvWatchComplete, "", "the watch lost events %d times (compaction): applied publishes that never moved the pointer cannot be found", v.h.WatchGaps)
 		return
 	}
 	for id, p := range v.applied {
@@ -464,8 +470,16 @@ func (v *verifier) seals() {
 // pointer's digest and the body published at the version.
 func (v *verifier) readers() {
 	for _, r := range v.h.Reads {
-		if r.Problem == "digest" || r.Problem == "changed" {
+		switch r.Problem {
+		case ReadDigest, ReadChanged:
 			v.add(InvReaderBytes, r.Resource, "reader %s: %s", r.Client, r.Err)
+		case ReadMissing:
+			v.add(InvObjectKept, r.Resource, "reader %s at %.3fs: the pointer's object %s is missing: %s", r.Client, float64(r.Return)/1e9, r.Object, r.Err)
+		case ReadWentBack:
+			if !v.restoredBetween(r.After, r.Return) {
+				v.add(InvReaderMonotonic, r.Resource, "reader %s at %.3fs: %s, and no restore lies between its previous read at %.3fs and this one",
+					r.Client, float64(r.Return)/1e9, r.Err, float64(r.After)/1e9)
+			}
 		}
 	}
 	type readerID struct {
@@ -525,11 +539,24 @@ func (v *verifier) objects() {
 	}
 }
 
+// restoredBetween reports whether an etcd restore overlaps the run times
+// (from, to]: it ended after from and began at or before to.
+func (v *verifier) restoredBetween(from, to int64) bool {
+	for _, r := range v.h.Restores {
+		if from < r.End && r.Start <= to {
+			return true
+		}
+	}
+	return false
+}
+
 // anomalies: errors no fault explains, undecodable values, epoch changes
-// other than a restore's.
+// other than a restore's. An error a restore explains (AfterRestore) is
+// excused only when a restore lies between the setup of the component that
+// returned it (Since) and the error.
 func (v *verifier) anomalies() {
 	for _, a := range v.h.Anomalies {
-		if a.AfterRestore && len(v.h.Restores) > 0 && v.h.Restores[0].Start <= a.Time {
+		if a.AfterRestore && v.restoredBetween(a.Since, a.Time) {
 			continue
 		}
 		v.add(InvAnomaly, "", "%s at %.3fs: %s: %s", a.Client, float64(a.Time)/1e9, a.What, a.Err)
@@ -616,7 +643,13 @@ type partKey struct {
 
 func (v *verifier) check(res string, seg int, ops []Op) {
 	init := v.segs[seg].init(res)
+	start := time.Now()
 	err := CheckFrom(init, ops, v.opts.Timeout)
+	if took := time.Since(start); err == nil && took >= v.opts.Timeout {
+		// porcupine notices its timeout only between steps: a check that
+		// finished late is undecided, as one it stopped would be.
+		err = fmt.Errorf("chaos: linearizability check took %s, over its %s timeout: undecided", took, v.opts.Timeout)
+	}
 	if err == nil {
 		return
 	}

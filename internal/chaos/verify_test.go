@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
 )
@@ -128,8 +129,22 @@ func TestVerify(t *testing.T) {
 			h.Reads[0].SHA = "zz"
 		}, []string{InvReaderBytes}},
 		{"reader got a digest error", func(h *History) {
-			h.Reads = append(h.Reads, ReadOp{Client: "reader", Resource: "r", Problem: "digest", Err: "mismatch"})
+			h.Reads = append(h.Reads, ReadOp{Client: "reader", Resource: "r", Problem: ReadDigest, Err: "mismatch"})
 		}, []string{InvReaderBytes}},
+		{"reader found the pointer's object missing", func(h *History) {
+			h.Reads = append(h.Reads, ReadOp{Client: "reader", Resource: "r", Call: 24 * ms, Return: 25 * ms, Version: v(42, 1),
+				Object: "obj42", Problem: ReadMissing, Err: "missing"})
+		}, []string{InvObjectKept}},
+		{"reader went back without a restore", func(h *History) {
+			h.Reads = append(h.Reads, ReadOp{Client: "reader", Resource: "r", Call: 24 * ms, Return: 25 * ms, After: 22 * ms,
+				Problem: ReadWentBack, Err: "went back"})
+		}, []string{InvReaderMonotonic}},
+		{"the watch lost events", func(h *History) {
+			h.WatchGaps = 1
+		}, []string{InvWatchComplete}},
+		{"an error a restore explains, without a restore", func(h *History) {
+			h.Anomalies = []Anomaly{{Client: "b", Time: 30 * ms, Since: 5 * ms, What: "publish b/2", Err: "not initialized", AfterRestore: true}}
+		}, []string{InvAnomaly}},
 		{"published object deleted", func(h *History) {
 			h.Missing = []string{"obj42"}
 		}, []string{InvObjectKept}},
@@ -173,6 +188,14 @@ func TestVerifySealExplainsStale(t *testing.T) {
 		Change{Kind: ChangeSeal, Resource: "r", Version: v(42, 4), Value: "resolve kb3", Revision: 14, KVVersion: 3, Seen: 49 * ms})
 	if vs := Verify(h, VerifyOptions{}); len(vs) > 0 {
 		t.Fatal(vs)
+	}
+}
+
+// TestVerifyTimeout: a linearizability check that takes longer than its
+// timeout is undecided, a violation, even when porcupine finished it.
+func TestVerifyTimeout(t *testing.T) {
+	if got := invariants(Verify(seedTimeline(), VerifyOptions{Timeout: time.Nanosecond})); !slices.Equal(got, []string{InvLinearizable}) {
+		t.Fatalf("violations %v with a 1 ns timeout, want %s", got, InvLinearizable)
 	}
 }
 
@@ -222,12 +245,17 @@ func restoredTimeline() *History {
 		PublishOp{ID: "c/2", Client: "c", Resource: "r", Key: "kb", Digest: "db", Owner: "C", Version: e2(43, 2),
 			Call: 63 * ms, Return: 64 * ms, Done: true, Reported: Duplicate, Outcome: Duplicate, Result: v(42, 1), Object: "obj42"},
 	)
+	// B bound r before the restore took r's pointer away: ErrNotInitialized.
+	h.Anomalies = append(h.Anomalies, Anomaly{Client: "b", Time: 52 * ms, Since: 34 * ms, What: "publish b/9", Err: "not initialized", AfterRestore: true})
 	h.Grants = append(h.Grants, GrantEvent{Client: "c", Resource: "r", Owner: "C", RequestID: "rc", Epoch: 2, Fence: 43})
 	h.Reads = append(h.Reads,
 		ReadOp{Client: "reader", Resource: "r", Call: 36 * ms, Return: 37 * ms, Version: v(42, 3), PointerSHA: "db3", SHA: "db3"},
 		// After the restore the pointer is back at 42.1: by design.
 		ReadOp{Client: "reader", Resource: "r", Call: 55 * ms, Return: 56 * ms, Version: v(42, 1), PointerSHA: "db", SHA: "db"},
 		ReadOp{Client: "reader", Resource: "r", Call: 65 * ms, Return: 66 * ms, Version: e2(43, 1), PointerSHA: "dc", SHA: "dc"},
+		// A Reader that read 42.3 before the restore finds the pointer back.
+		ReadOp{Client: "reader2", Resource: "r", Call: 36 * ms, Return: 37 * ms, Version: v(42, 3), PointerSHA: "db3", SHA: "db3"},
+		ReadOp{Client: "reader2", Resource: "r", Call: 53 * ms, Return: 54 * ms, After: 36 * ms, Problem: ReadWentBack, Err: "went back"},
 	)
 	h.Changes = append(h.Changes,
 		Change{Kind: ChangePointer, Resource: "r", Version: v(42, 2), Object: "obj422", Revision: 6, KVVersion: 3, Seen: 31 * ms},
@@ -267,6 +295,18 @@ func TestVerifyAcrossRestore(t *testing.T) {
 		}, []string{InvPointerMonotonic}},
 		{"the epoch changed without a restore", func(h *History) {
 			h.Changes = append(h.Changes, Change{Kind: ChangeEpoch, Number: 3, Revision: restoreRevisionBump + 30, KVVersion: 3})
+		}, []string{InvAnomaly}},
+		{"a Reader created after the restore went back", func(h *History) {
+			h.Reads = append(h.Reads, ReadOp{Client: "reader3", Resource: "r", Call: 67 * ms, Return: 68 * ms, After: 51 * ms, Problem: ReadWentBack, Err: "went back"})
+		}, []string{InvReaderMonotonic}},
+		{"a Reader went back twice across one restore", func(h *History) {
+			h.Reads = append(h.Reads, ReadOp{Client: "reader2", Resource: "r", Call: 70 * ms, Return: 71 * ms, After: 53 * ms, Problem: ReadWentBack, Err: "went back"})
+		}, []string{InvReaderMonotonic}},
+		{"an error a restore explains, from a publisher bound after it", func(h *History) {
+			h.Anomalies = append(h.Anomalies, Anomaly{Client: "c", Time: 70 * ms, Since: 60 * ms, What: "publish c/3", Err: "not initialized", AfterRestore: true})
+		}, []string{InvAnomaly}},
+		{"an error a restore explains, before the restore", func(h *History) {
+			h.Anomalies = append(h.Anomalies, Anomaly{Client: "b", Time: 39 * ms, Since: 34 * ms, What: "publish b/8", Err: "not initialized", AfterRestore: true})
 		}, []string{InvAnomaly}},
 		{"a publish seen applied before the cut reported stale before it", func(h *History) {
 			h.Publishes[3].Return, h.Publishes[3].Reported, h.Publishes[3].Outcome = 38*ms, Stale, Stale

@@ -173,7 +173,8 @@ type worker struct {
 	// the seed's 41/42/41 timeline.
 	zombies bool
 	rival   *worker
-	n       int // publishes so far
+	n       int   // publishes so far
+	bound   int64 // when the current Bind began (Anomaly.Since)
 }
 
 func (w *worker) stopped() bool {
@@ -204,7 +205,7 @@ func sleepStop(stop <-chan struct{}, d time.Duration) bool {
 func (w *worker) anomaly(what string, err error) {
 	w.out.Anomaly(Anomaly{
 		Client: w.id, Time: w.clock.Now(), What: what, Err: err.Error(),
-		AfterRestore: errors.Is(err, publisher.ErrNotInitialized),
+		AfterRestore: errors.Is(err, publisher.ErrNotInitialized), Since: w.bound,
 	})
 }
 
@@ -281,6 +282,7 @@ func (w *worker) term(res string) bool {
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	w.bound = w.clock.Now()
 	p, err := w.pub.BindGrant(ctx, g, w.rng.Float64() < 0.3)
 	cancel()
 	if err != nil {
@@ -426,6 +428,7 @@ func (w *worker) forge(recent func() []GrantEvent) {
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		w.bound = w.clock.Now()
 		p, err := w.pub.Bind(ctx, term)
 		cancel()
 		if err != nil {
@@ -453,6 +456,7 @@ type readLoop struct {
 
 func (l *readLoop) run() {
 	readers := map[string]*reader.Reader{}
+	after := map[string]int64{} // resource → its Reader's previous Open (ReadOp.After)
 	for sleepStop(l.stop, time.Duration(20+l.rng.IntN(40))*time.Millisecond) {
 		res := l.wl.pick(l.clock.Now(), l.rng)
 		rd, ok := readers[res]
@@ -461,24 +465,28 @@ func (l *readLoop) run() {
 				clear(readers)
 			}
 			var err error
+			after[res] = l.clock.Now()
 			if rd, err = reader.New(l.cfg, res); err != nil {
 				l.rec.Anomaly(Anomaly{Client: l.id, Time: l.clock.Now(), What: "reader.New", Err: err.Error()})
 				return
 			}
 			readers[res] = rd
 		}
-		if l.read(rd) {
+		var drop bool
+		if after[res], drop = l.read(rd, after[res]); drop {
 			delete(readers, res)
 		}
 	}
 }
 
 // read opens rd's current object, reads it to the end and logs the read,
-// unless it failed only because a server did not answer. It reports whether
-// rd must be dropped: its pointer went back (an etcd restore, across which
-// the checker splits histories), so a new Reader starts afresh.
-func (l *readLoop) read(rd *reader.Reader) (drop bool) {
-	op := ReadOp{Client: l.id, Resource: rd.Resource(), Call: l.clock.Now()}
+// unless it failed only because a server did not answer; after is the call
+// time of rd's previous Open (or its creation). It returns this Open's call
+// time and whether rd must be dropped: its pointer went back (an etcd
+// restore, across which the checker splits histories), so a new Reader
+// starts afresh.
+func (l *readLoop) read(rd *reader.Reader, after int64) (call int64, drop bool) {
+	op := ReadOp{Client: l.id, Resource: rd.Resource(), Call: l.clock.Now(), After: after}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	b, err := rd.Open(ctx)
@@ -494,28 +502,27 @@ func (l *readLoop) read(rd *reader.Reader) (drop bool) {
 	case err == nil, errors.Is(err, reader.ErrNotPublished):
 		// A read of nothing published has the zero version.
 	case errors.Is(err, reader.ErrDigestMismatch):
-		op.Problem, op.Err = "digest", err.Error()
+		op.Problem, op.Err = ReadDigest, err.Error()
 	case errors.Is(err, reader.ErrObjectChanged):
-		op.Problem, op.Err = "changed", err.Error()
+		op.Problem, op.Err = ReadChanged, err.Error()
 	case errors.Is(err, reader.ErrObjectMissing):
-		op.Problem, op.Err = "missing", err.Error()
+		op.Problem, op.Err = ReadMissing, err.Error()
 		if ptr, perr := rd.Current(ctx); perr == nil {
 			op.Version, op.Object = ptr.Version, ptr.Object.Key
 		}
 	case errors.Is(err, reader.ErrWentBack):
-		// Only an etcd restore explains it: an anomaly unless one began
-		// before (Verify decides).
-		l.rec.Anomaly(Anomaly{Client: l.id, Time: op.Return, What: "read " + op.Resource, Err: err.Error(), AfterRestore: true})
-		return true
+		// Only an etcd restore since the previous Open explains it (Verify
+		// decides).
+		op.Problem, op.Err, drop = ReadWentBack, err.Error(), true
 	case isAnomaly(err):
 		l.rec.Anomaly(Anomaly{Client: l.id, Time: op.Return, What: "read " + op.Resource, Err: err.Error()})
-		return false
+		return op.Call, false
 	default:
 		l.rec.Count("read_unavailable", 1)
-		return false
+		return op.Call, false
 	}
 	l.rec.Read(op)
-	return false
+	return op.Call, drop
 }
 
 // gcLoop runs GC passes with one Collector until stop closes: over the

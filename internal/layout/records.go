@@ -119,11 +119,17 @@ func DecodeVersioned(what, value string, out any, versionOf func() Version) (Ver
 // EncodePointer returns the etcd value of p.
 func EncodePointer(p Pointer) (string, error) { return EncodeVersioned(p.Version, p) }
 
-// DecodePointer parses a pointer (or history) value. Errors: ErrCorruptRecord.
+// DecodePointer parses a pointer (or history) value. Errors:
+// ErrCorruptRecord, also for a negative object size.
 func DecodePointer(value []byte) (Pointer, error) {
 	var p Pointer
-	_, err := DecodeVersioned("pointer", string(value), &p, func() Version { return p.Version })
-	return p, err
+	if _, err := DecodeVersioned("pointer", string(value), &p, func() Version { return p.Version }); err != nil {
+		return Pointer{}, err
+	}
+	if p.Object.Size < 0 {
+		return Pointer{}, fmt.Errorf("%w: pointer object size %d", ErrCorruptRecord, p.Object.Size)
+	}
+	return p, nil
 }
 
 // EncodeSeal returns the etcd value of s.
@@ -143,7 +149,8 @@ func EncodeOp(r OpRecord) (string, error) {
 }
 
 // DecodeOp parses an op record. Errors: ErrCorruptRecord when the JSON is
-// malformed or the digest is missing.
+// malformed, the digest is missing, a version number exceeds MaxNumber or
+// the object size is negative.
 func DecodeOp(value []byte) (OpRecord, error) {
 	var r OpRecord
 	if err := json.Unmarshal(value, &r); err != nil {
@@ -151,6 +158,12 @@ func DecodeOp(value []byte) (OpRecord, error) {
 	}
 	if r.Digest == "" {
 		return OpRecord{}, fmt.Errorf("%w: op record without digest", ErrCorruptRecord)
+	}
+	if err := r.Version.Validate(); err != nil {
+		return OpRecord{}, fmt.Errorf("%w: op record: %v", ErrCorruptRecord, err)
+	}
+	if r.Object.Size < 0 {
+		return OpRecord{}, fmt.Errorf("%w: op record object size %d", ErrCorruptRecord, r.Object.Size)
 	}
 	return r, nil
 }

@@ -167,9 +167,60 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	return p.cmd.Process.Signal(sig)
 }
 
-// Pause stops the process with SIGSTOP; Resume continues it with SIGCONT.
-func (p *Process) Pause() error  { return p.Signal(syscall.SIGSTOP) }
+// Pause stops the process with SIGSTOP and waits, up to 10 s, until every
+// thread of it has stopped: the kernel delivers SIGSTOP asynchronously, so a
+// busy thread may otherwise still answer a request sent right after. Where
+// /proc is missing it returns once the signal is sent. Resume continues the
+// process with SIGCONT.
+func (p *Process) Pause() error {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	pid := p.PID()
+	if pid == 0 {
+		return nil
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		stopped, err := ThreadsStopped(pid)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return nil // no /proc, or the process is gone
+		case err != nil:
+			return err
+		case stopped:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("localstack: process %d not stopped 10 s after SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func (p *Process) Resume() error { return p.Signal(syscall.SIGCONT) }
+
+// ThreadsStopped reports whether every thread of process pid is stopped
+// (state T in /proc/<pid>/task/*/stat). Errors: os.ErrNotExist (wrapped)
+// when /proc/<pid>/task cannot be read. A thread that ends while it is
+// looked at counts as not stopped: call it again.
+func ThreadsStopped(pid int) (bool, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false, err
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(dir + "/" + task.Name() + "/stat")
+		if err != nil {
+			return false, nil
+		}
+		// "tid (comm) state ...": the state follows the last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false, nil
+		}
+	}
+	return true, nil
+}
 
 // Kill sends SIGKILL and waits for the process to exit.
 func (p *Process) Kill() { p.stop(syscall.SIGKILL, 0) }

@@ -3,10 +3,13 @@
 // reports every step whose real outcome or resource state differs from what
 // the model expects (issue "lab": `fencepub lab replay`).
 //
-// Only the correct protocol is replayed (case fencing, variant correct, and
-// case operations): the deliberate defects are what the implementation is
-// built not to have. Each interleaving runs on a fresh resource. Steps map to
-// real actions:
+// The correct protocol (case fencing, variant correct, and case operations)
+// must replay without a mismatch. A deliberate defect replays too, where its
+// steps have real counterparts (no-fence, rollback-issuer): the
+// implementation is built not to have it, so the replay must report a
+// mismatch no later than each step where the model finds a violation.
+// split-authority's separate mint has no counterpart (the real grant mints).
+// Each interleaving runs on a fresh resource. Steps map to real actions:
 //
 //   - acquire: authority.Acquire with a 2 s lease and no wait; the real
 //     generation must equal the model's token minus its issuer (a fresh
@@ -73,18 +76,23 @@ type Report struct {
 // OK reports whether every real outcome matched the model.
 func (r Report) OK() bool { return len(r.Mismatches) == 0 }
 
-// ErrNotReplayable: the scenario is a deliberate defect, which the real
-// implementation does not have.
-var ErrNotReplayable = errors.New("replay: only the correct protocol can be replayed")
+// ErrNotReplayable: the scenario has a step with no real counterpart (a
+// mint separate from the grant: split-authority).
+var ErrNotReplayable = errors.New("replay: the scenario has steps the real implementation cannot perform")
 
 // Run replays every interleaving of s on t, one fresh resource each, in the
 // model's order. It blocks for about LeaseTTL per expire step. It returns the
-// report (mismatches are not errors) and an error only when the replay could
-// not run: ErrNotReplayable, or an unexpected failure of a real call.
+// report (mismatches are not errors; a defective variant must have some) and
+// an error only when the replay could not run: ErrNotReplayable (checked
+// before anything is written), or an unexpected failure of a real call.
 func Run(ctx context.Context, t Target, s lab.Scenario) (Report, error) {
 	res := s.Check()
-	if res.Variant != lab.Correct {
-		return Report{}, fmt.Errorf("%w: variant %q", ErrNotReplayable, res.Variant)
+	for i, h := range res.Histories {
+		for j, ev := range h.Events {
+			if ev.Action == lab.Mint {
+				return Report{}, fmt.Errorf("%w: variant %q, interleaving %d step %d is a %s", ErrNotReplayable, res.Variant, i+1, j+1, ev.Action)
+			}
+		}
 	}
 	rep := Report{Case: res.Case, Variant: res.Variant, Interleavings: len(res.Histories), Mismatches: []Mismatch{}}
 	return rep, replayHistories(ctx, t, res.Issuer, res.Histories, &rep)

@@ -68,9 +68,46 @@ func TestReplayDetectsDivergence(t *testing.T) {
 	t.Logf("reported: %s", rep.Mismatches[0].Got)
 }
 
-// TestReplayRefusesDefects: a deliberate defect cannot be replayed.
-func TestReplayRefusesDefects(t *testing.T) {
-	s, err := lab.NewScenario(lab.Fencing, lab.NoFence, 40)
+// TestReplayReportsDefects replays the model of each deliberate defect
+// that has real steps: the real system does not have the defect, so every
+// interleaving in which the model finds a violation must show a mismatch at
+// or before the violating step.
+func TestReplayReportsDefects(t *testing.T) {
+	for _, v := range []lab.Variant{lab.NoFence, lab.RollbackIssuer} {
+		t.Run(string(v), func(t *testing.T) {
+			s, err := lab.NewScenario(lab.Fencing, v, 40)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			rep, err := Run(ctx, target(t), s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vs := s.Check().Violations
+			if len(vs) == 0 || rep.OK() {
+				t.Fatalf("%d model violations, mismatches %+v", len(vs), rep.Mismatches)
+			}
+			for _, x := range vs {
+				found := false
+				for _, m := range rep.Mismatches {
+					found = found || m.Interleaving == x.Interleaving && m.Step <= x.Step
+				}
+				if !found {
+					t.Errorf("interleaving %d: the model violates %s at step %d, the replay reports no mismatch by then: %+v",
+						x.Interleaving, x.Property, x.Step, rep.Mismatches)
+				}
+			}
+			t.Logf("%d mismatches, first: step %d: %s", len(rep.Mismatches), rep.Mismatches[0].Step, rep.Mismatches[0].Got)
+		})
+	}
+}
+
+// TestReplayRefusesSeparateMint: split-authority mints apart from the
+// grant, which the real authority cannot do.
+func TestReplayRefusesSeparateMint(t *testing.T) {
+	s, err := lab.NewScenario(lab.Fencing, lab.SplitAuthority, 40)
 	if err != nil {
 		t.Fatal(err)
 	}

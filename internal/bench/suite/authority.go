@@ -10,7 +10,8 @@ import (
 
 // authorityWorkload is workload 4: Acquire vs its floor and Renew vs a bare
 // keepalive, sequential, each operation interleaved with its baseline's so
-// drift hits both alike (the approach of authority's BenchmarkAuthority).
+// drift hits both alike (the approach of authority's BenchmarkAuthority),
+// the two taking turns to go first (as bench.Interleave rotates).
 func (s *runner) authorityWorkload(ctx context.Context) error {
 	st, err := s.newStack(ctx, s.env.Target, WorkloadAuthority)
 	if err != nil {
@@ -28,6 +29,16 @@ func (s *runner) authorityWorkload(ctx context.Context) error {
 		rec.Add(d, err)
 		return err
 	}
+	// pair runs a and b, b first on odd i.
+	pair := func(i int, a, b func() error) error {
+		if i%2 == 1 {
+			a, b = b, a
+		}
+		if err := a(); err != nil {
+			return err
+		}
+		return b()
+	}
 	const ttl = 10 * time.Second
 	var g authority.Grant
 	for i := range ops {
@@ -36,25 +47,31 @@ func (s *runner) authorityWorkload(ctx context.Context) error {
 				return err
 			}
 		}
-		if err := timed(&acq, &acqWall, func() (err error) {
-			g, err = st.auth.Acquire(ctx, authority.AcquireRequest{Resource: "acq", Owner: "bench", TTL: ttl})
-			return err
-		}); err != nil {
-			return err
-		}
-		if err := timed(&floor, &floorWall, func() error { return st.FloorAcquire(ctx, uint64(i), ttl) }); err != nil {
+		if err := pair(i,
+			func() error {
+				return timed(&acq, &acqWall, func() (err error) {
+					g, err = st.auth.Acquire(ctx, authority.AcquireRequest{Resource: "acq", Owner: "bench", TTL: ttl})
+					return err
+				})
+			},
+			func() error {
+				return timed(&floor, &floorWall, func() error { return st.FloorAcquire(ctx, uint64(i), ttl) })
+			},
+		); err != nil {
 			return err
 		}
 	}
 	defer st.auth.Release(context.WithoutCancel(ctx), g)
-	for range ops {
-		if err := timed(&renew, &renewWall, func() error { return st.auth.Renew(ctx, g) }); err != nil {
-			return err
-		}
-		if err := timed(&keepalive, &kaWall, func() error {
-			_, err := st.Etcd.KeepAliveOnce(ctx, g.LeaseID)
-			return err
-		}); err != nil {
+	for i := range ops {
+		if err := pair(i,
+			func() error { return timed(&renew, &renewWall, func() error { return st.auth.Renew(ctx, g) }) },
+			func() error {
+				return timed(&keepalive, &kaWall, func() error {
+					_, err := st.Etcd.KeepAliveOnce(ctx, g.LeaseID)
+					return err
+				})
+			},
+		); err != nil {
 			return err
 		}
 	}
