@@ -17,8 +17,8 @@ var ErrInvalid = errors.New("lab: invalid model parameter")
 // minted fence far from integer overflow.
 const MaxIssuer = math.MaxInt / 2
 
-// Variant selects which part of the protocol is deliberately broken (seed,
-// "可运行实验：事件模型与三种故意缺陷").
+// Variant selects which part of the protocol is deliberately broken
+// (protocol source, §Lab).
 type Variant string
 
 // The variants. Correct is the protocol of DESIGN invariants 1–3. Each of the
@@ -67,7 +67,7 @@ type Action string
 const (
 	// Acquire asks the authority for the lease and records a new grant. In
 	// every variant except SplitAuthority, the same transition also mints
-	// the grant's fence (the issuer plus one). The seed's authority refuses
+	// the grant's fence (the issuer plus one). The protocol source's authority refuses
 	// or waits while another lease is valid. The model waits: it schedules
 	// Acquire only while no lease is valid.
 	Acquire Action = "acquire"

@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// Case selects a scenario of the seed's experiment.
+// Case selects a scenario of the protocol source's experiment (§Lab).
 type Case string
 
 // The cases.
@@ -42,10 +42,10 @@ type Scenario struct {
 	threads [][]Step
 }
 
-// NewScenario builds case c of the seed's experiment for variant v. The
-// authority's issuer starts at issuer, so the first grant mints issuer+1. The
-// package doc lists the steps, and explains where the counts differ from the
-// seed.
+// NewScenario builds case c of the protocol source's experiment for variant
+// v. The authority's issuer starts at issuer, so the first grant mints
+// issuer+1. lab/README.md lists the steps, and explains where the counts
+// differ from the protocol source's.
 //
 // It returns an error wrapping ErrInvalid if issuer is outside
 // [0, MaxIssuer], if c or v is unknown, or if c is Operations and v is not

@@ -15,8 +15,7 @@ import (
 )
 
 // newLabCmd builds `fencepub lab`, the protocol's event model and its
-// deliberate defects (package lab; seed section
-// "可运行实验：事件模型与三种故意缺陷").
+// deliberate defects (package lab; protocol source, §Lab).
 func newLabCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "lab",

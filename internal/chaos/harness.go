@@ -87,7 +87,7 @@ type Result struct {
 // among them), then stops the workload, settles every open publish with
 // Resolve, heals the cluster, runs a last GC pass, lists the objects that
 // must still exist and judges the history with Verify. On a violation it
-// writes the seed, the schedule and the history to
+// writes the random seed, the schedule and the history to
 // FailureDir/chaos-failure-<seed>.json.
 //
 // It blocks for about Duration plus the time to drain and check. An error

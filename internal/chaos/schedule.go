@@ -6,15 +6,15 @@ import (
 	"time"
 )
 
-// FaultKind names a kind of injected fault (issue 9 "Faults, injected
-// against real processes").
+// FaultKind names a kind of injected fault, injected against real processes
+// (internal/chaos/README.md lists them).
 type FaultKind string
 
 // Fault kinds. Worker faults hit a worker process; the others hit the
 // servers or the network between them and the clients.
 const (
 	// WorkerPause: SIGSTOP a worker process right after it starts a publish,
-	// hold it past its lease TTL, then SIGCONT (the seed's 41/42/41 timeline).
+	// hold it past its lease TTL, then SIGCONT (protocol source, §Timeline).
 	WorkerPause FaultKind = "worker_pause"
 	// WorkerKillUpload: SIGKILL a worker process while its object upload is
 	// slowed down by its store proxy (mid-upload).

@@ -15,7 +15,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 )
 
-// Invariants Verify checks: DESIGN.md "Invariants" and issue 9 "Checker".
+// Invariants Verify checks: DESIGN.md "Invariants".
 const (
 	// InvLinearizable: each resource's publishes, reads and seal raises are
 	// linearizable with respect to Model (invariants 1, 2, 4, 5, 6, 8).

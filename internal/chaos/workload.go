@@ -170,7 +170,7 @@ type worker struct {
 	// zombies: some terms skip renewals and stall past the TTL before
 	// publishing (a paused worker inside the harness process), while a
 	// rival worker waits for the lease and publishes under the next fence:
-	// the seed's 41/42/41 timeline.
+	// the protocol source's 41/42/41 timeline (§Timeline).
 	zombies bool
 	rival   *worker
 	n       int   // publishes so far
