@@ -444,6 +444,8 @@ func (h *harness) inject(ctx context.Context, f Fault) {
 		rec.Target, rec.Detail, err = h.injectWorker(ctx, f)
 	case EtcdRestore:
 		rec.Target, rec.Detail, err = h.injectRestore(ctx, f)
+	case EtcdReplaced:
+		rec.Target, rec.Detail, err = h.injectReplace(ctx, f)
 	default:
 		proxies := append([]*proxySet{h.shared}, slotProxies(h.slots)...)
 		inFlight := h.rec.InFlight()
