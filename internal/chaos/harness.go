@@ -651,7 +651,14 @@ func (h *harness) visualize(res string) (io.WriteCloser, error) {
 // checkObjects lists every resource of the run once and records which
 // objects of applied publishes and reads are gone.
 func (h *harness) checkObjects(ctx context.Context) error {
-	hist := h.rec.History()
+	return checkObjects(ctx, h.rec, h.ns, h.store)
+}
+
+// checkObjects lists every resource of rec's history once and records in rec
+// which objects of applied publishes, reads and pointers (every pointer the
+// watch saw, before a restore or a replacement of etcd too) are gone.
+func checkObjects(ctx context.Context, rec *Recorder, ns layout.Namespace, store *objstore.Store) error {
+	hist := rec.History()
 	want := map[string]map[string]bool{} // resource → object keys
 	note := func(res, key string) {
 		if key == "" {
@@ -679,8 +686,8 @@ func (h *harness) checkObjects(ctx context.Context) error {
 	checked := 0
 	for res, keys := range want {
 		present := map[string]bool{}
-		opts := minio.ListObjectsOptions{Prefix: h.ns.ObjectsPrefix(res), Recursive: true}
-		for o := range h.store.Client.ListObjects(ctx, h.store.Bucket, opts) {
+		opts := minio.ListObjectsOptions{Prefix: ns.ObjectsPrefix(res), Recursive: true}
+		for o := range store.Client.ListObjects(ctx, store.Bucket, opts) {
 			if o.Err != nil {
 				return fmt.Errorf("chaos: list the objects of %s: %w", res, objstore.Classify(o.Err))
 			}
@@ -694,6 +701,6 @@ func (h *harness) checkObjects(ctx context.Context) error {
 		}
 	}
 	sort.Strings(missing)
-	h.rec.SetObjects(checked, missing)
+	rec.SetObjects(checked, missing)
 	return nil
 }

@@ -215,7 +215,7 @@ func (h *harness) republishNewest(ctx context.Context, rep authority.RecoverRepo
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ok := h.republishOne(ctx, fmt.Sprintf("recover/%d-%d", rep.NewEpoch, i), r.Resource, r.Above[len(r.Above)-1])
+			ok := republishOne(ctx, h.auth, h.pub, h.rec, fmt.Sprintf("recover/%d-%d", rep.NewEpoch, i), r.Resource, r.Above[len(r.Above)-1])
 			mu.Lock()
 			defer mu.Unlock()
 			if ok {
@@ -229,24 +229,26 @@ func (h *harness) republishNewest(ctx context.Context, rep authority.RecoverRepo
 	return applied, failed
 }
 
-// republishOne republishes lost on resource res as publish id and reports
-// whether it applied.
-func (h *harness) republishOne(ctx context.Context, id, res string, lost authority.LostObject) bool {
-	g, err := h.auth.Acquire(ctx, authority.AcquireRequest{
+// republishOne republishes lost on resource res as publish id, with a grant
+// of auth and publisher client pub, logs the grant and the publish in rec
+// and reports whether it applied.
+func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher.Client, rec *Recorder, id, res string, lost authority.LostObject) bool {
+	clock := rec.Clock()
+	g, err := auth.Acquire(ctx, authority.AcquireRequest{
 		Resource: res, Owner: "recover-" + authority.NewID()[:12], RequestID: authority.NewID(), TTL: 15 * time.Second, Wait: true,
 	})
 	if err != nil {
-		h.rec.Anomaly(Anomaly{Client: "recover", Time: h.clock.Now(), What: "acquire " + res + " to republish", Err: err.Error()})
+		rec.Anomaly(Anomaly{Client: "recover", Time: clock.Now(), What: "acquire " + res + " to republish", Err: err.Error()})
 		return false
 	}
-	h.rec.Grant(GrantEvent{Client: "recover", Time: h.clock.Now(), Resource: res, Owner: g.Owner, RequestID: g.RequestID, Epoch: g.Epoch, Fence: g.Generation})
-	defer func() { _ = h.auth.Release(context.WithoutCancel(ctx), g) }()
+	rec.Grant(GrantEvent{Client: "recover", Time: clock.Now(), Resource: res, Owner: g.Owner, RequestID: g.RequestID, Epoch: g.Epoch, Fence: g.Generation})
+	defer func() { _ = auth.Release(context.WithoutCancel(ctx), g) }()
 	op := PublishOp{
 		ID: id, Client: "recover", Resource: res, Key: "recover-" + lost.Version.Encode(), Size: lost.Size,
-		Owner: g.Owner, Version: g.Version(1), Call: h.clock.Now(),
+		Owner: g.Owner, Version: g.Version(1), Call: clock.Now(),
 	}
-	h.rec.Invoke(op)
-	p, err := h.pub.BindGrant(ctx, g, false)
+	rec.Invoke(op)
+	p, err := pub.BindGrant(ctx, g, false)
 	var r publisher.Result
 	if err == nil {
 		r, err = p.Republish(ctx, lost.Key, op.Key)
@@ -257,11 +259,11 @@ func (h *harness) republishOne(ctx context.Context, id, res string, lost authori
 		op.Version = r.Version
 	}
 	if op.Reported == Unknown {
-		if err := settle(ctx, h.pub, &op, "harness"); err != nil {
+		if err := settle(ctx, pub, &op, "harness"); err != nil {
 			op.Err = err.Error()
 		}
 	}
-	op.Return, op.Done = h.clock.Now(), true
-	h.rec.Complete(op)
+	op.Return, op.Done = clock.Now(), true
+	rec.Complete(op)
 	return op.Outcome == Applied
 }
