@@ -83,8 +83,9 @@ type Result struct {
 // Run runs one chaos run: it starts the workload (worker processes,
 // in-process workers, readers, a forger and concurrent GC collectors) in a
 // fresh domain, injects the faults of Plan(Seed, Duration, ...) into the
-// cluster and the processes (an etcd restore followed by authority.Recover
-// among them), then stops the workload, settles every open publish with
+// cluster and the processes (an etcd restore followed by authority.Recover,
+// and a replacement of etcd by an empty cluster followed by a take-over of
+// the bucket, among them), then stops the workload, settles every open publish with
 // Resolve, heals the cluster, runs a last GC pass, lists the objects that
 // must still exist and judges the history with Verify. On a violation it
 // writes the seed, the schedule and the history to

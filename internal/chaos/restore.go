@@ -242,7 +242,11 @@ func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher
 		return false
 	}
 	rec.Grant(GrantEvent{Client: "recover", Time: clock.Now(), Resource: res, Owner: g.Owner, RequestID: g.RequestID, Epoch: g.Epoch, Fence: g.Generation})
-	defer func() { _ = auth.Release(context.WithoutCancel(ctx), g) }()
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = auth.Release(rctx, g)
+	}()
 	op := PublishOp{
 		ID: id, Client: "recover", Resource: res, Key: "recover-" + lost.Version.Encode(), Size: lost.Size,
 		Owner: g.Owner, Version: g.Version(1), Call: clock.Now(),
