@@ -193,7 +193,7 @@ func (h *harness) injectReplace(ctx context.Context, f Fault) (target, detail st
 	h.rec.Restore(ev)
 	applied, failed := h.republishNewest(rctx, rep)
 	return "cluster", fmt.Sprintf("empty cluster taken over from the bucket; epoch %d -> %d; %d resources found; republished %d, %d failed",
-		rep.OldEpoch, rep.NewEpoch, len(rep.Resources), applied, failed), nil
+		ev.OldEpoch, rep.NewEpoch, len(rep.Resources), applied, failed), nil
 }
 
 // republishNewest republishes, for every resource of rep with objects, the
