@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
@@ -32,6 +34,8 @@ type brokenEnv struct {
 	pub   *publisher.Client
 	read  *readLoop
 	wl    Workload
+	// stopWatch ends the watch goroutine and waits for it.
+	stopWatch func()
 }
 
 func newBrokenEnv(t *testing.T) *brokenEnv {
@@ -61,7 +65,8 @@ func newBrokenEnv(t *testing.T) *brokenEnv {
 		defer close(done)
 		e.watch.run(wctx, rev+1)
 	}()
-	t.Cleanup(func() { wcancel(); <-done })
+	e.stopWatch = func() { wcancel(); <-done }
+	t.Cleanup(func() { e.stopWatch() })
 	if e.pub, err = publisher.New(publisher.Config{Namespace: e.ns, Etcd: e.cli, Store: st}); err != nil {
 		t.Fatal(err)
 	}
@@ -277,4 +282,100 @@ func TestCheckerCatchesUncheckedPaths(t *testing.T) {
 			t.Errorf("violations %v with a 1 ns timeout, want %s", got, InvLinearizable)
 		}
 	})
+}
+
+// takeOver replaces etcd by an empty one for the domain the way an
+// EtcdReplaced fault does, on the shared servers: the watch stops, every key
+// under the domain's root is deleted (an empty etcd as the domain sees it),
+// the watch follows again from the revision after, Recover takes the
+// bucket over (FromBucket) and the newest object of each resource is
+// republished. treatAsIssued is the broken take-over: it
+// records every older epoch as issued by this etcd and drops the restored
+// pointers, so GC no longer quarantines the older objects. A GC pass over
+// every resource and the final listing follow.
+func (e *brokenEnv) takeOver(treatAsIssued bool, resources ...string) {
+	if _, err := e.watch.sync(e.ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	ev := RestoreEvent{Start: e.rec.Clock().Now(), OldEpoch: e.rec.History().Epoch, Replaced: true}
+	ev.Snapshot = ev.Start
+	e.stopWatch()
+	resp, err := e.cli.Delete(e.ctx, e.ns.Root(), clientv3.WithPrefix())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ev.Revision = resp.Header.Revision
+	wctx, wcancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.watch.run(wctx, ev.Revision+1)
+	}()
+	e.stopWatch = func() { wcancel(); <-done }
+	rep, err := e.auth.Recover(e.ctx, authority.RecoverOptions{FromBucket: true})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ev.NewEpoch, ev.End = rep.NewEpoch, e.rec.Clock().Now()
+	e.rec.Restore(ev)
+	for i, r := range rep.Resources {
+		if !republishOne(e.ctx, e.auth, e.pub, e.rec, fmt.Sprintf("recover/%d", i), r.Resource, r.Above[len(r.Above)-1]) {
+			e.t.Fatalf("republish of %s did not apply", r.Resource)
+		}
+	}
+	if treatAsIssued {
+		for epoch := uint64(1); epoch < rep.NewEpoch; epoch++ {
+			if _, err := e.cli.Put(e.ctx, e.ns.EpochRecord(epoch), "broken take-over"); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+		for _, res := range resources {
+			if _, err := e.cli.Delete(e.ctx, e.ns.RestoredPrefix(res), clientv3.WithPrefix()); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+	st := testenv.Get(e.t).Store(e.t)
+	col, err := gc.New(gc.Config{
+		Namespace: e.ns, Etcd: e.cli, Store: st, Authority: e.auth,
+		Policy: gc.Policy{Retain: 2, Grace: time.Hour, ClockSkew: 100 * time.Millisecond, AbandonAfter: 2 * time.Second},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := col.Run(e.ctx, gc.RunOptions{All: true}); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := checkObjects(e.ctx, e.rec, e.ns, st); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestCheckerCatchesBrokenTakeOver: after etcd is replaced by an empty one
+// and Recover takes the bucket over, GC must keep every object published
+// before (quarantined); a take-over that lets GC treat the older epochs as
+// issued deletes them, and the checker reports object_kept.
+func TestCheckerCatchesBrokenTakeOver(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("treat older epochs as issued=%t", broken), func(t *testing.T) {
+			e := newBrokenEnv(t)
+			b := e.worker("b")
+			gb := e.acquire(b, "r")
+			for seq, key := range []string{"k1", "k2", "k3", "k4"} {
+				e.publish(b, gb, uint64(seq+1), key, "body of "+key, Applied)
+			}
+			e.readNow("r")
+			e.takeOver(broken, "r")
+			got := e.verify()
+			switch {
+			case !broken && len(got) > 0:
+				t.Errorf("violations %v after a correct take-over", got)
+			case broken && !slices.Equal(got, []string{InvObjectKept}):
+				t.Errorf("violations %v after a take-over that lets GC delete older epochs, want %s", got, InvObjectKept)
+			}
+			if h := e.rec.History(); broken != (len(h.Missing) > 0) {
+				t.Errorf("missing objects %v", h.Missing)
+			}
+		})
+	}
 }

@@ -289,18 +289,15 @@ func (c *Cluster) saveSnapshot(ctx context.Context, target int, path string) (st
 // handed out before and watchers re-sync instead of waiting), and starts
 // the members again on their old URLs, waiting until they answer.
 func (c *Cluster) restore(ctx context.Context, path string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	bin, err := localstack.Binary("etcdutl")
 	if err != nil {
 		return err
 	}
 	var initial []string
 	for _, m := range c.Etcd.Members {
-		m.Kill()
 		initial = append(initial, m.Name+"="+m.PeerURL)
 	}
-	for _, m := range c.Etcd.Members {
+	return c.rebuild(ctx, 0, func(m *localstack.EtcdMember) error {
 		if err := os.RemoveAll(m.DataDir); err != nil {
 			return err
 		}
@@ -313,7 +310,34 @@ func (c *Cluster) restore(ctx context.Context, path string) error {
 		if err != nil {
 			return fmt.Errorf("chaos: etcdutl snapshot restore for %s: %w\n%s", m.Name, err, out)
 		}
+		return nil
+	})
+}
+
+// replace replaces the cluster by an empty one, as an operator would after
+// losing every member with no snapshot: it kills every member, wipes its
+// data directory, waits hold, and starts the members again on their old
+// URLs (they bootstrap a new cluster with the same membership and token),
+// waiting until they answer. Revisions start again from 1.
+func (c *Cluster) replace(ctx context.Context, hold time.Duration) error {
+	return c.rebuild(ctx, hold, func(m *localstack.EtcdMember) error { return os.RemoveAll(m.DataDir) })
+}
+
+// rebuild kills every member, runs prepare on each (which writes its new
+// data directory), waits hold and starts the members again, waiting until
+// they answer.
+func (c *Cluster) rebuild(ctx context.Context, hold time.Duration, prepare func(*localstack.EtcdMember) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.Etcd.Members {
+		m.Kill()
 	}
+	for _, m := range c.Etcd.Members {
+		if err := prepare(m); err != nil {
+			return err
+		}
+	}
+	wait.Sleep(ctx, hold)
 	var errs []error
 	for _, m := range c.Etcd.Members {
 		errs = append(errs, m.Start())

@@ -83,8 +83,9 @@ type Result struct {
 // Run runs one chaos run: it starts the workload (worker processes,
 // in-process workers, readers, a forger and concurrent GC collectors) in a
 // fresh domain, injects the faults of Plan(Seed, Duration, ...) into the
-// cluster and the processes (an etcd restore followed by authority.Recover
-// among them), then stops the workload, settles every open publish with
+// cluster and the processes (an etcd restore followed by authority.Recover,
+// and a replacement of etcd by an empty cluster followed by a take-over of
+// the bucket, among them), then stops the workload, settles every open publish with
 // Resolve, heals the cluster, runs a last GC pass, lists the objects that
 // must still exist and judges the history with Verify. On a violation it
 // writes the random seed, the schedule and the history to
@@ -444,6 +445,8 @@ func (h *harness) inject(ctx context.Context, f Fault) {
 		rec.Target, rec.Detail, err = h.injectWorker(ctx, f)
 	case EtcdRestore:
 		rec.Target, rec.Detail, err = h.injectRestore(ctx, f)
+	case EtcdReplaced:
+		rec.Target, rec.Detail, err = h.injectReplace(ctx, f)
 	default:
 		proxies := append([]*proxySet{h.shared}, slotProxies(h.slots)...)
 		inFlight := h.rec.InFlight()
@@ -649,7 +652,14 @@ func (h *harness) visualize(res string) (io.WriteCloser, error) {
 // checkObjects lists every resource of the run once and records which
 // objects of applied publishes and reads are gone.
 func (h *harness) checkObjects(ctx context.Context) error {
-	hist := h.rec.History()
+	return checkObjects(ctx, h.rec, h.ns, h.store)
+}
+
+// checkObjects lists every resource of rec's history once and records in rec
+// which objects of applied publishes, reads and pointers (every pointer the
+// watch saw, before a restore or a replacement of etcd too) are gone.
+func checkObjects(ctx context.Context, rec *Recorder, ns layout.Namespace, store *objstore.Store) error {
+	hist := rec.History()
 	want := map[string]map[string]bool{} // resource → object keys
 	note := func(res, key string) {
 		if key == "" {
@@ -677,8 +687,8 @@ func (h *harness) checkObjects(ctx context.Context) error {
 	checked := 0
 	for res, keys := range want {
 		present := map[string]bool{}
-		opts := minio.ListObjectsOptions{Prefix: h.ns.ObjectsPrefix(res), Recursive: true}
-		for o := range h.store.Client.ListObjects(ctx, h.store.Bucket, opts) {
+		opts := minio.ListObjectsOptions{Prefix: ns.ObjectsPrefix(res), Recursive: true}
+		for o := range store.Client.ListObjects(ctx, store.Bucket, opts) {
 			if o.Err != nil {
 				return fmt.Errorf("chaos: list the objects of %s: %w", res, objstore.Classify(o.Err))
 			}
@@ -692,6 +702,6 @@ func (h *harness) checkObjects(ctx context.Context) error {
 		}
 	}
 	sort.Strings(missing)
-	h.rec.SetObjects(checked, missing)
+	rec.SetObjects(checked, missing)
 	return nil
 }

@@ -210,6 +210,11 @@ type RestoreEvent struct {
 	// part of the history after the restore starts from. A resource absent
 	// here starts with nothing published.
 	States map[string]InitialState `json:"states"`
+	// Replaced marks a replacement of etcd by an empty cluster (EtcdReplaced):
+	// a restore of history to nothing, Snapshot == Start. Recover took the
+	// bucket over (RecoverOptions.FromBucket) and NewEpoch is above every
+	// epoch before.
+	Replaced bool `json:"replaced,omitempty"`
 }
 
 // GCPass is one GC pass run concurrently with the workload.

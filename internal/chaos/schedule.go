@@ -56,6 +56,15 @@ const (
 	// authority.Recover and let the clients back (RUNBOOK's restore). The
 	// history is split there.
 	EtcdRestore FaultKind = "etcd_restore"
+	// EtcdReplaced: cut every client off etcd, replace the cluster by an
+	// empty one (every member killed, its data directory wiped, started
+	// again on the same URLs), take the bucket over with authority.Recover
+	// (RecoverOptions.FromBucket: every object is quarantined), republish
+	// the newest object of each resource under the new epoch, and let the
+	// clients back; they must acquire again (the empty etcd has no grants).
+	// The history is split there as at a restore of nothing (DESIGN.md
+	// invariant 9).
+	EtcdReplaced FaultKind = "etcd_replaced"
 )
 
 // WorkerFaults returns the kinds of the worker track, in report order.
@@ -67,7 +76,7 @@ func WorkerFaults() []FaultKind {
 func ServerFaults() []FaultKind {
 	return []FaultKind{
 		EtcdLostResponses, MinIOLostResponses, EtcdKillMember, EtcdKillLeader,
-		EtcdPauseMember, EtcdFullRestart, MinIORestart, MinIODriveRemoved, EtcdRestore,
+		EtcdPauseMember, EtcdFullRestart, MinIORestart, MinIODriveRemoved, EtcdRestore, EtcdReplaced,
 	}
 }
 
@@ -143,6 +152,9 @@ func Plan(seed int64, d time.Duration, workers int, ttl time.Duration) Schedule 
 			case EtcdRestore:
 				f.Target = rng.IntN(3)
 				f.Hold = between(2*time.Second, 5*time.Second)
+				cost = 6 * time.Second
+			case EtcdReplaced:
+				f.Hold = between(200*time.Millisecond, time.Second)
 				cost = 6 * time.Second
 			}
 			if f.At+f.Hold+cost > end {

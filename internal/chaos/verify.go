@@ -416,6 +416,7 @@ func (v *verifier) keys() {
 // moved its pointer.
 func (v *verifier) pointers() {
 	held := map[versionID]bool{}
+	top := make([]uint64, len(v.segs)) // the highest pointer epoch of each segment
 	for c, last := range v.versionChanges(ChangePointer, func(st InitialState) layout.Version { return st.Pointer }) {
 		if c.Delete {
 			v.add(InvPointerMonotonic, c.Resource, "pointer deleted at revision %d", c.Revision)
@@ -431,6 +432,8 @@ func (v *verifier) pointers() {
 			v.add(InvPointerMonotonic, c.Resource, "pointer went from %s to %s at revision %d (revoked-generation overwrite)", prev, c.Version, c.Revision)
 		}
 		last[c.Resource] = c.Version
+		s := v.segmentOfRevision(c.Revision)
+		top[s] = max(top[s], c.Version.Epoch)
 		id := versionID{c.Resource, c.Version}
 		held[id] = true
 		switch p := v.applied[id]; {
@@ -438,6 +441,15 @@ func (v *verifier) pointers() {
 			v.add(InvNoPhantom, c.Resource, "the pointer moved to %s (object %s) at revision %d, but no publish was reported or resolved applied at that version", c.Version, c.Object, c.Revision)
 		case p.Object != "" && p.Object != c.Object:
 			v.add(InvNoPhantom, c.Resource, "the pointer moved to %s with object %s, but publish %s applied object %s", c.Version, c.Object, p.ID, p.Object)
+		}
+	}
+	// A restore (a replacement by an empty etcd too) moves to an epoch above
+	// every pointer before it: the republished versions after a take-over
+	// are above everything published before (DESIGN.md invariant 9).
+	var before uint64
+	for s := 1; s < len(v.segs); s++ {
+		if before = max(before, top[s-1]); v.segs[s].epoch <= before {
+			v.add(InvPointerMonotonic, "", "the recover at %.3fs moved to epoch %d, not above epoch %d of a pointer before it", float64(v.segs[s].start)/1e9, v.segs[s].epoch, before)
 		}
 	}
 	if v.h.WatchGaps > 0 {

@@ -308,6 +308,9 @@ func TestVerifyAcrossRestore(t *testing.T) {
 		{"an error a restore explains, before the restore", func(h *History) {
 			h.Anomalies = append(h.Anomalies, Anomaly{Client: "b", Time: 39 * ms, Since: 34 * ms, What: "publish b/8", Err: "not initialized", AfterRestore: true})
 		}, []string{InvAnomaly}},
+		{"the recover's epoch not above a pointer before it", func(h *History) {
+			h.Changes = append(h.Changes, Change{Kind: ChangePointer, Resource: "r2", Version: layout.Version{Epoch: 2, Fence: 1, Seq: 1}, Object: "obj-r2", Revision: 8, KVVersion: 1, Seen: 39 * ms})
+		}, []string{InvPointerMonotonic, InvNoPhantom}},
 		{"a publish seen applied before the cut reported stale before it", func(h *History) {
 			h.Publishes[3].Return, h.Publishes[3].Reported, h.Publishes[3].Outcome = 38*ms, Stale, Stale
 		}, []string{InvLinearizable, InvNoPhantom, InvReaderBytes}},

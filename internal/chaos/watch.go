@@ -27,6 +27,13 @@ type watcher struct {
 	mu        sync.Mutex
 	marks     map[string]chan struct{} // sync marker values awaited
 	restoring bool                     // the next compaction is a restore's, not lost events
+	// After a replacement by an empty cluster (replaced) the watch starts
+	// again from revision restartFrom of the new cluster, whose revisions are
+	// logged plus offset, above every revision of the cluster before.
+	restart     bool
+	restartFrom int64
+	offset      int64
+	cancel      context.CancelFunc // ends the current watch stream
 }
 
 func newWatcher(cli *clientv3.Client, ns layout.Namespace, clock Clock, rec *Recorder) *watcher {
@@ -45,6 +52,13 @@ func (w *watcher) run(ctx context.Context, from int64) {
 	rev := from
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		w.mu.Lock()
+		if w.restart {
+			rev, w.restart = w.restartFrom, false
+		}
+		w.cancel = cancel
+		offset := w.offset
+		w.mu.Unlock()
 		for resp := range w.cli.Watch(wctx, w.ns.Root(), clientv3.WithPrefix(), clientv3.WithRev(rev)) {
 			if resp.CompactRevision != 0 {
 				w.mu.Lock()
@@ -61,12 +75,26 @@ func (w *watcher) run(ctx context.Context, from int64) {
 			}
 			seen := w.clock.Now()
 			for _, ev := range resp.Events {
-				w.event(ev, seen)
+				w.event(ev, seen, offset)
 				rev = ev.Kv.ModRevision + 1
 			}
 		}
 		cancel()
 		wait.Sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+// replaced announces that etcd was replaced by another cluster whose
+// revisions restart: the watch ends its stream and watches again from
+// revision from of the new cluster, logging its revisions plus offset (the
+// last revision logged before, so the history's revisions keep rising).
+// Call it before anything writes to the new cluster.
+func (w *watcher) replaced(from, offset int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.restart, w.restartFrom, w.offset = true, from, offset
+	if w.cancel != nil {
+		w.cancel()
 	}
 }
 
@@ -94,7 +122,9 @@ func (w *watcher) sync(ctx context.Context) (int64, error) {
 		resp, err := w.cli.Put(pctx, w.markKey(), mark)
 		cancel()
 		if err == nil {
-			rev = resp.Header.Revision
+			w.mu.Lock()
+			rev = resp.Header.Revision + w.offset
+			w.mu.Unlock()
 			break
 		}
 		if !wait.Sleep(ctx, 200*time.Millisecond) {
@@ -110,7 +140,7 @@ func (w *watcher) sync(ctx context.Context) (int64, error) {
 }
 
 // event logs one etcd event if it is about a key the checker follows.
-func (w *watcher) event(ev *clientv3.Event, seen int64) {
+func (w *watcher) event(ev *clientv3.Event, seen, offset int64) {
 	key, ok := strings.CutPrefix(string(ev.Kv.Key), w.ns.Root())
 	if !ok {
 		return
@@ -124,7 +154,7 @@ func (w *watcher) event(ev *clientv3.Event, seen int64) {
 		w.mu.Unlock()
 		return
 	}
-	c := Change{Revision: ev.Kv.ModRevision, KVVersion: ev.Kv.Version, Delete: ev.Type == mvccpb.DELETE, Seen: seen}
+	c := Change{Revision: ev.Kv.ModRevision + offset, KVVersion: ev.Kv.Version, Delete: ev.Type == mvccpb.DELETE, Seen: seen}
 	val := ev.Kv.Value
 	var err error
 	switch first, rest, _ := strings.Cut(key, "/"); first {
