@@ -8,7 +8,7 @@ BIN       := $(CURDIR)/bin
 PKGS      := ./...
 TEST_FLAGS ?= -count=1 -timeout 28m
 
-.PHONY: all deps build test cross lint fmt vet staticcheck demo bench chaos clean
+.PHONY: all deps build test cross lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
 
 all: build
 
@@ -40,8 +40,8 @@ bench: deps build
 	@cat bench/results/micro.txt
 
 ## test: every test, against real servers started by internal/testenv,
-##       after the cross-compile check
-test: deps cross
+##       after the cross-compile check (goreleaser: for the release check)
+test: deps goreleaser cross
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 ## cross: the library packages build for darwin, windows and freebsd, and
@@ -52,6 +52,27 @@ cross:
 	GOOS=windows GOARCH=amd64 $(GO) build $(LIBS)
 	GOOS=freebsd GOARCH=amd64 $(GO) build $(LIBS)
 	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/fencepub
+
+## goreleaser: build the pinned goreleaser (tools/go.mod) into ./bin
+##             (idempotent; about 6 minutes the first time)
+GORELEASER_VERSION = $(shell cd tools && $(GO) list -m -f '{{.Version}}' github.com/goreleaser/goreleaser/v2)
+goreleaser:
+	@if [ ! -x $(BIN)/goreleaser ] || [ "$$(cat $(BIN)/.goreleaser.version 2>/dev/null)" != "$(GORELEASER_VERSION)" ]; then \
+		echo "goreleaser: building $(GORELEASER_VERSION) into ./bin" >&2; \
+		(cd tools && $(GO) build -o $(BIN)/goreleaser github.com/goreleaser/goreleaser/v2) && \
+		echo "$(GORELEASER_VERSION)" > $(BIN)/.goreleaser.version; \
+	fi
+
+## release-snapshot: every release archive (.goreleaser.yaml) and
+##   checksums.txt into ./dist, offline, nothing published. A checkout
+##   without a git remote is given the module's URL, without which
+##   goreleaser reads no commit. GORELEASER_CONFIG= another config (the
+##   release test's, with its own dist).
+GORELEASER_CONFIG ?= .goreleaser.yaml
+release-snapshot: goreleaser
+	@if [ -z "$$(git remote)" ]; then export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url \
+		GIT_CONFIG_VALUE_0=https://github.com/fencepub/fencepub.git; fi; \
+	$(BIN)/goreleaser release --snapshot --clean --config $(GORELEASER_CONFIG)
 
 ## lint: gofmt check, go vet and staticcheck (pinned in tools/go.mod)
 lint: fmt vet staticcheck
