@@ -21,7 +21,7 @@ RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS)),$(shell $(GO) lis
 FUZZ_PKGS ?= ./internal/layout
 FUZZTIME  ?= 10s
 
-.PHONY: all deps build test cross fuzz wrk lint fmt vet staticcheck demo bench chaos clean
+.PHONY: all deps build test cross fuzz wrk lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
 
 all: build
 
@@ -59,8 +59,9 @@ bench: deps build
 
 ## test: every test (under the race detector but for NORACE_PKGS), against real servers started by
 ## internal/testenv (wrk installed for the reader-service bench rows, which
-## must run), after the cross-compile check, then every fuzz target for FUZZTIME
-test: deps wrk cross
+## must run), after the cross-compile check (goreleaser: for the release
+## check), then every fuzz target for FUZZTIME
+test: deps wrk goreleaser cross
 	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
 	$(GO) test $(TEST_FLAGS) $(NORACE_PKGS)
 	@$(MAKE) --no-print-directory fuzz
@@ -83,6 +84,27 @@ cross:
 	GOOS=windows GOARCH=amd64 $(GO) build $(LIBS)
 	GOOS=freebsd GOARCH=amd64 $(GO) build $(LIBS)
 	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/fencepub
+
+## goreleaser: build the pinned goreleaser (tools/go.mod) into ./bin
+##             (idempotent; about 6 minutes the first time)
+GORELEASER_VERSION = $(shell cd tools && $(GO) list -m -f '{{.Version}}' github.com/goreleaser/goreleaser/v2)
+goreleaser:
+	@if [ ! -x $(BIN)/goreleaser ] || [ "$$(cat $(BIN)/.goreleaser.version 2>/dev/null)" != "$(GORELEASER_VERSION)" ]; then \
+		echo "goreleaser: building $(GORELEASER_VERSION) into ./bin" >&2; \
+		(cd tools && $(GO) build -o $(BIN)/goreleaser github.com/goreleaser/goreleaser/v2) && \
+		echo "$(GORELEASER_VERSION)" > $(BIN)/.goreleaser.version; \
+	fi
+
+## release-snapshot: every release archive (.goreleaser.yaml) and
+##   checksums.txt into ./dist, offline, nothing published. A checkout
+##   without a git remote is given the module's URL, without which
+##   goreleaser reads no commit. GORELEASER_CONFIG= another config (the
+##   release test's, with its own dist).
+GORELEASER_CONFIG ?= .goreleaser.yaml
+release-snapshot: goreleaser
+	@if [ -z "$$(git remote)" ]; then export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url \
+		GIT_CONFIG_VALUE_0=https://github.com/fencepub/fencepub.git; fi; \
+	$(BIN)/goreleaser release --snapshot --clean --config $(GORELEASER_CONFIG)
 
 ## lint: gofmt check, go vet and staticcheck (pinned in tools/go.mod)
 lint: fmt vet staticcheck

@@ -56,11 +56,13 @@ type DaemonConfig struct {
 	OnPass func(*Report, error)
 }
 
-// DaemonStatus is a Daemon's state, served by its /healthz endpoint.
+// DaemonStatus is a Daemon's state, served by its /healthz and /readyz
+// endpoints.
 type DaemonStatus struct {
 	Owner      string    `json:"owner"`
 	Running    bool      `json:"running"`
 	Leader     bool      `json:"leader"`
+	Standby    bool      `json:"standby"`              // another replica held the GC lease when this one last campaigned
 	Generation uint64    `json:"generation,omitempty"` // the GC lease's fence while leader
 	Passes     int64     `json:"passes"`
 	LastPass   time.Time `json:"last_pass,omitzero"`
@@ -147,17 +149,14 @@ func (d *Daemon) update(f func(*DaemonStatus)) {
 // a back-off; they do not end Run.
 func (d *Daemon) Run(ctx context.Context) error {
 	d.update(func(s *DaemonStatus) { s.Running = true })
-	defer d.update(func(s *DaemonStatus) { s.Running, s.Leader, s.Generation = false, false, 0 })
+	defer d.update(func(s *DaemonStatus) { s.Running, s.Leader, s.Standby, s.Generation = false, false, false, 0 })
 	requestID := ""
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
 		if requestID == "" {
 			requestID = randomHex(16)
 		}
-		g, err := d.auth.Acquire(ctx, authority.AcquireRequest{
-			Resource: d.cfg.LeaseResource, Owner: d.cfg.Owner, RequestID: requestID,
-			TTL: d.cfg.LeaseTTL, Wait: true, Reserved: true,
-		})
+		g, err := d.campaign(ctx, requestID)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -178,6 +177,23 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.lead(ctx, g)
 	}
 	return nil
+}
+
+// campaign acquires the GC lease with requestID, waiting while another
+// replica holds it. It asks once without waiting first, so that a replica
+// that finds another leader is marked standby (ready) while it waits.
+func (d *Daemon) campaign(ctx context.Context, requestID string) (authority.Grant, error) {
+	req := authority.AcquireRequest{
+		Resource: d.cfg.LeaseResource, Owner: d.cfg.Owner, RequestID: requestID,
+		TTL: d.cfg.LeaseTTL, Reserved: true,
+	}
+	g, err := d.auth.Acquire(ctx, req)
+	if !errors.Is(err, authority.ErrHeld) {
+		return g, err
+	}
+	d.update(func(s *DaemonStatus) { s.Standby = true })
+	req.Wait = true
+	return d.auth.Acquire(ctx, req)
 }
 
 // lead runs passes while g holds the GC lease.
@@ -208,7 +224,7 @@ func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
 		}
 	}()
 	d.log.Info("gc daemon: holding the GC lease", "owner", g.Owner, "generation", g.Generation)
-	d.update(func(s *DaemonStatus) { s.Leader, s.Generation = true, g.Generation })
+	d.update(func(s *DaemonStatus) { s.Leader, s.Standby, s.Generation = true, false, g.Generation })
 	if d.cfg.Metrics != nil {
 		d.cfg.Metrics.leader.Set(1)
 	}
@@ -253,18 +269,28 @@ func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
 	}
 }
 
+// Ready reports whether the daemon has settled into its role: Run is
+// running and it has finished a pass as the leader (Passes > 0) or found
+// another replica holding the GC lease (Standby).
+func (s DaemonStatus) Ready() bool { return s.Running && (s.Passes > 0 || s.Standby) }
+
 // Handler serves /healthz (the DaemonStatus as JSON; 200 while Run is
-// running, else 503) and /metrics (g in the Prometheus text format).
+// running, else 503), /readyz (the same JSON; 200 once DaemonStatus.Ready,
+// else 503) and /metrics (g in the Prometheus text format).
 func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		st := d.Status()
-		w.Header().Set("Content-Type", "application/json")
-		if !st.Running {
-			w.WriteHeader(http.StatusServiceUnavailable)
+	serve := func(ok func(DaemonStatus) bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			st := d.Status()
+			w.Header().Set("Content-Type", "application/json")
+			if !ok(st) {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+			_ = json.NewEncoder(w).Encode(st)
 		}
-		_ = json.NewEncoder(w).Encode(st)
-	})
+	}
+	mux.HandleFunc("/healthz", serve(func(s DaemonStatus) bool { return s.Running }))
+	mux.HandleFunc("/readyz", serve(DaemonStatus.Ready))
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	return mux
 }

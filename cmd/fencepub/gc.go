@@ -289,7 +289,8 @@ func newGCDaemonCmd() *cobra.Command {
 --resource ones). Several replicas may run: only the holder of the GC lease
 (the reserved resource "_gc") runs passes; a killed holder is replaced within
 about one --lease-ttl. Safety never depends on the lease. It serves /healthz
-(JSON status) and /metrics (Prometheus: fencepub_gc_objects_total{decision},
+(JSON status; 200 while running), /readyz (the same; 200 once this replica
+finished a pass as the leader or found another replica leading) and /metrics (Prometheus: fencepub_gc_objects_total{decision},
 fencepub_gc_pass_duration_seconds, fencepub_gc_last_success_timestamp_seconds,
 fencepub_gc_leader, ...) on --listen. SIGTERM or SIGINT stops it: the running
 pass is cancelled (each deletion is safe on its own) and the lease released.`,
@@ -299,7 +300,7 @@ pass is cancelled (each deletion is safe on its own) and the lease released.`,
 	fl := cmd.Flags()
 	fl.Duration("interval", config.DefaultGC.Interval, "time between the end of one pass and the start of the next (gc.interval)")
 	fl.Duration("lease-ttl", config.DefaultGC.LeaseTTL, "GC lease TTL, whole seconds, at least 2s (gc.lease_ttl)")
-	fl.String("listen", config.DefaultGC.Listen, `address of the /healthz and /metrics endpoint, "" disables it (gc.listen)`)
+	fl.String("listen", config.DefaultGC.Listen, `address of the /healthz, /readyz and /metrics endpoint, "" disables it (gc.listen)`)
 	keyFlag(fl, "interval", "gc.interval")
 	keyFlag(fl, "lease-ttl", "gc.lease_ttl")
 	keyFlag(fl, "listen", "gc.listen")
@@ -349,7 +350,7 @@ pass is cancelled (each deletion is safe on its own) and the lease released.`,
 				defer cancel()
 				_ = srv.Shutdown(sctx)
 			}()
-			env.Log.Info("gc daemon: serving /healthz and /metrics", "addr", ln.Addr().String())
+			env.Log.Info("gc daemon: serving /healthz, /readyz and /metrics", "addr", ln.Addr().String())
 		}
 		return d.Run(ctx)
 	}

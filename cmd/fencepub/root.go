@@ -1,8 +1,6 @@
 package main
 
 import (
-	"runtime/debug"
-
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/spf13/cobra"
 )
@@ -25,7 +23,7 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 130 interrupted before an outcome.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       version(),
+		Version:       currentBuild().String(),
 	}
 	// Bad flags (an unparsable --ttl, an unknown flag) are usage errors,
 	// exit 2, in every subcommand (cobra inherits this function).
@@ -45,31 +43,10 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		newGCCmd(),
 		newResourceCmd(),
 		newBenchCmd(),
+		newVersionCmd(),
 	)
 	strictArgs(root)
 	return root
-}
-
-// version describes this build for --version: the module version (a
-// release tag, or "(devel)" for a build from a checkout), the VCS revision
-// and whether the tree had uncommitted changes, and the Go version.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	settings := map[string]string{}
-	for _, s := range bi.Settings {
-		settings[s.Key] = s.Value
-	}
-	if rev := settings["vcs.revision"]; rev != "" {
-		v += ", commit " + rev[:min(12, len(rev))]
-		if settings["vcs.modified"] == "true" {
-			v += " (modified)"
-		}
-	}
-	return v + ", " + bi.GoVersion
 }
 
 // strictArgs makes every positional-argument error a usage error (exit 2):

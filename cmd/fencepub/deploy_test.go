@@ -1,0 +1,624 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/config"
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// deployFile reads a file of the checkout's deploy/ directory.
+func deployFile(t *testing.T, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// manifests holds the typed objects of the Kubernetes files.
+type manifests struct {
+	configMaps  []*corev1.ConfigMap
+	deployments []*appsv1.Deployment
+	services    []*corev1.Service
+	pdbs        []*policyv1.PodDisruptionBudget
+	cronJobs    []*batchv1.CronJob
+}
+
+// decodeManifests strictly decodes every YAML document of a Kubernetes file
+// into its k8s.io/api type: an unknown or duplicated field, a wrong type or
+// a kind this test does not know is an error.
+func decodeManifests(t *testing.T, name string, b []byte) *manifests {
+	t.Helper()
+	m := &manifests{}
+	r := k8syaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	for i := 0; ; i++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return m
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &tm); err != nil {
+			t.Fatalf("%s document %d: %v", name, i, err)
+		}
+		var obj any
+		switch tm.APIVersion + " " + tm.Kind {
+		case "v1 ConfigMap":
+			o := &corev1.ConfigMap{}
+			m.configMaps, obj = append(m.configMaps, o), o
+		case "apps/v1 Deployment":
+			o := &appsv1.Deployment{}
+			m.deployments, obj = append(m.deployments, o), o
+		case "v1 Service":
+			o := &corev1.Service{}
+			m.services, obj = append(m.services, o), o
+		case "policy/v1 PodDisruptionBudget":
+			o := &policyv1.PodDisruptionBudget{}
+			m.pdbs, obj = append(m.pdbs, o), o
+		case "batch/v1 CronJob":
+			o := &batchv1.CronJob{}
+			m.cronJobs, obj = append(m.cronJobs, o), o
+		default:
+			t.Fatalf("%s document %d: unexpected %q %q", name, i, tm.APIVersion, tm.Kind)
+		}
+		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+			t.Fatalf("%s document %d (%s): %v", name, i, tm.Kind, err)
+		}
+	}
+}
+
+// checkInvocation parses argv (what follows the fencepub executable) with
+// the real command tree: the subcommand must exist and be runnable, every
+// flag must exist and parse, and the positional arguments must pass the
+// command's own check. It returns the command with its flags parsed.
+func checkInvocation(t *testing.T, where string, argv []string) *cobra.Command {
+	t.Helper()
+	root := newRootCmd()
+	cmd, rest, err := root.Find(argv)
+	if err != nil || cmd == root || !cmd.Runnable() {
+		t.Fatalf("%s: fencepub %q: no such command (%v)", where, argv, err)
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		t.Fatalf("%s: %s: %v", where, cmd.CommandPath(), err)
+	}
+	if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
+		t.Fatalf("%s: %s: %v", where, cmd.CommandPath(), err)
+	}
+	return cmd
+}
+
+// containerInvocation returns the fencepub arguments of a container: its
+// args under the image's ENTRYPOINT (/fencepub) when command is unset, else
+// command must be a fencepub executable.
+func containerInvocation(t *testing.T, where string, c corev1.Container) *cobra.Command {
+	t.Helper()
+	argv := append(slices.Clone(c.Command), c.Args...)
+	if len(c.Command) > 0 {
+		if filepath.Base(c.Command[0]) != "fencepub" {
+			t.Fatalf("%s: command %q is not fencepub", where, c.Command)
+		}
+		argv = argv[1:]
+	}
+	return checkInvocation(t, where, argv)
+}
+
+// knownEnv is every FENCEPUB_* variable fencepub reads: one per
+// configuration key (key a.b_c is FENCEPUB_A_B_C, config.NewViper) and
+// those the CLI's own source reads with os.Getenv.
+func knownEnv(t *testing.T) map[string]bool {
+	t.Helper()
+	known := map[string]bool{}
+	for _, k := range config.Keys {
+		known["FENCEPUB_"+strings.ToUpper(strings.ReplaceAll(k, ".", "_"))] = true
+	}
+	srcs, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	getenv := regexp.MustCompile(`os\.(?:Getenv|LookupEnv)\("(FENCEPUB_[A-Z0-9_]+)"\)`)
+	for _, f := range srcs {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range getenv.FindAllSubmatch(b, -1) {
+			known[string(m[1])] = true
+		}
+	}
+	if !known["FENCEPUB_RUN_ID"] || !known["FENCEPUB_S3_SECRET_KEY"] {
+		t.Fatalf("known environment incomplete: %v", known)
+	}
+	return known
+}
+
+// checkEnvNames fails for a FENCEPUB_* name in b that fencepub does not
+// read.
+func checkEnvNames(t *testing.T, name string, b []byte, known map[string]bool) {
+	t.Helper()
+	for _, v := range regexp.MustCompile(`FENCEPUB_[A-Z0-9_]+`).FindAll(b, -1) {
+		if !known[string(v)] {
+			t.Fatalf("%s: %s is not a variable fencepub reads", name, v)
+		}
+	}
+}
+
+// loadConfigFile loads a fencepub.yaml as every command does (unknown keys
+// and wrong types are errors) and validates the gc.* settings.
+func loadConfigFile(t *testing.T, name string, b []byte) config.Config {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fencepub.yaml")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v := config.NewViper()
+	if _, err := config.ReadFile(v, path); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	cfg, err := config.Load(v)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if err := cfg.GC.Validate(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return cfg
+}
+
+// selects fails unless sel selects the pod labels lbl.
+func selects(t *testing.T, what string, sel *metav1.LabelSelector, lbl map[string]string) {
+	t.Helper()
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil || s.Empty() || !s.Matches(labels.Set(lbl)) {
+		t.Fatalf("%s: selector %v does not select the pods %v (%v)", what, sel, lbl, err)
+	}
+}
+
+// checkPod checks what both workloads share: non-root, the ConfigMap of
+// gc-daemon.yaml mounted where --config points, credentials only from the
+// fencepub-credentials Secret, and env names fencepub reads.
+func checkPod(t *testing.T, where string, pod corev1.PodSpec, cmd *cobra.Command, cm *corev1.ConfigMap, known map[string]bool) corev1.Container {
+	t.Helper()
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%s: %d containers, want 1", where, len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if sc := pod.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Fatalf("%s: pod not runAsNonRoot", where)
+	}
+	cfgPath, _ := cmd.Flags().GetString("config")
+	var mounted bool
+	for _, vm := range c.VolumeMounts {
+		for _, vol := range pod.Volumes {
+			if vol.Name == vm.Name && vol.ConfigMap != nil && vol.ConfigMap.Name == cm.Name &&
+				filepath.Join(vm.MountPath, "fencepub.yaml") == cfgPath {
+				mounted = true
+			}
+		}
+	}
+	if !mounted {
+		t.Fatalf("%s: --config %q is not the ConfigMap %s's fencepub.yaml", where, cfgPath, cm.Name)
+	}
+	secrets := 0
+	for _, e := range c.Env {
+		if !known[e.Name] {
+			t.Fatalf("%s: env %s is not a variable fencepub reads", where, e.Name)
+		}
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			if e.ValueFrom.SecretKeyRef.Name != "fencepub-credentials" {
+				t.Fatalf("%s: env %s from Secret %q, want fencepub-credentials", where, e.Name, e.ValueFrom.SecretKeyRef.Name)
+			}
+			secrets++
+		}
+		if config.SecretKeys[strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(e.Name, "FENCEPUB_"), "_", "."))] && e.ValueFrom == nil {
+			t.Fatalf("%s: secret %s is written in the manifest", where, e.Name)
+		}
+	}
+	for _, k := range []string{"FENCEPUB_S3_ACCESS_KEY", "FENCEPUB_S3_SECRET_KEY"} {
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == k && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+		}) {
+			t.Fatalf("%s: %s does not come from the Secret", where, k)
+		}
+	}
+	return c
+}
+
+// deploy/kubernetes/gc-daemon.yaml decodes strictly into its k8s.io/api
+// types: a Deployment of 2 `fencepub gc daemon` replicas whose flags and
+// ConfigMap keys exist (the config loads as fencepub loads it, with
+// gc.listen ":9464" on the container port the probes and the Service use),
+// liveness on /healthz and readiness on /readyz (gc.Daemon.Handler),
+// credentials from the Secret, and a Service and a PodDisruptionBudget
+// selecting its pods.
+func TestDeployKubernetesGCDaemon(t *testing.T) {
+	t.Parallel()
+	b := deployFile(t, "kubernetes/gc-daemon.yaml")
+	known := knownEnv(t)
+	checkEnvNames(t, "gc-daemon.yaml", b, known)
+	m := decodeManifests(t, "gc-daemon.yaml", b)
+	if len(m.configMaps) != 1 || len(m.deployments) != 1 || len(m.services) != 1 || len(m.pdbs) != 1 || len(m.cronJobs) != 0 {
+		t.Fatalf("gc-daemon.yaml: want one ConfigMap, Deployment, Service and PodDisruptionBudget; got %d %d %d %d %d",
+			len(m.configMaps), len(m.deployments), len(m.services), len(m.pdbs), len(m.cronJobs))
+	}
+	cm, d, svc, pdb := m.configMaps[0], m.deployments[0], m.services[0], m.pdbs[0]
+	cfg := loadConfigFile(t, "ConfigMap fencepub.yaml", []byte(cm.Data["fencepub.yaml"]))
+	if cfg.GC.Listen != ":9464" {
+		t.Fatalf("gc.listen %q, want \":9464\"", cfg.GC.Listen)
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Fatalf("Deployment replicas %v, want 2", d.Spec.Replicas)
+	}
+	pod := d.Spec.Template
+	selects(t, "Deployment", d.Spec.Selector, pod.Labels)
+	selects(t, "PodDisruptionBudget", pdb.Spec.Selector, pod.Labels)
+	selects(t, "Service", &metav1.LabelSelector{MatchLabels: svc.Spec.Selector}, pod.Labels)
+	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
+		t.Fatalf("PodDisruptionBudget minAvailable %v, want 1 of the 2 replicas", pdb.Spec.MinAvailable)
+	}
+
+	c := pod.Spec.Containers[0]
+	cmd := containerInvocation(t, "gc container", c)
+	if cmd.CommandPath() != "fencepub gc daemon" {
+		t.Fatalf("gc container runs %q", cmd.CommandPath())
+	}
+	if cmd.Flags().Changed("listen") {
+		t.Fatal("gc container: --listen overrides the ConfigMap's gc.listen")
+	}
+	checkPod(t, "gc container", pod.Spec, cmd, cm, known)
+	port := func(what string, p string, num int32) {
+		t.Helper()
+		for _, cp := range c.Ports {
+			if (cp.Name == p || strconv.Itoa(int(cp.ContainerPort)) == p) && cp.ContainerPort == num {
+				return
+			}
+		}
+		t.Fatalf("%s: port %q is not container port %d", what, p, num)
+	}
+	for what, probe := range map[string]struct {
+		p    *corev1.Probe
+		path string
+	}{"liveness": {c.LivenessProbe, "/healthz"}, "readiness": {c.ReadinessProbe, "/readyz"}} {
+		if probe.p == nil || probe.p.HTTPGet == nil || probe.p.HTTPGet.Path != probe.path {
+			t.Fatalf("%s probe %+v, want GET %s", what, probe.p, probe.path)
+		}
+		port(what+" probe", probe.p.HTTPGet.Port.String(), 9464)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 9464 {
+		t.Fatalf("Service ports %+v, want 9464", svc.Spec.Ports)
+	}
+	port("Service targetPort", svc.Spec.Ports[0].TargetPort.String(), 9464)
+}
+
+// deploy/kubernetes/run-cronjob.yaml decodes strictly: a CronJob running
+// `fencepub run` with existing flags, FENCEPUB_RUN_ID from the Job's name
+// (downward API), a concurrencyPolicy set and discussed, and a termination
+// grace period longer than --grace.
+func TestDeployKubernetesRunCronJob(t *testing.T) {
+	t.Parallel()
+	b := deployFile(t, "kubernetes/run-cronjob.yaml")
+	known := knownEnv(t)
+	checkEnvNames(t, "run-cronjob.yaml", b, known)
+	m := decodeManifests(t, "run-cronjob.yaml", b)
+	if len(m.cronJobs) != 1 || len(m.configMaps)+len(m.deployments)+len(m.services)+len(m.pdbs) != 0 {
+		t.Fatal("run-cronjob.yaml: want exactly one CronJob")
+	}
+	cj := m.cronJobs[0]
+	if cj.Spec.ConcurrencyPolicy == "" || !regexp.MustCompile(`(?m)^\s*# concurrencyPolicy: `+string(cj.Spec.ConcurrencyPolicy)).Match(b) {
+		t.Fatalf("concurrencyPolicy %q: set it and discuss it in a comment", cj.Spec.ConcurrencyPolicy)
+	}
+	js := cj.Spec.JobTemplate.Spec
+	pod := js.Template.Spec
+	if pod.RestartPolicy != corev1.RestartPolicyNever {
+		t.Fatalf("restartPolicy %q: a retry must be a new pod of the same Job", pod.RestartPolicy)
+	}
+	cm := decodeManifests(t, "gc-daemon.yaml", deployFile(t, "kubernetes/gc-daemon.yaml")).configMaps[0]
+	c := pod.Containers[0]
+	cmd := containerInvocation(t, "run container", c)
+	if cmd.CommandPath() != "fencepub run" {
+		t.Fatalf("run container runs %q", cmd.CommandPath())
+	}
+	checkPod(t, "run container", pod, cmd, cm, known)
+	if rp := js.PodFailurePolicy; rp != nil {
+		for _, r := range rp.Rules {
+			if r.OnExitCodes != nil && (r.OnExitCodes.ContainerName == nil || *r.OnExitCodes.ContainerName != c.Name) {
+				t.Fatalf("podFailurePolicy names container %v, not %q", r.OnExitCodes.ContainerName, c.Name)
+			}
+		}
+	}
+
+	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "FENCEPUB_RUN_ID" })
+	if i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.FieldRef == nil ||
+		c.Env[i].ValueFrom.FieldRef.FieldPath != "metadata.labels['batch.kubernetes.io/job-name']" {
+		t.Fatalf("FENCEPUB_RUN_ID must come from the Job name label: %+v", c.Env)
+	}
+	if cmd.Flags().Changed("run-id") || cmd.Flags().Changed("key") {
+		t.Fatal("run container: --run-id or --key overrides FENCEPUB_RUN_ID")
+	}
+	grace, err := cmd.Flags().GetDuration("grace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg := pod.TerminationGracePeriodSeconds; tg == nil || time.Duration(*tg)*time.Second <= grace {
+		t.Fatalf("terminationGracePeriodSeconds is not set longer than --grace %s", grace)
+	}
+}
+
+// systemdDirectives are the directives the unit files may use, by section
+// (systemd.directives(7)); a typo is not in the list.
+var systemdDirectives = map[string][]string{
+	"Unit": {"Description", "Documentation", "Wants", "Requires", "After", "Before", "ConditionPathExists",
+		"StartLimitIntervalSec", "StartLimitBurst"},
+	"Service": {"Type", "ExecStart", "ExecStartPre", "ExecReload", "Environment", "EnvironmentFile", "User", "Group",
+		"DynamicUser", "WorkingDirectory", "StateDirectory", "RuntimeDirectory", "KillMode", "KillSignal",
+		"TimeoutStartSec", "TimeoutStopSec", "Restart", "RestartSec", "RestartPreventExitStatus", "SuccessExitStatus",
+		"NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices", "ProtectKernelTunables",
+		"ProtectKernelModules", "ProtectControlGroups", "RestrictAddressFamilies", "LockPersonality",
+		"MemoryDenyWriteExecute", "ReadWritePaths", "LimitNOFILE"},
+	"Timer":   {"OnCalendar", "OnBootSec", "OnUnitActiveSec", "Persistent", "RandomizedDelaySec", "AccuracySec", "Unit"},
+	"Install": {"WantedBy", "RequiredBy", "Alias"},
+}
+
+// unitFile is a parsed systemd unit: section → key → values in order.
+type unitFile map[string]map[string][]string
+
+// parseUnit parses a unit file strictly: comments, blank lines, [Section]
+// headers and Key=Value lines of systemdDirectives only, no continuation
+// lines.
+func parseUnit(t *testing.T, name string, b []byte) unitFile {
+	t.Helper()
+	u := unitFile{}
+	section := ""
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+			continue
+		case strings.HasSuffix(line, "\\"):
+			t.Fatalf("%s:%d: continuation line", name, n+1)
+		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
+			section = line[1 : len(line)-1]
+			if _, ok := systemdDirectives[section]; !ok {
+				t.Fatalf("%s:%d: unknown section [%s]", name, n+1, section)
+			}
+			if u[section] == nil {
+				u[section] = map[string][]string{}
+			}
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || section == "" {
+			t.Fatalf("%s:%d: not Key=Value in a section: %q", name, n+1, line)
+		}
+		if !slices.Contains(systemdDirectives[section], k) {
+			t.Fatalf("%s:%d: unknown directive %s= in [%s]", name, n+1, k, section)
+		}
+		u[section][k] = append(u[section][k], v)
+	}
+	return u
+}
+
+// one returns the single value of section's key.
+func (u unitFile) one(t *testing.T, name, section, key string) string {
+	t.Helper()
+	vs := u[section][key]
+	if len(vs) != 1 {
+		t.Fatalf("%s: [%s] %s= given %d times, want once", name, section, key, len(vs))
+	}
+	return vs[0]
+}
+
+// execInvocation checks an ExecStart= line: /usr/local/bin/fencepub and
+// arguments the command tree accepts, with the instance specifier %i
+// standing for a resource name.
+func execInvocation(t *testing.T, name, line string) *cobra.Command {
+	t.Helper()
+	if strings.ContainsAny(line, `"'$`) {
+		t.Fatalf("%s: ExecStart= with quotes or variables: %q", name, line)
+	}
+	argv := strings.Fields(strings.ReplaceAll(line, "%i", "nightly-report"))
+	if argv[0] != "/usr/local/bin/fencepub" {
+		t.Fatalf("%s: ExecStart= runs %q, want /usr/local/bin/fencepub", name, argv[0])
+	}
+	return checkInvocation(t, name, argv[1:])
+}
+
+// systemdSeconds parses a systemd time span of the forms the units use:
+// plain seconds or a Go duration ("45", "45s", "1min" is not used).
+func systemdSeconds(t *testing.T, name, v string) time.Duration {
+	t.Helper()
+	if n, err := strconv.Atoi(v); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s: time span %q: %v", name, v, err)
+	}
+	return d
+}
+
+// The systemd units parse (known sections and directives only), run
+// fencepub commands and flags that exist, read config keys and variables
+// fencepub knows, give `fencepub run` a stop timeout longer than --grace
+// with only fencepub signalled first, and pass `systemd-analyze verify`
+// where systemd-analyze is installed (with ExecStart's binary pointed at an
+// existing executable, since verify checks that it exists).
+func TestDeploySystemd(t *testing.T) {
+	t.Parallel()
+	known := knownEnv(t)
+	cfg := deployFile(t, "systemd/fencepub.yaml")
+	checkEnvNames(t, "fencepub.yaml", cfg, known)
+	loadConfigFile(t, "systemd/fencepub.yaml", cfg)
+
+	files := map[string][]byte{}
+	for _, n := range []string{"fencepub-gc.service", "fencepub-run@.service", "fencepub-run@.timer"} {
+		files[n] = deployFile(t, "systemd/"+n)
+		checkEnvNames(t, n, files[n], known)
+	}
+	gcu := parseUnit(t, "fencepub-gc.service", files["fencepub-gc.service"])
+	if cmd := execInvocation(t, "fencepub-gc.service", gcu.one(t, "fencepub-gc.service", "Service", "ExecStart")); cmd.CommandPath() != "fencepub gc daemon" {
+		t.Fatalf("fencepub-gc.service runs %q", cmd.CommandPath())
+	}
+	run := parseUnit(t, "fencepub-run@.service", files["fencepub-run@.service"])
+	cmd := execInvocation(t, "fencepub-run@.service", run.one(t, "fencepub-run@.service", "Service", "ExecStart"))
+	if cmd.CommandPath() != "fencepub run" {
+		t.Fatalf("fencepub-run@.service runs %q", cmd.CommandPath())
+	}
+	grace, err := cmd.Flags().GetDuration("grace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stop := systemdSeconds(t, "fencepub-run@.service", run.one(t, "fencepub-run@.service", "Service", "TimeoutStopSec")); stop <= grace {
+		t.Fatalf("fencepub-run@.service: TimeoutStopSec %s is not longer than --grace %s", stop, grace)
+	}
+	if km := run.one(t, "fencepub-run@.service", "Service", "KillMode"); km != "mixed" {
+		t.Fatalf("fencepub-run@.service: KillMode=%s; want mixed (fencepub stops its command itself)", km)
+	}
+	timer := parseUnit(t, "fencepub-run@.timer", files["fencepub-run@.timer"])
+	calendar := timer.one(t, "fencepub-run@.timer", "Timer", "OnCalendar")
+
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Logf("systemd-analyze not installed: the parse check above is the only check")
+		return
+	}
+	if out, err := exec.Command(sa, "calendar", calendar).CombinedOutput(); err != nil {
+		t.Fatalf("systemd-analyze calendar %q: %v\n%s", calendar, err, out)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for n, b := range files {
+		b = bytes.ReplaceAll(b, []byte("/usr/local/bin/fencepub"), []byte(exe))
+		if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := exec.Command(sa, "verify", "./fencepub-gc.service", "./fencepub-run@nightly-report.service", "./fencepub-run@nightly-report.timer")
+	v.Dir = dir
+	out, err := v.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// The Dockerfile builds a static binary in a Go stage of go.mod's Go
+// version and copies it into a distroless or scratch stage that runs it as
+// the non-root user with ENTRYPOINT fencepub; nothing is fetched by ADD.
+// (No container runtime here: this parses it, it does not build it.)
+func TestDockerfile(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
+	if goVersion == nil {
+		t.Fatal("go.mod has no go directive")
+	}
+	type stage struct {
+		from, name string
+		instr      []string // "KEYWORD args", continuation lines joined
+	}
+	var stages []*stage
+	var logical string
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if logical == "" && (line == "" || strings.HasPrefix(line, "#")) {
+			continue
+		}
+		if cont, ok := strings.CutSuffix(line, "\\"); ok {
+			logical += cont + " "
+			continue
+		}
+		logical += line
+		kw, args, _ := strings.Cut(logical, " ")
+		kw, logical = strings.ToUpper(kw), ""
+		switch {
+		case kw == "FROM":
+			f := strings.Fields(args)
+			s := &stage{from: f[0]}
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				s.name = f[2]
+			}
+			stages = append(stages, s)
+		case kw == "ADD":
+			t.Fatalf("Dockerfile: ADD %s (use COPY; never fetch URLs)", args)
+		case len(stages) == 0:
+			if kw != "ARG" {
+				t.Fatalf("Dockerfile: %s before FROM", kw)
+			}
+		default:
+			s := stages[len(stages)-1]
+			s.instr = append(s.instr, kw+" "+args)
+		}
+	}
+	if len(stages) != 2 {
+		t.Fatalf("Dockerfile: %d stages, want a build stage and a runtime stage", len(stages))
+	}
+	build, final := stages[0], stages[1]
+	if !strings.HasPrefix(build.from, "golang:"+string(goVersion[1])) || build.name == "" {
+		t.Fatalf("Dockerfile: build stage FROM %s AS %q, want golang:%s AS <name>", build.from, build.name, goVersion[1])
+	}
+	if !slices.ContainsFunc(build.instr, func(s string) bool {
+		return strings.HasPrefix(s, "RUN ") && strings.Contains(s, "CGO_ENABLED=0") && strings.Contains(s, "./cmd/fencepub")
+	}) {
+		t.Fatalf("Dockerfile: no RUN CGO_ENABLED=0 go build of ./cmd/fencepub: %q", build.instr)
+	}
+	if !strings.HasPrefix(final.from, "gcr.io/distroless/static") && final.from != "scratch" {
+		t.Fatalf("Dockerfile: runtime stage FROM %s, want distroless static or scratch", final.from)
+	}
+	want := []string{"COPY --from=" + build.name + " /out/fencepub /fencepub", "USER nonroot:nonroot", `ENTRYPOINT ["/fencepub"]`}
+	if !slices.Equal(final.instr, want) {
+		t.Fatalf("Dockerfile: runtime stage %q, want %q", final.instr, want)
+	}
+	if !strings.Contains(final.from, ":nonroot") {
+		t.Fatalf("Dockerfile: %s has no nonroot user", final.from)
+	}
+}
+
+// go install github.com/fencepub/fencepub/cmd/fencepub@latest builds from
+// the module proxy's copy only if the main go.mod has no replace or exclude
+// directives (go install ignores them and refuses a module that has them).
+func TestGoModInstallable(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`(?m)^\s*(replace|exclude)\b`).Find(b); m != nil {
+		t.Fatalf("go.mod has a %s directive: go install ...@latest would refuse the module", strings.TrimSpace(string(m)))
+	}
+}

@@ -1,0 +1,124 @@
+package gc
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestDaemonStatusReady(t *testing.T) {
+	for _, c := range []struct {
+		st   DaemonStatus
+		want bool
+	}{
+		{DaemonStatus{}, false},
+		{DaemonStatus{Running: true}, false},
+		{DaemonStatus{Running: true, Leader: true}, false},
+		{DaemonStatus{Running: true, Leader: true, Passes: 1}, true},
+		{DaemonStatus{Running: true, Standby: true}, true},
+		{DaemonStatus{Running: false, Standby: true, Passes: 3}, false},
+	} {
+		if got := c.st.Ready(); got != c.want {
+			t.Errorf("%+v.Ready() = %v, want %v", c.st, got, c.want)
+		}
+	}
+}
+
+// readyDaemon is one in-process daemon replica with its HTTP endpoint.
+type readyDaemon struct {
+	srv    *httptest.Server
+	cancel context.CancelFunc
+	once   sync.Once
+	err    error
+	done   chan error
+}
+
+// stop ends Run and returns its error; later calls return the same.
+func (r *readyDaemon) stop() error {
+	r.once.Do(func() { r.cancel(); r.err = <-r.done })
+	return r.err
+}
+
+func (e *env) readyDaemon(owner string) *readyDaemon {
+	e.t.Helper()
+	d, err := NewDaemon(DaemonConfig{Collector: e.collector(nil), Interval: time.Hour, LeaseTTL: 10 * time.Second, Owner: owner})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	r := &readyDaemon{srv: httptest.NewServer(d.Handler(prometheus.NewRegistry())), done: make(chan error, 1)}
+	e.t.Cleanup(r.srv.Close)
+	if code, _ := r.get(e.t, "/readyz"); code != http.StatusServiceUnavailable {
+		e.t.Fatalf("%s: /readyz %d before Run", owner, code)
+	}
+	var ctx context.Context
+	ctx, r.cancel = context.WithCancel(context.Background())
+	go func() { r.done <- d.Run(ctx) }()
+	e.t.Cleanup(func() { _ = r.stop() })
+	return r
+}
+
+// get returns the status code and the DaemonStatus of path.
+func (r *readyDaemon) get(t testing.TB, path string) (int, DaemonStatus) {
+	t.Helper()
+	resp, err := http.Get(r.srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st DaemonStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return resp.StatusCode, st
+}
+
+// waitReady polls path until it answers 200 and returns that status.
+func (r *readyDaemon) waitReady(t *testing.T, what string) DaemonStatus {
+	t.Helper()
+	var st DaemonStatus
+	waitFor(t, what, 30*time.Second, func() bool {
+		var code int
+		code, st = r.get(t, "/readyz")
+		return code == http.StatusOK
+	})
+	return st
+}
+
+// /readyz answers 503 until a replica has settled: the leader after its
+// first pass, a second replica as soon as it finds the GC lease held
+// (standby); a stopped daemon is neither live nor ready again.
+func TestDaemonReadyz(t *testing.T) {
+	e := newEnv(t)
+	a := e.readyDaemon("gc-ready-a")
+	if st := a.waitReady(t, "leader ready"); !st.Leader || st.Passes == 0 || st.Standby {
+		t.Fatalf("leader ready with %+v; want leader after a pass", st)
+	}
+	b := e.readyDaemon("gc-ready-b")
+	if st := b.waitReady(t, "standby ready"); st.Leader || !st.Standby || st.Passes != 0 {
+		t.Fatalf("second replica ready with %+v; want standby", st)
+	}
+	if code, st := b.get(t, "/healthz"); code != http.StatusOK || !st.Running {
+		t.Fatalf("standby /healthz %d %+v", code, st)
+	}
+
+	// The leader stops and releases the lease: the standby leads and stays
+	// ready; the stopped one is neither live nor ready.
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the standby leads after a pass", 30*time.Second, func() bool {
+		code, st := b.get(t, "/readyz")
+		return code == http.StatusOK && st.Leader && !st.Standby && st.Passes > 0
+	})
+	for _, path := range []string{"/readyz", "/healthz"} {
+		if code, _ := a.get(t, path); code != http.StatusServiceUnavailable {
+			t.Fatalf("stopped daemon: %s %d", path, code)
+		}
+	}
+}
