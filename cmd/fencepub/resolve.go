@@ -57,7 +57,7 @@ an older epoch is reported stale with reason "epoch" without a seal.
 			return err
 		}
 		defer env.Close()
-		client, err := publisher.New(publisher.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+		client, err := publisher.New(env.publisherConfig())
 		if err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
