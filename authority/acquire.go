@@ -110,6 +110,12 @@ func checkTTL(ttl time.Duration) (int64, error) {
 // one; when that grant no longer holds the resource the grant is returned
 // together with an error wrapping ErrExpired.
 //
+// Every etcd request is sent again while etcd cannot serve it (no answer
+// within RequestTimeout — for the lease grant and the grant transaction at
+// most TTL/3 — no leader, a leader change), within ctx's deadline or
+// Config.RetryTimeout (DESIGN.md invariant 12); a re-sent grant
+// transaction never mints twice, because the request record guards it.
+//
 // Blocks for about one etcd transaction plus one object-store round trip;
 // with req.Wait, until the resource is free or ctx ends. A deadline that
 // ends the wait is a *HeldError naming the holder that also wraps ctx's
@@ -157,6 +163,15 @@ type acquisition struct {
 	// waitUntil is when AcquireRequest.MaxWait ends the waiting (zero:
 	// not waited yet, or no MaxWait).
 	waitUntil time.Time
+}
+
+// attempt bounds one attempt of the lease grant and the grant transaction:
+// RequestTimeout, but at most a third of the TTL. The grant's local
+// deadline runs from the lease request's send time, so an attempt stuck on
+// a stalled member for longer would leave a grant that expires as it is
+// made; a shorter one leaves time for a retry on another member.
+func (q *acquisition) attempt() time.Duration {
+	return min(q.a.cfg.RequestTimeout, time.Duration(q.ttl)*time.Second/3)
 }
 
 // waitCtx bounds one wait for the holder by AcquireRequest.MaxWait,
@@ -256,7 +271,7 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 	// and read that record back (Else), and the state machine answers it
 	// as the request's own grant (duplicate).
 	var resp *clientv3.TxnResponse
-	err = a.call(ctx, "grant transaction", 0, func(rctx context.Context) (err error) {
+	err = a.call(ctx, "grant transaction", q.attempt(), func(rctx context.Context) (err error) {
 		resp, err = a.cli.Txn(rctx).If(
 			clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(res)), "=", 0),
 			clientv3.Compare(clientv3.Value(ns.EpochKey()), "=", layout.EncodeNumber(s.epoch)),
@@ -374,7 +389,7 @@ func (q *acquisition) grantLease(ctx context.Context) error {
 		resp *clientv3.LeaseGrantResponse
 		sent time.Time
 	)
-	err := q.a.call(ctx, "lease grant", 0, func(rctx context.Context) (err error) {
+	err := q.a.call(ctx, "lease grant", q.attempt(), func(rctx context.Context) (err error) {
 		sent = time.Now()
 		resp, err = q.a.cli.Grant(rctx, q.ttl)
 		return err
