@@ -29,7 +29,7 @@ func earlier(a, b time.Time) time.Time {
 // Session keeps one grant alive in the background: it renews the lease
 // every TTL/3 (Renew: keepalive plus holder check) and closes Lost as soon as
 // it can no longer vouch that etcd still holds the lease. A keepalive that
-// gets no answer within TTL/3 (or RequestTimeout, if shorter) or that etcd
+// gets no answer within TTL/6 (or RequestTimeout, if shorter) or that etcd
 // cannot serve is sent again until the deadline, so a stalled member costs
 // one attempt, not the lease (DESIGN.md invariant 12).
 //
@@ -163,12 +163,13 @@ func (s *Session) run(ctx context.Context) {
 			return
 		}
 		// The renewal may use the time left before the deadline; each
-		// keepalive attempt at most one renew interval, so an attempt stuck
-		// on a stalled member gives way to one that reaches another. The
+		// keepalive attempt at most half a renew interval, so an attempt
+		// stuck on a stalled member (or on a follower forwarding to a
+		// stalled leader) gives way to several that reach another. The
 		// deadline counts from this send time, before any attempt: never
 		// later than etcd's.
 		rctx, cancel := context.WithDeadline(ctx, deadline)
-		ttl, err := s.a.renew(rctx, s.g, min(s.a.cfg.RequestTimeout, every))
+		ttl, err := s.a.renew(rctx, s.g, min(s.a.cfg.RequestTimeout, every/2))
 		cancel()
 		switch {
 		case err == nil:
