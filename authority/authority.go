@@ -149,7 +149,9 @@ func (a *Authority) rctx(ctx context.Context) (context.Context, context.CancelFu
 // attempt is bounded by attempt (RequestTimeout when 0), all of them by
 // ctx's deadline or, when ctx has none, RetryTimeout. op's error is
 // classified by etcdErr against the caller's ctx, so the caller's own
-// cancellation ends the retries at once and passes through.
+// cancellation ends the retries at once and passes through; when the
+// caller's deadline ends them, the error wraps both ErrUnavailable and
+// context.DeadlineExceeded.
 func (a *Authority) call(ctx context.Context, what string, attempt time.Duration, op func(context.Context) error) error {
 	if attempt <= 0 {
 		attempt = a.cfg.RequestTimeout
@@ -159,11 +161,22 @@ func (a *Authority) call(ctx context.Context, what string, attempt time.Duration
 		bctx, cancel = context.WithTimeout(ctx, a.cfg.RetryTimeout)
 	}
 	defer cancel()
-	return retry.Do(bctx, func(bctx context.Context) error {
+	var unavailable error // the last ErrUnavailable of an attempt
+	err := retry.Do(bctx, func(bctx context.Context) error {
 		actx, cancel := context.WithTimeout(bctx, attempt)
 		defer cancel()
-		return etcdErr(ctx, what, op(actx))
+		err := etcdErr(ctx, what, op(actx))
+		if errors.Is(err, ErrUnavailable) {
+			unavailable = err
+		}
+		return err
 	}, func(err error) bool { return errors.Is(err, ErrUnavailable) })
+	if err != nil && unavailable != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The caller's deadline ended the retries: etcd was unavailable
+		// until then, which is what the caller needs to hear.
+		return fmt.Errorf("%w; retried until the caller's deadline: %w", unavailable, context.Cause(ctx))
+	}
+	return err
 }
 
 func (a *Authority) remember(res string, c counter) {
