@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	al.essio.dev/pkg/shellescape v1.6.1
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/google/renameio/v2 v2.0.2
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/prometheus/client_golang v1.25.0

@@ -112,6 +112,12 @@ func checkTTL(ttl time.Duration) (int64, error) {
 // one; when that grant no longer holds the resource the grant is returned
 // together with an error wrapping ErrExpired.
 //
+// Every etcd request is sent again while etcd cannot serve it (no answer
+// within RequestTimeout — for the lease grant and the grant transaction at
+// most TTL/3 — no leader, a leader change), within ctx's deadline or
+// Config.RetryTimeout (DESIGN.md invariant 12); a re-sent grant
+// transaction never mints twice, because the request record guards it.
+//
 // Blocks for about one etcd transaction plus one object-store round trip;
 // with req.Wait, until the resource is free or ctx ends. A deadline that
 // ends the wait is a *HeldError naming the holder that also wraps ctx's
@@ -156,11 +162,18 @@ type acquisition struct {
 	// keepLease: the lease may carry a holder (a grant was or may have been
 	// made with it), so it must not be revoked when Acquire returns.
 	keepLease bool
-	// unknown counts grant transactions whose outcome was not learned.
-	unknown int
 	// waitUntil is when AcquireRequest.MaxWait ends the waiting (zero:
 	// not waited yet, or no MaxWait).
 	waitUntil time.Time
+}
+
+// attempt bounds one attempt of the lease grant and the grant transaction:
+// RequestTimeout, but at most a third of the TTL. The grant's local
+// deadline runs from the lease request's send time, so an attempt stuck on
+// a stalled member for longer would leave a grant that expires as it is
+// made; a shorter one leaves time for a retry on another member.
+func (q *acquisition) attempt() time.Duration {
+	return min(q.a.cfg.RequestTimeout, time.Duration(q.ttl)*time.Second/3)
 }
 
 // waitCtx bounds one wait for the holder by AcquireRequest.MaxWait,
@@ -175,10 +188,6 @@ func (q *acquisition) waitCtx(ctx context.Context) (context.Context, context.Can
 	return context.WithDeadline(ctx, q.waitUntil)
 }
 
-// maxUnknown bounds the grant transactions of one Acquire whose outcome is
-// unknown (etcd answered reads but not the write in time).
-const maxUnknown = 3
-
 func (q *acquisition) run(ctx context.Context) (Grant, error) {
 	a, res := q.a, q.req.Resource
 	var s resState
@@ -191,9 +200,6 @@ func (q *acquisition) run(ctx context.Context) (Grant, error) {
 		if !fresh {
 			var err error
 			if s, err = a.readState(ctx, res, q.req.RequestID); err != nil {
-				if q.unknown > 0 {
-					err = fmt.Errorf("%w; the grant transaction's outcome is unknown: retry with request id %q", err, q.req.RequestID)
-				}
 				return Grant{}, err
 			}
 		}
@@ -263,41 +269,42 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 	if s.gen == 0 {
 		genCmp = clientv3.Compare(clientv3.CreateRevision(ns.GenerationKey(res)), "=", 0)
 	}
-	rctx, cancel := a.rctx(ctx)
-	resp, err := a.cli.Txn(rctx).If(
-		clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(res)), "=", 0),
-		clientv3.Compare(clientv3.Value(ns.EpochKey()), "=", layout.EncodeNumber(s.epoch)),
-		genCmp,
-		clientv3.Compare(clientv3.CreateRevision(ns.GrantKey(res, gen)), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(ns.RequestKey(res, q.req.RequestID)), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(a.rollbackKey()), "=", 0),
-	).Then(
-		clientv3.OpPut(ns.GenerationKey(res), layout.EncodeNumber(gen)),
-		clientv3.OpPut(ns.HolderKey(res), string(holderVal), clientv3.WithLease(q.lease)),
-		clientv3.OpPut(ns.GrantKey(res, gen), layout.GrantRecordValue(s.epoch, q.req.Owner)),
-		clientv3.OpPut(ns.RequestKey(res, q.req.RequestID), string(reqVal)),
-	).Else(
-		append(a.stateOps(res, q.req.RequestID), clientv3.OpGet(ns.GrantKey(res, gen), clientv3.WithCountOnly()))...,
-	).Commit()
-	cancel()
+	// Re-sending the transaction after a lost answer is safe: once a copy
+	// applied, the request record makes every later copy fail its compare
+	// and read that record back (Else), and the state machine answers it
+	// as the request's own grant (duplicate).
+	var resp *clientv3.TxnResponse
+	err = a.call(ctx, "grant transaction", q.attempt(), func(rctx context.Context) (err error) {
+		resp, err = a.cli.Txn(rctx).If(
+			clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(res)), "=", 0),
+			clientv3.Compare(clientv3.Value(ns.EpochKey()), "=", layout.EncodeNumber(s.epoch)),
+			genCmp,
+			clientv3.Compare(clientv3.CreateRevision(ns.GrantKey(res, gen)), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(ns.RequestKey(res, q.req.RequestID)), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(a.rollbackKey()), "=", 0),
+		).Then(
+			clientv3.OpPut(ns.GenerationKey(res), layout.EncodeNumber(gen)),
+			clientv3.OpPut(ns.HolderKey(res), string(holderVal), clientv3.WithLease(q.lease)),
+			clientv3.OpPut(ns.GrantKey(res, gen), layout.GrantRecordValue(s.epoch, q.req.Owner)),
+			clientv3.OpPut(ns.RequestKey(res, q.req.RequestID), string(reqVal)),
+		).Else(
+			append(a.stateOps(res, q.req.RequestID), clientv3.OpGet(ns.GrantKey(res, gen), clientv3.WithCountOnly()))...,
+		).Commit()
+		return err
+	})
 	switch {
 	case isLeaseNotFound(err):
 		// The lease expired before the transaction ran (we were paused
 		// longer than the TTL); nothing was written. Start over.
 		q.lease = 0
 		return Grant{}, s, false, nil
-	case err != nil:
-		err = etcdErr(ctx, "grant transaction", err)
-		if !errors.Is(err, ErrUnavailable) {
-			return Grant{}, resState{}, true, err
-		}
-		// The outcome is unknown: the grant may exist with our lease. Keep
-		// the lease and re-read; the request record tells.
+	case errors.Is(err, ErrUnavailable):
+		// Unanswered until the deadline: the grant may exist with our
+		// lease, which therefore stays.
 		q.keepLease = true
-		if q.unknown++; q.unknown >= maxUnknown {
-			return Grant{}, resState{}, true, fmt.Errorf("%w; the grant transaction's outcome is unknown: retry with request id %q", err, q.req.RequestID)
-		}
-		return Grant{}, resState{}, false, nil
+		return Grant{}, resState{}, true, fmt.Errorf("%w; the grant transaction's outcome is unknown: retry with request id %q", err, q.req.RequestID)
+	case err != nil:
+		return Grant{}, resState{}, true, err
 	case !resp.Succeeded:
 		q.keepLease = false
 		next, err := a.parseState(resp.Header.Revision, resp.Responses)
@@ -379,12 +386,19 @@ func (q *acquisition) duplicate(ctx context.Context, s resState) (Grant, error) 
 // grantLease creates the lease a grant will be attached to, refusing a TTL
 // etcd did not grant exactly.
 func (q *acquisition) grantLease(ctx context.Context) error {
-	rctx, cancel := q.a.rctx(ctx)
-	defer cancel()
-	sent := time.Now()
-	resp, err := q.a.cli.Grant(rctx, q.ttl)
+	// A lease granted by an attempt whose answer was lost is never used
+	// and expires by its TTL.
+	var (
+		resp *clientv3.LeaseGrantResponse
+		sent time.Time
+	)
+	err := q.a.call(ctx, "lease grant", q.attempt(), func(rctx context.Context) (err error) {
+		sent = time.Now()
+		resp, err = q.a.cli.Grant(rctx, q.ttl)
+		return err
+	})
 	if err != nil {
-		return etcdErr(ctx, "lease grant", err)
+		return err
 	}
 	q.lease, q.leaseSent, q.keepLease = resp.ID, sent, false
 	if resp.TTL != q.ttl {
@@ -442,13 +456,16 @@ func (a *Authority) stateOps(res, requestID string) []clientv3.Op {
 	}
 }
 
-// readState reads a resource's grant state at one revision (one request).
+// readState reads a resource's grant state at one revision (one request,
+// retried while etcd cannot serve it: Authority.call).
 func (a *Authority) readState(ctx context.Context, res, requestID string) (resState, error) {
-	rctx, cancel := a.rctx(ctx)
-	defer cancel()
-	resp, err := a.cli.Txn(rctx).Then(a.stateOps(res, requestID)...).Commit()
+	var resp *clientv3.TxnResponse
+	err := a.call(ctx, "read state", 0, func(rctx context.Context) (err error) {
+		resp, err = a.cli.Txn(rctx).Then(a.stateOps(res, requestID)...).Commit()
+		return err
+	})
 	if err != nil {
-		return resState{}, etcdErr(ctx, "read state", err)
+		return resState{}, err
 	}
 	return a.parseState(resp.Header.Revision, resp.Responses)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/retry"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,6 +27,7 @@ type (
 const (
 	DefaultRequestRetention = 24 * time.Hour
 	DefaultRequestTimeout   = 5 * time.Second
+	DefaultRetryTimeout     = 30 * time.Second
 	DefaultMarkerKeep       = 16
 )
 
@@ -52,6 +54,13 @@ type Config struct {
 	// request that gets no answer in time fails with ErrUnavailable rather
 	// than blocking until the caller's context ends. Default 5 s.
 	RequestTimeout time.Duration
+	// RetryTimeout bounds the retries of one etcd request whose caller's
+	// context has no deadline: an attempt that gets no answer within
+	// RequestTimeout, or an answer that the cluster cannot serve it now (no
+	// leader, a leader change: retry.EtcdUnavailable), is sent again —
+	// usually to another member — until ctx's deadline, or RetryTimeout when
+	// ctx has none (DESIGN.md invariant 12). Default 30 s.
+	RetryTimeout time.Duration
 	// MarkerKeep is how many grant markers per resource survive pruning
 	// below the newest one (at least 1). Default 16.
 	MarkerKeep int
@@ -98,14 +107,17 @@ func New(cfg Config) (*Authority, error) {
 	if cfg.Store == nil || cfg.Store.Client == nil {
 		return nil, errors.New("authority: config: Store is nil (epoch and grant markers live in the bucket)")
 	}
-	if cfg.RequestRetention < 0 || cfg.RequestTimeout < 0 || cfg.MarkerKeep < 0 {
-		return nil, errors.New("authority: config: RequestRetention, RequestTimeout and MarkerKeep must not be negative")
+	if cfg.RequestRetention < 0 || cfg.RequestTimeout < 0 || cfg.RetryTimeout < 0 || cfg.MarkerKeep < 0 {
+		return nil, errors.New("authority: config: RequestRetention, RequestTimeout, RetryTimeout and MarkerKeep must not be negative")
 	}
 	if cfg.RequestRetention == 0 {
 		cfg.RequestRetention = DefaultRequestRetention
 	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.RetryTimeout == 0 {
+		cfg.RetryTimeout = DefaultRetryTimeout
 	}
 	if cfg.MarkerKeep == 0 {
 		cfg.MarkerKeep = DefaultMarkerKeep
@@ -138,6 +150,41 @@ func (a *Authority) rctx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, a.cfg.RequestTimeout)
 }
 
+// call runs op, one etcd request that is safe to send twice, retrying it
+// while it fails with ErrUnavailable (retry.Do, jittered backoff): each
+// attempt is bounded by attempt (RequestTimeout when 0), all of them by
+// ctx's deadline or, when ctx has none, RetryTimeout. op's error is
+// classified by etcdErr against the caller's ctx, so the caller's own
+// cancellation ends the retries at once and passes through; when the
+// caller's deadline ends them, the error wraps both ErrUnavailable and
+// context.DeadlineExceeded.
+func (a *Authority) call(ctx context.Context, what string, attempt time.Duration, op func(context.Context) error) error {
+	if attempt <= 0 {
+		attempt = a.cfg.RequestTimeout
+	}
+	bctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		bctx, cancel = context.WithTimeout(ctx, a.cfg.RetryTimeout)
+	}
+	defer cancel()
+	var unavailable error // the last ErrUnavailable of an attempt
+	err := retry.Do(bctx, func(bctx context.Context) error {
+		actx, cancel := context.WithTimeout(bctx, attempt)
+		defer cancel()
+		err := etcdErr(ctx, what, op(actx))
+		if errors.Is(err, ErrUnavailable) {
+			unavailable = err
+		}
+		return err
+	}, func(err error) bool { return errors.Is(err, ErrUnavailable) })
+	if err != nil && unavailable != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The caller's deadline ended the retries: etcd was unavailable
+		// until then, which is what the caller needs to hear.
+		return fmt.Errorf("%w; retried until the caller's deadline: %w", unavailable, context.Cause(ctx))
+	}
+	return err
+}
+
 func (a *Authority) remember(res string, c counter) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -164,11 +211,13 @@ func NewID() string {
 // readDomain reads the epoch and deployment keys at one revision. ok is
 // false when the domain has no epoch yet.
 func (a *Authority) readDomain(ctx context.Context) (d Domain, ok bool, err error) {
-	rctx, cancel := a.rctx(ctx)
-	defer cancel()
-	resp, err := a.cli.Txn(rctx).Then(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey())).Commit()
+	var resp *clientv3.TxnResponse
+	err = a.call(ctx, "read domain", 0, func(rctx context.Context) (err error) {
+		resp, err = a.cli.Txn(rctx).Then(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey())).Commit()
+		return err
+	})
 	if err != nil {
-		return Domain{}, false, etcdErr(ctx, "read domain", err)
+		return Domain{}, false, err
 	}
 	return decodeDomain(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 }
@@ -257,16 +306,20 @@ func (a *Authority) Init(ctx context.Context) (Domain, error) {
 				continue
 			}
 		}
-		rctx, cancel := a.rctx(ctx)
-		resp, err := a.cli.Txn(rctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.ns.EpochKey()), "=", 0), clientv3.Compare(clientv3.Value(a.ns.DeploymentKey()), "=", dep)).
-			Then(append(a.epochRecordOps(dep, "init", epoch), clientv3.OpPut(a.ns.EpochKey(), layout.EncodeNumber(epoch)))...).
-			Else(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey())).
-			Commit()
-		cancel()
+		// Re-sending is safe: a copy after one that applied fails its
+		// compare and reads the epoch back (Else).
+		var resp *clientv3.TxnResponse
+		err = a.call(ctx, "init domain", 0, func(rctx context.Context) (err error) {
+			resp, err = a.cli.Txn(rctx).
+				If(clientv3.Compare(clientv3.CreateRevision(a.ns.EpochKey()), "=", 0), clientv3.Compare(clientv3.Value(a.ns.DeploymentKey()), "=", dep)).
+				Then(append(a.epochRecordOps(dep, "init", epoch), clientv3.OpPut(a.ns.EpochKey(), layout.EncodeNumber(epoch)))...).
+				Else(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey())).
+				Commit()
+			return err
+		})
 		if err != nil {
 			// The outcome is unknown: the marker stays reserved either way.
-			return Domain{}, etcdErr(ctx, "init domain", err)
+			return Domain{}, err
 		}
 		if resp.Succeeded {
 			a.log.Info("authority: domain initialised", "root", a.ns.Root(), "epoch", epoch, "deployment", dep)

@@ -7,9 +7,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/retry"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Errors returned (wrapped) by Authority and Session methods; test with
@@ -94,18 +93,11 @@ func (e *HeldError) Error() string {
 // Is makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
-// unavailableEtcdErrors are etcd's answers that mean "no quorum or no leader
-// right now"; the request may be retried.
-var unavailableEtcdErrors = []error{
-	rpctypes.ErrNoLeader, rpctypes.ErrNotLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrStopped,
-	rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
-	rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrUnhealthy, rpctypes.ErrTooManyRequests,
-}
-
 // etcdErr classifies err from an etcd call made with a per-request timeout
 // derived from ctx: the caller's own cancellation or deadline passes through;
-// a per-request timeout, an unreachable endpoint or a lost leader become
-// ErrUnavailable; anything else is wrapped naming what.
+// a per-request timeout, an unreachable endpoint or a lost leader
+// (retry.EtcdUnavailable) become ErrUnavailable; anything else is wrapped
+// naming what.
 func etcdErr(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
@@ -116,16 +108,8 @@ func etcdErr(ctx context.Context, what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w: etcd %s: no answer in time: %w", ErrUnavailable, what, err)
 	}
-	for _, u := range unavailableEtcdErrors {
-		if errors.Is(err, u) {
-			return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
-		}
-	}
-	if st, ok := status.FromError(err); ok {
-		switch st.Code() {
-		case codes.Unavailable, codes.DeadlineExceeded:
-			return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
-		}
+	if retry.EtcdUnavailable(err) {
+		return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
 	}
 	return fmt.Errorf("authority: etcd %s: %w", what, err)
 }

@@ -115,11 +115,13 @@ func (a *Authority) foreignHistory(ctx context.Context, dep, found string) error
 
 // readClaim returns the value of etcd's deployment key, "" when absent.
 func (a *Authority) readClaim(ctx context.Context) (string, error) {
-	rctx, cancel := a.rctx(ctx)
-	defer cancel()
-	resp, err := a.cli.Get(rctx, a.ns.DeploymentKey())
+	var resp *clientv3.GetResponse
+	err := a.call(ctx, "read deployment", 0, func(rctx context.Context) (err error) {
+		resp, err = a.cli.Get(rctx, a.ns.DeploymentKey())
+		return err
+	})
 	if err != nil {
-		return "", etcdErr(ctx, "read deployment", err)
+		return "", err
 	}
 	if len(resp.Kvs) == 0 {
 		return "", nil

@@ -36,7 +36,8 @@ func checkGrant(g Grant) error {
 // released or superseded grant fails and the caller must acquire again (the
 // seed: "续租失败后不能独立申请更大 token 来补救").
 //
-// It is one lease keepalive. The holder key is attached to g's lease and is
+// It is one lease keepalive, sent again while etcd cannot serve it
+// (Config.RetryTimeout). The holder key is attached to g's lease and is
 // only ever removed together with it — Release revokes the lease, etcd
 // expires it, Recover revokes every holder's lease when the epoch moves —
 // and the grant transaction never overwrites a present holder, so "g's
@@ -45,24 +46,28 @@ func checkGrant(g Grant) error {
 // Errors: ErrLeaseLost, ErrInvalidGrant, layout.ErrInvalidName,
 // ErrUnavailable, ctx's error.
 func (a *Authority) Renew(ctx context.Context, g Grant) error {
-	_, err := a.renew(ctx, g)
+	_, err := a.renew(ctx, g, 0)
 	return err
 }
 
 // renew is Renew returning the TTL etcd set on the lease (whole seconds).
-func (a *Authority) renew(ctx context.Context, g Grant) (time.Duration, error) {
+// Each keepalive attempt is bounded by attempt (RequestTimeout when 0), so
+// an attempt stuck on a stalled member leaves time for another one.
+func (a *Authority) renew(ctx context.Context, g Grant, attempt time.Duration) (time.Duration, error) {
 	if err := checkGrant(g); err != nil {
 		return 0, err
 	}
-	rctx, cancel := a.rctx(ctx)
-	defer cancel()
-	ka, err := a.cli.KeepAliveOnce(rctx, g.LeaseID)
+	var ka *clientv3.LeaseKeepAliveResponse
+	err := a.call(ctx, "lease keepalive", attempt, func(rctx context.Context) (err error) {
+		ka, err = a.cli.KeepAliveOnce(rctx, g.LeaseID)
+		return err
+	})
 	switch {
 	case isLeaseNotFound(err):
 		return 0, fmt.Errorf("%w: %q generation %d: lease %x expired or was revoked (released, or the domain moved to a new epoch)",
 			ErrLeaseLost, g.Resource, g.Generation, int64(g.LeaseID))
 	case err != nil:
-		return 0, etcdErr(ctx, "lease keepalive", err)
+		return 0, err
 	}
 	return time.Duration(ka.TTL) * time.Second, nil
 }
@@ -94,27 +99,35 @@ func describeLoss(g Grant, resp *clientv3.TxnResponse) string {
 // durable (DESIGN.md "etcd layout").
 //
 // Errors: ErrLeaseLost when g no longer holds the resource (already expired,
-// released or superseded); ErrInvalidGrant; ErrUnavailable (the holder stays
+// released or superseded); ErrInvalidGrant; ErrUnavailable, once etcd could
+// not serve it within ctx's deadline or Config.RetryTimeout (the holder stays
 // until the lease expires or a retried Release revokes it); ctx's error.
 func (a *Authority) Release(ctx context.Context, g Grant) error {
 	if err := checkGrant(g); err != nil {
 		return err
 	}
 	hk := a.ns.HolderKey(g.Resource)
-	rctx, cancel := a.rctx(ctx)
-	defer cancel()
-	resp, err := a.cli.Txn(rctx).
-		If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.GrantCmp(a.ns)).
-		Else(clientv3.OpGet(hk), clientv3.OpGet(a.ns.EpochKey())).
-		Commit()
+	var resp *clientv3.TxnResponse
+	err := a.call(ctx, "release", 0, func(rctx context.Context) (err error) {
+		resp, err = a.cli.Txn(rctx).
+			If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.GrantCmp(a.ns)).
+			Else(clientv3.OpGet(hk), clientv3.OpGet(a.ns.EpochKey())).
+			Commit()
+		return err
+	})
 	if err != nil {
-		return etcdErr(ctx, "release", err)
+		return err
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: %q generation %d cannot be released (%s)", ErrLeaseLost, g.Resource, g.Generation, describeLoss(g, resp))
 	}
-	if _, err := a.cli.Revoke(rctx, g.LeaseID); err != nil && !isLeaseNotFound(err) {
-		return etcdErr(ctx, "release: revoke", err)
+	// A revoke re-sent after a lost answer finds the lease gone: done.
+	err = a.call(ctx, "release: revoke", 0, func(rctx context.Context) error {
+		_, err := a.cli.Revoke(rctx, g.LeaseID)
+		return err
+	})
+	if err != nil && !isLeaseNotFound(err) {
+		return err
 	}
 	return nil
 }
@@ -152,11 +165,13 @@ func (a *Authority) Inspect(ctx context.Context, res string) (ResourceState, err
 	out := ResourceState{Resource: res, Epoch: s.epoch, Generation: s.gen, Revision: s.rev}
 	if s.holder != nil {
 		h := &Holder{Grant: *s.holder}
-		rctx, cancel := a.rctx(ctx)
-		ttl, err := a.cli.TimeToLive(rctx, s.holder.LeaseID)
-		cancel()
+		var ttl *clientv3.LeaseTimeToLiveResponse
+		err := a.call(ctx, "lease time-to-live", 0, func(rctx context.Context) (err error) {
+			ttl, err = a.cli.TimeToLive(rctx, s.holder.LeaseID)
+			return err
+		})
 		if err != nil && !isLeaseNotFound(err) {
-			return ResourceState{}, etcdErr(ctx, "lease time-to-live", err)
+			return ResourceState{}, err
 		}
 		if err == nil && ttl.TTL > 0 {
 			h.Remaining = time.Duration(ttl.TTL) * time.Second
@@ -202,11 +217,13 @@ func (a *Authority) PruneRequests(ctx context.Context, res string, before int64)
 	deleted := 0
 	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	for {
-		rctx, cancel := a.rctx(ctx)
-		resp, err := a.cli.Get(rctx, key, clientv3.WithRange(end), clientv3.WithLimit(500))
-		cancel()
+		var resp *clientv3.GetResponse
+		err := a.call(ctx, "list request records", 0, func(rctx context.Context) (err error) {
+			resp, err = a.cli.Get(rctx, key, clientv3.WithRange(end), clientv3.WithLimit(500))
+			return err
+		})
 		if err != nil {
-			return deleted, etcdErr(ctx, "list request records", err)
+			return deleted, err
 		}
 		var ops []clientv3.Op
 		for _, kv := range resp.Kvs {
@@ -220,11 +237,15 @@ func (a *Authority) PruneRequests(ctx context.Context, res string, before int64)
 		}
 		for len(ops) > 0 {
 			n := min(len(ops), pruneBatch)
-			rctx, cancel := a.rctx(ctx)
-			tresp, err := a.cli.Txn(rctx).Then(ops[:n]...).Commit()
-			cancel()
+			// Each deletion compares its record's ModRevision: a re-sent
+			// batch deletes nothing twice.
+			var tresp *clientv3.TxnResponse
+			err := a.call(ctx, "prune request records", 0, func(rctx context.Context) (err error) {
+				tresp, err = a.cli.Txn(rctx).Then(ops[:n]...).Commit()
+				return err
+			})
 			if err != nil {
-				return deleted, etcdErr(ctx, "prune request records", err)
+				return deleted, err
 			}
 			for _, r := range tresp.Responses {
 				if r.GetResponseTxn().GetSucceeded() {

@@ -28,7 +28,10 @@ func earlier(a, b time.Time) time.Time {
 
 // Session keeps one grant alive in the background: it renews the lease
 // every TTL/3 (Renew: keepalive plus holder check) and closes Lost as soon as
-// it can no longer vouch that etcd still holds the lease.
+// it can no longer vouch that etcd still holds the lease. A keepalive that
+// gets no answer within TTL/6 (or RequestTimeout, if shorter) or that etcd
+// cannot serve is sent again until the deadline, so a stalled member costs
+// one attempt, not the lease (DESIGN.md invariant 12).
 //
 // The local deadline is counted from when each renew request was SENT, not
 // when its answer arrived: etcd restarts the TTL when it processes the
@@ -159,9 +162,14 @@ func (s *Session) run(ctx context.Context) {
 				ErrLeaseLost, s.g.Resource, s.g.Generation, s.Deadline().Format(time.RFC3339Nano)))
 			return
 		}
-		// One attempt may use at most the time left before the deadline.
+		// The renewal may use the time left before the deadline; each
+		// keepalive attempt at most half a renew interval, so an attempt
+		// stuck on a stalled member (or on a follower forwarding to a
+		// stalled leader) gives way to several that reach another. The
+		// deadline counts from this send time, before any attempt: never
+		// later than etcd's.
 		rctx, cancel := context.WithDeadline(ctx, deadline)
-		ttl, err := s.a.renew(rctx, s.g)
+		ttl, err := s.a.renew(rctx, s.g, min(s.a.cfg.RequestTimeout, every/2))
 		cancel()
 		switch {
 		case err == nil:

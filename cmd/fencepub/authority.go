@@ -40,7 +40,7 @@ func openAuthority(cmd *cobra.Command) (*authority.Authority, *cliEnv, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	a, err := authority.New(authority.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+	a, err := authority.New(env.authorityConfig())
 	if err != nil {
 		env.Close()
 		return nil, nil, exitcode.With(exitcode.Usage, err)

@@ -13,10 +13,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -188,6 +190,18 @@ func connect(cmd *cobra.Command, lc loadedConfig) (*cliEnv, error) {
 
 // Close closes the etcd client.
 func (e *cliEnv) Close() { _ = e.Etcd.Close() }
+
+// authorityConfig is the authority's runtime configuration over e's clients,
+// each etcd attempt bounded by etcd.request_timeout.
+func (e *cliEnv) authorityConfig() authority.Config {
+	return authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Logger: e.Log, RequestTimeout: e.Config.Etcd.RequestTimeout}
+}
+
+// publisherConfig is the publisher's runtime configuration over e's
+// clients, each etcd attempt bounded by etcd.request_timeout.
+func (e *cliEnv) publisherConfig() publisher.Config {
+	return publisher.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Logger: e.Log, AttemptTimeout: e.Config.Etcd.RequestTimeout}
+}
 
 // addOutputFlag registers -o/--output (text or json) and returns its value.
 func addOutputFlag(cmd *cobra.Command) *string { return addFormatFlag(cmd, "output") }

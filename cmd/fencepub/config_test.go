@@ -67,6 +67,7 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	t.Setenv("FENCEPUB_S3_ENDPOINT", "env:9000")
 	t.Setenv("FENCEPUB_NAMESPACE_DOMAIN", "envdom")
+	t.Setenv("FENCEPUB_ETCD_REQUEST_TIMEOUT", "7s")
 	out, errs, code := runCLI(t, "config", "show", "-o", "json", "--config", file, "--domain", "flagdom")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -76,15 +77,21 @@ func TestConfigPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{
-		"s3.bucket":        "from-file", // file > default
-		"s3.endpoint":      "env:9000",  // env > file
-		"namespace.domain": "flagdom",   // flag > env
-		"namespace.prefix": "fencepub",  // default
-		"s3.secret_key":    "<redacted>",
+		"s3.bucket":            "from-file", // file > default
+		"s3.endpoint":          "env:9000",  // env > file
+		"namespace.domain":     "flagdom",   // flag > env
+		"namespace.prefix":     "fencepub",  // default
+		"s3.secret_key":        "<redacted>",
+		"etcd.request_timeout": "7s", // env > default
 	}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	for _, k := range []string{"etcd.dial_keepalive_time", "etcd.dial_keepalive_timeout"} {
+		if got[k] == nil {
+			t.Errorf("config show lacks %s", k)
 		}
 	}
 	if strings.Contains(out, "s3cr3t") {
@@ -122,11 +129,22 @@ func TestConfigErrors(t *testing.T) {
 	if err := os.WriteFile(typo, []byte("gc:\n  intervall: 5m\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	etcdFile := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("etcd:\n"+body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	cases := []struct {
 		name string
 		args []string
 		want string
 	}{
+		{"keepalive below gRPC's floor", []string{"--config", etcdFile("ka.yaml", "  dial_keepalive_time: 2s\n")}, "etcd.dial_keepalive_time"},
+		{"keepalive without timeout", []string{"--config", etcdFile("kat.yaml", "  dial_keepalive_timeout: 0s\n")}, "etcd.dial_keepalive_timeout"},
+		{"zero request timeout", []string{"--config", etcdFile("rt.yaml", "  request_timeout: 0s\n")}, "etcd.request_timeout"},
+		{"bad request timeout", []string{"--config", etcdFile("rtx.yaml", "  request_timeout: soon\n")}, `etcd.request_timeout = "soon": want a duration`},
 		{"malformed file", []string{"--config", bad}, "config file"},
 		{"bad duration", []string{"--config", badGC}, `gc.interval = "abc": want a duration`},
 		{"unknown key", []string{"--config", typo}, "intervall (known keys: "},

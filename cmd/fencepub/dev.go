@@ -20,18 +20,47 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// devState is what `dev up` records in <dir>/state.json for `dev down` and
-// `dev status`.
-type devState struct {
-	Dir           string    `json:"dir"`
-	ConfigFile    string    `json:"config_file"`
-	EtcdPID       int       `json:"etcd_pid"`
-	EtcdEndpoint  string    `json:"etcd_endpoint"`
-	MinIOPID      int       `json:"minio_pid"`
-	MinIOEndpoint string    `json:"minio_endpoint"`
-	Bucket        string    `json:"bucket"`
-	StartedAt     time.Time `json:"started_at"`
+// devProc is one server process of the local stack.
+type devProc struct {
+	Name     string `json:"name"`
+	PID      int    `json:"pid"`
+	Endpoint string `json:"endpoint"`
+	Log      string `json:"log"`
 }
+
+// devState is what `dev up` records in <dir>/state.json for `dev down` and
+// `dev status`: every etcd member and MinIO node.
+type devState struct {
+	Dir        string    `json:"dir"`
+	ConfigFile string    `json:"config_file"`
+	Etcd       []devProc `json:"etcd"`
+	MinIO      []devProc `json:"minio"`
+	Bucket     string    `json:"bucket"`
+	StartedAt  time.Time `json:"started_at"`
+}
+
+// procs returns every process of the stack, MinIO first (the order dev
+// down stops them in).
+func (st devState) procs() []devProc { return append(append([]devProc{}, st.MinIO...), st.Etcd...) }
+
+// runningCount returns how many of the stack's processes are running.
+func (st devState) runningCount() int {
+	n := 0
+	for _, p := range st.procs() {
+		if running(p.PID, st.Dir) {
+			n++
+		}
+	}
+	return n
+}
+
+// Topology limits of `dev up`: an etcd cluster of 1-7 members and a MinIO of
+// 1-8 nodes (two drives each for several nodes: MinIO's erasure sets hold
+// at most 16 drives).
+const (
+	maxDevEtcdMembers = 7
+	maxDevMinIONodes  = 8
+)
 
 // newDevCmd builds `fencepub dev up|down|status`: a persistent local etcd and
 // MinIO for trying fencepub, from the binaries `make deps` built.
@@ -39,10 +68,12 @@ func newDevCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local etcd and MinIO for trying fencepub",
-		Long: `dev starts a persistent single-member etcd and a single-drive MinIO on
-loopback from ./bin (built by 'make deps'), creates the bucket and writes a
-config file (./fencepub.yaml by default) that every other fencepub command
-picks up from the working directory. Data lives in --dir (default ./.dev).`,
+		Long: `dev starts a persistent etcd cluster (one member by default, --etcd-members)
+and MinIO (one single-drive node by default, --minio-nodes for a distributed
+MinIO of that many processes with two drives each) on loopback from ./bin
+(built by 'make deps'), creates the bucket and writes a config file
+(./fencepub.yaml by default) that every other fencepub command picks up from
+the working directory. Data lives in --dir (default ./.dev).`,
 	}
 	var dir string
 	cmd.PersistentFlags().StringVar(&dir, "dir", ".dev", "directory for the servers' data, logs and state")
@@ -90,14 +121,75 @@ func portOr(want int) (int, error) {
 	return localstack.FreePort()
 }
 
+// devPorts returns n ports, the i-th base+i*step if free, else a free one.
+func devPorts(n, base, step int) ([]int, error) {
+	out := make([]int, n)
+	for i := range out {
+		p, err := portOr(base + i*step)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// devYAML is the config file of the stack c in dir: every etcd member's
+// endpoint, and the first MinIO node's (every node serves the same bucket).
+func devYAML(dir string, c *localstack.Cluster) string {
+	eps := make([]string, len(c.Etcd.Members))
+	for i, m := range c.Etcd.Members {
+		eps[i] = strconv.Quote(m.ClientURL)
+	}
+	others := ""
+	if n := c.MinIO.Endpoints(); len(n) > 1 {
+		others = "  # the other MinIO nodes serve the same bucket: " + strings.Join(n[1:], ", ") + "\n"
+	}
+	cfg := c.MinIO.Config
+	return fmt.Sprintf(`# Written by 'fencepub dev up' for the local stack in %s.
+etcd:
+  endpoints: [%s]
+s3:
+  endpoint: %q
+%s  access_key: %q
+  secret_key: %q
+  bucket: %q
+  secure: false
+namespace:
+  prefix: fencepub
+  domain: dev
+`, dir, strings.Join(eps, ", "), cfg.Endpoint, others, cfg.AccessKey, cfg.SecretKey, cfg.Bucket)
+}
+
+// devStateOf records the processes of c.
+func devStateOf(dir, cfgFile string, c *localstack.Cluster) devState {
+	st := devState{Dir: dir, ConfigFile: cfgFile, Bucket: c.MinIO.Config.Bucket, StartedAt: time.Now().UTC()}
+	for _, m := range c.Etcd.Members {
+		st.Etcd = append(st.Etcd, devProc{Name: m.Name, PID: m.PID(), Endpoint: m.ClientURL, Log: m.LogPath})
+	}
+	for _, n := range c.MinIO.Nodes {
+		st.MinIO = append(st.MinIO, devProc{Name: n.Name, PID: n.PID(), Endpoint: n.Endpoint, Log: n.LogPath})
+	}
+	return st
+}
+
 func newDevUpCmd(dir *string) *cobra.Command {
-	var configPath string
+	var (
+		configPath          string
+		members, minioNodes int
+	)
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start local etcd and MinIO and write a config file",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			out := c.ErrOrStderr()
+			if members < 1 || members > maxDevEtcdMembers {
+				return exitcode.Usagef("--etcd-members %d: want 1-%d (odd: 1, 3, 5, 7 tolerate 0, 1, 2, 3 lost members)", members, maxDevEtcdMembers)
+			}
+			if minioNodes < 1 || minioNodes > maxDevMinIONodes {
+				return exitcode.Usagef("--minio-nodes %d: want 1-%d", minioNodes, maxDevMinIONodes)
+			}
 			abs, err := filepath.Abs(*dir)
 			if err != nil {
 				return exitcode.With(exitcode.Usage, err)
@@ -110,9 +202,12 @@ func newDevUpCmd(dir *string) *cobra.Command {
 				return exitcode.Usagef("--write-config %s: %v (nothing started or stopped)", configPath, err)
 			}
 			if st, err := readDevState(abs); err == nil {
-				switch e, m := running(st.EtcdPID, st.Dir), running(st.MinIOPID, st.Dir); {
-				case e && m:
-					fmt.Fprintf(out, "dev: already running (etcd %s, minio %s); config %s\n", st.EtcdEndpoint, st.MinIOEndpoint, st.ConfigFile)
+				switch n := st.runningCount(); {
+				case n == len(st.procs()) && n > 0:
+					fmt.Fprintf(out, "dev: already running (%d etcd members, %d minio nodes); config %s\n", len(st.Etcd), len(st.MinIO), st.ConfigFile)
+					if len(st.Etcd) != members || len(st.MinIO) != minioNodes {
+						fmt.Fprintf(out, "dev: not changing its topology to %d/%d; run 'fencepub dev down' and start it in a fresh --dir\n", members, minioNodes)
+					}
 					if !c.Flags().Changed("write-config") || cfgAbs == st.ConfigFile {
 						return nil
 					}
@@ -125,8 +220,8 @@ func newDevUpCmd(dir *string) *cobra.Command {
 					}
 					fmt.Fprintf(out, "dev: wrote its config to %s too\n", cfgAbs)
 					return nil
-				case e || m:
-					fmt.Fprintln(out, "dev: one server of the stack is down; restarting both (data is kept)")
+				case n > 0:
+					fmt.Fprintln(out, "dev: some servers of the stack are down; restarting all of them (data is kept)")
 					stopDev(out, st)
 				}
 			}
@@ -135,74 +230,57 @@ func newDevUpCmd(dir *string) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(c.Context(), 90*time.Second)
 			defer cancel()
-			cport, err := portOr(2379)
+			cports, err := devPorts(members, 2379, 2)
 			if err != nil {
 				return err
 			}
-			pport, err := portOr(2380)
+			pports, err := devPorts(members, 2380, 2)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(out, "dev: starting etcd ...")
-			e, err := localstack.StartEtcd(ctx, filepath.Join(abs, "etcd"), localstack.EtcdOptions{
-				Detached: true, ListenClientPorts: []int{cport}, ListenPeerPorts: []int{pport},
+			mports, err := devPorts(minioNodes, 9000, 1)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "dev: starting etcd (%d members) and minio (%d nodes) ...\n", members, minioNodes)
+			cl, err := localstack.StartCluster(ctx, abs, localstack.ClusterOptions{
+				Etcd:  localstack.EtcdOptions{Members: members, Detached: true, ListenClientPorts: cports, ListenPeerPorts: pports},
+				MinIO: localstack.MinIOOptions{Nodes: minioNodes, Detached: true, Ports: mports},
 			})
 			if err != nil {
 				return devErr(err)
 			}
-			mport, err := portOr(9000)
-			if err != nil {
-				e.Stop()
-				return err
-			}
-			fmt.Fprintln(out, "dev: starting minio ...")
-			m, err := localstack.StartMinIO(ctx, filepath.Join(abs, "minio"), localstack.MinIOOptions{Detached: true, Port: mport})
-			if err != nil {
-				e.Stop()
-				return devErr(err)
-			}
-			yaml := fmt.Sprintf(`# Written by 'fencepub dev up' for the local stack in %s.
-etcd:
-  endpoints: [%q]
-s3:
-  endpoint: %q
-  access_key: %q
-  secret_key: %q
-  bucket: %q
-  secure: false
-namespace:
-  prefix: fencepub
-  domain: dev
-`, abs, e.Members[0].ClientURL, m.Config.Endpoint, m.Config.AccessKey, m.Config.SecretKey, m.Config.Bucket)
-			st := devState{
-				Dir: abs, ConfigFile: cfgAbs, EtcdPID: e.Members[0].PID(), EtcdEndpoint: e.Members[0].ClientURL,
-				MinIOPID: m.PID(), MinIOEndpoint: m.Config.Endpoint, Bucket: m.Config.Bucket, StartedAt: time.Now().UTC(),
-			}
+			st := devStateOf(abs, cfgAbs, cl)
 			b, _ := json.MarshalIndent(st, "", "  ")
 			err = os.WriteFile(filepath.Join(abs, "state.json"), b, 0o644)
 			if err == nil {
-				err = os.WriteFile(cfgAbs, []byte(yaml), 0o600)
+				err = os.WriteFile(cfgAbs, []byte(devYAML(abs, cl)), 0o600)
 			}
 			if err != nil { // leave nothing running that dev down cannot find
-				m.Stop()
-				e.Stop()
+				cl.Stop()
 				_ = os.Remove(filepath.Join(abs, "state.json"))
 				return exitcode.Usagef("dev up: %v (servers stopped)", err)
 			}
-			fmt.Fprintf(out, `dev: up
-  etcd   %s   (pid %d, log %s)
-  minio  %s   (pid %d, bucket %q, log %s)
-  config %s
+			fmt.Fprintln(out, "dev: up")
+			for _, p := range st.Etcd {
+				fmt.Fprintf(out, "  %-7s %s   (pid %d, log %s)\n", p.Name, p.Endpoint, p.PID, p.Log)
+			}
+			for _, p := range st.MinIO {
+				fmt.Fprintf(out, "  %-7s %s   (pid %d, bucket %q, log %s)\n", p.Name, p.Endpoint, p.PID, st.Bucket, p.Log)
+			}
+			fmt.Fprintf(out, `  config  %s
 
 Commands run in this directory pick the config up, e.g.:
-  %[9]s publish --resource demo --owner me --ttl 10s --key k1 --file README.md
-  %[9]s pointer --resource demo -o json
-Stop with: %[9]s dev down
-`, st.EtcdEndpoint, st.EtcdPID, e.Members[0].LogPath, st.MinIOEndpoint, st.MinIOPID, st.Bucket, m.LogPath, cfgAbs, os.Args[0])
+  %[2]s publish --resource demo --owner me --ttl 10s --key k1 --file README.md
+  %[2]s pointer --resource demo -o json
+Stop with: %[2]s dev down
+`, cfgAbs, os.Args[0])
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "write-config", "fencepub.yaml", "where to write the config file for the local stack")
+	cmd.Flags().IntVar(&members, "etcd-members", 1, "etcd cluster members, each its own process (3 tolerates one lost member)")
+	cmd.Flags().IntVar(&minioNodes, "minio-nodes", 1, "MinIO server processes; more than 1 is a distributed MinIO with two drives per node")
 	return cmd
 }
 
@@ -254,32 +332,48 @@ func newDevDownCmd(dir *string) *cobra.Command {
 	}
 }
 
-// stopDev stops the stack's processes: SIGTERM, then SIGKILL after 10 s.
+// stopDev stops the stack's processes, MinIO first: SIGTERM, then SIGKILL
+// after 10 s.
 func stopDev(out io.Writer, st devState) {
-	for _, p := range []struct {
-		name string
-		pid  int
-	}{{"minio", st.MinIOPID}, {"etcd", st.EtcdPID}} {
-		if !running(p.pid, st.Dir) {
-			fmt.Fprintf(out, "dev: %s (pid %d) is not running\n", p.name, p.pid)
+	for _, p := range st.procs() {
+		if !running(p.PID, st.Dir) {
+			fmt.Fprintf(out, "dev: %s (pid %d) is not running\n", p.Name, p.PID)
 			continue
 		}
-		_ = syscall.Kill(p.pid, syscall.SIGTERM)
+		_ = syscall.Kill(p.PID, syscall.SIGTERM)
 		deadline := time.Now().Add(10 * time.Second)
-		for alive(p.pid) && time.Now().Before(deadline) {
+		for alive(p.PID) && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
-		if alive(p.pid) {
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		if alive(p.PID) {
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
 		}
-		fmt.Fprintf(out, "dev: stopped %s (pid %d)\n", p.name, p.pid)
+		fmt.Fprintf(out, "dev: stopped %s (pid %d)\n", p.Name, p.PID)
 	}
+}
+
+// devGroupStatus is `dev status -o json`'s view of the etcd members or the
+// MinIO nodes: running when all of them are; pid and endpoint are the
+// first one's.
+func devGroupStatus(dir string, procs []devProc) map[string]any {
+	all := len(procs) > 0
+	var list []map[string]any
+	for _, p := range procs {
+		r := running(p.PID, dir)
+		all = all && r
+		list = append(list, map[string]any{"name": p.Name, "pid": p.PID, "endpoint": p.Endpoint, "running": r})
+	}
+	out := map[string]any{"running": all, "processes": list}
+	if len(procs) > 0 {
+		out["pid"], out["endpoint"] = procs[0].PID, procs[0].Endpoint
+	}
+	return out
 }
 
 func newDevStatusCmd(dir *string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show whether the local etcd and MinIO are running (exit 115 if not both)",
+		Short: "Show whether every local etcd member and MinIO node is running (exit 115 if not all)",
 		Args:  cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
@@ -288,20 +382,19 @@ func newDevStatusCmd(dir *string) *cobra.Command {
 		if err != nil {
 			return exitcode.With(exitcode.Usage, fmt.Errorf("no local stack in %s (run 'fencepub dev up', or give the stack's --dir): %w", *dir, err))
 		}
-		status := map[string]any{
-			"etcd":   map[string]any{"pid": st.EtcdPID, "running": running(st.EtcdPID, st.Dir), "endpoint": st.EtcdEndpoint},
-			"minio":  map[string]any{"pid": st.MinIOPID, "running": running(st.MinIOPID, st.Dir), "endpoint": st.MinIOEndpoint, "bucket": st.Bucket},
-			"config": st.ConfigFile,
-		}
+		etcd, minio := devGroupStatus(st.Dir, st.Etcd), devGroupStatus(st.Dir, st.MinIO)
+		minio["bucket"] = st.Bucket
 		if *out == "json" {
-			if err := printJSON(c.OutOrStdout(), status); err != nil {
+			if err := printJSON(c.OutOrStdout(), map[string]any{"etcd": etcd, "minio": minio, "config": st.ConfigFile}); err != nil {
 				return err
 			}
 		} else {
-			fmt.Fprintf(c.OutOrStdout(), "etcd   %-28s pid %-7d running=%v\nminio  %-28s pid %-7d running=%v\nconfig %s\n",
-				st.EtcdEndpoint, st.EtcdPID, running(st.EtcdPID, st.Dir), st.MinIOEndpoint, st.MinIOPID, running(st.MinIOPID, st.Dir), st.ConfigFile)
+			for _, p := range append(append([]devProc{}, st.Etcd...), st.MinIO...) {
+				fmt.Fprintf(c.OutOrStdout(), "%-7s %-28s pid %-7d running=%v\n", p.Name, p.Endpoint, p.PID, running(p.PID, st.Dir))
+			}
+			fmt.Fprintf(c.OutOrStdout(), "config  %s\n", st.ConfigFile)
 		}
-		if !running(st.EtcdPID, st.Dir) || !running(st.MinIOPID, st.Dir) {
+		if n := st.runningCount(); n == 0 || n < len(st.procs()) {
 			return exitcode.With(exitcode.Unavailable, errors.New("the local stack is not fully running; start it with 'fencepub dev up'"))
 		}
 		return nil

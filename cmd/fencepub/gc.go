@@ -130,7 +130,9 @@ func (f *gcFlags) collector(env *cliEnv, m *gc.Metrics) (*gc.Collector, error) {
 // (zero: the defaults) with env's clients and an authority keeping request
 // records requestRetention (zero: its default).
 func openCollector(env *cliEnv, requestRetention time.Duration, cfg gc.Config) (*gc.Collector, error) {
-	a, err := authority.New(authority.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log, RequestRetention: requestRetention})
+	acfg := env.authorityConfig()
+	acfg.RequestRetention = requestRetention
+	a, err := authority.New(acfg)
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}

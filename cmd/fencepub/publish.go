@@ -105,7 +105,7 @@ func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cliEnv, 
 	if err != nil {
 		return nil, noop, publisher.Result{}, err
 	}
-	a, err := authority.New(authority.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+	a, err := authority.New(env.authorityConfig())
 	if err != nil {
 		return nil, noop, publisher.Result{}, exitcode.With(exitcode.Usage, err)
 	}
@@ -296,7 +296,7 @@ Newer state wins: a version at or below the pointer is stale.
 		defer env.Close()
 		ctx, cancel := context.WithTimeout(c.Context(), timeout)
 		defer cancel()
-		client, err := publisher.New(publisher.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+		client, err := publisher.New(env.publisherConfig())
 		if err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}

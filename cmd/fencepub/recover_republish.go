@@ -34,7 +34,7 @@ type republished struct {
 // above a restored pointer is normally a publish the restore lost, but it
 // may also be an attempt that failed for another reason before the restore.
 func republishLost(ctx context.Context, env *cliEnv, a *authority.Authority, rep authority.RecoverReport) ([]republished, error) {
-	client, err := publisher.New(publisher.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+	client, err := publisher.New(env.publisherConfig())
 	if err != nil {
 		return nil, err
 	}

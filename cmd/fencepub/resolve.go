@@ -152,7 +152,7 @@ func (o *resolveOptions) run(c *cobra.Command, format string) error {
 		return err
 	}
 	defer env.Close()
-	client, err := publisher.New(publisher.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+	client, err := publisher.New(env.publisherConfig())
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}

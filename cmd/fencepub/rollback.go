@@ -78,7 +78,7 @@ duplicate.
 		if err := historyExists(ctx, env, g.resource, v); err != nil {
 			return err
 		}
-		client, err := publisher.New(publisher.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+		client, err := publisher.New(env.publisherConfig())
 		if err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}

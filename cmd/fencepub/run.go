@@ -240,7 +240,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	}
 	defer env.Close()
 	ctx := r.c.Context()
-	a, err := authority.New(authority.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+	a, err := authority.New(env.authorityConfig())
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
@@ -300,7 +300,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 
 	pctx, pcancel := context.WithTimeout(ctx, timeout)
 	defer pcancel()
-	client, err := publisher.New(publisher.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log})
+	client, err := publisher.New(env.publisherConfig())
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}

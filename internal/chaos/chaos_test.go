@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/testenv"
 )
 
@@ -50,10 +49,8 @@ func (w logWriter) Write(p []byte) (int, error) {
 // injected and healed, and (on the first seed's real history) that Verify
 // rejects histories a broken implementation would have produced.
 func TestChaos(t *testing.T) {
-	cl := &Cluster{
-		Etcd:  testenv.StartEtcd(t, localstack.EtcdOptions{Members: 3}),
-		MinIO: testenv.StartMinIO(t, localstack.MinIOOptions{Drives: 4}),
-	}
+	lc := testenv.StartCluster(t, Topology)
+	cl := &Cluster{Etcd: lc.Etcd, MinIO: lc.MinIO}
 	random := rand.Int64N(1_000_000_000)
 	t.Logf("random seed %d (replay: make chaos SEED=%d DURATION=%s)", random, random, ciDuration)
 	failures := filepath.Join(os.TempDir(), "fencepub-chaos")

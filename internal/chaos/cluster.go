@@ -27,19 +27,21 @@ type Cluster struct {
 	mu sync.Mutex // serialises faults that stop or restart servers
 }
 
-// StartCluster starts the servers under dir and blocks until they answer.
+// Topology is the servers a chaos run starts: 3 etcd members and one MinIO
+// node with a 4-drive erasure set (its drive faults rename one drive).
+var Topology = localstack.ClusterOptions{
+	Etcd: localstack.EtcdOptions{Members: 3}, MinIO: localstack.MinIOOptions{Drives: 4},
+}
+
+// StartCluster starts the servers of Topology under dir
+// (localstack.StartCluster) and blocks until they answer.
 // Errors: localstack's (a missing binary: run `make deps`).
 func StartCluster(ctx context.Context, dir string) (*Cluster, error) {
-	e, err := localstack.StartEtcd(ctx, filepath.Join(dir, "etcd"), localstack.EtcdOptions{Members: 3})
+	c, err := localstack.StartCluster(ctx, dir, Topology)
 	if err != nil {
 		return nil, err
 	}
-	m, err := localstack.StartMinIO(ctx, filepath.Join(dir, "minio"), localstack.MinIOOptions{Drives: 4})
-	if err != nil {
-		e.Stop()
-		return nil, err
-	}
-	return &Cluster{Etcd: e, MinIO: m}, nil
+	return &Cluster{Etcd: c.Etcd, MinIO: c.MinIO}, nil
 }
 
 // Stop stops every server.

@@ -110,13 +110,38 @@ func (g GC) Validate() error {
 	return nil
 }
 
-// Etcd describes how to reach etcd.
+// Etcd describes how to reach etcd and how long to wait for it.
 type Etcd struct {
 	Endpoints []string `mapstructure:"endpoints"` // URLs, e.g. http://127.0.0.1:2379
 	Username  string   `mapstructure:"username"`
 	Password  string   `mapstructure:"password"` // secret: never printed or logged
 	TLS       TLS      `mapstructure:"tls"`
+	// DialKeepAliveTime is how long a connection to a member may stay
+	// silent while a request or watch is open before the client pings it
+	// (gRPC keepalive); DialKeepAliveTimeout how long the ping may go
+	// unanswered before the connection is closed and its requests move to
+	// another member. 0 turns keepalive off; gRPC raises any time below
+	// 10 s to 10 s, so shorter ones are refused.
+	DialKeepAliveTime    time.Duration `mapstructure:"dial_keepalive_time"`
+	DialKeepAliveTimeout time.Duration `mapstructure:"dial_keepalive_timeout"`
+	// RequestTimeout bounds one attempt of one etcd request (the
+	// authority's, the publisher's and the reader's); an attempt that gets
+	// no answer in time is sent again, usually to another member, within
+	// the caller's deadline (DESIGN.md invariant 12).
+	RequestTimeout time.Duration `mapstructure:"request_timeout"`
 }
+
+// Etcd timing defaults (etcd.dial_keepalive_time, etcd.dial_keepalive_timeout,
+// etcd.request_timeout). A member stalled for 10 s costs a request one
+// RequestTimeout before its retry reaches another member, and a watch on
+// it is moved after at most DialKeepAliveTime + DialKeepAliveTimeout.
+const (
+	DefaultDialKeepAliveTime    = 10 * time.Second
+	DefaultDialKeepAliveTimeout = 3 * time.Second
+	DefaultRequestTimeout       = 5 * time.Second
+	// MinDialKeepAliveTime is gRPC's floor for client keepalive pings.
+	MinDialKeepAliveTime = 10 * time.Second
+)
 
 // TLS names PEM files for etcd client TLS; all empty means plain TCP.
 type TLS struct {
@@ -133,13 +158,16 @@ type Namespace struct {
 
 // Defaults are set on every viper instance by SetDefaults.
 var defaults = map[string]any{
-	"etcd.endpoints":   []string{"http://127.0.0.1:2379"},
-	"s3.endpoint":      "127.0.0.1:9000",
-	"s3.bucket":        "fencepub",
-	"s3.region":        "",
-	"s3.secure":        false,
-	"namespace.prefix": "fencepub",
-	"namespace.domain": "default",
+	"etcd.endpoints":              []string{"http://127.0.0.1:2379"},
+	"etcd.dial_keepalive_time":    DefaultDialKeepAliveTime,
+	"etcd.dial_keepalive_timeout": DefaultDialKeepAliveTimeout,
+	"etcd.request_timeout":        DefaultRequestTimeout,
+	"s3.endpoint":                 "127.0.0.1:9000",
+	"s3.bucket":                   "fencepub",
+	"s3.region":                   "",
+	"s3.secure":                   false,
+	"namespace.prefix":            "fencepub",
+	"namespace.domain":            "default",
 
 	"gc.retain":             DefaultGC.Retain,
 	"gc.grace":              DefaultGC.Grace,
@@ -157,6 +185,7 @@ var defaults = map[string]any{
 // Keys lists every configuration key, in the order `config show` prints them.
 var Keys = []string{
 	"etcd.endpoints", "etcd.username", "etcd.password", "etcd.tls.ca", "etcd.tls.cert", "etcd.tls.key",
+	"etcd.dial_keepalive_time", "etcd.dial_keepalive_timeout", "etcd.request_timeout",
 	"s3.endpoint", "s3.access_key", "s3.secret_key", "s3.bucket", "s3.secure", "s3.region",
 	"namespace.prefix", "namespace.domain",
 	"gc.retain", "gc.grace", "gc.clock_skew", "gc.abandon_after", "gc.op_retention", "gc.request_retention",
@@ -251,7 +280,7 @@ func Load(v *viper.Viper) (Config, error) {
 // environment, or quoted in the file) must parse; checkTypes names a bad one
 // with the expected form, instead of the decoder's generic message.
 var (
-	durationKeys = []string{"gc.grace", "gc.clock_skew", "gc.abandon_after", "gc.op_retention", "gc.request_retention", "gc.interval", "gc.lease_ttl"}
+	durationKeys = []string{"etcd.dial_keepalive_time", "etcd.dial_keepalive_timeout", "etcd.request_timeout", "gc.grace", "gc.clock_skew", "gc.abandon_after", "gc.op_retention", "gc.request_retention", "gc.interval", "gc.lease_ttl"}
 	intKeys      = []string{"gc.retain", "gc.delete_batch", "gc.delete_concurrency"}
 )
 
@@ -304,6 +333,15 @@ func (c Config) Validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return invalid("etcd.endpoints", e, "a URL like http://127.0.0.1:2379")
 		}
+	}
+	if t := c.Etcd.DialKeepAliveTime; t != 0 && t < MinDialKeepAliveTime {
+		return invalid("etcd.dial_keepalive_time", t.String(), fmt.Sprintf("0 (off) or at least %s (gRPC raises shorter keepalive times to it)", MinDialKeepAliveTime))
+	}
+	if c.Etcd.DialKeepAliveTime != 0 && c.Etcd.DialKeepAliveTimeout <= 0 {
+		return invalid("etcd.dial_keepalive_timeout", c.Etcd.DialKeepAliveTimeout.String(), "a positive duration while etcd.dial_keepalive_time is on")
+	}
+	if c.Etcd.RequestTimeout <= 0 {
+		return invalid("etcd.request_timeout", c.Etcd.RequestTimeout.String(), "a positive duration like 5s")
 	}
 	if (c.Etcd.TLS.Cert == "") != (c.Etcd.TLS.Key == "") {
 		return invalid("etcd.tls.cert", c.Etcd.TLS.Cert, "etcd.tls.cert and etcd.tls.key set together")
@@ -374,22 +412,33 @@ func Redacted(v *viper.Viper) map[string]any {
 	return out
 }
 
-// EtcdClient builds an etcd client from c (endpoints, credentials, TLS) with
-// a 5 s dial timeout and the client's own logging silenced. It does not wait
-// for a server to answer. The caller closes it. Errors: ErrInvalid for
-// unreadable TLS files, or the client's own construction error.
+// EtcdClient builds an etcd client from c (endpoints, credentials, TLS,
+// keepalive) with a 5 s dial timeout and the client's own logging silenced.
+// It does not wait for a server to answer. The caller closes it.
+//
+// Keepalive pings go out only while a request or watch is open
+// (PermitWithoutStream off): etcd's server refuses pings on idle
+// connections by default (--grpc-keepalive-min-time enforcement, without
+// permit-without-stream) and would answer them by closing the connection.
+// An idle connection to a stalled member is left by the next request's
+// retry instead.
+//
+// Errors: ErrInvalid for unreadable TLS files, or the client's own
+// construction error.
 func (c Config) EtcdClient() (*clientv3.Client, error) {
 	tlsCfg, err := c.EtcdTLS()
 	if err != nil {
 		return nil, err
 	}
 	return clientv3.New(clientv3.Config{
-		Endpoints:   c.Etcd.Endpoints,
-		Username:    c.Etcd.Username,
-		Password:    c.Etcd.Password,
-		TLS:         tlsCfg,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
+		Endpoints:            c.Etcd.Endpoints,
+		Username:             c.Etcd.Username,
+		Password:             c.Etcd.Password,
+		TLS:                  tlsCfg,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    c.Etcd.DialKeepAliveTime,
+		DialKeepAliveTimeout: c.Etcd.DialKeepAliveTimeout,
+		Logger:               zap.NewNop(),
 	})
 }
 

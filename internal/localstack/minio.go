@@ -6,33 +6,64 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/objstore"
 )
 
-// MinIOOptions configures a MinIO server. The zero value is one drive with
-// fixed local credentials.
+// MinIOOptions configures a MinIO deployment. The zero value is one server
+// process with one drive and fixed local credentials.
 type MinIOOptions struct {
-	Drives       int    // 1 (default) or 4 for an erasure set on one disk
-	AccessKey    string // default "fencepub"
-	SecretKey    string // default "fencepub-secret"
-	Bucket       string // created at start; default "fencepub"
-	Port         int    // fixed port (dev up); default a free port
+	// Nodes is the number of server processes of a distributed MinIO on
+	// loopback (one erasure set over every node's drives); default 1.
+	Nodes int
+	// Drives is the drives per node: default 1 for a single node (4 gives
+	// an erasure set on one node) and 2 for several nodes. Every drive is a
+	// directory on the same disk (MINIO_CI_CD mode).
+	Drives    int
+	AccessKey string // default "fencepub"
+	SecretKey string // default "fencepub-secret"
+	Bucket    string // created at start; default "fencepub"
+	// Ports are fixed S3 ports, one per node (dev up); missing ones are
+	// free ports.
+	Ports        []int
 	Detached     bool
 	ReadyTimeout time.Duration // default 60 s
 }
 
-// MinIO is a running MinIO server.
+// MinIO is a running MinIO deployment of one or more server processes.
 type MinIO struct {
-	*Process
-	Dir    string
+	Dir string
+	// Config reaches the bucket through the first node; every node serves
+	// the same buckets (Endpoints lists them all).
 	Config objstore.Config
+	// Drives is every drive directory of every node.
 	Drives []string
+	Nodes  []*MinIONode
 }
 
-// StartMinIO starts MinIO under dir and blocks until the bucket exists: the
-// readiness check is a real bucket call, not the health URL.
+// MinIONode is one MinIO server process.
+type MinIONode struct {
+	*Process
+	Endpoint string // host:port of its S3 API
+	Drives   []string
+}
+
+// StartMinIO starts MinIO under dir and blocks until every node answers a
+// bucket call (creating the bucket): the health URL answers before the
+// object layer is ready, so it is not the readiness check.
+//
+// A single node serves dir/data (one drive) or dir/d1..dN as an erasure set.
+// Several nodes serve dir/n<i>/d<j>, named to every node as an explicit list
+// of http://127.0.0.1:<port>/<drive> endpoints: MinIO's {a...b} expansion
+// would pair every port with every node's path. Inside a container MinIO
+// refuses loopback peers of a distributed setup until told which endpoints
+// are its own, so each node gets _MINIO_SERVER_LOCAL=<its host:port>
+// (ignored outside containers).
+//
+// Errors: ErrNoBinary, a port or directory that cannot be had, a node that
+// exits or is not ready within ReadyTimeout (with its log tail).
 func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, error) {
 	bin, err := Binary("minio")
 	if err != nil {
@@ -44,47 +75,80 @@ func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, err
 	if opts.Bucket == "" {
 		opts.Bucket = "fencepub"
 	}
-	port := opts.Port
-	if port == 0 {
-		if port, err = FreePort(); err != nil {
-			return nil, err
+	nodes := max(opts.Nodes, 1)
+	drives := opts.Drives
+	if drives <= 0 {
+		drives = 1
+		if nodes > 1 {
+			drives = 2
 		}
-	}
-	cport, err := FreePort()
-	if err != nil {
-		return nil, err
 	}
 	m := &MinIO{Dir: dir}
-	drives := max(opts.Drives, 1)
-	var volume string
-	if drives == 1 {
-		volume = filepath.Join(dir, "data")
-		m.Drives = []string{volume}
-	} else {
-		volume = filepath.Join(dir, "d{1..."+strconv.Itoa(drives)+"}")
-		for i := 1; i <= drives; i++ {
-			m.Drives = append(m.Drives, filepath.Join(dir, "d"+strconv.Itoa(i)))
+	for i := range nodes {
+		port := 0
+		if i < len(opts.Ports) {
+			port = opts.Ports[i]
 		}
+		if port == 0 {
+			if port, err = FreePort(); err != nil {
+				return nil, err
+			}
+		}
+		n := &MinIONode{Endpoint: "127.0.0.1:" + strconv.Itoa(port)}
+		name, ndir := "minio", dir
+		if nodes > 1 {
+			name, ndir = fmt.Sprintf("minio%d", i), filepath.Join(dir, fmt.Sprintf("n%d", i+1))
+		}
+		switch {
+		case nodes == 1 && drives == 1:
+			n.Drives = []string{filepath.Join(ndir, "data")}
+		default:
+			for j := 1; j <= drives; j++ {
+				n.Drives = append(n.Drives, filepath.Join(ndir, "d"+strconv.Itoa(j)))
+			}
+		}
+		for _, d := range n.Drives {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		n.Process = &Process{Name: name, LogPath: filepath.Join(ndir, "minio.log"), bin: bin, detached: opts.Detached}
+		m.Nodes = append(m.Nodes, n)
+		m.Drives = append(m.Drives, n.Drives...)
 	}
-	for _, d := range m.Drives {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	var volumes []string
+	switch {
+	case nodes > 1:
+		for _, n := range m.Nodes {
+			for _, d := range n.Drives {
+				volumes = append(volumes, "http://"+n.Endpoint+d)
+			}
+		}
+	case drives > 1:
+		volumes = []string{filepath.Join(dir, "d{1..."+strconv.Itoa(drives)+"}")}
+	default:
+		volumes = m.Drives
+	}
+	for _, n := range m.Nodes {
+		cport, err := FreePort()
+		if err != nil {
 			return nil, err
 		}
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	m.Config = objstore.Config{Endpoint: addr, AccessKey: opts.AccessKey, SecretKey: opts.SecretKey, Bucket: opts.Bucket}
-	m.Process = &Process{
-		Name: "minio", LogPath: filepath.Join(dir, "minio.log"), bin: bin, detached: opts.Detached,
-		args: []string{"server", "--quiet", "--address", addr, "--console-address", "127.0.0.1:" + strconv.Itoa(cport), volume},
-		env: []string{
+		n.args = append([]string{"server", "--quiet", "--address", n.Endpoint, "--console-address", "127.0.0.1:" + strconv.Itoa(cport)}, volumes...)
+		n.env = []string{
 			"MINIO_ROOT_USER=" + opts.AccessKey, "MINIO_ROOT_PASSWORD=" + opts.SecretKey,
 			"MINIO_BROWSER=off", "MINIO_UPDATE=off",
 			// Several drives on one disk: without CI/CD mode MinIO waits
 			// forever for "drive not found".
 			"MINIO_CI_CD=1",
-		},
+		}
+		if nodes > 1 {
+			n.env = append(n.env, "_MINIO_SERVER_LOCAL="+n.Endpoint)
+		}
 	}
+	m.Config = objstore.Config{Endpoint: m.Nodes[0].Endpoint, AccessKey: opts.AccessKey, SecretKey: opts.SecretKey, Bucket: opts.Bucket}
 	if err := m.Start(); err != nil {
+		m.Stop()
 		return nil, err
 	}
 	timeout := opts.ReadyTimeout
@@ -98,25 +162,93 @@ func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, err
 	return m, nil
 }
 
-// Store returns an objstore.Store for the server's bucket.
-func (m *MinIO) Store() (*objstore.Store, error) { return objstore.New(m.Config) }
-
-// WaitReady blocks until the bucket exists (creating it), the server exits,
-// or timeout.
-func (m *MinIO) WaitReady(ctx context.Context, timeout time.Duration) error {
-	s, err := m.Store()
-	if err != nil {
-		return err
+// Endpoints returns every node's host:port.
+func (m *MinIO) Endpoints() []string {
+	out := make([]string, len(m.Nodes))
+	for i, n := range m.Nodes {
+		out[i] = n.Endpoint
 	}
-	return waitReady(ctx, m.Process, timeout, func(ctx context.Context) error {
-		if err := s.EnsureBucket(ctx); err != nil {
-			return fmt.Errorf("bucket %q: %w", m.Config.Bucket, err)
-		}
-		return nil
-	})
+	return out
 }
 
-// Restart starts a stopped server again on its drives and waits until ready.
+// Store returns an objstore.Store for the bucket through the first node.
+func (m *MinIO) Store() (*objstore.Store, error) { return objstore.New(m.Config) }
+
+// Start starts every node that is not running.
+func (m *MinIO) Start() error {
+	for _, n := range m.Nodes {
+		if err := n.Start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops every node (SIGTERM, then SIGKILL after a grace).
+func (m *MinIO) Stop() {
+	for _, n := range m.Nodes {
+		n.Stop()
+	}
+}
+
+// Kill kills every node with SIGKILL and waits for them to exit.
+func (m *MinIO) Kill() {
+	for _, n := range m.Nodes {
+		n.Kill()
+	}
+}
+
+// Exited reports whether any node has exited on its own (or was stopped).
+func (m *MinIO) Exited() bool {
+	for _, n := range m.Nodes {
+		if n.Exited() {
+			return true
+		}
+	}
+	return false
+}
+
+// LogTail returns the last n bytes of every node's log, each headed by the
+// node's name when there are several.
+func (m *MinIO) LogTail(n int64) string {
+	if len(m.Nodes) == 1 {
+		return m.Nodes[0].LogTail(n)
+	}
+	var b strings.Builder
+	for _, node := range m.Nodes {
+		fmt.Fprintf(&b, "--- %s ---\n%s\n", node.Name, node.LogTail(n))
+	}
+	return b.String()
+}
+
+// WaitReady blocks until the bucket exists (creating it through the first
+// node) and every node answers a bucket call, a node exits, or timeout.
+func (m *MinIO) WaitReady(ctx context.Context, timeout time.Duration) error {
+	for i, n := range m.Nodes {
+		cfg := m.Config
+		cfg.Endpoint = n.Endpoint
+		s, err := objstore.New(cfg)
+		if err != nil {
+			return err
+		}
+		check := s.CheckBucket
+		if i == 0 {
+			check = s.EnsureBucket
+		}
+		if err := waitReady(ctx, n.Process, timeout, func(ctx context.Context) error {
+			if err := check(ctx); err != nil {
+				return fmt.Errorf("bucket %q on %s: %w", m.Config.Bucket, n.Endpoint, err)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Restart starts every stopped node again on its drives and waits until
+// ready.
 func (m *MinIO) Restart(ctx context.Context) error {
 	if err := m.Start(); err != nil {
 		return err

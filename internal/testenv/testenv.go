@@ -202,3 +202,26 @@ func StartMinIO(t testing.TB, opts localstack.MinIOOptions) *localstack.MinIO {
 	})
 	return m
 }
+
+// StartCluster starts a dedicated etcd cluster and MinIO deployment for t
+// (localstack.StartCluster: Etcd.Members members, MinIO.Nodes nodes),
+// stopped when t ends; every server's log is printed if t failed.
+func StartCluster(t testing.TB, opts localstack.ClusterOptions) *localstack.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := localstack.StartCluster(ctx, t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, m := range c.Etcd.Members {
+				t.Logf("--- %s log (tail) ---\n%s", m.Name, m.LogTail(8192))
+			}
+			t.Logf("--- minio log (tail) ---\n%s", c.MinIO.LogTail(8192))
+		}
+		c.Stop()
+	})
+	return c
+}
