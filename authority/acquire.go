@@ -88,7 +88,7 @@ func checkTTL(ttl time.Duration) (int64, error) {
 }
 
 // Acquire grants req.Owner a lease on req.Resource and returns the grant with
-// its fencing token (DESIGN.md invariant 2; the seed's acquire pseudocode).
+// its fencing token (DESIGN.md invariant 2; protocol source, §Mint, acquire pseudocode).
 //
 // One etcd transaction checks that no live holder exists, that the domain
 // epoch and the resource's durable generation are the ones it read, that

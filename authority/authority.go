@@ -71,7 +71,8 @@ type Config struct {
 // Authority grants fenced leases for the resources of one domain: each
 // grant's generation (the fence) is minted in the same etcd transaction that
 // grants the lease, from a durable per-resource counter (DESIGN.md
-// invariants 2 and 3; the seed's "发号必须与授予同属一个原子权威").
+// invariants 2 and 3; protocol source, §Mint: minting belongs to the same
+// atomic authority as granting).
 // An Authority is safe for concurrent use. It owns no goroutines except
 // those of the Sessions it returns.
 type Authority struct {

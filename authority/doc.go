@@ -1,7 +1,7 @@
 // Package authority is the single source of fencing tokens for a fencepub
 // domain: it grants leases on resources and mints each grant's generation in
-// the same etcd transaction (DESIGN.md invariants 2 and 3; the seed's
-// "发号必须与授予同属一个原子权威"). The generation is the fence the publisher
+// the same etcd transaction (DESIGN.md invariants 2 and 3; protocol
+// source, §Mint). The generation is the fence the publisher
 // carries: one number, two names.
 //
 // # Grant
@@ -35,7 +35,7 @@
 // Strict mode and Session give no wall-clock revocation: etcd expires
 // leases with its own timing (a leader change restarts TTLs), and expiry
 // does not stop a paused worker. Fencing at the resource is what protects it
-// (the seed's 41/42/41 timeline).
+// (protocol source, §Timeline: 41, 42, 41).
 //
 // # Epochs and rollback
 //

@@ -8,8 +8,8 @@ import (
 )
 
 // Grant is one lease granted on a resource together with the fencing token
-// minted for it in the same etcd transaction (DESIGN.md invariant 2; the
-// seed's "发号必须与授予同属一个原子权威"). Generation is the token: where it
+// minted for it in the same etcd transaction (DESIGN.md invariant 2;
+// protocol source, §Mint). Generation is the token: where it
 // travels with a write it is called the fence; it is the same number.
 //
 // A Grant is a plain value: it can be printed as JSON, passed to another

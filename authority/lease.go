@@ -33,8 +33,9 @@ func checkGrant(g Grant) error {
 
 // Renew extends g's lease by its TTL, only while g is still the live holder
 // of its resource. It never mints anything: a renew of an expired, revoked,
-// released or superseded grant fails and the caller must acquire again (the
-// seed: "续租失败后不能独立申请更大 token 来补救").
+// released or superseded grant fails and the caller must acquire again (protocol
+// source, §Mint: after a failed renewal a worker may not obtain a larger
+// token to make up for it).
 //
 // It is one lease keepalive, sent again while etcd cannot serve it
 // (Config.RetryTimeout). The holder key is attached to g's lease and is
@@ -91,8 +92,8 @@ func describeLoss(g Grant, resp *clientv3.TxnResponse) string {
 // Release ends g's lease: one transaction checks that the holder key's
 // CreateRevision is g.HolderRevision, it is attached to g.LeaseID and the
 // grant record of g.Generation names g.Owner in g.Epoch — so A can never
-// drop B's lease (the seed: "释放或续租时原子比较 owner") — and then the
-// lease is revoked, which deletes the holder key with it. Revoking g's own
+// drop B's lease (protocol source, §Owner: release and renew compare the
+// owner atomically) — and then the lease is revoked, which deletes the holder key with it. Revoking g's own
 // lease can only ever remove g's holder, whatever happened in between, so
 // the check and the revoke need not be one transaction; and the holder never
 // outlives its lease (Renew relies on it). The grant record stays: it is

@@ -108,7 +108,8 @@ type restoredPointer struct {
 }
 
 // Recover moves the domain to a new epoch after an etcd restore (DESIGN.md
-// invariant 3; the seed: "可靠持久高水位、保证不重用的新 epoch"). Run it while
+// invariant 3; protocol source, §Monotonic: a new epoch guaranteed never
+// to be reused). Run it while
 // workers cannot reach etcd (see the restore runbook in README.md). In order, it:
 //
 //  1. reads etcd's epoch, deployment and rollback flag, checks the bucket's
