@@ -93,10 +93,10 @@ func describeLoss(g Grant, resp *clientv3.TxnResponse) string {
 // CreateRevision is g.HolderRevision, it is attached to g.LeaseID and the
 // grant record of g.Generation names g.Owner in g.Epoch — so A can never
 // drop B's lease (protocol source, §Owner: release and renew compare the
-// owner atomically) — and then the lease is revoked, which deletes the holder key with it. Revoking g's own
-// lease can only ever remove g's holder, whatever happened in between, so
-// the check and the revoke need not be one transaction; and the holder never
-// outlives its lease (Renew relies on it). The grant record stays: it is
+// owner atomically) — and then the lease is revoked, which deletes the
+// holder key with it. Revoking g's own lease can only ever remove g's
+// holder, whatever happened in between, so the check and the revoke need not
+// be one transaction; and the holder never outlives its lease (Renew relies on it). The grant record stays: it is
 // durable (DESIGN.md "etcd layout").
 //
 // Errors: ErrLeaseLost when g no longer holds the resource (already expired,
