@@ -3,7 +3,9 @@
 // that is stalled, has lost its leader or does not answer in time), until
 // the caller's context ends. It is the one retry loop of the authority, the
 // publisher and the GC (DESIGN.md invariant 12: available while a quorum
-// is), and EtcdUnavailable is the one classifier of etcd's answers.
+// is). EtcdUnavailable and EtcdNotApplied are the one classifier of etcd's
+// answers: the first says whether another attempt may succeed, the second
+// whether etcd certainly did not apply a request that failed.
 //
 // A retried request must be safe to send twice: a read, a keepalive, or a
 // transaction whose compares make a second copy a no-op (the authority's
@@ -90,6 +92,40 @@ func EtcdUnavailable(err error) bool {
 		case codes.Unavailable, codes.DeadlineExceeded:
 			return true
 		}
+	}
+	return false
+}
+
+// EtcdNotApplied reports whether err, from one etcd request, proves that
+// etcd did not apply it: etcd refused it before proposing it to the raft
+// log. Those are the gRPC codes etcd's server answers with while it checks
+// a request (rpctypes): InvalidArgument (bad or too large request),
+// FailedPrecondition (not leader, not capable, auth state), PermissionDenied,
+// Unauthenticated, ResourceExhausted (no space, too many requests),
+// OutOfRange, Unimplemented, AlreadyExists and NotFound (no such lease).
+// Everything else proves nothing: a transport error, a timeout, a
+// cancellation or a leader change (gRPC Unavailable, DeadlineExceeded,
+// Canceled) may come after the request was committed, and a plain error that
+// carries no gRPC status says nothing about etcd at all.
+//
+// It answers another question than EtcdUnavailable, and an error can be
+// both (ErrNotLeader, ErrTooManyRequests: not applied, and worth another
+// attempt) or neither (ErrLeaseNotFound is not applied and final;
+// gRPC Canceled is neither applied for sure nor a cluster fault).
+func EtcdNotApplied(err error) bool {
+	var code codes.Code
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	} else if st, ok := status.FromError(err); ok {
+		code = st.Code()
+	} else {
+		return false
+	}
+	switch code {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated,
+		codes.ResourceExhausted, codes.OutOfRange, codes.Unimplemented, codes.AlreadyExists, codes.NotFound:
+		return true
 	}
 	return false
 }
