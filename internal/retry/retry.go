@@ -6,6 +6,7 @@
 // is). EtcdUnavailable and EtcdNotApplied are the one classifier of etcd's
 // answers: the first says whether another attempt may succeed, the second
 // whether etcd certainly did not apply a request that failed.
+// StoreUnavailable and StoreConflict classify the object store's answers.
 //
 // A retried request must be safe to send twice: a read, a keepalive, or a
 // transaction whose compares make a second copy a no-op (the authority's
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -128,4 +130,21 @@ func EtcdNotApplied(err error) bool {
 		return true
 	}
 	return false
+}
+
+// StoreUnavailable reports whether err, from one object-store request, means
+// the store did not serve it now (objstore.ErrUnavailable after
+// objstore.Classify: a transport failure, a lost response, a 5xx answer).
+// The request may or may not have been applied; only a request that is safe
+// to send twice (a create-only write, a read) is retried on it.
+func StoreUnavailable(err error) bool {
+	return errors.Is(objstore.Classify(err), objstore.ErrUnavailable)
+}
+
+// StoreConflict reports whether err, from one object-store request, is a 409
+// ConditionalRequestConflict (objstore.ErrConditionConflict after
+// objstore.Classify): another conditional write to the same key was in
+// progress, this one was not applied, and it may be sent again.
+func StoreConflict(err error) bool {
+	return errors.Is(objstore.Classify(err), objstore.ErrConditionConflict)
 }
