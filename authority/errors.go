@@ -105,9 +105,6 @@ func etcdErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("authority: %s: %w", what, context.Cause(ctx))
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: etcd %s: no answer in time: %w", ErrUnavailable, what, err)
-	}
 	if retry.EtcdUnavailable(err) {
 		return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
 	}

@@ -123,14 +123,15 @@ type clockState struct {
 // only make cutoffs earlier. Errors: ErrCorruptState (the head does not
 // decode), ErrUnavailable, ctx's error.
 func (c *Collector) readClock(ctx context.Context) (*clockState, error) {
-	rctx, cancel := c.rctx(ctx)
-	resp, err := c.cli.Txn(rctx).Then(
-		clientv3.OpGet(c.ns.ClockHeadKey()),
-		clientv3.OpGet(c.ns.ClockPointsPrefix(), clientv3.WithPrefix()),
-	).Commit()
-	cancel()
-	if err != nil {
-		return nil, etcdErr(ctx, "read the domain clock", err)
+	var resp *clientv3.TxnResponse
+	if err := c.read(ctx, "read the domain clock", func(ctx context.Context) (err error) {
+		resp, err = c.cli.Txn(ctx).Then(
+			clientv3.OpGet(c.ns.ClockHeadKey()),
+			clientv3.OpGet(c.ns.ClockPointsPrefix(), clientv3.WithPrefix()),
+		).Commit()
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	st := &clockState{rev: resp.Header.Revision}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -163,11 +164,13 @@ func (c *Collector) clockNow(ctx context.Context, st *clockState) (t int64, witn
 		return wall, true, nil
 	}
 	h := st.head
-	rctx, cancel := c.rctx(ctx)
-	ttl, err := c.leases.TimeToLive(rctx, clientv3.LeaseID(h.Lease))
-	cancel()
+	var ttl *clientv3.LeaseTimeToLiveResponse
+	err = c.read(ctx, "clock witness time-to-live", func(ctx context.Context) (err error) {
+		ttl, err = c.leases.TimeToLive(ctx, clientv3.LeaseID(h.Lease))
+		return err
+	})
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return 0, false, etcdErr(ctx, "clock witness time-to-live", err)
+		return 0, false, err
 	}
 	if err != nil || ttl.TTL < 0 {
 		return h.T, false, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/retry"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -152,6 +153,32 @@ func (c *Collector) rctx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, c.cfg.RequestTimeout)
 }
 
+// readRetryTimeout bounds the retries of one etcd read whose caller's
+// context has no deadline.
+const readRetryTimeout = 30 * time.Second
+
+// read runs op, one etcd read, each attempt bounded by RequestTimeout, again
+// while it fails with etcd unavailable (retry.Do, retry.EtcdUnavailable):
+// no leader, a stalled or unreachable member, no answer in time. It retries
+// within ctx's deadline or, when ctx has none, readRetryTimeout (DESIGN.md
+// invariant 12). The error is op's last, classified by etcdErr naming what.
+func (c *Collector) read(ctx context.Context, what string, op func(context.Context) error) error {
+	bctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		bctx, cancel = context.WithTimeout(ctx, readRetryTimeout)
+	}
+	defer cancel()
+	err := retry.Do(bctx, func(bctx context.Context) error {
+		rctx, cancel := c.rctx(bctx)
+		defer cancel()
+		return op(rctx)
+	}, retry.EtcdUnavailable)
+	if err == nil {
+		return nil
+	}
+	return etcdErr(ctx, what, err)
+}
+
 // RunOptions selects what a pass covers.
 type RunOptions struct {
 	// Resources to collect; with All, every resource that has a pointer.
@@ -267,11 +294,12 @@ func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error
 // bucket's ownership marker names it (DESIGN.md "Object layout": GC refuses
 // to delete under a prefix whose marker names another deployment).
 func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
-	rctx, cancel := c.rctx(ctx)
-	resp, err := c.cli.Txn(rctx).Then(clientv3.OpGet(c.ns.EpochKey()), clientv3.OpGet(c.ns.DeploymentKey())).Commit()
-	cancel()
-	if err != nil {
-		return "", etcdErr(ctx, "read deployment", err)
+	var resp *clientv3.TxnResponse
+	if err := c.read(ctx, "read deployment", func(ctx context.Context) (err error) {
+		resp, err = c.cli.Txn(ctx).Then(clientv3.OpGet(c.ns.EpochKey()), clientv3.OpGet(c.ns.DeploymentKey())).Commit()
+		return err
+	}); err != nil {
+		return "", err
 	}
 	if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
 		if err := c.auth.CheckHistory(ctx); err != nil {
@@ -284,7 +312,7 @@ func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("%w: etcd has no deployment id at %s", ErrNoOwnership, c.ns.DeploymentKey())
 	}
 	dep := string(kvs[0].Value)
-	rctx, cancel = c.rctx(ctx)
+	rctx, cancel := c.rctx(ctx)
 	m, err := authority.ReadOwnership(rctx, c.st, c.ns)
 	cancel()
 	switch {

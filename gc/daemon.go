@@ -15,7 +15,7 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/wait"
+	"github.com/fencepub/fencepub/internal/retry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -146,34 +146,29 @@ func (d *Daemon) update(f func(*DaemonStatus)) {
 // releases the lease so another replica takes over at once, and returns
 // nil. Losing the lease cancels the running pass and campaigns again.
 // Errors from authority (etcd unreachable, ...) are logged and retried with
-// a back-off; they do not end Run.
+// a jittered back-off (retry.Do); they do not end Run.
 func (d *Daemon) Run(ctx context.Context) error {
 	d.update(func(s *DaemonStatus) { s.Running = true })
 	defer d.update(func(s *DaemonStatus) { s.Running, s.Leader, s.Standby, s.Generation = false, false, false, 0 })
 	requestID := ""
-	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
-		if requestID == "" {
-			requestID = randomHex(16)
+		var g authority.Grant
+		if err := retry.Do(ctx, func(ctx context.Context) error {
+			if requestID == "" {
+				requestID = randomHex(16)
+			}
+			var err error
+			if g, err = d.campaign(ctx, requestID); err != nil && ctx.Err() == nil {
+				d.log.Warn("gc daemon: acquiring the GC lease", "err", err)
+				if !errors.Is(err, authority.ErrUnavailable) {
+					requestID = "" // ErrUnavailable: the grant may exist, ask again with the same request id
+				}
+			}
+			return err
+		}, func(error) bool { return true }); err != nil {
+			return nil // only ctx's end stops the retries
 		}
-		g, err := d.campaign(ctx, requestID)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case errors.Is(err, authority.ErrUnavailable):
-			// The grant may exist: retry with the same request id.
-			d.log.Warn("gc daemon: acquiring the GC lease", "err", err)
-			wait.Sleep(ctx, backoff)
-			backoff = min(2*backoff, 5*time.Second)
-			continue
-		case err != nil:
-			d.log.Warn("gc daemon: acquiring the GC lease", "err", err)
-			requestID = ""
-			wait.Sleep(ctx, backoff)
-			backoff = min(2*backoff, 5*time.Second)
-			continue
-		}
-		requestID, backoff = "", 200*time.Millisecond
+		requestID = ""
 		d.lead(ctx, g)
 	}
 	return nil

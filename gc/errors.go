@@ -6,9 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencepub/fencepub/internal/objstore"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/fencepub/fencepub/internal/retry"
 )
 
 // Errors returned (wrapped) by this package; test with errors.Is.
@@ -46,29 +44,15 @@ var (
 	ErrIncomplete = errors.New("gc: pass incomplete")
 )
 
-// unavailableEtcd are etcd's answers meaning "no quorum or leader now".
-var unavailableEtcd = []error{
-	rpctypes.ErrNoLeader, rpctypes.ErrNotLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrStopped,
-	rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
-	rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrUnhealthy, rpctypes.ErrTooManyRequests,
-}
-
 // etcdErr classifies err from an etcd call bounded by a per-request timeout
 // derived from ctx: the caller's cancellation passes through; a timeout, an
-// unreachable endpoint or a lost leader become ErrUnavailable.
+// unreachable endpoint or a lost leader (retry.EtcdUnavailable) become
+// ErrUnavailable.
 func etcdErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("gc: %s: %w", what, context.Cause(ctx))
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: etcd %s: no answer in time: %w", ErrUnavailable, what, err)
-	}
-	for _, u := range unavailableEtcd {
-		if errors.Is(err, u) {
-			return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
-		}
-	}
-	if st, ok := status.FromError(err); ok && (st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded) {
+	if retry.EtcdUnavailable(err) {
 		return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
 	}
 	return fmt.Errorf("gc: etcd %s: %w", what, err)

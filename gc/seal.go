@@ -115,11 +115,12 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 		for i, k := range keys {
 			gets[i] = clientv3.OpGet(k)
 		}
-		rctx, cancel := c.rctx(ctx)
-		resp, err := c.cli.Txn(rctx).Then(gets...).Commit()
-		cancel()
-		if err != nil {
-			return Decommissioned{}, etcdErr(ctx, "read "+res, err)
+		var resp *clientv3.TxnResponse
+		if err := c.read(ctx, "read "+res, func(ctx context.Context) (err error) {
+			resp, err = c.cli.Txn(ctx).Then(gets...).Commit()
+			return err
+		}); err != nil {
+			return Decommissioned{}, err
 		}
 		kvs := make([]*mvccKV, len(keys))
 		for i := range keys {
@@ -165,7 +166,7 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 		}
 		// The holder must be the one read (absent unless forced).
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(res)), "=", createRev(kvs[4])))
-		rctx, cancel = c.rctx(ctx)
+		rctx, cancel := c.rctx(ctx)
 		tresp, err := c.cli.Txn(rctx).If(cmps...).Then(ops...).Commit()
 		cancel()
 		if err != nil {

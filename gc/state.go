@@ -30,11 +30,12 @@ func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly
 		if keysOnly {
 			opts = append(opts, clientv3.WithKeysOnly())
 		}
-		rctx, cancel := c.rctx(ctx)
-		resp, err := c.cli.Get(rctx, key, opts...)
-		cancel()
-		if err != nil {
-			return etcdErr(ctx, "range "+prefix, err)
+		var resp *clientv3.GetResponse
+		if err := c.read(ctx, "range "+prefix, func(ctx context.Context) (err error) {
+			resp, err = c.cli.Get(ctx, key, opts...)
+			return err
+		}); err != nil {
+			return err
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
@@ -62,20 +63,22 @@ func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly
 // seal or a history entry does not decode), ErrUnavailable, ctx's error.
 func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64) (*State, error) {
 	ns := c.ns
-	rctx, cancel := c.rctx(ctx)
-	resp, err := c.cli.Txn(rctx).Then(
-		clientv3.OpGet(ns.EpochKey()),
-		clientv3.OpGet(ns.DeploymentKey()),
-		clientv3.OpGet(ns.PointerKey(res)),
-		clientv3.OpGet(ns.SealKey(res)),
-		clientv3.OpGet(ns.GenerationKey(res)),
-		clientv3.OpGet(ns.HolderKey(res)),
-		clientv3.OpGet(ns.RestoredPrefix(res), clientv3.WithPrefix()),
-		clientv3.OpGet(ns.EpochRecordsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-	).Commit()
-	cancel()
+	var resp *clientv3.TxnResponse
+	err := c.read(ctx, "read state of "+res, func(ctx context.Context) (err error) {
+		resp, err = c.cli.Txn(ctx).Then(
+			clientv3.OpGet(ns.EpochKey()),
+			clientv3.OpGet(ns.DeploymentKey()),
+			clientv3.OpGet(ns.PointerKey(res)),
+			clientv3.OpGet(ns.SealKey(res)),
+			clientv3.OpGet(ns.GenerationKey(res)),
+			clientv3.OpGet(ns.HolderKey(res)),
+			clientv3.OpGet(ns.RestoredPrefix(res), clientv3.WithPrefix()),
+			clientv3.OpGet(ns.EpochRecordsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		).Commit()
+		return err
+	})
 	if err != nil {
-		return nil, etcdErr(ctx, "read state of "+res, err)
+		return nil, err
 	}
 	kv := func(i int) *mvccKV {
 		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {

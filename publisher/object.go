@@ -17,7 +17,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/fencepub/fencepub/internal/wait"
+	"github.com/fencepub/fencepub/internal/retry"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -37,7 +37,8 @@ import (
 // at half sha256's speed here) for a check the signature already makes.
 
 const (
-	// conflictRetries bounds retries of a request answered 409.
+	// conflictRetries bounds the sends of an object write retried on a 409
+	// or, for a seekable stream, a failure in transit.
 	conflictRetries = 5
 	// maxParts is S3's limit on parts per multipart upload.
 	maxParts = 10000
@@ -369,50 +370,62 @@ func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size
 			seeker = nil
 		}
 	}
-	for attempt := 1; ; attempt++ {
-		br := &bodyReader{r: io.LimitReader(body, size), h: sha256.New()}
-		info, err := st.Client.PutObject(ctx, st.Bucket, key, br, size, opts)
-		br.detach()
-		switch {
-		case br.err != nil:
-			return layout.Object{}, nil, bodyErr(ctx, key, br.n, br.err)
-		case br.eof && br.n < size:
-			return layout.Object{}, nil, fmt.Errorf("%w: the body ended after %d of its %d bytes", ErrBody, br.n, size)
-		case err != nil:
-			err = objstore.Classify(err)
-			again := errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, objstore.ErrConditionConflict)
-			if again && seeker != nil && attempt < conflictRetries && ctx.Err() == nil {
-				if _, serr := seeker.Seek(start, io.SeekStart); serr != nil {
-					return layout.Object{}, nil, fmt.Errorf("%w: seek back to re-send: %w (put %s: %w)", ErrBody, serr, key, err)
-				}
-				c.log.Warn("object PUT failed in transit; sending it again", "key", key, "attempt", attempt, "err", err)
-				if wait.Sleep(ctx, backoff(attempt)) {
-					continue
-				}
-			}
-			if !errors.Is(err, objstore.ErrExists) {
-				return layout.Object{}, nil, fmt.Errorf("publisher: put %s: %w", key, err)
-			}
-			// Our own earlier request was stored: hash the rest of the body
-			// (the store may have answered before reading it) and compare.
-			if n, err := br.rest(); err != nil {
-				return layout.Object{}, nil, err
-			} else if n != size {
-				return layout.Object{}, nil, fmt.Errorf("%w: the body ended after %d of its %d bytes", ErrBody, n, size)
+	var (
+		br    *bodyReader
+		info  minio.UploadInfo
+		sends int
+		again bool // the send failed in transit or met a 409, and body can be sent again
+	)
+	err := retry.Do(ctx, func(ctx context.Context) error {
+		if sends++; sends > 1 {
+			if _, err := seeker.Seek(start, io.SeekStart); err != nil {
+				again = false
+				return fmt.Errorf("%w: seek back to re-send: %w", ErrBody, err)
 			}
 		}
-		if err := bodyEnded(body); err != nil {
+		br = &bodyReader{r: io.LimitReader(body, size), h: sha256.New()}
+		var err error
+		info, err = st.Client.PutObject(ctx, st.Bucket, key, br, size, opts)
+		br.detach()
+		bodyOK := br.err == nil && !(br.eof && br.n < size)
+		again = err != nil && bodyOK && seeker != nil && sends < conflictRetries &&
+			(retry.StoreUnavailable(err) || retry.StoreConflict(err))
+		if again {
+			c.log.Warn("object PUT failed in transit; sending it again", "key", key, "attempt", sends, "err", err)
+		}
+		return err
+	}, func(error) bool { return again })
+	switch {
+	case br.err != nil:
+		return layout.Object{}, nil, bodyErr(ctx, key, br.n, br.err)
+	case br.eof && br.n < size:
+		return layout.Object{}, nil, fmt.Errorf("%w: the body ended after %d of its %d bytes", ErrBody, br.n, size)
+	case errors.Is(err, ErrBody):
+		return layout.Object{}, nil, err
+	case err != nil:
+		err = objstore.Classify(err)
+		if !errors.Is(err, objstore.ErrExists) {
+			return layout.Object{}, nil, fmt.Errorf("publisher: put %s: %w", key, err)
+		}
+		// Our own earlier request was stored: hash the rest of the body
+		// (the store may have answered before reading it) and compare.
+		if n, err := br.rest(); err != nil {
+			return layout.Object{}, nil, err
+		} else if n != size {
+			return layout.Object{}, nil, fmt.Errorf("%w: the body ended after %d of its %d bytes", ErrBody, n, size)
+		}
+	}
+	if err := bodyEnded(body); err != nil {
+		return layout.Object{}, nil, err
+	}
+	sum := br.h.Sum(nil)
+	obj := layout.Object{Bucket: st.Bucket, Key: key, SHA256: hex.EncodeToString(sum), Size: size, ETag: info.ETag}
+	if err != nil { // 412: verify that the stored object holds these bytes
+		if obj, err = c.verifyOwn(ctx, obj); err != nil {
 			return layout.Object{}, nil, err
 		}
-		sum := br.h.Sum(nil)
-		obj := layout.Object{Bucket: st.Bucket, Key: key, SHA256: hex.EncodeToString(sum), Size: size, ETag: info.ETag}
-		if err != nil { // 412: verify that the stored object holds these bytes
-			if obj, err = c.verifyOwn(ctx, obj); err != nil {
-				return layout.Object{}, nil, err
-			}
-		}
-		return obj, sum, nil
 	}
+	return obj, sum, nil
 }
 
 // bodyEnded checks that body has no bytes left after its stated length.
@@ -436,24 +449,21 @@ func bodyEnded(body io.Reader) error {
 func (c *Client) putSingle(ctx context.Context, obj layout.Object, data []byte, contentType string, meta map[string]string) (layout.Object, error) {
 	st := c.cfg.Store
 	opts := putOpts(contentType, meta, "")
-	for attempt := 1; ; attempt++ {
-		info, err := st.Client.PutObject(ctx, st.Bucket, obj.Key, bytes.NewReader(data), int64(len(data)), opts)
-		if err == nil {
-			obj.ETag = info.ETag
-			return obj, nil
-		}
-		err = objstore.Classify(err)
-		switch {
-		case errors.Is(err, objstore.ErrConditionConflict) && attempt < conflictRetries:
-			if !wait.Sleep(ctx, backoff(attempt)) {
-				return layout.Object{}, fmt.Errorf("publisher: put %s: %w", obj.Key, err)
-			}
-		case errors.Is(err, objstore.ErrExists):
-			return c.verifyOwn(ctx, obj)
-		default:
-			return layout.Object{}, fmt.Errorf("publisher: put %s: %w", obj.Key, err)
-		}
+	var info minio.UploadInfo
+	err := c.storeRetry(ctx, func(ctx context.Context) error {
+		var err error
+		info, err = st.Client.PutObject(ctx, st.Bucket, obj.Key, bytes.NewReader(data), int64(len(data)), opts)
+		return err
+	})
+	err = objstore.Classify(err)
+	switch {
+	case err == nil:
+		obj.ETag = info.ETag
+		return obj, nil
+	case errors.Is(err, objstore.ErrExists):
+		return c.verifyOwn(ctx, obj)
 	}
+	return layout.Object{}, fmt.Errorf("publisher: put %s: %w", obj.Key, err)
 }
 
 // putMultipart uploads first and then the rest of br in parts and completes
@@ -538,25 +548,34 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 func (c *Client) complete(ctx context.Context, core minio.Core, key, id string, parts []minio.CompletePart, obj layout.Object) (layout.Object, error) {
 	opts := minio.PutObjectOptions{}
 	opts.SetMatchETagExcept("*")
-	for attempt := 1; ; attempt++ {
-		info, err := core.CompleteMultipartUpload(ctx, obj.Bucket, key, id, parts, opts)
-		if err == nil {
-			obj.ETag = info.ETag
-			return obj, nil
-		}
-		code := minio.ToErrorResponse(err).Code
-		err = objstore.Classify(err)
-		switch {
-		case errors.Is(err, objstore.ErrConditionConflict) && attempt < conflictRetries:
-			if !wait.Sleep(ctx, backoff(attempt)) {
-				return layout.Object{}, fmt.Errorf("publisher: complete %s: %w", key, err)
-			}
-		case errors.Is(err, objstore.ErrExists) || code == "NoSuchUpload":
-			return c.verifyOwn(ctx, obj)
-		default:
-			return layout.Object{}, fmt.Errorf("publisher: complete %s: %w", key, err)
-		}
+	var info minio.UploadInfo
+	err := c.storeRetry(ctx, func(ctx context.Context) error {
+		var err error
+		info, err = core.CompleteMultipartUpload(ctx, obj.Bucket, key, id, parts, opts)
+		return err
+	})
+	code := minio.ToErrorResponse(err).Code
+	err = objstore.Classify(err)
+	switch {
+	case err == nil:
+		obj.ETag = info.ETag
+		return obj, nil
+	case errors.Is(err, objstore.ErrExists) || code == "NoSuchUpload":
+		return c.verifyOwn(ctx, obj)
 	}
+	return layout.Object{}, fmt.Errorf("publisher: complete %s: %w", key, err)
+}
+
+// storeRetry sends op, a create-only write, again while it meets a 409
+// ConditionalRequestConflict (retry.StoreConflict), up to conflictRetries
+// sends, with jittered backoff (retry.Do) within ctx. It returns op's last
+// error, unclassified.
+func (c *Client) storeRetry(ctx context.Context, op func(context.Context) error) error {
+	sends := 0
+	return retry.Do(ctx, func(ctx context.Context) error {
+		sends++
+		return op(ctx)
+	}, func(err error) bool { return sends < conflictRetries && retry.StoreConflict(err) })
 }
 
 // verifyOwn checks that the object at obj.Key is the one this attempt wrote
@@ -660,9 +679,4 @@ func (c *Client) abort(key, id string) {
 	if err := core.AbortMultipartUpload(ctx, c.cfg.Store.Bucket, key, id); err != nil {
 		c.log.Warn("abort multipart upload failed; GC aborts it later", "key", key, "upload_id", id, "err", err)
 	}
-}
-
-// backoff is the wait before retry attempt+1: 50 ms doubling to 1 s.
-func backoff(attempt int) time.Duration {
-	return min(50*time.Millisecond<<min(attempt-1, 5), time.Second)
 }

@@ -178,6 +178,12 @@ type Term struct {
 	// is never undone.
 	Strict         bool
 	HolderRevision int64
+	// TTL is the grant's lease TTL (authority.Grant.TTL); zero when unknown.
+	// In strict mode each send of a publish transaction is bounded by TTL/3
+	// as well as Config.AttemptTimeout, so a send stuck on a stalled etcd
+	// member leaves time to re-send to another before the lease can expire
+	// (DESIGN.md invariant 12).
+	TTL time.Duration
 	// Contiguous requires every publish with seq > 1 to follow seq-1 of the
 	// same term exactly: the pointer must be at (Epoch, Fence, seq-1). A
 	// publish after a gap is refused as stale with reason "gap" and can be
@@ -194,7 +200,7 @@ type Term struct {
 func GrantTerm(g authority.Grant, strict bool) Term {
 	return Term{
 		Resource: g.Resource, Owner: g.Owner, Epoch: g.Epoch, Fence: g.Fence(),
-		Strict: strict, HolderRevision: g.HolderRevision,
+		Strict: strict, HolderRevision: g.HolderRevision, TTL: g.TTL,
 	}
 }
 

@@ -3,11 +3,12 @@ package publisher
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/wait"
+	"github.com/fencepub/fencepub/internal/retry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -122,22 +123,29 @@ func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Ver
 		defer cancel()
 	}
 	r := resolution{resource: resource, key: key, v: v, id: id}
-	for {
+	var res Result
+	err := retry.Do(ctx, func(ctx context.Context) error {
 		// A corrupt pointer must not stop Resolve: it is only read here.
 		init, err := c.createResource(ctx, resource)
 		if err != nil {
-			return Result{}, err
+			return err
 		}
 		r.plan(init)
-		res, again, err := c.resolveOnce(ctx, &r)
-		if !again {
-			return res, err
+		var again bool
+		if res, again, err = c.resolveOnce(ctx, &r); again {
+			return errReplan
 		}
-		if !wait.Sleep(ctx, backoff(1)) {
-			return Result{}, fmt.Errorf("%w: resolve %q of %q at %s: the resource kept changing: %w", ErrUnavailable, key, resource, v, ctx.Err())
-		}
+		return err
+	}, func(err error) bool { return errors.Is(err, errReplan) })
+	if errors.Is(err, errReplan) {
+		return Result{}, fmt.Errorf("%w: resolve %q of %q at %s: the resource kept changing: %w", ErrUnavailable, key, resource, v, ctx.Err())
 	}
+	return res, err
 }
+
+// errReplan is resolveOnce's "the pointer or seal changed since the
+// transaction was planned": Resolve reads and plans again.
+var errReplan = errors.New("publisher: resolve: the pointer or seal changed; plan again")
 
 // resolution is one Resolve call: the attempt, and the seal its
 // transaction writes, planned from the pointer and seal read before it.
@@ -193,19 +201,20 @@ func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, ag
 		resp    *clientv3.TxnResponse
 		attempt int
 	)
-	for {
+	// The transaction is safe to repeat: it is re-sent unchanged until an
+	// answer, a definite refusal or ctx's end.
+	err = retry.Do(ctx, func(ctx context.Context) error {
 		attempt++
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		defer cancel()
+		var err error
 		resp, err = c.cfg.Etcd.Txn(actx).
 			If(cmps...).
 			Then(clientv3.OpPut(sealKey, r.sealVal), clientv3.OpGet(ptrKey)).
 			Else(clientv3.OpGet(opKey), clientv3.OpGet(sealKey), clientv3.OpGet(ptrKey), clientv3.OpGet(epochKey), clientv3.OpGet(genKey)).
 			Commit()
-		cancel()
-		if err == nil || definite(err) || ctx.Err() != nil || !wait.Sleep(ctx, backoff(attempt)) {
-			break
-		}
-	}
+		return err
+	}, func(err error) bool { return !retry.EtcdNotApplied(err) })
 	if err != nil {
 		return Result{}, false, fmt.Errorf("%w: resolve %q of %q at %s after %d sends: %w", ErrUnavailable, key, resource, v, attempt, err)
 	}

@@ -2,18 +2,14 @@ package publisher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/wait"
+	"github.com/fencepub/fencepub/internal/retry"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // idempotentAttempts bounds the sends of a request that is safe to repeat
@@ -94,19 +90,29 @@ func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layou
 	return pr
 }
 
-// send makes one attempt, bounded by Config.AttemptTimeout.
+// send makes one attempt, bounded by Config.AttemptTimeout and, in strict
+// mode, by a third of the grant's TTL (Term.TTL): an attempt stuck on a
+// stalled member then leaves time to re-send to another before the lease
+// can expire, as the authority bounds its own attempts (DESIGN.md
+// invariant 12).
 func (c *Client) send(ctx context.Context, pr *prepared) (*clientv3.TxnResponse, error) {
-	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+	limit := c.cfg.AttemptTimeout
+	if pr.term.Strict && pr.term.TTL > 0 {
+		limit = min(limit, pr.term.TTL/3)
+	}
+	actx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	return c.cfg.Etcd.Txn(actx).If(pr.cmps...).Then(pr.then...).Else(pr.els...).Commit()
 }
 
-// commit sends pr and classifies the answer. A send that fails in a way that
-// may have reached etcd makes the outcome ambiguous; pr is then re-sent,
-// unchanged, until an answer or the deadline (ctx's, or ResendTimeout), and
-// at the deadline the outcome is unknown (DESIGN.md "Publish" step 3). A
-// contiguous-mode gap refusal of a re-send is unknown at once: the earlier
-// send may still be on its way and apply once seq-1 is published.
+// commit sends pr and classifies the answer. A first send that etcd
+// refused before applying it (retry.EtcdNotApplied) is a definite failure.
+// Any other failure may have reached etcd and makes the outcome ambiguous;
+// pr is then re-sent, unchanged, with jittered backoff (retry.Do) until an
+// answer or the deadline (ctx's, or ResendTimeout), and at the deadline the
+// outcome is unknown (DESIGN.md "Publish" step 3). A contiguous-mode gap
+// refusal of a re-send is unknown at once: the earlier send may still be on
+// its way and apply once seq-1 is published.
 func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		c.m.failure("txn")
@@ -118,21 +124,26 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 		defer cancel()
 	}
 	start := time.Now()
-	ambiguous := false
-	var last error
-	attempt := 0
-	for {
+	var (
+		attempt int
+		resp    *clientv3.TxnResponse
+	)
+	// Once a send went unanswered, every later error is ambiguous too: the
+	// unanswered send may still apply.
+	resendable := func(err error) bool { return attempt > 1 || !retry.EtcdNotApplied(err) }
+	err := retry.Do(ctx, func(ctx context.Context) error {
 		attempt++
-		resp, err := c.send(ctx, pr)
-		if err == nil {
-			res, err := c.classify(pr, resp)
-			if ambiguous && res.Outcome == Stale && res.Reason == ReasonGap {
-				// Unlike the pointer, seal and epoch, the gap can close:
-				// an earlier send still on its way can then apply. Not
-				// wrapped: the outcome is unknown, not stale.
-				last = fmt.Errorf("a re-send was refused (%v), but an earlier send may still apply once the gap closes", err)
-				break
-			}
+		var err error
+		if resp, err = c.send(ctx, pr); err != nil && resendable(err) {
+			c.log.Warn("publish transaction unanswered; re-sending the same transaction",
+				"resource", pr.term.Resource, "version", pr.version.String(), "key", pr.key, "attempt", attempt, "err", err)
+		}
+		return err
+	}, resendable)
+	switch {
+	case err == nil:
+		res, err := c.classify(pr, resp)
+		if attempt == 1 || res.Outcome != Stale || res.Reason != ReasonGap {
 			res.Attempts = attempt
 			c.m.txnDone(time.Since(start), attempt)
 			if res.Outcome != "" {
@@ -142,46 +153,30 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 			}
 			return res, err
 		}
-		last = err
-		if !ambiguous && definite(err) {
-			c.m.failure("txn")
-			return Result{}, fmt.Errorf("publisher: etcd refused the publish transaction of %s (not applied): %w", pr.version, err)
-		}
-		ambiguous = true
-		c.log.Warn("publish transaction unanswered; re-sending the same transaction",
-			"resource", pr.term.Resource, "version", pr.version.String(), "key", pr.key, "attempt", attempt, "err", err)
-		if ctx.Err() != nil || !wait.Sleep(ctx, backoff(attempt)) {
-			break
-		}
+		// Unlike the pointer, seal and epoch, the gap can close: an earlier
+		// send still on its way can then apply. Not wrapped: the outcome is
+		// unknown, not stale.
+		err = fmt.Errorf("a re-send was refused (%v), but an earlier send may still apply once the gap closes", err)
+		return c.unknown(pr, start, attempt, err)
+	case attempt == 0:
+		c.m.failure("txn")
+		return Result{}, fmt.Errorf("publisher: publish of %s not sent: %w", pr.version, err)
+	case !resendable(err):
+		c.m.failure("txn")
+		return Result{}, fmt.Errorf("publisher: etcd refused the publish transaction of %s (not applied): %w", pr.version, err)
 	}
+	return c.unknown(pr, start, attempt, err)
+}
+
+// unknown is commit's Unknown result after attempt sends, the last of which
+// failed with last.
+func (c *Client) unknown(pr *prepared, start time.Time, attempt int, last error) (Result, error) {
 	c.m.txnDone(time.Since(start), attempt)
 	c.m.outcome(Unknown, ReasonNone)
 	res := pr.result(Unknown, ReasonNone)
 	res.Attempts = attempt
 	return res, fmt.Errorf("%w: resource %q, key %q, version %s: %d sends, last error: %w",
 		ErrUnknown, pr.term.Resource, pr.key, pr.version, attempt, last)
-}
-
-// definite reports whether err proves that etcd did not apply the request:
-// an error etcd returns before proposing it (bad request, too large, no
-// space, auth). Transport errors, timeouts, cancellation and leader changes
-// are not definite: the request may have been applied.
-func definite(err error) bool {
-	var code codes.Code
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		code = ee.Code()
-	} else if st, ok := status.FromError(err); ok {
-		code = st.Code()
-	} else {
-		return false
-	}
-	switch code {
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated,
-		codes.ResourceExhausted, codes.OutOfRange, codes.Unimplemented, codes.AlreadyExists, codes.NotFound:
-		return true
-	}
-	return false
 }
 
 // result is a Result about pr's own attempt.
@@ -301,22 +296,21 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 }
 
 // retry runs fn, which must be safe to repeat, up to idempotentAttempts
-// times while it fails without a definite answer. The last error is wrapped
-// in ErrUnavailable unless ctx ended.
+// times (retry.Do, jittered backoff), each bounded by AttemptTimeout, while
+// it fails without a definite answer (retry.EtcdNotApplied). The last error
+// is wrapped in ErrUnavailable unless ctx ended.
 func (c *Client) retry(ctx context.Context, what string, fn func(ctx context.Context) error) error {
-	var err error
-	for attempt := 1; attempt <= idempotentAttempts; attempt++ {
+	attempt := 0
+	err := retry.Do(ctx, func(ctx context.Context) error {
+		attempt++
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-		err = fn(actx)
-		cancel()
-		if err == nil || definite(err) {
-			return err
-		}
-		if ctx.Err() != nil || attempt == idempotentAttempts || !wait.Sleep(ctx, backoff(attempt)) {
-			break
-		}
-	}
-	if ctx.Err() != nil {
+		defer cancel()
+		return fn(actx)
+	}, func(err error) bool { return attempt < idempotentAttempts && !retry.EtcdNotApplied(err) })
+	switch {
+	case err == nil || retry.EtcdNotApplied(err):
+		return err
+	case ctx.Err() != nil:
 		return fmt.Errorf("publisher: %s: %w", what, err)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)

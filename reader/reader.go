@@ -38,6 +38,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/retry"
 	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -99,9 +100,11 @@ type Config struct {
 	// DefaultOpenRetries.
 	OpenRetries int
 	// RequestTimeout bounds each etcd read of the pointer (Current, Open and
-	// Watch's syncs): an etcd that does not answer in time is ErrUnavailable
-	// instead of a wait as long as the caller's context (the etcd client
-	// waits for a connection indefinitely). Default DefaultRequestTimeout.
+	// Watch's syncs), and a call's wait for the pointer from its arrival,
+	// retries of a read that failed with etcd unavailable included: an etcd
+	// that does not answer in time is ErrUnavailable instead of a wait as
+	// long as the caller's context (the etcd client waits for a connection
+	// indefinitely). Default DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// StallTimeout, when positive, ends an object read that receives no
 	// byte for that long — no response to the GET, or a body that stops —
@@ -212,8 +215,28 @@ func (r *Reader) saw(v layout.Version, mod int64) {
 }
 
 // get returns a read of the pointer that was sent after this call began
-// (see pointerRead), or ctx's error when ctx ends first.
-func (r *Reader) get(ctx context.Context, serializable bool) (layout.Pointer, int64, int64, error) {
+// (see pointerRead), or ctx's error when ctx ends first. A read that failed
+// with etcd unavailable (retry.EtcdUnavailable: no leader, a member that
+// cannot serve, a connection lost) is retried with jittered backoff
+// (retry.Do) within ctx and the call's RequestTimeout, counted from its
+// arrival (DESIGN.md invariant 12). Each retry is a new read, one that
+// began after this call did, so a linearizable read stays linearizable.
+func (r *Reader) get(ctx context.Context, serializable bool) (ptr layout.Pointer, rev, mod int64, err error) {
+	bctx, cancel := context.WithTimeoutCause(ctx, r.cfg.RequestTimeout,
+		fmt.Errorf("%w: no answer within %s (Config.RequestTimeout)", ErrUnavailable, r.cfg.RequestTimeout))
+	defer cancel()
+	err = retry.Do(bctx, func(bctx context.Context) (err error) {
+		ptr, rev, mod, err = r.getOnce(bctx, serializable)
+		return err
+	}, func(err error) bool { return errors.Is(err, ErrUnavailable) && retry.EtcdUnavailable(err) })
+	if err != nil && ctx.Err() != nil {
+		return layout.Pointer{}, 0, 0, fmt.Errorf("reader: get pointer of %q: %w", r.res, context.Cause(ctx))
+	}
+	return ptr, rev, mod, err
+}
+
+// getOnce is one attempt of get: it joins the pending read or sends one.
+func (r *Reader) getOnce(ctx context.Context, serializable bool) (layout.Pointer, int64, int64, error) {
 	if err := context.Cause(ctx); err != nil {
 		return layout.Pointer{}, 0, 0, fmt.Errorf("reader: get pointer of %q: %w", r.res, err)
 	}

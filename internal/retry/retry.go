@@ -3,7 +3,10 @@
 // that is stalled, has lost its leader or does not answer in time), until
 // the caller's context ends. It is the one retry loop of the authority, the
 // publisher and the GC (DESIGN.md invariant 12: available while a quorum
-// is), and EtcdUnavailable is the one classifier of etcd's answers.
+// is). EtcdUnavailable and EtcdNotApplied are the one classifier of etcd's
+// answers: the first says whether another attempt may succeed, the second
+// whether etcd certainly did not apply a request that failed.
+// StoreUnavailable and StoreConflict classify the object store's answers.
 //
 // A retried request must be safe to send twice: a read, a keepalive, or a
 // transaction whose compares make a second copy a no-op (the authority's
@@ -16,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -92,4 +96,55 @@ func EtcdUnavailable(err error) bool {
 		}
 	}
 	return false
+}
+
+// EtcdNotApplied reports whether err, from one etcd request, proves that
+// etcd did not apply it: etcd refused it before proposing it to the raft
+// log. Those are the gRPC codes etcd's server answers with while it checks
+// a request (rpctypes): InvalidArgument (bad or too large request),
+// FailedPrecondition (not leader, not capable, auth state), PermissionDenied,
+// Unauthenticated, ResourceExhausted (no space, too many requests),
+// OutOfRange, Unimplemented, AlreadyExists and NotFound (no such lease).
+// Everything else proves nothing: a transport error, a timeout, a
+// cancellation or a leader change (gRPC Unavailable, DeadlineExceeded,
+// Canceled) may come after the request was committed, and a plain error that
+// carries no gRPC status says nothing about etcd at all.
+//
+// It answers another question than EtcdUnavailable, and an error can be
+// both (ErrNotLeader, ErrTooManyRequests: not applied, and worth another
+// attempt) or neither (ErrLeaseNotFound is not applied and final;
+// gRPC Canceled is neither applied for sure nor a cluster fault).
+func EtcdNotApplied(err error) bool {
+	var code codes.Code
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	} else if st, ok := status.FromError(err); ok {
+		code = st.Code()
+	} else {
+		return false
+	}
+	switch code {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated,
+		codes.ResourceExhausted, codes.OutOfRange, codes.Unimplemented, codes.AlreadyExists, codes.NotFound:
+		return true
+	}
+	return false
+}
+
+// StoreUnavailable reports whether err, from one object-store request, means
+// the store did not serve it now (objstore.ErrUnavailable after
+// objstore.Classify: a transport failure, a lost response, a 5xx answer).
+// The request may or may not have been applied; only a request that is safe
+// to send twice (a create-only write, a read) is retried on it.
+func StoreUnavailable(err error) bool {
+	return errors.Is(objstore.Classify(err), objstore.ErrUnavailable)
+}
+
+// StoreConflict reports whether err, from one object-store request, is a 409
+// ConditionalRequestConflict (objstore.ErrConditionConflict after
+// objstore.Classify): another conditional write to the same key was in
+// progress, this one was not applied, and it may be sent again.
+func StoreConflict(err error) bool {
+	return errors.Is(objstore.Classify(err), objstore.ErrConditionConflict)
 }

@@ -60,22 +60,39 @@ func TestDoReturnsLastErrorAtDeadline(t *testing.T) {
 	}
 }
 
-func TestEtcdUnavailable(t *testing.T) {
-	for _, err := range []error{
-		rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader, fmt.Errorf("x: %w", rpctypes.ErrTimeout),
-		context.DeadlineExceeded, status.Error(codes.Unavailable, "connection refused"),
-		status.Error(codes.DeadlineExceeded, "deadline"),
+// Each error of etcd's client, classified by both questions: may another
+// attempt succeed, and is it certain that etcd did not apply the request.
+func TestEtcdClassifiers(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		err                     error
+		unavailable, notApplied bool
+	}{
+		{"nil", nil, false, false},
+		{"no leader", rpctypes.ErrNoLeader, true, false},
+		{"leader changed", rpctypes.ErrLeaderChanged, true, false},
+		{"server timeout, wrapped", fmt.Errorf("txn: %w", rpctypes.ErrTimeout), true, false},
+		{"not leader", rpctypes.ErrNotLeader, true, true},
+		{"too many requests", rpctypes.ErrTooManyRequests, true, true},
+		{"request deadline", context.DeadlineExceeded, true, false},
+		{"gRPC unavailable", status.Error(codes.Unavailable, "connection refused"), true, false},
+		{"gRPC deadline", status.Error(codes.DeadlineExceeded, "deadline"), true, false},
+		{"request too large", rpctypes.ErrRequestTooLarge, false, true},
+		{"no space", rpctypes.ErrNoSpace, false, true},
+		{"lease not found", rpctypes.ErrLeaseNotFound, false, true},
+		{"permission denied", rpctypes.ErrPermissionDenied, false, true},
+		{"raw gRPC invalid argument", status.Error(codes.InvalidArgument, "bad"), false, true},
+		{"wrapped gRPC not found", fmt.Errorf("x: %w", status.Error(codes.NotFound, "gone")), false, true},
+		{"canceled", context.Canceled, false, false},
+		{"gRPC canceled", status.Error(codes.Canceled, "canceled"), false, false},
+		{"gRPC unknown", status.Error(codes.Unknown, "?"), false, false},
+		{"plain error", errors.New("other"), false, false},
 	} {
-		if !EtcdUnavailable(err) {
-			t.Errorf("EtcdUnavailable(%v) = false, want true", err)
+		if got := EtcdUnavailable(tc.err); got != tc.unavailable {
+			t.Errorf("%s: EtcdUnavailable(%v) = %v, want %v", tc.name, tc.err, got, tc.unavailable)
 		}
-	}
-	for _, err := range []error{
-		nil, rpctypes.ErrLeaseNotFound, rpctypes.ErrPermissionDenied, context.Canceled,
-		status.Error(codes.InvalidArgument, "bad"), errors.New("other"),
-	} {
-		if EtcdUnavailable(err) {
-			t.Errorf("EtcdUnavailable(%v) = true, want false", err)
+		if got := EtcdNotApplied(tc.err); got != tc.notApplied {
+			t.Errorf("%s: EtcdNotApplied(%v) = %v, want %v", tc.name, tc.err, got, tc.notApplied)
 		}
 	}
 }
