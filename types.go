@@ -46,7 +46,7 @@ func ParseVersion(s string) (Version, error) {
 	var n [3]uint64
 	for i, p := range parts {
 		x, err := strconv.ParseUint(p, 10, 64)
-		if err != nil || x > MaxNumber || p != strconv.FormatUint(x, 10) {
+		if err != nil || x > MaxNumber {
 			return Version{}, fmt.Errorf("%w: %w: %.80q: want epoch.fence.seq, each 0..%d in decimal", ErrInvalid, ErrBadVersion, s, MaxNumber)
 		}
 		n[i] = x
