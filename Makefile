@@ -21,7 +21,7 @@ RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS)),$(shell $(GO) lis
 FUZZ_PKGS ?= ./internal/layout
 FUZZTIME  ?= 10s
 
-.PHONY: all deps build test cross fuzz wrk lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
+.PHONY: all deps build test examples-module cross fuzz wrk lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
 
 all: build
 
@@ -37,7 +37,7 @@ build:
 
 ## demo: the main job end to end on real etcd and MinIO (internal/demo)
 demo: deps build
-	$(GO) run ./examples/demo --bin $(BIN)
+	$(GO) run ./internal/demo/cmd --bin $(BIN)
 
 ## wrk: install wrk (Debian package), which drives the reader-service
 ## benchmark rows, with apt-get (as root, else through sudo) unless it is in PATH.
@@ -61,10 +61,20 @@ bench: deps build
 ## internal/testenv (wrk installed for the reader-service bench rows, which
 ## must run), after the cross-compile check (goreleaser: for the release
 ## check), then every fuzz target for FUZZTIME
-test: deps wrk goreleaser cross
+test: deps wrk goreleaser cross examples-module
 	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
 	$(GO) test $(TEST_FLAGS) $(NORACE_PKGS)
 	@$(MAKE) --no-print-directory fuzz
+
+## examples-module: examples/ copied into a throwaway module that requires
+## github.com/fencepub/fencepub through a replace to this checkout builds, so
+## every example imports public packages only and can be copied as is
+examples-module:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	cp -R examples "$$tmp/examples" && cd "$$tmp/examples" && \
+	printf 'module example.com/fencepub-examples\n\ngo %s\n\nrequire github.com/fencepub/fencepub v0.0.0\n\nreplace github.com/fencepub/fencepub => %s\n' \
+		"$$($(GO) -C $(CURDIR) list -m -f '{{.GoVersion}}')" "$(CURDIR)" > go.mod && \
+	GOFLAGS=-mod=mod GOWORK=off $(GO) build ./...
 
 ## fuzz: each Fuzz target of FUZZ_PKGS for FUZZTIME (default 10s)
 fuzz:

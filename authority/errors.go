@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -35,7 +36,7 @@ var (
 	// ErrUnavailable: etcd or the object store did not answer within
 	// Config.RequestTimeout. When it comes from Acquire the grant may or may
 	// not have been made: retry with the same request id to learn which.
-	ErrUnavailable = errors.New("authority: service unavailable")
+	ErrUnavailable = fencepub.ErrUnavailable
 	// ErrBadTTL: a lease TTL etcd would not honour exactly. etcd leases have
 	// whole-second TTLs and, with etcd's default timing (100 ms heartbeat,
 	// 1 s election timeout), a minimum of 2 s; etcd silently stretches a
@@ -48,7 +49,7 @@ var (
 	// owner; a request id identifies one acquire request.
 	ErrRequestConflict = errors.New("authority: request id already used by another owner")
 	// ErrNotInitialized: the domain has no epoch yet; Init creates it.
-	ErrNotInitialized = errors.New("authority: domain not initialised")
+	ErrNotInitialized = fencepub.ErrNotInitialized
 	// ErrForeignDeployment: the bucket's ownership marker names a deployment
 	// other than the one recorded in etcd.
 	ErrForeignDeployment = errors.New("authority: the bucket prefix belongs to another deployment")
@@ -69,7 +70,7 @@ var (
 	ErrExhausted = errors.New("authority: number space exhausted")
 	// ErrCorruptState: a value the authority wrote does not decode, or its
 	// keys disagree with each other.
-	ErrCorruptState = errors.New("authority: corrupt authority state")
+	ErrCorruptState = fencepub.ErrCorruptState
 )
 
 // HeldError is the ErrHeld error of Acquire: the resource is held by Holder

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
@@ -17,11 +18,11 @@ import (
 // modules too. It is compiled, not run (it needs etcd and MinIO).
 func Example() {
 	ctx := context.Background()
-	ns, err := authority.NewNamespace("fencepub", "default") // namespace.prefix, namespace.domain
+	ns, err := fencepub.NewNamespace("fencepub", "default") // namespace.prefix, namespace.domain
 	if err != nil {
 		panic(err)
 	}
-	store, err := authority.NewStore(authority.StoreConfig{
+	store, err := fencepub.NewStore(fencepub.StoreConfig{
 		Endpoint: "127.0.0.1:9000", AccessKey: "minioadmin", SecretKey: "minioadmin", Bucket: "fencepub",
 	})
 	if err != nil {

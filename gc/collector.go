@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -27,17 +28,16 @@ const (
 )
 
 // Config is a Collector's runtime configuration: live clients and policy.
-// Namespace, Etcd, Store and Authority are required; zero values of the
-// others take the defaults.
+// Env (the domain's Namespace, its etcd client and its bucket) is
+// required; zero values of the others take the defaults.
 type Config struct {
-	Namespace layout.Namespace
-	// Etcd is the client of the domain's etcd; not closed by the Collector.
-	Etcd *clientv3.Client
-	// Store is the bucket holding the domain's objects.
-	Store *objstore.Store
+	// Env locates the domain. Its Etcd client is not closed by the
+	// Collector.
+	fencepub.Env
 	// Authority prunes acquire request records (PruneRequests, past its
 	// Config.RequestRetention, default 24 h, on the domain clock) and, for
-	// the Daemon, grants the GC lease.
+	// the Daemon, grants the GC lease. Nil: New builds one from Env with
+	// the authority's defaults.
 	Authority *authority.Authority
 	// Policy says what to keep; zero fields take their defaults.
 	Policy Policy
@@ -105,8 +105,6 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("%w: config: Etcd is nil", ErrInvalid)
 	case cfg.Store == nil || cfg.Store.Client == nil:
 		return nil, fmt.Errorf("%w: config: Store is nil", ErrInvalid)
-	case cfg.Authority == nil:
-		return nil, fmt.Errorf("%w: config: Authority is nil", ErrInvalid)
 	case cfg.OpRetention < 0 || cfg.RequestTimeout < 0:
 		return nil, fmt.Errorf("%w: config: OpRetention and RequestTimeout must not be negative", ErrInvalid)
 	case cfg.DeleteBatch < 0 || cfg.DeleteBatch > DefaultDeleteBatch:
@@ -132,6 +130,13 @@ func New(cfg Config) (*Collector, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Authority == nil {
+		a, err := authority.New(authority.Config{Namespace: cfg.Namespace, Etcd: cfg.Etcd, Store: cfg.Store, Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("%w: config: %w", ErrInvalid, err)
+		}
+		cfg.Authority = a
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"errors"
+	"github.com/fencepub/fencepub"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publ
 // collector returns a Collector of e's domain; mod adjusts its Config.
 func (e *env) collector(mod func(*Config)) *Collector {
 	e.t.Helper()
-	cfg := Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Authority: e.auth}
+	cfg := Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, Authority: e.auth}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub"
 
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
@@ -21,12 +22,12 @@ var (
 	ErrNoOwnership = errors.New("gc: ownership of the bucket prefix cannot be established")
 	// ErrNotInitialized: the domain has no epoch key (authority Init has not
 	// run).
-	ErrNotInitialized = errors.New("gc: domain not initialised")
+	ErrNotInitialized = fencepub.ErrNotInitialized
 	// ErrCorruptState: a record GC must understand to decide safely (epoch,
 	// pointer, seal, history) does not decode. The resource is skipped.
-	ErrCorruptState = errors.New("gc: corrupt state")
+	ErrCorruptState = fencepub.ErrCorruptState
 	// ErrUnavailable: etcd or the object store did not answer in time.
-	ErrUnavailable = errors.New("gc: service unavailable")
+	ErrUnavailable = fencepub.ErrUnavailable
 	// ErrHeld: Decommission found a live lease on the resource and was not
 	// forced.
 	ErrHeld = errors.New("gc: resource is held by a live lease")
@@ -35,7 +36,7 @@ var (
 	// Decommission retries.
 	ErrRaceLost = errors.New("gc: state changed concurrently")
 	// ErrInvalid: a bad configuration value or resource name.
-	ErrInvalid = errors.New("gc: invalid input")
+	ErrInvalid = fencepub.ErrInvalid
 	// ErrUnknownResource: the resource was never granted (no generation
 	// counter), e.g. a typo in its name; nothing was written.
 	ErrUnknownResource = errors.New("gc: unknown resource")

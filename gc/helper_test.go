@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fencepub/fencepub"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -74,7 +75,7 @@ func helperMain(run helperFunc, logAuthority bool) testenv.ChildFunc {
 
 // helperDaemon runs a GC daemon over every resource until SIGTERM.
 func helperDaemon(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
-	c, err := New(Config{Namespace: cfg.Namespace, Etcd: cli, Store: st, Authority: auth, Policy: cfg.Policy})
+	c, err := New(Config{Env: fencepub.Env{Namespace: cfg.Namespace, Etcd: cli, Store: st}, Authority: auth, Policy: cfg.Policy})
 	if err != nil {
 		return err
 	}

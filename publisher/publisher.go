@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub"
 	"io"
 	"log/slog"
 	"sync"
@@ -42,7 +43,7 @@ var (
 	ErrUnknown = errors.New("publisher: outcome unknown (settle it with Resolve)")
 	// ErrInvalid: bad input: a name, idempotency key, content type, metadata,
 	// version or configuration that cannot be used.
-	ErrInvalid = errors.New("publisher: invalid input")
+	ErrInvalid = fencepub.ErrInvalid
 	// ErrBody: reading the caller's body failed; nothing was published.
 	ErrBody = errors.New("publisher: reading the body failed")
 	// ErrObjectMismatch: a create-only write found an object under the
@@ -52,10 +53,10 @@ var (
 	ErrObjectMismatch = errors.New("publisher: object under the key is not ours")
 	// ErrUnavailable: etcd did not answer a request that changes nothing
 	// (resource init, history read) within the attempt budget.
-	ErrUnavailable = errors.New("publisher: etcd unavailable")
+	ErrUnavailable = fencepub.ErrUnavailable
 	// ErrNotInitialized: the domain has no epoch key (authority Init has not
 	// run) or a resource lacks its pointer or seal.
-	ErrNotInitialized = errors.New("publisher: not initialised")
+	ErrNotInitialized = fencepub.ErrNotInitialized
 	// ErrNoSuchVersion: Rollback's target version is not in the resource's
 	// history (never published, or pruned).
 	ErrNoSuchVersion = errors.New("publisher: version not in the resource's history")

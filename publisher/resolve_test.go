@@ -3,6 +3,7 @@ package publisher
 import (
 	"context"
 	"errors"
+	"github.com/fencepub/fencepub"
 	"strings"
 	"testing"
 	"time"
@@ -133,7 +134,7 @@ func TestResolveKeepsDecommission(t *testing.T) {
 	r1, err := e.bind(g, false).Publish(ctx, op("k1", "one"))
 	mustOutcome(t, "publish", r1, err, Applied, ReasonNone)
 	e.release(g)
-	col, err := gc.New(gc.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Authority: e.auth})
+	col, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, Authority: e.auth})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub"
 	"hash"
 	"io"
 	"log/slog"
@@ -70,10 +71,10 @@ var (
 	// collected its objects; not data loss.
 	ErrDecommissioned = errors.New("reader: the resource was decommissioned")
 	// ErrUnavailable: etcd or the store did not answer.
-	ErrUnavailable = errors.New("reader: service unavailable")
+	ErrUnavailable = fencepub.ErrUnavailable
 	// ErrInvalid: bad configuration or resource name, or a bucket that does
 	// not exist.
-	ErrInvalid = errors.New("reader: invalid input")
+	ErrInvalid = fencepub.ErrInvalid
 )
 
 // DefaultOpenRetries bounds how often Open follows a newer pointer after the

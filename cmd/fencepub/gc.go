@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub"
 	"io"
 	"net"
 	"net/http"
@@ -136,7 +137,7 @@ func openCollector(env *cliEnv, requestRetention time.Duration, cfg gc.Config) (
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
-	cfg.Namespace, cfg.Etcd, cfg.Store, cfg.Authority, cfg.Logger = env.NS, env.Etcd, env.Store, a, env.Log
+	cfg.Env, cfg.Authority, cfg.Logger = fencepub.Env{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store}, a, env.Log
 	c, err := gc.New(cfg)
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)

@@ -3,8 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
+	"github.com/fencepub/fencepub"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -109,22 +108,12 @@ func historyExists(ctx context.Context, env *cliEnv, resource string, v layout.V
 	return nil
 }
 
-// parseVersion parses "epoch.fence.seq" or the fixed-width encoded form.
+// parseVersion parses "epoch.fence.seq" or the fixed-width encoded form
+// (fencepub.ParseVersion) of a published version: no number is zero.
 func parseVersion(s string) (layout.Version, error) {
-	if v, err := layout.DecodeVersion(s); err == nil && len(s) == layout.VersionWidth {
-		return v, nil
+	v, err := fencepub.ParseVersion(s)
+	if err != nil || v.Epoch == 0 || v.Fence == 0 || v.Seq == 0 {
+		return layout.Version{}, exitcode.Usagef("version %q: want epoch.fence.seq, each 1..%d", s, layout.MaxNumber)
 	}
-	parts := strings.Split(s, ".")
-	var n [3]uint64
-	if len(parts) != 3 {
-		return layout.Version{}, exitcode.Usagef("version %q: want epoch.fence.seq", s)
-	}
-	for i, p := range parts {
-		x, err := strconv.ParseUint(p, 10, 64)
-		if err != nil || x == 0 || x > layout.MaxNumber {
-			return layout.Version{}, exitcode.Usagef("version %q: want epoch.fence.seq, each 1..%d", s, layout.MaxNumber)
-		}
-		n[i] = x
-	}
-	return layout.Version{Epoch: n[0], Fence: n[1], Seq: n[2]}, nil
+	return v, nil
 }

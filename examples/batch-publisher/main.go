@@ -30,7 +30,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/config"
+	"github.com/fencepub/fencepub/config"
 	"github.com/fencepub/fencepub/publisher"
 )
 
@@ -82,12 +82,12 @@ func event(name string, fields map[string]any) {
 }
 
 func run(ctx context.Context, o options) error {
-	conn, err := config.Connect(o.config)
+	env, err := config.Connect(o.config)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ns, cli, store := conn.NS, conn.Etcd, conn.Store
+	defer env.Etcd.Close()
+	ns, cli, store := env.Namespace, env.Etcd, env.Store
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: cli, Store: store, Logger: log})
 	if err != nil {

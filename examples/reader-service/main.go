@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/config"
+	"github.com/fencepub/fencepub/config"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -76,12 +76,12 @@ func (l *resourceList) Set(v string) error {
 }
 
 func run(ctx context.Context, cfgPath string, resources []string, listen string, cacheBytes int64, stall time.Duration) error {
-	conn, err := config.Connect(cfgPath)
+	env, err := config.Connect(cfgPath)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ns, cli, store := conn.NS, conn.Etcd, conn.Store
+	defer env.Etcd.Close()
+	ns, cli, store := env.Namespace, env.Etcd, env.Store
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	reg := prometheus.NewRegistry()
 	svc, err := newService(reader.Config{Namespace: ns, Etcd: cli, Store: store, Logger: log, StallTimeout: stall}, resources, cacheBytes, reg, log)

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,7 +24,7 @@ import (
 // bytes. Entries are immutable; a new version replaces the whole entry, so a
 // request that loaded one entry never mixes two versions.
 type entry struct {
-	ptr  layout.Pointer
+	ptr  fencepub.Pointer
 	body []byte // nil: streamed from the store per request
 }
 
@@ -107,7 +107,7 @@ func (s *service) follow(ctx context.Context, name string, r *reader.Reader) {
 // load builds the entry of ptr: the pointer alone for a large object, or the
 // pointer with the verified bytes of the object the reader opened (which is
 // ptr's or, if it was already collected after supersession, a newer one).
-func (s *service) load(ctx context.Context, r *reader.Reader, ptr layout.Pointer) (*entry, error) {
+func (s *service) load(ctx context.Context, r *reader.Reader, ptr fencepub.Pointer) (*entry, error) {
 	if ptr.Object.Size > s.maxCache {
 		return &entry{ptr: ptr}, nil
 	}
@@ -124,7 +124,7 @@ func (s *service) load(ctx context.Context, r *reader.Reader, ptr layout.Pointer
 }
 
 // etag is the HTTP ETag of a version: the version itself, quoted.
-func etag(v layout.Version) string { return `"` + v.String() + `"` }
+func etag(v fencepub.Version) string { return `"` + v.String() + `"` }
 
 // handler routes the service's HTTP API.
 func (s *service) handler(reg prometheus.Gatherer) http.Handler {
@@ -205,7 +205,7 @@ func (s *service) serveObject(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *service) write(w http.ResponseWriter, r *http.Request, name string, ptr layout.Pointer, body func(io.Writer) error) {
+func (s *service) write(w http.ResponseWriter, r *http.Request, name string, ptr fencepub.Pointer, body func(io.Writer) error) {
 	tag := etag(ptr.Version)
 	h := w.Header()
 	h.Set("ETag", tag)

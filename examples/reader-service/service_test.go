@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 type fixture struct {
 	t    *testing.T
-	ns   layout.Namespace
+	ns   fencepub.Namespace
 	auth *authority.Authority
 	pub  *publisher.Client
 	srv  *httptest.Server
@@ -57,7 +57,7 @@ func start(t *testing.T, maxCache int64, resources ...string) *fixture {
 }
 
 // publish acquires a fresh grant for resource, publishes body and releases.
-func (f *fixture) publish(resource string, body []byte) layout.Version {
+func (f *fixture) publish(resource string, body []byte) fencepub.Version {
 	ctx := context.Background()
 	g, err := f.auth.Acquire(ctx, authority.AcquireRequest{Resource: resource, Owner: "tester", TTL: 5 * time.Second, Wait: true})
 	if err != nil {
@@ -89,7 +89,7 @@ func (f *fixture) get(path string, hdr ...string) *http.Response {
 
 // awaitVersion polls the service until it serves v (the watch is
 // asynchronous; the wait is bounded).
-func (f *fixture) awaitVersion(resource string, v layout.Version) []byte {
+func (f *fixture) awaitVersion(resource string, v fencepub.Version) []byte {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp := f.get("/v1/resources/" + resource)
@@ -136,7 +136,7 @@ func TestServiceFollowsPublishes(t *testing.T) {
 				t.Fatalf("If-None-Match old version: %d", r.StatusCode)
 			}
 			r := f.get("/v1/resources/res/pointer")
-			var ptr layout.Pointer
+			var ptr fencepub.Pointer
 			if err := json.NewDecoder(r.Body).Decode(&ptr); err != nil || ptr.Version != v2 {
 				t.Fatalf("pointer %+v %v", ptr, err)
 			}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/fencepub/fencepub"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -337,7 +338,7 @@ func (e *brokenEnv) takeOver(treatAsIssued bool, resources ...string) {
 	}
 	st := testenv.Get(e.t).Store(e.t)
 	col, err := gc.New(gc.Config{
-		Namespace: e.ns, Etcd: e.cli, Store: st, Authority: e.auth,
+		Env: fencepub.Env{Namespace: e.ns, Etcd: e.cli, Store: st}, Authority: e.auth,
 		Policy: gc.Policy{Retain: 2, Grace: time.Hour, ClockSkew: 100 * time.Millisecond, AbandonAfter: 2 * time.Second},
 	})
 	if err != nil {

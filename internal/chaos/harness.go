@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub"
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -294,7 +295,7 @@ func (h *harness) publisherClient(cli *clientv3.Client, st *objstore.Store) (*pu
 // and seals in-flight objects of dead grants after 2 s.
 func (h *harness) collector(auth *authority.Authority) (*gc.Collector, error) {
 	return gc.New(gc.Config{
-		Namespace: h.ns, Etcd: h.direct, Store: h.store, Authority: auth,
+		Env: fencepub.Env{Namespace: h.ns, Etcd: h.direct, Store: h.store}, Authority: auth,
 		Policy:         gc.Policy{Retain: 2, Grace: time.Hour, ClockSkew: 100 * time.Millisecond, AbandonAfter: 2 * time.Second},
 		RequestTimeout: 5 * time.Second,
 		Now:            func() time.Time { return h.clock.Wall(h.clock.Now()) },

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub"
 	"io"
 	"net/http"
 	"os"
@@ -350,7 +351,7 @@ func (r *run) main(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	col, err := gc.New(gc.Config{Namespace: ns, Etcd: cli, Store: store, Authority: auth})
+	col, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}, Authority: auth})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/fencepub/fencepub"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +28,7 @@ func (s *runner) gcWorkload(ctx context.Context) error {
 		return err
 	}
 	defer s.cleanup(ctx, st.Target)
-	coll, err := gc.New(gc.Config{Namespace: st.NS, Etcd: st.Etcd, Store: st.Store, Authority: st.auth})
+	coll, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: st.Etcd, Store: st.Store}, Authority: st.auth})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,47 @@
+package fencepub
+
+import (
+	"errors"
+
+	"github.com/fencepub/fencepub/internal/layout"
+)
+
+// Error kinds shared by every fencepub package. Each package's own name for
+// a kind (authority.ErrUnavailable, publisher.ErrUnavailable,
+// reader.ErrUnavailable, gc.ErrUnavailable, ...) is the same value, and the
+// errors they return wrap it with the package's context, so
+// errors.Is(err, fencepub.ErrUnavailable) answers "retry later" for any of
+// them.
+var (
+	// ErrUnavailable: etcd (or, where the package says so, the object
+	// store) did not answer in time. The operation may or may not have
+	// taken effect; each package's documentation says how to retry it (an
+	// acquire with the same request id, a publish with the same
+	// idempotency key).
+	ErrUnavailable = errors.New("fencepub: service unavailable")
+	// ErrInvalid: a bad configuration value or argument (a name, a key, a
+	// version, a negative duration); the error names the field. Retrying
+	// does not help.
+	ErrInvalid = errors.New("fencepub: invalid input")
+	// ErrNotInitialized: the domain has no epoch key: `fencepub authority
+	// init` (authority.Authority.Init) has not run, or etcd lost it.
+	ErrNotInitialized = errors.New("fencepub: domain not initialised")
+	// ErrCorruptState: a value fencepub wrote to etcd or the bucket does not
+	// decode, or its keys disagree with each other. The package refuses to
+	// act on it rather than guess.
+	ErrCorruptState = errors.New("fencepub: corrupt state")
+)
+
+// Errors about names and records. They are distinct from the kinds above:
+// an error may carry ErrInvalidName together with ErrInvalid.
+var (
+	// ErrInvalidName: a resource, owner, request id, idempotency key or
+	// namespace that fencepub refuses; the error names the field and why.
+	ErrInvalidName = layout.ErrInvalidName
+	// ErrCorruptRecord: a value read from etcd that does not decode as the
+	// record its key names (a pointer, a seal, a grant, an op record).
+	ErrCorruptRecord = layout.ErrCorruptRecord
+	// ErrBadVersion: a string or stored value that is not a Version
+	// (ParseVersion, Version.Validate).
+	ErrBadVersion = layout.ErrBadVersion
+)

@@ -1,0 +1,124 @@
+package fencepub
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Version is a publication's place in a resource's history: the fields
+// Epoch, Fence and Seq (uint64 each, at most MaxNumber), compared
+// lexicographically (DESIGN.md "Words"). Fence is the generation the
+// authority minted with the grant; Seq counts publishes within that grant
+// from 1. The zero Version sorts before every published one. Build one
+// from text with ParseVersion, or as a struct literal.
+//
+// Methods: String() returns "epoch.fence.seq"; Compare(w) returns -1, 0
+// or +1; Less(w) reports v < w; Max(w) returns the larger; IsZero()
+// reports the zero Version; Validate() returns ErrBadVersion when a field
+// exceeds MaxNumber; Encode() returns the 62-byte storage form
+// ("<epoch>-<fence>-<seq>", 20 zero-padded digits each).
+type Version = layout.Version
+
+// MaxNumber is the largest epoch, fence or seq fencepub mints (2^63-1);
+// minting past it is refused rather than wrapped (DESIGN.md "Object
+// layout").
+const MaxNumber = layout.MaxNumber
+
+// ParseVersion parses s as Version.String formats it, "epoch.fence.seq"
+// (three decimal numbers, each at most MaxNumber), or as the 62-byte
+// storage form of Version.Encode. It returns an error wrapping
+// ErrBadVersion and ErrInvalid, quoting s, for anything else.
+func ParseVersion(s string) (Version, error) {
+	if len(s) == layout.VersionWidth {
+		if v, err := layout.DecodeVersion(s); err == nil {
+			return v, nil
+		}
+	}
+	parts := strings.Split(s, ".")
+	if len(parts) != 3 {
+		return Version{}, fmt.Errorf("%w: %w: %.80q: want epoch.fence.seq", ErrInvalid, ErrBadVersion, s)
+	}
+	var n [3]uint64
+	for i, p := range parts {
+		x, err := strconv.ParseUint(p, 10, 64)
+		if err != nil || x > MaxNumber {
+			return Version{}, fmt.Errorf("%w: %w: %.80q: want epoch.fence.seq, each 0..%d in decimal", ErrInvalid, ErrBadVersion, s, MaxNumber)
+		}
+		n[i] = x
+	}
+	return Version{Epoch: n[0], Fence: n[1], Seq: n[2]}, nil
+}
+
+// Object names one immutable object in the store. Fields: Bucket, Key,
+// SHA256 (hex sha256 of the body), ETag (the store's, for If-Match reads)
+// and Size (bytes).
+type Object = layout.Object
+
+// Pointer is the published state of a resource. Fields: Version, Object
+// (the published object), IdempotencyKey and Digest (the publish request's
+// key and hex sha256 digest), ContentType, Owner (the grant's owner) and
+// CommittedAt (the publisher's clock, informative only). The zero Pointer
+// (no object) is the state of a resource that was granted but never
+// published (DESIGN.md "etcd layout").
+type Pointer = layout.Pointer
+
+// Seal is the highest version of a resource that can no longer be
+// published, besides its pointer; it only ever rises. Fields: Version,
+// Reason (SealReasonDecommissioned for a retired resource) and At.
+// Method: Retires(ptr Version) reports whether the seal retires the
+// resource whose pointer is at ptr.
+type Seal = layout.Seal
+
+// SealReasonDecommissioned is the Seal.Reason of a resource retired by
+// gc.Collector.Decommission (`fencepub resource delete`).
+const SealReasonDecommissioned = layout.SealReasonDecommissioned
+
+// Namespace locates one fencepub domain: every etcd key lives under
+// "<Prefix>/<Domain>/" and every object key too (the namespace.prefix and
+// namespace.domain configuration keys; DESIGN.md "Object layout"). Fields:
+// Prefix and Domain. Build it with NewNamespace; the zero value is not
+// valid. Method: Root() returns "<Prefix>/<Domain>/" (the domain
+// path-escaped); the other methods name the layout's keys and are not
+// needed to use the library.
+type Namespace = layout.Namespace
+
+// NewNamespace validates prefix ("fencepub", or name components joined by
+// '/', no leading or trailing '/') and domain (a name) and returns their
+// Namespace. It makes no network call. Errors: ErrInvalidName naming the
+// part that is refused (empty, too long, a character outside letters,
+// digits, '-', '_' and '.', or a name of one of a domain's key subtrees,
+// such as "history").
+func NewNamespace(prefix, domain string) (Namespace, error) {
+	return layout.NewNamespace(prefix, domain)
+}
+
+// StoreConfig describes a bucket of an S3-compatible store (the s3.*
+// configuration keys): Endpoint (host:port, no scheme), AccessKey,
+// SecretKey, Bucket, Secure (HTTPS) and Region.
+type StoreConfig = objstore.Config
+
+// Store is a bucket of an S3-compatible store; safe for concurrent use.
+// Fields: Client (the *minio.Client) and Bucket. Methods:
+// CheckBucket(ctx) returns an error unless the bucket exists and answers;
+// EnsureBucket(ctx) creates it if it is missing.
+type Store = objstore.Store
+
+// NewStore returns the Store of cfg without contacting the server (the
+// first request that fails says why). Errors: an empty endpoint or
+// bucket, a malformed endpoint.
+func NewStore(cfg StoreConfig) (*Store, error) { return objstore.New(cfg) }
+
+// Env is the setup every fencepub package's Config takes: the domain's
+// Namespace, a connected etcd client and the domain's bucket. The clients
+// are the caller's: no package closes them. An Env is a plain value; copy
+// it into as many Configs as needed.
+type Env struct {
+	Namespace Namespace
+	Etcd      *clientv3.Client
+	Store     *Store
+}
