@@ -30,7 +30,7 @@ unavailable, 116 rolled-back authority detected: run 'fencepub authority recover
 	}
 	addConnFlags(cmd)
 	cmd.AddCommand(newAuthorityAcquireCmd(), newAuthorityRenewCmd(), newAuthorityReleaseCmd(),
-		newAuthorityShowCmd(), newAuthorityRecoverCmd())
+		newAuthorityShowCmd(), newAuthorityRecoverCmd(), newAuthoritySetupRolesCmd())
 	return cmd
 }
 
