@@ -14,7 +14,8 @@ import (
 )
 
 // newAuthorityCmd builds `fencepub authority acquire|renew|release|show|
-// recover`: fenced leases from the command line (package authority).
+// recover|setup-roles`: fenced leases from the command line (package
+// authority), and the domain's etcd roles.
 func newAuthorityCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "authority",
@@ -30,7 +31,7 @@ unavailable, 116 rolled-back authority detected: run 'fencepub authority recover
 	}
 	addConnFlags(cmd)
 	cmd.AddCommand(newAuthorityAcquireCmd(), newAuthorityRenewCmd(), newAuthorityReleaseCmd(),
-		newAuthorityShowCmd(), newAuthorityRecoverCmd())
+		newAuthorityShowCmd(), newAuthorityRecoverCmd(), newAuthoritySetupRolesCmd())
 	return cmd
 }
 

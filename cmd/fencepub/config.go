@@ -114,9 +114,11 @@ type cliEnv struct {
 const etcdProbeTimeout = 3 * time.Second
 
 // openEnv loads the configuration and connects. Configuration errors exit
-// with code 2 naming the key; an etcd client that cannot be built exits
-// with 115 (unavailable), and so does an etcd that does not answer a
-// serializable read within etcdProbeTimeout.
+// with code 2 naming the key, and so do etcd refusing the credentials or
+// the probe read's permission, and TLS failures (etcdConnectError); an
+// etcd client that cannot be built otherwise exits with 115 (unavailable),
+// and so does an etcd that does not answer a serializable read within
+// etcdProbeTimeout.
 func openEnv(cmd *cobra.Command) (*cliEnv, error) {
 	lc, err := loadConfig(cmd)
 	if err != nil {
@@ -161,7 +163,7 @@ func connect(cmd *cobra.Command, lc loadedConfig) (*cliEnv, error) {
 		if errors.Is(err, config.ErrInvalid) {
 			return nil, exitcode.With(exitcode.Usage, err)
 		}
-		return nil, exitcode.With(exitcode.Unavailable, fmt.Errorf("etcd %v: %w", cfg.Etcd.Endpoints, err))
+		return nil, etcdConnectError(cmd.Context(), cfg, err)
 	}
 	store, err := objstore.New(cfg.S3)
 	if err != nil {
@@ -178,8 +180,7 @@ func connect(cmd *cobra.Command, lc loadedConfig) (*cliEnv, error) {
 		if cmd.Context().Err() != nil {
 			return nil, cmd.Context().Err()
 		}
-		return nil, exitcode.With(exitcode.Unavailable, fmt.Errorf("etcd at %s did not answer within %s (%v); is the stack up ('fencepub dev up' writes ./fencepub.yaml) and is etcd.endpoints / --etcd-endpoints right?",
-			strings.Join(cfg.Etcd.Endpoints, ","), etcdProbeTimeout, err))
+		return nil, etcdConnectError(cmd.Context(), cfg, err)
 	}
 	return &cliEnv{
 		Config: cfg, Etcd: cli, Store: store, NS: ns,

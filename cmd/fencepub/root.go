@@ -46,6 +46,7 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		newVersionCmd(),
 	)
 	strictArgs(root)
+	explainPermissions(root)
 	return root
 }
 

@@ -364,7 +364,9 @@ func (c Config) NS() (layout.Namespace, error) {
 }
 
 // EtcdTLS returns the client TLS configuration, or nil when no TLS file is
-// configured. Errors name the file that could not be read.
+// configured. Errors (ErrInvalid) name the key of a file that could not be
+// read, and etcd.tls.cert for a client certificate outside its validity
+// period (expired), which a server would refuse.
 func (c Config) EtcdTLS() (*tls.Config, error) {
 	t := c.Etcd.TLS
 	if t.CA == "" && t.Cert == "" {
@@ -385,6 +387,10 @@ func (c Config) EtcdTLS() (*tls.Config, error) {
 		cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
 		if err != nil {
 			return nil, fmt.Errorf("%w: etcd.tls.cert/key: %w", ErrInvalid, err)
+		}
+		if now := time.Now(); now.After(cert.Leaf.NotAfter) || now.Before(cert.Leaf.NotBefore) {
+			return nil, invalid("etcd.tls.cert", t.Cert, fmt.Sprintf("a certificate valid now (it is valid from %s to %s)",
+				cert.Leaf.NotBefore.UTC().Format(time.RFC3339), cert.Leaf.NotAfter.UTC().Format(time.RFC3339)))
 		}
 		out.Certificates = []tls.Certificate{cert}
 	}

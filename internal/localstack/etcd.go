@@ -2,9 +2,11 @@ package localstack
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,12 +27,33 @@ type EtcdOptions struct {
 	ClusterToken      string        // default "fencepub-local"
 	ListenClientPorts []int         // fixed client ports (dev up); default free ports
 	ListenPeerPorts   []int
+	// TLS, if set, serves the client URLs over HTTPS (peers stay on
+	// plain HTTP on loopback).
+	TLS *EtcdTLS
+	// RootPassword, if set, enables etcd's authentication once the
+	// cluster is up: user root with this password and role root. The
+	// cluster's own clients (Client, readiness) then log in as root.
+	RootPassword string
+}
+
+// EtcdTLS is the client-side TLS of an etcd cluster.
+type EtcdTLS struct {
+	CertFile, KeyFile string // server certificate and key (PEM) for 127.0.0.1
+	// ClientCAFile (PEM) with ClientCertAuth: --client-cert-auth, so
+	// every client must present a certificate this CA signed.
+	ClientCAFile   string
+	ClientCertAuth bool
+	// Client is what the cluster's own clients (Client, readiness) use:
+	// the CA trusted, and a client certificate with ClientCertAuth.
+	Client *tls.Config
 }
 
 // Etcd is a running etcd cluster of separate member processes.
 type Etcd struct {
 	Dir     string
 	Members []*EtcdMember
+
+	access *etcdAccess
 }
 
 // EtcdMember is one etcd member process.
@@ -39,6 +62,22 @@ type EtcdMember struct {
 	DataDir   string
 	ClientURL string
 	PeerURL   string
+
+	access *etcdAccess
+}
+
+// etcdAccess is how the cluster's own clients connect: TLS and, once auth
+// is enabled, root's credentials.
+type etcdAccess struct {
+	tls                *tls.Config
+	username, password string
+}
+
+// clientConfig is a client configuration for endpoints with access a: a
+// 5 s dial timeout and etcd's logging silenced.
+func (a *etcdAccess) clientConfig(endpoints []string) clientv3.Config {
+	return clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: a.tls, Username: a.username, Password: a.password}
 }
 
 // StartEtcd starts an etcd cluster under dir (one subdirectory per member)
@@ -58,7 +97,11 @@ func StartEtcd(ctx context.Context, dir string, opts EtcdOptions) (*Etcd, error)
 	if opts.ClusterToken == "" {
 		opts.ClusterToken = "fencepub-local"
 	}
-	e := &Etcd{Dir: dir}
+	e := &Etcd{Dir: dir, access: &etcdAccess{}}
+	scheme := "http://"
+	if opts.TLS != nil {
+		e.access.tls, scheme = opts.TLS.Client, "https://"
+	}
 	var initial []string
 	for i := range n {
 		cport, pport, err := ports(opts, i)
@@ -70,7 +113,7 @@ func StartEtcd(ctx context.Context, dir string, opts EtcdOptions) (*Etcd, error)
 		if err := os.MkdirAll(mdir, 0o755); err != nil {
 			return nil, err
 		}
-		m := &EtcdMember{DataDir: filepath.Join(mdir, "data"), ClientURL: portURL(cport), PeerURL: portURL(pport)}
+		m := &EtcdMember{DataDir: filepath.Join(mdir, "data"), ClientURL: scheme + "127.0.0.1:" + strconv.Itoa(cport), PeerURL: portURL(pport), access: e.access}
 		m.Process = &Process{Name: name, LogPath: filepath.Join(mdir, "etcd.log"), bin: bin, detached: opts.Detached}
 		e.Members = append(e.Members, m)
 		initial = append(initial, name+"="+m.PeerURL)
@@ -86,7 +129,8 @@ func StartEtcd(ctx context.Context, dir string, opts EtcdOptions) (*Etcd, error)
 			"--auto-compaction-mode", "periodic", "--auto-compaction-retention", opts.AutoCompaction,
 			"--quota-backend-bytes", fmt.Sprint(opts.QuotaBackendBytes),
 			"--logger", "zap", "--log-level", "warn",
-		}, opts.ExtraArgs...)
+		}, opts.TLS.args()...)
+		m.args = append(m.args, opts.ExtraArgs...)
 		if err := m.Start(); err != nil {
 			e.Stop()
 			return nil, err
@@ -102,7 +146,48 @@ func StartEtcd(ctx context.Context, dir string, opts EtcdOptions) (*Etcd, error)
 			return nil, err
 		}
 	}
+	if opts.RootPassword != "" {
+		if err := e.enableAuth(ctx, opts.RootPassword); err != nil {
+			e.Stop()
+			return nil, err
+		}
+	}
 	return e, nil
+}
+
+// args are etcd's client TLS flags for t (none for nil).
+func (t *EtcdTLS) args() []string {
+	if t == nil {
+		return nil
+	}
+	a := []string{"--cert-file", t.CertFile, "--key-file", t.KeyFile}
+	if t.ClientCertAuth {
+		a = append(a, "--client-cert-auth", "--trusted-ca-file", t.ClientCAFile)
+	}
+	return a
+}
+
+// enableAuth creates user root with password and role root and enables
+// authentication; from then on the cluster's own clients log in as root.
+func (e *Etcd) enableAuth(ctx context.Context, password string) error {
+	c, err := e.Client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := c.UserAdd(actx, "root", password); err != nil {
+		return fmt.Errorf("localstack: etcd user add root: %w", err)
+	}
+	if _, err := c.UserGrantRole(actx, "root", "root"); err != nil {
+		return fmt.Errorf("localstack: etcd grant root: %w", err)
+	}
+	if _, err := c.AuthEnable(actx); err != nil {
+		return fmt.Errorf("localstack: etcd auth enable: %w", err)
+	}
+	e.access.username, e.access.password = "root", password
+	return nil
 }
 
 func ports(opts EtcdOptions, i int) (client, peer int, err error) {
@@ -125,16 +210,17 @@ func (e *Etcd) Endpoints() []string {
 	return out
 }
 
-// Client returns a new client for every member's endpoint; the caller
+// Client returns a new client for every member's endpoint, with the
+// cluster's TLS and, when auth is enabled, logged in as root; the caller
 // closes it.
 func (e *Etcd) Client() (*clientv3.Client, error) {
-	return NewEtcdClient(e.Endpoints())
+	return clientv3.New(e.access.clientConfig(e.Endpoints()))
 }
 
 // NewEtcdClient returns a client with a 5 s dial timeout and etcd's logging
 // silenced (servers write their own logs).
 func NewEtcdClient(endpoints []string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return clientv3.New((&etcdAccess{}).clientConfig(endpoints))
 }
 
 // Stop stops every member (SIGTERM, then SIGKILL after a grace).
@@ -178,7 +264,7 @@ func (m *EtcdMember) Restart(ctx context.Context) error {
 // WaitReady blocks until the member answers a linearizable read through its
 // own endpoint, or timeout.
 func (m *EtcdMember) WaitReady(ctx context.Context, timeout time.Duration) error {
-	c, err := NewEtcdClient([]string{m.ClientURL})
+	c, err := clientv3.New(m.access.clientConfig([]string{m.ClientURL}))
 	if err != nil {
 		return err
 	}
