@@ -281,7 +281,7 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 			genCmp,
 			clientv3.Compare(clientv3.CreateRevision(ns.GrantKey(res, gen)), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(ns.RequestKey(res, q.req.RequestID)), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(a.rollbackKey()), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(a.ns.RollbackKey()), "=", 0),
 		).Then(
 			clientv3.OpPut(ns.GenerationKey(res), layout.EncodeNumber(gen)),
 			clientv3.OpPut(ns.HolderKey(res), string(holderVal), clientv3.WithLease(q.lease)),
@@ -438,8 +438,8 @@ func (a *Authority) markRolledBack(ctx context.Context, g Grant, cause error) {
 	rctx, cancel := a.rctx(context.WithoutCancel(ctx))
 	defer cancel()
 	_, err := a.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(a.rollbackKey()), "=", 0)).
-		Then(clientv3.OpPut(a.rollbackKey(), string(val))).
+		If(clientv3.Compare(clientv3.CreateRevision(a.ns.RollbackKey()), "=", 0)).
+		Then(clientv3.OpPut(a.ns.RollbackKey(), string(val))).
 		Commit()
 	a.log.Error("authority: rollback detected; refusing grants until `fencepub authority recover`",
 		"resource", g.Resource, "epoch", g.Epoch, "generation", g.Generation, "evidence", cause, "flag_err", err)
@@ -452,7 +452,7 @@ func (a *Authority) stateOps(res, requestID string) []clientv3.Op {
 		clientv3.OpGet(a.ns.GenerationKey(res)),
 		clientv3.OpGet(a.ns.HolderKey(res)),
 		clientv3.OpGet(a.ns.RequestKey(res, requestID)),
-		clientv3.OpGet(a.rollbackKey()),
+		clientv3.OpGet(a.ns.RollbackKey()),
 	}
 }
 

@@ -140,12 +140,6 @@ func (a *Authority) Namespace() layout.Namespace { return a.ns }
 // domain clock before PruneRequests may delete it.
 func (a *Authority) RequestRetention() time.Duration { return a.cfg.RequestRetention }
 
-// rollbackKey is the domain's sticky "rollback detected" flag. Acquire sets
-// it when a marker shows the counter went back; every grant transaction
-// requires it absent; only Recover deletes it. It lives beside the epoch key
-// (layout has no name for it yet).
-func (a *Authority) rollbackKey() string { return a.ns.Root() + "authority-rollback" }
-
 // rctx derives the context of one request: ctx bounded by RequestTimeout.
 func (a *Authority) rctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, a.cfg.RequestTimeout)

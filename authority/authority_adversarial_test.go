@@ -291,7 +291,7 @@ func TestAdversarialCorruptAuthorityState(t *testing.T) {
 
 	af := shared(t)
 	mustAcquire(t, af, AcquireRequest{Resource: "r", Owner: "w", TTL: 2 * time.Second})
-	putRaw(t, cli, af.rollbackKey(), "", 0)
+	putRaw(t, cli, af.ns.RollbackKey(), "", 0)
 	unchanged(af, "acquire with an empty rollback flag", acquire(af, "r2", ""), ErrRolledBack)
 }
 

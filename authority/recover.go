@@ -150,7 +150,7 @@ func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverRe
 	rep := RecoverReport{DryRun: opts.DryRun, FromBucket: opts.FromBucket, Revoked: []RevokedHolder{}, Resources: []ResourceRecovery{}}
 	rctx, cancel := a.rctx(ctx)
 	resp, err := a.cli.Txn(rctx).Then(
-		clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey()), clientv3.OpGet(a.rollbackKey()),
+		clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey()), clientv3.OpGet(a.ns.RollbackKey()),
 	).Commit()
 	cancel()
 	if err != nil {
@@ -466,7 +466,7 @@ func (a *Authority) switchEpoch(ctx context.Context, old []byte, initialised boo
 	resp, err := a.cli.Txn(rctx).If(cmp).Then(append(records,
 		clientv3.OpPut(a.ns.EpochKey(), layout.EncodeNumber(epoch)),
 		clientv3.OpPut(a.ns.DeploymentKey(), dep),
-		clientv3.OpDelete(a.rollbackKey()),
+		clientv3.OpDelete(a.ns.RollbackKey()),
 	)...).Commit()
 	if err != nil {
 		return 0, etcdErr(ctx, "switch epoch", err)

@@ -55,7 +55,7 @@ func domainRoles(ns layout.Namespace, prefix string) []roleSpec {
 	}
 	common := []rolePerm{single("read", ns.EpochKey()), single("read", ns.DeploymentKey())}
 	auth := ns.AuthorityPrefix()
-	alarm := single("readwrite", authority.RollbackKey(ns))
+	alarm := single("readwrite", ns.RollbackKey())
 	publish := []rolePerm{
 		under("readwrite", ns.PointersPrefix()), under("readwrite", root+"seals/"),
 		under("readwrite", root+"ops/"), under("readwrite", root+"history/"),

@@ -13,6 +13,13 @@ import (
 // EpochKey holds the current epoch as 20 digits (EncodeNumber).
 func (n Namespace) EpochKey() string { return n.Root() + "epoch" }
 
+// RollbackKey is the domain's sticky "rollback detected" alarm: an acquire
+// that finds a grant marker etcd does not know writes it (create-only),
+// every grant transaction requires it absent, and only recover deletes it
+// (DESIGN.md invariant 3). Workers need write access to it (DESIGN.md
+// "Security").
+func (n Namespace) RollbackKey() string { return n.Root() + "authority-rollback" }
+
 // DeploymentKey holds the deployment id created by domain init.
 func (n Namespace) DeploymentKey() string { return n.Root() + "deployment" }
 
