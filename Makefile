@@ -29,9 +29,11 @@ all: build
 deps:
 	@./tools/build-servers.sh
 
-## build: build the fencepub CLI and the example programs into ./bin
+## build: build the fencepub CLI, the fencepub-bench suite and the example
+## programs into ./bin
 build:
 	$(GO) build -buildvcs=auto -o $(BIN)/fencepub ./cmd/fencepub
+	$(GO) build -o $(BIN)/fencepub-bench ./cmd/fencepub-bench
 	$(GO) build -o $(BIN)/batch-publisher ./examples/batch-publisher
 	$(GO) build -o $(BIN)/reader-service ./examples/reader-service
 
@@ -46,13 +48,13 @@ wrk:
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get install -y wrk || { $$sudo apt-get update && $$sudo apt-get install -y wrk; }; }
 
-## bench: the benchmark suite on local etcd and MinIO, plus the Go
+## bench: the benchmark suite (./bin/fencepub-bench) on local etcd and MinIO, plus the Go
 ## micro-benchmarks; results and chart in bench/results (bench/README.md).
 ## wrk (Debian package) drives the reader-service rows; without it they are
 ## skipped with a note.
 bench: deps build
 	@$(MAKE) --no-print-directory wrk || echo "bench: wrk not installed; the reader-service rows will be skipped"
-	$(GO) run ./cmd/fencepub bench --local --out bench/results --reader-service $(BIN)/reader-service
+	$(BIN)/fencepub-bench --local --out bench/results --reader-service $(BIN)/reader-service
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/layout > bench/results/micro.txt
 	$(GO) test -run '^$$' -bench Classify -benchmem ./gc >> bench/results/micro.txt
 	@cat bench/results/micro.txt

@@ -12,7 +12,7 @@ import (
 // BenchmarkAuthority measures, in one run on the same servers, Acquire next
 // to its physical floor (bench.Target.FloorAcquire: a lease grant + one bare
 // transaction creating a leased key + one create-only marker PUT) and Renew
-// next to a bare lease keepalive. `fencepub bench` (workload authority)
+// next to a bare lease keepalive. `fencepub-bench` (workload authority)
 // measures the same through the public API. Acquires are uncontended: one resource, released between
 // acquires outside the timed section (the warm path: one lease grant, one
 // grant transaction, the marker PUT and the marker listing). Run with

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/spf13/cobra"
@@ -29,19 +30,19 @@ Exit codes: 0 success, 1 internal error, 2 usage or bad input (names, TTL),
 114 lease lost (expired, released or superseded), 115 etcd or the object store
 unavailable, 116 rolled-back authority detected: run 'fencepub authority recover'.`,
 	}
-	addConnFlags(cmd)
+	cli.AddConnFlags(cmd)
 	cmd.AddCommand(newAuthorityAcquireCmd(), newAuthorityRenewCmd(), newAuthorityReleaseCmd(),
 		newAuthorityShowCmd(), newAuthorityRecoverCmd(), newAuthoritySetupRolesCmd())
 	return cmd
 }
 
 // openAuthority connects and builds the Authority of the configured domain.
-func openAuthority(cmd *cobra.Command) (*authority.Authority, *cliEnv, error) {
-	env, err := openEnv(cmd)
+func openAuthority(cmd *cobra.Command) (*authority.Authority, *cli.Env, error) {
+	env, err := cli.OpenEnv(cmd)
 	if err != nil {
 		return nil, nil, err
 	}
-	a, err := authority.New(env.authorityConfig())
+	a, err := authority.New(env.AuthorityConfig())
 	if err != nil {
 		env.Close()
 		return nil, nil, exitcode.With(exitcode.Usage, err)

@@ -8,12 +8,13 @@ import (
 
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // TestAuthorityCLI drives `fencepub authority` against real etcd and MinIO:
 // the JSON shapes, idempotent acquire, and the documented exit codes.
 func TestAuthorityCLI(t *testing.T) {
-	conn, _, _ := cliStack(t, "clitest")
+	conn, _, _ := testenv.CLIStack(t, "clitest")
 	// run returns stdout, or stdout and stderr when the exit code is not 0.
 	run := func(wantCode int, args ...string) string {
 		t.Helper()

@@ -10,9 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // runCLI runs the fencepub command tree in-process with args and returns
@@ -43,20 +42,7 @@ func cliIO(t *testing.T, ctx context.Context, stdin io.Reader, args ...string) (
 	if err != nil {
 		errb.WriteString(err.Error())
 	}
-	return out.String(), errb.String(), exitCode(err, ctx.Err() != nil)
-}
-
-// cliStack starts a dedicated etcd and MinIO for t, puts the store's
-// credentials in the environment (secrets have no flags) and returns the
-// connection flags for domain d1 under prefix, plus the servers.
-func cliStack(t *testing.T, prefix string) ([]string, *localstack.Etcd, *localstack.MinIO) {
-	t.Helper()
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
-	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
-	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
-	return []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
-		"--s3-bucket", m.Config.Bucket, "--prefix", prefix, "--domain", "d1"}, e, m
+	return out.String(), errb.String(), cli.ExitCode(err, ctx.Err() != nil)
 }
 
 func TestConfigPrecedence(t *testing.T) {

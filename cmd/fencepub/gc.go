@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,7 +55,7 @@ still on wall clocks: --abandon-after compares an object's LastModified (the
 store's clock) with this process's clock.`,
 	}
 	cmd.AddCommand(newGCRunCmd(), newGCDaemonCmd())
-	addConnFlags(cmd)
+	cli.AddConnFlags(cmd)
 	return cmd
 }
 
@@ -89,7 +90,7 @@ func addGCFlags(cmd *cobra.Command, f *gcFlags) {
 	fl.Int("delete-batch", d.DeleteBatch, "keys per multi-object delete, 1-1000 (gc.delete_batch)")
 	fl.Int("delete-concurrency", d.DeleteConcurrency, "multi-object deletes in flight (gc.delete_concurrency)")
 	for name, key := range gcKeyFlags {
-		keyFlag(fl, name, key)
+		cli.KeyFlag(fl, name, key)
 	}
 }
 
@@ -97,26 +98,26 @@ func addGCFlags(cmd *cobra.Command, f *gcFlags) {
 // FENCEPUB_GC_* > config file > default), and validates them and the
 // resource selection. Errors carry exit code 2 and name the key and the
 // flag; no server is contacted. The result is what connect takes.
-func (f *gcFlags) load(cmd *cobra.Command, allowNone bool) (loadedConfig, error) {
+func (f *gcFlags) load(cmd *cobra.Command, allowNone bool) (cli.LoadedConfig, error) {
 	switch {
 	case f.all && len(f.resources) > 0:
-		return loadedConfig{}, exitcode.Usagef("give --resource or --all, not both")
+		return cli.LoadedConfig{}, exitcode.Usagef("give --resource or --all, not both")
 	case !f.all && len(f.resources) == 0 && !allowNone:
-		return loadedConfig{}, exitcode.Usagef("give --resource R (repeatable) or --all")
+		return cli.LoadedConfig{}, exitcode.Usagef("give --resource R (repeatable) or --all")
 	}
-	lc, err := loadConfig(cmd)
+	lc, err := cli.LoadConfig(cmd)
 	if err != nil {
-		return loadedConfig{}, err
+		return cli.LoadedConfig{}, err
 	}
-	if err := lc.cfg.GC.Validate(); err != nil {
-		return loadedConfig{}, exitcode.With(exitcode.Usage, err)
+	if err := lc.Config.GC.Validate(); err != nil {
+		return cli.LoadedConfig{}, exitcode.With(exitcode.Usage, err)
 	}
-	f.cfg = lc.cfg.GC
+	f.cfg = lc.Config.GC
 	return lc, nil
 }
 
 // collector builds the Collector of env's domain from the flags.
-func (f *gcFlags) collector(env *cliEnv, m *gc.Metrics) (*gc.Collector, error) {
+func (f *gcFlags) collector(env *cli.Env, m *gc.Metrics) (*gc.Collector, error) {
 	g := f.cfg
 	p := gc.Policy{Retain: g.Retain, Grace: g.Grace, ClockSkew: g.ClockSkew, AbandonAfter: g.AbandonAfter}
 	if p.ClockSkew == 0 {
@@ -130,8 +131,8 @@ func (f *gcFlags) collector(env *cliEnv, m *gc.Metrics) (*gc.Collector, error) {
 // openCollector builds a Collector of env's domain: cfg's policy fields
 // (zero: the defaults) with env's clients and an authority keeping request
 // records requestRetention (zero: its default).
-func openCollector(env *cliEnv, requestRetention time.Duration, cfg gc.Config) (*gc.Collector, error) {
-	acfg := env.authorityConfig()
+func openCollector(env *cli.Env, requestRetention time.Duration, cfg gc.Config) (*gc.Collector, error) {
+	acfg := env.AuthorityConfig()
 	acfg.RequestRetention = requestRetention
 	a, err := authority.New(acfg)
 	if err != nil {
@@ -201,7 +202,7 @@ holds another etcd's history (see authority recover --from-bucket).`,
 		if err != nil {
 			return err
 		}
-		env, err := connect(c, lc)
+		env, err := cli.Connect(c, lc)
 		if err != nil {
 			return err
 		}
@@ -304,9 +305,9 @@ pass is cancelled (each deletion is safe on its own) and the lease released.`,
 	fl.Duration("interval", config.DefaultGC.Interval, "time between the end of one pass and the start of the next (gc.interval)")
 	fl.Duration("lease-ttl", config.DefaultGC.LeaseTTL, "GC lease TTL, whole seconds, at least 2s (gc.lease_ttl)")
 	fl.String("listen", config.DefaultGC.Listen, `address of the /healthz, /readyz and /metrics endpoint, "" disables it (gc.listen)`)
-	keyFlag(fl, "interval", "gc.interval")
-	keyFlag(fl, "lease-ttl", "gc.lease_ttl")
-	keyFlag(fl, "listen", "gc.listen")
+	cli.KeyFlag(fl, "interval", "gc.interval")
+	cli.KeyFlag(fl, "lease-ttl", "gc.lease_ttl")
+	cli.KeyFlag(fl, "listen", "gc.listen")
 	cmd.Flags().StringVar(&owner, "owner", "", "this replica's owner id in the GC lease (default gc-<host>-<pid>-<random>)")
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		lc, err := f.load(c, true)
@@ -314,7 +315,7 @@ pass is cancelled (each deletion is safe on its own) and the lease released.`,
 			return err
 		}
 		interval, ttl, listen := f.cfg.Interval, f.cfg.LeaseTTL, f.cfg.Listen
-		env, err := connect(c, lc)
+		env, err := cli.Connect(c, lc)
 		if err != nil {
 			return err
 		}

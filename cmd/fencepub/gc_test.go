@@ -16,6 +16,7 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 )
 
@@ -23,7 +24,7 @@ import (
 // etcd and MinIO: the report's JSON shape, the table, the exit codes, the
 // daemon's endpoint and its graceful stop.
 func TestGCCLI(t *testing.T) {
-	conn, e, m := cliStack(t, "clitest")
+	conn, e, m := testenv.CLIStack(t, "clitest")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// run returns stdout, or stdout and stderr when the exit code is not 0.
@@ -191,7 +192,7 @@ func TestGCCLI(t *testing.T) {
 // delete of three published versions; a bad value is exit 2 naming the key
 // and its flag.
 func TestGCConfigKeys(t *testing.T) {
-	conn, _, _ := cliStack(t, "gccfg")
+	conn, _, _ := testenv.CLIStack(t, "gccfg")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

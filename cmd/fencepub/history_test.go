@@ -150,7 +150,7 @@ func refusesForeignHistory(t *testing.T, h *historyCLI, e *localstack.Etcd, m *l
 // (exit 116) and writes nothing; the first etcd's reader still reads its
 // object.
 func TestSecondEtcdSameBucket(t *testing.T) {
-	conn, e1, m := cliStack(t, "hist")
+	conn, e1, m := testenv.CLIStack(t, "hist")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e2 := testenv.StartEtcd(t, localstack.EtcdOptions{})
@@ -182,7 +182,7 @@ func TestReplacementEtcdRecoverFromBucket(t *testing.T) {
 }
 
 func testReplacementEtcd(t *testing.T, republish bool) {
-	conn, e, m := cliStack(t, "hist")
+	conn, e, m := testenv.CLIStack(t, "hist")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	h := newHistoryCLI(t, ctx, conn, e.Endpoints()[0])
@@ -290,7 +290,7 @@ func testReplacementEtcd(t *testing.T, republish bool) {
 // a second etcd while the first still serves. Both sides publish and
 // collect; neither side's GC deletes an object the other published.
 func TestSplitBrainAfterFromBucket(t *testing.T) {
-	conn, e1, _ := cliStack(t, "hist")
+	conn, e1, _ := testenv.CLIStack(t, "hist")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e2 := testenv.StartEtcd(t, localstack.EtcdOptions{})

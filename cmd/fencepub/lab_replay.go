@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/lab"
@@ -56,7 +57,7 @@ replayed, 115 when a server is unreachable.`,
 				return exitcode.With(exitcode.Usage, err)
 			}
 		}
-		env, err := openEnv(c)
+		env, err := cli.OpenEnv(c)
 		if err != nil {
 			return err
 		}
@@ -98,6 +99,6 @@ replayed, 115 when a server is unreachable.`,
 		}
 		return nil
 	}
-	addConnFlags(cmd)
+	cli.AddConnFlags(cmd)
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/lab"
 )
 
@@ -80,7 +81,7 @@ func TestLabUsageErrors(t *testing.T) {
 // against real servers reports where the real system differs (exit 1); a
 // variant with no real counterpart is a usage error.
 func TestLabReplayBrokenVariant(t *testing.T) {
-	conn, _, _ := cliStack(t, "labreplay")
+	conn, _, _ := testenv.CLIStack(t, "labreplay")
 	out, errs, code := runCLI(t, append([]string{"lab", "replay", "--variant", "no-fence"}, conn...)...)
 	if code != 1 || !strings.Contains(out, "expected applied: got outcome stale") {
 		t.Fatalf("lab replay --variant no-fence: exit %d, stdout:\n%s\nstderr: %s", code, out, errs)

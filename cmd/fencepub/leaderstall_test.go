@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/internal/wait"
@@ -26,7 +27,7 @@ const (
 
 // cliRun is one in-process `fencepub run` started by startRun.
 type cliRun struct {
-	stderr *syncBuffer
+	stderr *testenv.SyncBuffer
 	done   chan struct{}
 	stdout string
 	code   int
@@ -35,7 +36,7 @@ type cliRun struct {
 // startRun runs `fencepub args...` in a goroutine; stderr can be watched
 // while it runs, stdout and the exit code are set when done closes.
 func startRun(t *testing.T, ctx context.Context, args ...string) *cliRun {
-	r := &cliRun{stderr: &syncBuffer{}, done: make(chan struct{})}
+	r := &cliRun{stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		root := newRootCmd()
@@ -48,7 +49,7 @@ func startRun(t *testing.T, ctx context.Context, args ...string) *cliRun {
 		if err != nil {
 			fmt.Fprint(r.stderr, err.Error())
 		}
-		r.stdout, r.code = out.String(), exitCode(err, ctx.Err() != nil)
+		r.stdout, r.code = out.String(), cli.ExitCode(err, ctx.Err() != nil)
 	}()
 	return r
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/reader"
@@ -31,8 +32,8 @@ type pointerOutput struct {
 
 // openReader connects and builds a Reader of resource (stall: its
 // Config.StallTimeout; pointer reads need none).
-func openReader(cmd *cobra.Command, resource string, serializable bool, stall time.Duration) (*reader.Reader, *cliEnv, error) {
-	env, err := openEnv(cmd)
+func openReader(cmd *cobra.Command, resource string, serializable bool, stall time.Duration) (*reader.Reader, *cli.Env, error) {
+	env, err := cli.OpenEnv(cmd)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -83,7 +84,7 @@ been published. The read is linearizable unless --serializable.
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "deadline")
 	_ = cmd.MarkFlagRequired("resource")
 	out := addOutputFlag(cmd)
-	addConnFlags(cmd)
+	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		if err := positive("timeout", timeout); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -99,13 +100,13 @@ func (g *grantFlags) existing(cmd *cobra.Command) (bool, error) {
 // acquired grant (stops renewing, releases). An existing grant in strict mode
 // must be the resource's live holder; otherwise bind returns a stale/lease
 // Result (nothing written) with an error.
-func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cliEnv, c *publisher.Client) (*publisher.Publisher, func(), publisher.Result, error) {
+func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cli.Env, c *publisher.Client) (*publisher.Publisher, func(), publisher.Result, error) {
 	noop := func() {}
 	raw, err := g.existing(cmd)
 	if err != nil {
 		return nil, noop, publisher.Result{}, err
 	}
-	a, err := authority.New(env.authorityConfig())
+	a, err := authority.New(env.AuthorityConfig())
 	if err != nil {
 		return nil, noop, publisher.Result{}, exitcode.With(exitcode.Usage, err)
 	}
@@ -252,7 +253,7 @@ Newer state wins: a version at or below the pointer is stale.
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "deadline for the whole publish; a transaction still unanswered then is unknown (exit 112)")
 	_ = cmd.MarkFlagRequired("key")
 	out := addOutputFlag(cmd)
-	addConnFlags(cmd)
+	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		if len(args) == 1 {
@@ -289,14 +290,14 @@ Newer state wins: a version at or below the pointer is stale.
 		defer rc.Close()
 		op.Body = rc
 
-		env, err := openEnv(c)
+		env, err := cli.OpenEnv(c)
 		if err != nil {
 			return err
 		}
 		defer env.Close()
 		ctx, cancel := context.WithTimeout(c.Context(), timeout)
 		defer cancel()
-		client, err := publisher.New(env.publisherConfig())
+		client, err := publisher.New(env.PublisherConfig())
 		if err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
@@ -327,7 +328,7 @@ func positive(name string, d time.Duration) error {
 // checkBucket makes one bucket call before a command acquires a grant: a
 // missing bucket is a configuration mistake (exit 2) found before anything
 // is minted in etcd; an unreachable store exits 115.
-func checkBucket(ctx context.Context, env *cliEnv) error {
+func checkBucket(ctx context.Context, env *cli.Env) error {
 	err := env.Store.CheckBucket(ctx)
 	switch {
 	case err == nil:

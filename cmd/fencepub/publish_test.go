@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // TestPublishCLI drives publish, pointer, read, watch, resolve and rollback
 // against real etcd and MinIO: the JSON shapes and the exit codes the
 // black-box checks rely on.
 func TestPublishCLI(t *testing.T) {
-	conn, _, m := cliStack(t, "clitest")
+	conn, _, m := testenv.CLIStack(t, "clitest")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

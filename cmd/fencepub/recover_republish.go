@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
@@ -33,8 +34,8 @@ type republished struct {
 // object store's own clock. Run `recover --dry-run` first: the newest object
 // above a restored pointer is normally a publish the restore lost, but it
 // may also be an attempt that failed for another reason before the restore.
-func republishLost(ctx context.Context, env *cliEnv, a *authority.Authority, rep authority.RecoverReport) ([]republished, error) {
-	client, err := publisher.New(env.publisherConfig())
+func republishLost(ctx context.Context, env *cli.Env, a *authority.Authority, rep authority.RecoverReport) ([]republished, error) {
+	client, err := publisher.New(env.PublisherConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func republishOne(ctx context.Context, a *authority.Authority, client *publisher
 
 // newestPublishable returns the newest of above (sorted by version, newest
 // last) written before the next epoch's marker was reserved.
-func newestPublishable(ctx context.Context, env *cliEnv, above []authority.LostObject) (authority.LostObject, bool) {
+func newestPublishable(ctx context.Context, env *cli.Env, above []authority.LostObject) (authority.LostObject, bool) {
 	cutoff := map[uint64]time.Time{}
 	for i := len(above) - 1; i >= 0; i-- {
 		o := above[i]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // TestRestoreRecoverRepublish restores etcd from a snapshot taken before a
@@ -20,7 +21,7 @@ import (
 // back the lost newest state; a publish carrying the old epoch is rejected
 // (stale, reason epoch); and later grants compare above every earlier one.
 func TestRestoreRecoverRepublish(t *testing.T) {
-	conn, e, _ := cliStack(t, "rtest")
+	conn, e, _ := testenv.CLIStack(t, "rtest")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"al.essio.dev/pkg/shellescape"
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
@@ -82,7 +83,7 @@ an older epoch is reported stale with reason "epoch" without a seal.
 	f.StringVar(&o.from, "from", "", "the JSON the unknown publish or run printed, from FILE or - for stdin; names the whole attempt")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline; etcd unreachable until then exits 115")
 	out := addOutputFlag(cmd)
-	addConnFlags(cmd)
+	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		if err := o.validate(c); err != nil {
@@ -147,12 +148,12 @@ func (o *resolveOptions) run(c *cobra.Command, format string) error {
 		}
 		id.Digest = digest
 	}
-	env, err := openEnv(c)
+	env, err := cli.OpenEnv(c)
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	client, err := publisher.New(env.publisherConfig())
+	client, err := publisher.New(env.PublisherConfig())
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}

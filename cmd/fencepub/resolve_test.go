@@ -17,6 +17,7 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // zeroDigest is a well-formed request digest that no publish has.
@@ -60,7 +61,7 @@ func child(t *testing.T, ctx context.Context, bin string, stdin io.Reader, args 
 // resolve without an identity exits 2 and writes nothing.
 func TestResolveCLI(t *testing.T) {
 	bin := buildCLI(t)
-	conn, e, _ := cliStack(t, "resolvecli")
+	conn, e, _ := testenv.CLIStack(t, "resolvecli")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cli, err := e.Client()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fencepub/fencepub/gc"
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/spf13/cobra"
 )
 
@@ -30,7 +31,7 @@ the resource (use --force); 115 etcd did not answer.`,
 	del.Flags().BoolVar(&force, "force", false, "seal even while a lease is live (its holder's publishes become stale)")
 	out := addOutputFlag(del)
 	del.RunE = func(c *cobra.Command, args []string) error {
-		env, err := openEnv(c)
+		env, err := cli.OpenEnv(c)
 		if err != nil {
 			return err
 		}
@@ -58,6 +59,6 @@ the resource (use --force); 115 etcd did not answer.`,
 		return nil
 	}
 	cmd.AddCommand(del)
-	addConnFlags(cmd)
+	cli.AddConnFlags(cmd)
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/fencepub/fencepub"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
@@ -43,7 +44,7 @@ duplicate.
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "deadline for the whole rollback; a transaction still unanswered then is unknown (exit 112)")
 	_ = cmd.MarkFlagRequired("to")
 	out := addOutputFlag(cmd)
-	addConnFlags(cmd)
+	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		v, err := parseVersion(to)
@@ -67,7 +68,7 @@ duplicate.
 		if err := layout.ValidateResource(g.resource, false); err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
-		env, err := openEnv(c)
+		env, err := cli.OpenEnv(c)
 		if err != nil {
 			return err
 		}
@@ -77,7 +78,7 @@ duplicate.
 		if err := historyExists(ctx, env, g.resource, v); err != nil {
 			return err
 		}
-		client, err := publisher.New(env.publisherConfig())
+		client, err := publisher.New(env.PublisherConfig())
 		if err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
@@ -95,7 +96,7 @@ duplicate.
 // historyExists checks, before a grant is acquired, that v is in
 // resource's history. Rollback checks it again under the grant; this read
 // only spares a generation when the version does not exist.
-func historyExists(ctx context.Context, env *cliEnv, resource string, v layout.Version) error {
+func historyExists(ctx context.Context, env *cli.Env, resource string, v layout.Version) error {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := env.Etcd.Get(rctx, env.NS.HistoryKey(resource, v), clientv3.WithCountOnly())

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/spf13/cobra"
 )
 
@@ -25,9 +25,6 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		SilenceErrors: true,
 		Version:       currentBuild().String(),
 	}
-	// Bad flags (an unparsable --ttl, an unknown flag) are usage errors,
-	// exit 2, in every subcommand (cobra inherits this function).
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitcode.With(exitcode.Usage, err) })
 	root.AddCommand(
 		newLabCmd(),
 		newConfigCmd(),
@@ -42,38 +39,8 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		newRunCmd(),
 		newGCCmd(),
 		newResourceCmd(),
-		newBenchCmd(),
 		newVersionCmd(),
 	)
-	strictArgs(root)
-	explainPermissions(root)
+	cli.Prepare(root)
 	return root
-}
-
-// strictArgs makes every positional-argument error a usage error (exit 2):
-// a command group given an unknown subcommand reports it instead of printing
-// help with exit 0, and a command's own Args check (cobra.ExactArgs, ...)
-// keeps its message but exits 2 instead of 1.
-func strictArgs(cmd *cobra.Command) {
-	for _, c := range cmd.Commands() {
-		strictArgs(c)
-	}
-	if cmd.HasSubCommands() && cmd.Run == nil && cmd.RunE == nil {
-		cmd.Args = func(c *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return exitcode.Usagef("unknown command %q for %q; see '%s --help'", args[0], c.CommandPath(), c.CommandPath())
-			}
-			return nil
-		}
-		cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
-		return
-	}
-	if check := cmd.Args; check != nil {
-		cmd.Args = func(c *cobra.Command, args []string) error {
-			if err := check(c, args); err != nil {
-				return exitcode.With(exitcode.Usage, err)
-			}
-			return nil
-		}
-	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"al.essio.dev/pkg/shellescape"
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
@@ -115,7 +116,7 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 	_ = cmd.MarkFlagRequired("resource")
 	out := addFormatFlag(cmd, "format") // --output names the result file
 
-	addConnFlags(cmd)
+	cli.AddConnFlags(cmd)
 	cmd.PreRunE = func(c *cobra.Command, _ []string) error {
 		if err := c.ValidateRequiredFlags(); err != nil {
 			return exitcode.With(exitcode.Usage, err)
@@ -234,13 +235,13 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeout time.Duration) error {
-	env, err := openEnv(r.c)
+	env, err := cli.OpenEnv(r.c)
 	if err != nil {
 		return err
 	}
 	defer env.Close()
 	ctx := r.c.Context()
-	a, err := authority.New(env.authorityConfig())
+	a, err := authority.New(env.AuthorityConfig())
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
@@ -300,7 +301,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 
 	pctx, pcancel := context.WithTimeout(ctx, timeout)
 	defer pcancel()
-	client, err := publisher.New(env.publisherConfig())
+	client, err := publisher.New(env.PublisherConfig())
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}

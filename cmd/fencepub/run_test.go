@@ -22,7 +22,7 @@ import (
 // key (conflict), a failing command (its exit code, nothing published) and a
 // lease lost while the command runs (terminated, nothing published, 114).
 func TestRunCLI(t *testing.T) {
-	conn, e, _ := cliStack(t, "runtest")
+	conn, e, _ := testenv.CLIStack(t, "runtest")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/faultproxy"
+	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // Mistakes a user makes are exit 2 with a message naming what to fix, and
@@ -20,7 +21,7 @@ import (
 // refuses. The first real publish afterwards still gets fence 1, so none
 // of the mistakes minted a fencing token.
 func TestUserMistakes(t *testing.T) {
-	conn, _, _ := cliStack(t, "mistakes")
+	conn, _, _ := testenv.CLIStack(t, "mistakes")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -152,7 +153,7 @@ func TestUserMistakes(t *testing.T) {
 // exit 115 and says why, instead of waiting for ever (minio-go bounds the
 // wait for headers, not a body that stops).
 func TestReadStalledStore(t *testing.T) {
-	conn, _, m := cliStack(t, "stall")
+	conn, _, m := testenv.CLIStack(t, "stall")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	body := filepath.Join(t.TempDir(), "body")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/spf13/cobra"
 )
@@ -34,7 +35,7 @@ versions were printed.
 	cmd.Flags().StringVar(&resource, "resource", "", "resource name (required)")
 	cmd.Flags().IntVar(&count, "count", 0, "exit after printing this many versions (0: run until interrupted)")
 	_ = cmd.MarkFlagRequired("resource")
-	addConnFlags(cmd)
+	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		if count < 0 {

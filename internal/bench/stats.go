@@ -8,7 +8,7 @@
 // machines they run on are shared and noisy.
 //
 // It imports no fencepub package but layout and objstore, so every
-// package's own benchmarks can use it; the suite of `fencepub bench` lives
+// package's own benchmarks can use it; the suite of `fencepub-bench` lives
 // in internal/bench/suite.
 package bench
 

@@ -225,3 +225,18 @@ func StartCluster(t testing.TB, opts localstack.ClusterOptions) *localstack.Clus
 	})
 	return c
 }
+
+// CLIStack starts a dedicated etcd and MinIO for t, puts the store's
+// credentials in t's environment (FENCEPUB_S3_ACCESS_KEY and
+// FENCEPUB_S3_SECRET_KEY: secrets have no flags) and returns the
+// connection flags of the fencepub binaries for domain d1 under prefix,
+// plus the servers. It calls t.Setenv, so t must not be parallel.
+func CLIStack(t testing.TB, prefix string) ([]string, *localstack.Etcd, *localstack.MinIO) {
+	t.Helper()
+	e := StartEtcd(t, localstack.EtcdOptions{})
+	m := StartMinIO(t, localstack.MinIOOptions{})
+	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
+	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
+	return []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
+		"--s3-bucket", m.Config.Bucket, "--prefix", prefix, "--domain", "d1"}, e, m
+}

@@ -16,7 +16,7 @@ import (
 )
 
 // Local is a single-member etcd and a single-drive MinIO started by
-// StartLocal for `fencepub bench --local`, with their production-like
+// StartLocal for `fencepub-bench --local`, with their production-like
 // defaults (internal/localstack).
 type Local struct {
 	Dir   string
@@ -76,7 +76,7 @@ func (l *Local) Env(ns layout.Namespace) (Env, error) {
 			}
 			return cli, func() { _ = cli.Close(); e.Stop(); _ = os.RemoveAll(d) }, nil
 		},
-		Servers: "local (fencepub bench --local): etcd 1 member, MinIO 1 drive, on loopback, data in a temporary directory",
+		Servers: "local (fencepub-bench --local): etcd 1 member, MinIO 1 drive, on loopback, data in a temporary directory",
 	}, nil
 }
 

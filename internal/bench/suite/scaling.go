@@ -44,7 +44,7 @@ func (s *runner) cluster(ctx context.Context) error {
 	if s.env.StartEtcd == nil {
 		for _, c := range concs {
 			s.add(bench.SkippedRow(WorkloadCluster, fmt.Sprintf("1 KiB, %d publishers, etcd 3 members vs 1", c), "same on 1 member", "",
-				"needs dedicated etcd clusters (fencepub bench --local)"))
+				"needs dedicated etcd clusters (fencepub-bench --local)"))
 		}
 		return nil
 	}

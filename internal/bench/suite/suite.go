@@ -1,4 +1,4 @@
-// Package suite is fencepub's benchmark suite: `fencepub bench`
+// Package suite is fencepub's benchmark suite: `fencepub-bench`
 // and `make bench`. Run runs its workloads against real etcd and MinIO —
 // the configured servers, or those StartLocal starts — and returns a
 // bench.Report whose every row sets a fencepub measurement next to its
@@ -89,7 +89,7 @@ var workloadInfo = []bench.Workload{
 	},
 	{
 		Name: WorkloadCluster, Title: "7b. Scaling: a 3-member etcd cluster vs a single member",
-		About: "fencepub and the floor (1 KiB, 1 and 16 publishers on distinct resources) on a dedicated 3-member etcd cluster vs the same on a dedicated single member, same MinIO, all four interleaved. The three members share this machine's CPUs and disk. Needs dedicated clusters (`fencepub bench --local`).",
+		About: "fencepub and the floor (1 KiB, 1 and 16 publishers on distinct resources) on a dedicated 3-member etcd cluster vs the same on a dedicated single member, same MinIO, all four interleaved. The three members share this machine's CPUs and disk. Needs dedicated clusters (`fencepub-bench --local`).",
 	},
 }
 

@@ -20,7 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// TestSuiteQuick is the smoke run of the whole suite (`fencepub bench
+// TestSuiteQuick is the smoke run of the whole suite (`fencepub-bench
 // --quick`) against real servers, so the benchmarks cannot rot: every
 // workload runs, every row is measured on both sides without failed
 // operations (none is skipped: wrk must be installed), the report and chart are

@@ -15,16 +15,19 @@ import (
 
 	"github.com/fencepub/fencepub/internal/bench"
 	"github.com/fencepub/fencepub/internal/bench/suite"
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/spf13/cobra"
 )
 
-// defaultBenchOut is bench's default --out: a directory in the working
+// defaultBenchOut is the default --out: a directory in the working
 // directory that is not committed (.gitignore), so a run from the checkout
-// never overwrites bench/results; `make bench` writes there explicitly.
-const defaultBenchOut = "fencepub-bench"
+// never overwrites bench/results; `make bench` writes there explicitly. It
+// is not the binary's own name, which `go build ./cmd/fencepub-bench`
+// leaves in the working directory.
+const defaultBenchOut = "fencepub-bench-results"
 
 // maxBenchScale bounds --scale: 100 times the default counts is already a
 // run of many hours.
@@ -41,7 +44,7 @@ const (
 // maxWrkDuration bounds --wrk-duration.
 const maxWrkDuration = 10 * time.Minute
 
-// newBenchCmd builds `fencepub bench`: the benchmark suite
+// newBenchCmd builds the fencepub-bench command: the benchmark suite
 // (internal/bench/suite; bench/README.md), against the configured servers or, with --local, a
 // single-member etcd and a single-drive MinIO it starts itself. Flags and
 // --out are checked before any server is started or contacted; an
@@ -57,9 +60,9 @@ func newBenchCmd() *cobra.Command {
 		readerService string
 	)
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use:   "fencepub-bench",
 		Short: "Measure fencepub side by side with its baselines on real etcd and MinIO",
-		Long: `bench runs fencepub's benchmark suite and writes latest.json, latest.md and
+		Long: `fencepub-bench runs fencepub's benchmark suite and writes latest.json, latest.md and
 latest.png to --out (default ./` + defaultBenchOut + `, created if missing; make bench
 writes the committed bench/results). Every number is a ratio to a baseline
 measured in the same run on the same servers: the physical floor of a
@@ -141,7 +144,7 @@ reached, 130 when interrupted.`,
 					return err
 				}
 			} else {
-				e, err := openEnv(c)
+				e, err := cli.OpenEnv(c)
 				if err != nil {
 					if ctx.Err() != nil {
 						return benchInterrupted(ctx, out)
@@ -209,7 +212,7 @@ reached, 130 when interrupted.`,
 			return runErr
 		},
 	}
-	addConnFlags(cmd)
+	cli.AddConnFlags(cmd)
 	f := cmd.Flags()
 	f.BoolVar(&local, "local", false, "start a local etcd and MinIO from ./bin (make deps) instead of using the configured servers")
 	f.BoolVar(&quick, "quick", false, "tiny counts: a smoke run in seconds (numbers not meaningful)")

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // tlsProbeTimeout bounds each handshake of diagnoseEtcdTLS.
 const tlsProbeTimeout = 2 * time.Second
 
-// etcdConnectError classifies an error of connect's first contact with
+// etcdConnectError classifies an error of Connect's first contact with
 // etcd (the client's login or the probe read): refused credentials, a
 // missing permission and TLS failures are configuration problems, exit 2
 // naming the key to fix (etcd.username, etcd.tls.ca, etcd.tls.cert); any
@@ -171,8 +171,8 @@ func explainPermissions(cmd *cobra.Command) {
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		err := run(c, args)
 		if err != nil && errors.Is(err, rpctypes.ErrPermissionDenied) {
-			lc, _ := loadConfig(c) // it loaded before the command could reach etcd
-			return etcdAuthError(lc.cfg, err)
+			lc, _ := LoadConfig(c) // it loaded before the command could reach etcd
+			return etcdAuthError(lc.Config, err)
 		}
 		return err
 	}

@@ -1,16 +1,19 @@
-package main
+// Package cli holds what the fencepub and fencepub-bench command trees
+// share: the connection flags, configuration loading (flag > env > file >
+// default; README "Configuration"), the connection to etcd and the object
+// store with its exit-code classification, and the conventions of their
+// root commands (exit codes, README "Exit codes"). Nothing here keeps
+// state between commands: each command owns its own viper and clients.
+package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
@@ -42,18 +45,18 @@ var connFlags = []struct{ flag, key, usage string }{
 }
 
 // configKeyAnnotation marks a command's own flag as the override of a
-// configuration key (keyFlag); loadViperFile binds it.
+// configuration key (KeyFlag); loadViperFile binds it.
 const configKeyAnnotation = "fencepub_config_key"
 
-// keyFlag makes flag name of fs override configuration key (flag > env >
+// KeyFlag makes flag name of fs override configuration key (flag > env >
 // file > default). The flag's default should be the key's.
-func keyFlag(fs *pflag.FlagSet, name, key string) {
+func KeyFlag(fs *pflag.FlagSet, name, key string) {
 	_ = fs.SetAnnotation(name, configKeyAnnotation, []string{key}) // the flag exists
 }
 
-// addConnFlags registers --config and the connection flags on cmd's
+// AddConnFlags registers --config and the connection flags on cmd's
 // persistent flags, so every subcommand accepts them.
-func addConnFlags(cmd *cobra.Command) {
+func AddConnFlags(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
 	f.String("config", "", "config file (default ./fencepub.yaml, then $HOME/.config/fencepub/fencepub.yaml)")
 	for _, c := range connFlags {
@@ -62,14 +65,14 @@ func addConnFlags(cmd *cobra.Command) {
 	f.Bool("s3-secure", false, "use HTTPS for the object store (s3.secure)")
 }
 
-// loadViper builds the command's own viper: defaults, FENCEPUB_* env, the
+// LoadViper builds the command's own viper: defaults, FENCEPUB_* env, the
 // config file and the flags the user set (flag > env > file > default).
-func loadViper(cmd *cobra.Command) (*viper.Viper, error) {
+func LoadViper(cmd *cobra.Command) (*viper.Viper, error) {
 	v, _, err := loadViperFile(cmd)
 	return v, err
 }
 
-// loadViperFile is loadViper, also returning the config file read ("" when
+// loadViperFile is LoadViper, also returning the config file read ("" when
 // none was found).
 func loadViperFile(cmd *cobra.Command) (*viper.Viper, string, error) {
 	v := config.NewViper()
@@ -99,8 +102,8 @@ func loadViperFile(cmd *cobra.Command) (*viper.Viper, string, error) {
 	return v, used, nil
 }
 
-// cliEnv holds the live clients a command built from its configuration.
-type cliEnv struct {
+// Env holds the live clients a command built from its configuration.
+type Env struct {
 	Config config.Config
 	Etcd   *clientv3.Client
 	Store  *objstore.Store
@@ -110,47 +113,47 @@ type cliEnv struct {
 	Stderr io.Writer
 }
 
-// etcdProbeTimeout bounds openEnv's first read.
+// etcdProbeTimeout bounds OpenEnv's first read.
 const etcdProbeTimeout = 3 * time.Second
 
-// openEnv loads the configuration and connects. Configuration errors exit
+// OpenEnv loads the configuration and connects. Configuration errors exit
 // with code 2 naming the key, and so do etcd refusing the credentials or
 // the probe read's permission, and TLS failures (etcdConnectError); an
 // etcd client that cannot be built otherwise exits with 115 (unavailable),
 // and so does an etcd that does not answer a serializable read within
 // etcdProbeTimeout.
-func openEnv(cmd *cobra.Command) (*cliEnv, error) {
-	lc, err := loadConfig(cmd)
+func OpenEnv(cmd *cobra.Command) (*Env, error) {
+	lc, err := LoadConfig(cmd)
 	if err != nil {
 		return nil, err
 	}
-	return connect(cmd, lc)
+	return Connect(cmd, lc)
 }
 
-// loadedConfig is a command's validated configuration and the config file
+// LoadedConfig is a command's validated configuration and the config file
 // it came from ("" when none was found).
-type loadedConfig struct {
-	cfg  config.Config
-	file string
+type LoadedConfig struct {
+	Config config.Config
+	File   string
 }
 
-// loadConfig reads and validates cmd's configuration without contacting
+// LoadConfig reads and validates cmd's configuration without contacting
 // any server. Errors carry exit code 2.
-func loadConfig(cmd *cobra.Command) (loadedConfig, error) {
+func LoadConfig(cmd *cobra.Command) (LoadedConfig, error) {
 	v, used, err := loadViperFile(cmd)
 	if err != nil {
-		return loadedConfig{}, err
+		return LoadedConfig{}, err
 	}
 	cfg, err := config.Load(v)
 	if err != nil {
-		return loadedConfig{}, exitcode.With(exitcode.Usage, err)
+		return LoadedConfig{}, exitcode.With(exitcode.Usage, err)
 	}
-	return loadedConfig{cfg, used}, nil
+	return LoadedConfig{cfg, used}, nil
 }
 
-// connect is openEnv's second half: the clients of a loaded configuration.
-func connect(cmd *cobra.Command, lc loadedConfig) (*cliEnv, error) {
-	cfg, used := lc.cfg, lc.file
+// Connect is OpenEnv's second half: the clients of a loaded configuration.
+func Connect(cmd *cobra.Command, lc LoadedConfig) (*Env, error) {
+	cfg, used := lc.Config, lc.File
 	if used == "" && !cmd.Flags().Changed("domain") && os.Getenv("FENCEPUB_NAMESPACE_DOMAIN") == "" {
 		// A command run away from its config file would otherwise look at
 		// the default domain and report, say, "nothing published".
@@ -182,7 +185,7 @@ func connect(cmd *cobra.Command, lc loadedConfig) (*cliEnv, error) {
 		}
 		return nil, etcdConnectError(cmd.Context(), cfg, err)
 	}
-	return &cliEnv{
+	return &Env{
 		Config: cfg, Etcd: cli, Store: store, NS: ns,
 		Log:    slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
@@ -190,105 +193,16 @@ func connect(cmd *cobra.Command, lc loadedConfig) (*cliEnv, error) {
 }
 
 // Close closes the etcd client.
-func (e *cliEnv) Close() { _ = e.Etcd.Close() }
+func (e *Env) Close() { _ = e.Etcd.Close() }
 
-// authorityConfig is the authority's runtime configuration over e's clients,
+// AuthorityConfig is the authority's runtime configuration over e's clients,
 // each etcd attempt bounded by etcd.request_timeout.
-func (e *cliEnv) authorityConfig() authority.Config {
+func (e *Env) AuthorityConfig() authority.Config {
 	return authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Logger: e.Log, RequestTimeout: e.Config.Etcd.RequestTimeout}
 }
 
-// publisherConfig is the publisher's runtime configuration over e's
+// PublisherConfig is the publisher's runtime configuration over e's
 // clients, each etcd attempt bounded by etcd.request_timeout.
-func (e *cliEnv) publisherConfig() publisher.Config {
+func (e *Env) PublisherConfig() publisher.Config {
 	return publisher.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Logger: e.Log, AttemptTimeout: e.Config.Etcd.RequestTimeout}
-}
-
-// addOutputFlag registers -o/--output (text or json) and returns its value.
-func addOutputFlag(cmd *cobra.Command) *string { return addFormatFlag(cmd, "output") }
-
-// addFormatFlag registers the text|json format flag as -o/--<long> and
-// returns its value; `run` uses --format because its --output names a file.
-func addFormatFlag(cmd *cobra.Command, long string) *string {
-	o := new(string)
-	cmd.Flags().VarP(&choice{value: o, allowed: []string{"text", "json"}, def: "text"}, long, "o", "output format: text or json")
-	*o = "text"
-	return o
-}
-
-// choice is a pflag.Value accepting one of a fixed set of words.
-type choice struct {
-	value   *string
-	allowed []string
-	def     string
-}
-
-var _ pflag.Value = (*choice)(nil)
-
-func (c *choice) String() string {
-	if c.value == nil || *c.value == "" {
-		return c.def
-	}
-	return *c.value
-}
-
-func (c *choice) Set(s string) error {
-	for _, a := range c.allowed {
-		if s == a {
-			*c.value = s
-			return nil
-		}
-	}
-	return fmt.Errorf("must be one of %v", c.allowed)
-}
-
-func (c *choice) Type() string { return "string" }
-
-// printJSON writes v as one indented JSON document and a newline.
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// newConfigCmd builds `fencepub config show`.
-func newConfigCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "config", Short: "Inspect the effective configuration"}
-	show := &cobra.Command{
-		Use:   "show",
-		Short: "Print the effective configuration with secrets redacted",
-		Long: `Print every configuration key with its effective value after applying
-defaults, the config file, FENCEPUB_* environment variables and flags
-(precedence: flag > env > file > default). Secrets are printed as <redacted>.`,
-		Args: cobra.NoArgs,
-	}
-	out := addOutputFlag(show)
-	show.RunE = func(c *cobra.Command, _ []string) error {
-		v, err := loadViper(c)
-		if err != nil {
-			return err
-		}
-		if _, err := config.Load(v); err != nil {
-			return exitcode.With(exitcode.Usage, err)
-		}
-		red := config.Redacted(v)
-		red["config_file"] = v.ConfigFileUsed()
-		if *out == "json" {
-			return printJSON(c.OutOrStdout(), red)
-		}
-		keys := make([]string, 0, len(red))
-		for k := range red {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 0, 2, ' ', 0)
-		for _, k := range keys {
-			fmt.Fprintf(tw, "%s\t%v\n", k, red[k])
-		}
-		return tw.Flush()
-	}
-	cmd.AddCommand(show)
-	addConnFlags(cmd)
-	return cmd
 }

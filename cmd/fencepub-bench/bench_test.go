@@ -10,23 +10,23 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/bench"
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// benchCLI runs `fencepub bench args...` in-process and returns stdout,
-// stderr and the exit code. It uses the root's bench command, registering
-// newBenchCmd on the root first if the root does not have one yet.
+// benchCLI runs `fencepub-bench args...` in-process and returns stdout,
+// stderr and the exit code main would use.
 func benchCLI(t *testing.T, ctx context.Context, args ...string) (string, string, int) {
 	t.Helper()
-	errb := &syncBuffer{}
+	errb := &testenv.SyncBuffer{}
 	out, code := benchCLIStderr(t, ctx, errb, args...)
 	return out, errb.String(), code
 }
@@ -36,43 +36,15 @@ func benchCLI(t *testing.T, ctx context.Context, args ...string) (string, string
 func benchCLIStderr(t *testing.T, ctx context.Context, errw io.Writer, args ...string) (string, int) {
 	t.Helper()
 	root := newRootCmd()
-	if c, _, err := root.Find([]string{"bench"}); err != nil || c.Name() != "bench" {
-		root.AddCommand(newBenchCmd())
-	}
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(errw)
-	root.SetArgs(append([]string{"bench"}, args...))
+	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err != nil {
 		_, _ = io.WriteString(errw, err.Error())
 	}
-	return out.String(), exitcode.Of(err)
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers (the suite logs
-// from several goroutines). If onWrite is set, it is called with the
-// buffer's contents after each write.
-type syncBuffer struct {
-	mu      sync.Mutex
-	b       bytes.Buffer
-	onWrite func(string)
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n, err := b.b.Write(p)
-	if b.onWrite != nil {
-		b.onWrite(b.b.String())
-	}
-	return n, err
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	return out.String(), cli.ExitCode(err, ctx.Err() != nil)
 }
 
 // TestBenchCLI runs a quick bench against configured servers (the domain
@@ -81,7 +53,7 @@ func (b *syncBuffer) String() string {
 func TestBenchCLI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	conn, e, m := cliStack(t, "benchcli")
+	conn, e, m := testenv.CLIStack(t, "benchcli")
 	dir := t.TempDir()
 	out, errs, code := benchCLI(t, ctx, append([]string{"--quick", "--workloads", "authority,gc", "--gc-objects", "200", "--out", dir}, conn...)...)
 	if code != 0 {
@@ -128,7 +100,7 @@ func TestBenchCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	ictx, icancel := context.WithCancel(ctx)
-	ierr := &syncBuffer{onWrite: func(s string) {
+	ierr := &testenv.SyncBuffer{OnWrite: func(s string) {
 		if strings.Contains(s, `msg="bench: workload" name=authority`) {
 			icancel()
 		}
@@ -262,12 +234,12 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 	}
 }
 
-// TestBenchHelp: the help states the one default --out and the object
-// count the code writes.
+// TestBenchHelp: the help is the fencepub-bench command's own, and states
+// the one default --out and the object count the code writes.
 func TestBenchHelp(t *testing.T) {
 	out, _, code := benchCLI(t, context.Background(), "--help")
-	if code != 0 || !strings.Contains(out, "default ./fencepub-bench") || strings.Contains(out, "bench/results/tmp") ||
-		!strings.Contains(out, "about 145k") || !strings.Contains(out, `(default "fencepub-bench")`) {
+	if code != 0 || !strings.HasPrefix(out, "fencepub-bench runs ") || !strings.Contains(out, "Usage:\n  fencepub-bench [flags]") || !strings.Contains(out, "default ./fencepub-bench-results") || strings.Contains(out, "bench/results/tmp") ||
+		!strings.Contains(out, "about 145k") || !strings.Contains(out, `(default "fencepub-bench-results")`) {
 		t.Errorf("help: exit %d\n%s", code, out)
 	}
 }

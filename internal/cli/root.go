@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/spf13/cobra"
+)
+
+// Prepare applies the exit-code conventions of every fencepub binary to
+// the command tree under root, once its subcommands are added: bad flags
+// (an unparsable --ttl, an unknown flag) and positional-argument errors are
+// usage errors, exit 2 (strictArgs), and an etcd permission error anywhere
+// in a command's error chain exits 2 with the setup-roles hint
+// (explainPermissions). README "Exit codes".
+func Prepare(root *cobra.Command) {
+	// cobra hands this function down to every subcommand.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitcode.With(exitcode.Usage, err) })
+	strictArgs(root)
+	explainPermissions(root)
+}
+
+// Main runs root with a context that SIGINT and SIGTERM cancel, prints the
+// returned error on stderr prefixed with root's name, and exits the process
+// with ExitCode. It does not return.
+func Main(root *cobra.Command) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := root.ExecuteContext(ctx)
+	interrupted := ctx.Err() != nil
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", root.Name(), err)
+	}
+	os.Exit(ExitCode(err, interrupted))
+}
+
+// ExitCode is the process exit code of a command's error: its exitcode
+// (README "Exit codes"), 130 for an internal error after an interrupt
+// (interrupted: the command's context was cancelled), and 2 for
+// credentials the object store refused (a configuration problem).
+func ExitCode(err error, interrupted bool) int {
+	code := exitcode.Of(err)
+	switch {
+	case interrupted && code == exitcode.Internal:
+		return exitcode.Interrupted
+	case code == exitcode.Internal && errors.Is(err, objstore.ErrAccessDenied):
+		return exitcode.Usage
+	}
+	return code
+}
+
+// strictArgs makes every positional-argument error a usage error (exit 2):
+// a command group given an unknown subcommand reports it instead of printing
+// help with exit 0, and a command's own Args check (cobra.ExactArgs, ...)
+// keeps its message but exits 2 instead of 1.
+func strictArgs(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		strictArgs(c)
+	}
+	if cmd.HasSubCommands() && cmd.Run == nil && cmd.RunE == nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return exitcode.Usagef("unknown command %q for %q; see '%s --help'", args[0], c.CommandPath(), c.CommandPath())
+			}
+			return nil
+		}
+		cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		return
+	}
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := check(c, args); err != nil {
+				return exitcode.With(exitcode.Usage, err)
+			}
+			return nil
+		}
+	}
+}
