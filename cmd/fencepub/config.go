@@ -34,7 +34,7 @@ var connFlags = []struct{ flag, key, usage string }{
 	{"etcd-ca", "etcd.tls.ca", "PEM CA file for etcd TLS (etcd.tls.ca)"},
 	{"etcd-cert", "etcd.tls.cert", "PEM client certificate for etcd TLS (etcd.tls.cert)"},
 	{"etcd-key", "etcd.tls.key", "PEM client key for etcd TLS (etcd.tls.key)"},
-	{"s3-endpoint", "s3.endpoint", "object store host:port (s3.endpoint)"},
+	{"s3-endpoint", "s3.endpoint", "object store host:port, http://host[:port] or https://host[:port] (s3.endpoint)"},
 	{"s3-bucket", "s3.bucket", "bucket (s3.bucket)"},
 	{"s3-region", "s3.region", "bucket region (s3.region)"},
 	{"prefix", "namespace.prefix", "key prefix in etcd and the bucket (namespace.prefix)"},
@@ -260,7 +260,9 @@ func newConfigCmd() *cobra.Command {
 		Short: "Print the effective configuration with secrets redacted",
 		Long: `Print every configuration key with its effective value after applying
 defaults, the config file, FENCEPUB_* environment variables and flags
-(precedence: flag > env > file > default). Secrets are printed as <redacted>.`,
+(precedence: flag > env > file > default). Secrets are printed as <redacted>;
+s3.credentials also names the source that supplies the object store's keys
+(config, environment, shared credentials file or IAM), never the keys.`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(show)
@@ -269,11 +271,13 @@ defaults, the config file, FENCEPUB_* environment variables and flags
 		if err != nil {
 			return err
 		}
-		if _, err := config.Load(v); err != nil {
+		cfg, err := config.Load(v)
+		if err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
 		red := config.Redacted(v)
 		red["config_file"] = v.ConfigFileUsed()
+		red["s3.credentials"] = fmt.Sprintf("%s (from %s)", cfg.S3.Credentials, objstore.CredentialSource(cfg.S3))
 		if *out == "json" {
 			return printJSON(c.OutOrStdout(), red)
 		}
