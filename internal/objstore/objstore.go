@@ -31,9 +31,9 @@ var (
 	ErrConditionConflict = errors.New("objstore: concurrent conditional request")
 	// ErrAccessDenied: the store refused the credentials or the request
 	// (AccessDenied, InvalidAccessKeyId, SignatureDoesNotMatch): a
-	// configuration problem (s3.access_key, s3.secret_key, the bucket's
+	// configuration problem (s3.credentials, s3.access_key, s3.secret_key, the bucket's
 	// policy), not an outage.
-	ErrAccessDenied = errors.New("objstore: access denied (check s3.access_key, s3.secret_key and the bucket policy)")
+	ErrAccessDenied = errors.New("objstore: access denied (check s3.credentials, s3.access_key, s3.secret_key and the bucket policy)")
 	// ErrUnavailable: the store could not be reached or answered 5xx.
 	ErrUnavailable = errors.New("objstore: unavailable")
 	// ErrTLS: the TLS handshake with the store failed (an unverified
