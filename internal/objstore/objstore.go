@@ -89,9 +89,9 @@ func (c Config) HostSecure() (string, bool, error) {
 }
 
 // Validate checks the endpoint (HostSecure), the credential mode (static
-// needs s3.access_key and s3.secret_key), that the keys are set together,
-// and that TLS files come with an HTTPS endpoint. Errors are
-// ErrInvalidConfig naming the keys; they never contain a key's value.
+// needs s3.access_key and s3.secret_key) and that TLS files come with an
+// HTTPS endpoint. Errors are ErrInvalidConfig naming the keys; they never
+// contain a key's value.
 func (c Config) Validate() error {
 	_, secure, err := c.HostSecure()
 	if err != nil {
@@ -105,9 +105,6 @@ func (c Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("%w: s3.credentials = %q: want static or auto", ErrInvalidConfig, c.Credentials)
-	}
-	if (c.AccessKey == "") != (c.SecretKey == "") {
-		return fmt.Errorf("%w: s3.access_key and s3.secret_key must be set together", ErrInvalidConfig)
 	}
 	if !c.TLS.IsZero() && !secure {
 		return fmt.Errorf("%w: s3.tls.* is set but the endpoint is plain HTTP: use an https:// s3.endpoint or s3.secure: true", ErrInvalidConfig)
