@@ -136,7 +136,8 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown key", []string{"--config", typo}, "intervall (known keys: "},
 		{"missing explicit file", []string{"--config", filepath.Join(dir, "nope.yaml")}, "config file"},
 		{"bad bucket", []string{"--s3-bucket", "Bad_Bucket"}, "s3.bucket"},
-		{"bad endpoint", []string{"--s3-endpoint", "http://x:9000"}, "s3.endpoint"},
+		{"bad endpoint", []string{"--s3-endpoint", "ftp://x:9000"}, "s3.endpoint"},
+		{"endpoint with a path", []string{"--s3-endpoint", "https://x:9000/bucket"}, "s3.endpoint"},
 		{"bad etcd url", []string{"--etcd-endpoints", "127.0.0.1:2379"}, "etcd.endpoints"},
 		{"bad domain", []string{"--domain", "a/b"}, "namespace.domain"},
 	}

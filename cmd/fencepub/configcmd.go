@@ -10,6 +10,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -70,7 +71,9 @@ func newConfigCmd() *cobra.Command {
 		Short: "Print the effective configuration with secrets redacted",
 		Long: `Print every configuration key with its effective value after applying
 defaults, the config file, FENCEPUB_* environment variables and flags
-(precedence: flag > env > file > default). Secrets are printed as <redacted>.`,
+(precedence: flag > env > file > default). Secrets are printed as <redacted>;
+s3.credentials also names the source that supplies the object store's keys
+(config, environment, shared credentials file or IAM), never the keys.`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(show)
@@ -79,11 +82,13 @@ defaults, the config file, FENCEPUB_* environment variables and flags
 		if err != nil {
 			return err
 		}
-		if _, err := config.Load(v); err != nil {
+		cfg, err := config.Load(v)
+		if err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
 		red := config.Redacted(v)
 		red["config_file"] = v.ConfigFileUsed()
+		red["s3.credentials"] = fmt.Sprintf("%s (from %s)", cfg.S3.Credentials, objstore.CredentialSource(cfg.S3))
 		if *out == "json" {
 			return printJSON(c.OutOrStdout(), red)
 		}

@@ -37,7 +37,7 @@ var connFlags = []struct{ flag, key, usage string }{
 	{"etcd-ca", "etcd.tls.ca", "PEM CA file for etcd TLS (etcd.tls.ca)"},
 	{"etcd-cert", "etcd.tls.cert", "PEM client certificate for etcd TLS (etcd.tls.cert)"},
 	{"etcd-key", "etcd.tls.key", "PEM client key for etcd TLS (etcd.tls.key)"},
-	{"s3-endpoint", "s3.endpoint", "object store host:port (s3.endpoint)"},
+	{"s3-endpoint", "s3.endpoint", "object store host:port, http://host[:port] or https://host[:port] (s3.endpoint)"},
 	{"s3-bucket", "s3.bucket", "bucket (s3.bucket)"},
 	{"s3-region", "s3.region", "bucket region (s3.region)"},
 	{"prefix", "namespace.prefix", "key prefix in etcd and the bucket (namespace.prefix)"},

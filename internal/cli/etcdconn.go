@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
@@ -117,42 +117,28 @@ func handshake(ctx context.Context, addr string, c *tls.Config) error {
 	defer conn.Close()
 	_ = conn.SetReadDeadline(time.Now().Add(tlsProbeTimeout / 2))
 	_, err = conn.Read(make([]byte, 1))
-	if isTLSAlert(err) {
+	if objstore.IsTLSAlert(err) {
 		return err
 	}
 	return nil
 }
 
-// isTLSAlert reports whether err is an alert the peer sent: crypto/tls
-// returns it as a *net.OpError with Op "remote error" (its alert type is
-// unexported).
-func isTLSAlert(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "remote error"
-}
-
-// tlsConfigError names the key behind a failed handshake with endpoint.
+// tlsConfigError names the key behind a failed handshake with endpoint
+// (objstore.TLSProblem, shared with the object store's TLS).
 func tlsConfigError(endpoint string, t config.TLS, err error) error {
-	var verr *tls.CertificateVerificationError
-	var unknown x509.UnknownAuthorityError
-	var hostErr x509.HostnameError
-	ca := t.CA
-	if ca == "" {
-		ca = "(system roots)"
-	}
-	switch {
-	case errors.As(err, &hostErr):
-		return fmt.Errorf("%w: etcd at %s: its certificate is not valid for that host name (etcd.endpoints, or the server certificate): %w", config.ErrInvalid, endpoint, err)
-	case errors.As(err, &unknown), errors.As(err, &verr):
-		return fmt.Errorf("%w: etcd at %s: its certificate is not signed by etcd.tls.ca %s (--etcd-ca): %w", config.ErrInvalid, endpoint, ca, err)
-	case isTLSAlert(err):
-		cert := t.Cert
-		if cert == "" {
-			cert = "(none set)"
-		}
-		return fmt.Errorf("%w: etcd at %s rejected the client certificate etcd.tls.cert %s (--etcd-cert; expired, or not signed by the CA etcd trusts?): %w", config.ErrInvalid, endpoint, cert, err)
+	files := fmt.Sprintf("etcd.tls.ca %s --etcd-ca, etcd.tls.cert %s --etcd-cert", orNone(t.CA), orNone(t.Cert))
+	if hint, ok := objstore.TLSProblem(err, "etcd.tls", "etcd.endpoints"); ok {
+		return fmt.Errorf("%w: etcd at %s: %s (%s): %w", config.ErrInvalid, endpoint, hint, files, err)
 	}
 	return fmt.Errorf("%w: etcd at %s: TLS handshake failed (etcd.tls.ca, etcd.tls.cert, etcd.tls.key): %w", config.ErrInvalid, endpoint, err)
+}
+
+// orNone is s, or "(none set)" when empty.
+func orNone(s string) string {
+	if s == "" {
+		return "(none set)"
+	}
+	return s
 }
 
 // explainPermissions wraps the RunE of cmd and every subcommand so that an

@@ -43,13 +43,14 @@ func Main(root *cobra.Command) {
 // ExitCode is the process exit code of a command's error: its exitcode
 // (README "Exit codes"), 130 for an internal error after an interrupt
 // (interrupted: the command's context was cancelled), and 2 for
-// credentials the object store refused (a configuration problem).
+// credentials the object store refused or a failed TLS handshake with it
+// (configuration problems; the message names the key).
 func ExitCode(err error, interrupted bool) int {
 	code := exitcode.Of(err)
 	switch {
 	case interrupted && code == exitcode.Internal:
 		return exitcode.Interrupted
-	case code == exitcode.Internal && errors.Is(err, objstore.ErrAccessDenied):
+	case code == exitcode.Internal && (errors.Is(err, objstore.ErrAccessDenied) || errors.Is(err, objstore.ErrTLS)):
 		return exitcode.Usage
 	}
 	return code

@@ -6,10 +6,8 @@ package config
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -143,12 +141,10 @@ const (
 	MinDialKeepAliveTime = 10 * time.Second
 )
 
-// TLS names PEM files for etcd client TLS; all empty means plain TCP.
-type TLS struct {
-	CA   string `mapstructure:"ca"`
-	Cert string `mapstructure:"cert"`
-	Key  string `mapstructure:"key"`
-}
+// TLS names PEM files for client TLS (etcd.tls.*, s3.tls.*); all empty
+// means no client certificate and the system roots (etcd: plain TCP unless
+// an endpoint is https).
+type TLS = objstore.TLSFiles
 
 // Namespace is the etcd key prefix and object key prefix of one domain.
 type Namespace struct {
@@ -165,7 +161,10 @@ var defaults = map[string]any{
 	"s3.endpoint":                 "127.0.0.1:9000",
 	"s3.bucket":                   "fencepub",
 	"s3.region":                   "",
-	"s3.secure":                   false,
+	"s3.credentials":              objstore.CredentialsAuto,
+	"s3.tls.ca":                   "",
+	"s3.tls.cert":                 "",
+	"s3.tls.key":                  "",
 	"namespace.prefix":            "fencepub",
 	"namespace.domain":            "default",
 
@@ -186,7 +185,8 @@ var defaults = map[string]any{
 var Keys = []string{
 	"etcd.endpoints", "etcd.username", "etcd.password", "etcd.tls.ca", "etcd.tls.cert", "etcd.tls.key",
 	"etcd.dial_keepalive_time", "etcd.dial_keepalive_timeout", "etcd.request_timeout",
-	"s3.endpoint", "s3.access_key", "s3.secret_key", "s3.bucket", "s3.secure", "s3.region",
+	"s3.endpoint", "s3.credentials", "s3.access_key", "s3.secret_key", "s3.bucket", "s3.secure", "s3.region",
+	"s3.tls.ca", "s3.tls.cert", "s3.tls.key",
 	"namespace.prefix", "namespace.domain",
 	"gc.retain", "gc.grace", "gc.clock_skew", "gc.abandon_after", "gc.op_retention", "gc.request_retention",
 	"gc.delete_batch", "gc.delete_concurrency", "gc.interval", "gc.lease_ttl", "gc.listen",
@@ -251,11 +251,17 @@ func oneLine(err error) string { return strings.Join(strings.Fields(err.Error())
 
 // Load decodes v into a Config and validates it. Unknown keys in the file
 // are errors (a typo such as etcd.endpoint must not silently fall back to a
-// default), and so are values of the wrong type, named by their key.
+// default), and so are values of the wrong type, named by their key, and
+// an s3.secure set to false with an https:// s3.endpoint (s3.secure has no
+// default, so that Load can tell it was set).
 func Load(v *viper.Viper) (Config, error) {
 	if raw := v.GetString("s3.secure"); raw != "" {
-		if _, err := strconv.ParseBool(raw); err != nil {
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
 			return Config{}, invalid("s3.secure", raw, "true or false")
+		}
+		if ep := v.GetString("s3.endpoint"); !b && v.IsSet("s3.secure") && strings.HasPrefix(ep, "https://") {
+			return Config{}, fmt.Errorf("%w: s3.endpoint %q is https:// but s3.secure is false: drop one", ErrInvalid, ep)
 		}
 	}
 	if err := checkTypes(v); err != nil {
@@ -346,8 +352,11 @@ func (c Config) Validate() error {
 	if (c.Etcd.TLS.Cert == "") != (c.Etcd.TLS.Key == "") {
 		return invalid("etcd.tls.cert", c.Etcd.TLS.Cert, "etcd.tls.cert and etcd.tls.key set together")
 	}
-	if _, _, err := net.SplitHostPort(c.S3.Endpoint); err != nil || strings.Contains(c.S3.Endpoint, "/") {
-		return invalid("s3.endpoint", c.S3.Endpoint, "host:port without a scheme, e.g. 127.0.0.1:9000")
+	if (c.S3.TLS.Cert == "") != (c.S3.TLS.Key == "") {
+		return invalid("s3.tls.cert", c.S3.TLS.Cert, "s3.tls.cert and s3.tls.key set together")
+	}
+	if err := c.S3.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if l := len(c.S3.Bucket); l < 3 || l > 63 || strings.ToLower(c.S3.Bucket) != c.S3.Bucket || strings.ContainsAny(c.S3.Bucket, "_/ ") {
 		return invalid("s3.bucket", c.S3.Bucket, "an S3 bucket name: 3-63 lowercase letters, digits, '.' or '-'")
@@ -366,33 +375,11 @@ func (c Config) NS() (layout.Namespace, error) {
 // EtcdTLS returns the client TLS configuration, or nil when no TLS file is
 // configured. Errors (ErrInvalid) name the key of a file that could not be
 // read, and etcd.tls.cert for a client certificate outside its validity
-// period (expired), which a server would refuse.
+// period (expired), which a server would refuse (objstore.TLSFiles).
 func (c Config) EtcdTLS() (*tls.Config, error) {
-	t := c.Etcd.TLS
-	if t.CA == "" && t.Cert == "" {
-		return nil, nil
-	}
-	out := &tls.Config{MinVersion: tls.VersionTLS12}
-	if t.CA != "" {
-		pem, err := os.ReadFile(t.CA)
-		if err != nil {
-			return nil, fmt.Errorf("%w: etcd.tls.ca: %w", ErrInvalid, err)
-		}
-		out.RootCAs = x509.NewCertPool()
-		if !out.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, invalid("etcd.tls.ca", t.CA, "a PEM file with CA certificates")
-		}
-	}
-	if t.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
-		if err != nil {
-			return nil, fmt.Errorf("%w: etcd.tls.cert/key: %w", ErrInvalid, err)
-		}
-		if now := time.Now(); now.After(cert.Leaf.NotAfter) || now.Before(cert.Leaf.NotBefore) {
-			return nil, invalid("etcd.tls.cert", t.Cert, fmt.Sprintf("a certificate valid now (it is valid from %s to %s)",
-				cert.Leaf.NotBefore.UTC().Format(time.RFC3339), cert.Leaf.NotAfter.UTC().Format(time.RFC3339)))
-		}
-		out.Certificates = []tls.Certificate{cert}
+	out, err := c.Etcd.TLS.ClientConfig("etcd.tls")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return out, nil
 }
@@ -403,8 +390,11 @@ func Redacted(v *viper.Viper) map[string]any {
 	out := make(map[string]any, len(Keys))
 	for _, k := range Keys {
 		val := v.Get(k)
-		if k == "etcd.endpoints" { // a list, whether from the file or env/flags
+		switch k {
+		case "etcd.endpoints": // a list, whether from the file or env/flags
 			val = splitEndpoints(v.GetStringSlice(k))
+		case "s3.secure": // no default (Load)
+			val = v.GetBool(k)
 		}
 		if SecretKeys[k] {
 			if s := v.GetString(k); s != "" {
@@ -480,7 +470,7 @@ func Connect(path string) (*Conn, error) {
 	ns, _ := cfg.NS() // validated by Load
 	store, err := objstore.New(cfg.S3)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	cli, err := cfg.EtcdClient()
 	if err != nil {

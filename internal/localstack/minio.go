@@ -30,6 +30,15 @@ type MinIOOptions struct {
 	Ports        []int
 	Detached     bool
 	ReadyTimeout time.Duration // default 60 s
+	// TLS, when set, makes every node serve HTTPS with this certificate.
+	TLS *MinIOTLS
+}
+
+// MinIOTLS is the server certificate of a MinIO serving HTTPS (PEM files,
+// copied into each node's --certs-dir as public.crt and private.key) and
+// the CA that verifies it, which Config trusts (s3.tls.ca).
+type MinIOTLS struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // MinIO is a running MinIO deployment of one or more server processes.
@@ -116,12 +125,16 @@ func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, err
 		m.Nodes = append(m.Nodes, n)
 		m.Drives = append(m.Drives, n.Drives...)
 	}
+	scheme := "http://"
+	if opts.TLS != nil {
+		scheme = "https://"
+	}
 	var volumes []string
 	switch {
 	case nodes > 1:
 		for _, n := range m.Nodes {
 			for _, d := range n.Drives {
-				volumes = append(volumes, "http://"+n.Endpoint+d)
+				volumes = append(volumes, scheme+n.Endpoint+d)
 			}
 		}
 	case drives > 1:
@@ -134,7 +147,15 @@ func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, err
 		if err != nil {
 			return nil, err
 		}
-		n.args = append([]string{"server", "--quiet", "--address", n.Endpoint, "--console-address", "127.0.0.1:" + strconv.Itoa(cport)}, volumes...)
+		n.args = []string{"server", "--quiet", "--address", n.Endpoint, "--console-address", "127.0.0.1:" + strconv.Itoa(cport)}
+		if opts.TLS != nil {
+			certs := filepath.Join(filepath.Dir(n.LogPath), "certs")
+			if err := writeCerts(certs, opts.TLS); err != nil {
+				return nil, err
+			}
+			n.args = append(n.args, "--certs-dir", certs)
+		}
+		n.args = append(n.args, volumes...)
 		n.env = []string{
 			"MINIO_ROOT_USER=" + opts.AccessKey, "MINIO_ROOT_PASSWORD=" + opts.SecretKey,
 			"MINIO_BROWSER=off", "MINIO_UPDATE=off",
@@ -147,6 +168,10 @@ func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, err
 		}
 	}
 	m.Config = objstore.Config{Endpoint: m.Nodes[0].Endpoint, AccessKey: opts.AccessKey, SecretKey: opts.SecretKey, Bucket: opts.Bucket}
+	if opts.TLS != nil {
+		m.Config.Endpoint = scheme + m.Config.Endpoint
+		m.Config.TLS.CA = opts.TLS.CAFile
+	}
 	if err := m.Start(); err != nil {
 		m.Stop()
 		return nil, err
@@ -160,6 +185,24 @@ func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, err
 		return nil, err
 	}
 	return m, nil
+}
+
+// writeCerts writes t's certificate and key into dir as MinIO's
+// --certs-dir expects them.
+func writeCerts(dir string, t *MinIOTLS) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for src, dst := range map[string]string{t.CertFile: "public.crt", t.KeyFile: "private.key"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, dst), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Endpoints returns every node's host:port.
@@ -226,7 +269,7 @@ func (m *MinIO) LogTail(n int64) string {
 func (m *MinIO) WaitReady(ctx context.Context, timeout time.Duration) error {
 	for i, n := range m.Nodes {
 		cfg := m.Config
-		cfg.Endpoint = n.Endpoint
+		cfg.Endpoint = strings.Replace(m.Config.Endpoint, m.Nodes[0].Endpoint, n.Endpoint, 1)
 		s, err := objstore.New(cfg)
 		if err != nil {
 			return err

@@ -10,7 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -28,21 +31,85 @@ var (
 	ErrConditionConflict = errors.New("objstore: concurrent conditional request")
 	// ErrAccessDenied: the store refused the credentials or the request
 	// (AccessDenied, InvalidAccessKeyId, SignatureDoesNotMatch): a
-	// configuration problem (s3.access_key, s3.secret_key, the bucket's
+	// configuration problem (s3.credentials, s3.access_key, s3.secret_key, the bucket's
 	// policy), not an outage.
-	ErrAccessDenied = errors.New("objstore: access denied (check s3.access_key, s3.secret_key and the bucket policy)")
+	ErrAccessDenied = errors.New("objstore: access denied (check s3.credentials, s3.access_key, s3.secret_key and the bucket policy)")
 	// ErrUnavailable: the store could not be reached or answered 5xx.
 	ErrUnavailable = errors.New("objstore: unavailable")
+	// ErrTLS: the TLS handshake with the store failed (an unverified
+	// server certificate, a rejected client certificate): a configuration
+	// problem (s3.tls.ca, s3.tls.cert, s3.endpoint), not an outage, so it
+	// is not retried.
+	ErrTLS = errors.New("objstore: TLS handshake failed")
+	// ErrInvalidConfig: a Config that cannot be used; the message names
+	// the key.
+	ErrInvalidConfig = errors.New("objstore: invalid configuration")
 )
 
-// Config is the serializable description of a bucket (viper fills it).
+// Config is the serializable description of a bucket (viper fills it;
+// keys s3.*, DESIGN.md "Security").
 type Config struct {
-	Endpoint  string `mapstructure:"endpoint"` // host:port, no scheme
-	AccessKey string `mapstructure:"access_key"`
-	SecretKey string `mapstructure:"secret_key"`
-	Bucket    string `mapstructure:"bucket"`
-	Secure    bool   `mapstructure:"secure"` // use HTTPS
-	Region    string `mapstructure:"region"`
+	// Endpoint is host:port (HTTPS when Secure), or a URL
+	// http://host[:port] or https://host[:port] whose scheme decides.
+	Endpoint string `mapstructure:"endpoint"`
+	// Credentials is CredentialsAuto (also "") or CredentialsStatic.
+	Credentials string `mapstructure:"credentials"`
+	AccessKey   string `mapstructure:"access_key"` // secret: never printed
+	SecretKey   string `mapstructure:"secret_key"` // secret: never printed
+	Bucket      string `mapstructure:"bucket"`
+	Secure      bool   `mapstructure:"secure"` // use HTTPS for a host:port Endpoint
+	Region      string `mapstructure:"region"`
+	// TLS names a private CA and a client certificate for HTTPS.
+	TLS TLSFiles `mapstructure:"tls"`
+}
+
+// HostSecure returns the host:port to dial and whether to use HTTPS: from
+// Endpoint's scheme when it has one, else from Secure. Errors
+// (ErrInvalidConfig) name s3.endpoint for a malformed endpoint, and both
+// s3.endpoint and s3.secure for an http:// endpoint with Secure set.
+func (c Config) HostSecure() (string, bool, error) {
+	bad := func(want string) error {
+		return fmt.Errorf("%w: s3.endpoint = %q: want %s", ErrInvalidConfig, c.Endpoint, want)
+	}
+	if !strings.Contains(c.Endpoint, "://") {
+		if _, _, err := net.SplitHostPort(c.Endpoint); err != nil || strings.Contains(c.Endpoint, "/") {
+			return "", false, bad("host:port, http://host[:port] or https://host[:port], e.g. 127.0.0.1:9000")
+		}
+		return c.Endpoint, c.Secure, nil
+	}
+	u, err := url.Parse(c.Endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return "", false, bad("http://host[:port] or https://host[:port], without a path")
+	}
+	if u.Scheme == "http" && c.Secure {
+		return "", false, fmt.Errorf("%w: s3.endpoint %q is http:// but s3.secure is true: drop one", ErrInvalidConfig, c.Endpoint)
+	}
+	return u.Host, u.Scheme == "https", nil
+}
+
+// Validate checks the endpoint (HostSecure), the credential mode (static
+// needs s3.access_key and s3.secret_key) and that TLS files come with an
+// HTTPS endpoint. Errors are ErrInvalidConfig naming the keys; they never
+// contain a key's value.
+func (c Config) Validate() error {
+	_, secure, err := c.HostSecure()
+	if err != nil {
+		return err
+	}
+	switch c.Credentials {
+	case "", CredentialsAuto:
+	case CredentialsStatic:
+		if c.AccessKey == "" || c.SecretKey == "" {
+			return fmt.Errorf("%w: s3.credentials is static but s3.access_key or s3.secret_key is not set (FENCEPUB_S3_ACCESS_KEY, FENCEPUB_S3_SECRET_KEY, or s3.credentials: auto)", ErrInvalidConfig)
+		}
+	default:
+		return fmt.Errorf("%w: s3.credentials = %q: want static or auto", ErrInvalidConfig, c.Credentials)
+	}
+	if !c.TLS.IsZero() && !secure {
+		return fmt.Errorf("%w: s3.tls.* is set but the endpoint is plain HTTP: use an https:// s3.endpoint or s3.secure: true", ErrInvalidConfig)
+	}
+	return nil
 }
 
 // Store is a bucket in an S3-compatible store. It is safe for concurrent use.
@@ -51,22 +118,45 @@ type Store struct {
 	Bucket string
 }
 
-// New builds a Store for cfg. It does not contact the server; use
+// New builds a Store for cfg: HTTPS per HostSecure, verified with the
+// s3.tls files on minio-go's default transport, and the credentials of
+// cfg.Credentials (CredentialsAuto chains minio-go's providers; the keys
+// are fetched at the first request). It does not contact the server; use
 // CheckBucket to verify the bucket is reachable.
+//
+// Errors: ErrInvalidConfig naming the key (Validate, an empty bucket, an
+// unreadable TLS file).
 func New(cfg Config) (*Store, error) {
-	if cfg.Endpoint == "" {
-		return nil, errors.New("objstore: s3.endpoint is empty (want host:port)")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Bucket == "" {
-		return nil, errors.New("objstore: s3.bucket is empty")
+		return nil, fmt.Errorf("%w: s3.bucket is empty", ErrInvalidConfig)
 	}
-	c, err := minio.New(cfg.Endpoint, &minio.Options{
-		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
-		Secure: cfg.Secure,
-		Region: cfg.Region,
+	host, secure, _ := cfg.HostSecure() // checked by Validate
+	tr, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, fmt.Errorf("%w: s3 transport: %w", ErrInvalidConfig, err)
+	}
+	tlsCfg, err := cfg.TLS.ClientConfig("s3.tls")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if tlsCfg != nil {
+		tr.TLSClientConfig = tlsCfg
+	}
+	var providers []credentials.Provider
+	for _, s := range cfg.credSources(&http.Client{Transport: tr}) {
+		providers = append(providers, s.provider)
+	}
+	c, err := minio.New(host, &minio.Options{
+		Creds:     credentials.NewChainCredentials(providers),
+		Secure:    secure,
+		Region:    cfg.Region,
+		Transport: tr,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("objstore: s3.endpoint %q: %w", cfg.Endpoint, err)
+		return nil, fmt.Errorf("%w: s3.endpoint %q: %w", ErrInvalidConfig, cfg.Endpoint, err)
 	}
 	return &Store{Client: c, Bucket: cfg.Bucket}, nil
 }
@@ -141,6 +231,9 @@ func (s *Store) GetSmall(ctx context.Context, key string, max int64) ([]byte, er
 func Classify(err error) error {
 	if err == nil {
 		return nil
+	}
+	if hint, ok := TLSProblem(err, "s3.tls", "s3.endpoint"); ok {
+		return fmt.Errorf("%w: %s: %w", ErrTLS, hint, err)
 	}
 	var resp minio.ErrorResponse
 	if !errors.As(err, &resp) {
