@@ -30,10 +30,11 @@ const (
 
 // Readiness check bounds: /readyz reaches etcd and the store at most once
 // per readyCheckTTL (probes are answered from the cached result between
-// checks), and each check gives up after readyCheckTimeout.
+// checks), and a check gives up after readyCheckTimeout, below the 1 s a
+// kubelet waits for a probe by default, so the body can say why.
 const (
 	readyCheckTTL     = 3 * time.Second
-	readyCheckTimeout = 2 * time.Second
+	readyCheckTimeout = 800 * time.Millisecond
 )
 
 // DaemonConfig configures a Daemon. Collector is required; zero values of
@@ -310,25 +311,23 @@ func (s DaemonStatus) readiness(now time.Time, interval time.Duration) (bool, st
 
 // checkDeps reports whether etcd and the object store answer: one
 // linearizable etcd read of one key (it needs a quorum) and one bucket
-// call, each bounded by readyCheckTimeout. The result is cached for
-// readyCheckTTL; concurrent callers wait for one check. The error names
-// etcd or the object store.
+// call, together bounded by readyCheckTimeout. The result is cached for
+// readyCheckTTL; concurrent callers wait for one check, which does not end
+// with a caller's context (a probe that gave up must not keep the next one
+// from a cached answer). The error names etcd or the object store.
 func (d *Daemon) checkDeps(ctx context.Context) error {
 	d.checkMu.Lock()
 	defer d.checkMu.Unlock()
 	if !d.checked.IsZero() && time.Since(d.checked) < readyCheckTTL {
 		return d.checkErr
 	}
-	cctx, cancel := context.WithTimeout(ctx, readyCheckTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyCheckTimeout)
 	defer cancel()
 	var err error
-	if _, e := d.c.cli.Get(cctx, d.c.ns.EpochKey(), clientv3.WithCountOnly()); e != nil {
+	if _, e := d.c.cli.Get(ctx, d.c.ns.EpochKey(), clientv3.WithCountOnly()); e != nil {
 		err = fmt.Errorf("etcd unreachable: %w", e)
-	} else if e := d.c.st.CheckBucket(cctx); e != nil {
+	} else if e := d.c.st.CheckBucket(ctx); e != nil {
 		err = fmt.Errorf("object store unreachable: %w", e)
-	}
-	if ctx.Err() != nil {
-		return err // the probe went away: its result is not the servers'
 	}
 	d.checked, d.checkErr = time.Now(), err
 	return err
@@ -346,8 +345,8 @@ func (d *Daemon) checkDeps(ctx context.Context) error {
 //     it has not settled into a role; 200 for a fresh leader and for a
 //     standby (reason "standby"). Ready and Reason say which.
 //
-// Handlers are safe for concurrent use; /readyz's checks end with the
-// request's context.
+// Handlers are safe for concurrent use; a /readyz check takes at most
+// readyCheckTimeout (800 ms) and outlives a request that gives up.
 func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, st DaemonStatus, ok bool) {
