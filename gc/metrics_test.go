@@ -96,15 +96,15 @@ func TestMetricsAfterPass(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		"fencepub_gc_deleted_objects_total":                float64(rep.Deleted),
-		"fencepub_gc_deleted_bytes_total":                  float64(bytes),
-		"fencepub_gc_quarantined_objects":                  1,
-		`fencepub_gc_kept_objects{decision="quarantined"}`: 1,
-		`fencepub_gc_kept_objects{decision="published"}`:   float64(rep.Kept.Published),
-		`fencepub_gc_kept_objects{decision="retained"}`:    float64(rep.Kept.Retained),
-		`fencepub_gc_kept_objects{decision="in_flight"}`:   0,
-		`fencepub_gc_passes_total{result="ok"}`:            1,
-		`fencepub_gc_passes_total{result="error"}`:         0,
+		"fencepub_gc_deleted_objects_total":                                           float64(rep.Deleted),
+		"fencepub_gc_deleted_bytes_total":                                             float64(bytes),
+		"fencepub_gc_quarantined_objects":                                             1,
+		`fencepub_gc_kept_objects{decision="quarantined"}`:                            1,
+		`fencepub_gc_kept_objects{decision="published"}`:                              float64(rep.Kept.Published),
+		`fencepub_gc_kept_objects{decision="retained"}`:                               float64(rep.Kept.Retained),
+		`fencepub_gc_kept_objects{decision="in_flight"}`:                              0,
+		`fencepub_gc_passes_total{result="ok"}`:                                       1,
+		`fencepub_gc_passes_total{result="error"}`:                                    0,
 		`fencepub_build_info{goversion="` + runtime.Version() + `",version="v9.8.7"}`: 1,
 	}
 	check := func(when string) {
