@@ -56,7 +56,8 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Logger receives warnings and per-pass summaries. Default: discard.
 	Logger *slog.Logger
-	// Metrics, if set, counts decisions and passes (NewMetrics).
+	// Metrics, if set, counts deletions and passes and reports the last
+	// pass's kept objects (NewMetrics).
 	Metrics *Metrics
 	// Now is this process's wall clock (UTC not required). Default
 	// time.Now. It ages in-flight objects (the abandon period) and bounds
@@ -230,7 +231,7 @@ func (c *Collector) Run(ctx context.Context, opts RunOptions) (*Report, error) {
 	if c.m != nil && !opts.DryRun && ctx.Err() == nil {
 		// A pass cut short by its context (shutdown, lost lease) is
 		// expected, not a failure.
-		c.m.pass(time.Since(start), err)
+		c.m.pass(time.Since(start), rep, err)
 	}
 	c.log.Info("gc: pass done", "dry_run", opts.DryRun, "resources", rep.Resources, "scanned", rep.Scanned,
 		"deleted", rep.Deleted, "sealed", rep.Sealed, "errors", len(rep.Errors), "seconds", rep.Duration)
@@ -449,6 +450,9 @@ func (p *resourcePass) record(d Decision, action string, err error) {
 	case err != nil:
 	case action == "deleted" || action == "would_delete":
 		r.Deleted++
+		if action == "deleted" && p.c.m != nil {
+			p.c.m.deleted(d.Size)
+		}
 	default:
 		r.keep(d.Kind)
 	}
@@ -463,7 +467,7 @@ func (p *resourcePass) record(d Decision, action string, err error) {
 	}
 }
 
-// classified counts a fresh decision (scanned, by decision, metrics).
+// classified counts a fresh decision (scanned, by decision).
 func (p *resourcePass) classified(d Decision) {
 	r := p.rep
 	r.mu.Lock()
@@ -476,9 +480,6 @@ func (p *resourcePass) classified(d Decision) {
 	r.ByDecision[d.Kind]++
 	n := r.Scanned
 	r.mu.Unlock()
-	if p.c.m != nil && !p.opts.DryRun {
-		p.c.m.objects.WithLabelValues(string(d.Kind)).Inc()
-	}
 	if p.opts.Progress != nil {
 		p.opts.Progress(n)
 	}

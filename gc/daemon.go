@@ -18,6 +18,7 @@ import (
 	"github.com/fencepub/fencepub/internal/retry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Defaults of DaemonConfig.
@@ -25,6 +26,15 @@ const (
 	DefaultInterval      = 5 * time.Minute
 	DefaultLeaseTTL      = 15 * time.Second
 	DefaultLeaseResource = "_gc"
+)
+
+// Readiness check bounds: /readyz reaches etcd and the store at most once
+// per readyCheckTTL (probes are answered from the cached result between
+// checks), and a check gives up after readyCheckTimeout, below the 1 s a
+// kubelet waits for a probe by default, so the body can say why.
+const (
+	readyCheckTTL     = 3 * time.Second
+	readyCheckTimeout = 800 * time.Millisecond
 )
 
 // DaemonConfig configures a Daemon. Collector is required; zero values of
@@ -68,6 +78,10 @@ type DaemonStatus struct {
 	LastPass   time.Time `json:"last_pass,omitzero"`
 	LastOK     time.Time `json:"last_success,omitzero"`
 	LastError  string    `json:"last_error,omitempty"`
+	// Ready and Reason are set by /readyz only: whether this replica is
+	// ready, and why not (or "standby" for a ready standby).
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Daemon runs GC passes on a schedule. Several replicas may run; only the
@@ -83,6 +97,12 @@ type Daemon struct {
 
 	mu     sync.Mutex
 	status DaemonStatus
+
+	// checkMu serializes the dependency checks of /readyz and guards the
+	// cached result: checked is when it ran, checkErr what it found.
+	checkMu  sync.Mutex
+	checked  time.Time
+	checkErr error
 }
 
 // NewDaemon checks cfg and returns a Daemon. Errors: ErrInvalid.
@@ -264,28 +284,92 @@ func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
 	}
 }
 
-// Ready reports whether the daemon has settled into its role: Run is
-// running and it has finished a pass as the leader (Passes > 0) or found
-// another replica holding the GC lease (Standby).
-func (s DaemonStatus) Ready() bool { return s.Running && (s.Passes > 0 || s.Standby) }
+// readiness says whether a replica in state s, running passes every
+// interval, is ready at now, and why not: Run must be running; a leader
+// needs a pass without errors that ended less than 2*interval ago; a standby
+// (another replica held the GC lease at its last campaign) is ready with
+// reason "standby"; a replica still campaigning is not.
+func (s DaemonStatus) readiness(now time.Time, interval time.Duration) (bool, string) {
+	switch {
+	case !s.Running:
+		return false, "not running"
+	case s.Leader && s.LastOK.IsZero() && s.Passes == 0:
+		return false, "leader: first pass not finished"
+	case s.Leader && s.LastOK.IsZero():
+		return false, "leader: no pass without errors yet; last error: " + s.LastError
+	case s.Leader && now.Sub(s.LastOK) > 2*interval:
+		return false, fmt.Sprintf("leader: last pass without errors ended %s ago, more than 2x the interval %s; last error: %s",
+			now.Sub(s.LastOK).Round(time.Second), interval, s.LastError)
+	case s.Leader:
+		return true, ""
+	case s.Standby:
+		return true, "standby"
+	default:
+		return false, "campaigning for the GC lease"
+	}
+}
 
-// Handler serves /healthz (the DaemonStatus as JSON; 200 while Run is
-// running, else 503), /readyz (the same JSON; 200 once DaemonStatus.Ready,
-// else 503) and /metrics (g in the Prometheus text format).
+// checkDeps reports whether etcd and the object store answer: one
+// linearizable etcd read of one key (it needs a quorum) and one bucket
+// call, together bounded by readyCheckTimeout. The result is cached for
+// readyCheckTTL; concurrent callers wait for one check, which does not end
+// with a caller's context (a probe that gave up must not keep the next one
+// from a cached answer). The error names etcd or the object store.
+func (d *Daemon) checkDeps(ctx context.Context) error {
+	d.checkMu.Lock()
+	defer d.checkMu.Unlock()
+	if !d.checked.IsZero() && time.Since(d.checked) < readyCheckTTL {
+		return d.checkErr
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyCheckTimeout)
+	defer cancel()
+	var err error
+	if _, e := d.c.cli.Get(ctx, d.c.ns.EpochKey(), clientv3.WithCountOnly()); e != nil {
+		err = fmt.Errorf("etcd unreachable: %w", e)
+	} else if e := d.c.st.CheckBucket(ctx); e != nil {
+		err = fmt.Errorf("object store unreachable: %w", e)
+	}
+	d.checked, d.checkErr = time.Now(), err
+	return err
+}
+
+// Handler serves /healthz, /readyz and /metrics (g in the Prometheus text
+// format). Both probes answer the DaemonStatus as JSON:
+//
+//   - /healthz (liveness): 200 while Run is running, else 503; it never
+//     contacts etcd or the store, so an etcd outage does not restart the
+//     daemon;
+//   - /readyz (readiness): 503 when etcd or the object store does not
+//     answer (checkDeps: bounded and cached), when this replica leads and
+//     its last pass without errors is older than 2x the interval, or while
+//     it has not settled into a role; 200 for a fresh leader and for a
+//     standby (reason "standby"). Ready and Reason say which.
+//
+// Handlers are safe for concurrent use; a /readyz check takes at most
+// readyCheckTimeout (800 ms) and outlives a request that gives up.
 func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	serve := func(ok func(DaemonStatus) bool) http.HandlerFunc {
-		return func(w http.ResponseWriter, _ *http.Request) {
-			st := d.Status()
-			w.Header().Set("Content-Type", "application/json")
-			if !ok(st) {
-				w.WriteHeader(http.StatusServiceUnavailable)
-			}
-			_ = json.NewEncoder(w).Encode(st)
+	write := func(w http.ResponseWriter, st DaemonStatus, ok bool) {
+		w.Header().Set("Content-Type", "application/json")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
 		}
+		_ = json.NewEncoder(w).Encode(st)
 	}
-	mux.HandleFunc("/healthz", serve(func(s DaemonStatus) bool { return s.Running }))
-	mux.HandleFunc("/readyz", serve(DaemonStatus.Ready))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		st := d.Status()
+		write(w, st, st.Running)
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		st := d.Status()
+		st.Ready, st.Reason = st.readiness(time.Now(), d.cfg.Interval)
+		if st.Running {
+			if err := d.checkDeps(r.Context()); err != nil {
+				st.Ready, st.Reason = false, err.Error()
+			}
+		}
+		write(w, st, st.Ready)
+	})
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	return mux
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,20 +13,27 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-func TestDaemonStatusReady(t *testing.T) {
+func TestDaemonStatusReadiness(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	const interval = time.Minute
 	for _, c := range []struct {
-		st   DaemonStatus
-		want bool
+		st     DaemonStatus
+		want   bool
+		reason string
 	}{
-		{DaemonStatus{}, false},
-		{DaemonStatus{Running: true}, false},
-		{DaemonStatus{Running: true, Leader: true}, false},
-		{DaemonStatus{Running: true, Leader: true, Passes: 1}, true},
-		{DaemonStatus{Running: true, Standby: true}, true},
-		{DaemonStatus{Running: false, Standby: true, Passes: 3}, false},
+		{DaemonStatus{}, false, "not running"},
+		{DaemonStatus{Running: true}, false, "campaigning"},
+		{DaemonStatus{Running: true, Leader: true}, false, "first pass"},
+		{DaemonStatus{Running: true, Leader: true, Passes: 1, LastError: "boom"}, false, "boom"},
+		{DaemonStatus{Running: true, Leader: true, Passes: 1, LastOK: now.Add(-interval)}, true, ""},
+		{DaemonStatus{Running: true, Leader: true, Passes: 9, LastOK: now.Add(-2*interval - time.Second), LastError: "boom"}, false, "2x the interval"},
+		{DaemonStatus{Running: true, Standby: true}, true, "standby"},
+		{DaemonStatus{Running: true, Passes: 3, LastOK: now}, false, "campaigning"},
+		{DaemonStatus{Running: false, Standby: true, Passes: 3}, false, "not running"},
 	} {
-		if got := c.st.Ready(); got != c.want {
-			t.Errorf("%+v.Ready() = %v, want %v", c.st, got, c.want)
+		got, why := c.st.readiness(now, interval)
+		if got != c.want || !strings.Contains(why, c.reason) || (c.reason == "" && why != "") {
+			t.Errorf("%+v.readiness() = %v %q, want %v %q", c.st, got, why, c.want, c.reason)
 		}
 	}
 }
@@ -100,7 +108,7 @@ func TestDaemonReadyz(t *testing.T) {
 		t.Fatalf("leader ready with %+v; want leader after a pass", st)
 	}
 	b := e.readyDaemon("gc-ready-b")
-	if st := b.waitReady(t, "standby ready"); st.Leader || !st.Standby || st.Passes != 0 {
+	if st := b.waitReady(t, "standby ready"); st.Leader || !st.Standby || st.Passes != 0 || st.Reason != "standby" {
 		t.Fatalf("second replica ready with %+v; want standby", st)
 	}
 	if code, st := b.get(t, "/healthz"); code != http.StatusOK || !st.Running {

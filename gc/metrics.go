@@ -7,35 +7,64 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// BuildInfo names the binary that serves the metrics: fencepub_build_info
+// carries it as labels.
+type BuildInfo struct {
+	Version   string // release tag, module version, or "(devel)"
+	GoVersion string // the Go toolchain, e.g. "go1.24.1"
+}
+
 // Metrics are the collector's and daemon's Prometheus metrics, registered on
 // an injected registry (never the global default):
 //
-//   - fencepub_gc_objects_total{decision}: objects classified by real
-//     passes, by decision (published, retained, unpublishable, in_flight,
-//     abandoned, quarantined, foreign);
+//   - fencepub_build_info{version,goversion}: always 1;
+//   - fencepub_gc_deleted_objects_total, fencepub_gc_deleted_bytes_total:
+//     objects (and their bytes) real passes deleted;
+//   - fencepub_gc_kept_objects{decision}: objects the last complete pass
+//     kept, by decision (published, retained, in_flight, quarantined,
+//     foreign); a gauge, set per pass;
+//   - fencepub_gc_quarantined_objects: objects the last complete pass
+//     quarantined (old-epoch objects that may be a lost publish's only copy,
+//     DESIGN.md "Garbage collection"); alert when it is above 0;
 //   - fencepub_gc_pass_duration_seconds: wall time of each pass;
 //   - fencepub_gc_last_success_timestamp_seconds: Unix time of the last pass
 //     that finished without errors;
-//   - fencepub_gc_passes_total{result}: passes by result ("ok", "error");
+//   - fencepub_gc_passes_total{result}: passes by result ("ok", "error"); a
+//     pass cut short by its context (shutdown, lost lease) is not counted;
 //   - fencepub_gc_records_deleted_total{kind}: etcd records pruned (history,
 //     ops, requests, grants);
 //   - fencepub_gc_leader: 1 while this daemon holds the GC lease.
+//
+// Dry runs change none of them. Safe for concurrent use.
 type Metrics struct {
-	objects      *prometheus.CounterVec
-	passDuration prometheus.Histogram
-	lastSuccess  prometheus.Gauge
-	passes       *prometheus.CounterVec
-	records      *prometheus.CounterVec
-	leader       prometheus.Gauge
+	deletedObjects prometheus.Counter
+	deletedBytes   prometheus.Counter
+	kept           *prometheus.GaugeVec
+	quarantined    prometheus.Gauge
+	passDuration   prometheus.Histogram
+	lastSuccess    prometheus.Gauge
+	passes         *prometheus.CounterVec
+	records        *prometheus.CounterVec
+	leader         prometheus.Gauge
 }
 
-// NewMetrics creates the metrics and registers them with reg. Errors: the
-// registry's (e.g. registering twice on one registry).
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+// NewMetrics creates the metrics, with fencepub_build_info labelled by b,
+// and registers them with reg. Errors: the registry's (e.g. registering
+// twice on one registry).
+func NewMetrics(reg prometheus.Registerer, b BuildInfo) (*Metrics, error) {
 	m := &Metrics{
-		objects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencepub_gc_objects_total", Help: "Objects classified by GC passes, by decision.",
+		deletedObjects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencepub_gc_deleted_objects_total", Help: "Objects deleted by GC passes.",
+		}),
+		deletedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencepub_gc_deleted_bytes_total", Help: "Bytes of the objects deleted by GC passes.",
+		}),
+		kept: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fencepub_gc_kept_objects", Help: "Objects the last complete GC pass kept, by decision.",
 		}, []string{"decision"}),
+		quarantined: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fencepub_gc_quarantined_objects", Help: "Objects the last complete GC pass quarantined (see fencepub authority recover).",
+		}),
 		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fencepub_gc_pass_duration_seconds", Help: "Wall time of GC passes.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10), // 10 ms .. ~43 min
@@ -53,9 +82,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fencepub_gc_leader", Help: "1 while this GC daemon holds the GC lease.",
 		}),
 	}
-	for _, k := range AllKinds() {
-		m.objects.WithLabelValues(string(k))
-	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fencepub_build_info", Help: "Always 1; the labels name the fencepub build.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(b.Version, b.GoVersion).Set(1)
+	m.setKept(Kept{})
 	for _, r := range []string{"ok", "error"} {
 		m.passes.WithLabelValues(r)
 	}
@@ -63,7 +94,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.records.WithLabelValues(k)
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.objects, m.passDuration, m.lastSuccess, m.passes, m.records, m.leader} {
+	for _, c := range []prometheus.Collector{build, m.deletedObjects, m.deletedBytes, m.kept, m.quarantined,
+		m.passDuration, m.lastSuccess, m.passes, m.records, m.leader} {
 		errs = append(errs, reg.Register(c))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -72,8 +104,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// pass records one finished pass.
-func (m *Metrics) pass(d time.Duration, err error) {
+// pass records one finished pass and its report: the kept gauges are set
+// only by a pass without errors (a partial pass would under-count).
+func (m *Metrics) pass(d time.Duration, rep *Report, err error) {
 	m.passDuration.Observe(d.Seconds())
 	if err != nil {
 		m.passes.WithLabelValues("error").Inc()
@@ -81,6 +114,23 @@ func (m *Metrics) pass(d time.Duration, err error) {
 	}
 	m.passes.WithLabelValues("ok").Inc()
 	m.lastSuccess.SetToCurrentTime()
+	rep.mu.Lock()
+	k := rep.Kept
+	rep.mu.Unlock()
+	m.setKept(k)
+}
+
+func (m *Metrics) setKept(k Kept) {
+	for d, n := range map[Kind]int64{Published: k.Published, Retained: k.Retained, InFlight: k.InFlight, Quarantined: k.Quarantined, Foreign: k.Foreign} {
+		m.kept.WithLabelValues(string(d)).Set(float64(n))
+	}
+	m.quarantined.Set(float64(k.Quarantined))
+}
+
+// deleted counts one object a real pass deleted.
+func (m *Metrics) deleted(size int64) {
+	m.deletedObjects.Inc()
+	m.deletedBytes.Add(float64(size))
 }
 
 func (m *Metrics) recordsDeleted(c RecordCounts) {

@@ -292,12 +292,15 @@ func newGCDaemonCmd() *cobra.Command {
 		Long: `daemon runs a GC pass every --interval over every resource (or the
 --resource ones). Several replicas may run: only the holder of the GC lease
 (the reserved resource "_gc") runs passes; a killed holder is replaced within
-about one --lease-ttl. Safety never depends on the lease. It serves /healthz
-(JSON status; 200 while running), /readyz (the same; 200 once this replica
-finished a pass as the leader or found another replica leading) and /metrics (Prometheus: fencepub_gc_objects_total{decision},
-fencepub_gc_pass_duration_seconds, fencepub_gc_last_success_timestamp_seconds,
-fencepub_gc_leader, ...) on --listen. SIGTERM or SIGINT stops it: the running
-pass is cancelled (each deletion is safe on its own) and the lease released.`,
+about one --lease-ttl. Safety never depends on the lease. On --listen it
+serves /healthz (liveness: JSON status, 200 while running, even with etcd
+down), /readyz (readiness: 503 with the reason while etcd or the object store
+does not answer, while the leader's last successful pass is older than 2x
+--interval, or before this replica finished a pass as the leader or found
+another replica leading; a standby is ready with reason "standby") and
+/metrics (Prometheus; every metric: README "Monitoring"). SIGTERM or SIGINT
+stops it: the running pass is cancelled (each deletion is safe on its own)
+and the lease released.`,
 		Args: cobra.NoArgs,
 	}
 	addGCFlags(cmd, &f)
@@ -322,7 +325,8 @@ pass is cancelled (each deletion is safe on its own) and the lease released.`,
 		defer env.Close()
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		m, err := gc.NewMetrics(reg)
+		b := currentBuild()
+		m, err := gc.NewMetrics(reg, gc.BuildInfo{Version: b.Version, GoVersion: b.GoVersion})
 		if err != nil {
 			return err
 		}

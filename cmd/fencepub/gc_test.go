@@ -170,7 +170,7 @@ func TestGCCLI(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, metrics := get("/metrics"); !strings.Contains(metrics, `fencepub_gc_objects_total{decision="published"}`) || !strings.Contains(metrics, "fencepub_gc_leader 1") || !strings.Contains(metrics, "go_goroutines") {
+	if _, metrics := get("/metrics"); !strings.Contains(metrics, `fencepub_gc_kept_objects{decision="published"}`) || !strings.Contains(metrics, "fencepub_gc_leader 1") || !strings.Contains(metrics, "go_goroutines") {
 		t.Fatalf("/metrics:\n%s", metrics)
 	}
 	stop()

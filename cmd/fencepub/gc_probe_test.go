@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/testenv"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// kubeletProbe GETs path on addr as a kubelet's httpGet probe does: the
+// probe's timeoutSeconds (default 1 s) bounds the request, and a status of
+// 200-399 is success. It returns the status (0 when the request failed) and
+// the body or the error.
+func kubeletProbe(p *corev1.Probe, addr string) (int, string) {
+	timeout := time.Duration(p.TimeoutSeconds) * time.Second
+	if timeout == 0 {
+		timeout = time.Second
+	}
+	c := &http.Client{Timeout: timeout}
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+p.HTTPGet.Path, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	req.Header.Set("User-Agent", "kube-probe/1.31")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The GC daemon as deploy/kubernetes/gc-daemon.yaml runs it (its args, its
+// environment with the Secret's keys, its ConfigMap as the config file, only
+// the servers' addresses and the listen port overridden by environment),
+// probed as a kubelet would while its etcd stops and comes back: /readyz is
+// ready, then 503 saying etcd, then ready again; /healthz stays 200 the
+// whole time (a liveness failure would restart a pod that etcd's outage
+// does not concern).
+func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
+	m := decodeManifests(t, "gc-daemon.yaml", deployFile(t, "kubernetes/gc-daemon.yaml"))
+	cm, pod := m.configMaps[0], m.deployments[0].Spec.Template.Spec
+	c := pod.Containers[0]
+
+	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	mi := testenv.StartMinIO(t, localstack.MinIOOptions{})
+	secret := map[string]string{"s3-access-key": mi.Config.AccessKey, "s3-secret-key": mi.Config.SecretKey}
+
+	// The ConfigMap, mounted where the pod mounts it.
+	dir := t.TempDir()
+	args := c.Args
+	for _, vm := range c.VolumeMounts {
+		if vm.Name != "config" {
+			continue
+		}
+		for k, v := range cm.Data {
+			if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args = nil
+		for _, a := range c.Args {
+			args = append(args, strings.Replace(a, vm.MountPath, dir, 1))
+		}
+	}
+	for _, ev := range c.Env {
+		switch {
+		case ev.ValueFrom == nil:
+			t.Setenv(ev.Name, ev.Value)
+		case ev.ValueFrom.SecretKeyRef != nil:
+			ref := ev.ValueFrom.SecretKeyRef
+			v, ok := secret[ref.Key]
+			if !ok && (ref.Optional == nil || !*ref.Optional) {
+				t.Fatalf("env %s: secret key %q is not optional", ev.Name, ref.Key)
+			}
+			if ok {
+				t.Setenv(ev.Name, v)
+			}
+		default:
+			t.Fatalf("env %s: unsupported source %+v", ev.Name, ev.ValueFrom)
+		}
+	}
+	port, err := localstack.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	t.Setenv("FENCEPUB_ETCD_ENDPOINTS", e.Endpoints()[0])
+	t.Setenv("FENCEPUB_S3_ENDPOINT", mi.Config.Endpoint)
+	t.Setenv("FENCEPUB_S3_BUCKET", mi.Config.Bucket)
+	t.Setenv("FENCEPUB_GC_LISTEN", addr)
+
+	// A domain with a published resource, as the workers leave it.
+	cfg := loadConfigFile(t, "ConfigMap fencepub.yaml", []byte(cm.Data["fencepub.yaml"]))
+	ns, err := layout.NewNamespace(cfg.Namespace.Prefix, cfg.Namespace.Domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := localstack.NewEtcdClient(e.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	st, err := mi.Store()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: cli, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := auth.Acquire(ctx, authority.AcquireRequest{Resource: "job", Owner: "w", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan string, 1)
+	go func() {
+		o, errs, code := publishCLI(t, dctx, "", args...)
+		done <- fmt.Sprintf("exit %d\nstdout: %s\nstderr: %s", code, o, errs)
+	}()
+	defer func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Error("daemon did not stop on cancel")
+		}
+	}()
+
+	// Every period of the readiness probe, both probes; until's condition
+	// is on /readyz. /healthz must answer 200 at every round.
+	type status struct {
+		Ready  bool   `json:"ready"`
+		Reason string `json:"reason"`
+		Leader bool   `json:"leader"`
+	}
+	until := func(what string, cond func(code int, st status, body string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if code, body := kubeletProbe(c.LivenessProbe, addr); code != http.StatusOK && code != 0 {
+				t.Fatalf("%s: liveness %d %s", what, code, body)
+			}
+			code, body := kubeletProbe(c.ReadinessProbe, addr)
+			var st status
+			if code != 0 {
+				if err := json.Unmarshal([]byte(body), &st); err != nil {
+					t.Fatalf("%s: readiness body %q: %v", what, body, err)
+				}
+			}
+			if cond(code, st, body) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: last readiness %d %s", what, code, body)
+			}
+			select {
+			case r := <-done:
+				t.Fatalf("%s: the daemon ended: %s", what, r)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	until("ready as the leader", func(code int, st status, _ string) bool { return code == http.StatusOK && st.Ready && st.Leader })
+	// From here on the endpoint answers: a refused liveness probe fails.
+	live := func(what string) {
+		t.Helper()
+		if code, body := kubeletProbe(c.LivenessProbe, addr); code != http.StatusOK {
+			t.Fatalf("%s: liveness %d %s", what, code, body)
+		}
+	}
+	live("leading")
+
+	e.Members[0].Stop()
+	until("not ready, saying etcd", func(code int, st status, body string) bool {
+		live("etcd down")
+		return code == http.StatusServiceUnavailable && !st.Ready && strings.Contains(st.Reason, "etcd")
+	})
+	// It stays not ready (and live) while etcd is down.
+	for range 3 {
+		live("etcd still down")
+		if code, body := kubeletProbe(c.ReadinessProbe, addr); code != http.StatusServiceUnavailable || !strings.Contains(body, "etcd") {
+			t.Fatalf("etcd down: readiness %d %s", code, body)
+		}
+	}
+
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	defer rcancel()
+	if err := e.Members[0].Restart(rctx); err != nil {
+		t.Fatal(err)
+	}
+	until("ready again", func(code int, st status, _ string) bool {
+		live("etcd back")
+		return code == http.StatusOK && st.Ready
+	})
+	live("ready again")
+}
