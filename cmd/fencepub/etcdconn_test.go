@@ -53,18 +53,7 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 	if err := os.WriteFile(body, []byte("over tls"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := func(t *testing.T, wantCode int, args ...string) string {
-		t.Helper()
-		start := time.Now()
-		out, errs, code := runCLI(t, args...)
-		if code != wantCode {
-			t.Fatalf("fencepub %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, wantCode, out, errs)
-		}
-		if took := time.Since(start); wantCode == exitcode.Usage && took > 8*time.Second {
-			t.Fatalf("fencepub %s: the configuration error took %s", strings.Join(args, " "), took)
-		}
-		return out + errs
-	}
+	run := runWant
 
 	run(t, 0, append([]string{"publish", "--resource", "job", "--owner", "alice", "--ttl", "10s", "--key", "k1", "--file", body}, good...)...)
 	if out := run(t, 0, append([]string{"read", "--resource", "job"}, good...)...); !strings.Contains(out, "over tls") {
