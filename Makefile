@@ -39,7 +39,7 @@ build:
 	$(GO) build -o $(BIN)/batch-publisher ./examples/batch-publisher
 	$(GO) build -o $(BIN)/reader-service ./examples/reader-service
 
-## demo: the main job end to end on real etcd and MinIO (internal/demo)
+## demo: the main job end to end on real etcd and MinIO (internal/harness/demo)
 demo: deps build
 	$(GO) run ./internal/demo/cmd --bin $(BIN)
 
@@ -62,7 +62,7 @@ bench: deps build
 	@cat bench/results/micro.txt
 
 ## test: every test (under the race detector but for NORACE_PKGS), against real servers started by
-## internal/testenv (wrk installed for the reader-service bench rows, which
+## internal/harness/testenv (wrk installed for the reader-service bench rows, which
 ## must run), after the cross-compile check (goreleaser: for the release
 ## check), then every fuzz target for FUZZTIME
 test: deps wrk goreleaser cross examples-module
@@ -135,7 +135,7 @@ staticcheck:
 	$(BIN)/staticcheck $(PKGS)
 
 ## chaos: fault-injection soak against real etcd (3 members) and MinIO (4 drives),
-##        judged by the linearizability and invariant checker (internal/chaos).
+##        judged by the linearizability and invariant checker (internal/harness/chaos).
 ##        SEED= replays a schedule (empty: random, printed); DURATION= e.g. 30m.
 SEED     ?=
 DURATION ?= 5m

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

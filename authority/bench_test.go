@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/bench"
+	"github.com/fencepub/fencepub/internal/harness/bench"
 )
 
 // BenchmarkAuthority measures, in one run on the same servers, Acquire next

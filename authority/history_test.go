@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // TestInitRefusesForeignHistory: an etcd with no epoch for the domain never

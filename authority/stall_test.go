@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/wait"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 )
 
 // The helper process: the test binary re-executed (testenv.StartChild) to

@@ -6,7 +6,7 @@ package config
 
 import (
 	"github.com/fencepub/fencepub"
-	iconfig "github.com/fencepub/fencepub/internal/config"
+	iconfig "github.com/fencepub/fencepub/internal/cli/config"
 )
 
 // Connect loads the configuration from its defaults, FENCEPUB_* environment

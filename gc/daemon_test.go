@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/faultproxy"
+	"github.com/fencepub/fencepub/internal/harness/faultproxy"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"

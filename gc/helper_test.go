@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/faultproxy"
+	"github.com/fencepub/fencepub/internal/harness/faultproxy"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/faultproxy"
-	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/harness/faultproxy"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/publisher"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
-	"github.com/fencepub/fencepub/internal/faultproxy"
+	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/minio/minio-go/v7"

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/faultproxy"
+	"github.com/fencepub/fencepub/internal/harness/faultproxy"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
 )

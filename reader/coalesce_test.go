@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

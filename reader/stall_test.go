@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/faultproxy"
-	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/harness/faultproxy"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 )
 
 // Config.StallTimeout ends a read that gets no byte for that long — no

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
 )
 
 // A pointer below a version the reader already returned (etcd's history

@@ -13,12 +13,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/bench"
-	"github.com/fencepub/fencepub/internal/bench/suite"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/harness/bench"
+	"github.com/fencepub/fencepub/internal/harness/bench/suite"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
 	"github.com/spf13/cobra"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 )
 
 // TestAuthorityCLI drives `fencepub authority` against real etcd and MinIO:

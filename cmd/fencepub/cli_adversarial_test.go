@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/fencepub/fencepub/internal/cli"
-	"github.com/fencepub/fencepub/internal/config"
+	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/spf13/cobra"

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/config"
+	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"

@@ -10,7 +10,7 @@ import (
 // its plotting and PDF libraries) and the worker binary must not: they
 // belong to cmd/fencepub-bench (README "Layout").
 var heavyDeps = []string{
-	"github.com/fencepub/fencepub/internal/bench",
+	"github.com/fencepub/fencepub/internal/harness/bench",
 	"gonum.org/",
 	"codeberg.org/go-pdf/",
 	"codeberg.org/go-latex/",
@@ -44,7 +44,7 @@ func TestNoBenchDeps(t *testing.T) {
 		t.Errorf("fencepub links %d packages of the benchmark suite: %s", len(heavy), strings.Join(heavy, " "))
 	}
 	heavy := strings.Join(linked(t, "../fencepub-bench"), " ")
-	if !strings.Contains(heavy, "fencepub/internal/bench") || !strings.Contains(heavy, "gonum.org/v1/plot") {
+	if !strings.Contains(heavy, "fencepub/internal/harness/bench") || !strings.Contains(heavy, "gonum.org/v1/plot") {
 		t.Errorf("fencepub-bench: heavy dependencies %q, want internal/bench and gonum.org/v1/plot", heavy)
 	}
 }

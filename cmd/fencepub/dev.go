@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/spf13/cobra"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/config"
-	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/cli/config"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/objstore"
 )
 

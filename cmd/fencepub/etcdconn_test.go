@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 )
 
 // secureStack starts an etcd serving TLS with --client-cert-auth and

@@ -14,7 +14,7 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/cli"
-	"github.com/fencepub/fencepub/internal/config"
+	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

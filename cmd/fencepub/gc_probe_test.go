@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
 )
 

@@ -14,9 +14,9 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
 	"github.com/fencepub/fencepub/publisher"
 )
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/cli"
-	"github.com/fencepub/fencepub/internal/localstack"
-	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/wait"
 )
 

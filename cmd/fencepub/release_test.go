@@ -20,7 +20,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencepub/fencepub/internal/localstack"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
 )
 
 // repoRoot is the checkout holding this package (cmd/fencepub).

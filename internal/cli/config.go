@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/config"
+	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/config"
+	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/spf13/cobra"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/testenv"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/lab"
 )
 
