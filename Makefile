@@ -20,6 +20,10 @@ RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS)),$(shell $(GO) lis
 # go test also writes any failing input it finds. FUZZTIME counts inputs
 # (Nx), not seconds: a time budget can end a loaded run with a spurious
 # "context deadline exceeded" failure while a worker is mid-input.
+# STORE_PKGS: the suites that exercise the object store, which make test runs
+# a second time with SeaweedFS as the shared store (FENCEPUB_TEST_STORE;
+# README, "Object stores"); the first pass runs everything on MinIO.
+STORE_PKGS := ./publisher ./reader ./gc ./lab/replay
 FUZZ_PKGS ?= ./internal/layout
 FUZZTIME  ?= 200000x
 
@@ -27,7 +31,7 @@ FUZZTIME  ?= 200000x
 
 all: build
 
-## deps: build pinned etcd, etcdctl, etcdutl and MinIO into ./bin (idempotent)
+## deps: build pinned etcd, etcdctl, etcdutl, MinIO and SeaweedFS (weed) into ./bin (idempotent)
 deps:
 	@./tools/build-servers.sh
 
@@ -62,12 +66,13 @@ bench: deps build
 	@cat bench/results/micro.txt
 
 ## test: every test (under the race detector but for NORACE_PKGS), against real servers started by
-## internal/harness/testenv (wrk installed for the reader-service bench rows, which
-## must run), after the cross-compile check (goreleaser: for the release
+## internal/harness/testenv, then STORE_PKGS again on SeaweedFS (wrk installed
+## for the reader-service bench rows, which must run), after the cross-compile check (goreleaser: for the release
 ## check), then every fuzz target for FUZZTIME
 test: deps wrk goreleaser cross examples-module
 	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
 	$(GO) test $(TEST_FLAGS) $(NORACE_PKGS)
+	FENCEPUB_TEST_STORE=seaweedfs $(GO) test $(TEST_FLAGS) -race $(STORE_PKGS)
 	@$(MAKE) --no-print-directory fuzz
 
 ## examples-module: examples/ copied into a throwaway module that requires

@@ -415,7 +415,7 @@ func TestAdversarialAcquireMissingBucket(t *testing.T) {
 	if _, err := a.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cfg := testenv.Get(t).MinIO.Config
+	cfg := testenv.Get(t).S3.S3Config()
 	cfg.Bucket = "no-such-bucket"
 	st, err := objstore.New(cfg)
 	if err != nil {

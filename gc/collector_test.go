@@ -232,7 +232,7 @@ func TestOtherDeploymentRefused(t *testing.T) {
 // lifecycle rules (which bypass GC's rules) are on, and still runs.
 func TestBucketWarnings(t *testing.T) {
 	e := newEnv(t)
-	cfg := testenv.Get(t).MinIO.Config
+	cfg := testenv.Get(t).S3.S3Config()
 	cfg.Bucket = "gc-warn-" + strings.ToLower(e.NS.Domain)
 	st, err := objstore.New(cfg)
 	if err != nil {

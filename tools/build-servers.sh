@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the pinned real servers into ./bin. Idempotent: a binary that is
+# Builds the pinned real servers (etcd, MinIO, SeaweedFS) into ./bin. Idempotent: a binary that is
 # already there at the pinned version is kept. Called by `make deps`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +26,12 @@ if [[ ! -x $BIN/minio || $(stamp minio) != "$MINIO_VERSION" ]]; then
   (cd "$(mktemp -d)" && GOBIN="$BIN" GOFLAGS=-buildvcs=false go install "github.com/minio/minio@$MINIO_VERSION")
   echo "$MINIO_VERSION" > "$BIN/.minio.version"
 fi
-echo "deps: ok ($("$BIN/etcd" --version | head -1); minio $MINIO_VERSION)" >&2
+# SeaweedFS, the second object store the tests run on: its own tools module
+# (tools/seaweedfs/go.mod holds the pin and the one replace it needs).
+WEED_VERSION=$(cd tools/seaweedfs && go list -m -f '{{.Version}}' github.com/seaweedfs/seaweedfs)
+if [[ ! -x $BIN/weed || $(stamp weed) != "$WEED_VERSION" ]]; then
+  echo "deps: building seaweedfs (weed) $WEED_VERSION into ./bin (about 3.5 minutes cold)" >&2
+  (cd tools/seaweedfs && GOFLAGS=-buildvcs=false go build -o "$BIN/weed" github.com/seaweedfs/seaweedfs/weed)
+  echo "$WEED_VERSION" > "$BIN/.weed.version"
+fi
+echo "deps: ok ($("$BIN/etcd" --version | head -1); minio $MINIO_VERSION; seaweedfs $WEED_VERSION)" >&2

@@ -66,7 +66,7 @@ func start(t *testing.T, bin string, cacheBytes int64, resources ...string) *ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	s3 := env.MinIO.Config
+	s3 := env.S3.S3Config()
 	args := []string{"--listen", "127.0.0.1:" + strconv.Itoa(port),
 		"--cache-bytes", strconv.FormatInt(cacheBytes, 10), "--resource", strings.Join(resources, ",")}
 	cmd := exec.Command(bin, args...)

@@ -141,3 +141,32 @@ func TestMinIOErasureSet(t *testing.T) {
 }
 
 func errorsIs(err, target error) bool { return err != nil && errors.Is(err, target) }
+
+// TestSeaweedFSServesCreateOnly starts a SeaweedFS server of its own (in
+// every run, whichever store is shared) and checks what fencepub needs of
+// it right after StartSeaweedFS returns: a create-only PUT is served at
+// once, a second one onto the same key is refused, and the bytes stay.
+func TestSeaweedFSServesCreateOnly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := localstack.StartSeaweedFS(ctx, t.TempDir(), localstack.SeaweedFSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	st, err := s.Store()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer pcancel()
+	if _, err := st.PutSmallCreateOnly(pctx, "k", []byte("first"), "text/plain"); err != nil {
+		t.Fatalf("first create-only put right after start: %v", err)
+	}
+	if _, err := st.PutSmallCreateOnly(ctx, "k", []byte("second"), "text/plain"); !errors.Is(err, objstore.ErrExists) {
+		t.Fatalf("second create-only put: %v, want ErrExists", err)
+	}
+	if b, err := st.GetSmall(ctx, "k", 1024); err != nil || string(b) != "first" {
+		t.Fatalf("get: %q %v", b, err)
+	}
+}

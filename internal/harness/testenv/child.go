@@ -70,7 +70,7 @@ type Servers struct {
 
 // Servers returns the shared servers' endpoints with namespace ns.
 func (s *Shared) Servers(ns layout.Namespace) Servers {
-	return Servers{Etcd: s.Etcd.Endpoints(), S3: s.MinIO.Config, Namespace: ns}
+	return Servers{Etcd: s.Etcd.Endpoints(), S3: s.S3.S3Config(), Namespace: ns}
 }
 
 // ConnectSpec decodes a child's spec (the JSON its ChildFunc gets) into

@@ -3,8 +3,10 @@
 // test never skips because a server is missing: a missing binary fails the
 // test and says to run `make deps`.
 //
-// Packages share one single-member etcd and one MinIO per test binary
-// through Main; each test isolates itself with its own Namespace domain
+// Packages share one single-member etcd and one object store per test
+// binary through Main: MinIO, or SeaweedFS when the environment variable
+// FENCEPUB_TEST_STORE is "seaweedfs" (`make test` runs the store-facing
+// suites once per store); each test isolates itself with its own Namespace domain
 // (NewDomain gives one with its clients). Tests that kill, pause or restart
 // servers start their own with StartEtcd and StartMinIO. When a test fails,
 // the server logs are printed. Tests that kill or pause a worker run it as
@@ -30,13 +32,26 @@ import (
 
 // Shared is the per-binary environment started by Main.
 type Shared struct {
-	Etcd  *localstack.Etcd
-	MinIO *localstack.MinIO
+	Etcd *localstack.Etcd
+	// S3 is the shared object store, of the kind StoreKind names.
+	S3 localstack.ObjectStore
+}
+
+// StoreEnv is the environment variable that chooses the shared object
+// store: one of localstack.StoreKinds, default localstack.StoreMinIO.
+const StoreEnv = "FENCEPUB_TEST_STORE"
+
+// StoreKind returns the kind of object store Main starts (StoreEnv).
+func StoreKind() string {
+	if k := os.Getenv(StoreEnv); k != "" {
+		return k
+	}
+	return localstack.StoreMinIO
 }
 
 var shared *Shared
 
-// Main starts the shared etcd and MinIO, runs the tests, prints the server
+// Main starts the shared etcd and object store (StoreKind), runs the tests, prints the server
 // logs if any test failed, stops the servers and exits. Call it from
 // TestMain: func TestMain(m *testing.M) { testenv.Main(m) }.
 func Main(m *testing.M) {
@@ -52,20 +67,20 @@ func Main(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		os.Exit(1)
 	}
-	mi, err := localstack.StartMinIO(ctx, dir+"/minio", localstack.MinIOOptions{})
+	mi, err := localstack.StartStore(ctx, dir+"/store", StoreKind(), false)
 	cancel()
 	if err != nil {
 		e.Stop()
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		os.Exit(1)
 	}
-	shared = &Shared{Etcd: e, MinIO: mi}
+	shared = &Shared{Etcd: e, S3: mi}
 	code := m.Run()
 	if code != 0 {
 		for _, mem := range e.Members {
 			fmt.Fprintf(os.Stderr, "--- %s log (tail) ---\n%s\n", mem.Name, mem.LogTail(8192))
 		}
-		fmt.Fprintf(os.Stderr, "--- minio log (tail) ---\n%s\n", mi.LogTail(8192))
+		fmt.Fprintf(os.Stderr, "--- %s log (tail) ---\n%s\n", StoreKind(), mi.LogTail(8192))
 	}
 	mi.Stop()
 	e.Stop()
@@ -121,12 +136,13 @@ func (s *Shared) EtcdProxy(t testing.TB) (*faultproxy.Proxy, *clientv3.Client) {
 	return px, cli
 }
 
-// StoreProxy starts a fault proxy in front of the shared MinIO and returns
-// it with a Store of the shared bucket that reaches MinIO only through it.
+// StoreProxy starts a fault proxy in front of the shared object store and
+// returns it with a Store of the shared bucket that reaches the store only
+// through it.
 // The proxy is closed when t ends. It fails t if either cannot be made.
 func (s *Shared) StoreProxy(t testing.TB) (*faultproxy.Proxy, *objstore.Store) {
 	t.Helper()
-	cfg := s.MinIO.Config
+	cfg := s.S3.S3Config()
 	px, err := faultproxy.Start(cfg.Endpoint)
 	if err != nil {
 		t.Fatal(err)
@@ -140,10 +156,10 @@ func (s *Shared) StoreProxy(t testing.TB) (*faultproxy.Proxy, *objstore.Store) {
 	return px, st
 }
 
-// Store returns a Store of the shared MinIO's bucket.
+// Store returns a Store of the shared object store's bucket.
 func (s *Shared) Store(t testing.TB) *objstore.Store {
 	t.Helper()
-	st, err := s.MinIO.Store()
+	st, err := objstore.New(s.S3.S3Config())
 	if err != nil {
 		t.Fatal(err)
 	}

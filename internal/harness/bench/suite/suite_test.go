@@ -35,7 +35,7 @@ func TestSuiteQuick(t *testing.T) {
 	}
 	env := Env{
 		Target:  bench.Target{Etcd: shared.EtcdClient(t), Store: shared.Store(t), NS: testenv.Namespace(t)},
-		Config:  config.Config{Etcd: config.Etcd{Endpoints: shared.Etcd.Endpoints()}, S3: shared.MinIO.Config},
+		Config:  config.Config{Etcd: config.Etcd{Endpoints: shared.Etcd.Endpoints()}, S3: shared.S3.S3Config()},
 		NewEtcd: shared.Etcd.Client,
 		StartEtcd: func(ctx context.Context, members int) (*clientv3.Client, func(), error) {
 			e := testenv.StartEtcd(t, localstack.EtcdOptions{Members: members})

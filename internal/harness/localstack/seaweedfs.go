@@ -1,0 +1,186 @@
+package localstack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/objstore"
+)
+
+// SeaweedFSOptions configures a SeaweedFS server. The zero value is one
+// `weed server` process (master, volume server, filer and S3 gateway in
+// one) with fixed local credentials.
+type SeaweedFSOptions struct {
+	AccessKey string // default "fencepub"
+	SecretKey string // default "fencepub-secret"
+	Bucket    string // created at start; default "fencepub"
+	// Port is a fixed S3 port (dev up); 0 takes a free one. The master,
+	// volume and filer ports, and their gRPC ports, are always free ones.
+	Port         int
+	Detached     bool
+	ReadyTimeout time.Duration // default 90 s
+}
+
+// SeaweedFS is a running SeaweedFS server serving the S3 API on loopback.
+type SeaweedFS struct {
+	*Process
+	Dir string
+	// Config reaches the bucket through the S3 gateway.
+	Config objstore.Config
+}
+
+// StartSeaweedFS starts `weed server` under dir with its S3 gateway and
+// blocks until the gateway answers a bucket call (creating the bucket).
+// Every one of its eight ports (HTTP and gRPC of the master, volume server,
+// filer and S3 gateway) is a free loopback port, so several servers run side
+// by side. The S3 identities file grants the one configured key pair every
+// action.
+//
+// Errors: ErrNoBinary, a port or directory that cannot be had, a server that
+// exits or is not ready within ReadyTimeout (with its log tail).
+func StartSeaweedFS(ctx context.Context, dir string, opts SeaweedFSOptions) (*SeaweedFS, error) {
+	bin, err := Binary("weed")
+	if err != nil {
+		return nil, err
+	}
+	if opts.AccessKey == "" {
+		opts.AccessKey, opts.SecretKey = "fencepub", "fencepub-secret"
+	}
+	if opts.Bucket == "" {
+		opts.Bucket = "fencepub"
+	}
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return nil, err
+	}
+	ident, err := json.Marshal(map[string]any{"identities": []any{map[string]any{
+		"name":        opts.AccessKey,
+		"credentials": []any{map[string]string{"accessKey": opts.AccessKey, "secretKey": opts.SecretKey}},
+		"actions":     []string{"Admin", "Read", "List", "Tagging", "Write"},
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	identPath := filepath.Join(dir, "identities.json")
+	if err := os.WriteFile(identPath, ident, 0o600); err != nil {
+		return nil, err
+	}
+	ports := make([]int, 8)
+	for i := range ports {
+		if i == 0 && opts.Port != 0 {
+			ports[0] = opts.Port
+			continue
+		}
+		if ports[i], err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	p := func(i int) string { return strconv.Itoa(ports[i]) }
+	s := &SeaweedFS{Dir: dir, Process: &Process{Name: "seaweedfs", LogPath: filepath.Join(dir, "weed.log"), bin: bin, detached: opts.Detached}}
+	s.args = []string{"server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir=" + data,
+		"-s3", "-s3.port=" + p(0), "-s3.port.grpc=" + p(1), "-s3.config=" + identPath,
+		"-master.port=" + p(2), "-master.port.grpc=" + p(3),
+		"-volume.port=" + p(4), "-volume.port.grpc=" + p(5),
+		"-filer.port=" + p(6), "-filer.port.grpc=" + p(7),
+		// Small volumes: a test writes megabytes, and each volume file is
+		// preallocated up to this size on some filesystems.
+		"-master.volumeSizeLimitMB=64", "-volume.max=0",
+	}
+	s.Config = objstore.Config{Endpoint: "127.0.0.1:" + p(0), AccessKey: opts.AccessKey, SecretKey: opts.SecretKey, Bucket: opts.Bucket}
+	if err := s.Start(); err != nil {
+		return nil, err
+	}
+	timeout := opts.ReadyTimeout
+	if timeout == 0 {
+		timeout = 90 * time.Second
+	}
+	if err := s.WaitReady(ctx, timeout); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// WaitReady blocks until the bucket exists (creating it) and a create-only
+// PUT is served, the server exits, or timeout passes. The bucket answers
+// seconds before the filer's lock ring, which every conditional write takes,
+// has a lock server: until then such a write waits and retries inside the
+// server. So readiness is a create-only PUT of readyKey answered (created,
+// or refused as existing after an earlier attempt timed out).
+func (s *SeaweedFS) WaitReady(ctx context.Context, timeout time.Duration) error {
+	st, err := objstore.New(s.Config)
+	if err != nil {
+		return err
+	}
+	return waitReady(ctx, s.Process, timeout, func(ctx context.Context) error {
+		if err := st.EnsureBucket(ctx); err != nil {
+			return fmt.Errorf("bucket %q on %s: %w", s.Config.Bucket, s.Config.Endpoint, err)
+		}
+		if _, err := st.PutSmallCreateOnly(ctx, readyKey, []byte("ready"), "text/plain"); err != nil && !errors.Is(err, objstore.ErrExists) {
+			return fmt.Errorf("create-only put on %s: %w", s.Config.Endpoint, err)
+		}
+		return nil
+	})
+}
+
+// readyKey is the object WaitReady writes: outside every fencepub
+// namespace (those are <prefix>/<domain>/...), so no domain sees it.
+const readyKey = "_localstack/ready"
+
+// Store returns an objstore.Store for the bucket.
+func (s *SeaweedFS) Store() (*objstore.Store, error) { return objstore.New(s.Config) }
+
+// The object stores StartStore can start (README, "Object stores").
+const (
+	StoreMinIO     = "minio"
+	StoreSeaweedFS = "seaweedfs"
+)
+
+// StoreKinds lists the names StartStore accepts.
+var StoreKinds = []string{StoreMinIO, StoreSeaweedFS}
+
+// ObjectStore is a running S3-compatible server as the tests, the demo and
+// `dev up` use it: its bucket's configuration, its log and a way to stop it.
+type ObjectStore interface {
+	// S3Config reaches the server's bucket (s3.* configuration keys).
+	S3Config() objstore.Config
+	// LogTail returns the last n bytes of the server's log.
+	LogTail(n int64) string
+	// Stop stops the server (SIGTERM, then SIGKILL after a grace).
+	Stop()
+}
+
+// S3Config implements ObjectStore.
+func (m *MinIO) S3Config() objstore.Config { return m.Config }
+
+// S3Config implements ObjectStore.
+func (s *SeaweedFS) S3Config() objstore.Config { return s.Config }
+
+// StartStore starts one server of the named kind (StoreMinIO: a one-drive
+// MinIO; StoreSeaweedFS: a `weed server`) under dir with default
+// credentials and bucket, and waits until its bucket answers. detached
+// servers outlive the caller (dev up). Errors: an unknown kind (naming the
+// known ones), and those of StartMinIO and StartSeaweedFS.
+func StartStore(ctx context.Context, dir, kind string, detached bool) (ObjectStore, error) {
+	switch kind {
+	case StoreMinIO, "":
+		m, err := StartMinIO(ctx, dir, MinIOOptions{Detached: detached})
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
+	case StoreSeaweedFS:
+		s, err := StartSeaweedFS(ctx, dir, SeaweedFSOptions{Detached: detached})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("localstack: unknown object store %q (known: %v)", kind, StoreKinds)
+}
