@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/fencepub/fencepub"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -212,7 +213,7 @@ holds another etcd's history (see authority recover --from-bucket).`,
 			return err
 		}
 		opts := gc.RunOptions{Resources: f.resources, All: f.all, DryRun: dryRun, Verbose: verbose}
-		bar := newProgress(env.Stderr)
+		bar := newProgress(c, env.Stderr)
 		if bar != nil {
 			opts.Progress = func(n int64) { _ = bar.Set64(n) }
 		}
@@ -233,11 +234,11 @@ holds another etcd's history (see authority recover --from-bucket).`,
 	return cmd
 }
 
-// newProgress returns a progress counter on w when w is a terminal, else
-// nil.
-func newProgress(w io.Writer) *progressbar.ProgressBar {
+// newProgress returns a progress counter on w when w is a terminal and c
+// logs text, else nil.
+func newProgress(c *cobra.Command, w io.Writer) *progressbar.ProgressBar {
 	f, ok := w.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
+	if !ok || !term.IsTerminal(int(f.Fd())) || cli.LogsJSON(c) {
 		return nil
 	}
 	return progressbar.NewOptions64(-1,
@@ -351,7 +352,7 @@ and the lease released.`,
 			if err != nil {
 				return exitcode.With(exitcode.Usage, fmt.Errorf("--listen %s: %w", listen, err))
 			}
-			srv := &http.Server{Handler: d.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
+			srv := &http.Server{Handler: d.Handler(reg), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(env.Log.Handler(), slog.LevelWarn)}
 			go func() { _ = srv.Serve(ln) }()
 			defer func() {
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -458,13 +458,13 @@ func reportResult(cmd *cobra.Command, format, verb string, res publisher.Result,
 		}
 		switch res.Outcome {
 		case publisher.Applied:
-			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: %s applied: %s is at %s\n", verb, res.Resource, res.Version)
+			cli.Logger(cmd).Info(fmt.Sprintf("%s applied: %s is at %s", verb, res.Resource, res.Version))
 		case publisher.Duplicate:
-			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: %s duplicate: key %q was already applied at %s; the pointer did not move\n",
-				verb, res.IdempotencyKey, res.Version)
+			cli.Logger(cmd).Info(fmt.Sprintf("%s duplicate: key %q was already applied at %s; the pointer did not move",
+				verb, res.IdempotencyKey, res.Version))
 		case publisher.Unknown:
-			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: settle it with: %s (or pass this command's -o json output to: fencepub resolve --from -)\n",
-				resolveHint(res, res.IdempotencyKey))
+			cli.Logger(cmd).Warn(fmt.Sprintf("settle it with: %s (or pass this command's -o json output to: fencepub resolve --from -)",
+				resolveHint(res, res.IdempotencyKey)))
 		}
 	}
 	return publishExit(res, err)
