@@ -313,6 +313,7 @@ Newer state wins: a version at or below the pointer is stale.
 		}
 		return reportResult(c, *out, "publish", res, err)
 	}
+	addRunMetrics(cmd, &g.resource)
 	return cmd
 }
 

@@ -174,6 +174,7 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 		}
 		return err
 	}
+	addRunMetrics(cmd, &resource)
 	return cmd
 }
 
