@@ -324,10 +324,7 @@ and the lease released.`,
 			return err
 		}
 		defer env.Close()
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		b := currentBuild()
-		m, err := gc.NewMetrics(reg, gc.BuildInfo{Version: b.Version, GoVersion: b.GoVersion})
+		reg, m, err := newGCRegistry(interval)
 		if err != nil {
 			return err
 		}
@@ -364,4 +361,22 @@ and the lease released.`,
 		return d.Run(ctx)
 	}
 	return cmd
+}
+
+// newGCRegistry returns the GC daemon's /metrics registry (README
+// "Monitoring"): the Go runtime and process collectors, gc.NewMetrics, and
+// fencepub_gc_interval_seconds, the pass interval, so that an alert can
+// count missed passes in intervals (deploy/monitoring). Errors: the
+// registry's.
+func newGCRegistry(interval time.Duration) (*prometheus.Registry, *gc.Metrics, error) {
+	reg := prometheus.NewRegistry()
+	iv := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencepub_gc_interval_seconds", Help: "The GC daemon's interval between passes (gc.interval)."})
+	iv.Set(interval.Seconds())
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), iv)
+	b := currentBuild()
+	m, err := gc.NewMetrics(reg, gc.BuildInfo{Version: b.Version, GoVersion: b.GoVersion})
+	if err != nil {
+		return nil, nil, err
+	}
+	return reg, m, nil
 }
