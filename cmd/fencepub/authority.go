@@ -72,7 +72,7 @@ func authorityExit(err error) error {
 	case errors.As(err, &coded):
 		return err
 	case errors.Is(err, layout.ErrInvalidName), errors.Is(err, authority.ErrBadTTL), errors.Is(err, authority.ErrInvalidGrant),
-		errors.Is(err, authority.ErrInitialized), isNoSuchBucket(err):
+		errors.Is(err, authority.ErrInitialized), errors.Is(err, authority.ErrCreateOnlyIgnored), isNoSuchBucket(err):
 		code = exitcode.Usage
 	case errors.Is(err, authority.ErrRequestConflict):
 		code = exitcode.Conflict

@@ -330,12 +330,18 @@ func positive(name string, d time.Duration) error {
 // missing bucket is a configuration mistake (exit 2) found before anything
 // is minted in etcd; an unreachable store exits 115.
 func checkBucket(ctx context.Context, env *cli.Env) error {
-	err := env.Store.CheckBucket(ctx)
+	return bucketError(env, env.Store.CheckBucket(ctx))
+}
+
+// bucketError classifies the error of a bucket call: a missing bucket
+// exits 2 with the next step, an unreachable store 115.
+func bucketError(env *cli.Env, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, objstore.ErrNotFound):
-		return exitcode.With(exitcode.Usage, fmt.Errorf("s3.bucket: %w", err))
+		return exitcode.With(exitcode.Usage, fmt.Errorf("s3.bucket %q does not exist at %s: create it with 'fencepub init --create-bucket' (or the store's own tools), or fix s3.bucket / --s3-bucket: %w",
+			env.Config.S3.Bucket, env.Config.S3.Endpoint, err))
 	case errors.Is(err, objstore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return exitcode.With(exitcode.Unavailable, err)
 	}

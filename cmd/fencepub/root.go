@@ -40,6 +40,8 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		newGCCmd(),
 		newResourceCmd(),
 		newVersionCmd(),
+		newInitCmd(),
+		newDoctorCmd(),
 	)
 	cli.Prepare(root)
 	return root
