@@ -15,7 +15,7 @@ import (
 // with a histogram's _bucket, _sum and _count series.
 func servedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	reg, _, err := newGCRegistry(5 * time.Minute)
+	reg, _, err := newGCRegistry(5*time.Minute, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,7 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		newVersionCmd(),
 		newInitCmd(),
 		newDoctorCmd(),
+		newVerifyCmd(),
 	)
 	cli.Prepare(root)
 	return root

@@ -201,3 +201,8 @@ func (n Namespace) ParseObjectKey(res, key string) (v Version, nonce string, ok 
 func (n Namespace) CreateOnlyProbeObject() string {
 	return n.Prefix + "/" + metaDir + "probe/create-only"
 }
+
+// VerifyKey holds the time (RFC 3339, UTC) of the last `fencepub verify
+// --all` that found nothing; the GC daemon exports it. It sits in the
+// domain's clock/ subtree, with the other times GC reads.
+func (n Namespace) VerifyKey() string { return n.Root() + "clock/last-clean-verify" }
