@@ -20,11 +20,14 @@ import (
 // addOutputFlag registers -o/--output (text or json) and returns its value.
 func addOutputFlag(cmd *cobra.Command) *string { return addFormatFlag(cmd, "output") }
 
-// addFormatFlag registers the text|json format flag as -o/--<long> and
-// returns its value; `run` uses --format because its --output names a file.
+// addFormatFlag registers the text|json format flag as -o/--<long>, whose
+// values complete in the shell, and returns its value; `run` uses --format
+// because its --output names a file.
 func addFormatFlag(cmd *cobra.Command, long string) *string {
 	o := new(string)
-	cmd.Flags().VarP(&choice{value: o, allowed: []string{"text", "json"}, def: "text"}, long, "o", "output format: text or json")
+	formats := []string{"text", "json"}
+	cmd.Flags().VarP(&choice{value: o, allowed: formats, def: "text"}, long, "o", "output format: text or json")
+	_ = cmd.RegisterFlagCompletionFunc(long, cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp)) // the flag exists
 	*o = "text"
 	return o
 }

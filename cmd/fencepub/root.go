@@ -44,6 +44,7 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		newDoctorCmd(),
 		newVerifyCmd(),
 	)
+	addCompletions(root)
 	cli.Prepare(root)
 	return root
 }
