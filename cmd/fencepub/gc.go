@@ -236,11 +236,19 @@ holds another etcd's history (see authority recover --from-bucket).`,
 	return cmd
 }
 
-// newProgress returns a progress counter on w when w is a terminal and c
-// logs text, else nil.
+// progressTerminal returns w as the terminal a progress bar may draw on:
+// ok is false unless w is a terminal and c logs text (a bar would break
+// JSON lines).
+func progressTerminal(c *cobra.Command, w io.Writer) (f *os.File, ok bool) {
+	f, ok = w.(*os.File)
+	return f, ok && term.IsTerminal(int(f.Fd())) && !cli.LogsJSON(c)
+}
+
+// newProgress returns a progress counter on w when progressTerminal
+// allows, else nil.
 func newProgress(c *cobra.Command, w io.Writer) *progressbar.ProgressBar {
-	f, ok := w.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) || cli.LogsJSON(c) {
+	f, ok := progressTerminal(c, w)
+	if !ok {
 		return nil
 	}
 	return progressbar.NewOptions64(-1,

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -22,7 +21,6 @@ import (
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/term"
 )
 
 // verifyFinding is one problem `fencepub verify` found.
@@ -347,11 +345,11 @@ func (v *verifier) classify(rs []verifyResource) error {
 	return nil
 }
 
-// newCountBar returns a progress bar of n steps on w when w is a terminal
-// and c logs text, else nil.
+// newCountBar returns a progress bar of n steps on w when
+// progressTerminal allows, else nil.
 func newCountBar(c *cobra.Command, w io.Writer, n int) *progressbar.ProgressBar {
-	f, ok := w.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) || cli.LogsJSON(c) {
+	f, ok := progressTerminal(c, w)
+	if !ok {
 		return nil
 	}
 	return progressbar.NewOptions(n, progressbar.OptionSetWriter(f), progressbar.OptionSetDescription("verify"),
