@@ -27,7 +27,7 @@ STORE_PKGS := ./publisher ./reader ./gc ./lab/replay
 FUZZ_PKGS ?= ./internal/layout
 FUZZTIME  ?= 200000x
 
-.PHONY: all deps build test examples-module cross fuzz wrk lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
+.PHONY: all deps build test examples-module monitoring cross fuzz wrk lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
 
 all: build
 
@@ -69,11 +69,17 @@ bench: deps build
 ## internal/harness/testenv, then STORE_PKGS again on SeaweedFS (wrk installed
 ## for the reader-service bench rows, which must run), after the cross-compile check (goreleaser: for the release
 ## check), then every fuzz target for FUZZTIME
-test: deps wrk goreleaser cross examples-module
+test: deps wrk goreleaser cross examples-module monitoring
 	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
 	$(GO) test $(TEST_FLAGS) $(NORACE_PKGS)
 	FENCEPUB_TEST_STORE=seaweedfs $(GO) test $(TEST_FLAGS) -race $(STORE_PKGS)
 	@$(MAKE) --no-print-directory fuzz
+
+## monitoring: the Prometheus rules and Grafana dashboard of deploy/monitoring
+## parse with Prometheus's own parsers; a module of its own, so that
+## github.com/prometheus/prometheus stays out of fencepub's go.mod
+monitoring:
+	cd deploy/monitoring && $(GO) test $(TEST_FLAGS) ./...
 
 ## examples-module: examples/ copied into a throwaway module that requires
 ## github.com/fencepub/fencepub through a replace to this checkout builds, so

@@ -250,8 +250,9 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // idempotent and safe to run concurrently from many processes of the same
 // etcd.
 //
-// A first init (DESIGN.md "etcd layout", invariants 3 and 9) requires the
-// bucket to hold nothing under the domain's root: it claims etcd's
+// A first init first checks that the store honours create-only writes
+// (ProbeCreateOnly), then (DESIGN.md "etcd layout", invariants 3 and 9)
+// requires the bucket to hold nothing under the domain's root: it claims etcd's
 // deployment key with a fresh id (or the id another init of this etcd
 // claimed), writes the bucket's ownership marker create-only, reserves
 // epoch 1 + the highest epoch marker by writing that marker create-only,
@@ -262,12 +263,16 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // nothing (Recover with FromBucket takes such a bucket over). Etcd is read
 // first, so an unreachable etcd writes nothing.
 //
-// Errors: *ForeignHistoryError (ErrForeignHistory), ErrUnavailable,
+// Errors: *CreateOnlyError (ErrCreateOnlyIgnored) for a store that ignores
+// If-None-Match, *ForeignHistoryError (ErrForeignHistory), ErrUnavailable,
 // ErrExhausted, ErrCorruptState.
 func (a *Authority) Init(ctx context.Context) (Domain, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil || ok {
 		return d, err
+	}
+	if err := a.probeStore(ctx); err != nil {
+		return Domain{}, err
 	}
 	dep, err := a.checkBucket(ctx)
 	if err == nil && dep == "" {

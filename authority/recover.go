@@ -71,7 +71,7 @@ type RevokedHolder struct {
 	Owner      string `json:"owner"`
 	Epoch      uint64 `json:"epoch"`
 	Generation uint64 `json:"generation"`
-	LeaseID    int64  `json:"lease_id"`
+	LeaseID    int64  `json:"lease_id,string"` // a string: IDs exceed 2^53, where JSON numbers lose digits
 }
 
 // ResourceRecovery is one resource's state after a restore.

@@ -72,7 +72,7 @@ func authorityExit(err error) error {
 	case errors.As(err, &coded):
 		return err
 	case errors.Is(err, layout.ErrInvalidName), errors.Is(err, authority.ErrBadTTL), errors.Is(err, authority.ErrInvalidGrant),
-		errors.Is(err, authority.ErrInitialized), isNoSuchBucket(err):
+		errors.Is(err, authority.ErrInitialized), errors.Is(err, authority.ErrCreateOnlyIgnored), isNoSuchBucket(err):
 		code = exitcode.Usage
 	case errors.Is(err, authority.ErrRequestConflict):
 		code = exitcode.Conflict
@@ -103,8 +103,8 @@ type grantOutput struct {
 	Epoch          uint64    `json:"epoch"`
 	Generation     uint64    `json:"generation"`
 	Fence          uint64    `json:"fence"`
-	LeaseID        int64     `json:"lease_id"`
-	TTLMS          int64     `json:"ttl_ms"`
+	LeaseID        int64     `json:"lease_id,string"` // above 2^53: a string, so jq does not round it
+	TTLSeconds     float64   `json:"ttl_seconds"`
 	GrantedAt      time.Time `json:"granted_at"`
 	ExpiresAt      time.Time `json:"expires_at"`
 	HolderRevision int64     `json:"holder_revision"`
@@ -114,7 +114,7 @@ type grantOutput struct {
 func toGrantOutput(g authority.Grant) grantOutput {
 	return grantOutput{
 		Resource: g.Resource, Owner: g.Owner, RequestID: g.RequestID, Epoch: g.Epoch,
-		Generation: g.Generation, Fence: g.Fence(), LeaseID: int64(g.LeaseID), TTLMS: g.TTL.Milliseconds(),
+		Generation: g.Generation, Fence: g.Fence(), LeaseID: int64(g.LeaseID), TTLSeconds: g.TTL.Seconds(),
 		GrantedAt: g.GrantedAt.UTC(), ExpiresAt: g.ExpiresAt().UTC(), HolderRevision: g.HolderRevision,
 	}
 }
@@ -125,7 +125,7 @@ func printGrant(w io.Writer, format, verb string, o grantOutput) error {
 	}
 	_, err := fmt.Fprintf(w, "%s %s: generation (fence) %d, epoch %d, owner %s, request id %s, lease %x, ttl %s, expires ~%s (client estimate)\n",
 		verb, o.Resource, o.Generation, o.Epoch, o.Owner, o.RequestID, o.LeaseID,
-		time.Duration(o.TTLMS)*time.Millisecond, o.ExpiresAt.Format(time.RFC3339))
+		time.Duration(o.TTLSeconds*float64(time.Second)), o.ExpiresAt.Format(time.RFC3339))
 	return err
 }
 
@@ -322,7 +322,7 @@ type showOutput struct {
 
 type holderOutput struct {
 	grantOutput
-	RemainingMS int64 `json:"remaining_ms"` // etcd's remaining TTL, whole seconds
+	RemainingSeconds float64 `json:"remaining_seconds"` // etcd's remaining TTL, whole seconds
 }
 
 func newAuthorityShowCmd() *cobra.Command {
@@ -351,7 +351,7 @@ func newAuthorityShowCmd() *cobra.Command {
 		o := showOutput{Resource: st.Resource, Epoch: st.Epoch, Generation: st.Generation, Held: st.Holder != nil}
 		if st.Holder != nil {
 			o.Owner = st.Holder.Owner
-			o.Holder = &holderOutput{grantOutput: toGrantOutput(st.Holder.Grant), RemainingMS: st.Holder.Remaining.Milliseconds()}
+			o.Holder = &holderOutput{grantOutput: toGrantOutput(st.Holder.Grant), RemainingSeconds: st.Holder.Remaining.Seconds()}
 			o.Holder.ExpiresAt = time.Now().Add(st.Holder.Remaining).UTC().Truncate(time.Second)
 		}
 		if *out == "json" {
@@ -432,7 +432,7 @@ and the bucket holds another history (add --from-bucket).`,
 			}
 			for _, r := range repub {
 				if r.Error != "" {
-					fmt.Fprintf(env.Stderr, "fencepub: republish %s %s failed: %s\n", r.Resource, r.From, r.Error)
+					env.Log.Error(fmt.Sprintf("republish %s %s failed: %s", r.Resource, r.From, r.Error))
 					repubErr = exitcode.With(exitcode.Unavailable, errors.New("republish failed for some resources; run recover --republish again"))
 				}
 			}

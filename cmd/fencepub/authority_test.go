@@ -38,12 +38,12 @@ func TestAuthorityCLI(t *testing.T) {
 
 	out := run(0, "authority", "acquire", "--resource", "job", "--owner", "alice", "--ttl", "30s", "--request-id", "req-1", "-o", "json")
 	g := decode(out)
-	for _, k := range []string{"resource", "owner", "request_id", "epoch", "generation", "lease_id", "ttl_ms", "expires_at"} {
+	for _, k := range []string{"resource", "owner", "request_id", "epoch", "generation", "lease_id", "ttl_seconds", "expires_at"} {
 		if _, ok := g[k]; !ok {
 			t.Fatalf("acquire JSON lacks %q: %s", k, out)
 		}
 	}
-	if g["generation"] != 1.0 || g["owner"] != "alice" || g["ttl_ms"] != 30000.0 || g["request_id"] != "req-1" {
+	if g["generation"] != 1.0 || g["owner"] != "alice" || g["ttl_seconds"] != 30.0 || g["request_id"] != "req-1" {
 		t.Fatalf("acquire JSON %s", out)
 	}
 	// A retried request id gets the same grant; another owner is refused.

@@ -237,7 +237,7 @@ func TestAdversarialCLIContract(t *testing.T) {
 	r := newCLIRig(t, "contract")
 	a := r.file("a.txt", "alpha")
 	acq := jsonKeys(t, r.run("", 0, "authority", "acquire", "--resource", "res", "--owner", "o1", "--ttl", "30s", "-o", "json"))
-	requireFields(t, "acquire", acq, "resource", "owner", "request_id", "epoch", "generation", "lease_id", "ttl_ms", "expires_at")
+	requireFields(t, "acquire", acq, "resource", "owner", "request_id", "epoch", "generation", "lease_id", "ttl_seconds", "expires_at")
 	show := jsonKeys(t, r.run("", 0, "authority", "show", "--resource", "res", "-o", "json"))
 	requireFields(t, "show", show, "owner")
 	if show["owner"] != "o1" {

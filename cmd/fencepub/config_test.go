@@ -7,10 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencepub/fencepub/internal/cli"
+	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
 )
 
@@ -68,7 +71,7 @@ func TestConfigPrecedence(t *testing.T) {
 		"namespace.domain":     "flagdom",   // flag > env
 		"namespace.prefix":     "fencepub",  // default
 		"s3.secret_key":        "<redacted>",
-		"etcd.request_timeout": "7s", // env > default
+		"etcd.request_timeout": 7.0, // env > default, in seconds
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -98,6 +101,42 @@ func TestConfigPrecedence(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &shown); code != 0 || err != nil || len(shown.Endpoints) != 2 {
 			t.Fatalf("FENCEPUB_ETCD_ENDPOINTS=%q: exit %d, %v, endpoints %q (%s); want a list of 2", env, code, err, shown.Endpoints, errs)
 		}
+	}
+}
+
+// TestConfigDurations: a bare number for a duration key is seconds, in
+// the file and the environment (gc.interval: 5 is 5 s, not 5 ns), and
+// `config show -o json` prints every duration as seconds, which reads back
+// the same; the text form prints Go durations.
+func TestConfigDurations(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f.yaml")
+	if err := os.WriteFile(file, []byte("gc:\n  interval: 5\n  clock_skew: 2.5\netcd:\n  request_timeout: 1m30s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FENCEPUB_GC_GRACE", "90")
+	cfg, err := config.FromFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.GC.Interval != 5*time.Second || cfg.GC.ClockSkew != 2500*time.Millisecond || cfg.GC.Grace != 90*time.Second || cfg.Etcd.RequestTimeout != 90*time.Second {
+		t.Fatalf("durations %v %v %v %v; want 5s 2.5s 1m30s 1m30s", cfg.GC.Interval, cfg.GC.ClockSkew, cfg.GC.Grace, cfg.Etcd.RequestTimeout)
+	}
+	out, errs, code := runCLI(t, "config", "show", "-o", "json", "--config", file)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"schema_version": 1.0, "gc.interval": 5.0, "gc.clock_skew": 2.5, "gc.grace": 90.0, "etcd.request_timeout": 90.0, "gc.lease_ttl": 15.0}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if text, _, _ := runCLI(t, "config", "show", "--config", file); !regexp.MustCompile(`gc\.interval\s+5s\n`).MatchString(text) {
+		t.Errorf("config show text: %s", text)
 	}
 }
 

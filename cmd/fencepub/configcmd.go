@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
 	"text/tabwriter"
+	"time"
 
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/cli/config"
@@ -18,11 +20,14 @@ import (
 // addOutputFlag registers -o/--output (text or json) and returns its value.
 func addOutputFlag(cmd *cobra.Command) *string { return addFormatFlag(cmd, "output") }
 
-// addFormatFlag registers the text|json format flag as -o/--<long> and
-// returns its value; `run` uses --format because its --output names a file.
+// addFormatFlag registers the text|json format flag as -o/--<long>, whose
+// values complete in the shell, and returns its value; `run` uses --format
+// because its --output names a file.
 func addFormatFlag(cmd *cobra.Command, long string) *string {
 	o := new(string)
-	cmd.Flags().VarP(&choice{value: o, allowed: []string{"text", "json"}, def: "text"}, long, "o", "output format: text or json")
+	formats := []string{"text", "json"}
+	cmd.Flags().VarP(&choice{value: o, allowed: formats, def: "text"}, long, "o", "output format: text or json")
+	_ = cmd.RegisterFlagCompletionFunc(long, cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp)) // the flag exists
 	*o = "text"
 	return o
 }
@@ -55,12 +60,42 @@ func (c *choice) Set(s string) error {
 
 func (c *choice) Type() string { return "string" }
 
-// printJSON writes v as one indented JSON document and a newline.
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+// jsonSchemaVersion is the schema_version of every JSON document the CLI
+// prints: raised when a field changes meaning or type or goes away (adding
+// a field does not raise it). README "JSON output".
+const jsonSchemaVersion = 1
+
+// printJSON writes v, which must encode as a JSON object, as one indented
+// JSON document and a newline, with "schema_version" first.
+func printJSON(w io.Writer, v any) error { return writeJSON(w, v, "  ") }
+
+// writeJSON is printJSON with indent ("" for one line per document, the
+// form of a stream such as `watch`).
+func writeJSON(w io.Writer, v any, indent string) error {
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
 	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	b := bytes.TrimSpace(body.Bytes())
+	if len(b) < 2 || b[0] != '{' {
+		return fmt.Errorf("json output: %T is not an object", v)
+	}
+	doc := fmt.Appendf(nil, `{"schema_version":%d`, jsonSchemaVersion)
+	if len(b) > 2 {
+		doc = append(doc, ',')
+	}
+	doc = append(doc, b[1:]...)
+	var out bytes.Buffer
+	if indent == "" {
+		out.Write(doc)
+	} else if err := json.Indent(&out, doc, "", indent); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err := w.Write(out.Bytes())
+	return err
 }
 
 // newConfigCmd builds `fencepub config show`.
@@ -90,6 +125,11 @@ s3.credentials also names the source that supplies the object store's keys
 		red["config_file"] = v.ConfigFileUsed()
 		red["s3.credentials"] = fmt.Sprintf("%s (from %s)", cfg.S3.Credentials, objstore.CredentialSource(cfg.S3))
 		if *out == "json" {
+			for k, val := range red {
+				if d, ok := val.(time.Duration); ok {
+					red[k] = d.Seconds()
+				}
+			}
 			return printJSON(c.OutOrStdout(), red)
 		}
 		keys := make([]string, 0, len(red))

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/spf13/cobra"
@@ -183,7 +184,7 @@ func newDevUpCmd(dir *string) *cobra.Command {
 		Short: "Start local etcd and MinIO and write a config file",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			out := c.ErrOrStderr()
+			log := cli.Logger(c)
 			if members < 1 || members > maxDevEtcdMembers {
 				return exitcode.Usagef("--etcd-members %d: want 1-%d (odd: 1, 3, 5, 7 tolerate 0, 1, 2, 3 lost members)", members, maxDevEtcdMembers)
 			}
@@ -204,9 +205,9 @@ func newDevUpCmd(dir *string) *cobra.Command {
 			if st, err := readDevState(abs); err == nil {
 				switch n := st.runningCount(); {
 				case n == len(st.procs()) && n > 0:
-					fmt.Fprintf(out, "dev: already running (%d etcd members, %d minio nodes); config %s\n", len(st.Etcd), len(st.MinIO), st.ConfigFile)
+					log.Info(fmt.Sprintf("dev: already running (%d etcd members, %d minio nodes); config %s", len(st.Etcd), len(st.MinIO), st.ConfigFile))
 					if len(st.Etcd) != members || len(st.MinIO) != minioNodes {
-						fmt.Fprintf(out, "dev: not changing its topology to %d/%d; run 'fencepub dev down' and start it in a fresh --dir\n", members, minioNodes)
+						log.Warn(fmt.Sprintf("dev: not changing its topology to %d/%d; run 'fencepub dev down' and start it in a fresh --dir", members, minioNodes))
 					}
 					if !c.Flags().Changed("write-config") || cfgAbs == st.ConfigFile {
 						return nil
@@ -218,11 +219,11 @@ func newDevUpCmd(dir *string) *cobra.Command {
 					if err != nil {
 						return exitcode.Usagef("--write-config %s: copying %s: %v", configPath, st.ConfigFile, err)
 					}
-					fmt.Fprintf(out, "dev: wrote its config to %s too\n", cfgAbs)
+					log.Info("dev: wrote its config to " + cfgAbs + " too")
 					return nil
 				case n > 0:
-					fmt.Fprintln(out, "dev: some servers of the stack are down; restarting all of them (data is kept)")
-					stopDev(out, st)
+					log.Warn("dev: some servers of the stack are down; restarting all of them (data is kept)")
+					stopDev(log, st)
 				}
 			}
 			if err := os.MkdirAll(abs, 0o755); err != nil {
@@ -242,7 +243,7 @@ func newDevUpCmd(dir *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "dev: starting etcd (%d members) and minio (%d nodes) ...\n", members, minioNodes)
+			log.Info(fmt.Sprintf("dev: starting etcd (%d members) and minio (%d nodes) ...", members, minioNodes))
 			cl, err := localstack.StartCluster(ctx, abs, localstack.ClusterOptions{
 				Etcd:  localstack.EtcdOptions{Members: members, Detached: true, ListenClientPorts: cports, ListenPeerPorts: pports},
 				MinIO: localstack.MinIOOptions{Nodes: minioNodes, Detached: true, Ports: mports},
@@ -261,20 +262,15 @@ func newDevUpCmd(dir *string) *cobra.Command {
 				_ = os.Remove(filepath.Join(abs, "state.json"))
 				return exitcode.Usagef("dev up: %v (servers stopped)", err)
 			}
-			fmt.Fprintln(out, "dev: up")
+			log.Info("dev: up")
 			for _, p := range st.Etcd {
-				fmt.Fprintf(out, "  %-7s %s   (pid %d, log %s)\n", p.Name, p.Endpoint, p.PID, p.Log)
+				log.Info("dev: "+p.Name, "endpoint", p.Endpoint, "pid", p.PID, "log", p.Log)
 			}
 			for _, p := range st.MinIO {
-				fmt.Fprintf(out, "  %-7s %s   (pid %d, bucket %q, log %s)\n", p.Name, p.Endpoint, p.PID, st.Bucket, p.Log)
+				log.Info("dev: "+p.Name, "endpoint", p.Endpoint, "pid", p.PID, "bucket", st.Bucket, "log", p.Log)
 			}
-			fmt.Fprintf(out, `  config  %s
-
-Commands run in this directory pick the config up, e.g.:
-  %[2]s publish --resource demo --owner me --ttl 10s --key k1 --file README.md
-  %[2]s pointer --resource demo -o json
-Stop with: %[2]s dev down
-`, cfgAbs, os.Args[0])
+			log.Info("dev: config "+cfgAbs+"; commands run in this directory pick it up, e.g. "+
+				os.Args[0]+" publish --resource demo --owner me --ttl 10s --key k1 --file README.md; stop with: "+os.Args[0]+" dev down", "config", cfgAbs)
 			return nil
 		},
 	}
@@ -326,7 +322,7 @@ func newDevDownCmd(dir *string) *cobra.Command {
 			if err != nil {
 				return exitcode.With(exitcode.Usage, fmt.Errorf("no local stack in %s (run 'fencepub dev up', or give the stack's --dir): %w", *dir, err))
 			}
-			stopDev(c.ErrOrStderr(), st)
+			stopDev(cli.Logger(c), st)
 			return nil
 		},
 	}
@@ -334,10 +330,10 @@ func newDevDownCmd(dir *string) *cobra.Command {
 
 // stopDev stops the stack's processes, MinIO first: SIGTERM, then SIGKILL
 // after 10 s.
-func stopDev(out io.Writer, st devState) {
+func stopDev(log *slog.Logger, st devState) {
 	for _, p := range st.procs() {
 		if !running(p.PID, st.Dir) {
-			fmt.Fprintf(out, "dev: %s (pid %d) is not running\n", p.Name, p.PID)
+			log.Info(fmt.Sprintf("dev: %s (pid %d) is not running", p.Name, p.PID))
 			continue
 		}
 		_ = syscall.Kill(p.PID, syscall.SIGTERM)
@@ -348,7 +344,7 @@ func stopDev(out io.Writer, st devState) {
 		if alive(p.PID) {
 			_ = syscall.Kill(p.PID, syscall.SIGKILL)
 		}
-		fmt.Fprintf(out, "dev: stopped %s (pid %d)\n", p.Name, p.PID)
+		log.Info(fmt.Sprintf("dev: stopped %s (pid %d)", p.Name, p.PID))
 	}
 }
 

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"github.com/fencepub/fencepub"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
@@ -20,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/term"
 )
 
@@ -212,7 +215,7 @@ holds another etcd's history (see authority recover --from-bucket).`,
 			return err
 		}
 		opts := gc.RunOptions{Resources: f.resources, All: f.all, DryRun: dryRun, Verbose: verbose}
-		bar := newProgress(env.Stderr)
+		bar := newProgress(c, env.Stderr)
 		if bar != nil {
 			opts.Progress = func(n int64) { _ = bar.Set64(n) }
 		}
@@ -233,11 +236,19 @@ holds another etcd's history (see authority recover --from-bucket).`,
 	return cmd
 }
 
-// newProgress returns a progress counter on w when w is a terminal, else
-// nil.
-func newProgress(w io.Writer) *progressbar.ProgressBar {
-	f, ok := w.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
+// progressTerminal returns w as the terminal a progress bar may draw on:
+// ok is false unless w is a terminal and c logs text (a bar would break
+// JSON lines).
+func progressTerminal(c *cobra.Command, w io.Writer) (f *os.File, ok bool) {
+	f, ok = w.(*os.File)
+	return f, ok && term.IsTerminal(int(f.Fd())) && !cli.LogsJSON(c)
+}
+
+// newProgress returns a progress counter on w when progressTerminal
+// allows, else nil.
+func newProgress(c *cobra.Command, w io.Writer) *progressbar.ProgressBar {
+	f, ok := progressTerminal(c, w)
+	if !ok {
 		return nil
 	}
 	return progressbar.NewOptions64(-1,
@@ -323,10 +334,7 @@ and the lease released.`,
 			return err
 		}
 		defer env.Close()
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		b := currentBuild()
-		m, err := gc.NewMetrics(reg, gc.BuildInfo{Version: b.Version, GoVersion: b.GoVersion})
+		reg, m, err := newGCRegistry(interval, env.Etcd, env.NS.VerifyKey())
 		if err != nil {
 			return err
 		}
@@ -351,7 +359,7 @@ and the lease released.`,
 			if err != nil {
 				return exitcode.With(exitcode.Usage, fmt.Errorf("--listen %s: %w", listen, err))
 			}
-			srv := &http.Server{Handler: d.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
+			srv := &http.Server{Handler: d.Handler(reg), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(env.Log.Handler(), slog.LevelWarn)}
 			go func() { _ = srv.Serve(ln) }()
 			defer func() {
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -363,4 +371,67 @@ and the lease released.`,
 		return d.Run(ctx)
 	}
 	return cmd
+}
+
+// newGCRegistry returns the GC daemon's /metrics registry (README
+// "Monitoring"): the Go runtime and process collectors, gc.NewMetrics,
+// fencepub_gc_interval_seconds, the pass interval, so that an alert can
+// count missed passes in intervals (deploy/monitoring), and
+// fencepub_gc_last_clean_verify_timestamp_seconds read from verifyKey in
+// etcd (0 when cli is nil). Errors: the registry's.
+func newGCRegistry(interval time.Duration, cli *clientv3.Client, verifyKey string) (*prometheus.Registry, *gc.Metrics, error) {
+	reg := prometheus.NewRegistry()
+	iv := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencepub_gc_interval_seconds", Help: "The GC daemon's interval between passes (gc.interval)."})
+	iv.Set(interval.Seconds())
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), iv,
+		&verifyCollector{cli: cli, key: verifyKey, desc: prometheus.NewDesc("fencepub_gc_last_clean_verify_timestamp_seconds",
+			"Unix time of the last 'fencepub verify --all' that found nothing (0: none recorded).", nil, nil)})
+	b := currentBuild()
+	m, err := gc.NewMetrics(reg, gc.BuildInfo{Version: b.Version, GoVersion: b.GoVersion})
+	if err != nil {
+		return nil, nil, err
+	}
+	return reg, m, nil
+}
+
+// verifyCacheFor is how long verifyCollector reuses what it read.
+const verifyCacheFor = 30 * time.Second
+
+// verifyCollector exports the time `fencepub verify --all` last came out
+// clean, which verify writes to the domain's VerifyKey: a scrape reads
+// etcd at most every verifyCacheFor, each read bounded by one second, and
+// a failed read keeps the last value. Safe for concurrent scrapes.
+type verifyCollector struct {
+	cli  *clientv3.Client
+	key  string
+	desc *prometheus.Desc
+
+	mu      sync.Mutex
+	at      time.Time
+	checked time.Time
+}
+
+func (v *verifyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- v.desc }
+
+func (v *verifyCollector) Collect(ch chan<- prometheus.Metric) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cli != nil && time.Since(v.checked) >= verifyCacheFor {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := v.cli.Get(ctx, v.key)
+		cancel()
+		if err == nil {
+			v.checked = time.Now()
+			if len(resp.Kvs) == 1 {
+				if at, perr := time.Parse(time.RFC3339Nano, string(resp.Kvs[0].Value)); perr == nil {
+					v.at = at
+				}
+			}
+		}
+	}
+	val := 0.0
+	if !v.at.IsZero() {
+		val = float64(v.at.UnixNano()) / 1e9
+	}
+	ch <- prometheus.MustNewConstMetric(v.desc, prometheus.GaugeValue, val)
 }

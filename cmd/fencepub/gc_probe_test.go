@@ -50,7 +50,8 @@ func kubeletProbe(p *corev1.Probe, addr string) (int, string) {
 // probed as a kubelet would while its etcd stops and comes back: /readyz is
 // ready, then 503 saying etcd, then ready again; /healthz stays 200 the
 // whole time (a liveness failure would restart a pod that etcd's outage
-// does not concern).
+// does not concern). The Deployment's other replicas, started the same way,
+// are ready and say they are standby, go unready with etcd and come back.
 func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 	m := decodeManifests(t, "gc-daemon.yaml", deployFile(t, "kubernetes/gc-daemon.yaml"))
 	cm, pod := m.configMaps[0], m.deployments[0].Spec.Template.Spec
@@ -94,11 +95,15 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 			t.Fatalf("env %s: unsupported source %+v", ev.Name, ev.ValueFrom)
 		}
 	}
-	port, err := localstack.FreePort()
-	if err != nil {
-		t.Fatal(err)
+	freeAddr := func() string {
+		t.Helper()
+		port, err := localstack.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "127.0.0.1:" + strconv.Itoa(port)
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr := freeAddr()
 	t.Setenv("FENCEPUB_ETCD_ENDPOINTS", e.Endpoints()[0])
 	t.Setenv("FENCEPUB_S3_ENDPOINT", mi.Config.Endpoint)
 	t.Setenv("FENCEPUB_S3_BUCKET", mi.Config.Bucket)
@@ -134,28 +139,38 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 	}
 
 	dctx, stop := context.WithCancel(ctx)
-	done := make(chan string, 1)
-	go func() {
-		o, errs, code := publishCLI(t, dctx, "", args...)
-		done <- fmt.Sprintf("exit %d\nstdout: %s\nstderr: %s", code, o, errs)
-	}()
+	var dones []chan string
+	start := func() chan string {
+		done := make(chan string, 1)
+		go func() {
+			o, errs, code := publishCLI(t, dctx, "", args...)
+			done <- fmt.Sprintf("exit %d\nstdout: %s\nstderr: %s", code, o, errs)
+		}()
+		dones = append(dones, done)
+		return done
+	}
+	done := start()
 	defer func() {
 		stop()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			t.Error("daemon did not stop on cancel")
+		for _, d := range dones {
+			select {
+			case <-d:
+			case <-time.After(15 * time.Second):
+				t.Error("daemon did not stop on cancel")
+			}
 		}
 	}()
 
 	// Every period of the readiness probe, both probes; until's condition
 	// is on /readyz. /healthz must answer 200 at every round.
 	type status struct {
-		Ready  bool   `json:"ready"`
-		Reason string `json:"reason"`
-		Leader bool   `json:"leader"`
+		Ready   bool   `json:"ready"`
+		Reason  string `json:"reason"`
+		Leader  bool   `json:"leader"`
+		Standby bool   `json:"standby"`
 	}
-	until := func(what string, cond func(code int, st status, body string) bool) {
+	var until func(what string, cond func(code int, st status, body string) bool)
+	untilAt := func(addr string, done chan string, what string, cond func(code int, st status, body string) bool) {
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)
 		for {
@@ -182,7 +197,31 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 			}
 		}
 	}
+	until = func(what string, cond func(code int, st status, body string) bool) {
+		t.Helper()
+		untilAt(addr, done, what, cond)
+	}
 	until("ready as the leader", func(code int, st status, _ string) bool { return code == http.StatusOK && st.Ready && st.Leader })
+
+	// The other replicas, with the same args and environment, each on its
+	// own port (the first has read its configuration).
+	type replica struct {
+		addr string
+		done chan string
+	}
+	var others []replica
+	if m.deployments[0].Spec.Replicas == nil || *m.deployments[0].Spec.Replicas < 2 {
+		t.Fatalf("gc-daemon.yaml: want at least 2 replicas, got %v", m.deployments[0].Spec.Replicas)
+	}
+	for range *m.deployments[0].Spec.Replicas - 1 {
+		r := replica{addr: freeAddr()}
+		t.Setenv("FENCEPUB_GC_LISTEN", r.addr)
+		r.done = start()
+		untilAt(r.addr, r.done, "a standby replica ready", func(code int, st status, body string) bool {
+			return code == http.StatusOK && st.Ready && st.Standby && !st.Leader && st.Reason == "standby"
+		})
+		others = append(others, r)
+	}
 	// From here on the endpoint answers: a refused liveness probe fails.
 	live := func(what string) {
 		t.Helper()
@@ -197,6 +236,11 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 		live("etcd down")
 		return code == http.StatusServiceUnavailable && !st.Ready && strings.Contains(st.Reason, "etcd")
 	})
+	for _, r := range others {
+		untilAt(r.addr, r.done, "a standby not ready, saying etcd", func(code int, st status, body string) bool {
+			return code == http.StatusServiceUnavailable && !st.Ready && strings.Contains(st.Reason, "etcd")
+		})
+	}
 	// It stays not ready (and live) while etcd is down.
 	for range 3 {
 		live("etcd still down")
@@ -215,4 +259,9 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 		return code == http.StatusOK && st.Ready
 	})
 	live("ready again")
+	for _, r := range others {
+		untilAt(r.addr, r.done, "a standby ready again", func(code int, st status, _ string) bool {
+			return code == http.StatusOK && st.Ready && (st.Standby || st.Leader)
+		})
+	}
 }

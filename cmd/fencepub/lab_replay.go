@@ -71,7 +71,7 @@ replayed, 115 when a server is unreachable.`,
 		var reports []replay.Report
 		failed := 0
 		for i, s := range scenarios {
-			fmt.Fprintf(env.Stderr, "lab replay: case %s, variant %s: %d interleavings ...\n", cases[i], v, len(s.Interleavings()))
+			env.Log.Info(fmt.Sprintf("lab replay: case %s, variant %s: %d interleavings ...", cases[i], v, len(s.Interleavings())))
 			rep, err := replay.Run(c.Context(), t, s)
 			switch {
 			case errors.Is(err, replay.ErrNotReplayable):
@@ -90,7 +90,9 @@ replayed, 115 when a server is unreachable.`,
 			}
 		}
 		if *out == "json" {
-			if err := printJSON(env.Stdout, reports); err != nil {
+			if err := printJSON(env.Stdout, struct {
+				Reports []replay.Report `json:"reports"`
+			}{reports}); err != nil {
 				return err
 			}
 		}

@@ -313,6 +313,7 @@ Newer state wins: a version at or below the pointer is stale.
 		}
 		return reportResult(c, *out, "publish", res, err)
 	}
+	addRunMetrics(cmd, &g.resource)
 	return cmd
 }
 
@@ -329,12 +330,18 @@ func positive(name string, d time.Duration) error {
 // missing bucket is a configuration mistake (exit 2) found before anything
 // is minted in etcd; an unreachable store exits 115.
 func checkBucket(ctx context.Context, env *cli.Env) error {
-	err := env.Store.CheckBucket(ctx)
+	return bucketError(env, env.Store.CheckBucket(ctx))
+}
+
+// bucketError classifies the error of a bucket call: a missing bucket
+// exits 2 with the next step, an unreachable store 115.
+func bucketError(env *cli.Env, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, objstore.ErrNotFound):
-		return exitcode.With(exitcode.Usage, fmt.Errorf("s3.bucket: %w", err))
+		return exitcode.With(exitcode.Usage, fmt.Errorf("s3.bucket %q does not exist at %s: create it with 'fencepub init --create-bucket' (or the store's own tools), or fix s3.bucket / --s3-bucket: %w",
+			env.Config.S3.Bucket, env.Config.S3.Endpoint, err))
 	case errors.Is(err, objstore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return exitcode.With(exitcode.Unavailable, err)
 	}
@@ -458,13 +465,13 @@ func reportResult(cmd *cobra.Command, format, verb string, res publisher.Result,
 		}
 		switch res.Outcome {
 		case publisher.Applied:
-			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: %s applied: %s is at %s\n", verb, res.Resource, res.Version)
+			cli.Logger(cmd).Info(fmt.Sprintf("%s applied: %s is at %s", verb, res.Resource, res.Version))
 		case publisher.Duplicate:
-			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: %s duplicate: key %q was already applied at %s; the pointer did not move\n",
-				verb, res.IdempotencyKey, res.Version)
+			cli.Logger(cmd).Info(fmt.Sprintf("%s duplicate: key %q was already applied at %s; the pointer did not move",
+				verb, res.IdempotencyKey, res.Version))
 		case publisher.Unknown:
-			fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: settle it with: %s (or pass this command's -o json output to: fencepub resolve --from -)\n",
-				resolveHint(res, res.IdempotencyKey))
+			cli.Logger(cmd).Warn(fmt.Sprintf("settle it with: %s (or pass this command's -o json output to: fencepub resolve --from -)",
+				resolveHint(res, res.IdempotencyKey)))
 		}
 	}
 	return publishExit(res, err)

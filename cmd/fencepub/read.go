@@ -80,8 +80,8 @@ after writing them, so a consumer of stdout must check the exit code.
 		if err != nil {
 			return readerExit(err)
 		}
-		fmt.Fprintf(c.ErrOrStderr(), "fencepub: read %s at %s: %d bytes, sha256 %s verified\n",
-			resource, body.Pointer.Version, n, body.Pointer.Object.SHA256)
+		cli.Logger(c).Info(fmt.Sprintf("read %s at %s: %d bytes, sha256 %s verified",
+			resource, body.Pointer.Version, n, body.Pointer.Object.SHA256))
 		return nil
 	}
 	return cmd

@@ -228,7 +228,7 @@ func checkReleaseVersion(t *testing.T, exe, version, commit string) {
 		t.Fatalf("%s version -o json: %v", exe, err)
 	}
 	b := decodeVersion(t, string(out))
-	want := buildInfo{SchemaVersion: versionSchema, Version: version, Commit: commit, GoVersion: b.GoVersion, OS: runtime.GOOS, Arch: runtime.GOARCH}
+	want := buildInfo{Version: version, Commit: commit, GoVersion: b.GoVersion, OS: runtime.GOOS, Arch: runtime.GOARCH}
 	if b != want {
 		t.Fatalf("release binary: version -o json = %+v, want %+v", b, want)
 	}

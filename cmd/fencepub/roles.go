@@ -209,7 +209,7 @@ The roles cover one domain; for another domain, name its roles apart with
 		if dry {
 			verb = "would run"
 		}
-		fmt.Fprintf(env.Stderr, "fencepub: setup-roles for %s (epoch %d): %s %d etcdctl command(s)\n", res.Domain, res.Epoch, verb, len(cmds))
+		env.Log.Info(fmt.Sprintf("setup-roles for %s (epoch %d): %s %d etcdctl command(s)", res.Domain, res.Epoch, verb, len(cmds)))
 		for _, line := range cmds {
 			fmt.Fprintln(env.Stdout, line)
 		}

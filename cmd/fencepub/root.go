@@ -40,7 +40,11 @@ Exit codes: 0 applied/duplicate/success, 1 internal error, 2 usage or bad input,
 		newGCCmd(),
 		newResourceCmd(),
 		newVersionCmd(),
+		newInitCmd(),
+		newDoctorCmd(),
+		newVerifyCmd(),
 	)
+	addCompletions(root)
 	cli.Prepare(root)
 	return root
 }

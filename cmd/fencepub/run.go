@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -36,7 +38,7 @@ type runOutput struct {
 	Version     layout.Version `json:"version"`
 	Object      layout.Object  `json:"object"`
 	Digest      string         `json:"digest,omitempty"` // request digest; with key, version and object it names the attempt for resolve --from
-	DurationMS  int64          `json:"duration_ms"`
+	Duration    float64        `json:"duration_seconds"`
 	Error       string         `json:"error,omitempty"`
 }
 
@@ -158,9 +160,10 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 		if err := layout.ValidateKey("key", key); err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
-		r := &runner{c: c, stderr: shareWriter(c.ErrOrStderr()), args: args, output: output, allowEmpty: allowEmpty, grace: grace, res: runOutput{Resource: resource, Owner: owner, Key: key, CommandExit: -1, Outcome: "not_published"}}
+		stderr := shareWriter(c.ErrOrStderr())
+		r := &runner{c: c, stderr: stderr, log: cli.LoggerTo(c, stderr), args: args, output: output, allowEmpty: allowEmpty, grace: grace, res: runOutput{Resource: resource, Owner: owner, Key: key, CommandExit: -1, Outcome: "not_published"}}
 		err := r.run(resource, owner, key, contentType, ttl, wait, timeout)
-		r.res.DurationMS = time.Since(start).Milliseconds()
+		r.res.Duration = time.Since(start).Seconds()
 		if err != nil {
 			r.res.Error = err.Error()
 		}
@@ -171,6 +174,7 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 		}
 		return err
 	}
+	addRunMetrics(cmd, &resource)
 	return cmd
 }
 
@@ -195,6 +199,8 @@ type runner struct {
 	// stderr carries fencepub's messages and CMD's stderr (and, with
 	// --output, its stdout): shareWriter of the command's stderr.
 	stderr io.Writer
+	// log is the command's logger on stderr.
+	log    *slog.Logger
 	args   []string
 	output string
 	// saved is where an existing --output waits while CMD runs
@@ -207,7 +213,46 @@ type runner struct {
 }
 
 func (r *runner) say(format string, a ...any) {
-	fmt.Fprintf(r.stderr, "fencepub run: "+format+"\n", a...)
+	r.log.Info(fmt.Sprintf("run: "+format, a...))
+}
+
+// childOutput returns the writer of CMD's stderr (and, with --output, its
+// stdout): stderr itself, or in JSON log mode a lineLogger, so that
+// fencepub's stderr stays JSON lines (README "Logs"). The caller flushes
+// a lineLogger once CMD's output is closed.
+func (r *runner) childOutput() io.Writer {
+	if cli.LogsJSON(r.c) {
+		return &lineLogger{log: r.log}
+	}
+	return r.stderr
+}
+
+// lineLogger logs each line written to it as an info record "command
+// output" with the line in attribute "line". Writes come from one
+// goroutine at a time (os/exec's copy of CMD's output).
+type lineLogger struct {
+	log     *slog.Logger
+	partial []byte
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		l.log.Info("command output", "line", string(l.partial[:i]))
+		l.partial = l.partial[i+1:]
+	}
+}
+
+// flush logs an unterminated last line.
+func (l *lineLogger) flush() {
+	if len(l.partial) > 0 {
+		l.log.Info("command output", "line", string(l.partial))
+		l.partial = nil
+	}
 }
 
 // shareWriter returns w for use by fencepub and CMD at once. A file (the
@@ -240,6 +285,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 		return err
 	}
 	defer env.Close()
+	env.Log = r.log
 	ctx := r.c.Context()
 	a, err := authority.New(env.AuthorityConfig())
 	if err != nil {
@@ -340,7 +386,8 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 		"FENCEPUB_RESOURCE="+g.Resource, "FENCEPUB_EPOCH="+strconv.FormatUint(g.Epoch, 10),
 		"FENCEPUB_FENCE="+strconv.FormatUint(g.Fence(), 10), "FENCEPUB_OWNER="+g.Owner)
 	cmd.Stdin = r.c.InOrStdin()
-	cmd.Stderr = r.stderr
+	childOut := r.childOutput()
+	cmd.Stderr = childOut
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	result, cleanup := r.output, noop
 	var stdout *os.File
@@ -354,7 +401,7 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 		cmd.Stdout = f
 	} else {
 		// fencepub's stdout carries its own output (-o json).
-		cmd.Stdout = r.stderr
+		cmd.Stdout = childOut
 	}
 	if err := r.setAsideOutput(); err != nil {
 		return "", cleanup, err
@@ -397,6 +444,9 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	// Leftover background processes must not write the result (or anything
 	// else) after the command's end, outside the lease.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if ll, ok := childOut.(*lineLogger); ok {
+		ll.flush() // CMD's Wait returned: its output is copied
+	}
 	if interrupted {
 		return "", cleanup, exitcode.With(exitcode.Internal, fmt.Errorf("interrupted; nothing published: %w", r.c.Context().Err()))
 	}

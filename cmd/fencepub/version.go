@@ -17,21 +17,15 @@ var (
 	releaseCommit  string
 )
 
-// versionSchema is buildInfo's schema_version: raised when a field of
-// `fencepub version -o json` changes meaning or goes away (adding a field
-// does not raise it).
-const versionSchema = 1
-
 // buildInfo describes this binary; `fencepub version -o json` prints it and
 // --version prints buildInfo.String.
 type buildInfo struct {
-	SchemaVersion int    `json:"schema_version"`
-	Version       string `json:"version"`            // release tag, module version, or "(devel)"
-	Commit        string `json:"commit,omitempty"`   // full VCS revision, when known
-	Modified      bool   `json:"modified,omitempty"` // built from a tree with uncommitted changes
-	GoVersion     string `json:"go_version"`
-	OS            string `json:"os"`
-	Arch          string `json:"arch"`
+	Version   string `json:"version"`            // release tag, module version, or "(devel)"
+	Commit    string `json:"commit,omitempty"`   // full VCS revision, when known
+	Modified  bool   `json:"modified,omitempty"` // built from a tree with uncommitted changes
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
 }
 
 // currentBuild returns this binary's buildInfo. The version and commit come
@@ -39,7 +33,7 @@ type buildInfo struct {
 // info: the module version (a tag for `go install ...@vX`, "(devel)" for a
 // build from a checkout) and the vcs.revision and vcs.modified settings.
 func currentBuild() buildInfo {
-	b := buildInfo{SchemaVersion: versionSchema, Version: "unknown", GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	b := buildInfo{Version: "unknown", GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		b.Version, b.GoVersion = bi.Main.Version, bi.GoVersion
 		for _, s := range bi.Settings {

@@ -13,11 +13,17 @@ func decodeVersion(t *testing.T, out string) buildInfo {
 	t.Helper()
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
-	var b buildInfo
+	var b struct {
+		SchemaVersion int `json:"schema_version"`
+		buildInfo
+	}
 	if err := dec.Decode(&b); err != nil {
 		t.Fatalf("version -o json: %v\n%s", err, out)
 	}
-	return b
+	if b.SchemaVersion != jsonSchemaVersion {
+		t.Fatalf("version -o json: schema_version %d, want %d", b.SchemaVersion, jsonSchemaVersion)
+	}
+	return b.buildInfo
 }
 
 // `fencepub version` and --version print the same line, and -o json carries
@@ -45,7 +51,7 @@ func TestVersionCommand(t *testing.T) {
 			t.Fatalf("version -o json: exit %d", code)
 		}
 		b := decodeVersion(t, jsonOut)
-		want := buildInfo{SchemaVersion: 1, Version: b.Version, Commit: b.Commit, Modified: b.Modified,
+		want := buildInfo{Version: b.Version, Commit: b.Commit, Modified: b.Modified,
 			GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
 		if release {
 			want.Version, want.Commit, want.Modified = "v1.2.3", releaseCommit, false

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -46,8 +45,6 @@ versions were printed.
 			return err
 		}
 		defer env.Close()
-		enc := json.NewEncoder(c.OutOrStdout())
-		enc.SetEscapeHTML(false)
 		ctx, cancel := context.WithCancel(c.Context())
 		defer cancel() // ends the watch goroutine when --count is reached
 		printed := 0
@@ -56,7 +53,7 @@ versions were printed.
 			if u.Err != nil {
 				o.Error = u.Err.Error()
 			}
-			if err := enc.Encode(o); err != nil {
+			if err := writeJSON(c.OutOrStdout(), o, ""); err != nil {
 				return err
 			}
 			if u.Err == nil {

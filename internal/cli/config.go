@@ -157,8 +157,8 @@ func Connect(cmd *cobra.Command, lc LoadedConfig) (*Env, error) {
 	if used == "" && !cmd.Flags().Changed("domain") && os.Getenv("FENCEPUB_NAMESPACE_DOMAIN") == "" {
 		// A command run away from its config file would otherwise look at
 		// the default domain and report, say, "nothing published".
-		fmt.Fprintf(cmd.ErrOrStderr(), "fencepub: no config file (./fencepub.yaml, ~/.config/fencepub/fencepub.yaml; --config); using domain %q of prefix %q at %s\n",
-			cfg.Namespace.Domain, cfg.Namespace.Prefix, strings.Join(cfg.Etcd.Endpoints, ","))
+		Logger(cmd).Info(fmt.Sprintf("no config file (./fencepub.yaml, ~/.config/fencepub/fencepub.yaml; --config); using domain %q of prefix %q at %s",
+			cfg.Namespace.Domain, cfg.Namespace.Prefix, strings.Join(cfg.Etcd.Endpoints, ",")))
 	}
 	ns, _ := cfg.NS() // validated by Load
 	cli, err := cfg.EtcdClient()
@@ -187,7 +187,7 @@ func Connect(cmd *cobra.Command, lc LoadedConfig) (*Env, error) {
 	}
 	return &Env{
 		Config: cfg, Etcd: cli, Store: store, NS: ns,
-		Log:    slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Log:    Logger(cmd),
 		Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 	}, nil
 }

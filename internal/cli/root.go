@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,26 +17,32 @@ import (
 // (an unparsable --ttl, an unknown flag) and positional-argument errors are
 // usage errors, exit 2 (strictArgs), and an etcd permission error anywhere
 // in a command's error chain exits 2 with the setup-roles hint
-// (explainPermissions). README "Exit codes".
+// (explainPermissions). It adds --log-format and --log-level to every
+// command and builds each command's logger before it runs (Logger).
+// README "Exit codes", "Logs".
 func Prepare(root *cobra.Command) {
+	addLogFlags(root)
+	root.PersistentPreRunE = setLogger
 	// cobra hands this function down to every subcommand.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitcode.With(exitcode.Usage, err) })
 	strictArgs(root)
 	explainPermissions(root)
 }
 
-// Main runs root with a context that SIGINT and SIGTERM cancel, prints the
-// returned error on stderr prefixed with root's name, and exits the process
-// with ExitCode. It does not return.
+// Main runs root with a context that SIGINT and SIGTERM cancel, logs the
+// returned error at error level with its exit code (through the command's
+// logger, so in JSON mode as one JSON line on stderr), and exits the
+// process with ExitCode. It does not return.
 func Main(root *cobra.Command) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := root.ExecuteContext(ctx)
+	c, err := root.ExecuteContextC(ctx)
 	interrupted := ctx.Err() != nil
 	stop()
+	code := ExitCode(err, interrupted)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", root.Name(), err)
+		errorLogger(c, os.Stderr, os.Args[1:]).Error(err.Error(), "exit_code", code)
 	}
-	os.Exit(ExitCode(err, interrupted))
+	os.Exit(code)
 }
 
 // ExitCode is the process exit code of a command's error: its exitcode

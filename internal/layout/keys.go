@@ -192,3 +192,17 @@ func (n Namespace) ParseObjectKey(res, key string) (v Version, nonce string, ok 
 	}
 	return v, nonce, true
 }
+
+// CreateOnlyProbeObject names the object the create-only probe writes
+// (authority.ProbeCreateOnly): "<prefix>/_fencepub/probe/create-only",
+// beside the domains of the prefix rather than in one (no domain may be
+// named _fencepub), so probing a bucket never makes it look used to a
+// domain's first init.
+func (n Namespace) CreateOnlyProbeObject() string {
+	return n.Prefix + "/" + metaDir + "probe/create-only"
+}
+
+// VerifyKey holds the time (RFC 3339, UTC) of the last `fencepub verify
+// --all` that found nothing; the GC daemon exports it. It sits in the
+// domain's clock/ subtree, with the other times GC reads.
+func (n Namespace) VerifyKey() string { return n.Root() + "clock/last-clean-verify" }

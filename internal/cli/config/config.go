@@ -8,9 +8,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +22,7 @@ import (
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -34,6 +38,49 @@ type Config struct {
 	S3        objstore.Config `mapstructure:"s3"`
 	Namespace Namespace       `mapstructure:"namespace"`
 	GC        GC              `mapstructure:"gc"`
+	Log       Log             `mapstructure:"log"`
+}
+
+// Log holds the CLI's logging settings (log.format, log.level; flags
+// --log-format, --log-level): every message of every command goes through
+// log/slog on stderr (README "Logs").
+type Log struct {
+	// Format is "text" (one human line per message) or "json" (one JSON
+	// object per line, nothing else on stderr).
+	Format string `mapstructure:"format"`
+	// Level is the least severe level printed: debug, info, warn or error.
+	Level string `mapstructure:"level"`
+}
+
+// Log formats (log.format).
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
+
+// DefaultLog is the log.* defaults.
+var DefaultLog = Log{Format: LogText, Level: "info"}
+
+// SlogLevel returns the slog level of l.Level. Errors are ErrInvalid naming
+// log.level and the accepted values.
+func (l Log) SlogLevel() (slog.Level, error) {
+	var lv slog.Level
+	switch l.Level {
+	case "debug", "info", "warn", "error":
+		_ = lv.UnmarshalText([]byte(l.Level)) // the four names always parse
+		return lv, nil
+	}
+	return 0, invalid("log.level", l.Level, "debug, info, warn or error")
+}
+
+// Validate checks log.format and log.level; errors are ErrInvalid naming
+// the key.
+func (l Log) Validate() error {
+	if l.Format != LogText && l.Format != LogJSON {
+		return invalid("log.format", l.Format, "text or json")
+	}
+	_, err := l.SlogLevel()
+	return err
 }
 
 // GC holds the settings of `fencepub gc run` and `gc daemon` (DESIGN.md
@@ -179,6 +226,9 @@ var defaults = map[string]any{
 	"gc.interval":           DefaultGC.Interval,
 	"gc.lease_ttl":          DefaultGC.LeaseTTL,
 	"gc.listen":             DefaultGC.Listen,
+
+	"log.format": DefaultLog.Format,
+	"log.level":  DefaultLog.Level,
 }
 
 // Keys lists every configuration key, in the order `config show` prints them.
@@ -190,6 +240,7 @@ var Keys = []string{
 	"namespace.prefix", "namespace.domain",
 	"gc.retain", "gc.grace", "gc.clock_skew", "gc.abandon_after", "gc.op_retention", "gc.request_retention",
 	"gc.delete_batch", "gc.delete_concurrency", "gc.interval", "gc.lease_ttl", "gc.listen",
+	"log.format", "log.level",
 }
 
 // SecretKeys are redacted by Redacted.
@@ -268,7 +319,8 @@ func Load(v *viper.Viper) (Config, error) {
 		return Config{}, err
 	}
 	var c Config
-	if err := v.UnmarshalExact(&c); err != nil {
+	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(durationHook, mapstructure.StringToSliceHookFunc(",")))
+	if err := v.UnmarshalExact(&c, hook); err != nil {
 		msg := oneLine(err)
 		if strings.Contains(msg, "invalid keys") {
 			msg += " (known keys: " + strings.Join(Keys, ", ") + ")"
@@ -294,10 +346,8 @@ var (
 // whose value does not parse.
 func checkTypes(v *viper.Viper) error {
 	for _, k := range durationKeys {
-		if raw, ok := v.Get(k).(string); ok {
-			if _, err := time.ParseDuration(raw); err != nil {
-				return invalid(k, raw, "a duration like 90s, 10m or 1h")
-			}
+		if _, err := ParseDuration(v.Get(k)); err != nil {
+			return invalid(k, fmt.Sprint(v.Get(k)), "a duration like 90s, 10m or 1h, or a number of seconds")
 		}
 	}
 	for _, k := range intKeys {
@@ -308,6 +358,44 @@ func checkTypes(v *viper.Viper) error {
 		}
 	}
 	return nil
+}
+
+// ParseDuration returns the duration of a duration key's raw value: a
+// time.Duration as is; a string in Go's form ("90s", "1h30m"); a bare
+// number, in a string or not ("300", 300, 2.5), as seconds, the unit in
+// which the CLI prints durations (README "JSON output"), so a value `config
+// show -o json` printed reads back the same. Errors: a string that is
+// neither, or another type.
+func ParseDuration(raw any) (time.Duration, error) {
+	secs := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+	switch x := raw.(type) {
+	case nil:
+		return 0, nil
+	case time.Duration:
+		return x, nil
+	case string:
+		if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil {
+			return secs(f), nil
+		}
+		return time.ParseDuration(strings.TrimSpace(x))
+	case int:
+		return secs(float64(x)), nil
+	case int64:
+		return secs(float64(x)), nil
+	case uint64:
+		return secs(float64(x)), nil
+	case float64:
+		return secs(x), nil
+	}
+	return 0, fmt.Errorf("%T is not a duration", raw)
+}
+
+// durationHook decodes every time.Duration field with ParseDuration.
+func durationHook(_ reflect.Type, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[time.Duration]() {
+		return data, nil
+	}
+	return ParseDuration(data)
 }
 
 // splitEndpoints splits the comma-separated values in which env and flags
@@ -364,7 +452,7 @@ func (c Config) Validate() error {
 	if _, err := c.NS(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return nil
+	return c.Log.Validate()
 }
 
 // NS returns the validated layout.Namespace.
@@ -385,7 +473,8 @@ func (c Config) EtcdTLS() (*tls.Config, error) {
 }
 
 // Redacted returns every key with its effective value, secrets replaced by
-// "<redacted>" (or "" when unset), for `fencepub config show`.
+// "<redacted>" (or "" when unset) and durations as time.Duration, for
+// `fencepub config show`.
 func Redacted(v *viper.Viper) map[string]any {
 	out := make(map[string]any, len(Keys))
 	for _, k := range Keys {
@@ -395,6 +484,9 @@ func Redacted(v *viper.Viper) map[string]any {
 			val = splitEndpoints(v.GetStringSlice(k))
 		case "s3.secure": // no default (Load)
 			val = v.GetBool(k)
+		}
+		if slices.Contains(durationKeys, k) {
+			val, _ = ParseDuration(val) // checked by Load
 		}
 		if SecretKeys[k] {
 			if s := v.GetString(k); s != "" {

@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/cli"
+	"github.com/fencepub/fencepub/internal/cli/config"
+	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/minio/minio-go/v7"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Doctor check results.
+const (
+	checkPass = "pass"
+	checkWarn = "warn"
+	checkFail = "fail"
+)
+
+// doctorTimeout bounds each check's server calls.
+const doctorTimeout = 5 * time.Second
+
+// maxClockOffset is the clock offset to etcd's leader above which doctor
+// warns: the Date header it is measured with has a 1 s resolution.
+const maxClockOffset = 2 * time.Second
+
+// doctorCheck is one check of `fencepub doctor`.
+type doctorCheck struct {
+	Name   string `json:"name"`
+	Status string `json:"status"` // pass, warn or fail
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// doctorOutput is `fencepub doctor -o json`.
+type doctorOutput struct {
+	OK     bool          `json:"ok"` // no check failed
+	Checks []doctorCheck `json:"checks"`
+}
+
+// doctor runs the checks of one configuration.
+type doctor struct {
+	cfg    config.Config
+	env    *cli.Env // nil when etcd could not be reached
+	store  *objstore.Store
+	checks []doctorCheck
+}
+
+func (d *doctor) add(name, status, detail, fix string) {
+	d.checks = append(d.checks, doctorCheck{Name: name, Status: status, Detail: detail, Fix: fix})
+}
+
+// newDoctorCmd builds `fencepub doctor`.
+func newDoctorCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check etcd, the bucket, the store's conditional requests and the domain",
+		Long: `doctor checks what fencepub needs of its servers and prints each check as
+pass, warn or fail with the fix: etcd reachability, credentials and version;
+that the bucket exists; that the store refuses a create-only PUT onto an
+existing key (a store that does not is refused: fencing's defence in depth
+and its markers rely on it); that If-Match GETs are honoured; bucket
+versioning and lifecycle rules (warn); the domain's state (initialised,
+epoch, another etcd history, needs recover); and the clock offset to etcd's
+leader. It writes only the probe object <prefix>/_fencepub/probe/create-only.
+Exit codes: 0 when no check fails (warnings allowed), 1 when one does, 2 for
+a configuration that does not load.`,
+		Args: cobra.NoArgs,
+	}
+	out := addOutputFlag(cmd)
+	cli.AddConnFlags(cmd)
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		lc, err := cli.LoadConfig(c)
+		if err != nil {
+			return err
+		}
+		d := &doctor{cfg: lc.Config}
+		d.run(c, lc)
+		if d.env != nil {
+			defer d.env.Close()
+		}
+		o := doctorOutput{OK: true, Checks: d.checks}
+		failed := 0
+		for _, ch := range d.checks {
+			if ch.Status == checkFail {
+				failed++
+				o.OK = false
+			}
+		}
+		if *out == "json" {
+			if err := printJSON(c.OutOrStdout(), o); err != nil {
+				return err
+			}
+		} else if err := printDoctor(c.OutOrStdout(), o); err != nil {
+			return err
+		}
+		if failed > 0 {
+			return exitcode.With(exitcode.Internal, fmt.Errorf("doctor: %d check(s) failed", failed))
+		}
+		return nil
+	}
+	return cmd
+}
+
+// run runs every check, skipping (as warn) those whose server is
+// unreachable.
+func (d *doctor) run(c *cobra.Command, lc cli.LoadedConfig) {
+	ctx := c.Context()
+	env, err := cli.Connect(c, lc)
+	if err != nil {
+		d.add("etcd", checkFail, err.Error(), "check etcd.endpoints (--etcd-endpoints), etcd.username and FENCEPUB_ETCD_PASSWORD, etcd.tls.*")
+		st, serr := objstore.New(d.cfg.S3)
+		if serr != nil {
+			d.add("bucket", checkFail, serr.Error(), "fix the s3.* keys")
+			return
+		}
+		d.store = st
+	} else {
+		d.env, d.store = env, env.Store
+		d.checkEtcd(ctx)
+	}
+	if d.checkBucket(ctx) {
+		d.checkCreateOnly(ctx)
+		d.checkIfMatch(ctx)
+		d.checkVersioning(ctx)
+		d.checkLifecycle(ctx)
+	}
+	if d.env == nil {
+		d.add("domain", checkWarn, "not checked: etcd unreachable", "")
+		d.add("clock", checkWarn, "not checked: etcd unreachable", "")
+		return
+	}
+	d.checkDomain(ctx)
+	d.checkClock(ctx)
+}
+
+func (d *doctor) checkEtcd(ctx context.Context) {
+	var versions, down []string
+	for _, ep := range d.env.Etcd.Endpoints() {
+		sctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+		st, err := d.env.Etcd.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			down = append(down, fmt.Sprintf("%s (%v)", ep, err))
+			continue
+		}
+		versions = append(versions, ep+" "+st.Version)
+	}
+	detail := fmt.Sprintf("%d of %d endpoint(s) answer with these credentials: %s", len(versions), len(versions)+len(down), strings.Join(versions, ", "))
+	if len(down) > 0 {
+		d.add("etcd", checkWarn, detail+"; not answering: "+strings.Join(down, ", "), "a member is down or unreachable: with a quorum fencepub keeps working; restore the member")
+		return
+	}
+	d.add("etcd", checkPass, detail, "")
+}
+
+// checkBucket reports whether the bucket exists.
+func (d *doctor) checkBucket(ctx context.Context) bool {
+	bctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	err := d.store.CheckBucket(bctx)
+	switch {
+	case err == nil:
+		d.add("bucket", checkPass, fmt.Sprintf("bucket %q exists at %s", d.store.Bucket, d.cfg.S3.Endpoint), "")
+		return true
+	case errors.Is(err, objstore.ErrNotFound):
+		d.add("bucket", checkFail, fmt.Sprintf("bucket %q does not exist at %s", d.store.Bucket, d.cfg.S3.Endpoint), "fencepub init --create-bucket (or fix s3.bucket)")
+	case errors.Is(err, objstore.ErrAccessDenied):
+		d.add("bucket", checkFail, err.Error(), "check s3.credentials, FENCEPUB_S3_ACCESS_KEY / FENCEPUB_S3_SECRET_KEY and the bucket policy")
+	default:
+		d.add("bucket", checkFail, err.Error(), "check s3.endpoint (--s3-endpoint), s3.secure and s3.tls.*, and that the store is up")
+	}
+	return false
+}
+
+func (d *doctor) probeKey() string {
+	ns, _ := d.cfg.NS() // validated by LoadConfig
+	return ns.CreateOnlyProbeObject()
+}
+
+func (d *doctor) checkCreateOnly(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	err := authority.ProbeCreateOnly(pctx, d.store, authority.StoreName(d.store), d.probeKey())
+	switch {
+	case err == nil:
+		d.add("create-only", checkPass, "a create-only PUT (If-None-Match: *) onto an existing key is refused with 412", "")
+	case errors.Is(err, authority.ErrCreateOnlyIgnored):
+		d.add("create-only", checkFail, err.Error(), "fencepub refuses this store: use one that honours If-None-Match (MinIO, AWS S3)")
+	default:
+		d.add("create-only", checkFail, "the probe could not write: "+err.Error(), "the credentials need s3:PutObject on the bucket (a reader's do not: run doctor with a worker's)")
+	}
+}
+
+func (d *doctor) checkIfMatch(ctx context.Context) {
+	ictx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	key := d.probeKey()
+	info, err := d.store.Client.StatObject(ictx, d.store.Bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		d.add("if-match", checkWarn, "not checked: the probe object cannot be read: "+objstore.Classify(err).Error(), "")
+		return
+	}
+	get := func(etag string) error {
+		opts := minio.GetObjectOptions{}
+		_ = opts.SetMatchETag(etag) // never empty
+		obj, err := d.store.Client.GetObject(ictx, d.store.Bucket, key, opts)
+		if err == nil {
+			_, err = io.Copy(io.Discard, obj)
+			_ = obj.Close()
+		}
+		return objstore.Classify(err)
+	}
+	if err := get(info.ETag); err != nil {
+		d.add("if-match", checkFail, "a GET with If-Match on the object's own ETag failed: "+err.Error(), "readers GET with If-Match: the store must support it")
+		return
+	}
+	wrong := "00000000000000000000000000000000"
+	if err := get(wrong); !errors.Is(err, objstore.ErrExists) {
+		d.add("if-match", checkFail, fmt.Sprintf("a GET with If-Match on another ETag was not refused with 412 (%v)", err), "readers rely on If-Match to detect a replaced object: use a store that honours it")
+		return
+	}
+	d.add("if-match", checkPass, "GETs honour If-Match (the object's ETag reads, another answers 412)", "")
+}
+
+func (d *doctor) checkVersioning(ctx context.Context) {
+	vctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	v, err := d.store.Client.GetBucketVersioning(vctx, d.store.Bucket)
+	switch {
+	case err != nil:
+		d.add("versioning", checkWarn, "could not read the bucket's versioning: "+objstore.Classify(err).Error(), "")
+	case v.Enabled():
+		d.add("versioning", checkWarn, "bucket versioning is on: GC's deletes leave noncurrent versions, so space is not freed",
+			"suspend versioning, or add a lifecycle rule that expires noncurrent versions")
+	default:
+		d.add("versioning", checkPass, "bucket versioning is off", "")
+	}
+}
+
+func (d *doctor) checkLifecycle(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	lc, err := d.store.Client.GetBucketLifecycle(lctx, d.store.Bucket)
+	switch {
+	case err != nil && minio.ToErrorResponse(err).Code == "NoSuchLifecycleConfiguration":
+		d.add("lifecycle", checkPass, "no lifecycle rules", "")
+	case err != nil:
+		d.add("lifecycle", checkWarn, "could not read the bucket's lifecycle rules: "+objstore.Classify(err).Error(), "")
+	case lc == nil || len(lc.Rules) == 0:
+		d.add("lifecycle", checkPass, "no lifecycle rules", "")
+	default:
+		d.add("lifecycle", checkWarn, fmt.Sprintf("%d lifecycle rule(s): one that expires objects under %s/ could delete a published object (GC is the only deleter)", len(lc.Rules), d.cfg.Namespace.Prefix),
+			"limit the rules to other prefixes, or to noncurrent versions and incomplete uploads")
+	}
+}
+
+func (d *doctor) checkDomain(ctx context.Context) {
+	a, err := authority.New(d.env.AuthorityConfig())
+	if err != nil {
+		d.add("domain", checkFail, err.Error(), "")
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*doctorTimeout)
+	defer cancel()
+	root := d.env.NS.Root()
+	if err := a.CheckHistory(dctx); err != nil {
+		fix := ""
+		if errors.Is(err, authority.ErrForeignHistory) {
+			fix = "the bucket holds another etcd history: 'fencepub authority recover --from-bucket' takes it over (README runbook), or use another namespace.prefix / namespace.domain"
+		}
+		d.add("domain", checkFail, err.Error(), fix)
+		return
+	}
+	epoch, err := a.Epoch(dctx)
+	if errors.Is(err, authority.ErrNotInitialized) {
+		d.add("domain", checkWarn, root+" is not initialised", "fencepub init (the first acquire also initialises it)")
+		return
+	}
+	if err != nil {
+		d.add("domain", checkFail, err.Error(), "")
+		return
+	}
+	resp, err := d.env.Etcd.Get(dctx, d.env.NS.RollbackKey(), clientv3.WithCountOnly())
+	if err != nil {
+		d.add("domain", checkFail, err.Error(), "")
+		return
+	}
+	if resp.Count > 0 {
+		d.add("domain", checkFail, fmt.Sprintf("%s, epoch %d, needs recover: a grant found the authority's counters rolled back (an etcd restore)", root, epoch),
+			"fencepub authority recover (README \"Restore runbook\")")
+		return
+	}
+	d.add("domain", checkPass, fmt.Sprintf("%s initialised, epoch %d", root, epoch), "")
+}
+
+// checkClock measures this host's clock against etcd's leader from the
+// Date header of its /health endpoint, against the midpoint of the request.
+func (d *doctor) checkClock(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	url, err := d.leaderURL(cctx)
+	if err != nil {
+		d.add("clock", checkWarn, "not measurable: "+err.Error(), "")
+		return
+	}
+	tlsCfg, err := d.cfg.EtcdTLS()
+	if err != nil {
+		d.add("clock", checkWarn, "not measurable: "+err.Error(), "")
+		return
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, url+"/health", nil)
+	if err != nil {
+		d.add("clock", checkWarn, "not measurable: "+err.Error(), "")
+		return
+	}
+	t0 := time.Now()
+	resp, err := hc.Do(req)
+	t1 := time.Now()
+	if err != nil {
+		d.add("clock", checkWarn, "not measurable: "+err.Error(), "")
+		return
+	}
+	_ = resp.Body.Close()
+	date, err := http.ParseTime(resp.Header.Get("Date"))
+	if err != nil {
+		d.add("clock", checkWarn, "not measurable: etcd's leader sent no Date header", "")
+		return
+	}
+	mid := t0.Add(t1.Sub(t0) / 2)
+	offset := date.Sub(mid.Truncate(time.Second)).Round(time.Second)
+	detail := fmt.Sprintf("this host's clock is %s from etcd's leader %s (±1s; gc.clock_skew allows %s)", offset, url, d.cfg.GC.ClockSkew)
+	if offset > maxClockOffset || offset < -maxClockOffset {
+		d.add("clock", checkWarn, detail, "synchronise clocks (chrony, systemd-timesyncd): record ages come from etcd's clock, but GC's retention allows only gc.clock_skew")
+		return
+	}
+	d.add("clock", checkPass, detail, "")
+}
+
+// leaderURL returns a client URL of etcd's leader.
+func (d *doctor) leaderURL(ctx context.Context) (string, error) {
+	cli := d.env.Etcd
+	for _, ep := range cli.Endpoints() {
+		st, err := cli.Status(ctx, ep)
+		if err != nil {
+			continue
+		}
+		ml, err := cli.MemberList(ctx)
+		if err != nil {
+			return "", err
+		}
+		for _, m := range ml.Members {
+			if m.ID == st.Leader && len(m.ClientURLs) > 0 {
+				return m.ClientURLs[0], nil
+			}
+		}
+		return "", errors.New("the leader has no client URL")
+	}
+	return "", errors.New("no endpoint answers a status request")
+}
+
+// printDoctor prints one line per check, the fix under it.
+func printDoctor(w io.Writer, o doctorOutput) error {
+	for _, ch := range o.Checks {
+		if _, err := fmt.Fprintf(w, "%-4s  %-12s %s\n", strings.ToUpper(ch.Status), ch.Name, ch.Detail); err != nil {
+			return err
+		}
+		if ch.Fix != "" && ch.Status != checkPass {
+			if _, err := fmt.Fprintf(w, "      %-12s fix: %s\n", "", ch.Fix); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

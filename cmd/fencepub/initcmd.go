@@ -1,0 +1,81 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/cli"
+	"github.com/spf13/cobra"
+)
+
+// initOutput is `fencepub init -o json`.
+type initOutput struct {
+	Domain        string `json:"domain"` // the domain's root, <prefix>/<domain>/
+	Epoch         uint64 `json:"epoch"`
+	DeploymentID  string `json:"deployment_id"`
+	Initialised   bool   `json:"initialised"`    // false: it already was
+	BucketCreated bool   `json:"bucket_created"` // --create-bucket made the bucket
+}
+
+// newInitCmd builds `fencepub init`.
+func newInitCmd() *cobra.Command {
+	var createBucket bool
+	cmd := &cobra.Command{
+		Use:   "init [--create-bucket]",
+		Short: "Set the domain up explicitly: bucket, store probe, epoch and deployment id",
+		Long: `init sets the configured domain up, as the first acquire would: it checks
+that the object store refuses a create-only PUT onto an existing key (a store
+that ignores If-None-Match is refused, exit 2), claims the bucket for this
+etcd's deployment and creates the domain's first epoch (DESIGN.md "etcd
+layout"). With --create-bucket a missing bucket is created first; without it a
+missing bucket exits 2. On an initialised domain it changes nothing and
+prints its epoch. A bucket holding another etcd history exits 116
+('fencepub authority recover --from-bucket').`,
+		Args: cobra.NoArgs,
+	}
+	cmd.Flags().BoolVar(&createBucket, "create-bucket", false, "create the bucket (s3.bucket) if it does not exist")
+	out := addOutputFlag(cmd)
+	cli.AddConnFlags(cmd)
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		a, env, err := openAuthority(c)
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		o := initOutput{Domain: env.NS.Root()}
+		if createBucket {
+			if cerr := env.Store.CheckBucket(c.Context()); cerr != nil {
+				if err := env.Store.EnsureBucket(c.Context()); err != nil {
+					return bucketError(env, err)
+				}
+				o.BucketCreated = true
+			}
+		} else if err := checkBucket(c.Context(), env); err != nil {
+			return err
+		}
+		_, err = a.Epoch(c.Context())
+		o.Initialised = errors.Is(err, authority.ErrNotInitialized)
+		if err != nil && !o.Initialised {
+			return authorityExit(err)
+		}
+		d, err := a.Init(c.Context())
+		if err != nil {
+			return authorityExit(err)
+		}
+		o.Epoch, o.DeploymentID = d.Epoch, d.DeploymentID
+		if *out == "json" {
+			return printJSON(env.Stdout, o)
+		}
+		verb := "already initialised"
+		if o.Initialised {
+			verb = "initialised"
+		}
+		if o.BucketCreated {
+			env.Log.Info(fmt.Sprintf("created bucket %q", env.Config.S3.Bucket))
+		}
+		_, err = fmt.Fprintf(env.Stdout, "%s %s: epoch %d, deployment %s\n", verb, o.Domain, o.Epoch, o.DeploymentID)
+		return err
+	}
+	return cmd
+}
