@@ -54,7 +54,7 @@ func TestInitRefusesStoreIgnoringCreateOnly(t *testing.T) {
 	sh := testenv.Get(t)
 	cli := sh.EtcdClient(t)
 	ns := testenv.Namespace(t)
-	badCfg := testenv.IgnoreCreateOnly(t, sh.MinIO.Config)
+	badCfg := testenv.IgnoreCreateOnly(t, sh.S3.S3Config())
 	bad, err := objstore.New(badCfg)
 	if err != nil {
 		t.Fatal(err)
