@@ -17,8 +17,8 @@ const (
 	// rounds 1.5 election timeouts (1.5 × 1 s) up to whole seconds, and
 	// silently raises any shorter TTL to it.
 	MinTTL = 2 * time.Second
-	// MaxTTL is etcd's maximum lease TTL (9e9 s).
-	MaxTTL = 9_000_000_000 * time.Second
+	// maxTTL is etcd's maximum lease TTL (9e9 s).
+	maxTTL = 9_000_000_000 * time.Second
 )
 
 // AcquireRequest asks for a lease on Resource.
@@ -79,8 +79,8 @@ func checkTTL(ttl time.Duration) (int64, error) {
 	switch {
 	case ttl < MinTTL:
 		return 0, fmt.Errorf("%w: %s is below etcd's minimum lease TTL of %s (with etcd's default 100 ms heartbeat and 1 s election timeout; etcd would silently stretch it)", ErrBadTTL, ttl, MinTTL)
-	case ttl > MaxTTL:
-		return 0, fmt.Errorf("%w: %s is above etcd's maximum lease TTL of %s", ErrBadTTL, ttl, MaxTTL)
+	case ttl > maxTTL:
+		return 0, fmt.Errorf("%w: %s is above etcd's maximum lease TTL of %s", ErrBadTTL, ttl, maxTTL)
 	case ttl%time.Second != 0:
 		return 0, fmt.Errorf("%w: %s is not a whole number of seconds; etcd lease TTLs are whole seconds", ErrBadTTL, ttl)
 	}

@@ -26,9 +26,9 @@ type (
 // Defaults of Config's optional fields.
 const (
 	DefaultRequestRetention = 24 * time.Hour
-	DefaultRequestTimeout   = 5 * time.Second
-	DefaultRetryTimeout     = 30 * time.Second
-	DefaultMarkerKeep       = 16
+	defaultRequestTimeout   = 5 * time.Second
+	defaultRetryTimeout     = 30 * time.Second
+	defaultMarkerKeep       = 16
 )
 
 // Config is the runtime configuration of an Authority: live clients and
@@ -115,13 +115,13 @@ func New(cfg Config) (*Authority, error) {
 		cfg.RequestRetention = DefaultRequestRetention
 	}
 	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
+		cfg.RequestTimeout = defaultRequestTimeout
 	}
 	if cfg.RetryTimeout == 0 {
-		cfg.RetryTimeout = DefaultRetryTimeout
+		cfg.RetryTimeout = defaultRetryTimeout
 	}
 	if cfg.MarkerKeep == 0 {
-		cfg.MarkerKeep = DefaultMarkerKeep
+		cfg.MarkerKeep = defaultMarkerKeep
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -398,7 +398,7 @@ func TestAdversarialRecoverCorruptEpoch(t *testing.T) {
 	if after.Epoch != rep.NewEpoch || after.Generation <= before.Generation {
 		t.Fatalf("grant after recover %+v; want above %+v", after, before)
 	}
-	if cmpHolds(t, a, before.EpochCmp(a.ns)) {
+	if cmpHolds(t, a, before.epochCmp(a.ns)) {
 		t.Fatal("the old grant's epoch still compares equal")
 	}
 }

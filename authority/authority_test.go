@@ -31,7 +31,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 	// The grant transaction wrote the durable grant record the publisher
 	// compares, and the holder the strict mode compares.
-	if !cmpHolds(t, a, g.GrantCmp(a.ns), g.HolderCmp(a.ns), g.EpochCmp(a.ns)) {
+	if !cmpHolds(t, a, g.grantCmp(a.ns), g.HolderCmp(a.ns), g.epochCmp(a.ns)) {
 		t.Fatal("grant, holder or epoch compare fails right after acquire")
 	}
 	h, ok, err := a.Holder(ctx, "res")
@@ -54,7 +54,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 		t.Fatalf("second release: %v; want ErrLeaseLost", err)
 	}
 	// The grant record stays (durable); a new grant gets the next fence.
-	if !cmpHolds(t, a, g.GrantCmp(a.ns)) {
+	if !cmpHolds(t, a, g.grantCmp(a.ns)) {
 		t.Fatal("grant record deleted by release")
 	}
 	g2 := mustAcquire(t, a, AcquireRequest{Resource: "res", Owner: owner("w2")})
@@ -64,7 +64,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	// A different owner's record does not satisfy g2's compare.
 	forged := g2
 	forged.Owner = own
-	if cmpHolds(t, a, forged.GrantCmp(a.ns)) {
+	if cmpHolds(t, a, forged.grantCmp(a.ns)) {
 		t.Fatal("grant record compare accepts another owner")
 	}
 	// The uncontended warm path: a fresh Authority and a warmed one agree.
@@ -252,7 +252,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"zero TTL", AcquireRequest{Resource: "r", Owner: "o"}, ErrBadTTL},
 		{"TTL below etcd's minimum", AcquireRequest{Resource: "r", Owner: "o", TTL: 1999 * time.Millisecond}, ErrBadTTL},
 		{"fractional TTL", AcquireRequest{Resource: "r", Owner: "o", TTL: 2500 * time.Millisecond}, ErrBadTTL},
-		{"TTL above etcd's maximum", AcquireRequest{Resource: "r", Owner: "o", TTL: MaxTTL + time.Second}, ErrBadTTL},
+		{"TTL above etcd's maximum", AcquireRequest{Resource: "r", Owner: "o", TTL: maxTTL + time.Second}, ErrBadTTL},
 	} {
 		if _, err := a.Acquire(ctx, c.req); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v; want %v", c.name, err, c.want)

@@ -111,7 +111,7 @@ func (a *Authority) Release(ctx context.Context, g Grant) error {
 	var resp *clientv3.TxnResponse
 	err := a.call(ctx, "release", 0, func(rctx context.Context) (err error) {
 		resp, err = a.cli.Txn(rctx).
-			If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.GrantCmp(a.ns)).
+			If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.grantCmp(a.ns)).
 			Else(clientv3.OpGet(hk), clientv3.OpGet(a.ns.EpochKey())).
 			Commit()
 		return err

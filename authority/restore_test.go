@@ -177,7 +177,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 		t.Fatalf("renew of the restored grant: %v", err)
 	}
 	for _, g := range before {
-		if cmpHolds(t, a, g.EpochCmp(a.ns)) {
+		if cmpHolds(t, a, g.epochCmp(a.ns)) {
 			t.Fatalf("grant %+v still matches the epoch", g)
 		}
 	}

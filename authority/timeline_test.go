@@ -115,7 +115,7 @@ func TestTimeline414241(t *testing.T) {
 	if gb.Generation <= ga.Generation || gb.Epoch != ga.Epoch {
 		t.Fatalf("B got epoch %d generation %d; want a generation above A's %d in epoch %d", gb.Epoch, gb.Generation, ga.Generation, ga.Epoch)
 	}
-	if !cmpHolds(t, a, gb.HolderCmp(a.ns), gb.GrantCmp(a.ns)) || cmpHolds(t, a, ga.HolderCmp(a.ns)) {
+	if !cmpHolds(t, a, gb.HolderCmp(a.ns), gb.grantCmp(a.ns)) || cmpHolds(t, a, ga.HolderCmp(a.ns)) {
 		t.Fatal("holder compares: want B live and A not")
 	}
 

@@ -23,17 +23,17 @@ const (
 	Foreign       Kind = "foreign"       // not an object key of the resource
 )
 
-// AllKinds returns every Kind in report order.
-func AllKinds() []Kind {
+// allKinds returns every Kind in report order.
+func allKinds() []Kind {
 	return []Kind{Published, Retained, Unpublishable, InFlight, Abandoned, Quarantined, Foreign}
 }
 
-// Deletes reports whether the decision removes the key.
-func (k Kind) Deletes() bool { return k == Unpublishable || k == Abandoned }
+// deletes reports whether the decision removes the key.
+func (k Kind) deletes() bool { return k == Unpublishable || k == Abandoned }
 
-// Entry is one key of a listing: an object (UploadID empty) or an
+// entry is one key of a listing: an object (UploadID empty) or an
 // incomplete multipart upload.
-type Entry struct {
+type entry struct {
 	Key      string
 	UploadID string
 	Size     int64     // bytes; 0 for an upload
@@ -56,10 +56,10 @@ type Decision struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// State is what GC knows about one resource, read at one etcd revision
+// state is what GC knows about one resource, read at one etcd revision
 // (readState), plus the retention computed from its history. Classify is a
-// pure function of a State, an Entry and the time.
-type State struct {
+// pure function of a state, an Entry and the time.
+type state struct {
 	NS       layout.Namespace
 	Resource string
 	// Revision is the etcd revision every field was read at.
@@ -112,9 +112,9 @@ type State struct {
 
 // Top returns max(pointer, seal): no version at or below it can be
 // published.
-func (s *State) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Version) }
+func (s *state) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Version) }
 
-// Classify decides what to do with e, given s and the time now (this
+// classify decides what to do with e, given s and the time now (this
 // process's clock). It is a pure function; the order of its rules is the
 // order of DESIGN.md "Garbage collection":
 //
@@ -132,7 +132,7 @@ func (s *State) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Versi
 //     live at the snapshot, its fence is newer than the snapshot's
 //     generation, it is younger than AbandonAfter + ClockSkew, or the
 //     pointer and seal are not both present; else Abandoned.
-func Classify(s *State, e Entry, now time.Time) Decision {
+func classify(s *state, e entry, now time.Time) Decision {
 	d := Decision{Key: e.Key, UploadID: e.UploadID, Size: e.Size}
 	v, _, ok := s.NS.ParseObjectKey(s.Resource, e.Key)
 	if !ok {

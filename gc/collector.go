@@ -24,7 +24,7 @@ const (
 	DefaultOpRetention       = 7 * 24 * time.Hour
 	DefaultDeleteBatch       = 1000 // S3's limit per multi-object delete
 	DefaultDeleteConcurrency = 4
-	DefaultRequestTimeout    = 10 * time.Second
+	defaultRequestTimeout    = 10 * time.Second
 )
 
 // Config is a Collector's runtime configuration: live clients and policy.
@@ -127,7 +127,7 @@ func New(cfg Config) (*Collector, error) {
 		cfg.DeleteConcurrency = DefaultDeleteConcurrency
 	}
 	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
+		cfg.RequestTimeout = defaultRequestTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -382,12 +382,12 @@ func (c *Collector) listResources(ctx context.Context, rep *Report) ([]string, e
 // groups those under the given resources' prefixes. The whole bucket is
 // listed because MinIO answers ListMultipartUploads only for an empty prefix
 // or an exact object key; uploads are few, so they are held in memory.
-func (c *Collector) listUploads(ctx context.Context, resources []string) (map[string][]Entry, error) {
+func (c *Collector) listUploads(ctx context.Context, resources []string) (map[string][]entry, error) {
 	want := make(map[string]bool, len(resources))
 	for _, r := range resources {
 		want[r] = true
 	}
-	out := make(map[string][]Entry)
+	out := make(map[string][]entry)
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	root := c.ns.Root()
@@ -413,7 +413,7 @@ func (c *Collector) listUploads(ctx context.Context, resources []string) (map[st
 		if err != nil || !want[res] {
 			continue
 		}
-		out[res] = append(out[res], Entry{Key: u.Key, UploadID: u.UploadID, Time: u.Initiated})
+		out[res] = append(out[res], entry{Key: u.Key, UploadID: u.UploadID, Time: u.Initiated})
 	}
 	return out, listErr
 }
@@ -421,7 +421,7 @@ func (c *Collector) listUploads(ctx context.Context, resources []string) (map[st
 // resourcePass is the work of one resource within a pass.
 type resourcePass struct {
 	c    *Collector
-	s    *State
+	s    *state
 	rep  *Report
 	opts RunOptions
 	now  time.Time
@@ -489,7 +489,7 @@ func (p *resourcePass) classified(d Decision) {
 // seal-then-delete of abandoned objects, uploads, then etcd records (only
 // when every object step succeeded, so records go after the objects they
 // name). Ages are those of the pass's clock reading clk.
-func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockReading, uploads []Entry, opts RunOptions, rep *Report) error {
+func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockReading, uploads []entry, opts RunOptions, rep *Report) error {
 	s, err := c.readState(ctx, res, clk.cutoff(c.cfg.Policy.Grace+c.cfg.Policy.ClockSkew))
 	if err != nil {
 		return err
@@ -559,7 +559,7 @@ func (p *resourcePass) list(ctx context.Context, del *deleter) ([]Decision, erro
 			cancel()
 			continue
 		}
-		d := Classify(s, Entry{Key: obj.Key, Size: obj.Size, Time: obj.LastModified}, p.now)
+		d := classify(s, entry{Key: obj.Key, Size: obj.Size, Time: obj.LastModified}, p.now)
 		p.classified(d)
 		switch d.Kind {
 		case Unpublishable:
@@ -603,7 +603,7 @@ func (p *resourcePass) abandon(ctx context.Context, ds []Decision, del *deleter)
 		if p.c.beforeSeal != nil {
 			p.c.beforeSeal(p.s.Resource)
 		}
-		ok, err := p.c.raiseSeal(ctx, p.s, target, SealReasonAbandoned)
+		ok, err := p.c.raiseSeal(ctx, p.s, target, sealReasonAbandoned)
 		if err != nil || !ok {
 			for _, d := range ds {
 				if !ok {
@@ -628,12 +628,12 @@ func (p *resourcePass) abandon(ctx context.Context, ds []Decision, del *deleter)
 // uploads classifies the resource's incomplete multipart uploads by the
 // same rules as objects and aborts the unpublishable and abandoned ones (an
 // upload of a live grant is in flight however old).
-func (p *resourcePass) uploads(ctx context.Context, entries []Entry) {
+func (p *resourcePass) uploads(ctx context.Context, entries []entry) {
 	core := minio.Core{Client: p.c.st.Client}
 	for _, e := range entries {
-		d := Classify(p.s, e, p.now)
+		d := classify(p.s, e, p.now)
 		p.classified(d)
-		if !d.Kind.Deletes() {
+		if !d.Kind.deletes() {
 			p.record(d, "kept", nil)
 			continue
 		}

@@ -101,7 +101,7 @@ func TestAbandonedInFlightSealedThenDeleted(t *testing.T) {
 	if rep.Sealed != 1 || rep.SealRaises != 1 || rep.Deleted != 1 {
 		t.Fatalf("report %+v", rep)
 	}
-	if s := e.seal(res); s.Version != lost.Version || s.Reason != SealReasonAbandoned {
+	if s := e.seal(res); s.Version != lost.Version || s.Reason != sealReasonAbandoned {
 		t.Fatalf("seal %+v; want %s", s, lost.Version)
 	}
 	if e.Exists(key) {

@@ -25,7 +25,7 @@ import (
 const (
 	DefaultInterval      = 5 * time.Minute
 	DefaultLeaseTTL      = 15 * time.Second
-	DefaultLeaseResource = "_gc"
+	defaultLeaseResource = "_gc"
 )
 
 // Readiness check bounds: /readyz reaches etcd and the store at most once
@@ -120,7 +120,7 @@ func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
 	if cfg.LeaseResource == "" {
-		cfg.LeaseResource = DefaultLeaseResource
+		cfg.LeaseResource = defaultLeaseResource
 	}
 	if err := layout.ValidateResource(cfg.LeaseResource, true); err != nil {
 		return nil, fmt.Errorf("%w: daemon config: %w", ErrInvalid, err)

@@ -20,7 +20,7 @@ import (
 // holderOwner returns the owner holding the GC lease, or "".
 func (e *env) holderOwner() string {
 	e.t.Helper()
-	h, ok, err := e.auth.Holder(ctxT(e.t, 10*time.Second), DefaultLeaseResource)
+	h, ok, err := e.auth.Holder(ctxT(e.t, 10*time.Second), defaultLeaseResource)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	if owner := e.holderOwner(); owner != "" {
 		t.Fatalf("GC lease still held by %q after a graceful stop", owner)
 	}
-	if _, err := standby.Acquire(ctxT(t, 5*time.Second), authority.AcquireRequest{Resource: DefaultLeaseResource, Owner: "gc-y", TTL: 2 * time.Second, Reserved: true}); err != nil {
+	if _, err := standby.Acquire(ctxT(t, 5*time.Second), authority.AcquireRequest{Resource: defaultLeaseResource, Owner: "gc-y", TTL: 2 * time.Second, Reserved: true}); err != nil {
 		t.Fatalf("standby could not take the lease at once: %v", err)
 	}
 	if code, _ := get("/healthz"); code != http.StatusServiceUnavailable {
@@ -173,7 +173,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	}
 	// The GC lease's own records stay bounded: one grant record per
 	// campaign, pruned below the holder's.
-	if n := e.Count(e.NS.GrantsPrefix(DefaultLeaseResource)); n > 2 {
+	if n := e.Count(e.NS.GrantsPrefix(defaultLeaseResource)); n > 2 {
 		t.Fatalf("%d grant records of the GC lease", n)
 	}
 }

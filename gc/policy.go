@@ -7,10 +7,10 @@ import (
 
 // Defaults of Policy (DESIGN.md "Garbage collection").
 const (
-	DefaultRetain       = 2
-	DefaultGrace        = 10 * time.Minute
-	DefaultClockSkew    = time.Minute
-	DefaultAbandonAfter = time.Hour
+	defaultRetain       = 2
+	defaultGrace        = 10 * time.Minute
+	defaultClockSkew    = time.Minute
+	defaultAbandonAfter = time.Hour
 )
 
 // Policy says what a pass keeps. A zero field takes its default, so the zero
@@ -40,7 +40,7 @@ type Policy struct {
 // DefaultPolicy returns the defaults: keep 2 versions, 10 min grace, 1 min
 // skew, 1 h abandon period.
 func DefaultPolicy() Policy {
-	return Policy{Retain: DefaultRetain, Grace: DefaultGrace, ClockSkew: DefaultClockSkew, AbandonAfter: DefaultAbandonAfter}
+	return Policy{Retain: defaultRetain, Grace: defaultGrace, ClockSkew: defaultClockSkew, AbandonAfter: defaultAbandonAfter}
 }
 
 // withDefaults replaces zero fields with the defaults.

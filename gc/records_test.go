@@ -125,7 +125,7 @@ func TestDecommission(t *testing.T) {
 	if err != nil || d.Seal != want || d.Already || d.Holder == nil || d.Holder.Generation != a.Generation || d.Previous != p2.Version {
 		t.Fatalf("decommission: %+v %v", d, err)
 	}
-	if s := e.seal(res); s.Version != want || s.Reason != SealReasonDecommissioned {
+	if s := e.seal(res); s.Version != want || s.Reason != sealReasonDecommissioned {
 		t.Fatalf("seal %+v", s)
 	}
 	late := e.publish(pa, "d3", publisher.Stale)
@@ -167,7 +167,7 @@ func TestDecommission(t *testing.T) {
 	e.release(ghost)
 	rep = e.run(e.collector(later(3*time.Hour)), res)
 	mustDecide(t, rep, stray.Attempt.Object.Key, Abandoned, "deleted", "")
-	if s := e.seal(res); s.Reason != SealReasonDecommissioned || !s.Version.Less(layout.Version{Epoch: ghost.Epoch, Fence: ghost.Generation + 1}) || s.Version.Less(stray.Attempt.Version) {
+	if s := e.seal(res); s.Reason != sealReasonDecommissioned || !s.Version.Less(layout.Version{Epoch: ghost.Epoch, Fence: ghost.Generation + 1}) || s.Version.Less(stray.Attempt.Version) {
 		t.Fatalf("seal after abandoning a grant of a retired resource: %+v", s)
 	}
 	// Re-created: the next grant is above the seal.

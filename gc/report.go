@@ -89,7 +89,7 @@ type RecordCounts struct {
 
 func newReport(dry bool, now time.Time) *Report {
 	by := make(map[Kind]int64)
-	for _, k := range AllKinds() {
+	for _, k := range allKinds() {
 		by[k] = 0
 	}
 	return &Report{DryRun: dry, StartedAt: now.UTC(), ByDecision: by, Warnings: []string{}, Errors: []string{}}

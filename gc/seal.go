@@ -12,15 +12,15 @@ import (
 
 // Seal reasons GC writes (layout.Seal.Reason).
 const (
-	// SealReasonAbandoned: raised over abandoned in-flight objects before
+	// sealReasonAbandoned: raised over abandoned in-flight objects before
 	// deleting them.
-	SealReasonAbandoned = "gc-abandoned"
-	// SealReasonDecommissioned: raised by Decommission to (epoch,
+	sealReasonAbandoned = "gc-abandoned"
+	// sealReasonDecommissioned: raised by Decommission to (epoch,
 	// generation, max). While the seal is above the pointer with this
 	// reason, GC keeps the resource's published and retained objects only
 	// for the reader grace after the seal was written (its ModRevision on
 	// the domain clock; the seal's At is informative).
-	SealReasonDecommissioned = layout.SealReasonDecommissioned
+	sealReasonDecommissioned = layout.SealReasonDecommissioned
 )
 
 // raiseSeal raises the seal of s.Resource to target in ONE transaction that
@@ -34,7 +34,7 @@ const (
 //
 // Errors: ErrUnavailable (the outcome is unknown: do not delete), ctx's
 // error.
-func (c *Collector) raiseSeal(ctx context.Context, s *State, target layout.Version, reason string) (ok bool, err error) {
+func (c *Collector) raiseSeal(ctx context.Context, s *state, target layout.Version, reason string) (ok bool, err error) {
 	if !s.Top().Less(target) {
 		return false, fmt.Errorf("gc: refusing to set the seal of %q to %s, not above %s", s.Resource, target, s.Top())
 	}
@@ -148,7 +148,7 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 		if (kvs[2] == nil) != (kvs[3] == nil) {
 			return out, fmt.Errorf("%w: %q has a pointer or a seal but not both", ErrCorruptState, res)
 		}
-		sealVal, err := layout.EncodeSeal(layout.Seal{Version: target, Reason: SealReasonDecommissioned, At: c.now().UTC()})
+		sealVal, err := layout.EncodeSeal(layout.Seal{Version: target, Reason: sealReasonDecommissioned, At: c.now().UTC()})
 		if err != nil {
 			return out, err
 		}

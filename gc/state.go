@@ -61,7 +61,7 @@ func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly
 //
 // Errors: ErrNotInitialized, ErrCorruptState (epoch, generation, pointer,
 // seal or a history entry does not decode), ErrUnavailable, ctx's error.
-func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64) (*State, error) {
+func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64) (*state, error) {
 	ns := c.ns
 	var resp *clientv3.TxnResponse
 	err := c.read(ctx, "read state of "+res, func(ctx context.Context) (err error) {
@@ -86,7 +86,7 @@ func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64
 		}
 		return nil
 	}
-	s := &State{NS: ns, Resource: res, Revision: resp.Header.Revision, Policy: c.cfg.Policy}
+	s := &state{NS: ns, Resource: res, Revision: resp.Header.Revision, Policy: c.cfg.Policy}
 	e := kv(0)
 	if e == nil {
 		return nil, fmt.Errorf("%w: no epoch key under %s", ErrNotInitialized, ns.Root())
@@ -128,7 +128,7 @@ func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64
 	}
 	s.Restored, s.RestoredBad, s.RestoredUnreadable = decodeRestored(ns.RestoredPrefix(res), resp.Responses[6].GetResponseRange().Kvs)
 	s.Issued = decodeIssued(ns.EpochRecordsPrefix(), resp.Responses[7].GetResponseRange().Kvs)
-	s.Decommissioned = s.HasSeal && s.Seal.Reason == SealReasonDecommissioned && s.Pointer.Version.Less(s.Seal.Version) &&
+	s.Decommissioned = s.HasSeal && s.Seal.Reason == sealReasonDecommissioned && s.Pointer.Version.Less(s.Seal.Version) &&
 		s.sealMod < graceCutoff
 	ret := newRetention(s.Policy, graceCutoff)
 	if !s.Decommissioned {

@@ -14,14 +14,14 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 )
 
-// DefaultContentType is used when an Operation has none.
-const DefaultContentType = "application/octet-stream"
+// defaultContentType is used when an Operation has none.
+const defaultContentType = "application/octet-stream"
 
 // Limits on an Operation's content type and metadata, in bytes.
 const (
-	MaxContentTypeLen = 256
-	MaxMetaKeyLen     = 64
-	MaxMetadataBytes  = 2048 // keys plus values: S3's user-metadata limit
+	maxContentTypeLen = 256
+	maxMetaKeyLen     = 64
+	maxMetadataBytes  = 2048 // keys plus values: S3's user-metadata limit
 )
 
 // reservedMetaPrefix starts the metadata keys fencepub writes itself.
@@ -83,9 +83,9 @@ func normalize(op Operation) (Operation, error) {
 		return op, fmt.Errorf("%w: Size %d is negative (0 means unknown)", ErrInvalid, op.Size)
 	}
 	if op.ContentType == "" {
-		op.ContentType = DefaultContentType
+		op.ContentType = defaultContentType
 	}
-	if err := checkHeaderValue("content type", op.ContentType, MaxContentTypeLen); err != nil {
+	if err := checkHeaderValue("content type", op.ContentType, maxContentTypeLen); err != nil {
 		return op, err
 	}
 	meta, err := normalizeMetadata(op.Metadata)
@@ -106,8 +106,8 @@ func normalizeMetadata(in map[string]string) (map[string]string, error) {
 	total := 0
 	for k, v := range in {
 		lk := strings.ToLower(k)
-		if lk == "" || len(lk) > MaxMetaKeyLen {
-			return nil, fmt.Errorf("%w: metadata key %q must be 1-%d bytes", ErrInvalid, k, MaxMetaKeyLen)
+		if lk == "" || len(lk) > maxMetaKeyLen {
+			return nil, fmt.Errorf("%w: metadata key %q must be 1-%d bytes", ErrInvalid, k, maxMetaKeyLen)
 		}
 		for i := 0; i < len(lk); i++ {
 			if c := lk[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
@@ -120,14 +120,14 @@ func normalizeMetadata(in map[string]string) (map[string]string, error) {
 		if _, dup := out[lk]; dup {
 			return nil, fmt.Errorf("%w: metadata key %q given twice (keys are case-insensitive)", ErrInvalid, k)
 		}
-		if err := checkHeaderValue("metadata "+lk, v, MaxMetadataBytes); err != nil {
+		if err := checkHeaderValue("metadata "+lk, v, maxMetadataBytes); err != nil {
 			return nil, err
 		}
 		out[lk] = v
 		total += len(lk) + len(v)
 	}
-	if total > MaxMetadataBytes {
-		return nil, fmt.Errorf("%w: metadata is %d bytes; the limit is %d", ErrInvalid, total, MaxMetadataBytes)
+	if total > maxMetadataBytes {
+		return nil, fmt.Errorf("%w: metadata is %d bytes; the limit is %d", ErrInvalid, total, maxMetadataBytes)
 	}
 	return out, nil
 }

@@ -364,7 +364,7 @@ func TestLargeBodyStreams(t *testing.T) {
 		}
 		growth := int64(peak) - int64(base)
 		t.Logf("%s: published %d MiB in %s (%.0f MiB/s); peak heap %d MiB above a %d MiB base (part size %d MiB)",
-			tc.name, size>>20, elapsed.Round(time.Millisecond), float64(size>>20)/elapsed.Seconds(), growth>>20, base>>20, DefaultPartSize>>20)
+			tc.name, size>>20, elapsed.Round(time.Millisecond), float64(size>>20)/elapsed.Seconds(), growth>>20, base>>20, defaultPartSize>>20)
 		if growth > tc.maxGrowth {
 			t.Fatalf("%s: peak heap grew by %d MiB for a %d MiB body: the body is being buffered", tc.name, growth>>20, size>>20)
 		}

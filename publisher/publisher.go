@@ -67,10 +67,10 @@ var (
 
 // Defaults of Config.
 const (
-	DefaultPartSize       = 16 << 20 // bytes
+	defaultPartSize       = 16 << 20 // bytes
 	MinPartSize           = 5 << 20  // bytes; S3's minimum for all parts but the last
-	DefaultAttemptTimeout = 5 * time.Second
-	DefaultResendTimeout  = time.Minute
+	defaultAttemptTimeout = 5 * time.Second
+	defaultResendTimeout  = time.Minute
 )
 
 // Config holds a Client's dependencies and tunables. Zero tunables take the
@@ -141,13 +141,13 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	if cfg.PartSize == 0 {
-		cfg.PartSize = DefaultPartSize
+		cfg.PartSize = defaultPartSize
 	}
 	if cfg.AttemptTimeout == 0 {
-		cfg.AttemptTimeout = DefaultAttemptTimeout
+		cfg.AttemptTimeout = defaultAttemptTimeout
 	}
 	if cfg.ResendTimeout == 0 {
-		cfg.ResendTimeout = DefaultResendTimeout
+		cfg.ResendTimeout = defaultResendTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

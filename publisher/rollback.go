@@ -73,7 +73,7 @@ func (p *Publisher) republish(ctx context.Context, src layout.Object, contentTyp
 	c, res := p.c, p.term.Resource
 	v := p.take(0)
 	if contentType == "" {
-		contentType = DefaultContentType
+		contentType = defaultContentType
 	}
 	start := time.Now()
 	obj, err := c.copyObject(ctx, src, c.ns.ObjectKey(res, v, layout.NewNonce()), contentType, meta)

@@ -77,12 +77,12 @@ var (
 	ErrInvalid = fencepub.ErrInvalid
 )
 
-// DefaultOpenRetries bounds how often Open follows a newer pointer after the
+// defaultOpenRetries bounds how often Open follows a newer pointer after the
 // object it tried was collected.
-const DefaultOpenRetries = 3
+const defaultOpenRetries = 3
 
-// DefaultRequestTimeout bounds one etcd read of the pointer.
-const DefaultRequestTimeout = 5 * time.Second
+// defaultRequestTimeout bounds one etcd read of the pointer.
+const defaultRequestTimeout = 5 * time.Second
 
 // Config holds a Reader's dependencies and options.
 type Config struct {
@@ -149,10 +149,10 @@ func New(cfg Config, resource string) (*Reader, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if cfg.OpenRetries == 0 {
-		cfg.OpenRetries = DefaultOpenRetries
+		cfg.OpenRetries = defaultOpenRetries
 	}
 	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
+		cfg.RequestTimeout = defaultRequestTimeout
 	}
 	log := cfg.Logger
 	if log == nil {

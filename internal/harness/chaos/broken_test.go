@@ -136,7 +136,7 @@ func (e *brokenEnv) brokenPublishReporting(outcome string, g authority.Grant, se
 		Owner: g.Owner, Version: v, Call: e.rec.Clock().Now(),
 	}
 	e.rec.Invoke(op)
-	info, err := st.PutSmallCreateOnly(e.ctx, objKey, []byte(body), publisher.DefaultContentType)
+	info, err := st.PutSmallCreateOnly(e.ctx, objKey, []byte(body), "application/octet-stream")
 	if err != nil {
 		e.t.Fatal(err)
 	}
