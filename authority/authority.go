@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
@@ -51,7 +52,7 @@ type Config struct {
 	// older records (PruneRequests).
 	RequestRetention time.Duration
 	// RequestTimeout bounds each single etcd or object-store request; a
-	// request that gets no answer in time fails with ErrUnavailable rather
+	// request that gets no answer in time fails with fencepub.ErrUnavailable rather
 	// than blocking until the caller's context ends. Default 5 s.
 	RequestTimeout time.Duration
 	// RetryTimeout bounds the retries of one etcd request whose caller's
@@ -146,12 +147,12 @@ func (a *Authority) rctx(ctx context.Context) (context.Context, context.CancelFu
 }
 
 // call runs op, one etcd request that is safe to send twice, retrying it
-// while it fails with ErrUnavailable (retry.Do, jittered backoff): each
+// while it fails with fencepub.ErrUnavailable (retry.Do, jittered backoff): each
 // attempt is bounded by attempt (RequestTimeout when 0), all of them by
 // ctx's deadline or, when ctx has none, RetryTimeout. op's error is
 // classified by etcdErr against the caller's ctx, so the caller's own
 // cancellation ends the retries at once and passes through; when the
-// caller's deadline ends them, the error wraps both ErrUnavailable and
+// caller's deadline ends them, the error wraps both fencepub.ErrUnavailable and
 // context.DeadlineExceeded.
 func (a *Authority) call(ctx context.Context, what string, attempt time.Duration, op func(context.Context) error) error {
 	if attempt <= 0 {
@@ -162,16 +163,16 @@ func (a *Authority) call(ctx context.Context, what string, attempt time.Duration
 		bctx, cancel = context.WithTimeout(ctx, a.cfg.RetryTimeout)
 	}
 	defer cancel()
-	var unavailable error // the last ErrUnavailable of an attempt
+	var unavailable error // the last fencepub.ErrUnavailable of an attempt
 	err := retry.Do(bctx, func(bctx context.Context) error {
 		actx, cancel := context.WithTimeout(bctx, attempt)
 		defer cancel()
 		err := etcdErr(ctx, what, op(actx))
-		if errors.Is(err, ErrUnavailable) {
+		if errors.Is(err, fencepub.ErrUnavailable) {
 			unavailable = err
 		}
 		return err
-	}, func(err error) bool { return errors.Is(err, ErrUnavailable) })
+	}, func(err error) bool { return errors.Is(err, fencepub.ErrUnavailable) })
 	if err != nil && unavailable != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// The caller's deadline ended the retries: etcd was unavailable
 		// until then, which is what the caller needs to hear.
@@ -223,7 +224,7 @@ func decodeDomain(epochKVs, depKVs []*mvccKV) (Domain, bool, error) {
 	}
 	e, err := layout.DecodeNumber(string(epochKVs[0].Value))
 	if err != nil {
-		return Domain{}, false, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+		return Domain{}, false, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
 	}
 	d := Domain{Epoch: e}
 	if len(depKVs) > 0 {
@@ -233,14 +234,14 @@ func decodeDomain(epochKVs, depKVs []*mvccKV) (Domain, bool, error) {
 }
 
 // Epoch returns the domain's current epoch (one linearizable read).
-// Errors: ErrNotInitialized, ErrUnavailable, ErrCorruptState.
+// Errors: fencepub.ErrNotInitialized, fencepub.ErrUnavailable, fencepub.ErrCorruptState.
 func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
-		return 0, fmt.Errorf("%w: no epoch key under %q", ErrNotInitialized, a.ns.Root())
+		return 0, fmt.Errorf("%w: no epoch key under %q", fencepub.ErrNotInitialized, a.ns.Root())
 	}
 	return d.Epoch, nil
 }
@@ -262,8 +263,8 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // nothing (Recover with FromBucket takes such a bucket over). Etcd is read
 // first, so an unreachable etcd writes nothing.
 //
-// Errors: *ForeignHistoryError (ErrForeignHistory), ErrUnavailable,
-// ErrExhausted, ErrCorruptState.
+// Errors: *ForeignHistoryError (ErrForeignHistory), fencepub.ErrUnavailable,
+// ErrExhausted, fencepub.ErrCorruptState.
 func (a *Authority) Init(ctx context.Context) (Domain, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil || ok {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
@@ -202,7 +203,7 @@ func keyRevisions(t *testing.T, cli *clientv3.Client, prefix string) map[string]
 }
 
 // TestAdversarialCorruptAuthorityState writes corrupt values under every key
-// a grant reads. Each refusal is typed (ErrCorruptState, ErrRequestConflict,
+// a grant reads. Each refusal is typed (fencepub.ErrCorruptState, ErrRequestConflict,
 // ErrRolledBack, ErrLeaseLost), never a panic, and mints nothing: the keys
 // of the domain are unchanged afterwards.
 func TestAdversarialCorruptAuthorityState(t *testing.T) {
@@ -233,9 +234,9 @@ func TestAdversarialCorruptAuthorityState(t *testing.T) {
 	base := mustAcquire(t, a, AcquireRequest{Resource: "base", Owner: "w"})
 
 	putRaw(t, cli, a.ns.GenerationKey("gen"), "garbage", 0)
-	unchanged(a, "acquire over a corrupt generation", acquire(a, "gen", ""), ErrCorruptState)
+	unchanged(a, "acquire over a corrupt generation", acquire(a, "gen", ""), fencepub.ErrCorruptState)
 	putRaw(t, cli, a.ns.GenerationKey("gen2"), layout.EncodeNumber(7)+" ", 0)
-	unchanged(a, "acquire over a padded generation", acquire(a, "gen2", ""), ErrCorruptState)
+	unchanged(a, "acquire over a padded generation", acquire(a, "gen2", ""), fencepub.ErrCorruptState)
 
 	// The counter pushed back below a grant record: refused, not re-minted.
 	g1 := mustAcquire(t, a, AcquireRequest{Resource: "back", Owner: "w"})
@@ -247,15 +248,15 @@ func TestAdversarialCorruptAuthorityState(t *testing.T) {
 		t.Fatal(err)
 	}
 	putRaw(t, cli, a.ns.GenerationKey("back"), layout.EncodeNumber(g1.Generation), 0)
-	unchanged(a, "acquire over a counter pushed back", acquire(a, "back", ""), ErrCorruptState)
+	unchanged(a, "acquire over a counter pushed back", acquire(a, "back", ""), fencepub.ErrCorruptState)
 
 	lease, err := cli.Grant(ctx, 30)
 	if err != nil {
 		t.Fatal(err)
 	}
 	putRaw(t, cli, a.ns.HolderKey("held"), "{not json", lease.ID)
-	unchanged(a, "acquire under a corrupt holder", acquire(a, "held", ""), ErrCorruptState)
-	unchanged(a, "inspect of a corrupt holder", func() error { _, err := a.Inspect(ctx, "held"); return err }, ErrCorruptState)
+	unchanged(a, "acquire under a corrupt holder", acquire(a, "held", ""), fencepub.ErrCorruptState)
+	unchanged(a, "inspect of a corrupt holder", func() error { _, err := a.Inspect(ctx, "held"); return err }, fencepub.ErrCorruptState)
 	if _, err := cli.Revoke(ctx, lease.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -264,9 +265,9 @@ func TestAdversarialCorruptAuthorityState(t *testing.T) {
 	}
 
 	putRaw(t, cli, a.ns.RequestKey("req", "r1"), "{", 0)
-	unchanged(a, "acquire with a corrupt request record", acquire(a, "req", "r1"), ErrCorruptState)
+	unchanged(a, "acquire with a corrupt request record", acquire(a, "req", "r1"), fencepub.ErrCorruptState)
 	putRaw(t, cli, a.ns.RequestKey("req", "r2"), `{"grant":{"resource":"other","owner":"w","generation":3}}`, 0)
-	unchanged(a, "acquire with another resource's request record", acquire(a, "req", "r2"), ErrCorruptState)
+	unchanged(a, "acquire with another resource's request record", acquire(a, "req", "r2"), fencepub.ErrCorruptState)
 	putRaw(t, cli, a.ns.RequestKey("req", "r3"), `{"grant":{"resource":"req","owner":"someone","generation":3}}`, 0)
 	unchanged(a, "acquire with another owner's request record", acquire(a, "req", "r3"), ErrRequestConflict)
 
@@ -282,8 +283,8 @@ func TestAdversarialCorruptAuthorityState(t *testing.T) {
 	ae := shared(t)
 	ge := mustAcquire(t, ae, AcquireRequest{Resource: "r", Owner: "w"})
 	putRaw(t, cli, ae.ns.EpochKey(), "x", 0)
-	unchanged(ae, "acquire under a corrupt epoch", acquire(ae, "r2", ""), ErrCorruptState)
-	unchanged(ae, "epoch", func() error { _, err := ae.Epoch(ctx); return err }, ErrCorruptState)
+	unchanged(ae, "acquire under a corrupt epoch", acquire(ae, "r2", ""), fencepub.ErrCorruptState)
+	unchanged(ae, "epoch", func() error { _, err := ae.Epoch(ctx); return err }, fencepub.ErrCorruptState)
 	// Renew is lease liveness only (the holder lives exactly as long as its
 	// lease): it still succeeds and writes nothing; the corrupt epoch stops
 	// the grant's publishes instead (their epoch compare fails).
@@ -371,9 +372,9 @@ func TestAdversarialRecoverCorruptHolder(t *testing.T) {
 }
 
 // TestAdversarialRecoverCorruptEpoch: an epoch key that does not decode
-// stops every grant (ErrCorruptState) and every publish (stale, epoch) of
+// stops every grant (fencepub.ErrCorruptState) and every publish (stale, epoch) of
 // the domain. Recover is its repair: before the fix it refused with
-// ErrCorruptState and the operator had to pick an epoch by hand. It now
+// fencepub.ErrCorruptState and the operator had to pick an epoch by hand. It now
 // moves the domain to an epoch above every marker, and grants resume above
 // every earlier grant.
 func TestAdversarialRecoverCorruptEpoch(t *testing.T) {
@@ -381,7 +382,7 @@ func TestAdversarialRecoverCorruptEpoch(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	before := mustAcquire(t, a, AcquireRequest{Resource: "r", Owner: "w", TTL: 2 * time.Second})
 	putRaw(t, a.cli, a.ns.EpochKey(), "garbage", 0)
-	if _, err := a.Acquire(ctx, AcquireRequest{Resource: "r2", Owner: "w", TTL: 2 * time.Second}); !errors.Is(err, ErrCorruptState) {
+	if _, err := a.Acquire(ctx, AcquireRequest{Resource: "r2", Owner: "w", TTL: 2 * time.Second}); !errors.Is(err, fencepub.ErrCorruptState) {
 		t.Fatalf("acquire under a corrupt epoch: %v", err)
 	}
 	rep, err := a.Recover(ctx, RecoverOptions{})

@@ -39,9 +39,6 @@ type Grant struct {
 	HolderRevision int64 `json:"holder_revision"`
 }
 
-// Fence returns the grant's fencing token; it equals Generation.
-func (g Grant) Fence() uint64 { return g.Generation }
-
 // Version returns the version of the grant's seq-th publish:
 // (Epoch, Generation, seq) (DESIGN.md "Words").
 func (g Grant) Version(seq uint64) layout.Version {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/objstore"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -57,8 +58,8 @@ func (e *ForeignHistoryError) Is(target error) bool { return target == ErrForeig
 // ownership marker and at most one listed key; it writes nothing. GC calls
 // it to explain an uninitialised domain.
 //
-// Errors: *ForeignHistoryError (ErrForeignHistory), ErrUnavailable,
-// ErrCorruptState (an ownership marker that does not decode). The rule:
+// Errors: *ForeignHistoryError (ErrForeignHistory), fencepub.ErrUnavailable,
+// fencepub.ErrCorruptState (an ownership marker that does not decode). The rule:
 // DESIGN.md invariant 9.
 func (a *Authority) CheckHistory(ctx context.Context) error {
 	if _, ok, err := a.readDomain(ctx); err != nil || ok {
@@ -149,7 +150,7 @@ func (a *Authority) claimOwnership(ctx context.Context) (string, error) {
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || len(kvs[0].Value) == 0 {
-			return "", fmt.Errorf("%w: deployment key %s is empty", ErrCorruptState, key)
+			return "", fmt.Errorf("%w: deployment key %s is empty", fencepub.ErrCorruptState, key)
 		}
 		dep = string(kvs[0].Value)
 	}

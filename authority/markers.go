@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/minio/minio-go/v7"
@@ -39,7 +40,7 @@ type OwnershipMarker struct {
 
 // ReadOwnership reads and decodes the ownership marker of ns in st.
 // Errors: objstore.ErrNotFound (wrapped) when there is none,
-// objstore.ErrUnavailable, ErrCorruptState.
+// objstore.ErrUnavailable, fencepub.ErrCorruptState.
 func ReadOwnership(ctx context.Context, st *objstore.Store, ns layout.Namespace) (OwnershipMarker, error) {
 	b, err := st.GetSmall(ctx, ns.OwnershipObject(), markerMaxBytes)
 	if err != nil {
@@ -47,7 +48,7 @@ func ReadOwnership(ctx context.Context, st *objstore.Store, ns layout.Namespace)
 	}
 	var m OwnershipMarker
 	if err := json.Unmarshal(b, &m); err != nil || m.DeploymentID == "" {
-		return OwnershipMarker{}, fmt.Errorf("%w: ownership marker %s: %q", ErrCorruptState, ns.OwnershipObject(), b)
+		return OwnershipMarker{}, fmt.Errorf("%w: ownership marker %s: %q", fencepub.ErrCorruptState, ns.OwnershipObject(), b)
 	}
 	return m, nil
 }
@@ -105,7 +106,7 @@ func (a *Authority) getJSON(ctx context.Context, key string, out any) error {
 		return storeErr(ctx, "get "+key, err)
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("%w: marker %s: %w", ErrCorruptState, key, err)
+		return fmt.Errorf("%w: marker %s: %w", fencepub.ErrCorruptState, key, err)
 	}
 	return nil
 }
@@ -125,7 +126,7 @@ func (a *Authority) ensureOwnership(ctx context.Context, candidate string) (stri
 		return "", err
 	}
 	if m.DeploymentID == "" {
-		return "", fmt.Errorf("%w: ownership marker %s has no deployment id", ErrCorruptState, a.ns.OwnershipObject())
+		return "", fmt.Errorf("%w: ownership marker %s has no deployment id", fencepub.ErrCorruptState, a.ns.OwnershipObject())
 	}
 	a.log.Info("authority: using the deployment id of the bucket's existing ownership marker",
 		"object", a.ns.OwnershipObject(), "deployment", m.DeploymentID)
@@ -137,7 +138,7 @@ func (a *Authority) ensureOwnership(ctx context.Context, candidate string) (stri
 // positive pageSize asks the store for at most that many keys per request
 // (a lookup of the first key asks for 1, so the store lists no more); 0
 // takes the store's default (1000). A positive timeout bounds the whole
-// listing (ErrUnavailable when it passes).
+// listing (fencepub.ErrUnavailable when it passes).
 func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, pageSize int, timeout time.Duration, fn func(minio.ObjectInfo) bool) error {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -246,7 +247,7 @@ func (a *Authority) readEpochMarker(ctx context.Context, epoch uint64) (epochMar
 // The two object-store requests run concurrently. It returns nil when g is
 // confirmed; ErrRolledBack (wrapped, with the evidence); ErrLeaseLost when a
 // later grant or epoch legitimately superseded g before it was confirmed
-// (the caller was paused); or ErrUnavailable.
+// (the caller was paused); or fencepub.ErrUnavailable.
 func (a *Authority) confirmGrant(ctx context.Context, g Grant) error {
 	var (
 		wg               sync.WaitGroup
@@ -309,12 +310,12 @@ func (a *Authority) readCounter(ctx context.Context, res string) (counter, error
 	var c counter
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		if c.epoch, err = layout.DecodeNumber(string(kvs[0].Value)); err != nil {
-			return counter{}, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+			return counter{}, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
 		}
 	}
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		if c.gen, err = layout.DecodeNumber(string(kvs[0].Value)); err != nil {
-			return counter{}, fmt.Errorf("%w: generation key of %q: %w", ErrCorruptState, res, err)
+			return counter{}, fmt.Errorf("%w: generation key of %q: %w", fencepub.ErrCorruptState, res, err)
 		}
 	}
 	return c, nil

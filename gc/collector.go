@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -96,22 +96,22 @@ type Collector struct {
 }
 
 // New checks cfg, applies the defaults and returns a Collector. It makes no
-// network call. Errors: ErrInvalid naming the field.
+// network call. Errors: fencepub.ErrInvalid naming the field.
 func New(cfg Config) (*Collector, error) {
 	if _, err := layout.NewNamespace(cfg.Namespace.Prefix, cfg.Namespace.Domain); err != nil {
-		return nil, fmt.Errorf("%w: config: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: config: %w", fencepub.ErrInvalid, err)
 	}
 	switch {
 	case cfg.Etcd == nil:
-		return nil, fmt.Errorf("%w: config: Etcd is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: config: Etcd is nil", fencepub.ErrInvalid)
 	case cfg.Store == nil || cfg.Store.Client == nil:
-		return nil, fmt.Errorf("%w: config: Store is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: config: Store is nil", fencepub.ErrInvalid)
 	case cfg.OpRetention < 0 || cfg.RequestTimeout < 0:
-		return nil, fmt.Errorf("%w: config: OpRetention and RequestTimeout must not be negative", ErrInvalid)
+		return nil, fmt.Errorf("%w: config: OpRetention and RequestTimeout must not be negative", fencepub.ErrInvalid)
 	case cfg.DeleteBatch < 0 || cfg.DeleteBatch > DefaultDeleteBatch:
-		return nil, fmt.Errorf("%w: config: DeleteBatch %d is outside 1..%d", ErrInvalid, cfg.DeleteBatch, DefaultDeleteBatch)
+		return nil, fmt.Errorf("%w: config: DeleteBatch %d is outside 1..%d", fencepub.ErrInvalid, cfg.DeleteBatch, DefaultDeleteBatch)
 	case cfg.DeleteConcurrency < 0:
-		return nil, fmt.Errorf("%w: config: DeleteConcurrency %d is negative", ErrInvalid, cfg.DeleteConcurrency)
+		return nil, fmt.Errorf("%w: config: DeleteConcurrency %d is negative", fencepub.ErrInvalid, cfg.DeleteConcurrency)
 	}
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, err
@@ -135,7 +135,7 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Authority == nil {
 		a, err := authority.New(authority.Config{Namespace: cfg.Namespace, Etcd: cfg.Etcd, Store: cfg.Store, Logger: cfg.Logger})
 		if err != nil {
-			return nil, fmt.Errorf("%w: config: %w", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: config: %w", fencepub.ErrInvalid, err)
 		}
 		cfg.Authority = a
 	}
@@ -214,10 +214,10 @@ type RunOptions struct {
 // It blocks until the pass ends or ctx is cancelled (deletions already sent
 // complete or fail on their own; each is safe on its own).
 //
-// Errors: ErrInvalid (options), ErrForeignDeployment, ErrNoOwnership,
-// ErrNotInitialized, authority.ErrForeignHistory (etcd has no epoch and the
+// Errors: fencepub.ErrInvalid (options), ErrForeignDeployment, ErrNoOwnership,
+// fencepub.ErrNotInitialized, authority.ErrForeignHistory (etcd has no epoch and the
 // bucket holds another etcd's history: DESIGN.md invariant 9),
-// ErrUnavailable; ErrIncomplete wrapping the
+// fencepub.ErrUnavailable; ErrIncomplete wrapping the
 // per-resource errors (joined; errors.Is sees each) when some failed. The
 // report is returned in every case.
 func (c *Collector) Run(ctx context.Context, opts RunOptions) (*Report, error) {
@@ -240,11 +240,11 @@ func (c *Collector) Run(ctx context.Context, opts RunOptions) (*Report, error) {
 
 func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error {
 	if opts.All == (len(opts.Resources) > 0) {
-		return fmt.Errorf("%w: give either resources or all", ErrInvalid)
+		return fmt.Errorf("%w: give either resources or all", fencepub.ErrInvalid)
 	}
 	for _, r := range opts.Resources {
 		if err := layout.ValidateResource(r, false); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalid, err)
+			return fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 		}
 	}
 	dep, err := c.checkOwnership(ctx)
@@ -311,7 +311,7 @@ func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
 		if err := c.auth.CheckHistory(ctx); err != nil {
 			return "", err
 		}
-		return "", fmt.Errorf("%w: no epoch key under %s", ErrNotInitialized, c.ns.Root())
+		return "", fmt.Errorf("%w: no epoch key under %s", fencepub.ErrNotInitialized, c.ns.Root())
 	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs
 	if len(kvs) == 0 || len(kvs[0].Value) == 0 {
@@ -324,7 +324,7 @@ func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return "", fmt.Errorf("%w: the bucket has no ownership marker %s (etcd's deployment is %s)", ErrNoOwnership, c.ns.OwnershipObject(), dep)
-	case errors.Is(err, authority.ErrCorruptState):
+	case errors.Is(err, fencepub.ErrCorruptState):
 		return "", fmt.Errorf("%w: %w", ErrNoOwnership, err)
 	case err != nil:
 		return "", storeErr(ctx, "read ownership marker", err)

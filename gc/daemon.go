@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/retry"
@@ -105,13 +106,13 @@ type Daemon struct {
 	checkErr error
 }
 
-// NewDaemon checks cfg and returns a Daemon. Errors: ErrInvalid.
+// NewDaemon checks cfg and returns a Daemon. Errors: fencepub.ErrInvalid.
 func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 	if cfg.Collector == nil {
-		return nil, fmt.Errorf("%w: daemon config: Collector is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: daemon config: Collector is nil", fencepub.ErrInvalid)
 	}
 	if cfg.Interval < 0 || cfg.LeaseTTL < 0 {
-		return nil, fmt.Errorf("%w: daemon config: Interval and LeaseTTL must not be negative", ErrInvalid)
+		return nil, fmt.Errorf("%w: daemon config: Interval and LeaseTTL must not be negative", fencepub.ErrInvalid)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
@@ -123,7 +124,7 @@ func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 		cfg.LeaseResource = defaultLeaseResource
 	}
 	if err := layout.ValidateResource(cfg.LeaseResource, true); err != nil {
-		return nil, fmt.Errorf("%w: daemon config: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: daemon config: %w", fencepub.ErrInvalid, err)
 	}
 	if cfg.Owner == "" {
 		host, _ := os.Hostname()
@@ -132,10 +133,10 @@ func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 		cfg.Owner = fmt.Sprintf("gc-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	if err := layout.ValidateOwner(cfg.Owner); err != nil {
-		return nil, fmt.Errorf("%w: daemon config: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: daemon config: %w", fencepub.ErrInvalid, err)
 	}
 	if cfg.Run.All && len(cfg.Run.Resources) > 0 {
-		return nil, fmt.Errorf("%w: daemon config: Run names resources and all", ErrInvalid)
+		return nil, fmt.Errorf("%w: daemon config: Run names resources and all", fencepub.ErrInvalid)
 	}
 	if len(cfg.Run.Resources) == 0 {
 		cfg.Run.All = true
@@ -180,8 +181,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			var err error
 			if g, err = d.campaign(ctx, requestID); err != nil && ctx.Err() == nil {
 				d.log.Warn("gc daemon: acquiring the GC lease", "err", err)
-				if !errors.Is(err, authority.ErrUnavailable) {
-					requestID = "" // ErrUnavailable: the grant may exist, ask again with the same request id
+				if !errors.Is(err, fencepub.ErrUnavailable) {
+					requestID = "" // fencepub.ErrUnavailable: the grant may exist, ask again with the same request id
 				}
 			}
 			return err

@@ -192,7 +192,7 @@ func (e *env) inFlight(g authority.Grant, key string) publisher.Result {
 	px, cli := testenv.Get(e.t).EtcdProxy(e.t)
 	defer px.Close() // cut the client off etcd for good once the attempt is over
 	pc := e.publisher(cli, func(c *publisher.Config) {
-		c.AttemptTimeout = 100 * time.Millisecond
+		c.RequestTimeout = 100 * time.Millisecond
 		c.ResendTimeout = 300 * time.Millisecond
 	})
 	p := e.bind(pc, g)

@@ -135,7 +135,7 @@ func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 // grant.
 func helperSkewed(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
 	pub, err := publisher.New(publisher.Config{
-		Namespace: cfg.Namespace, Etcd: cli, Store: st, AttemptTimeout: 300 * time.Millisecond, ResendTimeout: 2 * time.Minute,
+		Namespace: cfg.Namespace, Etcd: cli, Store: st, RequestTimeout: 300 * time.Millisecond, ResendTimeout: 2 * time.Minute,
 		Now: func() time.Time { return time.Now().Add(cfg.Skew) },
 	})
 	if err != nil {

@@ -130,7 +130,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	// The lossy publisher: its etcd client goes through a fault proxy.
 	px, pxCli := testenv.Get(t).EtcdProxy(t)
 	lossyPub := e.publisher(pxCli, func(c *publisher.Config) {
-		c.AttemptTimeout, c.ResendTimeout = 100*time.Millisecond, 300*time.Millisecond
+		c.RequestTimeout, c.ResendTimeout = 100*time.Millisecond, 300*time.Millisecond
 	})
 	var lost atomic.Int64
 	wg.Add(1)

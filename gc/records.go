@@ -81,7 +81,7 @@ func (c *Collector) pruneGrants(ctx context.Context, res string, rev int64, hold
 		if err != nil {
 			return false
 		}
-		if holder != nil && holder.Fence() == fence {
+		if holder != nil && holder.Generation == fence {
 			return false
 		}
 		return prunable(epoch, fence)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
@@ -176,7 +177,7 @@ func TestDecommission(t *testing.T) {
 	rep = e.run(e.collector(later(12*time.Minute)), res)
 	mustDecide(t, rep, back.Object.Key, Published, "kept", "")
 
-	if _, err := c.Decommission(ctx, "_gc", true); !errors.Is(err, ErrInvalid) {
+	if _, err := c.Decommission(ctx, "_gc", true); !errors.Is(err, fencepub.ErrInvalid) {
 		t.Fatalf("decommission of a reserved name: %v", err)
 	}
 	// A name never granted (a typo) is refused and nothing is written.

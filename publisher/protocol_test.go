@@ -28,8 +28,8 @@ func TestSeedTimelineStaleAfterNewerFence(t *testing.T) {
 	pA := e.bind(gA, false)
 	// A pauses: it never renews. B waits for etcd to expire A's lease.
 	gB := e.acquire(authority.AcquireRequest{Resource: res, Owner: "worker-B", TTL: 10 * time.Second, Wait: true})
-	if gB.Fence() != gA.Fence()+1 {
-		t.Fatalf("B's fence %d, want A's %d + 1", gB.Fence(), gA.Fence())
+	if gB.Generation != gA.Generation+1 {
+		t.Fatalf("B's fence %d, want A's %d + 1", gB.Generation, gA.Generation)
 	}
 	pB := e.bind(gB, false)
 	rB, err := pB.Publish(ctx, op("result-B", "state computed by B"))
@@ -161,9 +161,9 @@ func TestUnauthorizedTokensRejected(t *testing.T) {
 		name string
 		term Term
 	}{
-		{"fence of another resource's grant", Term{Resource: res, Owner: gX.Owner, Epoch: gX.Epoch, Fence: gX.Fence()}},
+		{"fence of another resource's grant", Term{Resource: res, Owner: gX.Owner, Epoch: gX.Epoch, Fence: gX.Generation}},
 		{"fence never granted", Term{Resource: res, Owner: gA.Owner, Epoch: gA.Epoch, Fence: 999}},
-		{"right fence, wrong owner", Term{Resource: res, Owner: "mallory", Epoch: gA.Epoch, Fence: gA.Fence()}},
+		{"right fence, wrong owner", Term{Resource: res, Owner: "mallory", Epoch: gA.Epoch, Fence: gA.Generation}},
 	}
 	for i, c := range cases {
 		p, err := e.pub.Bind(ctx, c.term)
@@ -228,14 +228,14 @@ func TestRebindContinuesSeq(t *testing.T) {
 		mustOutcome(t, "publish", r, err, Applied, ReasonNone)
 	}
 	g2 := e.acquire(req) // the retried request gets the original grant back
-	if g2.Fence() != g.Fence() || g2.HolderRevision != g.HolderRevision {
+	if g2.Generation != g.Generation || g2.HolderRevision != g.HolderRevision {
 		t.Fatalf("retried acquire returned a new grant %+v", g2)
 	}
 	if n := e.bind(g2, false).NextSeq(); n != 3 {
 		t.Fatalf("rebound publisher starts at seq %d, want 3", n)
 	}
 	// A resolve that sealed seq 5 of this fence moves the start above it.
-	v5 := layout.Version{Epoch: g.Epoch, Fence: g.Fence(), Seq: 5}
+	v5 := layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: 5}
 	if _, err := e.pub.Resolve(ctx, "r", "lost-op", v5, unsent); !errors.Is(err, ErrStale) {
 		t.Fatalf("resolve: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
@@ -277,8 +278,8 @@ func TestAdversarialResolveFutureVersion(t *testing.T) {
 		{Epoch: g.Epoch, Fence: g.Generation + 1, Seq: 1},
 	} {
 		r, err := e.pub.Resolve(ctx, res, "future", v, unsent)
-		if !errors.Is(err, ErrInvalid) || r.Outcome != "" {
-			t.Errorf("resolve %s: %+v, %v; want ErrInvalid and no outcome", v, r, err)
+		if !errors.Is(err, fencepub.ErrInvalid) || r.Outcome != "" {
+			t.Errorf("resolve %s: %+v, %v; want fencepub.ErrInvalid and no outcome", v, r, err)
 		}
 		if got := e.sealValue(res); got != sealBefore {
 			t.Fatalf("resolve %s moved the seal to %q", v, got)
@@ -321,7 +322,7 @@ func (e *env) sealValue(res string) string {
 }
 
 // TestAdversarialSeqBounds: an explicit seq above layout.MaxNumber is bad
-// input (ErrInvalid, exit 2 in the CLI); the last seq publishes, and a
+// input (fencepub.ErrInvalid, exit 2 in the CLI); the last seq publishes, and a
 // publish after it is stale (the seq is never wrapped); a term sealed at its
 // last seq (`resource delete --force` of a live holder) is stale (seal) for
 // its holder, and a retry of a key applied before the seal is duplicate.
@@ -330,8 +331,8 @@ func TestAdversarialSeqBounds(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	p := e.bind(e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"}), false)
 	for _, seq := range []uint64{layout.MaxNumber + 1, math.MaxUint64} {
-		if _, err := p.PublishSeq(ctx, seq, op("k", "x")); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("seq %d: %v, want ErrInvalid", seq, err)
+		if _, err := p.PublishSeq(ctx, seq, op("k", "x")); !errors.Is(err, fencepub.ErrInvalid) {
+			t.Fatalf("seq %d: %v, want fencepub.ErrInvalid", seq, err)
 		}
 	}
 	r, err := p.PublishSeq(ctx, layout.MaxNumber, op("k-last", "last"))
@@ -349,7 +350,7 @@ func TestAdversarialSeqBounds(t *testing.T) {
 	p = e.bind(g, false)
 	first, err := p.Publish(ctx, op("k1", "one"))
 	mustOutcome(t, "before the seal", first, err, Applied, ReasonNone)
-	seal, err := layout.EncodeSeal(layout.Seal{Version: layout.Version{Epoch: g.Epoch, Fence: g.Fence(), Seq: layout.MaxNumber}, Reason: "decommissioned", At: time.Now().UTC()})
+	seal, err := layout.EncodeSeal(layout.Seal{Version: layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: layout.MaxNumber}, Reason: "decommissioned", At: time.Now().UTC()})
 	if err != nil {
 		t.Fatal(err)
 	}

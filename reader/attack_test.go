@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
@@ -300,7 +301,7 @@ func must(b *Body, err error) *Body {
 }
 
 // A reader whose etcd stops answering after it has opened an object: each
-// Open (which now speculates) fails with ErrUnavailable within about
+// Open (which now speculates) fails with fencepub.ErrUnavailable within about
 // RequestTimeout, never returns the speculative body unverified against a
 // pointer, and leaves no goroutine or open GET behind. OpenPointer still
 // works without etcd.
@@ -323,8 +324,8 @@ func TestAttackEtcdUnreachableDuringSpeculation(t *testing.T) {
 			b.Close()
 			t.Fatalf("open %d with etcd unreachable returned a body", i)
 		}
-		if !errors.Is(err, ErrUnavailable) || took > 5*timeout {
-			t.Fatalf("open %d: %v after %s; want ErrUnavailable within ~%s", i, err, took, timeout)
+		if !errors.Is(err, fencepub.ErrUnavailable) || took > 5*timeout {
+			t.Fatalf("open %d: %v after %s; want fencepub.ErrUnavailable within ~%s", i, err, took, timeout)
 		}
 	}
 	if err := checkBody(must(r.OpenPointer(ctx, p1))); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -19,7 +20,7 @@ import (
 // listens. The etcd client waits for a connection as long as the context
 // allows, so before Config.RequestTimeout a `fencepub read` (no deadline)
 // hung for ever and `fencepub watch` never printed its promised error
-// lines. Each read now ends with ErrUnavailable after RequestTimeout.
+// lines. Each read now ends with fencepub.ErrUnavailable after RequestTimeout.
 func TestAdversarialUnreachableEtcd(t *testing.T) {
 	e := newEnv(t)
 	cli := unreachableEtcd(t)
@@ -33,8 +34,8 @@ func TestAdversarialUnreachableEtcd(t *testing.T) {
 	} {
 		start := time.Now()
 		err := call()
-		if took := time.Since(start); !errors.Is(err, ErrUnavailable) || took > 10*timeout {
-			t.Fatalf("%s on an unreachable etcd: %v after %s; want ErrUnavailable within ~%s", name, err, took, timeout)
+		if took := time.Since(start); !errors.Is(err, fencepub.ErrUnavailable) || took > 10*timeout {
+			t.Fatalf("%s on an unreachable etcd: %v after %s; want fencepub.ErrUnavailable within ~%s", name, err, took, timeout)
 		}
 	}
 
@@ -43,8 +44,8 @@ func TestAdversarialUnreachableEtcd(t *testing.T) {
 	ch := r.Watch(wctx)
 	select {
 	case u := <-ch:
-		if !errors.Is(u.Err, ErrUnavailable) {
-			t.Fatalf("first watch update %+v; want ErrUnavailable", u)
+		if !errors.Is(u.Err, fencepub.ErrUnavailable) {
+			t.Fatalf("first watch update %+v; want fencepub.ErrUnavailable", u)
 		}
 	case <-time.After(10 * timeout):
 		t.Fatal("watch on an unreachable etcd reported nothing")
@@ -53,8 +54,8 @@ func TestAdversarialUnreachableEtcd(t *testing.T) {
 	for range ch {
 	}
 
-	if _, err := New(Config{Namespace: e.NS, Etcd: cli, RequestTimeout: -time.Second}, res); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("negative RequestTimeout: %v, want ErrInvalid", err)
+	if _, err := New(Config{Namespace: e.NS, Etcd: cli, RequestTimeout: -time.Second}, res); !errors.Is(err, fencepub.ErrInvalid) {
+		t.Fatalf("negative RequestTimeout: %v, want fencepub.ErrInvalid", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -80,7 +81,7 @@ func authorityExit(err error) error {
 		code = exitcode.Held
 	case errors.Is(err, authority.ErrLeaseLost), errors.Is(err, authority.ErrExpired):
 		code = exitcode.LeaseLost
-	case errors.Is(err, authority.ErrUnavailable):
+	case errors.Is(err, fencepub.ErrUnavailable):
 		code = exitcode.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		// The command's own deadline (--timeout) ran out mid-acquire: not
@@ -114,7 +115,7 @@ type grantOutput struct {
 func toGrantOutput(g authority.Grant) grantOutput {
 	return grantOutput{
 		Resource: g.Resource, Owner: g.Owner, RequestID: g.RequestID, Epoch: g.Epoch,
-		Generation: g.Generation, Fence: g.Fence(), LeaseID: int64(g.LeaseID), TTLMS: g.TTL.Milliseconds(),
+		Generation: g.Generation, Fence: g.Generation, LeaseID: int64(g.LeaseID), TTLMS: g.TTL.Milliseconds(),
 		GrantedAt: g.GrantedAt.UTC(), ExpiresAt: g.ExpiresAt().UTC(), HolderRevision: g.HolderRevision,
 	}
 }

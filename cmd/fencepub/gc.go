@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/cli"
@@ -157,12 +157,12 @@ func gcExit(err error) error {
 		return nil
 	case errors.Is(err, authority.ErrForeignHistory):
 		code = exitcode.NeedRecover
-	case errors.Is(err, gc.ErrInvalid), errors.Is(err, gc.ErrForeignDeployment), errors.Is(err, gc.ErrNoOwnership), errors.Is(err, gc.ErrNotInitialized),
+	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, gc.ErrForeignDeployment), errors.Is(err, gc.ErrNoOwnership), errors.Is(err, fencepub.ErrNotInitialized),
 		errors.Is(err, gc.ErrUnknownResource):
 		code = exitcode.Usage
 	case errors.Is(err, gc.ErrHeld):
 		code = exitcode.Held
-	case errors.Is(err, gc.ErrUnavailable), errors.Is(err, authority.ErrUnavailable):
+	case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, fencepub.ErrUnavailable):
 		code = exitcode.Unavailable
 	}
 	return exitcode.With(code, err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -487,10 +488,10 @@ func publishExit(res publisher.Result, err error) error {
 		code = exitcode.Conflict
 	case errors.Is(err, publisher.ErrUnknown):
 		code = exitcode.Unknown
-	case errors.Is(err, publisher.ErrInvalid), errors.Is(err, layout.ErrInvalidName), errors.Is(err, publisher.ErrBody),
-		errors.Is(err, publisher.ErrNoSuchVersion), errors.Is(err, publisher.ErrNotInitialized), errors.Is(err, objstore.ErrNotFound):
+	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, layout.ErrInvalidName), errors.Is(err, publisher.ErrBody),
+		errors.Is(err, publisher.ErrNoSuchVersion), errors.Is(err, fencepub.ErrNotInitialized), errors.Is(err, objstore.ErrNotFound):
 		code = exitcode.Usage
-	case errors.Is(err, publisher.ErrUnavailable), errors.Is(err, objstore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, objstore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		code = exitcode.Unavailable
 	}
 	return exitcode.With(code, err)

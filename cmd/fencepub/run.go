@@ -252,8 +252,8 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	if err != nil {
 		return authorityExit(err)
 	}
-	r.res.Epoch, r.res.Fence = g.Epoch, g.Fence()
-	r.say("granted: epoch %d, fence %d", g.Epoch, g.Fence())
+	r.res.Epoch, r.res.Fence = g.Epoch, g.Generation
+	r.say("granted: epoch %d, fence %d", g.Epoch, g.Generation)
 	// Renewed until closed, not until Ctrl-C: an interrupted command is
 	// stopped (execute) before the lease is released.
 	sess, err := a.NewSession(context.WithoutCancel(ctx), g)
@@ -309,7 +309,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	if err != nil {
 		return publishExit(publisher.Result{}, err)
 	}
-	r.say("publishing the result with fence %d (key %s)", g.Fence(), key)
+	r.say("publishing the result with fence %d (key %s)", g.Generation, key)
 	res, err := p.Publish(pctx, publisher.Operation{IdempotencyKey: key, Body: body, ContentType: contentType})
 	r.res.Outcome, r.res.Reason, r.res.Version, r.res.Object, r.res.Digest = string(res.Outcome), string(res.Reason), res.Version, res.Object, res.Digest
 	published = res.Outcome == publisher.Applied || res.Outcome == publisher.Duplicate
@@ -338,7 +338,7 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	cmd := exec.Command(r.args[0], r.args[1:]...)
 	cmd.Env = append(os.Environ(),
 		"FENCEPUB_RESOURCE="+g.Resource, "FENCEPUB_EPOCH="+strconv.FormatUint(g.Epoch, 10),
-		"FENCEPUB_FENCE="+strconv.FormatUint(g.Fence(), 10), "FENCEPUB_OWNER="+g.Owner)
+		"FENCEPUB_FENCE="+strconv.FormatUint(g.Generation, 10), "FENCEPUB_OWNER="+g.Owner)
 	cmd.Stdin = r.c.InOrStdin()
 	cmd.Stderr = r.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

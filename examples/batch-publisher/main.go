@@ -105,7 +105,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}
-	event("granted", map[string]any{"owner": o.owner, "epoch": g.Epoch, "fence": g.Fence(), "lease_id": int64(g.LeaseID)})
+	event("granted", map[string]any{"owner": o.owner, "epoch": g.Epoch, "fence": g.Generation, "lease_id": int64(g.LeaseID)})
 	sess, err := auth.NewSession(ctx, g)
 	if err != nil {
 		return err

@@ -204,5 +204,5 @@ func (e *Env) AuthorityConfig() authority.Config {
 // PublisherConfig is the publisher's runtime configuration over e's
 // clients, each etcd attempt bounded by etcd.request_timeout.
 func (e *Env) PublisherConfig() publisher.Config {
-	return publisher.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Logger: e.Log, AttemptTimeout: e.Config.Etcd.RequestTimeout}
+	return publisher.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Logger: e.Log, RequestTimeout: e.Config.Etcd.RequestTimeout}
 }

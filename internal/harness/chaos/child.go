@@ -89,7 +89,7 @@ func runWorker(spec WorkerSpec, in io.Reader, out io.Writer) error {
 	var skew atomic.Int64 // ns
 	pub, err := publisher.New(publisher.Config{
 		Namespace: spec.Namespace, Etcd: cli, Store: st, PartSize: partSize,
-		AttemptTimeout: wl.AttemptTimeout, ResendTimeout: wl.PublishTimeout,
+		RequestTimeout: wl.AttemptTimeout, ResendTimeout: wl.PublishTimeout,
 		Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
 	})
 	if err != nil {

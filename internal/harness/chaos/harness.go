@@ -285,7 +285,7 @@ func (h *harness) setup(ctx context.Context) error {
 func (h *harness) publisherClient(cli *clientv3.Client, st *objstore.Store) (*publisher.Client, error) {
 	return publisher.New(publisher.Config{
 		Namespace: h.ns, Etcd: cli, Store: st, PartSize: partSize,
-		AttemptTimeout: h.wl.AttemptTimeout, ResendTimeout: h.wl.PublishTimeout,
+		RequestTimeout: h.wl.AttemptTimeout, ResendTimeout: h.wl.PublishTimeout,
 	})
 }
 
