@@ -35,15 +35,15 @@ func BenchmarkClassify(b *testing.B) {
 	cases := []struct {
 		name string
 		e    entry
-		want Kind
+		want kind
 	}{
 		// The common case of a pass: an orphan below the pointer.
-		{"unpublishable", entry{Key: key(ver(3, 4, 9)), Size: 1, Time: old}, Unpublishable},
-		{"published", entry{Key: key(ver(3, 5, 3)), Size: 1, Time: old}, Published},
-		{"retained", entry{Key: key(ver(3, 5, 2)), Size: 1, Time: old}, Retained},
-		{"in_flight", entry{Key: key(ver(3, 7, 1)), Size: 1, Time: old}, InFlight},
-		{"abandoned", entry{Key: key(ver(3, 6, 9)), Size: 1, Time: old}, Abandoned},
-		{"foreign", entry{Key: ns.ObjectsPrefix("daily-report") + "notes.txt", Size: 1, Time: old}, Foreign},
+		{"unpublishable", entry{Key: key(ver(3, 4, 9)), Size: 1, Time: old}, kindUnpublishable},
+		{"published", entry{Key: key(ver(3, 5, 3)), Size: 1, Time: old}, kindPublished},
+		{"retained", entry{Key: key(ver(3, 5, 2)), Size: 1, Time: old}, kindRetained},
+		{"in_flight", entry{Key: key(ver(3, 7, 1)), Size: 1, Time: old}, kindInFlight},
+		{"abandoned", entry{Key: key(ver(3, 6, 9)), Size: 1, Time: old}, kindAbandoned},
+		{"foreign", entry{Key: ns.ObjectsPrefix("daily-report") + "notes.txt", Size: 1, Time: old}, kindForeign},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

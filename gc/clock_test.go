@@ -316,7 +316,7 @@ func TestClockJumpPrunesNothing(t *testing.T) {
 		if rep.Records != (RecordCounts{Grants: rep.Records.Grants}) || rep.Deleted != 0 {
 			t.Fatalf("clock %s ahead: records %+v, %d objects deleted", d, rep.Records, rep.Deleted)
 		}
-		mustDecide(t, rep, p1.Object.Key, Retained, "kept", "within the reader grace")
+		mustDecide(t, rep, p1.Object.Key, kindRetained, "kept", "within the reader grace")
 	}
 	if n := e.Count(e.NS.OpsPrefix(res)); n != 3 {
 		t.Fatalf("%d op records left; want 3", n)

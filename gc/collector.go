@@ -151,8 +151,8 @@ func New(cfg Config) (*Collector, error) {
 	}, nil
 }
 
-// Policy returns the effective policy (defaults applied).
-func (c *Collector) Policy() Policy { return c.cfg.Policy }
+// policy returns the effective policy (defaults applied).
+func (c *Collector) policy() Policy { return c.cfg.Policy }
 
 // rctx bounds one request by RequestTimeout.
 func (c *Collector) rctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -562,11 +562,11 @@ func (p *resourcePass) list(ctx context.Context, del *deleter) ([]Decision, erro
 		d := classify(s, entry{Key: obj.Key, Size: obj.Size, Time: obj.LastModified}, p.now)
 		p.classified(d)
 		switch d.Kind {
-		case Unpublishable:
+		case kindUnpublishable:
 			del.add(d)
-		case Abandoned:
+		case kindAbandoned:
 			candidates = append(candidates, d)
-		case InFlight:
+		case kindInFlight:
 			if v := d.Version; v.Epoch == s.Epoch && (minKept == nil || v.Less(*minKept)) {
 				minKept = v
 			}
@@ -578,7 +578,7 @@ func (p *resourcePass) list(ctx context.Context, del *deleter) ([]Decision, erro
 	var out []Decision
 	for _, d := range candidates {
 		if minKept != nil && !d.Version.Less(*minKept) {
-			d.Kind = InFlight
+			d.Kind = kindInFlight
 			d.Reason = fmt.Sprintf("%s; but it is not below the kept in-flight version %s, so it is not sealed", d.Reason, minKept)
 			p.record(d, "kept", nil)
 			continue
@@ -633,7 +633,7 @@ func (p *resourcePass) uploads(ctx context.Context, entries []entry) {
 	for _, e := range entries {
 		d := classify(p.s, e, p.now)
 		p.classified(d)
-		if !d.Kind.deletes() {
+		if !deletes(d.Kind) {
 			p.record(d, "kept", nil)
 			continue
 		}

@@ -67,9 +67,9 @@ type DaemonConfig struct {
 	OnPass func(*Report, error)
 }
 
-// DaemonStatus is a Daemon's state, served by its /healthz and /readyz
+// daemonStatus is a Daemon's state, served by its /healthz and /readyz
 // endpoints.
-type DaemonStatus struct {
+type daemonStatus struct {
 	Owner      string    `json:"owner"`
 	Running    bool      `json:"running"`
 	Leader     bool      `json:"leader"`
@@ -97,7 +97,7 @@ type Daemon struct {
 	log  *slog.Logger
 
 	mu     sync.Mutex
-	status DaemonStatus
+	status daemonStatus
 
 	// checkMu serializes the dependency checks of /readyz and guards the
 	// cached result: checked is when it ran, checkErr what it found.
@@ -145,17 +145,17 @@ func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = cfg.Collector.log
 	}
-	return &Daemon{cfg: cfg, c: cfg.Collector, auth: cfg.Collector.auth, log: cfg.Logger, status: DaemonStatus{Owner: cfg.Owner}}, nil
+	return &Daemon{cfg: cfg, c: cfg.Collector, auth: cfg.Collector.auth, log: cfg.Logger, status: daemonStatus{Owner: cfg.Owner}}, nil
 }
 
-// Status returns a copy of the daemon's state.
-func (d *Daemon) Status() DaemonStatus {
+// snapshot returns a copy of the daemon's state.
+func (d *Daemon) snapshot() daemonStatus {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.status
 }
 
-func (d *Daemon) update(f func(*DaemonStatus)) {
+func (d *Daemon) update(f func(*daemonStatus)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f(&d.status)
@@ -169,8 +169,8 @@ func (d *Daemon) update(f func(*DaemonStatus)) {
 // Errors from authority (etcd unreachable, ...) are logged and retried with
 // a jittered back-off (retry.Do); they do not end Run.
 func (d *Daemon) Run(ctx context.Context) error {
-	d.update(func(s *DaemonStatus) { s.Running = true })
-	defer d.update(func(s *DaemonStatus) { s.Running, s.Leader, s.Standby, s.Generation = false, false, false, 0 })
+	d.update(func(s *daemonStatus) { s.Running = true })
+	defer d.update(func(s *daemonStatus) { s.Running, s.Leader, s.Standby, s.Generation = false, false, false, 0 })
 	requestID := ""
 	for ctx.Err() == nil {
 		var g authority.Grant
@@ -207,7 +207,7 @@ func (d *Daemon) campaign(ctx context.Context, requestID string) (authority.Gran
 	if !errors.Is(err, authority.ErrHeld) {
 		return g, err
 	}
-	d.update(func(s *DaemonStatus) { s.Standby = true })
+	d.update(func(s *daemonStatus) { s.Standby = true })
 	req.Wait = true
 	return d.auth.Acquire(ctx, req)
 }
@@ -225,7 +225,7 @@ func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
 		if err := sess.Close(); err != nil && !errors.Is(err, authority.ErrLeaseLost) {
 			d.log.Warn("gc daemon: releasing the GC lease", "err", err)
 		}
-		d.update(func(s *DaemonStatus) { s.Leader, s.Generation = false, 0 })
+		d.update(func(s *daemonStatus) { s.Leader, s.Generation = false, 0 })
 		if d.cfg.Metrics != nil {
 			d.cfg.Metrics.leader.Set(0)
 		}
@@ -240,7 +240,7 @@ func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
 		}
 	}()
 	d.log.Info("gc daemon: holding the GC lease", "owner", g.Owner, "generation", g.Generation)
-	d.update(func(s *DaemonStatus) { s.Leader, s.Standby, s.Generation = true, false, g.Generation })
+	d.update(func(s *daemonStatus) { s.Leader, s.Standby, s.Generation = true, false, g.Generation })
 	if d.cfg.Metrics != nil {
 		d.cfg.Metrics.leader.Set(1)
 	}
@@ -271,7 +271,7 @@ func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
 		return // cut short by shutdown or a lost lease: not a pass result
 	}
 	now := time.Now()
-	d.update(func(s *DaemonStatus) {
+	d.update(func(s *daemonStatus) {
 		s.Passes++
 		s.LastPass = now
 		if err == nil {
@@ -290,7 +290,7 @@ func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
 // needs a pass without errors that ended less than 2*interval ago; a standby
 // (another replica held the GC lease at its last campaign) is ready with
 // reason "standby"; a replica still campaigning is not.
-func (s DaemonStatus) readiness(now time.Time, interval time.Duration) (bool, string) {
+func (s daemonStatus) readiness(now time.Time, interval time.Duration) (bool, string) {
 	switch {
 	case !s.Running:
 		return false, "not running"
@@ -350,7 +350,7 @@ func (d *Daemon) checkDeps(ctx context.Context) error {
 // readyCheckTimeout (800 ms) and outlives a request that gives up.
 func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	write := func(w http.ResponseWriter, st DaemonStatus, ok bool) {
+	write := func(w http.ResponseWriter, st daemonStatus, ok bool) {
 		w.Header().Set("Content-Type", "application/json")
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -358,11 +358,11 @@ func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
 		_ = json.NewEncoder(w).Encode(st)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		st := d.Status()
+		st := d.snapshot()
 		write(w, st, st.Running)
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		st := d.Status()
+		st := d.snapshot()
 		st.Ready, st.Reason = st.readiness(time.Now(), d.cfg.Interval)
 		if st.Running {
 			if err := d.checkDeps(r.Context()); err != nil {

@@ -131,7 +131,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	code, body := get("/healthz")
-	var st DaemonStatus
+	var st daemonStatus
 	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 || !st.Running || !st.Leader || st.Passes == 0 || st.LastOK.IsZero() {
 		t.Fatalf("/healthz %d %s", code, body)
 	}

@@ -259,7 +259,7 @@ func decision(t *testing.T, rep *Report, key string) Decision {
 	return Decision{}
 }
 
-func mustDecide(t *testing.T, rep *Report, key string, kind Kind, action, reason string) {
+func mustDecide(t *testing.T, rep *Report, key string, kind kind, action, reason string) {
 	t.Helper()
 	d := decision(t, rep, key)
 	if d.Kind != kind || d.Action != action || !strings.Contains(d.Reason, reason) {

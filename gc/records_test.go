@@ -98,8 +98,8 @@ func TestQuarantineAfterRecover(t *testing.T) {
 	e.publish(pb, "r4", publisher.Applied)
 	e.run(e.collector(nil), res) // the clock's checkpoint after r4
 	rep := e.run(e.collector(later(3*time.Hour)), res)
-	mustDecide(t, rep, lost.Attempt.Object.Key, Quarantined, "kept", "recover recorded")
-	mustDecide(t, rep, first.Object.Key, Unpublishable, "deleted", "older than the current epoch")
+	mustDecide(t, rep, lost.Attempt.Object.Key, kindQuarantined, "kept", "recover recorded")
+	mustDecide(t, rep, first.Object.Key, kindUnpublishable, "deleted", "older than the current epoch")
 	if rep.Kept.Quarantined != 1 || !e.Exists(lost.Attempt.Object.Key) {
 		t.Fatalf("report %+v", rep.Kept)
 	}
@@ -141,13 +141,13 @@ func TestDecommission(t *testing.T) {
 	}
 
 	rep := e.run(c, res)
-	mustDecide(t, rep, p2.Object.Key, Published, "kept", "")
-	mustDecide(t, rep, p1.Object.Key, Retained, "kept", "")
-	mustDecide(t, rep, late.Attempt.Object.Key, Unpublishable, "deleted", "<= seal")
+	mustDecide(t, rep, p2.Object.Key, kindPublished, "kept", "")
+	mustDecide(t, rep, p1.Object.Key, kindRetained, "kept", "")
+	mustDecide(t, rep, late.Attempt.Object.Key, kindUnpublishable, "deleted", "<= seal")
 
 	rep = e.run(e.collector(later(12*time.Minute)), res)
-	mustDecide(t, rep, p2.Object.Key, Unpublishable, "deleted", "")
-	mustDecide(t, rep, p1.Object.Key, Unpublishable, "deleted", "")
+	mustDecide(t, rep, p2.Object.Key, kindUnpublishable, "deleted", "")
+	mustDecide(t, rep, p1.Object.Key, kindUnpublishable, "deleted", "")
 	if left := e.Keys(e.NS.ObjectsPrefix(res)); len(left) != 0 {
 		t.Fatalf("objects left: %v", left)
 	}
@@ -167,7 +167,7 @@ func TestDecommission(t *testing.T) {
 	stray := e.inFlight(ghost, "ghost")
 	e.release(ghost)
 	rep = e.run(e.collector(later(3*time.Hour)), res)
-	mustDecide(t, rep, stray.Attempt.Object.Key, Abandoned, "deleted", "")
+	mustDecide(t, rep, stray.Attempt.Object.Key, kindAbandoned, "deleted", "")
 	if s := e.seal(res); s.Reason != sealReasonDecommissioned || !s.Version.Less(layout.Version{Epoch: ghost.Epoch, Fence: ghost.Generation + 1}) || s.Version.Less(stray.Attempt.Version) {
 		t.Fatalf("seal after abandoning a grant of a retired resource: %+v", s)
 	}
@@ -175,7 +175,7 @@ func TestDecommission(t *testing.T) {
 	b := e.acquire(res, "b", 0)
 	back := e.publish(e.bind(e.pub, b), "d4", publisher.Applied)
 	rep = e.run(e.collector(later(12*time.Minute)), res)
-	mustDecide(t, rep, back.Object.Key, Published, "kept", "")
+	mustDecide(t, rep, back.Object.Key, kindPublished, "kept", "")
 
 	if _, err := c.Decommission(ctx, "_gc", true); !errors.Is(err, fencepub.ErrInvalid) {
 		t.Fatalf("decommission of a reserved name: %v", err)
