@@ -36,16 +36,11 @@ const (
 // policy. Namespace, Etcd and Store are required; zero values of the others
 // take the defaults above.
 type Config struct {
-	// Namespace locates the domain; every key the authority touches lives
-	// under it (internal/layout).
-	Namespace layout.Namespace
-	// Etcd is the client of the etcd cluster holding the domain. The
-	// Authority does not close it.
-	Etcd *clientv3.Client
-	// Store is the bucket holding the domain's objects. The authority keeps
-	// its epoch and grant markers there (layout.MetaPrefix), because they
-	// must survive an etcd restore.
-	Store *objstore.Store
+	// Env locates the domain: every key the authority touches lives under
+	// its Namespace, in its etcd; the authority keeps its epoch and grant
+	// markers in its Store too (layout.MetaPrefix), because they must
+	// survive an etcd restore. The Authority closes neither client.
+	fencepub.Env
 	// RequestRetention is how long an acquire request record is kept after
 	// its grant, so a retried request gets the original grant instead of a
 	// new one. Default 24 h. GC measures it on the domain clock and prunes

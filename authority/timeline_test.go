@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 )
 
@@ -43,7 +44,7 @@ func runHelper(specJSON []byte) error {
 		return err
 	}
 	defer cli.Close()
-	a, err := New(Config{Namespace: spec.Namespace, Etcd: cli, Store: st})
+	a, err := New(Config{Env: fencepub.Env{Namespace: spec.Namespace, Etcd: cli, Store: st}})
 	if err != nil {
 		return err
 	}

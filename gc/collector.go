@@ -133,7 +133,7 @@ func New(cfg Config) (*Collector, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Authority == nil {
-		a, err := authority.New(authority.Config{Namespace: cfg.Namespace, Etcd: cfg.Etcd, Store: cfg.Store, Logger: cfg.Logger})
+		a, err := authority.New(authority.Config{Env: cfg.Env, Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("%w: config: %w", fencepub.ErrInvalid, err)
 		}

@@ -3,11 +3,11 @@ package gc
 import (
 	"context"
 	"errors"
-	"github.com/fencepub/fencepub"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
@@ -46,7 +46,7 @@ func newEnv(t testing.TB) *env {
 
 func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 	e.t.Helper()
-	a, err := authority.New(authority.Config{Namespace: e.NS, Etcd: cli, Store: e.Store})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.Store}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 
 func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publisher.Client {
 	e.t.Helper()
-	cfg := publisher.Config{Namespace: e.NS, Etcd: cli, Store: e.Store}
+	cfg := publisher.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.Store}}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
@@ -180,7 +181,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	// pointer, waits up to 300 ms (well within the 1 s grace) and fetches
 	// exactly that object.
 	for _, res := range resources {
-		rd, err := reader.New(reader.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, res)
+		rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}, res)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,7 @@ func TestRecordsPruned(t *testing.T) {
 	last := e.publish(e.bind(e.pub, b), "k4", publisher.Applied)
 
 	// A collector whose authority keeps request records for 1 ns.
-	auth, err := authority.New(authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, RequestRetention: time.Nanosecond})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, RequestRetention: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -67,9 +66,8 @@ const (
 // Config holds a Client's dependencies and tunables. Zero tunables take the
 // defaults above; the live clients are required.
 type Config struct {
-	Namespace layout.Namespace
-	Etcd      *clientv3.Client
-	Store     *objstore.Store
+	// Env locates the domain. The Client closes neither client.
+	fencepub.Env
 	// Logger receives resends and unknown outcomes; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the metrics (metrics.go); nil leaves them

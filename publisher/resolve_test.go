@@ -156,7 +156,7 @@ func TestResolveKeepsDecommission(t *testing.T) {
 	if err := e.Store.Client.RemoveObject(ctx, e.Store.Bucket, r1.Object.Key, minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rd, err := reader.New(reader.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, res)
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}, res)
 	if err != nil {
 		t.Fatal(err)
 	}

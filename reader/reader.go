@@ -81,9 +81,8 @@ const defaultRequestTimeout = 5 * time.Second
 
 // Config holds a Reader's dependencies and options.
 type Config struct {
-	Namespace layout.Namespace
-	Etcd      *clientv3.Client
-	Store     *objstore.Store
+	// Env locates the domain. The Reader closes neither client.
+	fencepub.Env
 	// Logger receives watch re-syncs; nil discards.
 	Logger *slog.Logger
 	// Serializable makes Current and Open read the pointer from the local

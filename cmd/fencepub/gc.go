@@ -138,7 +138,7 @@ func openCollector(env *cli.Env, requestRetention time.Duration, cfg gc.Config) 
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
-	cfg.Env, cfg.Authority, cfg.Logger = fencepub.Env{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store}, a, env.Log
+	cfg.Env, cfg.Authority, cfg.Logger = env.Domain(), a, env.Log
 	c, err := gc.New(cfg)
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)

@@ -38,7 +38,7 @@ func openReader(cmd *cobra.Command, resource string, serializable bool, stall ti
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := reader.New(reader.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log, Serializable: serializable, StallTimeout: stall, RequestTimeout: env.Config.Etcd.RequestTimeout}, resource)
+	r, err := reader.New(reader.Config{Env: env.Domain(), Logger: env.Log, Serializable: serializable, StallTimeout: stall, RequestTimeout: env.Config.Etcd.RequestTimeout}, resource)
 	if err != nil {
 		env.Close()
 		return nil, nil, readerExit(err)

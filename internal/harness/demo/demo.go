@@ -16,7 +16,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"io"
 	"net/http"
 	"os"
@@ -29,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
@@ -322,7 +322,7 @@ func (r *run) main(ctx context.Context) error {
 	if r.check("late publish stale", late.Outcome == "stale", "%s's %s: %s (reason %s)", late.Worker, late.Version, late.Outcome, late.Reason) {
 		r.sum.StaleRejected++
 	}
-	rd, err := reader.New(reader.Config{Namespace: ns, Etcd: cli, Store: store}, Resource)
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}}, Resource)
 	if err != nil {
 		return err
 	}
@@ -347,7 +347,7 @@ func (r *run) main(ctx context.Context) error {
 	r.check("reader bytes matched digests", r.sum.ReaderChecks >= len(seen) && len(seen) > 0, "%d objects fetched over HTTP, sha256 verified", r.sum.ReaderChecks)
 
 	r.say("== 5. one GC pass")
-	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: cli, Store: store})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}})
 	if err != nil {
 		return err
 	}
