@@ -12,6 +12,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 )
 
@@ -424,13 +425,15 @@ and the bucket holds another history (add --from-bucket).`,
 			return authorityExit(err)
 		}
 		var (
-			repub    []republished
+			repub    []publisher.Restored
 			repubErr error
 		)
 		if republish {
-			if repub, err = republishLost(c.Context(), env, a, rep); err != nil {
+			client, err := publisher.New(env.PublisherConfig())
+			if err != nil {
 				return exitcode.With(exitcode.Usage, err)
 			}
+			repub = client.RestoreLost(c.Context(), a, rep)
 			for _, r := range repub {
 				if r.Error != "" {
 					fmt.Fprintf(env.Stderr, "fencepub: republish %s %s failed: %s\n", r.Resource, r.From, r.Error)
@@ -441,7 +444,7 @@ and the bucket holds another history (add --from-bucket).`,
 		if *out == "json" {
 			if err := printJSON(env.Stdout, struct {
 				authority.RecoverReport
-				Republished []republished `json:"republished,omitempty"`
+				Republished []publisher.Restored `json:"republished,omitempty"`
 			}{rep, repub}); err != nil {
 				return err
 			}
