@@ -1,7 +1,7 @@
 package reader
 
-// Attack tests (breaker review) of Open's speculation, OpenPointer, WriteTo
-// and ErrWentBack, against real etcd and MinIO. Run with -race.
+// Open's speculation, OpenPointer, WriteTo and ErrWentBack while the
+// pointer moves and objects go, against real etcd and MinIO. Run with -race.
 
 import (
 	"bytes"
@@ -65,7 +65,7 @@ func (e *env) publishWhileReading(ctx context.Context, n int, stop func(), wg *s
 // each goroutine must see non-decreasing versions, and — etcd's history
 // never goes back here — no call may fail with ErrWentBack, whose doc says
 // only a restore or an out-of-band write explains it.
-func TestAttackConcurrentOpensWhilePointerMoves(t *testing.T) {
+func TestConcurrentOpensWhilePointerMoves(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	e.publish("k000", atkBody("k000"))
@@ -129,7 +129,7 @@ func TestAttackConcurrentOpensWhilePointerMoves(t *testing.T) {
 // highest version as events arrive; an Open whose linearizable pointer
 // read was served just before that publish must still succeed (it read a
 // pointer that was current when it read it) — never ErrWentBack.
-func TestAttackWatchAndOpenShareReader(t *testing.T) {
+func TestWatchAndOpenShareReader(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	e.publish("k000", atkBody("k000"))
@@ -180,7 +180,7 @@ func TestAttackWatchAndOpenShareReader(t *testing.T) {
 // flight and before the (slowed) pointer read is answered: the speculative
 // body must be dropped and the new pointer's object served, verified; the
 // versions returned never go back.
-func TestAttackPointerMovesDuringSpeculation(t *testing.T) {
+func TestPointerMovesDuringSpeculation(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	e.publish("k000", atkBody("k000"))
@@ -233,7 +233,7 @@ func TestAttackPointerMovesDuringSpeculation(t *testing.T) {
 }
 
 // Objects deleted under the reader.
-func TestAttackObjectsDeletedUnderReader(t *testing.T) {
+func TestObjectsDeletedUnderReader(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	r := e.reader(e.Etcd)
@@ -305,7 +305,7 @@ func must(b *Body, err error) *Body {
 // RequestTimeout, never returns the speculative body unverified against a
 // pointer, and leaves no goroutine or open GET behind. OpenPointer still
 // works without etcd.
-func TestAttackEtcdUnreachableDuringSpeculation(t *testing.T) {
+func TestEtcdUnreachableDuringSpeculation(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	p1 := e.publish("k1", atkBody("k1"))
@@ -341,7 +341,7 @@ func TestAttackEtcdUnreachableDuringSpeculation(t *testing.T) {
 // Many Opens whose pointer read fails or misses while the speculative GET is
 // in flight must close the speculative bodies: the store connections they
 // hold are released (no growth of open connections through a proxy).
-func TestAttackSpeculationReleasesConnections(t *testing.T) {
+func TestSpeculationReleasesConnections(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	spx, st := testenv.Get(t).StoreProxy(t)

@@ -13,15 +13,15 @@ import (
 	"github.com/minio/minio-go/v7"
 )
 
-// Adversarial tests: an etcd that never answers, and objects changed behind
-// the pointer's back (DESIGN.md invariant 6).
+// The reader when etcd never answers and when objects change behind the
+// pointer's back (DESIGN.md invariant 6).
 
-// TestAdversarialUnreachableEtcd points a reader at an address where no etcd
+// TestUnreachableEtcd points a reader at an address where no etcd
 // listens. The etcd client waits for a connection as long as the context
 // allows, so before Config.RequestTimeout a `fencepub read` (no deadline)
 // hung for ever and `fencepub watch` never printed its promised error
 // lines. Each read now ends with fencepub.ErrUnavailable after RequestTimeout.
-func TestAdversarialUnreachableEtcd(t *testing.T) {
+func TestUnreachableEtcd(t *testing.T) {
 	e := newEnv(t)
 	cli := unreachableEtcd(t)
 	const timeout = 500 * time.Millisecond
@@ -59,11 +59,11 @@ func TestAdversarialUnreachableEtcd(t *testing.T) {
 	}
 }
 
-// TestAdversarialObjectOverwritten overwrites the published object out of
+// TestObjectOverwritten overwrites the published object out of
 // band (a plain PUT on its key; objects are meant to be immutable). The
 // reader must refuse every changed body, with the same size or not, and a
 // pointer without an ETag still gets its bytes checked against sha256.
-func TestAdversarialObjectOverwritten(t *testing.T) {
+func TestObjectOverwritten(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	const body = "the published bytes"
