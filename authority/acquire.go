@@ -26,7 +26,7 @@ const (
 type AcquireRequest struct {
 	// Resource is the name to lease (layout.ValidateResource): 1–200 bytes
 	// of letters, digits, '.', '_' and '-'. Names starting with '_' are
-	// reserved for fencepub itself and need Reserved.
+	// reserved for fencepub itself (its GC's lease).
 	Resource string
 	// Owner identifies this lease request (layout.ValidateOwner); Release
 	// compares it. Use a fresh random id per request.
@@ -47,9 +47,6 @@ type AcquireRequest struct {
 	// only the waiting, never a grant transaction in progress, so a holder
 	// that leaves just before it passes does not cut a grant in half.
 	MaxWait time.Duration
-	// Reserved allows a name starting with '_' (fencepub's own leases, such
-	// as the GC's).
-	Reserved bool
 }
 
 // requestRecord is the value of requests/<request-id>: the grant the request
@@ -130,7 +127,7 @@ func checkTTL(ttl time.Duration) (int64, error) {
 // paused past its TTL); fencepub.ErrUnavailable (the grant may have been made: retry
 // with the same request id); ErrExhausted; ctx's error.
 func (a *Authority) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
-	if err := layout.ValidateResource(req.Resource, req.Reserved); err != nil {
+	if err := layout.ValidateResource(req.Resource, layout.ReservedNames(ctx)); err != nil {
 		return Grant{}, err
 	}
 	if err := layout.ValidateOwner(req.Owner); err != nil {

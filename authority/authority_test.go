@@ -13,6 +13,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/ownership"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -111,7 +112,7 @@ func TestInitConcurrent(t *testing.T) {
 	if n := countKeys(t, a0.cli, ns.EpochRecord(doms[0].Epoch)); n != 1 {
 		t.Fatalf("%d epoch records of epoch %d in etcd; want 1", n, doms[0].Epoch)
 	}
-	m, err := ReadOwnership(ctx, st, ns)
+	m, err := ownership.Read(ctx, st, ns)
 	if err != nil || m.DeploymentID != doms[0].DeploymentID {
 		t.Fatalf("ownership marker = %+v, %v", m, err)
 	}
@@ -273,8 +274,11 @@ func TestBadInputWritesNothing(t *testing.T) {
 			t.Errorf("Renew(%+v): %v", g, err)
 		}
 	}
-	// The GC's reserved lease works with Reserved.
-	g := mustAcquire(t, a, AcquireRequest{Resource: "_gc", Owner: "gc-1", Reserved: true, TTL: 2 * time.Second})
+	// The GC's reserved lease works under layout.WithReservedNames.
+	g, err := a.Acquire(layout.WithReservedNames(ctxT(t, 10*time.Second)), AcquireRequest{Resource: "_gc", Owner: "gc-1", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Release(ctx, g); err != nil {
 		t.Fatal(err)
 	}

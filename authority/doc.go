@@ -61,7 +61,7 @@
 // every restored holder lease and reports the objects above the restored
 // pointers.
 //
-// Bucket markers are JSON: the ownership marker is OwnershipMarker; epoch
+// Bucket markers are JSON: the ownership marker is internal/ownership.Marker; epoch
 // markers hold {epoch, deployment_id, reason, nonce, created_at}; grant
 // markers {request_id, owner, lease_id, granted_at}.
 package authority

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/ownership"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -78,7 +79,7 @@ func (a *Authority) CheckHistory(ctx context.Context) error {
 func (a *Authority) checkBucket(ctx context.Context) (string, error) {
 	for attempt := 0; ; attempt++ {
 		rctx, cancel := a.rctx(ctx)
-		m, err := ReadOwnership(rctx, a.st, a.ns)
+		m, err := ownership.Read(rctx, a.st, a.ns)
 		cancel()
 		switch {
 		case err == nil:
@@ -154,11 +155,11 @@ func (a *Authority) claimOwnership(ctx context.Context) (string, error) {
 		}
 		dep = string(kvs[0].Value)
 	}
-	created, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), OwnershipMarker{DeploymentID: dep, CreatedAt: time.Now().UTC()})
+	created, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), ownership.Marker{DeploymentID: dep, CreatedAt: time.Now().UTC()})
 	if err != nil || created {
 		return dep, err
 	}
-	var m OwnershipMarker
+	var m ownership.Marker
 	if err := a.getJSON(ctx, a.ns.OwnershipObject(), &m); err != nil {
 		return "", err
 	}

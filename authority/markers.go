@@ -12,6 +12,7 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/ownership"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -23,35 +24,11 @@ import (
 
 const (
 	markerContentType = "application/json"
-	markerMaxBytes    = 64 << 10
+	markerMaxBytes    = ownership.MaxBytes
 	// conflictRetries bounds retries of a create-only PUT answered 409
 	// ConditionalRequestConflict (a concurrent conditional write).
 	conflictRetries = 5
 )
-
-// OwnershipMarker is the JSON body of the bucket ownership marker
-// (layout.Namespace.OwnershipObject): the deployment that owns the domain's
-// prefix. GC refuses to delete under a prefix whose marker names another
-// deployment than etcd's deployment key.
-type OwnershipMarker struct {
-	DeploymentID string    `json:"deployment_id"`
-	CreatedAt    time.Time `json:"created_at"`
-}
-
-// ReadOwnership reads and decodes the ownership marker of ns in st.
-// Errors: objstore.ErrNotFound (wrapped) when there is none,
-// objstore.ErrUnavailable, fencepub.ErrCorruptState.
-func ReadOwnership(ctx context.Context, st *objstore.Store, ns layout.Namespace) (OwnershipMarker, error) {
-	b, err := st.GetSmall(ctx, ns.OwnershipObject(), markerMaxBytes)
-	if err != nil {
-		return OwnershipMarker{}, err
-	}
-	var m OwnershipMarker
-	if err := json.Unmarshal(b, &m); err != nil || m.DeploymentID == "" {
-		return OwnershipMarker{}, fmt.Errorf("%w: ownership marker %s: %q", fencepub.ErrCorruptState, ns.OwnershipObject(), b)
-	}
-	return m, nil
-}
 
 // epochMarker is the body of an epoch marker: who reserved the epoch and why
 // ("init" or "recover"). Nonce identifies the reserving call, so a retry of a
@@ -114,14 +91,14 @@ func (a *Authority) getJSON(ctx context.Context, key string, out any) error {
 // ensureOwnership returns the deployment id of the bucket's ownership
 // marker, creating the marker with candidate if there is none.
 func (a *Authority) ensureOwnership(ctx context.Context, candidate string) (string, error) {
-	created, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), OwnershipMarker{DeploymentID: candidate, CreatedAt: time.Now().UTC()})
+	created, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), ownership.Marker{DeploymentID: candidate, CreatedAt: time.Now().UTC()})
 	if err != nil {
 		return "", err
 	}
 	if created {
 		return candidate, nil
 	}
-	var m OwnershipMarker
+	var m ownership.Marker
 	if err := a.getJSON(ctx, a.ns.OwnershipObject(), &m); err != nil {
 		return "", err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/ownership"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -255,7 +256,7 @@ func (a *Authority) checkRecoverSource(ctx context.Context, initialised bool, ep
 // missing, creating) the bucket's ownership marker.
 func (a *Authority) recoverDeployment(ctx context.Context, d Domain, dryRun bool) (string, error) {
 	rctx, cancel := a.rctx(ctx)
-	m, err := ReadOwnership(rctx, a.st, a.ns)
+	m, err := ownership.Read(rctx, a.st, a.ns)
 	cancel()
 	switch {
 	case err == nil:

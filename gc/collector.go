@@ -14,6 +14,7 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/ownership"
 	"github.com/fencepub/fencepub/internal/retry"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -319,7 +320,7 @@ func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
 	}
 	dep := string(kvs[0].Value)
 	rctx, cancel := c.rctx(ctx)
-	m, err := authority.ReadOwnership(rctx, c.st, c.ns)
+	m, err := ownership.Read(rctx, c.st, c.ns)
 	cancel()
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):

@@ -201,8 +201,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 func (d *Daemon) campaign(ctx context.Context, requestID string) (authority.Grant, error) {
 	req := authority.AcquireRequest{
 		Resource: d.cfg.LeaseResource, Owner: d.cfg.Owner, RequestID: requestID,
-		TTL: d.cfg.LeaseTTL, Reserved: true,
+		TTL: d.cfg.LeaseTTL,
 	}
+	ctx = layout.WithReservedNames(ctx)
 	g, err := d.auth.Acquire(ctx, req)
 	if !errors.Is(err, authority.ErrHeld) {
 		return g, err

@@ -14,6 +14,7 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -166,7 +167,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	if owner := e.holderOwner(); owner != "" {
 		t.Fatalf("GC lease still held by %q after a graceful stop", owner)
 	}
-	if _, err := standby.Acquire(ctxT(t, 5*time.Second), authority.AcquireRequest{Resource: defaultLeaseResource, Owner: "gc-y", TTL: 2 * time.Second, Reserved: true}); err != nil {
+	if _, err := standby.Acquire(layout.WithReservedNames(ctxT(t, 5*time.Second)), authority.AcquireRequest{Resource: defaultLeaseResource, Owner: "gc-y", TTL: 2 * time.Second}); err != nil {
 		t.Fatalf("standby could not take the lease at once: %v", err)
 	}
 	if code, _ := get("/healthz"); code != http.StatusServiceUnavailable {
