@@ -128,9 +128,6 @@ func New(cfg Config) (*Authority, error) {
 	}, nil
 }
 
-// Namespace returns the domain's namespace.
-func (a *Authority) Namespace() layout.Namespace { return a.ns }
-
 // RequestRetention returns the effective Config.RequestRetention (default
 // applied): GC keeps an acquire request record at least this long on the
 // domain clock before PruneRequests may delete it.

@@ -204,7 +204,7 @@ type RunOptions struct {
 }
 
 // Run performs one pass and returns its report. It first checks that the
-// bucket's ownership marker names etcd's deployment (else ErrForeignDeployment
+// bucket's ownership marker names etcd's deployment (else authority.ErrForeignDeployment
 // or ErrNoOwnership, and nothing is touched), advances the domain clock that
 // every record age is measured on (a dry run only reads it; clock.go,
 // DESIGN.md "Ages come from one clock"), warns when bucket versioning or
@@ -215,7 +215,7 @@ type RunOptions struct {
 // It blocks until the pass ends or ctx is cancelled (deletions already sent
 // complete or fail on their own; each is safe on its own).
 //
-// Errors: fencepub.ErrInvalid (options), ErrForeignDeployment, ErrNoOwnership,
+// Errors: fencepub.ErrInvalid (options), authority.ErrForeignDeployment, ErrNoOwnership,
 // fencepub.ErrNotInitialized, authority.ErrForeignHistory (etcd has no epoch and the
 // bucket holds another etcd's history: DESIGN.md invariant 9),
 // fencepub.ErrUnavailable; ErrIncomplete wrapping the
@@ -330,7 +330,7 @@ func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
 	case err != nil:
 		return "", storeErr(ctx, "read ownership marker", err)
 	case m.DeploymentID != dep:
-		return "", fmt.Errorf("%w: marker %s names deployment %s, etcd's deployment is %s", ErrForeignDeployment, c.ns.OwnershipObject(), m.DeploymentID, dep)
+		return "", fmt.Errorf("%w: marker %s names deployment %s, etcd's deployment is %s", authority.ErrForeignDeployment, c.ns.OwnershipObject(), m.DeploymentID, dep)
 	}
 	return dep, nil
 }
@@ -496,7 +496,7 @@ func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockRead
 		return err
 	}
 	if s.Deployment != dep {
-		return fmt.Errorf("%w: etcd's deployment changed from %s to %s during the pass", ErrForeignDeployment, dep, s.Deployment)
+		return fmt.Errorf("%w: etcd's deployment changed from %s to %s during the pass", authority.ErrForeignDeployment, dep, s.Deployment)
 	}
 	if c.afterState != nil {
 		c.afterState(res)

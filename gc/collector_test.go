@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -208,8 +209,8 @@ func TestOtherDeploymentRefused(t *testing.T) {
 	e.put(e.NS.OwnershipObject(), `{"deployment_id":"someone-else","created_at":"2030-01-01T00:00:00Z"}`)
 	c := e.collector(later(time.Hour))
 	rep, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true})
-	if !errors.Is(err, ErrForeignDeployment) || len(rep.Errors) == 0 || !strings.Contains(err.Error(), "someone-else") {
-		t.Fatalf("err %v, report %+v; want ErrForeignDeployment", err, rep)
+	if !errors.Is(err, authority.ErrForeignDeployment) || len(rep.Errors) == 0 || !strings.Contains(err.Error(), "someone-else") {
+		t.Fatalf("err %v, report %+v; want authority.ErrForeignDeployment", err, rep)
 	}
 	if !e.Exists(orphan.Attempt.Object.Key) || rep.Scanned != 0 {
 		t.Fatal("GC touched another deployment's prefix")

@@ -12,17 +12,10 @@ import (
 
 // Errors returned (wrapped) by this package; test with errors.Is.
 var (
-	// ErrForeignDeployment: the bucket's ownership marker names another
-	// deployment than etcd's deployment key, so the prefix is not ours to
-	// clean. Nothing is deleted (DESIGN.md "Object layout").
-	ErrForeignDeployment = errors.New("gc: the bucket prefix belongs to another deployment")
 	// ErrNoOwnership: the bucket has no ownership marker for the domain (or
 	// etcd has no deployment key), so GC cannot tell whose objects these are.
 	// Nothing is deleted.
 	ErrNoOwnership = errors.New("gc: ownership of the bucket prefix cannot be established")
-	// ErrHeld: Decommission found a live lease on the resource and was not
-	// forced.
-	ErrHeld = errors.New("gc: resource is held by a live lease")
 	// ErrRaceLost: a seal transaction found the pointer, seal, epoch,
 	// generation or holder changed since it read them, more times than
 	// Decommission retries.

@@ -118,8 +118,8 @@ func TestDecommission(t *testing.T) {
 	p2 := e.publish(pa, "d2", publisher.Applied)
 	c := e.collector(nil)
 	ctx := ctxT(t, time.Minute)
-	if _, err := c.Decommission(ctx, res, false); !errors.Is(err, ErrHeld) {
-		t.Fatalf("decommission of a held resource: %v; want ErrHeld", err)
+	if _, err := c.Decommission(ctx, res, false); !errors.Is(err, authority.ErrHeld) {
+		t.Fatalf("decommission of a held resource: %v; want authority.ErrHeld", err)
 	}
 	d, err := c.Decommission(ctx, res, true)
 	want := layout.Version{Epoch: a.Epoch, Fence: a.Generation, Seq: layout.MaxNumber}

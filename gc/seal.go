@@ -103,7 +103,7 @@ const decommissionAttempts = 8
 // nothing is written.
 //
 // Errors: fencepub.ErrInvalid (bad name), ErrUnknownResource (never granted: a
-// typo), ErrHeld (a live lease and !force; wraps the holder), fencepub.ErrNotInitialized, fencepub.ErrCorruptState, ErrRaceLost, fencepub.ErrUnavailable,
+// typo), authority.ErrHeld (a live lease and !force; wraps the holder), fencepub.ErrNotInitialized, fencepub.ErrCorruptState, ErrRaceLost, fencepub.ErrUnavailable,
 // ctx's error.
 func (c *Collector) Decommission(ctx context.Context, res string, force bool) (Decommissioned, error) {
 	if err := layout.ValidateResource(res, false); err != nil {
@@ -144,7 +144,7 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 		}
 		if holder != nil && !force {
 			return out, fmt.Errorf("%w: %q is held by %q (generation %d, epoch %d); force the seal (fencepub resource delete --force) to retire it anyway",
-				ErrHeld, res, holder.Owner, holder.Generation, holder.Epoch)
+				authority.ErrHeld, res, holder.Owner, holder.Generation, holder.Epoch)
 		}
 		if (kvs[2] == nil) != (kvs[3] == nil) {
 			return out, fmt.Errorf("%w: %q has a pointer or a seal but not both", fencepub.ErrCorruptState, res)

@@ -209,8 +209,8 @@ func TestStrictModeLeaseLost(t *testing.T) {
 	e.release(g)
 	r2, err := strict.Publish(ctx, op("k2", "two"))
 	mustOutcome(t, "strict after release", r2, err, Stale, ReasonLease)
-	if !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("err %v, want ErrLeaseLost", err)
+	if !errors.Is(err, authority.ErrLeaseLost) {
+		t.Fatalf("err %v, want authority.ErrLeaseLost", err)
 	}
 	r3, err := loose.Publish(ctx, op("k3", "three"))
 	mustOutcome(t, "non-strict after release", r3, err, Applied, ReasonNone)

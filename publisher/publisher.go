@@ -25,13 +25,10 @@ var (
 	// ErrStale: the transaction refused the version: the pointer or seal is
 	// already at or above it, the epoch is not the domain's current one, the
 	// grant record of its fence does not name the caller in this epoch,
-	// (strict mode, with ErrLeaseLost) the grant's lease is gone, or
+	// (strict mode, with authority.ErrLeaseLost) the grant's lease is gone, or
 	// (contiguous mode) the previous seq is not the pointer. Expected under
 	// fencing; Result.Reason says which.
 	ErrStale = errors.New("publisher: stale")
-	// ErrLeaseLost accompanies ErrStale when a strict-mode publish found that
-	// its grant no longer holds the resource (Result.Reason "lease").
-	ErrLeaseLost = errors.New("publisher: lease lost")
 	// ErrConflict: the idempotency key was already applied with a different
 	// request digest (DESIGN.md invariant 5), or, from Resolve, by another
 	// attempt than the one named (invariant 11). Nothing was published by

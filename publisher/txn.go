@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/retry"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -258,7 +259,7 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 		if h := kv(resp, elseHolder); h == nil || h.CreateRevision != t.HolderRevision {
 			res.Outcome, res.Reason = Stale, ReasonLease
 			return res, fmt.Errorf("%w (%s): %w: the holder of %q created at revision %d is gone (lease expired, revoked or released)",
-				ErrStale, ReasonLease, ErrLeaseLost, t.Resource, t.HolderRevision)
+				ErrStale, ReasonLease, authority.ErrLeaseLost, t.Resource, t.HolderRevision)
 		}
 	}
 	if !ptr.Version.Less(v) {

@@ -157,10 +157,10 @@ func gcExit(err error) error {
 		return nil
 	case errors.Is(err, authority.ErrForeignHistory):
 		code = exitcode.NeedRecover
-	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, gc.ErrForeignDeployment), errors.Is(err, gc.ErrNoOwnership), errors.Is(err, fencepub.ErrNotInitialized),
+	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, authority.ErrForeignDeployment), errors.Is(err, gc.ErrNoOwnership), errors.Is(err, fencepub.ErrNotInitialized),
 		errors.Is(err, gc.ErrUnknownResource):
 		code = exitcode.Usage
-	case errors.Is(err, gc.ErrHeld):
+	case errors.Is(err, authority.ErrHeld):
 		code = exitcode.Held
 	case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, fencepub.ErrUnavailable):
 		code = exitcode.Unavailable

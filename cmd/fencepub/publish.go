@@ -122,7 +122,7 @@ func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cli.Env,
 				res := publisher.Result{Outcome: publisher.Stale, Reason: publisher.ReasonLease, Resource: g.resource,
 					Version: layout.Version{Epoch: g.epoch, Fence: g.fence}}
 				return nil, noop, res, fmt.Errorf("%w (%s): %w: grant %d.%d of %q for %q is not the live holder; nothing was written",
-					publisher.ErrStale, publisher.ReasonLease, publisher.ErrLeaseLost, g.epoch, g.fence, g.resource, g.owner)
+					publisher.ErrStale, publisher.ReasonLease, authority.ErrLeaseLost, g.epoch, g.fence, g.resource, g.owner)
 			}
 			term.HolderRevision = hd.HolderRevision
 		}

@@ -146,7 +146,7 @@ func isAnomaly(err error) bool {
 		publisher.ErrObjectMismatch, fencepub.ErrInvalid, fencepub.ErrNotInitialized,
 		layout.ErrCorruptRecord, layout.ErrInvalidName,
 		reader.ErrObjectChanged, reader.ErrDigestMismatch,
-		gc.ErrForeignDeployment, gc.ErrNoOwnership, fencepub.ErrCorruptState, fencepub.ErrInvalid,
+		authority.ErrForeignDeployment, gc.ErrNoOwnership, fencepub.ErrCorruptState, fencepub.ErrInvalid,
 	} {
 		if errors.Is(err, target) {
 			return true
