@@ -14,7 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// TestGenerationSurvivesLeaseExpiry is the regression test for the seed's
+// TestGenerationSurvivesLeaseExpiry is the regression test for the protocol source's
 // "generation stored with the lease resets to 0" bug: grants expire on the
 // server (nobody releases them) and the next grant still continues the
 // count.

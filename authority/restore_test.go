@@ -34,7 +34,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 	a := newAuthority(t, cli, st, ns)
 	ctx := ctxT(t, 2*time.Minute)
 
-	// publish stands in for the publisher (issue 4): an object under the
+	// publish stands in for the publisher: an object under the
 	// grant's version, then the pointer swapped to it.
 	publish := func(g Grant) layout.Version {
 		t.Helper()

@@ -16,7 +16,7 @@ import (
 // The helper process: the test binary re-executed (testenv.StartChild) to
 // run runHelper with a helperSpec. It acquires, prints its grant, keeps it
 // with a Session, and when the Session reports the loss it tries one
-// explicit Renew and prints both outcomes. It plays worker A of the seed's
+// explicit Renew and prints both outcomes. It plays worker A of the protocol source's
 // 41/42/41 timeline.
 const helperChild = "authority-timeline-a"
 
@@ -69,7 +69,7 @@ func runHelper(specJSON []byte) error {
 	return nil
 }
 
-// TestTimeline414241 is the seed's 41/42/41 grant timeline with a real
+// TestTimeline414241 is the protocol source's 41/42/41 grant timeline with a real
 // paused process: A acquires in a child process that keeps its lease with a
 // Session; the test SIGSTOPs A past its TTL; etcd expires the lease; B
 // acquires a strictly larger generation; A is resumed, its Session reports

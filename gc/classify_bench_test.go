@@ -9,7 +9,7 @@ import (
 )
 
 // BenchmarkClassify measures Classify per object, by the decision it
-// reaches (issue 8 "Also": allocations per classified object). One op is one
+// reaches (allocations per classified object). One op is one
 // classified object. Run with
 //
 //	go test -run '^$' -bench Classify -benchmem ./gc

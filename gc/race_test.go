@@ -25,7 +25,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The race (issue 5 "Tests"): GC passes run in a loop while 8 publishers —
+// The race: GC passes run in a loop while 8 publishers —
 // 7 goroutines, some of which stop renewing past their lease, and one child
 // process that is paused with SIGSTOP past its lease — publish on 3
 // resources and readers read continuously. A ninth, lossy publisher on a

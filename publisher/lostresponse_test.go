@@ -57,7 +57,7 @@ type workerEvent struct {
 	IsStale bool             `json:"is_stale,omitempty"`
 }
 
-// runPausedWorker is worker A of the seed's timeline as a real process: it
+// runPausedWorker is worker A of the protocol source's timeline as a real process: it
 // acquires a lease (no session: nothing renews it), writes its object
 // exactly as Publish does, reports "written", then blocks on one line of
 // stdin before it sends the publish transaction. The test SIGSTOPs it after

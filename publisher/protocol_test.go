@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The seed's timeline "41、42、41": A holds fence f, pauses past its lease;
+// The protocol source's timeline 41, 42, 41: A holds fence f, pauses past its lease;
 // the authority grants f+1 to B atomically; B publishes; A resumes and
 // publishes with f. The resource rejects A at its commit point: stale by the
 // pointer, B's pointer stays, and A's object is left unreferenced for GC.
@@ -57,7 +57,7 @@ func TestSeedTimelineStaleAfterNewerFence(t *testing.T) {
 	}
 }
 
-// The seed's "关键限定": before B's newer state is durably accepted, old A may
+// The protocol source's "key limitation": before B's newer state is durably accepted, old A may
 // still publish; that is allowed, and B then supersedes it.
 func TestOlderFenceMayPublishBeforeNewer(t *testing.T) {
 	e := newEnv(t)
@@ -97,7 +97,7 @@ func TestSeqTwoThenSeqOneIsStale(t *testing.T) {
 	}
 }
 
-// The seed's operations case: seq1 applied, seq2 applied, the same key
+// The protocol source's operations case: seq1 applied, seq2 applied, the same key
 // retried in a new term is a duplicate with the original result, the same key
 // with another body a conflict, a new key with an old seq stale — and etcd
 // holds exactly two effects.

@@ -20,7 +20,7 @@ import (
 //   - "seed": meanwhile B acquires a larger fence and publishes; A's publish
 //     is stale (pointer), B's state stays, A's object exists unreferenced;
 //   - "lax": nobody else acts; A's publish applies — lease expiry alone does
-//     not reject (the seed: fencing only orders against accepted writes);
+//     not reject (the protocol source: fencing only orders against accepted writes);
 //   - "strict": nobody else acts; A's strict-mode publish is refused
 //     (reason lease) because etcd expired its holder.
 func TestPausedWorkerBetweenWriteAndPublish(t *testing.T) {
