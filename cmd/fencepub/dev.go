@@ -173,115 +173,141 @@ func devStateOf(dir, cfgFile string, c *localstack.Cluster) devState {
 	return st
 }
 
+// devUpOptions are the flags of `fencepub dev up` (addFlags) and dev's
+// --dir; Validate checks them before anything is touched, Run starts the
+// stack.
+type devUpOptions struct {
+	dir                 *string
+	configPath          string
+	members, minioNodes int
+}
+
 func newDevUpCmd(dir *string) *cobra.Command {
-	var (
-		configPath          string
-		members, minioNodes int
-	)
+	o := &devUpOptions{dir: dir}
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start local etcd and MinIO and write a config file",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			out := c.ErrOrStderr()
-			if members < 1 || members > maxDevEtcdMembers {
-				return exitcode.Usagef("--etcd-members %d: want 1-%d (odd: 1, 3, 5, 7 tolerate 0, 1, 2, 3 lost members)", members, maxDevEtcdMembers)
+			if err := o.Validate(); err != nil {
+				return err
 			}
-			if minioNodes < 1 || minioNodes > maxDevMinIONodes {
-				return exitcode.Usagef("--minio-nodes %d: want 1-%d", minioNodes, maxDevMinIONodes)
+			return o.Run(c)
+		},
+	}
+	o.addFlags(cmd)
+	return cmd
+}
+
+// addFlags registers dev up's own flags on cmd.
+func (o *devUpOptions) addFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.configPath, "write-config", "fencepub.yaml", "where to write the config file for the local stack")
+	cmd.Flags().IntVar(&o.members, "etcd-members", 1, "etcd cluster members, each its own process (3 tolerates one lost member)")
+	cmd.Flags().IntVar(&o.minioNodes, "minio-nodes", 1, "MinIO server processes; more than 1 is a distributed MinIO with two drives per node")
+}
+
+// Validate checks the stack's size. Errors: usage errors (exit 2).
+func (o *devUpOptions) Validate() error {
+	if o.members < 1 || o.members > maxDevEtcdMembers {
+		return exitcode.Usagef("--etcd-members %d: want 1-%d (odd: 1, 3, 5, 7 tolerate 0, 1, 2, 3 lost members)", o.members, maxDevEtcdMembers)
+	}
+	if o.minioNodes < 1 || o.minioNodes > maxDevMinIONodes {
+		return exitcode.Usagef("--minio-nodes %d: want 1-%d", o.minioNodes, maxDevMinIONodes)
+	}
+	return nil
+}
+
+// Run starts the stack in --dir, or reports the one already running there
+// (copying its config to --write-config when that was given), writes the
+// state file and the config file, and prints where everything is.
+func (o *devUpOptions) Run(c *cobra.Command) error {
+	out := c.ErrOrStderr()
+	abs, err := filepath.Abs(*o.dir)
+	if err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	cfgAbs, err := filepath.Abs(o.configPath)
+	if err == nil {
+		err = checkWritable(cfgAbs, abs)
+	}
+	if err != nil {
+		return exitcode.Usagef("--write-config %s: %v (nothing started or stopped)", o.configPath, err)
+	}
+	if st, err := readDevState(abs); err == nil {
+		switch n := st.runningCount(); {
+		case n == len(st.procs()) && n > 0:
+			fmt.Fprintf(out, "dev: already running (%d etcd o.members, %d minio nodes); config %s\n", len(st.Etcd), len(st.MinIO), st.ConfigFile)
+			if len(st.Etcd) != o.members || len(st.MinIO) != o.minioNodes {
+				fmt.Fprintf(out, "dev: not changing its topology to %d/%d; run 'fencepub dev down' and start it in a fresh --dir\n", o.members, o.minioNodes)
 			}
-			abs, err := filepath.Abs(*dir)
-			if err != nil {
-				return exitcode.With(exitcode.Usage, err)
+			if !c.Flags().Changed("write-config") || cfgAbs == st.ConfigFile {
+				return nil
 			}
-			cfgAbs, err := filepath.Abs(configPath)
+			b, err := os.ReadFile(st.ConfigFile)
 			if err == nil {
-				err = checkWritable(cfgAbs, abs)
+				err = os.WriteFile(cfgAbs, b, 0o600)
 			}
 			if err != nil {
-				return exitcode.Usagef("--write-config %s: %v (nothing started or stopped)", configPath, err)
+				return exitcode.Usagef("--write-config %s: copying %s: %v", o.configPath, st.ConfigFile, err)
 			}
-			if st, err := readDevState(abs); err == nil {
-				switch n := st.runningCount(); {
-				case n == len(st.procs()) && n > 0:
-					fmt.Fprintf(out, "dev: already running (%d etcd members, %d minio nodes); config %s\n", len(st.Etcd), len(st.MinIO), st.ConfigFile)
-					if len(st.Etcd) != members || len(st.MinIO) != minioNodes {
-						fmt.Fprintf(out, "dev: not changing its topology to %d/%d; run 'fencepub dev down' and start it in a fresh --dir\n", members, minioNodes)
-					}
-					if !c.Flags().Changed("write-config") || cfgAbs == st.ConfigFile {
-						return nil
-					}
-					b, err := os.ReadFile(st.ConfigFile)
-					if err == nil {
-						err = os.WriteFile(cfgAbs, b, 0o600)
-					}
-					if err != nil {
-						return exitcode.Usagef("--write-config %s: copying %s: %v", configPath, st.ConfigFile, err)
-					}
-					fmt.Fprintf(out, "dev: wrote its config to %s too\n", cfgAbs)
-					return nil
-				case n > 0:
-					fmt.Fprintln(out, "dev: some servers of the stack are down; restarting all of them (data is kept)")
-					stopDev(out, st)
-				}
-			}
-			if err := os.MkdirAll(abs, 0o755); err != nil {
-				return exitcode.With(exitcode.Usage, err)
-			}
-			ctx, cancel := context.WithTimeout(c.Context(), 90*time.Second)
-			defer cancel()
-			cports, err := devPorts(members, 2379, 2)
-			if err != nil {
-				return err
-			}
-			pports, err := devPorts(members, 2380, 2)
-			if err != nil {
-				return err
-			}
-			mports, err := devPorts(minioNodes, 9000, 1)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "dev: starting etcd (%d members) and minio (%d nodes) ...\n", members, minioNodes)
-			cl, err := localstack.StartCluster(ctx, abs, localstack.ClusterOptions{
-				Etcd:  localstack.EtcdOptions{Members: members, Detached: true, ListenClientPorts: cports, ListenPeerPorts: pports},
-				MinIO: localstack.MinIOOptions{Nodes: minioNodes, Detached: true, Ports: mports},
-			})
-			if err != nil {
-				return devErr(err)
-			}
-			st := devStateOf(abs, cfgAbs, cl)
-			b, _ := json.MarshalIndent(st, "", "  ")
-			err = os.WriteFile(filepath.Join(abs, "state.json"), b, 0o644)
-			if err == nil {
-				err = os.WriteFile(cfgAbs, []byte(devYAML(abs, cl)), 0o600)
-			}
-			if err != nil { // leave nothing running that dev down cannot find
-				cl.Stop()
-				_ = os.Remove(filepath.Join(abs, "state.json"))
-				return exitcode.Usagef("dev up: %v (servers stopped)", err)
-			}
-			fmt.Fprintln(out, "dev: up")
-			for _, p := range st.Etcd {
-				fmt.Fprintf(out, "  %-7s %s   (pid %d, log %s)\n", p.Name, p.Endpoint, p.PID, p.Log)
-			}
-			for _, p := range st.MinIO {
-				fmt.Fprintf(out, "  %-7s %s   (pid %d, bucket %q, log %s)\n", p.Name, p.Endpoint, p.PID, st.Bucket, p.Log)
-			}
-			fmt.Fprintf(out, `  config  %s
+			fmt.Fprintf(out, "dev: wrote its config to %s too\n", cfgAbs)
+			return nil
+		case n > 0:
+			fmt.Fprintln(out, "dev: some servers of the stack are down; restarting all of them (data is kept)")
+			stopDev(out, st)
+		}
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	ctx, cancel := context.WithTimeout(c.Context(), 90*time.Second)
+	defer cancel()
+	cports, err := devPorts(o.members, 2379, 2)
+	if err != nil {
+		return err
+	}
+	pports, err := devPorts(o.members, 2380, 2)
+	if err != nil {
+		return err
+	}
+	mports, err := devPorts(o.minioNodes, 9000, 1)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "dev: starting etcd (%d o.members) and minio (%d nodes) ...\n", o.members, o.minioNodes)
+	cl, err := localstack.StartCluster(ctx, abs, localstack.ClusterOptions{
+		Etcd:  localstack.EtcdOptions{Members: o.members, Detached: true, ListenClientPorts: cports, ListenPeerPorts: pports},
+		MinIO: localstack.MinIOOptions{Nodes: o.minioNodes, Detached: true, Ports: mports},
+	})
+	if err != nil {
+		return devErr(err)
+	}
+	st := devStateOf(abs, cfgAbs, cl)
+	b, _ := json.MarshalIndent(st, "", "  ")
+	err = os.WriteFile(filepath.Join(abs, "state.json"), b, 0o644)
+	if err == nil {
+		err = os.WriteFile(cfgAbs, []byte(devYAML(abs, cl)), 0o600)
+	}
+	if err != nil { // leave nothing running that dev down cannot find
+		cl.Stop()
+		_ = os.Remove(filepath.Join(abs, "state.json"))
+		return exitcode.Usagef("dev up: %v (servers stopped)", err)
+	}
+	fmt.Fprintln(out, "dev: up")
+	for _, p := range st.Etcd {
+		fmt.Fprintf(out, "  %-7s %s   (pid %d, log %s)\n", p.Name, p.Endpoint, p.PID, p.Log)
+	}
+	for _, p := range st.MinIO {
+		fmt.Fprintf(out, "  %-7s %s   (pid %d, bucket %q, log %s)\n", p.Name, p.Endpoint, p.PID, st.Bucket, p.Log)
+	}
+	fmt.Fprintf(out, `  config  %s
 
 Commands run in this directory pick the config up, e.g.:
   %[2]s publish --resource demo --owner me --ttl 10s --key k1 --file README.md
   %[2]s pointer --resource demo -o json
 Stop with: %[2]s dev down
 `, cfgAbs, os.Args[0])
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&configPath, "write-config", "fencepub.yaml", "where to write the config file for the local stack")
-	cmd.Flags().IntVar(&members, "etcd-members", 1, "etcd cluster members, each its own process (3 tolerates one lost member)")
-	cmd.Flags().IntVar(&minioNodes, "minio-nodes", 1, "MinIO server processes; more than 1 is a distributed MinIO with two drives per node")
-	return cmd
+	return nil
 }
 
 // checkWritable reports why a file cannot be written at path: it is a
