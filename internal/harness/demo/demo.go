@@ -1,6 +1,5 @@
 // Package demo is fencepub's main job end to end on real servers — what
-// `make demo` runs and the end-to-end test drives (issue "The main job end to
-// end"). It starts etcd and MinIO on loopback in a temporary directory, the
+// `make demo` runs and the end-to-end test drives. It starts etcd and MinIO on loopback in a temporary directory, the
 // reader service following the resource by watch, and three batch-publisher
 // processes competing for its lease; pauses the holder with SIGSTOP past its
 // TTL so another replica takes over with a larger fence; resumes it and shows
@@ -291,7 +290,7 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	paused := procOf(second.Worker)
-	if err := paused.signal(syscall.SIGSTOP); err != nil {
+	if err := paused.p.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	pausedAt := time.Now()
@@ -312,7 +311,7 @@ func (r *run) main(ctx context.Context) error {
 
 	r.say("== 3. the paused holder is resumed (SIGCONT) and publishes anyway, as a worker paused")
 	r.say("      between its last lease check and its send would")
-	if err := paused.signal(syscall.SIGCONT); err != nil {
+	if err := paused.p.Signal(syscall.SIGCONT); err != nil {
 		return err
 	}
 	late, err := r.await(ctx, func(e event) bool { return e.Name == "published" && e.Worker == second.Worker })

@@ -1,7 +1,7 @@
 // Package replay performs the lab model's interleavings against the real
 // implementation — authority and publisher on real etcd and MinIO — and
 // reports every step whose real outcome or resource state differs from what
-// the model expects (issue "lab": `fencepub lab replay`).
+// the model expects (`fencepub lab replay`).
 //
 // The correct protocol (case fencing, variant correct, and case operations)
 // must replay without a mismatch. A deliberate defect replays too, where its
