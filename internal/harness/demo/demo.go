@@ -1,12 +1,13 @@
-// Package demo is fencepub's main job end to end on real servers — what
-// `make demo` runs and the end-to-end test drives. It starts etcd and MinIO
-// on loopback in a temporary directory, the reader service following the
-// resource by watch, and three batch-publisher processes competing for its lease; pauses the holder with SIGSTOP past its
-// TTL so another replica takes over with a larger fence; resumes it and shows
-// that its late publish is stale and leaves only an orphan; checks that the
-// reader service served each version in order with bytes matching the
-// digests; runs one GC pass that removes the orphan; and prints a closing
-// table. Every claim it prints is a check it made.
+// Package demo is fencepub's main job end to end on real servers — what `make
+// demo` runs and the end-to-end test drives. It starts etcd and MinIO on
+// loopback in a temporary directory, the reader service following the
+// resource by watch, and three batch-publisher processes competing for its
+// lease; pauses the holder with SIGSTOP past its TTL so another replica takes
+// over with a larger fence; resumes it and shows that its late publish is
+// stale and leaves only an orphan; checks that the reader service served each
+// version in order with bytes matching the digests; runs one GC pass that
+// removes the orphan; and prints a closing table. Every claim it prints is a
+// check it made.
 package demo
 
 import (
