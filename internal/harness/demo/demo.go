@@ -1,6 +1,6 @@
-// Package demo is fencepub's main job end to end on real servers — what `make
-// demo` runs and the end-to-end test drives. It starts etcd and MinIO on
-// loopback in a temporary directory, the reader service following the
+// Package demo is fencepub's main job end to end on real servers — what
+// `make demo` runs and the end-to-end test drives. It starts etcd and MinIO
+// on loopback in a temporary directory, the reader service following the
 // resource by watch, and three batch-publisher processes competing for its
 // lease; pauses the holder with SIGSTOP past its TTL so another replica takes
 // over with a larger fence; resumes it and shows that its late publish is
