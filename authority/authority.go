@@ -1,6 +1,7 @@
 package authority
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -107,18 +108,10 @@ func New(cfg Config) (*Authority, error) {
 	if cfg.RequestRetention < 0 || cfg.RequestTimeout < 0 || cfg.RetryTimeout < 0 || cfg.MarkerKeep < 0 {
 		return nil, errors.New("authority: config: RequestRetention, RequestTimeout, RetryTimeout and MarkerKeep must not be negative")
 	}
-	if cfg.RequestRetention == 0 {
-		cfg.RequestRetention = DefaultRequestRetention
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = defaultRequestTimeout
-	}
-	if cfg.RetryTimeout == 0 {
-		cfg.RetryTimeout = defaultRetryTimeout
-	}
-	if cfg.MarkerKeep == 0 {
-		cfg.MarkerKeep = defaultMarkerKeep
-	}
+	cfg.RequestRetention = cmp.Or(cfg.RequestRetention, DefaultRequestRetention)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
+	cfg.RetryTimeout = cmp.Or(cfg.RetryTimeout, defaultRetryTimeout)
+	cfg.MarkerKeep = cmp.Or(cfg.MarkerKeep, defaultMarkerKeep)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

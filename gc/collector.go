@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,18 +119,10 @@ func New(cfg Config) (*Collector, error) {
 		return nil, err
 	}
 	cfg.Policy = cfg.Policy.withDefaults()
-	if cfg.OpRetention == 0 {
-		cfg.OpRetention = DefaultOpRetention
-	}
-	if cfg.DeleteBatch == 0 {
-		cfg.DeleteBatch = DefaultDeleteBatch
-	}
-	if cfg.DeleteConcurrency == 0 {
-		cfg.DeleteConcurrency = DefaultDeleteConcurrency
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = defaultRequestTimeout
-	}
+	cfg.OpRetention = cmp.Or(cfg.OpRetention, DefaultOpRetention)
+	cfg.DeleteBatch = cmp.Or(cfg.DeleteBatch, DefaultDeleteBatch)
+	cfg.DeleteConcurrency = cmp.Or(cfg.DeleteConcurrency, DefaultDeleteConcurrency)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -114,12 +115,8 @@ func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 	if cfg.Interval < 0 || cfg.LeaseTTL < 0 {
 		return nil, fmt.Errorf("%w: daemon config: Interval and LeaseTTL must not be negative", fencepub.ErrInvalid)
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
-	}
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)
 	if cfg.LeaseResource == "" {
 		cfg.LeaseResource = defaultLeaseResource
 	}

@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,15 +127,9 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.PartSize == 0 {
-		cfg.PartSize = defaultPartSize
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = defaultRequestTimeout
-	}
-	if cfg.ResendTimeout == 0 {
-		cfg.ResendTimeout = defaultResendTimeout
-	}
+	cfg.PartSize = cmp.Or(cfg.PartSize, defaultPartSize)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
+	cfg.ResendTimeout = cmp.Or(cfg.ResendTimeout, defaultResendTimeout)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -24,6 +24,7 @@
 package reader
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -142,12 +143,8 @@ func New(cfg Config, resource string) (*Reader, error) {
 	if err := layout.ValidateResource(resource, false); err != nil {
 		return nil, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
-	if cfg.OpenRetries == 0 {
-		cfg.OpenRetries = defaultOpenRetries
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = defaultRequestTimeout
-	}
+	cfg.OpenRetries = cmp.Or(cfg.OpenRetries, defaultOpenRetries)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
