@@ -145,9 +145,6 @@ func New(cfg Config) (*Collector, error) {
 	}, nil
 }
 
-// policy returns the effective policy (defaults applied).
-func (c *Collector) policy() Policy { return c.cfg.Policy }
-
 // rctx bounds one request by RequestTimeout.
 func (c *Collector) rctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, c.cfg.RequestTimeout)
