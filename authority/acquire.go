@@ -35,7 +35,7 @@ type AcquireRequest struct {
 	// the original grant instead of a new one, for RequestRetention. Empty:
 	// a random id is generated (and returned in Grant.RequestID).
 	RequestID string
-	// TTL is the lease's time to live: whole seconds, MinTTL to MaxTTL.
+	// TTL is the lease's time to live: whole seconds, MinTTL to etcd's maximum (9e9 s).
 	TTL time.Duration
 	// Wait blocks while another grant holds the resource (watching its
 	// holder key, not polling) until this request wins or ctx ends. Without

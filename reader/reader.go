@@ -93,14 +93,14 @@ type Config struct {
 	// linearizable.
 	Serializable bool
 	// OpenRetries bounds Open's retries after a collected object; default
-	// DefaultOpenRetries.
+	// 3.
 	OpenRetries int
 	// RequestTimeout bounds each etcd read of the pointer (Current, Open and
 	// Watch's syncs), and a call's wait for the pointer from its arrival,
 	// retries of a read that failed with etcd unavailable included: an etcd
 	// that does not answer in time is fencepub.ErrUnavailable instead of a wait as
 	// long as the caller's context (the etcd client waits for a connection
-	// indefinitely). Default DefaultRequestTimeout.
+	// indefinitely). Default 5 s.
 	RequestTimeout time.Duration
 	// StallTimeout, when positive, ends an object read that receives no
 	// byte for that long — no response to the GET, or a body that stops —
