@@ -35,7 +35,7 @@ const (
 
 // Config is the runtime configuration of an Authority: live clients and
 // policy. Namespace, Etcd and Store are required; zero values of the others
-// take the defaults above.
+// take the defaults each field states.
 type Config struct {
 	// Env locates the domain: every key the authority touches lives under
 	// its Namespace, in its etcd; the authority keeps its epoch and grant

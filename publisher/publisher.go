@@ -62,7 +62,7 @@ const (
 )
 
 // Config holds a Client's dependencies and tunables. Zero tunables take the
-// defaults above; the live clients are required.
+// defaults each field states; the live clients are required.
 type Config struct {
 	// Env locates the domain. The Client closes neither client.
 	fencepub.Env
@@ -78,11 +78,11 @@ type Config struct {
 	// (see Operation.Size) up to 5 GiB is streamed in one PUT instead.
 	PartSize int64
 	// RequestTimeout bounds one etcd request. A publish transaction that gets
-	// no answer in time is re-sent, unchanged.
+	// no answer in time is re-sent, unchanged. Default 5 s.
 	RequestTimeout time.Duration
 	// ResendTimeout bounds how long Publish keeps re-sending an unanswered
 	// transaction when the caller's context has no earlier deadline; then the
-	// outcome is unknown.
+	// outcome is unknown. Default 1 min.
 	ResendTimeout time.Duration
 	// Now is the clock of the CommittedAt times written into pointers,
 	// history entries and op records; default time.Now. Those times are
