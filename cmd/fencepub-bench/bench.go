@@ -162,7 +162,7 @@ func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.ErrOrStderr(), "bench: starting a o.local etcd and MinIO from %s, data in %s (removed at the end); domain %q of prefix %q; report to %s\n",
+		fmt.Fprintf(c.ErrOrStderr(), "bench: starting a local etcd and MinIO from %s, data in %s (removed at the end); domain %q of prefix %q; report to %s\n",
 			binDir, dir, ns.Domain, ns.Prefix, o.out)
 		l, err := suite.StartLocal(ctx, dir)
 		if err != nil {

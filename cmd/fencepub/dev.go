@@ -236,7 +236,7 @@ func (o *devUpOptions) Run(c *cobra.Command) error {
 	if st, err := readDevState(abs); err == nil {
 		switch n := st.runningCount(); {
 		case n == len(st.procs()) && n > 0:
-			fmt.Fprintf(out, "dev: already running (%d etcd o.members, %d minio nodes); config %s\n", len(st.Etcd), len(st.MinIO), st.ConfigFile)
+			fmt.Fprintf(out, "dev: already running (%d etcd members, %d minio nodes); config %s\n", len(st.Etcd), len(st.MinIO), st.ConfigFile)
 			if len(st.Etcd) != o.members || len(st.MinIO) != o.minioNodes {
 				fmt.Fprintf(out, "dev: not changing its topology to %d/%d; run 'fencepub dev down' and start it in a fresh --dir\n", o.members, o.minioNodes)
 			}
@@ -274,7 +274,7 @@ func (o *devUpOptions) Run(c *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "dev: starting etcd (%d o.members) and minio (%d nodes) ...\n", o.members, o.minioNodes)
+	fmt.Fprintf(out, "dev: starting etcd (%d members) and minio (%d nodes) ...\n", o.members, o.minioNodes)
 	cl, err := localstack.StartCluster(ctx, abs, localstack.ClusterOptions{
 		Etcd:  localstack.EtcdOptions{Members: o.members, Detached: true, ListenClientPorts: cports, ListenPeerPorts: pports},
 		MinIO: localstack.MinIOOptions{Nodes: o.minioNodes, Detached: true, Ports: mports},
