@@ -13,7 +13,7 @@ TEST_FLAGS ?= -count=1 -timeout 28m
 # single-goroutine CPU work that -race slows eightfold and cannot find
 # anything in. Should the suite outgrow CI, move packages to NORACE_PKGS,
 # keeping -race at least for reader, publisher, gc and authority.
-NORACE_PKGS := ./lab
+NORACE_PKGS := ./internal/lab
 RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS)),$(shell $(GO) list $(PKGS)))
 # fuzz: every Fuzz target of FUZZ_PKGS runs for FUZZTIME (one at a time, as
 # go test requires); the seed corpus is in each package's testdata/fuzz, where

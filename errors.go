@@ -7,8 +7,8 @@ import (
 )
 
 // Error kinds shared by every fencepub package. Each package's own name for
-// a kind (authority.ErrUnavailable, publisher.ErrUnavailable,
-// reader.ErrUnavailable, gc.ErrUnavailable, ...) is the same value, and the
+// a kind (fencepub.ErrUnavailable, fencepub.ErrUnavailable,
+// fencepub.ErrUnavailable, fencepub.ErrUnavailable, ...) is the same value, and the
 // errors they return wrap it with the package's context, so
 // errors.Is(err, fencepub.ErrUnavailable) answers "retry later" for any of
 // them.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -17,15 +18,15 @@ const (
 	// rounds 1.5 election timeouts (1.5 × 1 s) up to whole seconds, and
 	// silently raises any shorter TTL to it.
 	MinTTL = 2 * time.Second
-	// MaxTTL is etcd's maximum lease TTL (9e9 s).
-	MaxTTL = 9_000_000_000 * time.Second
+	// maxTTL is etcd's maximum lease TTL (9e9 s).
+	maxTTL = 9_000_000_000 * time.Second
 )
 
 // AcquireRequest asks for a lease on Resource.
 type AcquireRequest struct {
 	// Resource is the name to lease (layout.ValidateResource): 1–200 bytes
 	// of letters, digits, '.', '_' and '-'. Names starting with '_' are
-	// reserved for fencepub itself and need Reserved.
+	// reserved for fencepub itself (its GC's lease).
 	Resource string
 	// Owner identifies this lease request (layout.ValidateOwner); Release
 	// compares it. Use a fresh random id per request.
@@ -34,7 +35,7 @@ type AcquireRequest struct {
 	// the original grant instead of a new one, for RequestRetention. Empty:
 	// a random id is generated (and returned in Grant.RequestID).
 	RequestID string
-	// TTL is the lease's time to live: whole seconds, MinTTL to MaxTTL.
+	// TTL is the lease's time to live: whole seconds, MinTTL to etcd's maximum (9e9 s).
 	TTL time.Duration
 	// Wait blocks while another grant holds the resource (watching its
 	// holder key, not polling) until this request wins or ctx ends. Without
@@ -46,9 +47,6 @@ type AcquireRequest struct {
 	// only the waiting, never a grant transaction in progress, so a holder
 	// that leaves just before it passes does not cut a grant in half.
 	MaxWait time.Duration
-	// Reserved allows a name starting with '_' (fencepub's own leases, such
-	// as the GC's).
-	Reserved bool
 }
 
 // requestRecord is the value of requests/<request-id>: the grant the request
@@ -79,8 +77,8 @@ func checkTTL(ttl time.Duration) (int64, error) {
 	switch {
 	case ttl < MinTTL:
 		return 0, fmt.Errorf("%w: %s is below etcd's minimum lease TTL of %s (with etcd's default 100 ms heartbeat and 1 s election timeout; etcd would silently stretch it)", ErrBadTTL, ttl, MinTTL)
-	case ttl > MaxTTL:
-		return 0, fmt.Errorf("%w: %s is above etcd's maximum lease TTL of %s", ErrBadTTL, ttl, MaxTTL)
+	case ttl > maxTTL:
+		return 0, fmt.Errorf("%w: %s is above etcd's maximum lease TTL of %s", ErrBadTTL, ttl, maxTTL)
 	case ttl%time.Second != 0:
 		return 0, fmt.Errorf("%w: %s is not a whole number of seconds; etcd lease TTLs are whole seconds", ErrBadTTL, ttl)
 	}
@@ -126,10 +124,10 @@ func checkTTL(ttl time.Duration) (int64, error) {
 // Errors: layout.ErrInvalidName and ErrBadTTL (nothing written); *HeldError
 // (ErrHeld); ErrExpired; ErrRequestConflict; ErrRolledBack; ErrLeaseLost
 // (the grant was superseded before it could be confirmed: the caller was
-// paused past its TTL); ErrUnavailable (the grant may have been made: retry
+// paused past its TTL); fencepub.ErrUnavailable (the grant may have been made: retry
 // with the same request id); ErrExhausted; ctx's error.
 func (a *Authority) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
-	if err := layout.ValidateResource(req.Resource, req.Reserved); err != nil {
+	if err := layout.ValidateResource(req.Resource, layout.ReservedNames(ctx)); err != nil {
 		return Grant{}, err
 	}
 	if err := layout.ValidateOwner(req.Owner); err != nil {
@@ -298,7 +296,7 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 		// longer than the TTL); nothing was written. Start over.
 		q.lease = 0
 		return Grant{}, s, false, nil
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, fencepub.ErrUnavailable):
 		// Unanswered until the deadline: the grant may exist with our
 		// lease, which therefore stays.
 		q.keepLease = true
@@ -315,7 +313,7 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 		if next.grantExists && next.request == nil && next.rollback == nil && next.holder == nil &&
 			next.hasEpoch && next.epoch == s.epoch && next.gen == s.gen {
 			return Grant{}, resState{}, true, fmt.Errorf("%w: resource %q: a grant record for generation %d exists but the generation counter is %d",
-				ErrCorruptState, res, gen, s.gen)
+				fencepub.ErrCorruptState, res, gen, s.gen)
 		}
 		a.remember(res, counter{epoch: next.epoch, gen: next.gen})
 		return Grant{}, next, false, nil
@@ -325,10 +323,10 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 	a.remember(res, counter{epoch: s.epoch, gen: gen})
 	if err := q.confirm(ctx, g, true); err != nil {
 		// Unless a retry with the request id may still confirm it
-		// (ErrUnavailable), nobody will get this grant: end its lease now
+		// (fencepub.ErrUnavailable), nobody will get this grant: end its lease now
 		// rather than let it block the resource for its TTL (a missing
 		// bucket, a corrupt marker).
-		q.keepLease = errors.Is(err, ErrUnavailable)
+		q.keepLease = errors.Is(err, fencepub.ErrUnavailable)
 		return Grant{}, resState{}, true, err
 	}
 	a.pruneMarkers(ctx, g)
@@ -347,7 +345,7 @@ func (q *acquisition) confirm(ctx context.Context, g Grant, live bool) error {
 		if live {
 			q.a.revoke(ctx, g.LeaseID)
 		}
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, fencepub.ErrUnavailable):
 		err = fmt.Errorf("%w; generation %d of %q was granted but not yet confirmed: retry with request id %q", err, g.Generation, g.Resource, g.RequestID)
 	}
 	return err
@@ -357,7 +355,7 @@ func (q *acquisition) confirm(ctx context.Context, g Grant, live bool) error {
 func (q *acquisition) duplicate(ctx context.Context, s resState) (Grant, error) {
 	g := s.request.Grant
 	if g.Resource != q.req.Resource {
-		return Grant{}, fmt.Errorf("%w: request record of %q names resource %q", ErrCorruptState, q.req.Resource, g.Resource)
+		return Grant{}, fmt.Errorf("%w: request record of %q names resource %q", fencepub.ErrCorruptState, q.req.Resource, g.Resource)
 	}
 	if g.Owner != q.req.Owner {
 		return Grant{}, fmt.Errorf("%w: request id %q of resource %q got generation %d for owner %q, not %q",
@@ -481,13 +479,13 @@ func (a *Authority) parseState(rev int64, rs []*responseOp) (resState, error) {
 	var err error
 	if e := kv(0); e != nil {
 		if s.epoch, err = layout.DecodeNumber(string(e.Value)); err != nil {
-			return resState{}, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+			return resState{}, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
 		}
 		s.hasEpoch = true
 	}
 	if g := kv(1); g != nil {
 		if s.gen, err = layout.DecodeNumber(string(g.Value)); err != nil {
-			return resState{}, fmt.Errorf("%w: generation key: %w", ErrCorruptState, err)
+			return resState{}, fmt.Errorf("%w: generation key: %w", fencepub.ErrCorruptState, err)
 		}
 	}
 	if h := kv(2); h != nil {
@@ -500,7 +498,7 @@ func (a *Authority) parseState(rev int64, rs []*responseOp) (resState, error) {
 	if r := kv(3); r != nil {
 		var rec requestRecord
 		if err := json.Unmarshal(r.Value, &rec); err != nil {
-			return resState{}, fmt.Errorf("%w: request record %s: %w", ErrCorruptState, r.Key, err)
+			return resState{}, fmt.Errorf("%w: request record %s: %w", fencepub.ErrCorruptState, r.Key, err)
 		}
 		rec.Grant.HolderRevision = r.CreateRevision // written in the grant txn
 		s.request = &rec
@@ -519,7 +517,7 @@ func (a *Authority) parseState(rev int64, rs []*responseOp) (resState, error) {
 func decodeHolder(kv *mvccKV) (Grant, error) {
 	var g Grant
 	if err := json.Unmarshal(kv.Value, &g); err != nil {
-		return Grant{}, fmt.Errorf("%w: holder %s: %w", ErrCorruptState, kv.Key, err)
+		return Grant{}, fmt.Errorf("%w: holder %s: %w", fencepub.ErrCorruptState, kv.Key, err)
 	}
 	g.HolderRevision = kv.CreateRevision
 	return g, nil

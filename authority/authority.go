@@ -1,6 +1,7 @@
 package authority
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
@@ -26,32 +28,27 @@ type (
 // Defaults of Config's optional fields.
 const (
 	DefaultRequestRetention = 24 * time.Hour
-	DefaultRequestTimeout   = 5 * time.Second
-	DefaultRetryTimeout     = 30 * time.Second
-	DefaultMarkerKeep       = 16
+	defaultRequestTimeout   = 5 * time.Second
+	defaultRetryTimeout     = 30 * time.Second
+	defaultMarkerKeep       = 16
 )
 
 // Config is the runtime configuration of an Authority: live clients and
 // policy. Namespace, Etcd and Store are required; zero values of the others
-// take the defaults above.
+// take the defaults each field states.
 type Config struct {
-	// Namespace locates the domain; every key the authority touches lives
-	// under it (internal/layout).
-	Namespace layout.Namespace
-	// Etcd is the client of the etcd cluster holding the domain. The
-	// Authority does not close it.
-	Etcd *clientv3.Client
-	// Store is the bucket holding the domain's objects. The authority keeps
-	// its epoch and grant markers there (layout.MetaPrefix), because they
-	// must survive an etcd restore.
-	Store *objstore.Store
+	// Env locates the domain: every key the authority touches lives under
+	// its Namespace, in its etcd; the authority keeps its epoch and grant
+	// markers in its Store too (layout.MetaPrefix), because they must
+	// survive an etcd restore. The Authority closes neither client.
+	fencepub.Env
 	// RequestRetention is how long an acquire request record is kept after
 	// its grant, so a retried request gets the original grant instead of a
 	// new one. Default 24 h. GC measures it on the domain clock and prunes
 	// older records (PruneRequests).
 	RequestRetention time.Duration
 	// RequestTimeout bounds each single etcd or object-store request; a
-	// request that gets no answer in time fails with ErrUnavailable rather
+	// request that gets no answer in time fails with fencepub.ErrUnavailable rather
 	// than blocking until the caller's context ends. Default 5 s.
 	RequestTimeout time.Duration
 	// RetryTimeout bounds the retries of one etcd request whose caller's
@@ -111,18 +108,10 @@ func New(cfg Config) (*Authority, error) {
 	if cfg.RequestRetention < 0 || cfg.RequestTimeout < 0 || cfg.RetryTimeout < 0 || cfg.MarkerKeep < 0 {
 		return nil, errors.New("authority: config: RequestRetention, RequestTimeout, RetryTimeout and MarkerKeep must not be negative")
 	}
-	if cfg.RequestRetention == 0 {
-		cfg.RequestRetention = DefaultRequestRetention
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
-	if cfg.RetryTimeout == 0 {
-		cfg.RetryTimeout = DefaultRetryTimeout
-	}
-	if cfg.MarkerKeep == 0 {
-		cfg.MarkerKeep = DefaultMarkerKeep
-	}
+	cfg.RequestRetention = cmp.Or(cfg.RequestRetention, DefaultRequestRetention)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
+	cfg.RetryTimeout = cmp.Or(cfg.RetryTimeout, defaultRetryTimeout)
+	cfg.MarkerKeep = cmp.Or(cfg.MarkerKeep, defaultMarkerKeep)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -131,9 +120,6 @@ func New(cfg Config) (*Authority, error) {
 		known: make(map[string]counter),
 	}, nil
 }
-
-// Namespace returns the domain's namespace.
-func (a *Authority) Namespace() layout.Namespace { return a.ns }
 
 // RequestRetention returns the effective Config.RequestRetention (default
 // applied): GC keeps an acquire request record at least this long on the
@@ -146,12 +132,12 @@ func (a *Authority) rctx(ctx context.Context) (context.Context, context.CancelFu
 }
 
 // call runs op, one etcd request that is safe to send twice, retrying it
-// while it fails with ErrUnavailable (retry.Do, jittered backoff): each
+// while it fails with fencepub.ErrUnavailable (retry.Do, jittered backoff): each
 // attempt is bounded by attempt (RequestTimeout when 0), all of them by
 // ctx's deadline or, when ctx has none, RetryTimeout. op's error is
 // classified by etcdErr against the caller's ctx, so the caller's own
 // cancellation ends the retries at once and passes through; when the
-// caller's deadline ends them, the error wraps both ErrUnavailable and
+// caller's deadline ends them, the error wraps both fencepub.ErrUnavailable and
 // context.DeadlineExceeded.
 func (a *Authority) call(ctx context.Context, what string, attempt time.Duration, op func(context.Context) error) error {
 	if attempt <= 0 {
@@ -162,16 +148,16 @@ func (a *Authority) call(ctx context.Context, what string, attempt time.Duration
 		bctx, cancel = context.WithTimeout(ctx, a.cfg.RetryTimeout)
 	}
 	defer cancel()
-	var unavailable error // the last ErrUnavailable of an attempt
+	var unavailable error // the last fencepub.ErrUnavailable of an attempt
 	err := retry.Do(bctx, func(bctx context.Context) error {
 		actx, cancel := context.WithTimeout(bctx, attempt)
 		defer cancel()
 		err := etcdErr(ctx, what, op(actx))
-		if errors.Is(err, ErrUnavailable) {
+		if errors.Is(err, fencepub.ErrUnavailable) {
 			unavailable = err
 		}
 		return err
-	}, func(err error) bool { return errors.Is(err, ErrUnavailable) })
+	}, func(err error) bool { return errors.Is(err, fencepub.ErrUnavailable) })
 	if err != nil && unavailable != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// The caller's deadline ended the retries: etcd was unavailable
 		// until then, which is what the caller needs to hear.
@@ -223,7 +209,7 @@ func decodeDomain(epochKVs, depKVs []*mvccKV) (Domain, bool, error) {
 	}
 	e, err := layout.DecodeNumber(string(epochKVs[0].Value))
 	if err != nil {
-		return Domain{}, false, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+		return Domain{}, false, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
 	}
 	d := Domain{Epoch: e}
 	if len(depKVs) > 0 {
@@ -233,14 +219,14 @@ func decodeDomain(epochKVs, depKVs []*mvccKV) (Domain, bool, error) {
 }
 
 // Epoch returns the domain's current epoch (one linearizable read).
-// Errors: ErrNotInitialized, ErrUnavailable, ErrCorruptState.
+// Errors: fencepub.ErrNotInitialized, fencepub.ErrUnavailable, fencepub.ErrCorruptState.
 func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
-		return 0, fmt.Errorf("%w: no epoch key under %q", ErrNotInitialized, a.ns.Root())
+		return 0, fmt.Errorf("%w: no epoch key under %q", fencepub.ErrNotInitialized, a.ns.Root())
 	}
 	return d.Epoch, nil
 }
@@ -264,8 +250,8 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // first, so an unreachable etcd writes nothing.
 //
 // Errors: *CreateOnlyError (ErrCreateOnlyIgnored) for a store that ignores
-// If-None-Match, *ForeignHistoryError (ErrForeignHistory), ErrUnavailable,
-// ErrExhausted, ErrCorruptState.
+// If-None-Match, *ForeignHistoryError (ErrForeignHistory),
+// fencepub.ErrUnavailable, ErrExhausted, fencepub.ErrCorruptState.
 func (a *Authority) Init(ctx context.Context) (Domain, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil || ok {

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/ownership"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -20,7 +22,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	own := owner("w")
 	g := mustAcquire(t, a, AcquireRequest{Resource: "res", Owner: own, TTL: 5 * time.Second})
-	if g.Epoch == 0 || g.Generation != 1 || g.Fence() != 1 || g.LeaseID == 0 || g.HolderRevision == 0 || g.RequestID == "" {
+	if g.Epoch == 0 || g.Generation != 1 || g.LeaseID == 0 || g.HolderRevision == 0 || g.RequestID == "" {
 		t.Fatalf("first grant = %+v", g)
 	}
 	if g.TTL != 5*time.Second || time.Until(g.ExpiresAt()) > 5*time.Second || time.Until(g.ExpiresAt()) < 3*time.Second {
@@ -31,7 +33,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 	// The grant transaction wrote the durable grant record the publisher
 	// compares, and the holder the strict mode compares.
-	if !cmpHolds(t, a, g.GrantCmp(a.ns), g.HolderCmp(a.ns), g.EpochCmp(a.ns)) {
+	if !cmpHolds(t, a, g.grantCmp(a.ns), g.HolderCmp(a.ns), g.epochCmp(a.ns)) {
 		t.Fatal("grant, holder or epoch compare fails right after acquire")
 	}
 	h, ok, err := a.Holder(ctx, "res")
@@ -54,7 +56,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 		t.Fatalf("second release: %v; want ErrLeaseLost", err)
 	}
 	// The grant record stays (durable); a new grant gets the next fence.
-	if !cmpHolds(t, a, g.GrantCmp(a.ns)) {
+	if !cmpHolds(t, a, g.grantCmp(a.ns)) {
 		t.Fatal("grant record deleted by release")
 	}
 	g2 := mustAcquire(t, a, AcquireRequest{Resource: "res", Owner: owner("w2")})
@@ -64,7 +66,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	// A different owner's record does not satisfy g2's compare.
 	forged := g2
 	forged.Owner = own
-	if cmpHolds(t, a, forged.GrantCmp(a.ns)) {
+	if cmpHolds(t, a, forged.grantCmp(a.ns)) {
 		t.Fatal("grant record compare accepts another owner")
 	}
 	// The uncontended warm path: a fresh Authority and a warmed one agree.
@@ -110,7 +112,7 @@ func TestInitConcurrent(t *testing.T) {
 	if n := countKeys(t, a0.cli, ns.EpochRecord(doms[0].Epoch)); n != 1 {
 		t.Fatalf("%d epoch records of epoch %d in etcd; want 1", n, doms[0].Epoch)
 	}
-	m, err := ReadOwnership(ctx, st, ns)
+	m, err := ownership.Read(ctx, st, ns)
 	if err != nil || m.DeploymentID != doms[0].DeploymentID {
 		t.Fatalf("ownership marker = %+v, %v", m, err)
 	}
@@ -252,7 +254,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"zero TTL", AcquireRequest{Resource: "r", Owner: "o"}, ErrBadTTL},
 		{"TTL below etcd's minimum", AcquireRequest{Resource: "r", Owner: "o", TTL: 1999 * time.Millisecond}, ErrBadTTL},
 		{"fractional TTL", AcquireRequest{Resource: "r", Owner: "o", TTL: 2500 * time.Millisecond}, ErrBadTTL},
-		{"TTL above etcd's maximum", AcquireRequest{Resource: "r", Owner: "o", TTL: MaxTTL + time.Second}, ErrBadTTL},
+		{"TTL above etcd's maximum", AcquireRequest{Resource: "r", Owner: "o", TTL: maxTTL + time.Second}, ErrBadTTL},
 	} {
 		if _, err := a.Acquire(ctx, c.req); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v; want %v", c.name, err, c.want)
@@ -272,8 +274,11 @@ func TestBadInputWritesNothing(t *testing.T) {
 			t.Errorf("Renew(%+v): %v", g, err)
 		}
 	}
-	// The GC's reserved lease works with Reserved.
-	g := mustAcquire(t, a, AcquireRequest{Resource: "_gc", Owner: "gc-1", Reserved: true, TTL: 2 * time.Second})
+	// The GC's reserved lease works under layout.WithReservedNames.
+	g, err := a.Acquire(layout.WithReservedNames(ctxT(t, 10*time.Second)), AcquireRequest{Resource: "_gc", Owner: "gc-1", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Release(ctx, g); err != nil {
 		t.Fatal(err)
 	}
@@ -292,12 +297,12 @@ func TestUnreachableEtcd(t *testing.T) {
 	defer cli.Close()
 	ns := testenv.Namespace(t)
 	// Requests are retried until the caller's deadline, or RetryTimeout
-	// when it has none (DESIGN.md invariant 12); then ErrUnavailable.
+	// when it has none (DESIGN.md invariant 12); then fencepub.ErrUnavailable.
 	a := newAuthority(t, cli, env.Store(t), ns, func(c *Config) { c.RequestTimeout, c.RetryTimeout = 500*time.Millisecond, 2*time.Second })
 	start := time.Now()
 	_, err = a.Acquire(context.Background(), AcquireRequest{Resource: "r", Owner: "o", TTL: 5 * time.Second})
-	if !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("acquire against a dead etcd: %v; want ErrUnavailable", err)
+	if !errors.Is(err, fencepub.ErrUnavailable) {
+		t.Fatalf("acquire against a dead etcd: %v; want fencepub.ErrUnavailable", err)
 	}
 	if d := time.Since(start); d < 2*time.Second || d > 5*time.Second {
 		t.Fatalf("took %s; want about RetryTimeout (2 s)", d)
@@ -306,8 +311,8 @@ func TestUnreachableEtcd(t *testing.T) {
 	defer cancel()
 	start = time.Now()
 	_, err = a.Acquire(ctx, AcquireRequest{Resource: "r", Owner: "o", TTL: 5 * time.Second})
-	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("acquire with a deadline against a dead etcd: %v; want ErrUnavailable and DeadlineExceeded", err)
+	if !errors.Is(err, fencepub.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire with a deadline against a dead etcd: %v; want fencepub.ErrUnavailable and DeadlineExceeded", err)
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("took %s; want about the caller's 1.5 s deadline", d)
@@ -321,8 +326,8 @@ func TestUnreachableEtcd(t *testing.T) {
 		},
 		"recover": func() error { _, err := a.Recover(ctx, RecoverOptions{}); return err },
 	} {
-		if err := f(); !errors.Is(err, ErrUnavailable) {
-			t.Errorf("%s against a dead etcd: %v; want ErrUnavailable", name, err)
+		if err := f(); !errors.Is(err, fencepub.ErrUnavailable) {
+			t.Errorf("%s against a dead etcd: %v; want fencepub.ErrUnavailable", name, err)
 		}
 	}
 	if keys := listObjects(t, a.st, ns.Root()); len(keys) != 0 {

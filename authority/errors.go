@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -33,10 +33,6 @@ var (
 	// until an operator runs `fencepub authority recover` (DESIGN.md
 	// invariant 3).
 	ErrRolledBack = errors.New("authority: the authority's history was rolled back (etcd restored from an old snapshot?); run `fencepub authority recover`")
-	// ErrUnavailable: etcd or the object store did not answer within
-	// Config.RequestTimeout. When it comes from Acquire the grant may or may
-	// not have been made: retry with the same request id to learn which.
-	ErrUnavailable = fencepub.ErrUnavailable
 	// ErrBadTTL: a lease TTL etcd would not honour exactly. etcd leases have
 	// whole-second TTLs and, with etcd's default timing (100 ms heartbeat,
 	// 1 s election timeout), a minimum of 2 s; etcd silently stretches a
@@ -48,8 +44,6 @@ var (
 	// ErrRequestConflict: the request id already got a grant for another
 	// owner; a request id identifies one acquire request.
 	ErrRequestConflict = errors.New("authority: request id already used by another owner")
-	// ErrNotInitialized: the domain has no epoch yet; Init creates it.
-	ErrNotInitialized = fencepub.ErrNotInitialized
 	// ErrForeignDeployment: the bucket's ownership marker names a deployment
 	// other than the one recorded in etcd.
 	ErrForeignDeployment = errors.New("authority: the bucket prefix belongs to another deployment")
@@ -68,9 +62,6 @@ var (
 	// ErrExhausted: minting would pass layout.MaxNumber; fencepub refuses to
 	// wrap (DESIGN.md "Object layout").
 	ErrExhausted = errors.New("authority: number space exhausted")
-	// ErrCorruptState: a value the authority wrote does not decode, or its
-	// keys disagree with each other.
-	ErrCorruptState = fencepub.ErrCorruptState
 )
 
 // HeldError is the ErrHeld error of Acquire: the resource is held by Holder
@@ -97,7 +88,7 @@ func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 // etcdErr classifies err from an etcd call made with a per-request timeout
 // derived from ctx: the caller's own cancellation or deadline passes through;
 // a per-request timeout, an unreachable endpoint or a lost leader
-// (retry.EtcdUnavailable) become ErrUnavailable; anything else is wrapped
+// (retry.EtcdUnavailable) become fencepub.ErrUnavailable; anything else is wrapped
 // naming what.
 func etcdErr(ctx context.Context, what string, err error) error {
 	if err == nil {
@@ -107,13 +98,13 @@ func etcdErr(ctx context.Context, what string, err error) error {
 		return fmt.Errorf("authority: %s: %w", what, context.Cause(ctx))
 	}
 	if retry.EtcdUnavailable(err) {
-		return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
+		return fmt.Errorf("%w: etcd %s: %w", fencepub.ErrUnavailable, what, err)
 	}
 	return fmt.Errorf("authority: etcd %s: %w", what, err)
 }
 
 // storeErr classifies err from an object-store call the way etcdErr does;
-// objstore.ErrUnavailable and a per-request timeout become ErrUnavailable
+// objstore.ErrUnavailable and a per-request timeout become fencepub.ErrUnavailable
 // (the objstore sentinel stays in the chain).
 func storeErr(ctx context.Context, what string, err error) error {
 	if err == nil {
@@ -123,7 +114,7 @@ func storeErr(ctx context.Context, what string, err error) error {
 		return fmt.Errorf("authority: %s: %w", what, context.Cause(ctx))
 	}
 	if errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: object store %s: %w", ErrUnavailable, what, err)
+		return fmt.Errorf("%w: object store %s: %w", fencepub.ErrUnavailable, what, err)
 	}
 	return fmt.Errorf("authority: object store %s: %w", what, err)
 }

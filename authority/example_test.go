@@ -34,7 +34,7 @@ func Example() {
 	}
 	defer etcdClient.Close()
 
-	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: etcdClient, Store: store})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: etcdClient, Store: store}})
 	if err != nil {
 		panic(err)
 	}
@@ -48,7 +48,7 @@ func Example() {
 	}
 	defer sess.Close() // releases
 
-	pub, err := publisher.New(publisher.Config{Namespace: ns, Etcd: etcdClient, Store: store})
+	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: ns, Etcd: etcdClient, Store: store}})
 	if err != nil {
 		panic(err)
 	}
@@ -59,7 +59,7 @@ func Example() {
 	res, err := p.Publish(ctx, publisher.Operation{IdempotencyKey: "report-2026-11-30", Body: strings.NewReader("result")})
 	fmt.Println(res.Outcome, err) // applied | duplicate | conflict | stale | unknown (then pub.Resolve)
 
-	r, err := reader.New(reader.Config{Namespace: ns, Etcd: etcdClient, Store: store}, "report")
+	r, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: ns, Etcd: etcdClient, Store: store}}, "report")
 	if err != nil {
 		panic(err)
 	}

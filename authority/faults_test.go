@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// TestGenerationSurvivesLeaseExpiry is the regression test for the seed's
+// TestGenerationSurvivesLeaseExpiry is the regression test for the protocol source's
 // "generation stored with the lease resets to 0" bug: grants expire on the
 // server (nobody releases them) and the next grant still continues the
 // count.
@@ -79,7 +80,7 @@ func TestKillLeaderMidAcquireLoop(t *testing.T) {
 		order             []uint64              // generations in the order acquires returned them while holding
 		killed            = make(chan struct{})
 		wg                sync.WaitGroup
-		retried, expiredN int // acquires retried after ErrUnavailable; grants learned expired
+		retried, expiredN int // acquires retried after fencepub.ErrUnavailable; grants learned expired
 	)
 	const workers, perWorker = 3, 25
 	for w := range workers {
@@ -105,7 +106,7 @@ func TestKillLeaderMidAcquireLoop(t *testing.T) {
 						mu.Unlock()
 						break
 					}
-					if !errors.Is(err, ErrUnavailable) {
+					if !errors.Is(err, fencepub.ErrUnavailable) {
 						t.Errorf("worker %d acquire %d: %v", w, i, err)
 						return
 					}
@@ -130,7 +131,7 @@ func TestKillLeaderMidAcquireLoop(t *testing.T) {
 					if err == nil || errors.Is(err, ErrLeaseLost) {
 						break
 					}
-					if !errors.Is(err, ErrUnavailable) {
+					if !errors.Is(err, fencepub.ErrUnavailable) {
 						t.Errorf("release: %v", err)
 						return
 					}
@@ -154,7 +155,7 @@ func TestKillLeaderMidAcquireLoop(t *testing.T) {
 	leader.Kill()
 	close(killed)
 	wg.Wait()
-	t.Logf("%d grants, %d acquires retried after ErrUnavailable, %d retried grants had expired", len(seen), retried, expiredN)
+	t.Logf("%d grants, %d acquires retried after fencepub.ErrUnavailable, %d retried grants had expired", len(seen), retried, expiredN)
 	if len(seen) != workers*perWorker {
 		t.Fatalf("%d distinct generations for %d grants", len(seen), workers*perWorker)
 	}

@@ -39,9 +39,6 @@ type Grant struct {
 	HolderRevision int64 `json:"holder_revision"`
 }
 
-// Fence returns the grant's fencing token; it equals Generation.
-func (g Grant) Fence() uint64 { return g.Generation }
-
 // Version returns the version of the grant's seq-th publish:
 // (Epoch, Generation, seq) (DESIGN.md "Words").
 func (g Grant) Version(seq uint64) layout.Version {
@@ -62,16 +59,16 @@ func (g Grant) HolderCmp(ns layout.Namespace) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(g.Resource)), "=", g.HolderRevision)
 }
 
-// GrantCmp returns the compare the publish transaction makes on the durable
+// grantCmp returns the compare the publish transaction makes on the durable
 // grant record: Value(grants/<Generation>) == layout.GrantRecordValue(Epoch,
 // Owner). It fails for a fence of another resource, a fence never granted,
 // another owner's grant and a grant of another epoch (DESIGN.md invariant 2).
-func (g Grant) GrantCmp(ns layout.Namespace) clientv3.Cmp {
+func (g Grant) grantCmp(ns layout.Namespace) clientv3.Cmp {
 	return clientv3.Compare(clientv3.Value(ns.GrantKey(g.Resource, g.Generation)), "=", layout.GrantRecordValue(g.Epoch, g.Owner))
 }
 
-// EpochCmp returns the compare Value(epoch) == Epoch (20 digits): it holds
+// epochCmp returns the compare Value(epoch) == Epoch (20 digits): it holds
 // while the domain is still in the grant's epoch.
-func (g Grant) EpochCmp(ns layout.Namespace) clientv3.Cmp {
+func (g Grant) epochCmp(ns layout.Namespace) clientv3.Cmp {
 	return clientv3.Compare(clientv3.Value(ns.EpochKey()), "=", layout.EncodeNumber(g.Epoch))
 }

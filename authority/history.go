@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/ownership"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -57,8 +59,8 @@ func (e *ForeignHistoryError) Is(target error) bool { return target == ErrForeig
 // ownership marker and at most one listed key; it writes nothing. GC calls
 // it to explain an uninitialised domain.
 //
-// Errors: *ForeignHistoryError (ErrForeignHistory), ErrUnavailable,
-// ErrCorruptState (an ownership marker that does not decode). The rule:
+// Errors: *ForeignHistoryError (ErrForeignHistory), fencepub.ErrUnavailable,
+// fencepub.ErrCorruptState (an ownership marker that does not decode). The rule:
 // DESIGN.md invariant 9.
 func (a *Authority) CheckHistory(ctx context.Context) error {
 	if _, ok, err := a.readDomain(ctx); err != nil || ok {
@@ -77,7 +79,7 @@ func (a *Authority) CheckHistory(ctx context.Context) error {
 func (a *Authority) checkBucket(ctx context.Context) (string, error) {
 	for attempt := 0; ; attempt++ {
 		rctx, cancel := a.rctx(ctx)
-		m, err := ReadOwnership(rctx, a.st, a.ns)
+		m, err := ownership.Read(rctx, a.st, a.ns)
 		cancel()
 		switch {
 		case err == nil:
@@ -149,15 +151,15 @@ func (a *Authority) claimOwnership(ctx context.Context) (string, error) {
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || len(kvs[0].Value) == 0 {
-			return "", fmt.Errorf("%w: deployment key %s is empty", ErrCorruptState, key)
+			return "", fmt.Errorf("%w: deployment key %s is empty", fencepub.ErrCorruptState, key)
 		}
 		dep = string(kvs[0].Value)
 	}
-	created, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), OwnershipMarker{DeploymentID: dep, CreatedAt: time.Now().UTC()})
+	created, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), ownership.Marker{DeploymentID: dep, CreatedAt: time.Now().UTC()})
 	if err != nil || created {
 		return dep, err
 	}
-	var m OwnershipMarker
+	var m ownership.Marker
 	if err := a.getJSON(ctx, a.ns.OwnershipObject(), &m); err != nil {
 		return "", err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/ownership"
 )
 
 // TestInitRefusesForeignHistory: an etcd with no epoch for the domain never
@@ -87,7 +88,7 @@ func TestInitClaims(t *testing.T) {
 	if _, err := a.cli.Put(ctx, a.ns.DeploymentKey(), "dep-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), OwnershipMarker{DeploymentID: "dep-1"}); err != nil {
+	if _, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), ownership.Marker{DeploymentID: "dep-1"}); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := a.Init(ctx); err != nil || d != (Domain{Epoch: 1, DeploymentID: "dep-1"}) {
@@ -95,7 +96,7 @@ func TestInitClaims(t *testing.T) {
 	}
 
 	b := shared(t)
-	if _, err := b.putCreateOnly(ctx, b.ns.OwnershipObject(), OwnershipMarker{DeploymentID: "other"}); err != nil {
+	if _, err := b.putCreateOnly(ctx, b.ns.OwnershipObject(), ownership.Marker{DeploymentID: "other"}); err != nil {
 		t.Fatal(err)
 	}
 	// The marker appeared after the bucket was found empty.

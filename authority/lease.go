@@ -45,7 +45,7 @@ func checkGrant(g Grant) error {
 // lease is alive" means "g still holds the resource".
 //
 // Errors: ErrLeaseLost, ErrInvalidGrant, layout.ErrInvalidName,
-// ErrUnavailable, ctx's error.
+// fencepub.ErrUnavailable, ctx's error.
 func (a *Authority) Renew(ctx context.Context, g Grant) error {
 	_, err := a.renew(ctx, g, 0)
 	return err
@@ -100,7 +100,7 @@ func describeLoss(g Grant, resp *clientv3.TxnResponse) string {
 // durable (DESIGN.md "etcd layout").
 //
 // Errors: ErrLeaseLost when g no longer holds the resource (already expired,
-// released or superseded); ErrInvalidGrant; ErrUnavailable, once etcd could
+// released or superseded); ErrInvalidGrant; fencepub.ErrUnavailable, once etcd could
 // not serve it within ctx's deadline or Config.RetryTimeout (the holder stays
 // until the lease expires or a retried Release revokes it); ctx's error.
 func (a *Authority) Release(ctx context.Context, g Grant) error {
@@ -111,7 +111,7 @@ func (a *Authority) Release(ctx context.Context, g Grant) error {
 	var resp *clientv3.TxnResponse
 	err := a.call(ctx, "release", 0, func(rctx context.Context) (err error) {
 		resp, err = a.cli.Txn(rctx).
-			If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.GrantCmp(a.ns)).
+			If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.grantCmp(a.ns)).
 			Else(clientv3.OpGet(hk), clientv3.OpGet(a.ns.EpochKey())).
 			Commit()
 		return err
@@ -154,7 +154,7 @@ type ResourceState struct {
 
 // Inspect reads res's epoch, generation and holder in one transaction, plus
 // the holder lease's remaining TTL. Errors: layout.ErrInvalidName,
-// ErrUnavailable, ErrCorruptState.
+// fencepub.ErrUnavailable, fencepub.ErrCorruptState.
 func (a *Authority) Inspect(ctx context.Context, res string) (ResourceState, error) {
 	if err := validateResourceName(res); err != nil {
 		return ResourceState{}, err
@@ -205,7 +205,7 @@ const pruneBatch = 50
 // safe on its own with several pruners running. It returns how many records
 // it deleted. GC calls it; nothing else deletes request records.
 //
-// Errors: layout.ErrInvalidName, ErrUnavailable, ctx's error.
+// Errors: layout.ErrInvalidName, fencepub.ErrUnavailable, ctx's error.
 func (a *Authority) PruneRequests(ctx context.Context, res string, before int64) (int, error) {
 	if err := validateResourceName(res); err != nil {
 		return 0, err

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) {
 // unless ns is given; mods adjust the config.
 func newAuthority(t testing.TB, cli *clientv3.Client, st *objstore.Store, ns layout.Namespace, mods ...func(*Config)) *Authority {
 	t.Helper()
-	cfg := Config{Namespace: ns, Etcd: cli, Store: st}
+	cfg := Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: st}}
 	for _, m := range mods {
 		m(&cfg)
 	}

@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/ownership"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -22,35 +24,11 @@ import (
 
 const (
 	markerContentType = "application/json"
-	markerMaxBytes    = 64 << 10
+	markerMaxBytes    = ownership.MaxBytes
 	// conflictRetries bounds retries of a create-only PUT answered 409
 	// ConditionalRequestConflict (a concurrent conditional write).
 	conflictRetries = 5
 )
-
-// OwnershipMarker is the JSON body of the bucket ownership marker
-// (layout.Namespace.OwnershipObject): the deployment that owns the domain's
-// prefix. GC refuses to delete under a prefix whose marker names another
-// deployment than etcd's deployment key.
-type OwnershipMarker struct {
-	DeploymentID string    `json:"deployment_id"`
-	CreatedAt    time.Time `json:"created_at"`
-}
-
-// ReadOwnership reads and decodes the ownership marker of ns in st.
-// Errors: objstore.ErrNotFound (wrapped) when there is none,
-// objstore.ErrUnavailable, ErrCorruptState.
-func ReadOwnership(ctx context.Context, st *objstore.Store, ns layout.Namespace) (OwnershipMarker, error) {
-	b, err := st.GetSmall(ctx, ns.OwnershipObject(), markerMaxBytes)
-	if err != nil {
-		return OwnershipMarker{}, err
-	}
-	var m OwnershipMarker
-	if err := json.Unmarshal(b, &m); err != nil || m.DeploymentID == "" {
-		return OwnershipMarker{}, fmt.Errorf("%w: ownership marker %s: %q", ErrCorruptState, ns.OwnershipObject(), b)
-	}
-	return m, nil
-}
 
 // epochMarker is the body of an epoch marker: who reserved the epoch and why
 // ("init" or "recover"). Nonce identifies the reserving call, so a retry of a
@@ -105,7 +83,7 @@ func (a *Authority) getJSON(ctx context.Context, key string, out any) error {
 		return storeErr(ctx, "get "+key, err)
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("%w: marker %s: %w", ErrCorruptState, key, err)
+		return fmt.Errorf("%w: marker %s: %w", fencepub.ErrCorruptState, key, err)
 	}
 	return nil
 }
@@ -113,19 +91,19 @@ func (a *Authority) getJSON(ctx context.Context, key string, out any) error {
 // ensureOwnership returns the deployment id of the bucket's ownership
 // marker, creating the marker with candidate if there is none.
 func (a *Authority) ensureOwnership(ctx context.Context, candidate string) (string, error) {
-	created, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), OwnershipMarker{DeploymentID: candidate, CreatedAt: time.Now().UTC()})
+	created, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), ownership.Marker{DeploymentID: candidate, CreatedAt: time.Now().UTC()})
 	if err != nil {
 		return "", err
 	}
 	if created {
 		return candidate, nil
 	}
-	var m OwnershipMarker
+	var m ownership.Marker
 	if err := a.getJSON(ctx, a.ns.OwnershipObject(), &m); err != nil {
 		return "", err
 	}
 	if m.DeploymentID == "" {
-		return "", fmt.Errorf("%w: ownership marker %s has no deployment id", ErrCorruptState, a.ns.OwnershipObject())
+		return "", fmt.Errorf("%w: ownership marker %s has no deployment id", fencepub.ErrCorruptState, a.ns.OwnershipObject())
 	}
 	a.log.Info("authority: using the deployment id of the bucket's existing ownership marker",
 		"object", a.ns.OwnershipObject(), "deployment", m.DeploymentID)
@@ -137,7 +115,7 @@ func (a *Authority) ensureOwnership(ctx context.Context, candidate string) (stri
 // positive pageSize asks the store for at most that many keys per request
 // (a lookup of the first key asks for 1, so the store lists no more); 0
 // takes the store's default (1000). A positive timeout bounds the whole
-// listing (ErrUnavailable when it passes).
+// listing (fencepub.ErrUnavailable when it passes).
 func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, pageSize int, timeout time.Duration, fn func(minio.ObjectInfo) bool) error {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -246,7 +224,7 @@ func (a *Authority) readEpochMarker(ctx context.Context, epoch uint64) (epochMar
 // The two object-store requests run concurrently. It returns nil when g is
 // confirmed; ErrRolledBack (wrapped, with the evidence); ErrLeaseLost when a
 // later grant or epoch legitimately superseded g before it was confirmed
-// (the caller was paused); or ErrUnavailable.
+// (the caller was paused); or fencepub.ErrUnavailable.
 func (a *Authority) confirmGrant(ctx context.Context, g Grant) error {
 	var (
 		wg               sync.WaitGroup
@@ -309,12 +287,12 @@ func (a *Authority) readCounter(ctx context.Context, res string) (counter, error
 	var c counter
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		if c.epoch, err = layout.DecodeNumber(string(kvs[0].Value)); err != nil {
-			return counter{}, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+			return counter{}, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
 		}
 	}
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		if c.gen, err = layout.DecodeNumber(string(kvs[0].Value)); err != nil {
-			return counter{}, fmt.Errorf("%w: generation key of %q: %w", ErrCorruptState, res, err)
+			return counter{}, fmt.Errorf("%w: generation key of %q: %w", fencepub.ErrCorruptState, res, err)
 		}
 	}
 	return c, nil

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/ownership"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -144,7 +146,7 @@ type restoredPointer struct {
 //
 // Errors: *ForeignHistoryError (ErrForeignHistory; retry with FromBucket),
 // ErrInitialized (FromBucket on an etcd with an epoch),
-// ErrForeignDeployment, ErrUnavailable, ErrExhausted, ErrCorruptState, a
+// ErrForeignDeployment, fencepub.ErrUnavailable, ErrExhausted, fencepub.ErrCorruptState, a
 // concurrent epoch change (run again), ctx's error.
 func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverReport, error) {
 	rep := RecoverReport{DryRun: opts.DryRun, FromBucket: opts.FromBucket, Revoked: []RevokedHolder{}, Resources: []ResourceRecovery{}}
@@ -162,7 +164,7 @@ func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverRe
 	if len(epochKVs) > 0 {
 		epochValue, initialised = epochKVs[0].Value, true
 	}
-	if errors.Is(err, ErrCorruptState) {
+	if errors.Is(err, fencepub.ErrCorruptState) {
 		// A corrupt epoch key stops every grant and publish of the domain;
 		// recover is its repair: the new epoch comes from the bucket and
 		// the pointers, which the corruption did not touch. The old epoch
@@ -254,7 +256,7 @@ func (a *Authority) checkRecoverSource(ctx context.Context, initialised bool, ep
 // missing, creating) the bucket's ownership marker.
 func (a *Authority) recoverDeployment(ctx context.Context, d Domain, dryRun bool) (string, error) {
 	rctx, cancel := a.rctx(ctx)
-	m, err := ReadOwnership(rctx, a.st, a.ns)
+	m, err := ownership.Read(rctx, a.st, a.ns)
 	cancel()
 	switch {
 	case err == nil:
@@ -300,11 +302,11 @@ func (a *Authority) readPointers(ctx context.Context) (map[string]restoredPointe
 		for _, kv := range resp.Kvs {
 			res, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), prefix))
 			if err != nil {
-				return nil, fmt.Errorf("%w: pointer key %q", ErrCorruptState, kv.Key)
+				return nil, fmt.Errorf("%w: pointer key %q", fencepub.ErrCorruptState, kv.Key)
 			}
 			p, err := layout.DecodePointer(kv.Value)
 			if err != nil {
-				return nil, fmt.Errorf("%w: pointer of %q: %w", ErrCorruptState, res, err)
+				return nil, fmt.Errorf("%w: pointer of %q: %w", fencepub.ErrCorruptState, res, err)
 			}
 			out[res] = restoredPointer{version: p.Version, value: kv.Value}
 		}

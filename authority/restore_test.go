@@ -34,7 +34,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 	a := newAuthority(t, cli, st, ns)
 	ctx := ctxT(t, 2*time.Minute)
 
-	// publish stands in for the publisher (issue 4): an object under the
+	// publish stands in for the publisher: an object under the
 	// grant's version, then the pointer swapped to it.
 	publish := func(g Grant) layout.Version {
 		t.Helper()
@@ -177,7 +177,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 		t.Fatalf("renew of the restored grant: %v", err)
 	}
 	for _, g := range before {
-		if cmpHolds(t, a, g.EpochCmp(a.ns)) {
+		if cmpHolds(t, a, g.epochCmp(a.ns)) {
 			t.Fatalf("grant %+v still matches the epoch", g)
 		}
 	}

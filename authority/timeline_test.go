@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 )
 
 // The helper process: the test binary re-executed (testenv.StartChild) to
 // run runHelper with a helperSpec. It acquires, prints its grant, keeps it
 // with a Session, and when the Session reports the loss it tries one
-// explicit Renew and prints both outcomes. It plays worker A of the seed's
+// explicit Renew and prints both outcomes. It plays worker A of the protocol source's
 // 41/42/41 timeline.
 const helperChild = "authority-timeline-a"
 
@@ -43,7 +44,7 @@ func runHelper(specJSON []byte) error {
 		return err
 	}
 	defer cli.Close()
-	a, err := New(Config{Namespace: spec.Namespace, Etcd: cli, Store: st})
+	a, err := New(Config{Env: fencepub.Env{Namespace: spec.Namespace, Etcd: cli, Store: st}})
 	if err != nil {
 		return err
 	}
@@ -68,7 +69,7 @@ func runHelper(specJSON []byte) error {
 	return nil
 }
 
-// TestTimeline414241 is the seed's 41/42/41 grant timeline with a real
+// TestTimeline414241 is the protocol source's 41/42/41 grant timeline with a real
 // paused process: A acquires in a child process that keeps its lease with a
 // Session; the test SIGSTOPs A past its TTL; etcd expires the lease; B
 // acquires a strictly larger generation; A is resumed, its Session reports
@@ -115,7 +116,7 @@ func TestTimeline414241(t *testing.T) {
 	if gb.Generation <= ga.Generation || gb.Epoch != ga.Epoch {
 		t.Fatalf("B got epoch %d generation %d; want a generation above A's %d in epoch %d", gb.Epoch, gb.Generation, ga.Generation, ga.Epoch)
 	}
-	if !cmpHolds(t, a, gb.HolderCmp(a.ns), gb.GrantCmp(a.ns)) || cmpHolds(t, a, ga.HolderCmp(a.ns)) {
+	if !cmpHolds(t, a, gb.HolderCmp(a.ns), gb.grantCmp(a.ns)) || cmpHolds(t, a, ga.HolderCmp(a.ns)) {
 		t.Fatal("holder compares: want B live and A not")
 	}
 

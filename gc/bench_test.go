@@ -17,7 +17,7 @@ import (
 	"github.com/minio/minio-go/v7"
 )
 
-// Benchmarks (issue 5 "Bench"), not part of `make test`:
+// Benchmarks, not part of `make test`:
 //
 //	go test -run '^$' -bench . -benchtime 1x ./gc/
 //

@@ -8,32 +8,33 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 )
 
-// Kind is GC's decision about one key (DESIGN.md "Garbage collection").
-type Kind string
+// kind is GC's decision about one key (DESIGN.md "Garbage collection"), as
+// Decision.Kind and Report.ByDecision spell it.
+type kind = string
 
-// Decisions. Unpublishable and Abandoned delete (abort, for an upload); the
+// Decisions. kindUnpublishable and kindAbandoned delete (abort, for an upload); the
 // others keep.
 const (
-	Published     Kind = "published"     // the key the pointer names
-	Retained      Kind = "retained"      // last N versions or within the reader grace
-	Unpublishable Kind = "unpublishable" // version <= max(pointer, seal) or an older epoch
-	InFlight      Kind = "in_flight"     // may still be published
-	Abandoned     Kind = "abandoned"     // in flight of a dead grant, older than the abandon period
-	Quarantined   Kind = "quarantined"   // old epoch, above the restored pointer `recover` recorded
-	Foreign       Kind = "foreign"       // not an object key of the resource
+	kindPublished     kind = "published"     // the key the pointer names
+	kindRetained      kind = "retained"      // last N versions or within the reader grace
+	kindUnpublishable kind = "unpublishable" // version <= max(pointer, seal) or an older epoch
+	kindInFlight      kind = "in_flight"     // may still be published
+	kindAbandoned     kind = "abandoned"     // in flight of a dead grant, older than the abandon period
+	kindQuarantined   kind = "quarantined"   // old epoch, above the restored pointer `recover` recorded
+	kindForeign       kind = "foreign"       // not an object key of the resource
 )
 
-// AllKinds returns every Kind in report order.
-func AllKinds() []Kind {
-	return []Kind{Published, Retained, Unpublishable, InFlight, Abandoned, Quarantined, Foreign}
+// allKinds returns every decision in report order.
+func allKinds() []kind {
+	return []kind{kindPublished, kindRetained, kindUnpublishable, kindInFlight, kindAbandoned, kindQuarantined, kindForeign}
 }
 
-// Deletes reports whether the decision removes the key.
-func (k Kind) Deletes() bool { return k == Unpublishable || k == Abandoned }
+// deletes reports whether the decision removes the key.
+func deletes(k kind) bool { return k == kindUnpublishable || k == kindAbandoned }
 
-// Entry is one key of a listing: an object (UploadID empty) or an
+// entry is one key of a listing: an object (UploadID empty) or an
 // incomplete multipart upload.
-type Entry struct {
+type entry struct {
 	Key      string
 	UploadID string
 	Size     int64     // bytes; 0 for an upload
@@ -43,12 +44,15 @@ type Entry struct {
 // Decision is the classification of one Entry with its reason, and, once a
 // pass acted on it, the action taken.
 type Decision struct {
-	Key      string          `json:"key"`
-	UploadID string          `json:"upload_id,omitempty"`
-	Kind     Kind            `json:"decision"`
-	Reason   string          `json:"reason"`
-	Version  *layout.Version `json:"version,omitempty"` // nil for a foreign key
-	Size     int64           `json:"size"`
+	Key      string `json:"key"`
+	UploadID string `json:"upload_id,omitempty"`
+	// Kind is the decision: "published", "retained", "unpublishable",
+	// "in_flight", "abandoned", "quarantined" or "foreign"; the
+	// unpublishable and abandoned ones delete (abort, for an upload).
+	Kind    string          `json:"decision"`
+	Reason  string          `json:"reason"`
+	Version *layout.Version `json:"version,omitempty"` // nil for a foreign key
+	Size    int64           `json:"size"`
 	// Action is what the pass did: "kept", "deleted", "aborted", "sealed",
 	// "would_delete" (dry run), "skipped" (an abandoned object whose seal
 	// transaction lost a race: kept until the next pass) or "failed".
@@ -56,10 +60,10 @@ type Decision struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// State is what GC knows about one resource, read at one etcd revision
+// state is what GC knows about one resource, read at one etcd revision
 // (readState), plus the retention computed from its history. Classify is a
-// pure function of a State, an Entry and the time.
-type State struct {
+// pure function of a state, an Entry and the time.
+type state struct {
 	NS       layout.Namespace
 	Resource string
 	// Revision is the etcd revision every field was read at.
@@ -112,9 +116,9 @@ type State struct {
 
 // Top returns max(pointer, seal): no version at or below it can be
 // published.
-func (s *State) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Version) }
+func (s *state) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Version) }
 
-// Classify decides what to do with e, given s and the time now (this
+// classify decides what to do with e, given s and the time now (this
 // process's clock). It is a pure function; the order of its rules is the
 // order of DESIGN.md "Garbage collection":
 //
@@ -132,61 +136,61 @@ func (s *State) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Versi
 //     live at the snapshot, its fence is newer than the snapshot's
 //     generation, it is younger than AbandonAfter + ClockSkew, or the
 //     pointer and seal are not both present; else Abandoned.
-func Classify(s *State, e Entry, now time.Time) Decision {
+func classify(s *state, e entry, now time.Time) Decision {
 	d := Decision{Key: e.Key, UploadID: e.UploadID, Size: e.Size}
 	v, _, ok := s.NS.ParseObjectKey(s.Resource, e.Key)
 	if !ok {
-		return d.is(Foreign, "not an object key of resource %q (<epoch>-<fence>-<seq>-<nonce> under %s)", s.Resource, s.NS.ObjectsPrefix(s.Resource))
+		return d.is(kindForeign, "not an object key of resource %q (<epoch>-<fence>-<seq>-<nonce> under %s)", s.Resource, s.NS.ObjectsPrefix(s.Resource))
 	}
 	d.Version = &v
 	if e.UploadID == "" && !s.Decommissioned {
 		if s.HasPointer && s.Pointer.Object.Key == e.Key {
-			return d.is(Published, "named by the pointer (version %s)", s.Pointer.Version)
+			return d.is(kindPublished, "named by the pointer (version %s)", s.Pointer.Version)
 		}
 		if why, ok := s.Retained[e.Key]; ok {
-			return d.is(Retained, "%s", why)
+			return d.is(kindRetained, "%s", why)
 		}
 	}
 	switch top := s.Top(); {
 	case v.Epoch < s.Epoch:
 		if s.RestoredBad[v.Epoch] || s.RestoredUnreadable {
-			return d.is(Quarantined, "epoch %d has an unreadable restored-pointer record", v.Epoch)
+			return d.is(kindQuarantined, "epoch %d has an unreadable restored-pointer record", v.Epoch)
 		}
 		r, restored := s.Restored[v.Epoch]
 		switch {
 		case restored && r.Less(v):
-			return d.is(Quarantined, "above the pointer %s that recover recorded for restored epoch %d: may be the only copy of a lost publish", r, v.Epoch)
+			return d.is(kindQuarantined, "above the pointer %s that recover recorded for restored epoch %d: may be the only copy of a lost publish", r, v.Epoch)
 		case !restored && !s.Issued[v.Epoch]:
-			return d.is(Quarantined, "epoch %d was never issued by this etcd: another history's object (recover --from-bucket takes it over)", v.Epoch)
+			return d.is(kindQuarantined, "epoch %d was never issued by this etcd: another history's object (recover --from-bucket takes it over)", v.Epoch)
 		}
-		return d.is(Unpublishable, "epoch %d is older than the current epoch %d", v.Epoch, s.Epoch)
+		return d.is(kindUnpublishable, "epoch %d is older than the current epoch %d", v.Epoch, s.Epoch)
 	case v.Compare(top) <= 0:
 		if v.Compare(s.Pointer.Version) <= 0 {
-			return d.is(Unpublishable, "version %s <= pointer %s", v, s.Pointer.Version)
+			return d.is(kindUnpublishable, "version %s <= pointer %s", v, s.Pointer.Version)
 		}
-		return d.is(Unpublishable, "version %s <= seal %s", v, s.Seal.Version)
+		return d.is(kindUnpublishable, "version %s <= seal %s", v, s.Seal.Version)
 	case v.Epoch > s.Epoch:
-		return d.is(InFlight, "epoch %d is newer than the snapshot's epoch %d", v.Epoch, s.Epoch)
+		return d.is(kindInFlight, "epoch %d is newer than the snapshot's epoch %d", v.Epoch, s.Epoch)
 	}
 	age := now.Sub(e.Time)
 	abandon := s.Policy.AbandonAfter + s.Policy.ClockSkew
 	switch {
 	case s.HolderUnknown:
-		return d.is(InFlight, "above %s; the holder record does not decode, so the grant may be live", s.Top())
+		return d.is(kindInFlight, "above %s; the holder record does not decode, so the grant may be live", s.Top())
 	case s.Holder != nil && s.Holder.Epoch == v.Epoch && s.Holder.Generation == v.Fence:
-		return d.is(InFlight, "above %s; grant %d is live", s.Top(), v.Fence)
+		return d.is(kindInFlight, "above %s; grant %d is live", s.Top(), v.Fence)
 	case v.Fence > s.Generation:
-		return d.is(InFlight, "above %s; fence %d is newer than the snapshot's generation %d", s.Top(), v.Fence, s.Generation)
+		return d.is(kindInFlight, "above %s; fence %d is newer than the snapshot's generation %d", s.Top(), v.Fence, s.Generation)
 	case age < abandon:
-		return d.is(InFlight, "above %s; %s old, younger than the abandon period %s (abandon-after %s + clock skew %s)",
+		return d.is(kindInFlight, "above %s; %s old, younger than the abandon period %s (abandon-after %s + clock skew %s)",
 			s.Top(), age.Round(time.Second), abandon, s.Policy.AbandonAfter, s.Policy.ClockSkew)
 	case s.HasPointer != s.HasSeal:
-		return d.is(InFlight, "above %s; the resource has a pointer or a seal but not both, so it cannot be sealed", s.Top())
+		return d.is(kindInFlight, "above %s; the resource has a pointer or a seal but not both, so it cannot be sealed", s.Top())
 	}
-	return d.is(Abandoned, "above %s; grant %d is not live and the object is %s old (abandon period %s)", s.Top(), v.Fence, age.Round(time.Second), abandon)
+	return d.is(kindAbandoned, "above %s; grant %d is not live and the object is %s old (abandon period %s)", s.Top(), v.Fence, age.Round(time.Second), abandon)
 }
 
-func (d Decision) is(k Kind, format string, args ...any) Decision {
+func (d Decision) is(k kind, format string, args ...any) Decision {
 	d.Kind = k
 	d.Reason = fmt.Sprintf(format, args...)
 	return d

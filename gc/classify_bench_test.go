@@ -9,7 +9,7 @@ import (
 )
 
 // BenchmarkClassify measures Classify per object, by the decision it
-// reaches (issue 8 "Also": allocations per classified object). One op is one
+// reaches (allocations per classified object). One op is one
 // classified object. Run with
 //
 //	go test -run '^$' -bench Classify -benchmem ./gc
@@ -21,7 +21,7 @@ func BenchmarkClassify(b *testing.B) {
 	ver := func(e, f, s uint64) layout.Version { return layout.Version{Epoch: e, Fence: f, Seq: s} }
 	key := func(v layout.Version) string { return ns.ObjectKey("daily-report", v, "0123456789abcdef") }
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	s := &State{
+	s := &state{
 		NS: ns, Resource: "daily-report", Revision: 100, Epoch: 3, Generation: 7,
 		Holder:     &authority.Grant{Resource: "daily-report", Epoch: 3, Generation: 7},
 		Pointer:    layout.Pointer{Version: ver(3, 5, 3), Object: layout.Object{Key: key(ver(3, 5, 3))}},
@@ -34,25 +34,25 @@ func BenchmarkClassify(b *testing.B) {
 	old := now.Add(-48 * time.Hour)
 	cases := []struct {
 		name string
-		e    Entry
-		want Kind
+		e    entry
+		want kind
 	}{
 		// The common case of a pass: an orphan below the pointer.
-		{"unpublishable", Entry{Key: key(ver(3, 4, 9)), Size: 1, Time: old}, Unpublishable},
-		{"published", Entry{Key: key(ver(3, 5, 3)), Size: 1, Time: old}, Published},
-		{"retained", Entry{Key: key(ver(3, 5, 2)), Size: 1, Time: old}, Retained},
-		{"in_flight", Entry{Key: key(ver(3, 7, 1)), Size: 1, Time: old}, InFlight},
-		{"abandoned", Entry{Key: key(ver(3, 6, 9)), Size: 1, Time: old}, Abandoned},
-		{"foreign", Entry{Key: ns.ObjectsPrefix("daily-report") + "notes.txt", Size: 1, Time: old}, Foreign},
+		{"unpublishable", entry{Key: key(ver(3, 4, 9)), Size: 1, Time: old}, kindUnpublishable},
+		{"published", entry{Key: key(ver(3, 5, 3)), Size: 1, Time: old}, kindPublished},
+		{"retained", entry{Key: key(ver(3, 5, 2)), Size: 1, Time: old}, kindRetained},
+		{"in_flight", entry{Key: key(ver(3, 7, 1)), Size: 1, Time: old}, kindInFlight},
+		{"abandoned", entry{Key: key(ver(3, 6, 9)), Size: 1, Time: old}, kindAbandoned},
+		{"foreign", entry{Key: ns.ObjectsPrefix("daily-report") + "notes.txt", Size: 1, Time: old}, kindForeign},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			if d := Classify(s, c.e, now); d.Kind != c.want {
+			if d := classify(s, c.e, now); d.Kind != c.want {
 				b.Fatalf("classified %s as %s (%s), want %s", c.e.Key, d.Kind, d.Reason, c.want)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = Classify(s, c.e, now)
+				_ = classify(s, c.e, now)
 			}
 		})
 	}

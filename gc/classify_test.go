@@ -25,8 +25,8 @@ func okey(res string, v layout.Version) string { return tns.ObjectKey(res, v, no
 // baseState: epoch 3, pointer (3,5,3), seal (3,6,2), generation 7 held live
 // by grant 7, history retains (3,5,2), recover recorded (2,9,4) for epoch 2,
 // this etcd issued epochs 1 and 3 (epoch records).
-func baseState() *State {
-	return &State{
+func baseState() *state {
+	return &state{
 		NS: tns, Resource: "logs", Revision: 100, Epoch: 3, Generation: 7,
 		Holder:     &authority.Grant{Resource: "logs", Epoch: 3, Generation: 7},
 		Pointer:    layout.Pointer{Version: ver(3, 5, 3), Object: layout.Object{Key: okey("logs", ver(3, 5, 3))}},
@@ -43,78 +43,78 @@ func baseState() *State {
 func TestClassify(t *testing.T) {
 	cases := []struct {
 		name   string
-		mod    func(*State)
+		mod    func(*state)
 		key    string
 		upload bool
 		age    time.Duration
-		want   Kind
+		want   kind
 		reason string // substring of the reason
 	}{
-		{name: "foreign name", key: "p/d/logs/readme.txt", want: Foreign, reason: "not an object key"},
-		{name: "foreign nested", key: "p/d/logs/sub/" + ver(3, 9, 1).Encode() + "-" + nonce, want: Foreign},
-		{name: "foreign upper-case nonce", key: "p/d/logs/" + ver(3, 9, 1).Encode() + "-0123456789ABCDEF", want: Foreign},
-		{name: "foreign short nonce", key: "p/d/logs/" + ver(3, 9, 1).Encode() + "-0123", want: Foreign},
-		{name: "another resource's key (logs2)", key: okey("logs2", ver(3, 1, 1)), want: Foreign},
-		{name: "another domain's key", key: "p/e/logs/" + ver(3, 1, 1).Encode() + "-" + nonce, want: Foreign},
-		{name: "foreign even when old", key: "p/d/logs/x", age: 100 * time.Hour, want: Foreign},
-		{name: "published", key: okey("logs", ver(3, 5, 3)), age: 100 * time.Hour, want: Published},
+		{name: "foreign name", key: "p/d/logs/readme.txt", want: kindForeign, reason: "not an object key"},
+		{name: "foreign nested", key: "p/d/logs/sub/" + ver(3, 9, 1).Encode() + "-" + nonce, want: kindForeign},
+		{name: "foreign upper-case nonce", key: "p/d/logs/" + ver(3, 9, 1).Encode() + "-0123456789ABCDEF", want: kindForeign},
+		{name: "foreign short nonce", key: "p/d/logs/" + ver(3, 9, 1).Encode() + "-0123", want: kindForeign},
+		{name: "another resource's key (logs2)", key: okey("logs2", ver(3, 1, 1)), want: kindForeign},
+		{name: "another domain's key", key: "p/e/logs/" + ver(3, 1, 1).Encode() + "-" + nonce, want: kindForeign},
+		{name: "foreign even when old", key: "p/d/logs/x", age: 100 * time.Hour, want: kindForeign},
+		{name: "published", key: okey("logs", ver(3, 5, 3)), age: 100 * time.Hour, want: kindPublished},
 		{name: "published: a rollback may name an older object", key: okey("logs", ver(3, 1, 1)),
-			mod: func(s *State) { s.Pointer.Object.Key = okey("logs", ver(3, 1, 1)) }, want: Published},
-		{name: "upload at the published key is unpublishable", key: okey("logs", ver(3, 5, 3)), upload: true, want: Unpublishable, reason: "pointer"},
-		{name: "retained", key: okey("logs", ver(3, 5, 2)), age: 100 * time.Hour, want: Retained, reason: "kept by history"},
+			mod: func(s *state) { s.Pointer.Object.Key = okey("logs", ver(3, 1, 1)) }, want: kindPublished},
+		{name: "upload at the published key is unpublishable", key: okey("logs", ver(3, 5, 3)), upload: true, want: kindUnpublishable, reason: "pointer"},
+		{name: "retained", key: okey("logs", ver(3, 5, 2)), age: 100 * time.Hour, want: kindRetained, reason: "kept by history"},
 		{name: "retained wins over old epoch", key: okey("logs", ver(1, 1, 1)),
-			mod: func(s *State) { s.Retained[okey("logs", ver(1, 1, 1))] = "history" }, want: Retained},
-		{name: "below pointer", key: okey("logs", ver(3, 5, 1)), want: Unpublishable, reason: "<= pointer"},
-		{name: "below pointer, young", key: okey("logs", ver(3, 4, 9)), age: time.Second, want: Unpublishable},
-		{name: "equal to pointer, other nonce", key: tns.ObjectKey("logs", ver(3, 5, 3), "ffffffffffffffff"), want: Unpublishable, reason: "<= pointer"},
-		{name: "between pointer and seal", key: okey("logs", ver(3, 6, 1)), want: Unpublishable, reason: "<= seal"},
-		{name: "equal to seal", key: okey("logs", ver(3, 6, 2)), want: Unpublishable, reason: "<= seal"},
-		{name: "old epoch, no restored record", key: okey("logs", ver(1, 99, 99)), want: Unpublishable, reason: "older than the current epoch"},
+			mod: func(s *state) { s.Retained[okey("logs", ver(1, 1, 1))] = "history" }, want: kindRetained},
+		{name: "below pointer", key: okey("logs", ver(3, 5, 1)), want: kindUnpublishable, reason: "<= pointer"},
+		{name: "below pointer, young", key: okey("logs", ver(3, 4, 9)), age: time.Second, want: kindUnpublishable},
+		{name: "equal to pointer, other nonce", key: tns.ObjectKey("logs", ver(3, 5, 3), "ffffffffffffffff"), want: kindUnpublishable, reason: "<= pointer"},
+		{name: "between pointer and seal", key: okey("logs", ver(3, 6, 1)), want: kindUnpublishable, reason: "<= seal"},
+		{name: "equal to seal", key: okey("logs", ver(3, 6, 2)), want: kindUnpublishable, reason: "<= seal"},
+		{name: "old epoch, no restored record", key: okey("logs", ver(1, 99, 99)), want: kindUnpublishable, reason: "older than the current epoch"},
 		{name: "old epoch never issued, no restored record", key: okey("logs", ver(1, 99, 99)), age: 100 * time.Hour,
-			mod: func(s *State) { s.Issued = nil }, want: Quarantined, reason: "never issued by this etcd"},
+			mod: func(s *state) { s.Issued = nil }, want: kindQuarantined, reason: "never issued by this etcd"},
 		{name: "old epoch never issued, below restored pointer", key: okey("logs", ver(2, 9, 3)),
-			mod: func(s *State) { s.Issued = nil }, want: Unpublishable},
+			mod: func(s *state) { s.Issued = nil }, want: kindUnpublishable},
 		{name: "old epoch never issued, above restored pointer", key: okey("logs", ver(2, 9, 5)),
-			mod: func(s *State) { s.Issued = nil }, want: Quarantined, reason: "recover"},
+			mod: func(s *state) { s.Issued = nil }, want: kindQuarantined, reason: "recover"},
 		{name: "old epoch issued elsewhere: another epoch's record does not count", key: okey("logs", ver(1, 1, 1)),
-			mod: func(s *State) { s.Issued = map[uint64]bool{3: true} }, want: Quarantined, reason: "another history"},
+			mod: func(s *state) { s.Issued = map[uint64]bool{3: true} }, want: kindQuarantined, reason: "another history"},
 		{name: "current epoch is not judged by records", key: okey("logs", ver(3, 5, 1)),
-			mod: func(s *State) { s.Issued = nil }, want: Unpublishable, reason: "<= pointer"},
-		{name: "old epoch, at restored pointer", key: okey("logs", ver(2, 9, 4)), want: Unpublishable},
-		{name: "old epoch, below restored pointer", key: okey("logs", ver(2, 9, 3)), want: Unpublishable},
-		{name: "old epoch, above restored pointer", key: okey("logs", ver(2, 9, 5)), age: 100 * time.Hour, want: Quarantined, reason: "recover"},
-		{name: "old epoch, fence above restored", key: okey("logs", ver(2, 10, 1)), want: Quarantined},
+			mod: func(s *state) { s.Issued = nil }, want: kindUnpublishable, reason: "<= pointer"},
+		{name: "old epoch, at restored pointer", key: okey("logs", ver(2, 9, 4)), want: kindUnpublishable},
+		{name: "old epoch, below restored pointer", key: okey("logs", ver(2, 9, 3)), want: kindUnpublishable},
+		{name: "old epoch, above restored pointer", key: okey("logs", ver(2, 9, 5)), age: 100 * time.Hour, want: kindQuarantined, reason: "recover"},
+		{name: "old epoch, fence above restored", key: okey("logs", ver(2, 10, 1)), want: kindQuarantined},
 		{name: "old epoch, unreadable record", key: okey("logs", ver(2, 1, 1)),
-			mod: func(s *State) { s.RestoredBad = map[uint64]bool{2: true} }, want: Quarantined, reason: "unreadable"},
+			mod: func(s *state) { s.RestoredBad = map[uint64]bool{2: true} }, want: kindQuarantined, reason: "unreadable"},
 		{name: "old epoch, unreadable record keys", key: okey("logs", ver(1, 1, 1)),
-			mod: func(s *State) { s.RestoredUnreadable = true }, want: Quarantined},
-		{name: "upload of old epoch above restored is quarantined", key: okey("logs", ver(2, 9, 5)), upload: true, want: Quarantined},
-		{name: "newer epoch than snapshot", key: okey("logs", ver(4, 1, 1)), age: 100 * time.Hour, want: InFlight, reason: "newer than the snapshot"},
-		{name: "live grant, old", key: okey("logs", ver(3, 7, 1)), age: 100 * time.Hour, want: InFlight, reason: "grant 7 is live"},
-		{name: "live grant upload, old", key: okey("logs", ver(3, 7, 4)), upload: true, age: 100 * time.Hour, want: InFlight, reason: "live"},
-		{name: "fence newer than snapshot generation", key: okey("logs", ver(3, 8, 1)), age: 100 * time.Hour, want: InFlight, reason: "newer than the snapshot's generation"},
-		{name: "dead grant, young", key: okey("logs", ver(3, 6, 3)), age: 10 * time.Minute, want: InFlight, reason: "younger than the abandon period"},
-		{name: "dead grant, just under abandon+skew", key: okey("logs", ver(3, 6, 3)), age: 61*time.Minute - time.Nanosecond, want: InFlight},
-		{name: "dead grant, at abandon+skew", key: okey("logs", ver(3, 6, 3)), age: 61 * time.Minute, want: Abandoned},
-		{name: "dead grant, old", key: okey("logs", ver(3, 6, 3)), age: 2 * time.Hour, want: Abandoned, reason: "not live"},
-		{name: "dead grant upload, old", key: okey("logs", ver(3, 6, 3)), upload: true, age: 2 * time.Hour, want: Abandoned},
-		{name: "no holder, old", key: okey("logs", ver(3, 7, 1)), age: 2 * time.Hour, mod: func(s *State) { s.Holder = nil }, want: Abandoned},
+			mod: func(s *state) { s.RestoredUnreadable = true }, want: kindQuarantined},
+		{name: "upload of old epoch above restored is quarantined", key: okey("logs", ver(2, 9, 5)), upload: true, want: kindQuarantined},
+		{name: "newer epoch than snapshot", key: okey("logs", ver(4, 1, 1)), age: 100 * time.Hour, want: kindInFlight, reason: "newer than the snapshot"},
+		{name: "live grant, old", key: okey("logs", ver(3, 7, 1)), age: 100 * time.Hour, want: kindInFlight, reason: "grant 7 is live"},
+		{name: "live grant upload, old", key: okey("logs", ver(3, 7, 4)), upload: true, age: 100 * time.Hour, want: kindInFlight, reason: "live"},
+		{name: "fence newer than snapshot generation", key: okey("logs", ver(3, 8, 1)), age: 100 * time.Hour, want: kindInFlight, reason: "newer than the snapshot's generation"},
+		{name: "dead grant, young", key: okey("logs", ver(3, 6, 3)), age: 10 * time.Minute, want: kindInFlight, reason: "younger than the abandon period"},
+		{name: "dead grant, just under abandon+skew", key: okey("logs", ver(3, 6, 3)), age: 61*time.Minute - time.Nanosecond, want: kindInFlight},
+		{name: "dead grant, at abandon+skew", key: okey("logs", ver(3, 6, 3)), age: 61 * time.Minute, want: kindAbandoned},
+		{name: "dead grant, old", key: okey("logs", ver(3, 6, 3)), age: 2 * time.Hour, want: kindAbandoned, reason: "not live"},
+		{name: "dead grant upload, old", key: okey("logs", ver(3, 6, 3)), upload: true, age: 2 * time.Hour, want: kindAbandoned},
+		{name: "no holder, old", key: okey("logs", ver(3, 7, 1)), age: 2 * time.Hour, mod: func(s *state) { s.Holder = nil }, want: kindAbandoned},
 		{name: "holder of another epoch does not keep", key: okey("logs", ver(3, 7, 1)), age: 2 * time.Hour,
-			mod: func(s *State) { s.Holder.Epoch = 2 }, want: Abandoned},
+			mod: func(s *state) { s.Holder.Epoch = 2 }, want: kindAbandoned},
 		{name: "holder undecodable keeps", key: okey("logs", ver(3, 6, 3)), age: 100 * time.Hour,
-			mod: func(s *State) { s.Holder, s.HolderUnknown = nil, true }, want: InFlight, reason: "does not decode"},
+			mod: func(s *state) { s.Holder, s.HolderUnknown = nil, true }, want: kindInFlight, reason: "does not decode"},
 		{name: "pointer without seal cannot be sealed", key: okey("logs", ver(3, 6, 3)), age: 100 * time.Hour,
-			mod: func(s *State) { s.HasSeal, s.Seal = false, layout.Seal{} }, want: InFlight, reason: "not both"},
+			mod: func(s *state) { s.HasSeal, s.Seal = false, layout.Seal{} }, want: kindInFlight, reason: "not both"},
 		{name: "uninitialised resource, old object", key: okey("logs", ver(3, 1, 1)), age: 100 * time.Hour,
-			mod: func(s *State) {
+			mod: func(s *state) {
 				s.HasSeal, s.Seal, s.HasPointer, s.Pointer, s.Holder = false, layout.Seal{}, false, layout.Pointer{}, nil
-			}, want: Abandoned},
+			}, want: kindAbandoned},
 		{name: "decommissioned: published no longer kept", key: okey("logs", ver(3, 5, 3)),
-			mod: decommission, want: Unpublishable, reason: "pointer"},
+			mod: decommission, want: kindUnpublishable, reason: "pointer"},
 		{name: "decommissioned: retained no longer kept", key: okey("logs", ver(3, 5, 2)),
-			mod: decommission, want: Unpublishable},
+			mod: decommission, want: kindUnpublishable},
 		{name: "decommissioned: a new grant's object is in flight", key: okey("logs", ver(3, 8, 1)),
-			mod: decommission, want: InFlight},
+			mod: decommission, want: kindInFlight},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -122,18 +122,18 @@ func TestClassify(t *testing.T) {
 			if c.mod != nil {
 				c.mod(s)
 			}
-			e := Entry{Key: c.key, Time: t0.Add(-c.age), Size: 5}
+			e := entry{Key: c.key, Time: t0.Add(-c.age), Size: 5}
 			if c.upload {
 				e.UploadID = "up1"
 			}
-			d := Classify(s, e, t0)
+			d := classify(s, e, t0)
 			if d.Kind != c.want || !strings.Contains(d.Reason, c.reason) {
 				t.Fatalf("Classify(%s) = %s (%s); want %s with reason containing %q", c.key, d.Kind, d.Reason, c.want, c.reason)
 			}
 			if d.Key != c.key || d.Size != 5 || (d.UploadID != "") != c.upload {
 				t.Fatalf("decision does not describe the entry: %+v", d)
 			}
-			if (d.Version == nil) != (d.Kind == Foreign) {
+			if (d.Version == nil) != (d.Kind == kindForeign) {
 				t.Fatalf("version %v for kind %s", d.Version, d.Kind)
 			}
 			if d.Reason == "" {
@@ -143,8 +143,8 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func decommission(s *State) {
-	s.Seal = layout.Seal{Version: ver(3, 7, layout.MaxNumber), Reason: SealReasonDecommissioned}
+func decommission(s *state) {
+	s.Seal = layout.Seal{Version: ver(3, 7, layout.MaxNumber), Reason: sealReasonDecommissioned}
 	s.Decommissioned = true
 	s.Holder = nil
 }
@@ -158,7 +158,7 @@ func decommission(s *State) {
 func TestClassifyNeverDeletesPublishable(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	n := func(k int) uint64 { return uint64(rng.IntN(k)) }
-	counts := map[Kind]int{}
+	counts := map[kind]int{}
 	for i := 0; i < 20000; i++ {
 		s := baseState()
 		s.Epoch = 1 + n(3)
@@ -178,13 +178,13 @@ func TestClassifyNeverDeletesPublishable(t *testing.T) {
 		if rng.IntN(20) == 0 {
 			key = fmt.Sprintf("p/d/logs/junk-%d", i)
 		}
-		e := Entry{Key: key, Time: t0.Add(-time.Duration(rng.IntN(3*3600)) * time.Second)}
+		e := entry{Key: key, Time: t0.Add(-time.Duration(rng.IntN(3*3600)) * time.Second)}
 		if rng.IntN(5) == 0 {
 			e.UploadID = "u"
 		}
-		d := Classify(s, e, t0)
+		d := classify(s, e, t0)
 		counts[d.Kind]++
-		if !d.Kind.Deletes() {
+		if !deletes(d.Kind) {
 			continue
 		}
 		if d.Version == nil || *d.Version != v {
@@ -195,14 +195,14 @@ func TestClassifyNeverDeletesPublishable(t *testing.T) {
 		}
 		top := s.Top()
 		switch d.Kind {
-		case Unpublishable:
+		case kindUnpublishable:
 			if !(v.Epoch < s.Epoch || v.Compare(top) <= 0) {
 				t.Fatalf("unpublishable but publishable: %s top %s epoch %d", v, top, s.Epoch)
 			}
 			if r, ok := s.Restored[v.Epoch]; ok && v.Epoch < s.Epoch && r.Less(v) {
 				t.Fatalf("deleted a quarantined object %s (restored %s)", v, r)
 			}
-		case Abandoned:
+		case kindAbandoned:
 			live := s.Holder != nil && s.Holder.Generation == v.Fence && s.Holder.Epoch == v.Epoch
 			if v.Epoch != s.Epoch || !top.Less(v) || live || v.Fence > s.Generation ||
 				t0.Sub(e.Time) < s.Policy.AbandonAfter+s.Policy.ClockSkew || !s.HasSeal {
@@ -210,7 +210,7 @@ func TestClassifyNeverDeletesPublishable(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range AllKinds() {
+	for _, k := range allKinds() {
 		if counts[k] == 0 {
 			t.Errorf("the random listing never produced %s: %v", k, counts)
 		}
@@ -304,7 +304,7 @@ func TestPolicy(t *testing.T) {
 	if got := (Policy{}).withDefaults(); got != DefaultPolicy() {
 		t.Fatalf("zero policy = %+v", got)
 	}
-	if got := (Policy{Retain: 1, Grace: time.Second}).withDefaults(); got.Retain != 1 || got.Grace != time.Second || got.AbandonAfter != DefaultAbandonAfter {
+	if got := (Policy{Retain: 1, Grace: time.Second}).withDefaults(); got.Retain != 1 || got.Grace != time.Second || got.AbandonAfter != defaultAbandonAfter {
 		t.Fatalf("partial policy = %+v", got)
 	}
 	for _, p := range []Policy{{Retain: -1}, {Grace: -1}, {ClockSkew: -1}, {AbandonAfter: -1}} {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -120,8 +121,8 @@ type clockState struct {
 
 // readClock reads the head and every checkpoint in one transaction.
 // Undecodable checkpoints are skipped (with a warning): fewer checkpoints
-// only make cutoffs earlier. Errors: ErrCorruptState (the head does not
-// decode), ErrUnavailable, ctx's error.
+// only make cutoffs earlier. Errors: fencepub.ErrCorruptState (the head does not
+// decode), fencepub.ErrUnavailable, ctx's error.
 func (c *Collector) readClock(ctx context.Context) (*clockState, error) {
 	var resp *clientv3.TxnResponse
 	if err := c.read(ctx, "read the domain clock", func(ctx context.Context) (err error) {
@@ -137,7 +138,7 @@ func (c *Collector) readClock(ctx context.Context) (*clockState, error) {
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		var h clockHead
 		if err := json.Unmarshal(kvs[0].Value, &h); err != nil || h.T <= 0 {
-			return nil, fmt.Errorf("%w: clock head %s %.80q does not decode", ErrCorruptState, c.ns.ClockHeadKey(), kvs[0].Value)
+			return nil, fmt.Errorf("%w: clock head %s %.80q does not decode", fencepub.ErrCorruptState, c.ns.ClockHeadKey(), kvs[0].Value)
 		}
 		st.head, st.headMod = &h, kvs[0].ModRevision
 	}
@@ -190,7 +191,7 @@ func (c *Collector) clockNow(ctx context.Context, st *clockState) (t int64, witn
 // safe: the head's ModRevision orders them, and a checkpoint is only ever
 // removed by thinning, which only makes cutoffs earlier.
 //
-// Errors: ErrCorruptState (the head does not decode), ErrUnavailable, ctx's
+// Errors: fencepub.ErrCorruptState (the head does not decode), fencepub.ErrUnavailable, ctx's
 // error.
 func (c *Collector) advanceClock(ctx context.Context, dry bool) (*clockReading, error) {
 	st, err := c.readClock(ctx)

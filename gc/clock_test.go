@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/publisher"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -247,7 +248,7 @@ func TestClockConcurrentAdvance(t *testing.T) {
 // than the longest retention needs: the number stays bounded.
 func TestClockThinning(t *testing.T) {
 	e := newEnv(t)
-	auth, err := authority.New(authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, RequestRetention: 3 * time.Hour})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, RequestRetention: 3 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +317,7 @@ func TestClockJumpPrunesNothing(t *testing.T) {
 		if rep.Records != (RecordCounts{Grants: rep.Records.Grants}) || rep.Deleted != 0 {
 			t.Fatalf("clock %s ahead: records %+v, %d objects deleted", d, rep.Records, rep.Deleted)
 		}
-		mustDecide(t, rep, p1.Object.Key, Retained, "kept", "within the reader grace")
+		mustDecide(t, rep, p1.Object.Key, kindRetained, "kept", "within the reader grace")
 	}
 	if n := e.Count(e.NS.OpsPrefix(res)); n != 3 {
 		t.Fatalf("%d op records left; want 3", n)

@@ -1,19 +1,21 @@
 package gc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/ownership"
 	"github.com/fencepub/fencepub/internal/retry"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,7 +26,7 @@ const (
 	DefaultOpRetention       = 7 * 24 * time.Hour
 	DefaultDeleteBatch       = 1000 // S3's limit per multi-object delete
 	DefaultDeleteConcurrency = 4
-	DefaultRequestTimeout    = 10 * time.Second
+	defaultRequestTimeout    = 10 * time.Second
 )
 
 // Config is a Collector's runtime configuration: live clients and policy.
@@ -96,46 +98,38 @@ type Collector struct {
 }
 
 // New checks cfg, applies the defaults and returns a Collector. It makes no
-// network call. Errors: ErrInvalid naming the field.
+// network call. Errors: fencepub.ErrInvalid naming the field.
 func New(cfg Config) (*Collector, error) {
 	if _, err := layout.NewNamespace(cfg.Namespace.Prefix, cfg.Namespace.Domain); err != nil {
-		return nil, fmt.Errorf("%w: config: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: config: %w", fencepub.ErrInvalid, err)
 	}
 	switch {
 	case cfg.Etcd == nil:
-		return nil, fmt.Errorf("%w: config: Etcd is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: config: Etcd is nil", fencepub.ErrInvalid)
 	case cfg.Store == nil || cfg.Store.Client == nil:
-		return nil, fmt.Errorf("%w: config: Store is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: config: Store is nil", fencepub.ErrInvalid)
 	case cfg.OpRetention < 0 || cfg.RequestTimeout < 0:
-		return nil, fmt.Errorf("%w: config: OpRetention and RequestTimeout must not be negative", ErrInvalid)
+		return nil, fmt.Errorf("%w: config: OpRetention and RequestTimeout must not be negative", fencepub.ErrInvalid)
 	case cfg.DeleteBatch < 0 || cfg.DeleteBatch > DefaultDeleteBatch:
-		return nil, fmt.Errorf("%w: config: DeleteBatch %d is outside 1..%d", ErrInvalid, cfg.DeleteBatch, DefaultDeleteBatch)
+		return nil, fmt.Errorf("%w: config: DeleteBatch %d is outside 1..%d", fencepub.ErrInvalid, cfg.DeleteBatch, DefaultDeleteBatch)
 	case cfg.DeleteConcurrency < 0:
-		return nil, fmt.Errorf("%w: config: DeleteConcurrency %d is negative", ErrInvalid, cfg.DeleteConcurrency)
+		return nil, fmt.Errorf("%w: config: DeleteConcurrency %d is negative", fencepub.ErrInvalid, cfg.DeleteConcurrency)
 	}
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.Policy = cfg.Policy.withDefaults()
-	if cfg.OpRetention == 0 {
-		cfg.OpRetention = DefaultOpRetention
-	}
-	if cfg.DeleteBatch == 0 {
-		cfg.DeleteBatch = DefaultDeleteBatch
-	}
-	if cfg.DeleteConcurrency == 0 {
-		cfg.DeleteConcurrency = DefaultDeleteConcurrency
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
+	cfg.OpRetention = cmp.Or(cfg.OpRetention, DefaultOpRetention)
+	cfg.DeleteBatch = cmp.Or(cfg.DeleteBatch, DefaultDeleteBatch)
+	cfg.DeleteConcurrency = cmp.Or(cfg.DeleteConcurrency, DefaultDeleteConcurrency)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Authority == nil {
-		a, err := authority.New(authority.Config{Namespace: cfg.Namespace, Etcd: cfg.Etcd, Store: cfg.Store, Logger: cfg.Logger})
+		a, err := authority.New(authority.Config{Env: cfg.Env, Logger: cfg.Logger})
 		if err != nil {
-			return nil, fmt.Errorf("%w: config: %w", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: config: %w", fencepub.ErrInvalid, err)
 		}
 		cfg.Authority = a
 	}
@@ -150,9 +144,6 @@ func New(cfg Config) (*Collector, error) {
 		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now, leases: cfg.leases,
 	}, nil
 }
-
-// Policy returns the effective policy (defaults applied).
-func (c *Collector) Policy() Policy { return c.cfg.Policy }
 
 // rctx bounds one request by RequestTimeout.
 func (c *Collector) rctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -203,7 +194,7 @@ type RunOptions struct {
 }
 
 // Run performs one pass and returns its report. It first checks that the
-// bucket's ownership marker names etcd's deployment (else ErrForeignDeployment
+// bucket's ownership marker names etcd's deployment (else authority.ErrForeignDeployment
 // or ErrNoOwnership, and nothing is touched), advances the domain clock that
 // every record age is measured on (a dry run only reads it; clock.go,
 // DESIGN.md "Ages come from one clock"), warns when bucket versioning or
@@ -214,10 +205,10 @@ type RunOptions struct {
 // It blocks until the pass ends or ctx is cancelled (deletions already sent
 // complete or fail on their own; each is safe on its own).
 //
-// Errors: ErrInvalid (options), ErrForeignDeployment, ErrNoOwnership,
-// ErrNotInitialized, authority.ErrForeignHistory (etcd has no epoch and the
+// Errors: fencepub.ErrInvalid (options), authority.ErrForeignDeployment, ErrNoOwnership,
+// fencepub.ErrNotInitialized, authority.ErrForeignHistory (etcd has no epoch and the
 // bucket holds another etcd's history: DESIGN.md invariant 9),
-// ErrUnavailable; ErrIncomplete wrapping the
+// fencepub.ErrUnavailable; ErrIncomplete wrapping the
 // per-resource errors (joined; errors.Is sees each) when some failed. The
 // report is returned in every case.
 func (c *Collector) Run(ctx context.Context, opts RunOptions) (*Report, error) {
@@ -240,11 +231,11 @@ func (c *Collector) Run(ctx context.Context, opts RunOptions) (*Report, error) {
 
 func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error {
 	if opts.All == (len(opts.Resources) > 0) {
-		return fmt.Errorf("%w: give either resources or all", ErrInvalid)
+		return fmt.Errorf("%w: give either resources or all", fencepub.ErrInvalid)
 	}
 	for _, r := range opts.Resources {
 		if err := layout.ValidateResource(r, false); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalid, err)
+			return fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 		}
 	}
 	dep, err := c.checkOwnership(ctx)
@@ -311,7 +302,7 @@ func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
 		if err := c.auth.CheckHistory(ctx); err != nil {
 			return "", err
 		}
-		return "", fmt.Errorf("%w: no epoch key under %s", ErrNotInitialized, c.ns.Root())
+		return "", fmt.Errorf("%w: no epoch key under %s", fencepub.ErrNotInitialized, c.ns.Root())
 	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs
 	if len(kvs) == 0 || len(kvs[0].Value) == 0 {
@@ -319,17 +310,17 @@ func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
 	}
 	dep := string(kvs[0].Value)
 	rctx, cancel := c.rctx(ctx)
-	m, err := authority.ReadOwnership(rctx, c.st, c.ns)
+	m, err := ownership.Read(rctx, c.st, c.ns)
 	cancel()
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return "", fmt.Errorf("%w: the bucket has no ownership marker %s (etcd's deployment is %s)", ErrNoOwnership, c.ns.OwnershipObject(), dep)
-	case errors.Is(err, authority.ErrCorruptState):
+	case errors.Is(err, fencepub.ErrCorruptState):
 		return "", fmt.Errorf("%w: %w", ErrNoOwnership, err)
 	case err != nil:
 		return "", storeErr(ctx, "read ownership marker", err)
 	case m.DeploymentID != dep:
-		return "", fmt.Errorf("%w: marker %s names deployment %s, etcd's deployment is %s", ErrForeignDeployment, c.ns.OwnershipObject(), m.DeploymentID, dep)
+		return "", fmt.Errorf("%w: marker %s names deployment %s, etcd's deployment is %s", authority.ErrForeignDeployment, c.ns.OwnershipObject(), m.DeploymentID, dep)
 	}
 	return dep, nil
 }
@@ -382,12 +373,12 @@ func (c *Collector) listResources(ctx context.Context, rep *Report) ([]string, e
 // groups those under the given resources' prefixes. The whole bucket is
 // listed because MinIO answers ListMultipartUploads only for an empty prefix
 // or an exact object key; uploads are few, so they are held in memory.
-func (c *Collector) listUploads(ctx context.Context, resources []string) (map[string][]Entry, error) {
+func (c *Collector) listUploads(ctx context.Context, resources []string) (map[string][]entry, error) {
 	want := make(map[string]bool, len(resources))
 	for _, r := range resources {
 		want[r] = true
 	}
-	out := make(map[string][]Entry)
+	out := make(map[string][]entry)
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	root := c.ns.Root()
@@ -413,7 +404,7 @@ func (c *Collector) listUploads(ctx context.Context, resources []string) (map[st
 		if err != nil || !want[res] {
 			continue
 		}
-		out[res] = append(out[res], Entry{Key: u.Key, UploadID: u.UploadID, Time: u.Initiated})
+		out[res] = append(out[res], entry{Key: u.Key, UploadID: u.UploadID, Time: u.Initiated})
 	}
 	return out, listErr
 }
@@ -421,7 +412,7 @@ func (c *Collector) listUploads(ctx context.Context, resources []string) (map[st
 // resourcePass is the work of one resource within a pass.
 type resourcePass struct {
 	c    *Collector
-	s    *State
+	s    *state
 	rep  *Report
 	opts RunOptions
 	now  time.Time
@@ -489,13 +480,13 @@ func (p *resourcePass) classified(d Decision) {
 // seal-then-delete of abandoned objects, uploads, then etcd records (only
 // when every object step succeeded, so records go after the objects they
 // name). Ages are those of the pass's clock reading clk.
-func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockReading, uploads []Entry, opts RunOptions, rep *Report) error {
+func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockReading, uploads []entry, opts RunOptions, rep *Report) error {
 	s, err := c.readState(ctx, res, clk.cutoff(c.cfg.Policy.Grace+c.cfg.Policy.ClockSkew))
 	if err != nil {
 		return err
 	}
 	if s.Deployment != dep {
-		return fmt.Errorf("%w: etcd's deployment changed from %s to %s during the pass", ErrForeignDeployment, dep, s.Deployment)
+		return fmt.Errorf("%w: etcd's deployment changed from %s to %s during the pass", authority.ErrForeignDeployment, dep, s.Deployment)
 	}
 	if c.afterState != nil {
 		c.afterState(res)
@@ -559,14 +550,14 @@ func (p *resourcePass) list(ctx context.Context, del *deleter) ([]Decision, erro
 			cancel()
 			continue
 		}
-		d := Classify(s, Entry{Key: obj.Key, Size: obj.Size, Time: obj.LastModified}, p.now)
+		d := classify(s, entry{Key: obj.Key, Size: obj.Size, Time: obj.LastModified}, p.now)
 		p.classified(d)
 		switch d.Kind {
-		case Unpublishable:
+		case kindUnpublishable:
 			del.add(d)
-		case Abandoned:
+		case kindAbandoned:
 			candidates = append(candidates, d)
-		case InFlight:
+		case kindInFlight:
 			if v := d.Version; v.Epoch == s.Epoch && (minKept == nil || v.Less(*minKept)) {
 				minKept = v
 			}
@@ -578,7 +569,7 @@ func (p *resourcePass) list(ctx context.Context, del *deleter) ([]Decision, erro
 	var out []Decision
 	for _, d := range candidates {
 		if minKept != nil && !d.Version.Less(*minKept) {
-			d.Kind = InFlight
+			d.Kind = kindInFlight
 			d.Reason = fmt.Sprintf("%s; but it is not below the kept in-flight version %s, so it is not sealed", d.Reason, minKept)
 			p.record(d, "kept", nil)
 			continue
@@ -603,7 +594,7 @@ func (p *resourcePass) abandon(ctx context.Context, ds []Decision, del *deleter)
 		if p.c.beforeSeal != nil {
 			p.c.beforeSeal(p.s.Resource)
 		}
-		ok, err := p.c.raiseSeal(ctx, p.s, target, SealReasonAbandoned)
+		ok, err := p.c.raiseSeal(ctx, p.s, target, sealReasonAbandoned)
 		if err != nil || !ok {
 			for _, d := range ds {
 				if !ok {
@@ -628,12 +619,12 @@ func (p *resourcePass) abandon(ctx context.Context, ds []Decision, del *deleter)
 // uploads classifies the resource's incomplete multipart uploads by the
 // same rules as objects and aborts the unpublishable and abandoned ones (an
 // upload of a live grant is in flight however old).
-func (p *resourcePass) uploads(ctx context.Context, entries []Entry) {
+func (p *resourcePass) uploads(ctx context.Context, entries []entry) {
 	core := minio.Core{Client: p.c.st.Client}
 	for _, e := range entries {
-		d := Classify(p.s, e, p.now)
+		d := classify(p.s, e, p.now)
 		p.classified(d)
-		if !d.Kind.Deletes() {
+		if !deletes(d.Kind) {
 			p.record(d, "kept", nil)
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -33,16 +34,16 @@ func TestStaleOrphanDeletedOnFirstPass(t *testing.T) {
 	}
 
 	rep := e.run(e.collector(nil), res)
-	mustDecide(t, rep, stale.Attempt.Object.Key, Unpublishable, "deleted", "<= pointer")
-	mustDecide(t, rep, b2.Object.Key, Published, "kept", "pointer")
-	mustDecide(t, rep, b1.Object.Key, Retained, "kept", "last 2")
+	mustDecide(t, rep, stale.Attempt.Object.Key, kindUnpublishable, "deleted", "<= pointer")
+	mustDecide(t, rep, b2.Object.Key, kindPublished, "kept", "pointer")
+	mustDecide(t, rep, b1.Object.Key, kindRetained, "kept", "last 2")
 	// a1 is no longer among the last 2, but was superseded (by b1) just
 	// now: within the reader grace.
-	mustDecide(t, rep, a1.Object.Key, Retained, "kept", "reader grace")
+	mustDecide(t, rep, a1.Object.Key, kindRetained, "kept", "reader grace")
 	if e.Exists(stale.Attempt.Object.Key) || !e.Exists(b2.Object.Key) || !e.Exists(b1.Object.Key) || !e.Exists(a1.Object.Key) {
 		t.Fatal("wrong objects deleted")
 	}
-	if rep.Scanned != 4 || rep.Deleted != 1 || rep.Kept.Published != 1 || rep.Kept.Retained != 2 || rep.ByDecision[Unpublishable] != 1 {
+	if rep.Scanned != 4 || rep.Deleted != 1 || rep.Kept.Published != 1 || rep.Kept.Retained != 2 || rep.ByDecision[kindUnpublishable] != 1 {
 		t.Fatalf("report counts: %+v", rep)
 	}
 	// Grant record 1 (A) is below the pointer's fence 2: pruned at once.
@@ -53,7 +54,7 @@ func TestStaleOrphanDeletedOnFirstPass(t *testing.T) {
 	// Past the grace (a clock 12 min ahead), a1 goes and its history entry
 	// with it; the pointer and seal keys stay.
 	rep = e.run(e.collector(later(12*time.Minute)), res)
-	mustDecide(t, rep, a1.Object.Key, Unpublishable, "deleted", "<= pointer")
+	mustDecide(t, rep, a1.Object.Key, kindUnpublishable, "deleted", "<= pointer")
 	if e.Exists(a1.Object.Key) || rep.Records.History != 1 {
 		t.Fatalf("a1 not collected: %+v", rep.Records)
 	}
@@ -84,24 +85,24 @@ func TestAbandonedInFlightSealedThenDeleted(t *testing.T) {
 
 	aged := e.collector(later(3 * time.Hour))
 	rep := e.run(aged, res)
-	mustDecide(t, rep, key, InFlight, "kept", "is live")
+	mustDecide(t, rep, key, kindInFlight, "kept", "is live")
 	rep = e.run(e.collector(nil), res)
-	mustDecide(t, rep, key, InFlight, "kept", "live")
+	mustDecide(t, rep, key, kindInFlight, "kept", "live")
 
 	e.release(g)
 	rep = e.run(e.collector(nil), res)
-	mustDecide(t, rep, key, InFlight, "kept", "younger than the abandon period")
+	mustDecide(t, rep, key, kindInFlight, "kept", "younger than the abandon period")
 	if s := e.seal(res); !s.Version.IsZero() {
 		t.Fatalf("seal raised too early: %+v", s)
 	}
 
 	rep = e.run(aged, res)
-	mustDecide(t, rep, key, Abandoned, "deleted", "not live")
-	mustDecide(t, rep, first.Object.Key, Published, "kept", "")
+	mustDecide(t, rep, key, kindAbandoned, "deleted", "not live")
+	mustDecide(t, rep, first.Object.Key, kindPublished, "kept", "")
 	if rep.Sealed != 1 || rep.SealRaises != 1 || rep.Deleted != 1 {
 		t.Fatalf("report %+v", rep)
 	}
-	if s := e.seal(res); s.Version != lost.Version || s.Reason != SealReasonAbandoned {
+	if s := e.seal(res); s.Version != lost.Version || s.Reason != sealReasonAbandoned {
 		t.Fatalf("seal %+v; want %s", s, lost.Version)
 	}
 	if e.Exists(key) {
@@ -119,7 +120,7 @@ func TestAbandonedInFlightSealedThenDeleted(t *testing.T) {
 	// Its new object is unpublishable now and goes on the next pass, even
 	// with the real clock.
 	rep = e.run(e.collector(nil), res)
-	mustDecide(t, rep, late.Attempt.Object.Key, Unpublishable, "deleted", "<= seal")
+	mustDecide(t, rep, late.Attempt.Object.Key, kindUnpublishable, "deleted", "<= seal")
 }
 
 // Foreign keys, another resource whose name extends this one (logs vs
@@ -160,7 +161,7 @@ func TestForeignAndOtherPrefixesUntouched(t *testing.T) {
 
 	rep := e.run(e.collector(later(time.Hour)), "logs")
 	for _, k := range foreign[:4] {
-		mustDecide(t, rep, k, Foreign, "kept", "not an object key")
+		mustDecide(t, rep, k, kindForeign, "kept", "not an object key")
 		if !e.Exists(k) {
 			t.Fatalf("foreign key %s deleted", k)
 		}
@@ -208,8 +209,8 @@ func TestOtherDeploymentRefused(t *testing.T) {
 	e.put(e.NS.OwnershipObject(), `{"deployment_id":"someone-else","created_at":"2030-01-01T00:00:00Z"}`)
 	c := e.collector(later(time.Hour))
 	rep, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true})
-	if !errors.Is(err, ErrForeignDeployment) || len(rep.Errors) == 0 || !strings.Contains(err.Error(), "someone-else") {
-		t.Fatalf("err %v, report %+v; want ErrForeignDeployment", err, rep)
+	if !errors.Is(err, authority.ErrForeignDeployment) || len(rep.Errors) == 0 || !strings.Contains(err.Error(), "someone-else") {
+		t.Fatalf("err %v, report %+v; want authority.ErrForeignDeployment", err, rep)
 	}
 	if !e.Exists(orphan.Attempt.Object.Key) || rep.Scanned != 0 {
 		t.Fatal("GC touched another deployment's prefix")

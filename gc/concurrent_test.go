@@ -161,10 +161,10 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	o21 := e.inFlight(b, "3")
 	e.release(b)
 	rep2 := e.run(e.collector(later(3*time.Hour)), res)
-	mustDecide(t, rep2, o12.Attempt.Object.Key, Abandoned, "deleted", "")
-	mustDecide(t, rep2, o21.Attempt.Object.Key, Abandoned, "deleted", "")
+	mustDecide(t, rep2, o12.Attempt.Object.Key, kindAbandoned, "deleted", "")
+	mustDecide(t, rep2, o21.Attempt.Object.Key, kindAbandoned, "deleted", "")
 	rep1 := resume()
-	mustDecide(t, rep1, o12.Attempt.Object.Key, Abandoned, "skipped", "changed since the snapshot")
+	mustDecide(t, rep1, o12.Attempt.Object.Key, kindAbandoned, "skipped", "changed since the snapshot")
 	if rep1.Sealed != 0 || rep1.SealRaises != 0 {
 		t.Fatalf("GC1 report %+v", rep1)
 	}
@@ -186,7 +186,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 		t.Fatalf("late publish: %+v %v", late, lateErr)
 	}
 	rep1b := resume()
-	mustDecide(t, rep1b, late.Object.Key, Abandoned, "skipped", "changed since the snapshot")
+	mustDecide(t, rep1b, late.Object.Key, kindAbandoned, "skipped", "changed since the snapshot")
 	if !e.Exists(late.Object.Key) {
 		t.Fatal("deleted the object a late transaction published")
 	}
@@ -203,9 +203,9 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep1c := resume()
-	mustDecide(t, rep1c, o51.Attempt.Object.Key, Abandoned, "skipped", "")
+	mustDecide(t, rep1c, o51.Attempt.Object.Key, kindAbandoned, "skipped", "")
 	rep3 := e.run(e.collector(later(3*time.Hour)), res)
-	mustDecide(t, rep3, o51.Attempt.Object.Key, Quarantined, "kept", "")
+	mustDecide(t, rep3, o51.Attempt.Object.Key, kindQuarantined, "kept", "")
 	w.check(t, o21.Version)
 	for _, k := range []string{p1.Object.Key, late.Object.Key, o51.Attempt.Object.Key} {
 		if !e.Exists(k) {
@@ -247,7 +247,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 		t.Fatal("the racing collectors deleted nothing")
 	}
 	rep := e.run(e.collector(later(3*time.Hour)), res)
-	if rep.ByDecision[Abandoned] != 0 || rep.ByDecision[InFlight] != 0 {
+	if rep.ByDecision[kindAbandoned] != 0 || rep.ByDecision[kindInFlight] != 0 {
 		t.Fatalf("orphans left after the races: %+v", rep.ByDecision)
 	}
 }

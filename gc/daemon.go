@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/retry"
@@ -25,7 +27,7 @@ import (
 const (
 	DefaultInterval      = 5 * time.Minute
 	DefaultLeaseTTL      = 15 * time.Second
-	DefaultLeaseResource = "_gc"
+	defaultLeaseResource = "_gc"
 )
 
 // Readiness check bounds: /readyz reaches etcd and the store at most once
@@ -66,9 +68,9 @@ type DaemonConfig struct {
 	OnPass func(*Report, error)
 }
 
-// DaemonStatus is a Daemon's state, served by its /healthz and /readyz
+// daemonStatus is a Daemon's state, served by its /healthz and /readyz
 // endpoints.
-type DaemonStatus struct {
+type daemonStatus struct {
 	Owner      string    `json:"owner"`
 	Running    bool      `json:"running"`
 	Leader     bool      `json:"leader"`
@@ -96,7 +98,7 @@ type Daemon struct {
 	log  *slog.Logger
 
 	mu     sync.Mutex
-	status DaemonStatus
+	status daemonStatus
 
 	// checkMu serializes the dependency checks of /readyz and guards the
 	// cached result: checked is when it ran, checkErr what it found.
@@ -105,25 +107,21 @@ type Daemon struct {
 	checkErr error
 }
 
-// NewDaemon checks cfg and returns a Daemon. Errors: ErrInvalid.
+// NewDaemon checks cfg and returns a Daemon. Errors: fencepub.ErrInvalid.
 func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 	if cfg.Collector == nil {
-		return nil, fmt.Errorf("%w: daemon config: Collector is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: daemon config: Collector is nil", fencepub.ErrInvalid)
 	}
 	if cfg.Interval < 0 || cfg.LeaseTTL < 0 {
-		return nil, fmt.Errorf("%w: daemon config: Interval and LeaseTTL must not be negative", ErrInvalid)
+		return nil, fmt.Errorf("%w: daemon config: Interval and LeaseTTL must not be negative", fencepub.ErrInvalid)
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
-	}
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)
 	if cfg.LeaseResource == "" {
-		cfg.LeaseResource = DefaultLeaseResource
+		cfg.LeaseResource = defaultLeaseResource
 	}
 	if err := layout.ValidateResource(cfg.LeaseResource, true); err != nil {
-		return nil, fmt.Errorf("%w: daemon config: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: daemon config: %w", fencepub.ErrInvalid, err)
 	}
 	if cfg.Owner == "" {
 		host, _ := os.Hostname()
@@ -132,10 +130,10 @@ func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 		cfg.Owner = fmt.Sprintf("gc-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	if err := layout.ValidateOwner(cfg.Owner); err != nil {
-		return nil, fmt.Errorf("%w: daemon config: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: daemon config: %w", fencepub.ErrInvalid, err)
 	}
 	if cfg.Run.All && len(cfg.Run.Resources) > 0 {
-		return nil, fmt.Errorf("%w: daemon config: Run names resources and all", ErrInvalid)
+		return nil, fmt.Errorf("%w: daemon config: Run names resources and all", fencepub.ErrInvalid)
 	}
 	if len(cfg.Run.Resources) == 0 {
 		cfg.Run.All = true
@@ -144,17 +142,17 @@ func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = cfg.Collector.log
 	}
-	return &Daemon{cfg: cfg, c: cfg.Collector, auth: cfg.Collector.auth, log: cfg.Logger, status: DaemonStatus{Owner: cfg.Owner}}, nil
+	return &Daemon{cfg: cfg, c: cfg.Collector, auth: cfg.Collector.auth, log: cfg.Logger, status: daemonStatus{Owner: cfg.Owner}}, nil
 }
 
-// Status returns a copy of the daemon's state.
-func (d *Daemon) Status() DaemonStatus {
+// snapshot returns a copy of the daemon's state.
+func (d *Daemon) snapshot() daemonStatus {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.status
 }
 
-func (d *Daemon) update(f func(*DaemonStatus)) {
+func (d *Daemon) update(f func(*daemonStatus)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f(&d.status)
@@ -168,8 +166,8 @@ func (d *Daemon) update(f func(*DaemonStatus)) {
 // Errors from authority (etcd unreachable, ...) are logged and retried with
 // a jittered back-off (retry.Do); they do not end Run.
 func (d *Daemon) Run(ctx context.Context) error {
-	d.update(func(s *DaemonStatus) { s.Running = true })
-	defer d.update(func(s *DaemonStatus) { s.Running, s.Leader, s.Standby, s.Generation = false, false, false, 0 })
+	d.update(func(s *daemonStatus) { s.Running = true })
+	defer d.update(func(s *daemonStatus) { s.Running, s.Leader, s.Standby, s.Generation = false, false, false, 0 })
 	requestID := ""
 	for ctx.Err() == nil {
 		var g authority.Grant
@@ -180,8 +178,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			var err error
 			if g, err = d.campaign(ctx, requestID); err != nil && ctx.Err() == nil {
 				d.log.Warn("gc daemon: acquiring the GC lease", "err", err)
-				if !errors.Is(err, authority.ErrUnavailable) {
-					requestID = "" // ErrUnavailable: the grant may exist, ask again with the same request id
+				if !errors.Is(err, fencepub.ErrUnavailable) {
+					requestID = "" // fencepub.ErrUnavailable: the grant may exist, ask again with the same request id
 				}
 			}
 			return err
@@ -200,13 +198,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 func (d *Daemon) campaign(ctx context.Context, requestID string) (authority.Grant, error) {
 	req := authority.AcquireRequest{
 		Resource: d.cfg.LeaseResource, Owner: d.cfg.Owner, RequestID: requestID,
-		TTL: d.cfg.LeaseTTL, Reserved: true,
+		TTL: d.cfg.LeaseTTL,
 	}
+	ctx = layout.WithReservedNames(ctx)
 	g, err := d.auth.Acquire(ctx, req)
 	if !errors.Is(err, authority.ErrHeld) {
 		return g, err
 	}
-	d.update(func(s *DaemonStatus) { s.Standby = true })
+	d.update(func(s *daemonStatus) { s.Standby = true })
 	req.Wait = true
 	return d.auth.Acquire(ctx, req)
 }
@@ -224,7 +223,7 @@ func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
 		if err := sess.Close(); err != nil && !errors.Is(err, authority.ErrLeaseLost) {
 			d.log.Warn("gc daemon: releasing the GC lease", "err", err)
 		}
-		d.update(func(s *DaemonStatus) { s.Leader, s.Generation = false, 0 })
+		d.update(func(s *daemonStatus) { s.Leader, s.Generation = false, 0 })
 		if d.cfg.Metrics != nil {
 			d.cfg.Metrics.leader.Set(0)
 		}
@@ -239,7 +238,7 @@ func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
 		}
 	}()
 	d.log.Info("gc daemon: holding the GC lease", "owner", g.Owner, "generation", g.Generation)
-	d.update(func(s *DaemonStatus) { s.Leader, s.Standby, s.Generation = true, false, g.Generation })
+	d.update(func(s *daemonStatus) { s.Leader, s.Standby, s.Generation = true, false, g.Generation })
 	if d.cfg.Metrics != nil {
 		d.cfg.Metrics.leader.Set(1)
 	}
@@ -270,7 +269,7 @@ func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
 		return // cut short by shutdown or a lost lease: not a pass result
 	}
 	now := time.Now()
-	d.update(func(s *DaemonStatus) {
+	d.update(func(s *daemonStatus) {
 		s.Passes++
 		s.LastPass = now
 		if err == nil {
@@ -289,7 +288,7 @@ func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
 // needs a pass without errors that ended less than 2*interval ago; a standby
 // (another replica held the GC lease at its last campaign) is ready with
 // reason "standby"; a replica still campaigning is not.
-func (s DaemonStatus) readiness(now time.Time, interval time.Duration) (bool, string) {
+func (s daemonStatus) readiness(now time.Time, interval time.Duration) (bool, string) {
 	switch {
 	case !s.Running:
 		return false, "not running"
@@ -349,7 +348,7 @@ func (d *Daemon) checkDeps(ctx context.Context) error {
 // readyCheckTimeout (800 ms) and outlives a request that gives up.
 func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	write := func(w http.ResponseWriter, st DaemonStatus, ok bool) {
+	write := func(w http.ResponseWriter, st daemonStatus, ok bool) {
 		w.Header().Set("Content-Type", "application/json")
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -357,11 +356,11 @@ func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
 		_ = json.NewEncoder(w).Encode(st)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		st := d.Status()
+		st := d.snapshot()
 		write(w, st, st.Running)
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		st := d.Status()
+		st := d.snapshot()
 		st.Ready, st.Reason = st.readiness(time.Now(), d.cfg.Interval)
 		if st.Running {
 			if err := d.checkDeps(r.Context()); err != nil {

@@ -17,19 +17,19 @@ func TestDaemonStatusReadiness(t *testing.T) {
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	const interval = time.Minute
 	for _, c := range []struct {
-		st     DaemonStatus
+		st     daemonStatus
 		want   bool
 		reason string
 	}{
-		{DaemonStatus{}, false, "not running"},
-		{DaemonStatus{Running: true}, false, "campaigning"},
-		{DaemonStatus{Running: true, Leader: true}, false, "first pass"},
-		{DaemonStatus{Running: true, Leader: true, Passes: 1, LastError: "boom"}, false, "boom"},
-		{DaemonStatus{Running: true, Leader: true, Passes: 1, LastOK: now.Add(-interval)}, true, ""},
-		{DaemonStatus{Running: true, Leader: true, Passes: 9, LastOK: now.Add(-2*interval - time.Second), LastError: "boom"}, false, "2x the interval"},
-		{DaemonStatus{Running: true, Standby: true}, true, "standby"},
-		{DaemonStatus{Running: true, Passes: 3, LastOK: now}, false, "campaigning"},
-		{DaemonStatus{Running: false, Standby: true, Passes: 3}, false, "not running"},
+		{daemonStatus{}, false, "not running"},
+		{daemonStatus{Running: true}, false, "campaigning"},
+		{daemonStatus{Running: true, Leader: true}, false, "first pass"},
+		{daemonStatus{Running: true, Leader: true, Passes: 1, LastError: "boom"}, false, "boom"},
+		{daemonStatus{Running: true, Leader: true, Passes: 1, LastOK: now.Add(-interval)}, true, ""},
+		{daemonStatus{Running: true, Leader: true, Passes: 9, LastOK: now.Add(-2*interval - time.Second), LastError: "boom"}, false, "2x the interval"},
+		{daemonStatus{Running: true, Standby: true}, true, "standby"},
+		{daemonStatus{Running: true, Passes: 3, LastOK: now}, false, "campaigning"},
+		{daemonStatus{Running: false, Standby: true, Passes: 3}, false, "not running"},
 	} {
 		got, why := c.st.readiness(now, interval)
 		if got != c.want || !strings.Contains(why, c.reason) || (c.reason == "" && why != "") {
@@ -72,14 +72,14 @@ func (e *env) readyDaemon(owner string) *readyDaemon {
 }
 
 // get returns the status code and the DaemonStatus of path.
-func (r *readyDaemon) get(t testing.TB, path string) (int, DaemonStatus) {
+func (r *readyDaemon) get(t testing.TB, path string) (int, daemonStatus) {
 	t.Helper()
 	resp, err := http.Get(r.srv.URL + path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st DaemonStatus
+	var st daemonStatus
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -87,9 +87,9 @@ func (r *readyDaemon) get(t testing.TB, path string) (int, DaemonStatus) {
 }
 
 // waitReady polls path until it answers 200 and returns that status.
-func (r *readyDaemon) waitReady(t *testing.T, what string) DaemonStatus {
+func (r *readyDaemon) waitReady(t *testing.T, what string) daemonStatus {
 	t.Helper()
-	var st DaemonStatus
+	var st daemonStatus
 	waitFor(t, what, 30*time.Second, func() bool {
 		var code int
 		code, st = r.get(t, "/readyz")

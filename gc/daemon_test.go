@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -20,7 +22,7 @@ import (
 // holderOwner returns the owner holding the GC lease, or "".
 func (e *env) holderOwner() string {
 	e.t.Helper()
-	h, ok, err := e.auth.Holder(ctxT(e.t, 10*time.Second), DefaultLeaseResource)
+	h, ok, err := e.auth.Holder(ctxT(e.t, 10*time.Second), defaultLeaseResource)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -131,7 +133,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	code, body := get("/healthz")
-	var st DaemonStatus
+	var st daemonStatus
 	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 || !st.Running || !st.Leader || st.Passes == 0 || st.LastOK.IsZero() {
 		t.Fatalf("/healthz %d %s", code, body)
 	}
@@ -149,7 +151,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	}
 
 	// Graceful stop: the lease is released at once, not left to expire.
-	standby, err := authority.New(authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store})
+	standby, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +167,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	if owner := e.holderOwner(); owner != "" {
 		t.Fatalf("GC lease still held by %q after a graceful stop", owner)
 	}
-	if _, err := standby.Acquire(ctxT(t, 5*time.Second), authority.AcquireRequest{Resource: DefaultLeaseResource, Owner: "gc-y", TTL: 2 * time.Second, Reserved: true}); err != nil {
+	if _, err := standby.Acquire(layout.WithReservedNames(ctxT(t, 5*time.Second)), authority.AcquireRequest{Resource: defaultLeaseResource, Owner: "gc-y", TTL: 2 * time.Second}); err != nil {
 		t.Fatalf("standby could not take the lease at once: %v", err)
 	}
 	if code, _ := get("/healthz"); code != http.StatusServiceUnavailable {
@@ -173,7 +175,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	}
 	// The GC lease's own records stay bounded: one grant record per
 	// campaign, pruned below the holder's.
-	if n := e.Count(e.NS.GrantsPrefix(DefaultLeaseResource)); n > 2 {
+	if n := e.Count(e.NS.GrantsPrefix(defaultLeaseResource)); n > 2 {
 		t.Fatalf("%d grant records of the GC lease", n)
 	}
 }

@@ -3,11 +3,11 @@ package gc
 import (
 	"context"
 	"errors"
-	"github.com/fencepub/fencepub"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
@@ -46,7 +46,7 @@ func newEnv(t testing.TB) *env {
 
 func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 	e.t.Helper()
-	a, err := authority.New(authority.Config{Namespace: e.NS, Etcd: cli, Store: e.Store})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.Store}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 
 func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publisher.Client {
 	e.t.Helper()
-	cfg := publisher.Config{Namespace: e.NS, Etcd: cli, Store: e.Store}
+	cfg := publisher.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.Store}}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -192,7 +192,7 @@ func (e *env) inFlight(g authority.Grant, key string) publisher.Result {
 	px, cli := testenv.Get(e.t).EtcdProxy(e.t)
 	defer px.Close() // cut the client off etcd for good once the attempt is over
 	pc := e.publisher(cli, func(c *publisher.Config) {
-		c.AttemptTimeout = 100 * time.Millisecond
+		c.RequestTimeout = 100 * time.Millisecond
 		c.ResendTimeout = 300 * time.Millisecond
 	})
 	p := e.bind(pc, g)
@@ -259,7 +259,7 @@ func decision(t *testing.T, rep *Report, key string) Decision {
 	return Decision{}
 }
 
-func mustDecide(t *testing.T, rep *Report, key string, kind Kind, action, reason string) {
+func mustDecide(t *testing.T, rep *Report, key string, kind kind, action, reason string) {
 	t.Helper()
 	d := decision(t, rep, key)
 	if d.Kind != kind || d.Action != action || !strings.Contains(d.Reason, reason) {

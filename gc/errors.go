@@ -4,39 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fencepub/fencepub"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
 )
 
 // Errors returned (wrapped) by this package; test with errors.Is.
 var (
-	// ErrForeignDeployment: the bucket's ownership marker names another
-	// deployment than etcd's deployment key, so the prefix is not ours to
-	// clean. Nothing is deleted (DESIGN.md "Object layout").
-	ErrForeignDeployment = errors.New("gc: the bucket prefix belongs to another deployment")
 	// ErrNoOwnership: the bucket has no ownership marker for the domain (or
 	// etcd has no deployment key), so GC cannot tell whose objects these are.
 	// Nothing is deleted.
 	ErrNoOwnership = errors.New("gc: ownership of the bucket prefix cannot be established")
-	// ErrNotInitialized: the domain has no epoch key (authority Init has not
-	// run).
-	ErrNotInitialized = fencepub.ErrNotInitialized
-	// ErrCorruptState: a record GC must understand to decide safely (epoch,
-	// pointer, seal, history) does not decode. The resource is skipped.
-	ErrCorruptState = fencepub.ErrCorruptState
-	// ErrUnavailable: etcd or the object store did not answer in time.
-	ErrUnavailable = fencepub.ErrUnavailable
-	// ErrHeld: Decommission found a live lease on the resource and was not
-	// forced.
-	ErrHeld = errors.New("gc: resource is held by a live lease")
 	// ErrRaceLost: a seal transaction found the pointer, seal, epoch,
 	// generation or holder changed since it read them, more times than
 	// Decommission retries.
 	ErrRaceLost = errors.New("gc: state changed concurrently")
-	// ErrInvalid: a bad configuration value or resource name.
-	ErrInvalid = fencepub.ErrInvalid
 	// ErrUnknownResource: the resource was never granted (no generation
 	// counter), e.g. a typo in its name; nothing was written.
 	ErrUnknownResource = errors.New("gc: unknown resource")
@@ -48,13 +31,13 @@ var (
 // etcdErr classifies err from an etcd call bounded by a per-request timeout
 // derived from ctx: the caller's cancellation passes through; a timeout, an
 // unreachable endpoint or a lost leader (retry.EtcdUnavailable) become
-// ErrUnavailable.
+// fencepub.ErrUnavailable.
 func etcdErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("gc: %s: %w", what, context.Cause(ctx))
 	}
 	if retry.EtcdUnavailable(err) {
-		return fmt.Errorf("%w: etcd %s: %w", ErrUnavailable, what, err)
+		return fmt.Errorf("%w: etcd %s: %w", fencepub.ErrUnavailable, what, err)
 	}
 	return fmt.Errorf("gc: etcd %s: %w", what, err)
 }
@@ -66,7 +49,7 @@ func storeErr(ctx context.Context, what string, err error) error {
 	}
 	err = objstore.Classify(err)
 	if errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: object store %s: %w", ErrUnavailable, what, err)
+		return fmt.Errorf("%w: object store %s: %w", fencepub.ErrUnavailable, what, err)
 	}
 	return fmt.Errorf("gc: object store %s: %w", what, err)
 }

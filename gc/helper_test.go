@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -65,7 +65,7 @@ func helperMain(run helperFunc, logAuthority bool) testenv.ChildFunc {
 		if logAuthority {
 			log = slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
-		auth, err := authority.New(authority.Config{Namespace: cfg.Namespace, Etcd: cli, Store: st, Logger: log})
+		auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: cfg.Namespace, Etcd: cli, Store: st}, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -91,7 +91,7 @@ func helperDaemon(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 // not applied or the session is lost, then start over. It prints one line
 // per publish: "<outcome> <reason> <version> <object key>".
 func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
-	pub, err := publisher.New(publisher.Config{Namespace: cfg.Namespace, Etcd: cli, Store: st, ResendTimeout: 2 * time.Second})
+	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: cfg.Namespace, Etcd: cli, Store: st}, ResendTimeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 // grant.
 func helperSkewed(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
 	pub, err := publisher.New(publisher.Config{
-		Namespace: cfg.Namespace, Etcd: cli, Store: st, AttemptTimeout: 300 * time.Millisecond, ResendTimeout: 2 * time.Minute,
+		Env: fencepub.Env{Namespace: cfg.Namespace, Etcd: cli, Store: st}, RequestTimeout: 300 * time.Millisecond, ResendTimeout: 2 * time.Minute,
 		Now: func() time.Time { return time.Now().Add(cfg.Skew) },
 	})
 	if err != nil {

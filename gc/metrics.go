@@ -121,7 +121,7 @@ func (m *Metrics) pass(d time.Duration, rep *Report, err error) {
 }
 
 func (m *Metrics) setKept(k Kept) {
-	for d, n := range map[Kind]int64{Published: k.Published, Retained: k.Retained, InFlight: k.InFlight, Quarantined: k.Quarantined, Foreign: k.Foreign} {
+	for d, n := range map[kind]int64{kindPublished: k.Published, kindRetained: k.Retained, kindInFlight: k.InFlight, kindQuarantined: k.Quarantined, kindForeign: k.Foreign} {
 		m.kept.WithLabelValues(string(d)).Set(float64(n))
 	}
 	m.quarantined.Set(float64(k.Quarantined))

@@ -87,8 +87,8 @@ func TestMetricsAfterPass(t *testing.T) {
 	e.put(quarantined, "lost publish")
 
 	rep := e.run(c, res)
-	mustDecide(t, rep, orphan.Attempt.Object.Key, Unpublishable, "deleted", "")
-	mustDecide(t, rep, quarantined, Quarantined, "kept", "")
+	mustDecide(t, rep, orphan.Attempt.Object.Key, kindUnpublishable, "deleted", "")
+	mustDecide(t, rep, quarantined, kindQuarantined, "kept", "")
 	var bytes int64
 	for _, dec := range rep.Decisions {
 		if dec.Action == "deleted" {

@@ -3,14 +3,16 @@ package gc
 import (
 	"fmt"
 	"time"
+
+	"github.com/fencepub/fencepub"
 )
 
 // Defaults of Policy (DESIGN.md "Garbage collection").
 const (
-	DefaultRetain       = 2
-	DefaultGrace        = 10 * time.Minute
-	DefaultClockSkew    = time.Minute
-	DefaultAbandonAfter = time.Hour
+	defaultRetain       = 2
+	defaultGrace        = 10 * time.Minute
+	defaultClockSkew    = time.Minute
+	defaultAbandonAfter = time.Hour
 )
 
 // Policy says what a pass keeps. A zero field takes its default, so the zero
@@ -40,7 +42,7 @@ type Policy struct {
 // DefaultPolicy returns the defaults: keep 2 versions, 10 min grace, 1 min
 // skew, 1 h abandon period.
 func DefaultPolicy() Policy {
-	return Policy{Retain: DefaultRetain, Grace: DefaultGrace, ClockSkew: DefaultClockSkew, AbandonAfter: DefaultAbandonAfter}
+	return Policy{Retain: defaultRetain, Grace: defaultGrace, ClockSkew: defaultClockSkew, AbandonAfter: defaultAbandonAfter}
 }
 
 // withDefaults replaces zero fields with the defaults.
@@ -61,18 +63,18 @@ func (p Policy) withDefaults() Policy {
 	return p
 }
 
-// Validate checks that no field is negative. Errors: ErrInvalid naming the
+// Validate checks that no field is negative. Errors: fencepub.ErrInvalid naming the
 // field.
 func (p Policy) Validate() error {
 	switch {
 	case p.Retain < 0:
-		return fmt.Errorf("%w: retain %d is negative", ErrInvalid, p.Retain)
+		return fmt.Errorf("%w: retain %d is negative", fencepub.ErrInvalid, p.Retain)
 	case p.Grace < 0:
-		return fmt.Errorf("%w: grace %s is negative", ErrInvalid, p.Grace)
+		return fmt.Errorf("%w: grace %s is negative", fencepub.ErrInvalid, p.Grace)
 	case p.ClockSkew < 0:
-		return fmt.Errorf("%w: clock skew %s is negative", ErrInvalid, p.ClockSkew)
+		return fmt.Errorf("%w: clock skew %s is negative", fencepub.ErrInvalid, p.ClockSkew)
 	case p.AbandonAfter < 0:
-		return fmt.Errorf("%w: abandon period %s is negative", ErrInvalid, p.AbandonAfter)
+		return fmt.Errorf("%w: abandon period %s is negative", fencepub.ErrInvalid, p.AbandonAfter)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
@@ -24,7 +25,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The race (issue 5 "Tests"): GC passes run in a loop while 8 publishers —
+// The race: GC passes run in a loop while 8 publishers —
 // 7 goroutines, some of which stop renewing past their lease, and one child
 // process that is paused with SIGSTOP past its lease — publish on 3
 // resources and readers read continuously. A ninth, lossy publisher on a
@@ -130,7 +131,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	// The lossy publisher: its etcd client goes through a fault proxy.
 	px, pxCli := testenv.Get(t).EtcdProxy(t)
 	lossyPub := e.publisher(pxCli, func(c *publisher.Config) {
-		c.AttemptTimeout, c.ResendTimeout = 100*time.Millisecond, 300*time.Millisecond
+		c.RequestTimeout, c.ResendTimeout = 100*time.Millisecond, 300*time.Millisecond
 	})
 	var lost atomic.Int64
 	wg.Add(1)
@@ -180,7 +181,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	// pointer, waits up to 300 ms (well within the 1 s grace) and fetches
 	// exactly that object.
 	for _, res := range resources {
-		rd, err := reader.New(reader.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, res)
+		rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}, res)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ const pruneBatch = 50
 // unchanged), so it is safe with other collectors running. With dry, it
 // counts instead (request records are not counted). The epoch, generation,
 // pointer and seal are never deleted.
-func (c *Collector) pruneRecords(ctx context.Context, s *State, clk *clockReading, dry bool) (RecordCounts, error) {
+func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReading, dry bool) (RecordCounts, error) {
 	var out RecordCounts
 	var err error
 	res, ns := s.Resource, c.ns
@@ -81,7 +81,7 @@ func (c *Collector) pruneGrants(ctx context.Context, res string, rev int64, hold
 		if err != nil {
 			return false
 		}
-		if holder != nil && holder.Fence() == fence {
+		if holder != nil && holder.Generation == fence {
 			return false
 		}
 		return prunable(epoch, fence)

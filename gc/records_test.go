@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
@@ -31,7 +32,7 @@ func TestRecordsPruned(t *testing.T) {
 	last := e.publish(e.bind(e.pub, b), "k4", publisher.Applied)
 
 	// A collector whose authority keeps request records for 1 ns.
-	auth, err := authority.New(authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, RequestRetention: time.Nanosecond})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, RequestRetention: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +98,8 @@ func TestQuarantineAfterRecover(t *testing.T) {
 	e.publish(pb, "r4", publisher.Applied)
 	e.run(e.collector(nil), res) // the clock's checkpoint after r4
 	rep := e.run(e.collector(later(3*time.Hour)), res)
-	mustDecide(t, rep, lost.Attempt.Object.Key, Quarantined, "kept", "recover recorded")
-	mustDecide(t, rep, first.Object.Key, Unpublishable, "deleted", "older than the current epoch")
+	mustDecide(t, rep, lost.Attempt.Object.Key, kindQuarantined, "kept", "recover recorded")
+	mustDecide(t, rep, first.Object.Key, kindUnpublishable, "deleted", "older than the current epoch")
 	if rep.Kept.Quarantined != 1 || !e.Exists(lost.Attempt.Object.Key) {
 		t.Fatalf("report %+v", rep.Kept)
 	}
@@ -117,15 +118,15 @@ func TestDecommission(t *testing.T) {
 	p2 := e.publish(pa, "d2", publisher.Applied)
 	c := e.collector(nil)
 	ctx := ctxT(t, time.Minute)
-	if _, err := c.Decommission(ctx, res, false); !errors.Is(err, ErrHeld) {
-		t.Fatalf("decommission of a held resource: %v; want ErrHeld", err)
+	if _, err := c.Decommission(ctx, res, false); !errors.Is(err, authority.ErrHeld) {
+		t.Fatalf("decommission of a held resource: %v; want authority.ErrHeld", err)
 	}
 	d, err := c.Decommission(ctx, res, true)
 	want := layout.Version{Epoch: a.Epoch, Fence: a.Generation, Seq: layout.MaxNumber}
 	if err != nil || d.Seal != want || d.Already || d.Holder == nil || d.Holder.Generation != a.Generation || d.Previous != p2.Version {
 		t.Fatalf("decommission: %+v %v", d, err)
 	}
-	if s := e.seal(res); s.Version != want || s.Reason != SealReasonDecommissioned {
+	if s := e.seal(res); s.Version != want || s.Reason != sealReasonDecommissioned {
 		t.Fatalf("seal %+v", s)
 	}
 	late := e.publish(pa, "d3", publisher.Stale)
@@ -140,13 +141,13 @@ func TestDecommission(t *testing.T) {
 	}
 
 	rep := e.run(c, res)
-	mustDecide(t, rep, p2.Object.Key, Published, "kept", "")
-	mustDecide(t, rep, p1.Object.Key, Retained, "kept", "")
-	mustDecide(t, rep, late.Attempt.Object.Key, Unpublishable, "deleted", "<= seal")
+	mustDecide(t, rep, p2.Object.Key, kindPublished, "kept", "")
+	mustDecide(t, rep, p1.Object.Key, kindRetained, "kept", "")
+	mustDecide(t, rep, late.Attempt.Object.Key, kindUnpublishable, "deleted", "<= seal")
 
 	rep = e.run(e.collector(later(12*time.Minute)), res)
-	mustDecide(t, rep, p2.Object.Key, Unpublishable, "deleted", "")
-	mustDecide(t, rep, p1.Object.Key, Unpublishable, "deleted", "")
+	mustDecide(t, rep, p2.Object.Key, kindUnpublishable, "deleted", "")
+	mustDecide(t, rep, p1.Object.Key, kindUnpublishable, "deleted", "")
 	if left := e.Keys(e.NS.ObjectsPrefix(res)); len(left) != 0 {
 		t.Fatalf("objects left: %v", left)
 	}
@@ -166,17 +167,17 @@ func TestDecommission(t *testing.T) {
 	stray := e.inFlight(ghost, "ghost")
 	e.release(ghost)
 	rep = e.run(e.collector(later(3*time.Hour)), res)
-	mustDecide(t, rep, stray.Attempt.Object.Key, Abandoned, "deleted", "")
-	if s := e.seal(res); s.Reason != SealReasonDecommissioned || !s.Version.Less(layout.Version{Epoch: ghost.Epoch, Fence: ghost.Generation + 1}) || s.Version.Less(stray.Attempt.Version) {
+	mustDecide(t, rep, stray.Attempt.Object.Key, kindAbandoned, "deleted", "")
+	if s := e.seal(res); s.Reason != sealReasonDecommissioned || !s.Version.Less(layout.Version{Epoch: ghost.Epoch, Fence: ghost.Generation + 1}) || s.Version.Less(stray.Attempt.Version) {
 		t.Fatalf("seal after abandoning a grant of a retired resource: %+v", s)
 	}
 	// Re-created: the next grant is above the seal.
 	b := e.acquire(res, "b", 0)
 	back := e.publish(e.bind(e.pub, b), "d4", publisher.Applied)
 	rep = e.run(e.collector(later(12*time.Minute)), res)
-	mustDecide(t, rep, back.Object.Key, Published, "kept", "")
+	mustDecide(t, rep, back.Object.Key, kindPublished, "kept", "")
 
-	if _, err := c.Decommission(ctx, "_gc", true); !errors.Is(err, ErrInvalid) {
+	if _, err := c.Decommission(ctx, "_gc", true); !errors.Is(err, fencepub.ErrInvalid) {
 		t.Fatalf("decommission of a reserved name: %v", err)
 	}
 	// A name never granted (a typo) is refused and nothing is written.

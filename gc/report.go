@@ -27,9 +27,9 @@ type Report struct {
 	Sealed     int64 `json:"sealed"`
 	SealRaises int64 `json:"seal_raises"`
 	// ByDecision counts every classified object by its decision.
-	ByDecision map[Kind]int64 `json:"by_decision"`
-	Uploads    UploadCounts   `json:"uploads"`
-	Records    RecordCounts   `json:"records"`
+	ByDecision map[string]int64 `json:"by_decision"`
+	Uploads    UploadCounts     `json:"uploads"`
+	Records    RecordCounts     `json:"records"`
 	// Clock is the domain clock as the pass read it; nil when the pass
 	// stopped before.
 	Clock    *ClockReport `json:"clock,omitempty"`
@@ -88,23 +88,23 @@ type RecordCounts struct {
 }
 
 func newReport(dry bool, now time.Time) *Report {
-	by := make(map[Kind]int64)
-	for _, k := range AllKinds() {
+	by := make(map[kind]int64)
+	for _, k := range allKinds() {
 		by[k] = 0
 	}
 	return &Report{DryRun: dry, StartedAt: now.UTC(), ByDecision: by, Warnings: []string{}, Errors: []string{}}
 }
 
 // keep counts a kept object under kind k.
-func (r *Report) keep(k Kind) {
+func (r *Report) keep(k kind) {
 	switch k {
-	case Published:
+	case kindPublished:
 		r.Kept.Published++
-	case Retained:
+	case kindRetained:
 		r.Kept.Retained++
-	case Quarantined:
+	case kindQuarantined:
 		r.Kept.Quarantined++
-	case Foreign:
+	case kindForeign:
 		r.Kept.Foreign++
 	default:
 		r.Kept.InFlight++

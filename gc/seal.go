@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -12,15 +13,15 @@ import (
 
 // Seal reasons GC writes (layout.Seal.Reason).
 const (
-	// SealReasonAbandoned: raised over abandoned in-flight objects before
+	// sealReasonAbandoned: raised over abandoned in-flight objects before
 	// deleting them.
-	SealReasonAbandoned = "gc-abandoned"
-	// SealReasonDecommissioned: raised by Decommission to (epoch,
+	sealReasonAbandoned = "gc-abandoned"
+	// sealReasonDecommissioned: raised by Decommission to (epoch,
 	// generation, max). While the seal is above the pointer with this
 	// reason, GC keeps the resource's published and retained objects only
 	// for the reader grace after the seal was written (its ModRevision on
 	// the domain clock; the seal's At is informative).
-	SealReasonDecommissioned = layout.SealReasonDecommissioned
+	sealReasonDecommissioned = layout.SealReasonDecommissioned
 )
 
 // raiseSeal raises the seal of s.Resource to target in ONE transaction that
@@ -32,14 +33,14 @@ const (
 // resource init would. ok is false when the compare failed (nothing
 // written). target must be above s.Top().
 //
-// Errors: ErrUnavailable (the outcome is unknown: do not delete), ctx's
+// Errors: fencepub.ErrUnavailable (the outcome is unknown: do not delete), ctx's
 // error.
-func (c *Collector) raiseSeal(ctx context.Context, s *State, target layout.Version, reason string) (ok bool, err error) {
+func (c *Collector) raiseSeal(ctx context.Context, s *state, target layout.Version, reason string) (ok bool, err error) {
 	if !s.Top().Less(target) {
 		return false, fmt.Errorf("gc: refusing to set the seal of %q to %s, not above %s", s.Resource, target, s.Top())
 	}
 	if s.HasPointer != s.HasSeal {
-		return false, fmt.Errorf("%w: %q has a pointer or a seal but not both", ErrCorruptState, s.Resource)
+		return false, fmt.Errorf("%w: %q has a pointer or a seal but not both", fencepub.ErrCorruptState, s.Resource)
 	}
 	ns := c.ns
 	// A still retired resource keeps its seal's reason and time.
@@ -101,12 +102,12 @@ const decommissionAttempts = 8
 // The seal never goes down: when it is already at or above the target,
 // nothing is written.
 //
-// Errors: ErrInvalid (bad name), ErrUnknownResource (never granted: a
-// typo), ErrHeld (a live lease and !force; wraps the holder), ErrNotInitialized, ErrCorruptState, ErrRaceLost, ErrUnavailable,
+// Errors: fencepub.ErrInvalid (bad name), ErrUnknownResource (never granted: a
+// typo), authority.ErrHeld (a live lease and !force; wraps the holder), fencepub.ErrNotInitialized, fencepub.ErrCorruptState, ErrRaceLost, fencepub.ErrUnavailable,
 // ctx's error.
 func (c *Collector) Decommission(ctx context.Context, res string, force bool) (Decommissioned, error) {
 	if err := layout.ValidateResource(res, false); err != nil {
-		return Decommissioned{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Decommissioned{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
 	ns := c.ns
 	keys := []string{ns.EpochKey(), ns.GenerationKey(res), ns.PointerKey(res), ns.SealKey(res), ns.HolderKey(res)}
@@ -143,12 +144,12 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 		}
 		if holder != nil && !force {
 			return out, fmt.Errorf("%w: %q is held by %q (generation %d, epoch %d); force the seal (fencepub resource delete --force) to retire it anyway",
-				ErrHeld, res, holder.Owner, holder.Generation, holder.Epoch)
+				authority.ErrHeld, res, holder.Owner, holder.Generation, holder.Epoch)
 		}
 		if (kvs[2] == nil) != (kvs[3] == nil) {
-			return out, fmt.Errorf("%w: %q has a pointer or a seal but not both", ErrCorruptState, res)
+			return out, fmt.Errorf("%w: %q has a pointer or a seal but not both", fencepub.ErrCorruptState, res)
 		}
-		sealVal, err := layout.EncodeSeal(layout.Seal{Version: target, Reason: SealReasonDecommissioned, At: c.now().UTC()})
+		sealVal, err := layout.EncodeSeal(layout.Seal{Version: target, Reason: sealReasonDecommissioned, At: c.now().UTC()})
 		if err != nil {
 			return out, err
 		}
@@ -199,24 +200,24 @@ func createRev(kv *mvccKV) int64 {
 // holder read by Decommission (nil entries are absent keys).
 func decodeDecommission(kvs []*mvccKV) (epoch, gen uint64, ptr layout.Pointer, seal layout.Seal, holder *authority.Grant, err error) {
 	if kvs[0] == nil {
-		return 0, 0, ptr, seal, nil, fmt.Errorf("%w: no epoch key", ErrNotInitialized)
+		return 0, 0, ptr, seal, nil, fmt.Errorf("%w: no epoch key", fencepub.ErrNotInitialized)
 	}
 	if epoch, err = layout.DecodeNumber(string(kvs[0].Value)); err != nil {
-		return 0, 0, ptr, seal, nil, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+		return 0, 0, ptr, seal, nil, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
 	}
 	if kvs[1] != nil {
 		if gen, err = layout.DecodeNumber(string(kvs[1].Value)); err != nil {
-			return 0, 0, ptr, seal, nil, fmt.Errorf("%w: generation: %w", ErrCorruptState, err)
+			return 0, 0, ptr, seal, nil, fmt.Errorf("%w: generation: %w", fencepub.ErrCorruptState, err)
 		}
 	}
 	if kvs[2] != nil {
 		if ptr, err = layout.DecodePointer(kvs[2].Value); err != nil {
-			return 0, 0, ptr, seal, nil, fmt.Errorf("%w: %w", ErrCorruptState, err)
+			return 0, 0, ptr, seal, nil, fmt.Errorf("%w: %w", fencepub.ErrCorruptState, err)
 		}
 	}
 	if kvs[3] != nil {
 		if seal, err = layout.DecodeSeal(kvs[3].Value); err != nil {
-			return 0, 0, ptr, seal, nil, fmt.Errorf("%w: %w", ErrCorruptState, err)
+			return 0, 0, ptr, seal, nil, fmt.Errorf("%w: %w", fencepub.ErrCorruptState, err)
 		}
 	}
 	if kvs[4] != nil {

@@ -62,7 +62,7 @@ func TestSkewedPublishers(t *testing.T) {
 			t.Fatalf("%s: %d op records left; want %d", r.res, n, len(keys))
 		}
 		for _, a := range r.applied {
-			mustDecide(t, rep, a.Object.Key, Retained, "kept", "within the reader grace")
+			mustDecide(t, rep, a.Object.Key, kindRetained, "kept", "within the reader grace")
 		}
 		r.px.Set(faultproxy.Faults{})
 		var resent publisher.Result

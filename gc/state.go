@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -59,9 +60,9 @@ func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly
 // ClockSkew: a history entry superseded before it, or a decommission seal
 // written before it, is past the reader grace (0: nothing is).
 //
-// Errors: ErrNotInitialized, ErrCorruptState (epoch, generation, pointer,
-// seal or a history entry does not decode), ErrUnavailable, ctx's error.
-func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64) (*State, error) {
+// Errors: fencepub.ErrNotInitialized, fencepub.ErrCorruptState (epoch, generation, pointer,
+// seal or a history entry does not decode), fencepub.ErrUnavailable, ctx's error.
+func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64) (*state, error) {
 	ns := c.ns
 	var resp *clientv3.TxnResponse
 	err := c.read(ctx, "read state of "+res, func(ctx context.Context) (err error) {
@@ -86,13 +87,13 @@ func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64
 		}
 		return nil
 	}
-	s := &State{NS: ns, Resource: res, Revision: resp.Header.Revision, Policy: c.cfg.Policy}
+	s := &state{NS: ns, Resource: res, Revision: resp.Header.Revision, Policy: c.cfg.Policy}
 	e := kv(0)
 	if e == nil {
-		return nil, fmt.Errorf("%w: no epoch key under %s", ErrNotInitialized, ns.Root())
+		return nil, fmt.Errorf("%w: no epoch key under %s", fencepub.ErrNotInitialized, ns.Root())
 	}
 	if s.Epoch, err = layout.DecodeNumber(string(e.Value)); err != nil {
-		return nil, fmt.Errorf("%w: epoch key: %w", ErrCorruptState, err)
+		return nil, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
 	}
 	s.epochMod = e.ModRevision
 	if d := kv(1); d != nil {
@@ -100,19 +101,19 @@ func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64
 	}
 	if p := kv(2); p != nil {
 		if s.Pointer, err = layout.DecodePointer(p.Value); err != nil {
-			return nil, fmt.Errorf("%w: pointer of %q: %w", ErrCorruptState, res, err)
+			return nil, fmt.Errorf("%w: pointer of %q: %w", fencepub.ErrCorruptState, res, err)
 		}
 		s.HasPointer, s.pointerMod = true, p.ModRevision
 	}
 	if sl := kv(3); sl != nil {
 		if s.Seal, err = layout.DecodeSeal(sl.Value); err != nil {
-			return nil, fmt.Errorf("%w: seal of %q: %w", ErrCorruptState, res, err)
+			return nil, fmt.Errorf("%w: seal of %q: %w", fencepub.ErrCorruptState, res, err)
 		}
 		s.HasSeal, s.sealMod = true, sl.ModRevision
 	}
 	if g := kv(4); g != nil {
 		if s.Generation, err = layout.DecodeNumber(string(g.Value)); err != nil {
-			return nil, fmt.Errorf("%w: generation of %q: %w", ErrCorruptState, res, err)
+			return nil, fmt.Errorf("%w: generation of %q: %w", fencepub.ErrCorruptState, res, err)
 		}
 	}
 	if h := kv(5); h != nil {
@@ -128,14 +129,14 @@ func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64
 	}
 	s.Restored, s.RestoredBad, s.RestoredUnreadable = decodeRestored(ns.RestoredPrefix(res), resp.Responses[6].GetResponseRange().Kvs)
 	s.Issued = decodeIssued(ns.EpochRecordsPrefix(), resp.Responses[7].GetResponseRange().Kvs)
-	s.Decommissioned = s.HasSeal && s.Seal.Reason == SealReasonDecommissioned && s.Pointer.Version.Less(s.Seal.Version) &&
+	s.Decommissioned = s.HasSeal && s.Seal.Reason == sealReasonDecommissioned && s.Pointer.Version.Less(s.Seal.Version) &&
 		s.sealMod < graceCutoff
 	ret := newRetention(s.Policy, graceCutoff)
 	if !s.Decommissioned {
 		err = c.scan(ctx, ns.HistoryPrefix(res), s.Revision, false, func(kv *mvccKV) error {
 			p, err := layout.DecodePointer(kv.Value)
 			if err != nil {
-				return fmt.Errorf("%w: history entry %s: %w", ErrCorruptState, kv.Key, err)
+				return fmt.Errorf("%w: history entry %s: %w", fencepub.ErrCorruptState, kv.Key, err)
 			}
 			ret.add(&historyEntry{key: string(kv.Key), pointer: p, mod: kv.ModRevision})
 			return nil

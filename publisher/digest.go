@@ -11,17 +11,18 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 )
 
-// DefaultContentType is used when an Operation has none.
-const DefaultContentType = "application/octet-stream"
+// defaultContentType is used when an Operation has none.
+const defaultContentType = "application/octet-stream"
 
 // Limits on an Operation's content type and metadata, in bytes.
 const (
-	MaxContentTypeLen = 256
-	MaxMetaKeyLen     = 64
-	MaxMetadataBytes  = 2048 // keys plus values: S3's user-metadata limit
+	maxContentTypeLen = 256
+	maxMetaKeyLen     = 64
+	maxMetadataBytes  = 2048 // keys plus values: S3's user-metadata limit
 )
 
 // reservedMetaPrefix starts the metadata keys fencepub writes itself.
@@ -34,7 +35,7 @@ const metaSHA256 = reservedMetaPrefix + "sha256"
 
 // Validate checks op's idempotency key, content type and metadata as
 // Publish does, without reading Body, so a caller can refuse bad input
-// before it acquires a grant or writes anything. Errors: ErrInvalid naming
+// before it acquires a grant or writes anything. Errors: fencepub.ErrInvalid naming
 // the field.
 func (op Operation) Validate() error {
 	_, err := normalize(op)
@@ -46,7 +47,7 @@ func (op Operation) Validate() error {
 // reads op.Body to EOF (nil is an empty body) and hashes it with the content
 // type (defaulted) and the metadata (keys lowercased). It names an attempt
 // for Resolve (AttemptID.Digest). A body that may block is read until ctx
-// ends. Errors: ErrInvalid naming the field; ErrBody when the body's read
+// ends. Errors: fencepub.ErrInvalid naming the field; ErrBody when the body's read
 // fails or its length is not op.Size (when set); ctx's error.
 func RequestDigest(ctx context.Context, op Operation) (string, error) {
 	op, err := normalize(op)
@@ -74,18 +75,18 @@ func RequestDigest(ctx context.Context, op Operation) (string, error) {
 }
 
 // normalize validates op and returns it with defaults applied: content type
-// defaulted, metadata keys lowercased. Errors: ErrInvalid naming the field.
+// defaulted, metadata keys lowercased. Errors: fencepub.ErrInvalid naming the field.
 func normalize(op Operation) (Operation, error) {
 	if err := layout.ValidateKey("idempotency key", op.IdempotencyKey); err != nil {
-		return op, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return op, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
 	if op.Size < 0 {
-		return op, fmt.Errorf("%w: Size %d is negative (0 means unknown)", ErrInvalid, op.Size)
+		return op, fmt.Errorf("%w: Size %d is negative (0 means unknown)", fencepub.ErrInvalid, op.Size)
 	}
 	if op.ContentType == "" {
-		op.ContentType = DefaultContentType
+		op.ContentType = defaultContentType
 	}
-	if err := checkHeaderValue("content type", op.ContentType, MaxContentTypeLen); err != nil {
+	if err := checkHeaderValue("content type", op.ContentType, maxContentTypeLen); err != nil {
 		return op, err
 	}
 	meta, err := normalizeMetadata(op.Metadata)
@@ -106,28 +107,28 @@ func normalizeMetadata(in map[string]string) (map[string]string, error) {
 	total := 0
 	for k, v := range in {
 		lk := strings.ToLower(k)
-		if lk == "" || len(lk) > MaxMetaKeyLen {
-			return nil, fmt.Errorf("%w: metadata key %q must be 1-%d bytes", ErrInvalid, k, MaxMetaKeyLen)
+		if lk == "" || len(lk) > maxMetaKeyLen {
+			return nil, fmt.Errorf("%w: metadata key %q must be 1-%d bytes", fencepub.ErrInvalid, k, maxMetaKeyLen)
 		}
 		for i := 0; i < len(lk); i++ {
 			if c := lk[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-				return nil, fmt.Errorf("%w: metadata key %q: use letters, digits and '-'", ErrInvalid, k)
+				return nil, fmt.Errorf("%w: metadata key %q: use letters, digits and '-'", fencepub.ErrInvalid, k)
 			}
 		}
 		if strings.HasPrefix(lk, reservedMetaPrefix) {
-			return nil, fmt.Errorf("%w: metadata key %q: the prefix %q is reserved", ErrInvalid, k, reservedMetaPrefix)
+			return nil, fmt.Errorf("%w: metadata key %q: the prefix %q is reserved", fencepub.ErrInvalid, k, reservedMetaPrefix)
 		}
 		if _, dup := out[lk]; dup {
-			return nil, fmt.Errorf("%w: metadata key %q given twice (keys are case-insensitive)", ErrInvalid, k)
+			return nil, fmt.Errorf("%w: metadata key %q given twice (keys are case-insensitive)", fencepub.ErrInvalid, k)
 		}
-		if err := checkHeaderValue("metadata "+lk, v, MaxMetadataBytes); err != nil {
+		if err := checkHeaderValue("metadata "+lk, v, maxMetadataBytes); err != nil {
 			return nil, err
 		}
 		out[lk] = v
 		total += len(lk) + len(v)
 	}
-	if total > MaxMetadataBytes {
-		return nil, fmt.Errorf("%w: metadata is %d bytes; the limit is %d", ErrInvalid, total, MaxMetadataBytes)
+	if total > maxMetadataBytes {
+		return nil, fmt.Errorf("%w: metadata is %d bytes; the limit is %d", fencepub.ErrInvalid, total, maxMetadataBytes)
 	}
 	return out, nil
 }
@@ -137,14 +138,14 @@ func normalizeMetadata(in map[string]string) (map[string]string, error) {
 // value equals the hashed one.
 func checkHeaderValue(field, s string, limit int) error {
 	if s == "" || len(s) > limit {
-		return fmt.Errorf("%w: %s must be 1-%d bytes", ErrInvalid, field, limit)
+		return fmt.Errorf("%w: %s must be 1-%d bytes", fencepub.ErrInvalid, field, limit)
 	}
 	if s[0] == ' ' || s[len(s)-1] == ' ' {
-		return fmt.Errorf("%w: %s %.60q has leading or trailing spaces", ErrInvalid, field, s)
+		return fmt.Errorf("%w: %s %.60q has leading or trailing spaces", fencepub.ErrInvalid, field, s)
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("%w: %s %.60q has byte 0x%02x at %d; use printable ASCII", ErrInvalid, field, s, c, i)
+			return fmt.Errorf("%w: %s %.60q has byte 0x%02x at %d; use printable ASCII", fencepub.ErrInvalid, field, s, c, i)
 		}
 	}
 	return nil

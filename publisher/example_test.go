@@ -33,7 +33,7 @@ func ExamplePublisher_Rollback() {
 	defer cli.Close()
 	env := fencepub.Env{Namespace: ns, Etcd: cli, Store: store}
 
-	auth, err := authority.New(authority.Config{Namespace: env.Namespace, Etcd: env.Etcd, Store: env.Store})
+	auth, err := authority.New(authority.Config{Env: env})
 	if err != nil {
 		panic(err)
 	}
@@ -43,7 +43,7 @@ func ExamplePublisher_Rollback() {
 	}
 	defer func() { _ = auth.Release(context.WithoutCancel(ctx), g) }()
 
-	client, err := publisher.New(publisher.Config{Namespace: env.Namespace, Etcd: env.Etcd, Store: env.Store})
+	client, err := publisher.New(publisher.Config{Env: env})
 	if err != nil {
 		panic(err)
 	}

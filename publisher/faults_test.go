@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
@@ -18,13 +19,13 @@ import (
 )
 
 // proxied returns a fault proxy in front of the shared etcd and a publisher
-// Client whose etcd client goes through it (AttemptTimeout 500 ms, metrics
+// Client whose etcd client goes through it (RequestTimeout 500 ms, metrics
 // in reg).
 func (e *env) proxied(reg prometheus.Registerer) (*faultproxy.Proxy, *Client) {
 	e.t.Helper()
 	px, cli := testenv.Get(e.t).EtcdProxy(e.t)
 	return px, e.client(cli, func(c *Config) {
-		c.AttemptTimeout = 500 * time.Millisecond
+		c.RequestTimeout = 500 * time.Millisecond
 		c.Registerer = reg
 	})
 }
@@ -208,14 +209,14 @@ func TestResolveEdges(t *testing.T) {
 		{"r", "k", layout.Version{Epoch: 1, Fence: 1}},
 		{"r", "k", layout.Version{Epoch: 1, Fence: layout.MaxNumber + 1, Seq: 1}},
 	} {
-		if _, err := e.pub.Resolve(ctx, c.res, c.key, c.v, unsent); !errors.Is(err, ErrInvalid) {
-			t.Errorf("resolve %+v: %v, want ErrInvalid", c, err)
+		if _, err := e.pub.Resolve(ctx, c.res, c.key, c.v, unsent); !errors.Is(err, fencepub.ErrInvalid) {
+			t.Errorf("resolve %+v: %v, want fencepub.ErrInvalid", c, err)
 		}
 	}
 	// A fence never granted is refused and seals nothing (see
 	// TestAdversarialResolveFutureVersion).
-	if _, err := e.pub.Resolve(ctx, "fresh", "k", layout.Version{Epoch: 1, Fence: 3, Seq: 2}, unsent); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("resolve of a fence never granted: %v, want ErrInvalid", err)
+	if _, err := e.pub.Resolve(ctx, "fresh", "k", layout.Version{Epoch: 1, Fence: 3, Seq: 2}, unsent); !errors.Is(err, fencepub.ErrInvalid) {
+		t.Fatalf("resolve of a fence never granted: %v, want fencepub.ErrInvalid", err)
 	}
 	g := e.acquire(authority.AcquireRequest{Resource: "fresh", Owner: "w"})
 	v := g.Version(2)

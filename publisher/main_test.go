@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
@@ -35,7 +36,7 @@ type env struct {
 func newEnv(t testing.TB, mods ...func(*Config)) *env {
 	t.Helper()
 	e := &env{Domain: testenv.NewDomain(t), t: t, reg: prometheus.NewRegistry()}
-	a, err := authority.New(authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func newEnv(t testing.TB, mods ...func(*Config)) *env {
 // client builds another publisher Client of e's domain on cli.
 func (e *env) client(cli *clientv3.Client, mods ...func(*Config)) *Client {
 	e.t.Helper()
-	cfg := Config{Namespace: e.NS, Etcd: cli, Store: e.Store}
+	cfg := Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.Store}}
 	for _, m := range mods {
 		m(&cfg)
 	}

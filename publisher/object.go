@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
@@ -111,7 +112,7 @@ func bodySize(body io.Reader, size int64) int64 {
 // upload of PartSize parts, filling the next part while the current one is
 // sent (two parts in memory). Errors: ErrBody (the body's read error,
 // wrapped, or a body whose length is not size), ErrObjectMismatch, objstore
-// errors (ErrUnavailable, ErrNotFound for a missing bucket).
+// errors (fencepub.ErrUnavailable, ErrNotFound for a missing bucket).
 func (c *Client) writeObject(ctx context.Context, key string, body io.Reader, size int64, contentType string, meta map[string]string) (layout.Object, []byte, error) {
 	if body == nil {
 		body = bytes.NewReader(nil)
@@ -352,7 +353,7 @@ func (b *bodyReader) rest() (int64, error) {
 // putStream streams exactly size bytes of body in one create-only PUT,
 // hashing them on the way, then checks that body has no more bytes. It
 // holds none of the body in memory. When body is an io.Seeker, a request
-// that failed in transit (ErrUnavailable, whose response may have been
+// that failed in transit (fencepub.ErrUnavailable, whose response may have been
 // lost) or met a 409 is sent again from the body's start (up to
 // conflictRetries sends); the second send meets 412 if the first was
 // stored, and verifyOwn accepts it. A body that cannot seek is sent once:
@@ -507,7 +508,7 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 	)
 	for n := 1; ; n++ {
 		if n > maxParts {
-			return layout.Object{}, nil, fmt.Errorf("%w: body exceeds %d parts of %d bytes", ErrInvalid, maxParts, c.cfg.PartSize)
+			return layout.Object{}, nil, fmt.Errorf("%w: body exceeds %d parts of %d bytes", fencepub.ErrInvalid, maxParts, c.cfg.PartSize)
 		}
 		if err := ctx.Err(); err != nil {
 			return layout.Object{}, nil, fmt.Errorf("publisher: upload of %s stopped before part %d: %w", key, n, err)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -187,8 +188,8 @@ func TestBadInput(t *testing.T) {
 
 	for _, key := range []string{"", strings.Repeat("k", 257), "a/b", "tab\there", "nul\x00", "del\x7f", "\xff\xfe"} {
 		_, err := p.Publish(ctx, op(key, "x"))
-		if !errors.Is(err, ErrInvalid) || !errors.Is(err, layout.ErrInvalidName) {
-			t.Errorf("key %q: %v, want ErrInvalid", key, err)
+		if !errors.Is(err, fencepub.ErrInvalid) || !errors.Is(err, layout.ErrInvalidName) {
+			t.Errorf("key %q: %v, want fencepub.ErrInvalid", key, err)
 		}
 	}
 	if _, err := p.Publish(ctx, op(strings.Repeat("k", 256), "x")); err != nil {
@@ -202,12 +203,12 @@ func TestBadInput(t *testing.T) {
 		{Resource: "bad/name", Owner: "w", Epoch: g.Epoch, Fence: 1},
 		{Resource: res, Owner: "w", Epoch: g.Epoch, Fence: 1, Strict: true},
 	} {
-		if _, err := e.pub.Bind(ctx, term); !errors.Is(err, ErrInvalid) {
-			t.Errorf("bind %+v: %v, want ErrInvalid", term, err)
+		if _, err := e.pub.Bind(ctx, term); !errors.Is(err, fencepub.ErrInvalid) {
+			t.Errorf("bind %+v: %v, want fencepub.ErrInvalid", term, err)
 		}
 	}
-	if _, err := p.PublishSeq(ctx, 0, op("k-seq0", "x")); !errors.Is(err, ErrInvalid) {
-		t.Errorf("seq 0: %v, want ErrInvalid", err)
+	if _, err := p.PublishSeq(ctx, 0, op("k-seq0", "x")); !errors.Is(err, fencepub.ErrInvalid) {
+		t.Errorf("seq 0: %v, want fencepub.ErrInvalid", err)
 	}
 	for _, meta := range []map[string]string{
 		{"": "v"}, {"under_score": "v"}, {"fencepub-sha256": "v"}, {"k": ""}, {"k": " padded"},
@@ -215,8 +216,8 @@ func TestBadInput(t *testing.T) {
 	} {
 		o := op("k-meta", "x")
 		o.Metadata = meta
-		if _, err := p.Publish(ctx, o); !errors.Is(err, ErrInvalid) {
-			t.Errorf("metadata %q: %v, want ErrInvalid", meta, err)
+		if _, err := p.Publish(ctx, o); !errors.Is(err, fencepub.ErrInvalid) {
+			t.Errorf("metadata %q: %v, want fencepub.ErrInvalid", meta, err)
 		}
 	}
 	before := e.Pointer(res)
@@ -236,7 +237,7 @@ func TestBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		size int64
 		want error
-	}{{11, ErrBody}, {9, ErrBody}, {-1, ErrInvalid}} {
+	}{{11, ErrBody}, {9, ErrBody}, {-1, fencepub.ErrInvalid}} {
 		_, err := p.Publish(ctx, Operation{IdempotencyKey: "k-size", Body: io.MultiReader(strings.NewReader("0123456789")), Size: tc.size})
 		if !errors.Is(err, tc.want) {
 			t.Fatalf("a 10-byte body with Size %d: %v, want %v", tc.size, err, tc.want)
@@ -367,7 +368,7 @@ func TestLargeBodyStreams(t *testing.T) {
 		}
 		growth := int64(peak) - int64(base)
 		t.Logf("%s: published %d MiB in %s (%.0f MiB/s); peak heap %d MiB above a %d MiB base (part size %d MiB)",
-			tc.name, size>>20, elapsed.Round(time.Millisecond), float64(size>>20)/elapsed.Seconds(), growth>>20, base>>20, DefaultPartSize>>20)
+			tc.name, size>>20, elapsed.Round(time.Millisecond), float64(size>>20)/elapsed.Seconds(), growth>>20, base>>20, defaultPartSize>>20)
 		if growth > tc.maxGrowth {
 			t.Fatalf("%s: peak heap grew by %d MiB for a %d MiB body: the body is being buffered", tc.name, growth>>20, size>>20)
 		}

@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/reader"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The seed's timeline "41、42、41": A holds fence f, pauses past its lease;
+// The protocol source's timeline 41, 42, 41: A holds fence f, pauses past its lease;
 // the authority grants f+1 to B atomically; B publishes; A resumes and
 // publishes with f. The resource rejects A at its commit point: stale by the
 // pointer, B's pointer stays, and A's object is left unreferenced for GC.
@@ -28,8 +29,8 @@ func TestSeedTimelineStaleAfterNewerFence(t *testing.T) {
 	pA := e.bind(gA, false)
 	// A pauses: it never renews. B waits for etcd to expire A's lease.
 	gB := e.acquire(authority.AcquireRequest{Resource: res, Owner: "worker-B", TTL: 10 * time.Second, Wait: true})
-	if gB.Fence() != gA.Fence()+1 {
-		t.Fatalf("B's fence %d, want A's %d + 1", gB.Fence(), gA.Fence())
+	if gB.Generation != gA.Generation+1 {
+		t.Fatalf("B's fence %d, want A's %d + 1", gB.Generation, gA.Generation)
 	}
 	pB := e.bind(gB, false)
 	rB, err := pB.Publish(ctx, op("result-B", "state computed by B"))
@@ -56,7 +57,7 @@ func TestSeedTimelineStaleAfterNewerFence(t *testing.T) {
 	}
 }
 
-// The seed's "关键限定": before B's newer state is durably accepted, old A may
+// The protocol source's "key limitation": before B's newer state is durably accepted, old A may
 // still publish; that is allowed, and B then supersedes it.
 func TestOlderFenceMayPublishBeforeNewer(t *testing.T) {
 	e := newEnv(t)
@@ -96,7 +97,7 @@ func TestSeqTwoThenSeqOneIsStale(t *testing.T) {
 	}
 }
 
-// The seed's operations case: seq1 applied, seq2 applied, the same key
+// The protocol source's operations case: seq1 applied, seq2 applied, the same key
 // retried in a new term is a duplicate with the original result, the same key
 // with another body a conflict, a new key with an old seq stale — and etcd
 // holds exactly two effects.
@@ -161,9 +162,9 @@ func TestUnauthorizedTokensRejected(t *testing.T) {
 		name string
 		term Term
 	}{
-		{"fence of another resource's grant", Term{Resource: res, Owner: gX.Owner, Epoch: gX.Epoch, Fence: gX.Fence()}},
+		{"fence of another resource's grant", Term{Resource: res, Owner: gX.Owner, Epoch: gX.Epoch, Fence: gX.Generation}},
 		{"fence never granted", Term{Resource: res, Owner: gA.Owner, Epoch: gA.Epoch, Fence: 999}},
-		{"right fence, wrong owner", Term{Resource: res, Owner: "mallory", Epoch: gA.Epoch, Fence: gA.Fence()}},
+		{"right fence, wrong owner", Term{Resource: res, Owner: "mallory", Epoch: gA.Epoch, Fence: gA.Generation}},
 	}
 	for i, c := range cases {
 		p, err := e.pub.Bind(ctx, c.term)
@@ -208,8 +209,8 @@ func TestStrictModeLeaseLost(t *testing.T) {
 	e.release(g)
 	r2, err := strict.Publish(ctx, op("k2", "two"))
 	mustOutcome(t, "strict after release", r2, err, Stale, ReasonLease)
-	if !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("err %v, want ErrLeaseLost", err)
+	if !errors.Is(err, authority.ErrLeaseLost) {
+		t.Fatalf("err %v, want authority.ErrLeaseLost", err)
 	}
 	r3, err := loose.Publish(ctx, op("k3", "three"))
 	mustOutcome(t, "non-strict after release", r3, err, Applied, ReasonNone)
@@ -228,14 +229,14 @@ func TestRebindContinuesSeq(t *testing.T) {
 		mustOutcome(t, "publish", r, err, Applied, ReasonNone)
 	}
 	g2 := e.acquire(req) // the retried request gets the original grant back
-	if g2.Fence() != g.Fence() || g2.HolderRevision != g.HolderRevision {
+	if g2.Generation != g.Generation || g2.HolderRevision != g.HolderRevision {
 		t.Fatalf("retried acquire returned a new grant %+v", g2)
 	}
 	if n := e.bind(g2, false).NextSeq(); n != 3 {
 		t.Fatalf("rebound publisher starts at seq %d, want 3", n)
 	}
 	// A resolve that sealed seq 5 of this fence moves the start above it.
-	v5 := layout.Version{Epoch: g.Epoch, Fence: g.Fence(), Seq: 5}
+	v5 := layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: 5}
 	if _, err := e.pub.Resolve(ctx, "r", "lost-op", v5, unsent); !errors.Is(err, ErrStale) {
 		t.Fatalf("resolve: %v", err)
 	}
@@ -268,7 +269,7 @@ func TestConcurrentPublishers(t *testing.T) {
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	watch := e.Etcd.Watch(wctx, e.NS.PointerKey(res), clientv3.WithRev(start.Header.Revision+1))
-	rd, err := reader.New(reader.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, res)
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}, res)
 	if err != nil {
 		t.Fatal(err)
 	}

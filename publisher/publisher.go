@@ -1,18 +1,18 @@
 package publisher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"io"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -26,13 +26,10 @@ var (
 	// ErrStale: the transaction refused the version: the pointer or seal is
 	// already at or above it, the epoch is not the domain's current one, the
 	// grant record of its fence does not name the caller in this epoch,
-	// (strict mode, with ErrLeaseLost) the grant's lease is gone, or
+	// (strict mode, with authority.ErrLeaseLost) the grant's lease is gone, or
 	// (contiguous mode) the previous seq is not the pointer. Expected under
 	// fencing; Result.Reason says which.
 	ErrStale = errors.New("publisher: stale")
-	// ErrLeaseLost accompanies ErrStale when a strict-mode publish found that
-	// its grant no longer holds the resource (Result.Reason "lease").
-	ErrLeaseLost = errors.New("publisher: lease lost")
 	// ErrConflict: the idempotency key was already applied with a different
 	// request digest (DESIGN.md invariant 5), or, from Resolve, by another
 	// attempt than the one named (invariant 11). Nothing was published by
@@ -41,9 +38,6 @@ var (
 	// ErrUnknown: the transaction may have been applied but no answer came
 	// before the deadline. Resolve settles it (DESIGN.md invariant 8).
 	ErrUnknown = errors.New("publisher: outcome unknown (settle it with Resolve)")
-	// ErrInvalid: bad input: a name, idempotency key, content type, metadata,
-	// version or configuration that cannot be used.
-	ErrInvalid = fencepub.ErrInvalid
 	// ErrBody: reading the caller's body failed; nothing was published.
 	ErrBody = errors.New("publisher: reading the body failed")
 	// ErrObjectMismatch: a create-only write found an object under the
@@ -51,12 +45,6 @@ var (
 	// source whose ETag changed. Objects are immutable, so this means another
 	// writer broke the key scheme.
 	ErrObjectMismatch = errors.New("publisher: object under the key is not ours")
-	// ErrUnavailable: etcd did not answer a request that changes nothing
-	// (resource init, history read) within the attempt budget.
-	ErrUnavailable = fencepub.ErrUnavailable
-	// ErrNotInitialized: the domain has no epoch key (authority Init has not
-	// run) or a resource lacks its pointer or seal.
-	ErrNotInitialized = fencepub.ErrNotInitialized
 	// ErrNoSuchVersion: Rollback's target version is not in the resource's
 	// history (never published, or pruned).
 	ErrNoSuchVersion = errors.New("publisher: version not in the resource's history")
@@ -67,18 +55,17 @@ var (
 
 // Defaults of Config.
 const (
-	DefaultPartSize       = 16 << 20 // bytes
+	defaultPartSize       = 16 << 20 // bytes
 	MinPartSize           = 5 << 20  // bytes; S3's minimum for all parts but the last
-	DefaultAttemptTimeout = 5 * time.Second
-	DefaultResendTimeout  = time.Minute
+	defaultRequestTimeout = 5 * time.Second
+	defaultResendTimeout  = time.Minute
 )
 
 // Config holds a Client's dependencies and tunables. Zero tunables take the
-// defaults above; the live clients are required.
+// defaults each field states; the live clients are required.
 type Config struct {
-	Namespace layout.Namespace
-	Etcd      *clientv3.Client
-	Store     *objstore.Store
+	// Env locates the domain. The Client closes neither client.
+	fencepub.Env
 	// Logger receives resends and unknown outcomes; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the metrics (metrics.go); nil leaves them
@@ -90,12 +77,12 @@ type Config struct {
 	// parts in memory (one filling, one sending). A body of known length
 	// (see Operation.Size) up to 5 GiB is streamed in one PUT instead.
 	PartSize int64
-	// AttemptTimeout bounds one etcd request. A publish transaction that gets
-	// no answer in time is re-sent, unchanged.
-	AttemptTimeout time.Duration
+	// RequestTimeout bounds one etcd request. A publish transaction that gets
+	// no answer in time is re-sent, unchanged. Default 5 s.
+	RequestTimeout time.Duration
 	// ResendTimeout bounds how long Publish keeps re-sending an unanswered
 	// transaction when the caller's context has no earlier deadline; then the
-	// outcome is unknown.
+	// outcome is unknown. Default 1 min.
 	ResendTimeout time.Duration
 	// Now is the clock of the CommittedAt times written into pointers,
 	// history entries and op records; default time.Now. Those times are
@@ -106,19 +93,19 @@ type Config struct {
 }
 
 // Validate checks the required fields and the tunables' ranges. Errors:
-// ErrInvalid naming the field.
+// fencepub.ErrInvalid naming the field.
 func (c Config) Validate() error {
 	switch {
 	case c.Namespace.Prefix == "" || c.Namespace.Domain == "":
-		return fmt.Errorf("%w: Config.Namespace is empty (use layout.NewNamespace)", ErrInvalid)
+		return fmt.Errorf("%w: Config.Namespace is empty (use layout.NewNamespace)", fencepub.ErrInvalid)
 	case c.Etcd == nil:
-		return fmt.Errorf("%w: Config.Etcd is nil", ErrInvalid)
+		return fmt.Errorf("%w: Config.Etcd is nil", fencepub.ErrInvalid)
 	case c.Store == nil:
-		return fmt.Errorf("%w: Config.Store is nil", ErrInvalid)
+		return fmt.Errorf("%w: Config.Store is nil", fencepub.ErrInvalid)
 	case c.PartSize != 0 && c.PartSize < MinPartSize:
-		return fmt.Errorf("%w: Config.PartSize %d is below the S3 minimum %d", ErrInvalid, c.PartSize, MinPartSize)
-	case c.AttemptTimeout < 0 || c.ResendTimeout < 0:
-		return fmt.Errorf("%w: negative timeout", ErrInvalid)
+		return fmt.Errorf("%w: Config.PartSize %d is below the S3 minimum %d", fencepub.ErrInvalid, c.PartSize, MinPartSize)
+	case c.RequestTimeout < 0 || c.ResendTimeout < 0:
+		return fmt.Errorf("%w: negative timeout", fencepub.ErrInvalid)
 	}
 	return nil
 }
@@ -134,21 +121,15 @@ type Client struct {
 }
 
 // New validates cfg, applies defaults and registers the metrics with
-// cfg.Registerer. Errors: ErrInvalid; a registration error (e.g. a second
+// cfg.Registerer. Errors: fencepub.ErrInvalid; a registration error (e.g. a second
 // Client on the same registry).
 func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.PartSize == 0 {
-		cfg.PartSize = DefaultPartSize
-	}
-	if cfg.AttemptTimeout == 0 {
-		cfg.AttemptTimeout = DefaultAttemptTimeout
-	}
-	if cfg.ResendTimeout == 0 {
-		cfg.ResendTimeout = DefaultResendTimeout
-	}
+	cfg.PartSize = cmp.Or(cfg.PartSize, defaultPartSize)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
+	cfg.ResendTimeout = cmp.Or(cfg.ResendTimeout, defaultResendTimeout)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -181,7 +162,7 @@ type Term struct {
 	HolderRevision int64
 	// TTL is the grant's lease TTL (authority.Grant.TTL); zero when unknown.
 	// In strict mode each send of a publish transaction is bounded by TTL/3
-	// as well as Config.AttemptTimeout, so a send stuck on a stalled etcd
+	// as well as Config.RequestTimeout, so a send stuck on a stalled etcd
 	// member leaves time to re-send to another before the lease can expire
 	// (DESIGN.md invariant 12).
 	TTL time.Duration
@@ -200,7 +181,7 @@ type Term struct {
 // strict.
 func GrantTerm(g authority.Grant, strict bool) Term {
 	return Term{
-		Resource: g.Resource, Owner: g.Owner, Epoch: g.Epoch, Fence: g.Fence(),
+		Resource: g.Resource, Owner: g.Owner, Epoch: g.Epoch, Fence: g.Generation,
 		Strict: strict, HolderRevision: g.HolderRevision, TTL: g.TTL,
 	}
 }
@@ -217,16 +198,16 @@ func prev(v layout.Version) (layout.Version, bool) {
 
 func (t Term) validate() error {
 	if err := layout.ValidateResource(t.Resource, false); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
 	if err := layout.ValidateOwner(t.Owner); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
 	if t.Epoch == 0 || t.Fence == 0 || t.Epoch > layout.MaxNumber || t.Fence > layout.MaxNumber {
-		return fmt.Errorf("%w: epoch %d and fence %d must be in 1..%d", ErrInvalid, t.Epoch, t.Fence, layout.MaxNumber)
+		return fmt.Errorf("%w: epoch %d and fence %d must be in 1..%d", fencepub.ErrInvalid, t.Epoch, t.Fence, layout.MaxNumber)
 	}
 	if t.Strict && t.HolderRevision <= 0 {
-		return fmt.Errorf("%w: strict mode needs the grant's holder revision", ErrInvalid)
+		return fmt.Errorf("%w: strict mode needs the grant's holder revision", fencepub.ErrInvalid)
 	}
 	return nil
 }
@@ -348,7 +329,7 @@ type Publisher struct {
 // reads them; the first seq is one above the highest seq of t's (epoch,
 // fence) in either, so a Publisher rebuilt for a grant it got back through a
 // retried request id never reuses a seq (DESIGN.md "Publish" step 4).
-// Errors: ErrInvalid, ErrUnavailable, ErrNotInitialized, a corrupt pointer or
+// Errors: fencepub.ErrInvalid, fencepub.ErrUnavailable, fencepub.ErrNotInitialized, a corrupt pointer or
 // seal (layout.ErrCorruptRecord).
 func (c *Client) Bind(ctx context.Context, t Term) (*Publisher, error) {
 	if err := t.validate(); err != nil {
@@ -423,21 +404,21 @@ func (p *Publisher) giveBack(v layout.Version) {
 //
 // It returns the Result and nil for applied and duplicate; the Result and
 // ErrStale, ErrConflict or ErrUnknown (wrapped, with details) for those
-// outcomes; otherwise a zero Result and an error (ErrInvalid, ErrBody,
+// outcomes; otherwise a zero Result and an error (fencepub.ErrInvalid, ErrBody,
 // ErrObjectMismatch, objstore errors, layout.ErrCorruptRecord,
-// ErrNotInitialized), in which case nothing was published.
+// fencepub.ErrNotInitialized), in which case nothing was published.
 func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
 	return p.publish(ctx, 0, op)
 }
 
 // PublishSeq is Publish with an explicit seq, 1..layout.MaxNumber (the CLI's
 // --seq). Later Publish calls continue above it. A seq at or below one
-// already published or sealed is stale. Errors: as Publish; ErrInvalid for
+// already published or sealed is stale. Errors: as Publish; fencepub.ErrInvalid for
 // seq 0 or above layout.MaxNumber (bad input, not exhaustion).
 func (p *Publisher) PublishSeq(ctx context.Context, seq uint64, op Operation) (Result, error) {
 	if seq == 0 || seq > layout.MaxNumber {
 		p.c.m.failure("validate")
-		return Result{}, fmt.Errorf("%w: seq %d must be in 1..%d", ErrInvalid, seq, layout.MaxNumber)
+		return Result{}, fmt.Errorf("%w: seq %d must be in 1..%d", fencepub.ErrInvalid, seq, layout.MaxNumber)
 	}
 	return p.publish(ctx, seq, op)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/minio/minio-go/v7"
@@ -29,18 +30,18 @@ import (
 //
 // objectKey must be a fencepub object key of this resource
 // (layout.ParseObjectKey). Errors and outcomes are those of Publish, plus
-// ErrInvalid (a foreign key), ErrSourceGone (the object is gone) and
+// fencepub.ErrInvalid (a foreign key), ErrSourceGone (the object is gone) and
 // ErrObjectMismatch (its metadata carries an invalid sha256, or it changed
 // while being read).
 func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Result, error) {
 	c, res := p.c, p.term.Resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
 		c.m.failure("validate")
-		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Result{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
 	if _, _, ok := c.ns.ParseObjectKey(res, objectKey); !ok {
 		c.m.failure("validate")
-		return Result{}, fmt.Errorf("%w: %q is not an object key of %q", ErrInvalid, objectKey, res)
+		return Result{}, fmt.Errorf("%w: %q is not an object key of %q", fencepub.ErrInvalid, objectKey, res)
 	}
 	st := c.cfg.Store
 	info, err := st.Client.StatObject(ctx, st.Bucket, objectKey, minio.StatObjectOptions{})

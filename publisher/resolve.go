@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/retry"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -37,19 +38,19 @@ func (r Result) AttemptID() AttemptID {
 }
 
 // validate checks that id names an attempt of resource at v. Errors:
-// ErrInvalid.
+// fencepub.ErrInvalid.
 func (id AttemptID) validate(ns layout.Namespace, resource string, v layout.Version) error {
 	if id.Digest == "" && id.ObjectKey == "" {
-		return fmt.Errorf("%w: cannot tell which attempt: give its request digest or object key", ErrInvalid)
+		return fmt.Errorf("%w: cannot tell which attempt: give its request digest or object key", fencepub.ErrInvalid)
 	}
 	if id.Digest != "" {
 		if b, err := hex.DecodeString(id.Digest); err != nil || len(b) != 32 || hex.EncodeToString(b) != id.Digest {
-			return fmt.Errorf("%w: request digest %.80q: want 64 lowercase hex digits", ErrInvalid, id.Digest)
+			return fmt.Errorf("%w: request digest %.80q: want 64 lowercase hex digits", fencepub.ErrInvalid, id.Digest)
 		}
 	}
 	if id.ObjectKey != "" {
 		if ov, _, ok := ns.ParseObjectKey(resource, id.ObjectKey); !ok || ov != v {
-			return fmt.Errorf("%w: object key %.200q is not an attempt's object of %q at %s", ErrInvalid, id.ObjectKey, resource, v)
+			return fmt.Errorf("%w: object key %.200q is not an attempt's object of %q at %s", fencepub.ErrInvalid, id.ObjectKey, resource, v)
 		}
 	}
 	return nil
@@ -93,26 +94,26 @@ func (id AttemptID) String() string {
 // The same transaction requires that v could have been carried by a real
 // publish: v.Epoch at most the domain's current epoch and v.Fence at most
 // the resource's durable generation. Otherwise nothing is written and
-// Resolve returns ErrInvalid: sealing a version of a future epoch or of a
+// Resolve returns fencepub.ErrInvalid: sealing a version of a future epoch or of a
 // fence never granted would refuse every later grant's publishes, for good
 // (the seal never goes down). Pass the exact version of the unknown
 // attempt: Resolve seals every version up to v, so a seq from the future
 // would still block that fence's later seqs.
 //
 // Resolve is safe to repeat and re-sends its transaction until an answer or
-// the deadline (ctx's, or Config.ResendTimeout); then ErrUnavailable.
-// Errors: ErrInvalid (also when id names no attempt, or one of another
-// resource or version), ErrConflict, ErrStale, ErrUnavailable,
-// ErrNotInitialized, layout.ErrCorruptRecord.
+// the deadline (ctx's, or Config.ResendTimeout); then fencepub.ErrUnavailable.
+// Errors: fencepub.ErrInvalid (also when id names no attempt, or one of another
+// resource or version), ErrConflict, ErrStale, fencepub.ErrUnavailable,
+// fencepub.ErrNotInitialized, layout.ErrCorruptRecord.
 func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Version, id AttemptID) (Result, error) {
 	if err := layout.ValidateResource(resource, false); err != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Result{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Result{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
 	if v.Epoch == 0 || v.Fence == 0 || v.Seq == 0 || v.Validate() != nil {
-		return Result{}, fmt.Errorf("%w: version %s: epoch, fence and seq must be in 1..%d", ErrInvalid, v, layout.MaxNumber)
+		return Result{}, fmt.Errorf("%w: version %s: epoch, fence and seq must be in 1..%d", fencepub.ErrInvalid, v, layout.MaxNumber)
 	}
 	if err := id.validate(c.ns, resource, v); err != nil {
 		return Result{}, err
@@ -138,7 +139,7 @@ func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Ver
 		return err
 	}, func(err error) bool { return errors.Is(err, errReplan) })
 	if errors.Is(err, errReplan) {
-		return Result{}, fmt.Errorf("%w: resolve %q of %q at %s: the resource kept changing: %w", ErrUnavailable, key, resource, v, ctx.Err())
+		return Result{}, fmt.Errorf("%w: resolve %q of %q at %s: the resource kept changing: %w", fencepub.ErrUnavailable, key, resource, v, ctx.Err())
 	}
 	return res, err
 }
@@ -205,7 +206,7 @@ func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, ag
 	// answer, a definite refusal or ctx's end.
 	err = retry.Do(ctx, func(ctx context.Context) error {
 		attempt++
-		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		defer cancel()
 		var err error
 		resp, err = c.cfg.Etcd.Txn(actx).
@@ -216,7 +217,7 @@ func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, ag
 		return err
 	}, func(err error) bool { return !retry.EtcdNotApplied(err) })
 	if err != nil {
-		return Result{}, false, fmt.Errorf("%w: resolve %q of %q at %s after %d sends: %w", ErrUnavailable, key, resource, v, attempt, err)
+		return Result{}, false, fmt.Errorf("%w: resolve %q of %q at %s after %d sends: %w", fencepub.ErrUnavailable, key, resource, v, attempt, err)
 	}
 	res = Result{Resource: resource, IdempotencyKey: key, Version: v, Revision: resp.Header.Revision, Attempts: attempt}
 	ptrIdx := 2
@@ -251,7 +252,7 @@ func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, ag
 	}
 	skv := kv(resp, 1)
 	if skv == nil {
-		return Result{}, false, fmt.Errorf("%w: resource %q has no seal", ErrNotInitialized, resource)
+		return Result{}, false, fmt.Errorf("%w: resource %q has no seal", fencepub.ErrNotInitialized, resource)
 	}
 	seal, err := layout.DecodeSeal(skv.Value)
 	if err != nil {
@@ -293,11 +294,11 @@ func (c *Client) resolveApplied(res Result, rec layout.OpRecord, id AttemptID) (
 // and the seal below v but failed its epoch or generation compare (Else
 // reads 3 and 4): v's epoch is older than the domain's (stale, reason epoch:
 // the publish transaction requires the current epoch, which only rises), or
-// v could not have been carried by any publish (ErrInvalid).
+// v could not have been carried by any publish (fencepub.ErrInvalid).
 func (c *Client) resolveRefused(res Result, resp *clientv3.TxnResponse, v layout.Version) (Result, error) {
 	ekv := kv(resp, 3)
 	if ekv == nil {
-		return Result{}, fmt.Errorf("%w: domain %q has no epoch (run the authority's init)", ErrNotInitialized, c.ns.Domain)
+		return Result{}, fmt.Errorf("%w: domain %q has no epoch (run the authority's init)", fencepub.ErrNotInitialized, c.ns.Domain)
 	}
 	epoch, err := layout.DecodeNumber(string(ekv.Value))
 	if err != nil {
@@ -306,7 +307,7 @@ func (c *Client) resolveRefused(res Result, resp *clientv3.TxnResponse, v layout
 	switch {
 	case v.Epoch > epoch:
 		return Result{}, fmt.Errorf("%w: version %s: epoch %d is above the domain's current epoch %d; no publish carries it (nothing sealed)",
-			ErrInvalid, v, v.Epoch, epoch)
+			fencepub.ErrInvalid, v, v.Epoch, epoch)
 	case v.Epoch < epoch:
 		res.Outcome, res.Reason = Stale, ReasonEpoch
 		c.m.resolved(Stale)
@@ -321,7 +322,7 @@ func (c *Client) resolveRefused(res Result, resp *clientv3.TxnResponse, v layout
 	}
 	if v.Fence > gen {
 		return Result{}, fmt.Errorf("%w: version %s: fence %d of %q was never granted (its generation is %d); no publish carries it (nothing sealed)",
-			ErrInvalid, v, v.Fence, res.Resource, gen)
+			fencepub.ErrInvalid, v, v.Fence, res.Resource, gen)
 	}
 	return Result{}, fmt.Errorf("publisher: resolve of %s on %q failed but every compared value matches (revision %d)",
 		v, res.Resource, resp.Header.Revision)

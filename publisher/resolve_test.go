@@ -3,11 +3,11 @@ package publisher
 import (
 	"context"
 	"errors"
-	"github.com/fencepub/fencepub"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
@@ -111,8 +111,8 @@ func TestResolveNeedsTheAttempt(t *testing.T) {
 		"not an object key":      {ObjectKey: "x/y"},
 	} {
 		r, err := e.pub.Resolve(ctx, res, "k2", v, id)
-		if !errors.Is(err, ErrInvalid) || r.Outcome != "" {
-			t.Errorf("resolve with %s: %+v, %v; want ErrInvalid", name, r, err)
+		if !errors.Is(err, fencepub.ErrInvalid) || r.Outcome != "" {
+			t.Errorf("resolve with %s: %+v, %v; want fencepub.ErrInvalid", name, r, err)
 		}
 		if name == "nothing" && (err == nil || !strings.Contains(err.Error(), "cannot tell which attempt")) {
 			t.Errorf("resolve with no identity: %v; want it to say it cannot tell which attempt", err)
@@ -156,7 +156,7 @@ func TestResolveKeepsDecommission(t *testing.T) {
 	if err := e.Store.Client.RemoveObject(ctx, e.Store.Bucket, r1.Object.Key, minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rd, err := reader.New(reader.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, res)
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}, res)
 	if err != nil {
 		t.Fatal(err)
 	}

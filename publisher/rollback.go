@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/minio/minio-go/v7"
@@ -31,7 +32,7 @@ func (p *Publisher) Rollback(ctx context.Context, to layout.Version, key string)
 	c, res := p.c, p.term.Resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
 		c.m.failure("validate")
-		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Result{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
 	hk := c.ns.HistoryKey(res, to)
 	var resp *clientv3.GetResponse
@@ -73,7 +74,7 @@ func (p *Publisher) republish(ctx context.Context, src layout.Object, contentTyp
 	c, res := p.c, p.term.Resource
 	v := p.take(0)
 	if contentType == "" {
-		contentType = DefaultContentType
+		contentType = defaultContentType
 	}
 	start := time.Now()
 	obj, err := c.copyObject(ctx, src, c.ns.ObjectKey(res, v, layout.NewNonce()), contentType, meta)

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/retry"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -13,7 +15,7 @@ import (
 )
 
 // idempotentAttempts bounds the sends of a request that is safe to repeat
-// (resource init, reads), each bounded by Config.AttemptTimeout.
+// (resource init, reads), each bounded by Config.RequestTimeout.
 const idempotentAttempts = 3
 
 // Indexes of the Else branch's reads in a publish transaction.
@@ -90,13 +92,13 @@ func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layou
 	return pr
 }
 
-// send makes one attempt, bounded by Config.AttemptTimeout and, in strict
+// send makes one attempt, bounded by Config.RequestTimeout and, in strict
 // mode, by a third of the grant's TTL (Term.TTL): an attempt stuck on a
 // stalled member then leaves time to re-send to another before the lease
 // can expire, as the authority bounds its own attempts (DESIGN.md
 // invariant 12).
 func (c *Client) send(ctx context.Context, pr *prepared) (*clientv3.TxnResponse, error) {
-	limit := c.cfg.AttemptTimeout
+	limit := c.cfg.RequestTimeout
 	if pr.term.Strict && pr.term.TTL > 0 {
 		limit = min(limit, pr.term.TTL/3)
 	}
@@ -238,7 +240,7 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 	}
 	pkv, skv := kv(resp, elsePointer), kv(resp, elseSeal)
 	if pkv == nil || skv == nil {
-		return Result{}, fmt.Errorf("%w: resource %q has no pointer or seal", ErrNotInitialized, t.Resource)
+		return Result{}, fmt.Errorf("%w: resource %q has no pointer or seal", fencepub.ErrNotInitialized, t.Resource)
 	}
 	ptr, err := layout.DecodePointer(pkv.Value)
 	if err != nil {
@@ -257,7 +259,7 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 		if h := kv(resp, elseHolder); h == nil || h.CreateRevision != t.HolderRevision {
 			res.Outcome, res.Reason = Stale, ReasonLease
 			return res, fmt.Errorf("%w (%s): %w: the holder of %q created at revision %d is gone (lease expired, revoked or released)",
-				ErrStale, ReasonLease, ErrLeaseLost, t.Resource, t.HolderRevision)
+				ErrStale, ReasonLease, authority.ErrLeaseLost, t.Resource, t.HolderRevision)
 		}
 	}
 	if !ptr.Version.Less(v) {
@@ -268,7 +270,7 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 	}
 	ekv := kv(resp, elseEpoch)
 	if ekv == nil {
-		return Result{}, fmt.Errorf("%w: domain %q has no epoch (run the authority's init)", ErrNotInitialized, c.ns.Domain)
+		return Result{}, fmt.Errorf("%w: domain %q has no epoch (run the authority's init)", fencepub.ErrNotInitialized, c.ns.Domain)
 	}
 	if string(ekv.Value) != layout.EncodeNumber(v.Epoch) {
 		current := string(ekv.Value)
@@ -296,14 +298,14 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 }
 
 // retry runs fn, which must be safe to repeat, up to idempotentAttempts
-// times (retry.Do, jittered backoff), each bounded by AttemptTimeout, while
+// times (retry.Do, jittered backoff), each bounded by RequestTimeout, while
 // it fails without a definite answer (retry.EtcdNotApplied). The last error
-// is wrapped in ErrUnavailable unless ctx ended.
+// is wrapped in fencepub.ErrUnavailable unless ctx ended.
 func (c *Client) retry(ctx context.Context, what string, fn func(ctx context.Context) error) error {
 	attempt := 0
 	err := retry.Do(ctx, func(ctx context.Context) error {
 		attempt++
-		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		defer cancel()
 		return fn(actx)
 	}, func(err error) bool { return attempt < idempotentAttempts && !retry.EtcdNotApplied(err) })
@@ -313,7 +315,7 @@ func (c *Client) retry(ctx context.Context, what string, fn func(ctx context.Con
 	case ctx.Err() != nil:
 		return fmt.Errorf("publisher: %s: %w", what, err)
 	}
-	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	return fmt.Errorf("%w: %s: %w", fencepub.ErrUnavailable, what, err)
 }
 
 // initResource creates res's pointer and seal with zero versions in one
@@ -338,7 +340,7 @@ func (c *Client) initResource(ctx context.Context, res string) (layout.Pointer, 
 
 // createResource runs initResource's transaction without decoding what it
 // read: when it did not create the keys, its response holds the pointer
-// (0) and the seal (1), both present. Errors: ErrUnavailable, ctx's error,
+// (0) and the seal (1), both present. Errors: fencepub.ErrUnavailable, ctx's error,
 // layout.ErrCorruptRecord when only one of the two keys exists.
 func (c *Client) createResource(ctx context.Context, res string) (*clientv3.TxnResponse, error) {
 	pk, sk := c.ns.PointerKey(res), c.ns.SealKey(res)

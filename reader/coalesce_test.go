@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -118,7 +119,7 @@ func TestSharedReadsAreLinearizable(t *testing.T) {
 }
 
 // A call whose context ends while it waits for a shared read returns its
-// context's error at once (not ErrUnavailable), and the read still serves
+// context's error at once (not fencepub.ErrUnavailable), and the read still serves
 // the calls that wait for it; a read whose callers all left is cancelled,
 // so nobody after them waits for it; a panic of the read reaches its
 // callers, not the process.
@@ -132,8 +133,8 @@ func TestSharedReadCallersLeave(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 		defer cancel()
 		_, err := rd.Current(sctx)
-		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
-			return fmt.Errorf("a caller whose context ended: %v; want its deadline, not ErrUnavailable", err)
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, fencepub.ErrUnavailable) {
+			return fmt.Errorf("a caller whose context ended: %v; want its deadline, not fencepub.ErrUnavailable", err)
 		}
 		return nil
 	}
@@ -204,7 +205,7 @@ func TestSharedReadCallersLeave(t *testing.T) {
 // Config.RequestTimeout bounds a call's wait for the pointer from the call's
 // arrival, time spent behind the read in flight included: against an etcd
 // that never answers, a call that arrives while another's read is in flight
-// (its caller still waiting, or gone) gets ErrUnavailable within
+// (its caller still waiting, or gone) gets fencepub.ErrUnavailable within
 // RequestTimeout, before its own longer deadline, instead of waiting for
 // two reads.
 func TestSharedReadRequestTimeout(t *testing.T) {
@@ -227,8 +228,8 @@ func TestSharedReadRequestTimeout(t *testing.T) {
 			<-done // the first caller is gone
 		}
 		_, err := r.Current(ctxT(t, timeout+timeout*3/4))
-		if !errors.Is(err, ErrUnavailable) {
-			t.Errorf("first caller stays=%v: a later caller got %v; want ErrUnavailable within RequestTimeout", firstStays, err)
+		if !errors.Is(err, fencepub.ErrUnavailable) {
+			t.Errorf("first caller stays=%v: a later caller got %v; want fencepub.ErrUnavailable within RequestTimeout", firstStays, err)
 		}
 		if firstStays {
 			<-done

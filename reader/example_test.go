@@ -32,7 +32,7 @@ func ExampleReader_Open() {
 	}
 	defer cli.Close()
 
-	r, err := reader.New(reader.Config{Namespace: ns, Etcd: cli, Store: store}, "report")
+	r, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}}, "report")
 	if err != nil {
 		panic(err)
 	}

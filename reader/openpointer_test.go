@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/minio/minio-go/v7"
 )
@@ -36,8 +37,8 @@ func TestOpenPointer(t *testing.T) {
 			t.Fatalf("OpenPointer(%s) = %q, %v; want %q", tc.ptr.Version, got, err, tc.want)
 		}
 	}
-	if _, err := r.Open(ctxT(t, 30*time.Second)); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Open with etcd unreachable: %v; want ErrUnavailable (Open reads the pointer)", err)
+	if _, err := r.Open(ctxT(t, 30*time.Second)); !errors.Is(err, fencepub.ErrUnavailable) {
+		t.Fatalf("Open with etcd unreachable: %v; want fencepub.ErrUnavailable (Open reads the pointer)", err)
 	}
 
 	bad := p2
@@ -55,8 +56,8 @@ func TestOpenPointer(t *testing.T) {
 	if _, err := readPointer(t, r, changed); !errors.Is(err, ErrObjectChanged) {
 		t.Fatalf("pointer with another ETag: %v; want ErrObjectChanged", err)
 	}
-	if _, err := r.OpenPointer(ctxT(t, 10*time.Second), layout.Pointer{}); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("zero pointer: %v; want ErrInvalid", err)
+	if _, err := r.OpenPointer(ctxT(t, 10*time.Second), layout.Pointer{}); !errors.Is(err, fencepub.ErrInvalid) {
+		t.Fatalf("zero pointer: %v; want fencepub.ErrInvalid", err)
 	}
 }
 

@@ -24,12 +24,12 @@
 package reader
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"hash"
 	"io"
 	"log/slog"
@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
@@ -70,25 +71,19 @@ var (
 	// layout.SealReasonDecommissioned at or above the pointer) and GC
 	// collected its objects; not data loss.
 	ErrDecommissioned = errors.New("reader: the resource was decommissioned")
-	// ErrUnavailable: etcd or the store did not answer.
-	ErrUnavailable = fencepub.ErrUnavailable
-	// ErrInvalid: bad configuration or resource name, or a bucket that does
-	// not exist.
-	ErrInvalid = fencepub.ErrInvalid
 )
 
-// DefaultOpenRetries bounds how often Open follows a newer pointer after the
+// defaultOpenRetries bounds how often Open follows a newer pointer after the
 // object it tried was collected.
-const DefaultOpenRetries = 3
+const defaultOpenRetries = 3
 
-// DefaultRequestTimeout bounds one etcd read of the pointer.
-const DefaultRequestTimeout = 5 * time.Second
+// defaultRequestTimeout bounds one etcd read of the pointer.
+const defaultRequestTimeout = 5 * time.Second
 
 // Config holds a Reader's dependencies and options.
 type Config struct {
-	Namespace layout.Namespace
-	Etcd      *clientv3.Client
-	Store     *objstore.Store
+	// Env locates the domain. The Reader closes neither client.
+	fencepub.Env
 	// Logger receives watch re-syncs; nil discards.
 	Logger *slog.Logger
 	// Serializable makes Current and Open read the pointer from the local
@@ -98,18 +93,18 @@ type Config struct {
 	// linearizable.
 	Serializable bool
 	// OpenRetries bounds Open's retries after a collected object; default
-	// DefaultOpenRetries.
+	// 3.
 	OpenRetries int
 	// RequestTimeout bounds each etcd read of the pointer (Current, Open and
 	// Watch's syncs), and a call's wait for the pointer from its arrival,
 	// retries of a read that failed with etcd unavailable included: an etcd
-	// that does not answer in time is ErrUnavailable instead of a wait as
+	// that does not answer in time is fencepub.ErrUnavailable instead of a wait as
 	// long as the caller's context (the etcd client waits for a connection
-	// indefinitely). Default DefaultRequestTimeout.
+	// indefinitely). Default 5 s.
 	RequestTimeout time.Duration
 	// StallTimeout, when positive, ends an object read that receives no
 	// byte for that long — no response to the GET, or a body that stops —
-	// with ErrUnavailable; only the time spent waiting inside Read counts,
+	// with fencepub.ErrUnavailable; only the time spent waiting inside Read counts,
 	// not the caller's pauses between reads. minio-go bounds the wait for
 	// response headers, never a body that stops. 0 waits as long as the
 	// caller's context.
@@ -131,29 +126,25 @@ type Reader struct {
 	reads  [2]readQueue   // pointer reads: [0] linearizable, [1] serializable
 }
 
-// New returns a Reader of resource. Errors: ErrInvalid.
+// New returns a Reader of resource. Errors: fencepub.ErrInvalid.
 func New(cfg Config, resource string) (*Reader, error) {
 	switch {
 	case cfg.Namespace.Prefix == "" || cfg.Namespace.Domain == "":
-		return nil, fmt.Errorf("%w: Config.Namespace is empty", ErrInvalid)
+		return nil, fmt.Errorf("%w: Config.Namespace is empty", fencepub.ErrInvalid)
 	case cfg.Etcd == nil:
-		return nil, fmt.Errorf("%w: Config.Etcd is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: Config.Etcd is nil", fencepub.ErrInvalid)
 	case cfg.OpenRetries < 0:
-		return nil, fmt.Errorf("%w: negative OpenRetries", ErrInvalid)
+		return nil, fmt.Errorf("%w: negative OpenRetries", fencepub.ErrInvalid)
 	case cfg.RequestTimeout < 0:
-		return nil, fmt.Errorf("%w: negative RequestTimeout", ErrInvalid)
+		return nil, fmt.Errorf("%w: negative RequestTimeout", fencepub.ErrInvalid)
 	case cfg.StallTimeout < 0:
-		return nil, fmt.Errorf("%w: negative StallTimeout", ErrInvalid)
+		return nil, fmt.Errorf("%w: negative StallTimeout", fencepub.ErrInvalid)
 	}
 	if err := layout.ValidateResource(resource, false); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
-	if cfg.OpenRetries == 0 {
-		cfg.OpenRetries = DefaultOpenRetries
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
+	cfg.OpenRetries = cmp.Or(cfg.OpenRetries, defaultOpenRetries)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -169,7 +160,7 @@ func (r *Reader) Resource() string { return r.res }
 // reads, each call getting a read sent after it began (pointerRead), so a
 // call may also wait for the read already in flight. It never returns a version below one
 // this Reader already returned (invariant 6). Errors: ErrNotPublished,
-// ErrWentBack, ErrUnavailable, layout.ErrCorruptRecord.
+// ErrWentBack, fencepub.ErrUnavailable, layout.ErrCorruptRecord.
 func (r *Reader) Current(ctx context.Context) (layout.Pointer, error) {
 	ptr, _, err := r.current(ctx, r.cfg.Serializable)
 	return ptr, err
@@ -224,12 +215,12 @@ func (r *Reader) saw(v layout.Version, mod int64) {
 // began after this call did, so a linearizable read stays linearizable.
 func (r *Reader) get(ctx context.Context, serializable bool) (ptr layout.Pointer, rev, mod int64, err error) {
 	bctx, cancel := context.WithTimeoutCause(ctx, r.cfg.RequestTimeout,
-		fmt.Errorf("%w: no answer within %s (Config.RequestTimeout)", ErrUnavailable, r.cfg.RequestTimeout))
+		fmt.Errorf("%w: no answer within %s (Config.RequestTimeout)", fencepub.ErrUnavailable, r.cfg.RequestTimeout))
 	defer cancel()
 	err = retry.Do(bctx, func(bctx context.Context) (err error) {
 		ptr, rev, mod, err = r.getOnce(bctx, serializable)
 		return err
-	}, func(err error) bool { return errors.Is(err, ErrUnavailable) && retry.EtcdUnavailable(err) })
+	}, func(err error) bool { return errors.Is(err, fencepub.ErrUnavailable) && retry.EtcdUnavailable(err) })
 	if err != nil && ctx.Err() != nil {
 		return layout.Pointer{}, 0, 0, fmt.Errorf("reader: get pointer of %q: %w", r.res, context.Cause(ctx))
 	}
@@ -333,7 +324,7 @@ func (r *Reader) read(ctx context.Context, serializable bool) (ptr layout.Pointe
 	}
 	resp, err := r.cfg.Etcd.Get(ctx, r.key, opts...)
 	if err != nil {
-		return layout.Pointer{}, 0, 0, fmt.Errorf("%w: get pointer of %q: %w", ErrUnavailable, r.res, err)
+		return layout.Pointer{}, 0, 0, fmt.Errorf("%w: get pointer of %q: %w", fencepub.ErrUnavailable, r.res, err)
 	}
 	if len(resp.Kvs) == 0 {
 		return layout.Pointer{}, resp.Header.Revision, 0, nil
@@ -377,10 +368,10 @@ type Body struct {
 // one GET (the body streams as it is read).
 // Errors: ErrNotPublished, ErrWentBack, ErrObjectMissing, ErrDecommissioned,
 // ErrObjectChanged, ErrDigestMismatch (the store reports another size),
-// ErrUnavailable, layout.ErrCorruptRecord.
+// fencepub.ErrUnavailable, layout.ErrCorruptRecord.
 func (r *Reader) Open(ctx context.Context) (*Body, error) {
 	if r.cfg.Store == nil {
-		return nil, fmt.Errorf("%w: Config.Store is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: Config.Store is nil", fencepub.ErrInvalid)
 	}
 	r.mu.Lock()
 	guess := r.opened
@@ -431,14 +422,14 @@ func (r *Reader) Open(ctx context.Context) (*Body, error) {
 // published pointer alone, by get or watch). It does not check that ptr is
 // still current, nor record it as returned: the caller chose the version,
 // and the bytes are verified against it. If the object is gone, OpenPointer re-reads the pointer and
-// follows a newer one as Open does. Errors: those of Open, and ErrInvalid
+// follows a newer one as Open does. Errors: those of Open, and fencepub.ErrInvalid
 // for a zero pointer.
 func (r *Reader) OpenPointer(ctx context.Context, ptr layout.Pointer) (*Body, error) {
 	switch {
 	case r.cfg.Store == nil:
-		return nil, fmt.Errorf("%w: Config.Store is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: Config.Store is nil", fencepub.ErrInvalid)
 	case ptr.Version.IsZero() || ptr.Object.Key == "":
-		return nil, fmt.Errorf("%w: OpenPointer of %q needs a published pointer, got version %s key %q", ErrInvalid, r.res, ptr.Version, ptr.Object.Key)
+		return nil, fmt.Errorf("%w: OpenPointer of %q needs a published pointer, got version %s key %q", fencepub.ErrInvalid, r.res, ptr.Version, ptr.Object.Key)
 	}
 	return r.openFrom(ctx, ptr)
 }
@@ -544,7 +535,7 @@ func newStallTimer(ctx context.Context, period time.Duration) (context.Context, 
 	ctx, cancel := context.WithCancelCause(ctx)
 	st := &stallTimer{period: period, ctx: ctx, cancel: cancel}
 	st.timer = time.AfterFunc(period, func() {
-		cancel(fmt.Errorf("%w: %w for %s (Config.StallTimeout)", ErrUnavailable, errStalled, period))
+		cancel(fmt.Errorf("%w: %w for %s (Config.StallTimeout)", fencepub.ErrUnavailable, errStalled, period))
 	})
 	return ctx, st
 }
@@ -591,7 +582,7 @@ func (r *Reader) objectErr(ptr layout.Pointer, err error) error {
 		// A configuration problem, not a lost object: never report it as
 		// ErrObjectMissing (data loss).
 		return fmt.Errorf("%w: bucket %q of the pointer %s of %q does not exist: %w",
-			ErrInvalid, ptr.Object.Bucket, ptr.Version, r.res, err)
+			fencepub.ErrInvalid, ptr.Object.Bucket, ptr.Version, r.res, err)
 	}
 	err = objstore.Classify(err)
 	switch {
@@ -599,7 +590,7 @@ func (r *Reader) objectErr(ptr layout.Pointer, err error) error {
 		return fmt.Errorf("%w: %s/%s (pointer %s of %q): %w",
 			ErrObjectMissing, ptr.Object.Bucket, ptr.Object.Key, ptr.Version, r.res, err)
 	case errors.Is(err, objstore.ErrUnavailable):
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", fencepub.ErrUnavailable, err)
 	}
 	return fmt.Errorf("reader: get %s/%s: %w", ptr.Object.Bucket, ptr.Object.Key, err)
 }

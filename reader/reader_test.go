@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
@@ -37,7 +38,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{Domain: testenv.NewDomain(t), t: t}
 	ctx := ctxT(t, 30*time.Second)
-	a, err := authority.New(authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := publisher.New(publisher.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store})
+	c, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 
 func (e *env) reader(cli *clientv3.Client, mods ...func(*Config)) *Reader {
 	e.t.Helper()
-	cfg := Config{Namespace: e.NS, Etcd: cli, Store: e.Store}
+	cfg := Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.Store}}
 	for _, m := range mods {
 		m(&cfg)
 	}

@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 )
 
 // Config.StallTimeout ends a read that gets no byte for that long — no
-// answer to the GET, or a body that stops — with ErrUnavailable, while the
+// answer to the GET, or a body that stops — with fencepub.ErrUnavailable, while the
 // caller's own pauses between reads (longer than the timeout) do not count.
 func TestStallTimeout(t *testing.T) {
 	e := newEnv(t)
@@ -61,11 +62,11 @@ func TestStallTimeout(t *testing.T) {
 			_, err = io.Copy(io.Discard, b)
 			b.Close()
 		}
-		if took := time.Since(start); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "sent no bytes") || took > 10*time.Second {
-			t.Fatalf("%s: %v after %s; want ErrUnavailable naming the stall within seconds", tc.name, err, took)
+		if took := time.Since(start); !errors.Is(err, fencepub.ErrUnavailable) || !strings.Contains(err.Error(), "sent no bytes") || took > 10*time.Second {
+			t.Fatalf("%s: %v after %s; want fencepub.ErrUnavailable naming the stall within seconds", tc.name, err, took)
 		}
 	}
-	if _, err := New(Config{Namespace: e.NS, Etcd: e.Etcd, StallTimeout: -time.Second}, res); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("negative StallTimeout: %v, want ErrInvalid", err)
+	if _, err := New(Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd}, StallTimeout: -time.Second}, res); !errors.Is(err, fencepub.ErrInvalid) {
+		t.Fatalf("negative StallTimeout: %v, want fencepub.ErrInvalid", err)
 	}
 }

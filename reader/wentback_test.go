@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
@@ -96,7 +97,7 @@ func TestWatchWentBackAfterRestore(t *testing.T) {
 	wctx := ctxT(t, time.Minute)
 	watches := map[string]<-chan Update{}
 	for res, v := range sent {
-		r, err := New(Config{Namespace: ns, Etcd: cli}, res)
+		r, err := New(Config{Env: fencepub.Env{Namespace: ns, Etcd: cli}}, res)
 		if err != nil {
 			t.Fatal(err)
 		}

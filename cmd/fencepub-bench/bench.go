@@ -49,16 +49,22 @@ const maxWrkDuration = 10 * time.Minute
 // single-member etcd and a single-drive MinIO it starts itself. Flags and
 // --out are checked before any server is started or contacted; an
 // interrupted run writes no report.
+// benchCmdOptions are fencepub-bench's flags (addFlags); Complete keeps
+// which were given, Validate checks them before any server is started or
+// contacted, Run runs the suite and writes the report.
+type benchCmdOptions struct {
+	local, quick  bool
+	out           string
+	workloads     []string
+	scale         float64
+	gcObjects     int
+	wrkDuration   time.Duration
+	readerService string
+	changed       func(flag string) bool // set by Complete
+}
+
 func newBenchCmd() *cobra.Command {
-	var (
-		local, quick  bool
-		out           string
-		workloads     []string
-		scale         float64
-		gcObjects     int
-		wrkDuration   time.Duration
-		readerService string
-	)
+	o := &benchCmdOptions{}
 	cmd := &cobra.Command{
 		Use:   "fencepub-bench",
 		Short: "Measure fencepub side by side with its baselines on real etcd and MinIO",
@@ -90,147 +96,165 @@ server is started or contacted), 115 when the configured servers cannot be
 reached, 130 when interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			opts, err := benchOptions(c, workloads, quick, scale, gcObjects, wrkDuration, readerService)
+			o.Complete(c)
+			opts, err := o.Validate()
 			if err != nil {
 				return err
 			}
-			opts.Log = slog.New(slog.NewTextHandler(c.ErrOrStderr(), nil))
-			var binDir string
-			if local { // a missing binary fails now, not after --out is made
-				for _, name := range []string{"etcd", "minio"} {
-					p, err := localstack.Binary(name)
-					if err != nil {
-						return exitcode.With(exitcode.Usage, err)
-					}
-					binDir = filepath.Dir(p)
-				}
-			}
-			undoOut, err := prepareBenchOut(out)
-			if err != nil {
-				return err
-			}
-			wrote := false
-			defer func() {
-				if !wrote {
-					undoOut() // only what it created, only if still empty
-				}
-			}()
-			ctx := c.Context()
-			var env suite.Env
-			if local {
-				dir, err := os.MkdirTemp("", "fencepub-bench-")
-				if err != nil {
-					return err
-				}
-				defer os.RemoveAll(dir)
-				ns, err := layout.NewNamespace("fencepub-bench", "bench")
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(c.ErrOrStderr(), "bench: starting a local etcd and MinIO from %s, data in %s (removed at the end); domain %q of prefix %q; report to %s\n",
-					binDir, dir, ns.Domain, ns.Prefix, out)
-				l, err := suite.StartLocal(ctx, dir)
-				if err != nil {
-					switch {
-					case ctx.Err() != nil:
-						return benchInterrupted(ctx, out)
-					case errors.Is(err, localstack.ErrNoBinary):
-						return exitcode.With(exitcode.Usage, err)
-					}
-					return exitcode.With(exitcode.Unavailable, err)
-				}
-				defer l.Close()
-				if env, err = l.Env(ns); err != nil {
-					return err
-				}
-			} else {
-				e, err := cli.OpenEnv(c)
-				if err != nil {
-					if ctx.Err() != nil {
-						return benchInterrupted(ctx, out)
-					}
-					return err
-				}
-				defer e.Close()
-				if err := e.Store.CheckBucket(ctx); err != nil {
-					if ctx.Err() != nil {
-						return benchInterrupted(ctx, out)
-					}
-					return exitcode.With(exitcode.Unavailable, err)
-				}
-				var b [3]byte
-				_, _ = rand.Read(b[:])
-				ns, err := layout.NewNamespace(e.NS.Prefix, e.NS.Domain+"-bench-"+hex.EncodeToString(b[:]))
-				if err != nil {
-					return exitcode.With(exitcode.Usage, err)
-				}
-				servers := fmt.Sprintf("etcd %s, S3 %s bucket %q", strings.Join(e.Config.Etcd.Endpoints, ","), e.Config.S3.Endpoint, e.Config.S3.Bucket)
-				fmt.Fprintf(c.ErrOrStderr(), "bench: %s; throwaway domain %q of prefix %q (deleted at the end); report to %s\n",
-					servers, ns.Domain, ns.Prefix, out)
-				env = suite.Env{
-					Target:  bench.Target{Etcd: e.Etcd, Store: e.Store, NS: ns},
-					Config:  e.Config,
-					NewEtcd: e.Config.EtcdClient,
-					Servers: "configured: " + servers,
-				}
-			}
-			rep, runErr := suite.Run(ctx, env, opts)
-			if ctx.Err() != nil {
-				// The rows of an interrupted run are partial or failed with
-				// the cancellation: not a report.
-				return benchInterrupted(ctx, out)
-			}
-			if errors.Is(runErr, suite.ErrUnknownWorkload) || errors.Is(runErr, suite.ErrInvalid) {
-				return exitcode.With(exitcode.Usage, runErr)
-			}
-			wrote = true
-			if err := rep.Write(out); err != nil {
-				return errors.Join(runErr, err)
-			}
-			if err := rep.Chart(filepath.Join(out, "latest.png"), suite.WorkloadPublish, suite.WorkloadScaling); err != nil {
-				return errors.Join(runErr, err)
-			}
-			w := c.OutOrStdout()
-			met, targets := 0, 0
-			for _, r := range rep.Rows {
-				if r.Target == "" {
-					continue
-				}
-				verdict := "skipped"
-				if r.Met != nil {
-					targets++
-					verdict = "no"
-					if *r.Met {
-						met++
-						verdict = "yes"
-					}
-				}
-				fmt.Fprintf(w, "%-7s %-9s %-55s %-34s %s\n", verdict, r.Workload, r.Config, r.Target, r.Measured())
-			}
-			fmt.Fprintf(w, "\n%d of %d targets met; wrote %s\n", met, targets, strings.Join([]string{
-				filepath.Join(out, "latest.json"), filepath.Join(out, "latest.md"), filepath.Join(out, "latest.png")}, ", "))
-			return runErr
+			return o.Run(c, opts)
 		},
 	}
 	cli.AddConnFlags(cmd)
-	f := cmd.Flags()
-	f.BoolVar(&local, "local", false, "start a local etcd and MinIO from ./bin (make deps) instead of using the configured servers")
-	f.BoolVar(&quick, "quick", false, "tiny counts: a smoke run in seconds (numbers not meaningful)")
-	f.StringVar(&out, "out", defaultBenchOut, "directory for latest.json, latest.md and latest.png (created if missing)")
-	f.StringSliceVar(&workloads, "workloads", nil, "workloads to run, comma-separated (default all: "+strings.Join(suite.Workloads(), ",")+")")
-	f.Float64Var(&scale, "scale", 1, fmt.Sprintf("multiply every operation count: > 0, at most %d (e.g. 0.5 for a shorter run; ignored with --quick)", maxBenchScale))
-	f.IntVar(&gcObjects, "gc-objects", 100_000, fmt.Sprintf("objects in the GC workload's large set, at least %d; the small set is a tenth (--quick: 1000 unless given)", minBenchGCObjects))
-	f.DurationVar(&wrkDuration, "wrk-duration", 3*time.Second, "length of each wrk run, at least 1s, rounded to whole seconds (--quick: 1s unless given)")
-	f.StringVar(&readerService, "reader-service", "", "path of the examples/reader-service binary (default: reader-service in ./bin, built by make build)")
+	o.addFlags(cmd)
 	return cmd
 }
 
-// benchOptions checks bench's flags and returns the suite options they
-// give (without Log). Every error is a usage error naming the flag and its
-// valid range; nothing has been started or contacted yet. With --quick,
+// addFlags registers fencepub-bench's own flags on cmd.
+func (o *benchCmdOptions) addFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.BoolVar(&o.local, "local", false, "start a local etcd and MinIO from ./bin (make deps) instead of using the configured servers")
+	f.BoolVar(&o.quick, "quick", false, "tiny counts: a smoke run in seconds (numbers not meaningful)")
+	f.StringVar(&o.out, "out", defaultBenchOut, "directory for latest.json, latest.md and latest.png (created if missing)")
+	f.StringSliceVar(&o.workloads, "workloads", nil, "workloads to run, comma-separated (default all: "+strings.Join(suite.Workloads(), ",")+")")
+	f.Float64Var(&o.scale, "scale", 1, fmt.Sprintf("multiply every operation count: > 0, at most %d (e.g. 0.5 for a shorter run; ignored with --quick)", maxBenchScale))
+	f.IntVar(&o.gcObjects, "gc-objects", 100_000, fmt.Sprintf("objects in the GC workload's large set, at least %d; the small set is a tenth (--quick: 1000 unless given)", minBenchGCObjects))
+	f.DurationVar(&o.wrkDuration, "wrk-duration", 3*time.Second, "length of each wrk run, at least 1s, rounded to whole seconds (--quick: 1s unless given)")
+	f.StringVar(&o.readerService, "reader-service", "", "path of the examples/reader-service binary (default: reader-service in ./bin, built by make build)")
+}
+
+// Complete keeps c's record of which flags were given.
+func (o *benchCmdOptions) Complete(c *cobra.Command) { o.changed = c.Flags().Changed }
+
+// Run checks the server binaries (--local) and --out, starts or connects to
+// the servers, runs the suite with opts (from Validate) and writes the
+// report to --out.
+func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
+	opts.Log = slog.New(slog.NewTextHandler(c.ErrOrStderr(), nil))
+	var binDir string
+	if o.local { // a missing binary fails now, not after --out is made
+		for _, name := range []string{"etcd", "minio"} {
+			p, err := localstack.Binary(name)
+			if err != nil {
+				return exitcode.With(exitcode.Usage, err)
+			}
+			binDir = filepath.Dir(p)
+		}
+	}
+	undoOut, err := prepareBenchOut(o.out)
+	if err != nil {
+		return err
+	}
+	wrote := false
+	defer func() {
+		if !wrote {
+			undoOut() // only what it created, only if still empty
+		}
+	}()
+	ctx := c.Context()
+	var env suite.Env
+	if o.local {
+		dir, err := os.MkdirTemp("", "fencepub-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		ns, err := layout.NewNamespace("fencepub-bench", "bench")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.ErrOrStderr(), "bench: starting a local etcd and MinIO from %s, data in %s (removed at the end); domain %q of prefix %q; report to %s\n",
+			binDir, dir, ns.Domain, ns.Prefix, o.out)
+		l, err := suite.StartLocal(ctx, dir)
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return benchInterrupted(ctx, o.out)
+			case errors.Is(err, localstack.ErrNoBinary):
+				return exitcode.With(exitcode.Usage, err)
+			}
+			return exitcode.With(exitcode.Unavailable, err)
+		}
+		defer l.Close()
+		if env, err = l.Env(ns); err != nil {
+			return err
+		}
+	} else {
+		e, err := cli.OpenEnv(c)
+		if err != nil {
+			if ctx.Err() != nil {
+				return benchInterrupted(ctx, o.out)
+			}
+			return err
+		}
+		defer e.Close()
+		if err := e.Store.CheckBucket(ctx); err != nil {
+			if ctx.Err() != nil {
+				return benchInterrupted(ctx, o.out)
+			}
+			return exitcode.With(exitcode.Unavailable, err)
+		}
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		ns, err := layout.NewNamespace(e.NS.Prefix, e.NS.Domain+"-bench-"+hex.EncodeToString(b[:]))
+		if err != nil {
+			return exitcode.With(exitcode.Usage, err)
+		}
+		servers := fmt.Sprintf("etcd %s, S3 %s bucket %q", strings.Join(e.Config.Etcd.Endpoints, ","), e.Config.S3.Endpoint, e.Config.S3.Bucket)
+		fmt.Fprintf(c.ErrOrStderr(), "bench: %s; throwaway domain %q of prefix %q (deleted at the end); report to %s\n",
+			servers, ns.Domain, ns.Prefix, o.out)
+		env = suite.Env{
+			Target:  bench.Target{Etcd: e.Etcd, Store: e.Store, NS: ns},
+			Config:  e.Config,
+			NewEtcd: e.Config.EtcdClient,
+			Servers: "configured: " + servers,
+		}
+	}
+	rep, runErr := suite.Run(ctx, env, opts)
+	if ctx.Err() != nil {
+		// The rows of an interrupted run are partial or failed with
+		// the cancellation: not a report.
+		return benchInterrupted(ctx, o.out)
+	}
+	if errors.Is(runErr, suite.ErrUnknownWorkload) || errors.Is(runErr, suite.ErrInvalid) {
+		return exitcode.With(exitcode.Usage, runErr)
+	}
+	wrote = true
+	if err := rep.Write(o.out); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if err := rep.Chart(filepath.Join(o.out, "latest.png"), suite.WorkloadPublish, suite.WorkloadScaling); err != nil {
+		return errors.Join(runErr, err)
+	}
+	w := c.OutOrStdout()
+	met, targets := 0, 0
+	for _, r := range rep.Rows {
+		if r.Target == "" {
+			continue
+		}
+		verdict := "skipped"
+		if r.Met != nil {
+			targets++
+			verdict = "no"
+			if *r.Met {
+				met++
+				verdict = "yes"
+			}
+		}
+		fmt.Fprintf(w, "%-7s %-9s %-55s %-34s %s\n", verdict, r.Workload, r.Config, r.Target, r.Measured())
+	}
+	fmt.Fprintf(w, "\n%d of %d targets met; wrote %s\n", met, targets, strings.Join([]string{
+		filepath.Join(o.out, "latest.json"), filepath.Join(o.out, "latest.md"), filepath.Join(o.out, "latest.png")}, ", "))
+	return runErr
+}
+
+// Validate checks the flags and returns the suite options they give
+// (without Log). Every error is a usage error naming the flag and its valid
+// range; nothing has been started or contacted yet. With --quick,
 // --gc-objects and --wrk-duration not given keep the suite's quick values.
-func benchOptions(c *cobra.Command, workloads []string, quick bool, scale float64, gcObjects int, wrkDuration time.Duration, readerService string) (suite.Options, error) {
-	changed := c.Flags().Changed
+func (o *benchCmdOptions) Validate() (suite.Options, error) {
+	changed := o.changed
+	scale, gcObjects, wrkDuration, readerService := o.scale, o.gcObjects, o.wrkDuration, o.readerService
+	quick, workloads := o.quick, o.workloads
 	switch {
 	case !(scale > 0 && scale <= maxBenchScale): // NaN fails too
 		return suite.Options{}, exitcode.Usagef("--scale %g: want a number > 0 and at most %d (1 is the default run, 0.5 a shorter one)", scale, maxBenchScale)

@@ -7,10 +7,12 @@ import (
 	"io"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 )
 
@@ -80,7 +82,7 @@ func authorityExit(err error) error {
 		code = exitcode.Held
 	case errors.Is(err, authority.ErrLeaseLost), errors.Is(err, authority.ErrExpired):
 		code = exitcode.LeaseLost
-	case errors.Is(err, authority.ErrUnavailable):
+	case errors.Is(err, fencepub.ErrUnavailable):
 		code = exitcode.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		// The command's own deadline (--timeout) ran out mid-acquire: not
@@ -114,7 +116,7 @@ type grantOutput struct {
 func toGrantOutput(g authority.Grant) grantOutput {
 	return grantOutput{
 		Resource: g.Resource, Owner: g.Owner, RequestID: g.RequestID, Epoch: g.Epoch,
-		Generation: g.Generation, Fence: g.Fence(), LeaseID: int64(g.LeaseID), TTLSeconds: g.TTL.Seconds(),
+		Generation: g.Generation, Fence: g.Generation, LeaseID: int64(g.LeaseID), TTLSeconds: g.TTL.Seconds(),
 		GrantedAt: g.GrantedAt.UTC(), ExpiresAt: g.ExpiresAt().UTC(), HolderRevision: g.HolderRevision,
 	}
 }
@@ -423,13 +425,15 @@ and the bucket holds another history (add --from-bucket).`,
 			return authorityExit(err)
 		}
 		var (
-			repub    []republished
+			repub    []publisher.Restored
 			repubErr error
 		)
 		if republish {
-			if repub, err = republishLost(c.Context(), env, a, rep); err != nil {
+			client, err := publisher.New(env.PublisherConfig())
+			if err != nil {
 				return exitcode.With(exitcode.Usage, err)
 			}
+			repub = client.RestoreLost(c.Context(), a, rep)
 			for _, r := range repub {
 				if r.Error != "" {
 					env.Log.Error(fmt.Sprintf("republish %s %s failed: %s", r.Resource, r.From, r.Error))
@@ -440,7 +444,7 @@ and the bucket holds another history (add --from-bucket).`,
 		if *out == "json" {
 			if err := printJSON(env.Stdout, struct {
 				authority.RecoverReport
-				Republished []republished `json:"republished,omitempty"`
+				Republished []publisher.Restored `json:"republished,omitempty"`
 			}{rep, repub}); err != nil {
 				return err
 			}

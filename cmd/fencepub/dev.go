@@ -174,110 +174,140 @@ func devStateOf(dir, cfgFile string, c *localstack.Cluster) devState {
 	return st
 }
 
+// devUpOptions are the flags of `fencepub dev up` (addFlags) and dev's
+// --dir; Validate checks them before anything is touched, Run starts the
+// stack.
+type devUpOptions struct {
+	dir                 *string
+	configPath          string
+	members, minioNodes int
+}
+
 func newDevUpCmd(dir *string) *cobra.Command {
-	var (
-		configPath          string
-		members, minioNodes int
-	)
+	o := &devUpOptions{dir: dir}
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start local etcd and MinIO and write a config file",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			log := cli.Logger(c)
-			if members < 1 || members > maxDevEtcdMembers {
-				return exitcode.Usagef("--etcd-members %d: want 1-%d (odd: 1, 3, 5, 7 tolerate 0, 1, 2, 3 lost members)", members, maxDevEtcdMembers)
-			}
-			if minioNodes < 1 || minioNodes > maxDevMinIONodes {
-				return exitcode.Usagef("--minio-nodes %d: want 1-%d", minioNodes, maxDevMinIONodes)
-			}
-			abs, err := filepath.Abs(*dir)
-			if err != nil {
-				return exitcode.With(exitcode.Usage, err)
-			}
-			cfgAbs, err := filepath.Abs(configPath)
-			if err == nil {
-				err = checkWritable(cfgAbs, abs)
-			}
-			if err != nil {
-				return exitcode.Usagef("--write-config %s: %v (nothing started or stopped)", configPath, err)
-			}
-			if st, err := readDevState(abs); err == nil {
-				switch n := st.runningCount(); {
-				case n == len(st.procs()) && n > 0:
-					log.Info(fmt.Sprintf("dev: already running (%d etcd members, %d minio nodes); config %s", len(st.Etcd), len(st.MinIO), st.ConfigFile))
-					if len(st.Etcd) != members || len(st.MinIO) != minioNodes {
-						log.Warn(fmt.Sprintf("dev: not changing its topology to %d/%d; run 'fencepub dev down' and start it in a fresh --dir", members, minioNodes))
-					}
-					if !c.Flags().Changed("write-config") || cfgAbs == st.ConfigFile {
-						return nil
-					}
-					b, err := os.ReadFile(st.ConfigFile)
-					if err == nil {
-						err = os.WriteFile(cfgAbs, b, 0o600)
-					}
-					if err != nil {
-						return exitcode.Usagef("--write-config %s: copying %s: %v", configPath, st.ConfigFile, err)
-					}
-					log.Info("dev: wrote its config to " + cfgAbs + " too")
-					return nil
-				case n > 0:
-					log.Warn("dev: some servers of the stack are down; restarting all of them (data is kept)")
-					stopDev(log, st)
-				}
-			}
-			if err := os.MkdirAll(abs, 0o755); err != nil {
-				return exitcode.With(exitcode.Usage, err)
-			}
-			ctx, cancel := context.WithTimeout(c.Context(), 90*time.Second)
-			defer cancel()
-			cports, err := devPorts(members, 2379, 2)
-			if err != nil {
+			if err := o.Validate(); err != nil {
 				return err
 			}
-			pports, err := devPorts(members, 2380, 2)
-			if err != nil {
-				return err
-			}
-			mports, err := devPorts(minioNodes, 9000, 1)
-			if err != nil {
-				return err
-			}
-			log.Info(fmt.Sprintf("dev: starting etcd (%d members) and minio (%d nodes) ...", members, minioNodes))
-			cl, err := localstack.StartCluster(ctx, abs, localstack.ClusterOptions{
-				Etcd:  localstack.EtcdOptions{Members: members, Detached: true, ListenClientPorts: cports, ListenPeerPorts: pports},
-				MinIO: localstack.MinIOOptions{Nodes: minioNodes, Detached: true, Ports: mports},
-			})
-			if err != nil {
-				return devErr(err)
-			}
-			st := devStateOf(abs, cfgAbs, cl)
-			b, _ := json.MarshalIndent(st, "", "  ")
-			err = os.WriteFile(filepath.Join(abs, "state.json"), b, 0o644)
-			if err == nil {
-				err = os.WriteFile(cfgAbs, []byte(devYAML(abs, cl)), 0o600)
-			}
-			if err != nil { // leave nothing running that dev down cannot find
-				cl.Stop()
-				_ = os.Remove(filepath.Join(abs, "state.json"))
-				return exitcode.Usagef("dev up: %v (servers stopped)", err)
-			}
-			log.Info("dev: up")
-			for _, p := range st.Etcd {
-				log.Info("dev: "+p.Name, "endpoint", p.Endpoint, "pid", p.PID, "log", p.Log)
-			}
-			for _, p := range st.MinIO {
-				log.Info("dev: "+p.Name, "endpoint", p.Endpoint, "pid", p.PID, "bucket", st.Bucket, "log", p.Log)
-			}
-			log.Info("dev: config "+cfgAbs+"; commands run in this directory pick it up, e.g. "+
-				os.Args[0]+" publish --resource demo --owner me --ttl 10s --key k1 --file README.md; stop with: "+os.Args[0]+" dev down", "config", cfgAbs)
-			return nil
+			return o.Run(c)
 		},
 	}
-	cmd.Flags().StringVar(&configPath, "write-config", "fencepub.yaml", "where to write the config file for the local stack")
-	cmd.Flags().IntVar(&members, "etcd-members", 1, "etcd cluster members, each its own process (3 tolerates one lost member)")
-	cmd.Flags().IntVar(&minioNodes, "minio-nodes", 1, "MinIO server processes; more than 1 is a distributed MinIO with two drives per node")
+	o.addFlags(cmd)
 	return cmd
+}
+
+// addFlags registers dev up's own flags on cmd.
+func (o *devUpOptions) addFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.configPath, "write-config", "fencepub.yaml", "where to write the config file for the local stack")
+	cmd.Flags().IntVar(&o.members, "etcd-members", 1, "etcd cluster members, each its own process (3 tolerates one lost member)")
+	cmd.Flags().IntVar(&o.minioNodes, "minio-nodes", 1, "MinIO server processes; more than 1 is a distributed MinIO with two drives per node")
+}
+
+// Validate checks the stack's size. Errors: usage errors (exit 2).
+func (o *devUpOptions) Validate() error {
+	if o.members < 1 || o.members > maxDevEtcdMembers {
+		return exitcode.Usagef("--etcd-members %d: want 1-%d (odd: 1, 3, 5, 7 tolerate 0, 1, 2, 3 lost members)", o.members, maxDevEtcdMembers)
+	}
+	if o.minioNodes < 1 || o.minioNodes > maxDevMinIONodes {
+		return exitcode.Usagef("--minio-nodes %d: want 1-%d", o.minioNodes, maxDevMinIONodes)
+	}
+	return nil
+}
+
+// Run starts the stack in --dir, or reports the one already running there
+// (copying its config to --write-config when that was given), writes the
+// state file and the config file, and prints where everything is.
+func (o *devUpOptions) Run(c *cobra.Command) error {
+	log := cli.Logger(c)
+	abs, err := filepath.Abs(*o.dir)
+	if err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	cfgAbs, err := filepath.Abs(o.configPath)
+	if err == nil {
+		err = checkWritable(cfgAbs, abs)
+	}
+	if err != nil {
+		return exitcode.Usagef("--write-config %s: %v (nothing started or stopped)", o.configPath, err)
+	}
+	if st, err := readDevState(abs); err == nil {
+		switch n := st.runningCount(); {
+		case n == len(st.procs()) && n > 0:
+			log.Info(fmt.Sprintf("dev: already running (%d etcd members, %d minio nodes); config %s", len(st.Etcd), len(st.MinIO), st.ConfigFile))
+			if len(st.Etcd) != o.members || len(st.MinIO) != o.minioNodes {
+				log.Warn(fmt.Sprintf("dev: not changing its topology to %d/%d; run 'fencepub dev down' and start it in a fresh --dir", o.members, o.minioNodes))
+			}
+			if !c.Flags().Changed("write-config") || cfgAbs == st.ConfigFile {
+				return nil
+			}
+			b, err := os.ReadFile(st.ConfigFile)
+			if err == nil {
+				err = os.WriteFile(cfgAbs, b, 0o600)
+			}
+			if err != nil {
+				return exitcode.Usagef("--write-config %s: copying %s: %v", o.configPath, st.ConfigFile, err)
+			}
+			log.Info("dev: wrote its config to " + cfgAbs + " too")
+			return nil
+		case n > 0:
+			log.Warn("dev: some servers of the stack are down; restarting all of them (data is kept)")
+			stopDev(log, st)
+		}
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	ctx, cancel := context.WithTimeout(c.Context(), 90*time.Second)
+	defer cancel()
+	cports, err := devPorts(o.members, 2379, 2)
+	if err != nil {
+		return err
+	}
+	pports, err := devPorts(o.members, 2380, 2)
+	if err != nil {
+		return err
+	}
+	mports, err := devPorts(o.minioNodes, 9000, 1)
+	if err != nil {
+		return err
+	}
+	log.Info(fmt.Sprintf("dev: starting etcd (%d members) and minio (%d nodes) ...", o.members, o.minioNodes))
+	cl, err := localstack.StartCluster(ctx, abs, localstack.ClusterOptions{
+		Etcd:  localstack.EtcdOptions{Members: o.members, Detached: true, ListenClientPorts: cports, ListenPeerPorts: pports},
+		MinIO: localstack.MinIOOptions{Nodes: o.minioNodes, Detached: true, Ports: mports},
+	})
+	if err != nil {
+		return devErr(err)
+	}
+	st := devStateOf(abs, cfgAbs, cl)
+	b, _ := json.MarshalIndent(st, "", "  ")
+	err = os.WriteFile(filepath.Join(abs, "state.json"), b, 0o644)
+	if err == nil {
+		err = os.WriteFile(cfgAbs, []byte(devYAML(abs, cl)), 0o600)
+	}
+	if err != nil { // leave nothing running that dev down cannot find
+		cl.Stop()
+		_ = os.Remove(filepath.Join(abs, "state.json"))
+		return exitcode.Usagef("dev up: %v (servers stopped)", err)
+	}
+	log.Info("dev: up")
+	for _, p := range st.Etcd {
+		log.Info("dev: "+p.Name, "endpoint", p.Endpoint, "pid", p.PID, "log", p.Log)
+	}
+	for _, p := range st.MinIO {
+		log.Info("dev: "+p.Name, "endpoint", p.Endpoint, "pid", p.PID, "bucket", st.Bucket, "log", p.Log)
+	}
+	down := os.Args[0] + " dev down"
+	if c.Flags().Changed("dir") {
+		down += " --dir " + *o.dir
+	}
+	log.Info("dev: config "+cfgAbs+"; commands run in this directory pick it up, e.g. "+
+		os.Args[0]+" publish --resource demo --owner me --ttl 10s --key k1 --file README.md; stop with: "+down, "config", cfgAbs)
+	return nil
 }
 
 // checkWritable reports why a file cannot be written at path: it is a

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/cli/config"
@@ -282,7 +283,7 @@ func (d *doctor) checkDomain(ctx context.Context) {
 		return
 	}
 	epoch, err := a.Epoch(dctx)
-	if errors.Is(err, authority.ErrNotInitialized) {
+	if errors.Is(err, fencepub.ErrNotInitialized) {
 		d.add("domain", checkWarn, root+" is not initialised", "fencepub init (the first acquire also initialises it)")
 		return
 	}

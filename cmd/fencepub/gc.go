@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/cli"
@@ -141,7 +141,7 @@ func openCollector(env *cli.Env, requestRetention time.Duration, cfg gc.Config) 
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
-	cfg.Env, cfg.Authority, cfg.Logger = fencepub.Env{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store}, a, env.Log
+	cfg.Env, cfg.Authority, cfg.Logger = env.Domain(), a, env.Log
 	c, err := gc.New(cfg)
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
@@ -160,12 +160,12 @@ func gcExit(err error) error {
 		return nil
 	case errors.Is(err, authority.ErrForeignHistory):
 		code = exitcode.NeedRecover
-	case errors.Is(err, gc.ErrInvalid), errors.Is(err, gc.ErrForeignDeployment), errors.Is(err, gc.ErrNoOwnership), errors.Is(err, gc.ErrNotInitialized),
+	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, authority.ErrForeignDeployment), errors.Is(err, gc.ErrNoOwnership), errors.Is(err, fencepub.ErrNotInitialized),
 		errors.Is(err, gc.ErrUnknownResource):
 		code = exitcode.Usage
-	case errors.Is(err, gc.ErrHeld):
+	case errors.Is(err, authority.ErrHeld):
 		code = exitcode.Held
-	case errors.Is(err, gc.ErrUnavailable), errors.Is(err, authority.ErrUnavailable):
+	case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, fencepub.ErrUnavailable):
 		code = exitcode.Unavailable
 	}
 	return exitcode.With(code, err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
@@ -126,7 +127,7 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: cli, Store: st})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: st}})
 	if err != nil {
 		t.Fatal(err)
 	}

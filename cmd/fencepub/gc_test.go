@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
@@ -51,11 +52,11 @@ func TestGCCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns, _ := layout.NewNamespace("clitest", "d1")
-	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: cli, Store: st})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: st}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := publisher.New(publisher.Config{Namespace: ns, Etcd: cli, Store: st})
+	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: st}})
 	if err != nil {
 		t.Fatal(err)
 	}

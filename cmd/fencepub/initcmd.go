@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/spf13/cobra"
 )
@@ -55,7 +55,7 @@ prints its epoch. A bucket holding another etcd history exits 116
 			return err
 		}
 		_, err = a.Epoch(c.Context())
-		o.Initialised = errors.Is(err, authority.ErrNotInitialized)
+		o.Initialised = errors.Is(err, fencepub.ErrNotInitialized)
 		if err != nil && !o.Initialised {
 			return authorityExit(err)
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/lab"
+	"github.com/fencepub/fencepub/internal/lab"
 )
 
 // newLabCmd builds `fencepub lab`, the protocol's event model and its
@@ -75,7 +75,7 @@ Variants:
                    counter, and A mints again after it resumes without its
                    lease, so it ends up holding issuer+3 (43 for 40):
                    unauthorized_accept. 4 interleavings; the protocol source counts 2
-                   (see 'go doc github.com/fencepub/fencepub/lab').
+                   (see 'go doc github.com/fencepub/fencepub/internal/lab').
   rollback-issuer  recovery restores the issuer from an old backup, so A and B
                    both get issuer+1: revoked_generation_overwrite.
 

@@ -6,9 +6,9 @@ import (
 
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/lab"
+	"github.com/fencepub/fencepub/internal/lab/replay"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/lab"
-	"github.com/fencepub/fencepub/lab/replay"
 	"github.com/spf13/cobra"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/fencepub/fencepub/internal/harness/testenv"
-	"github.com/fencepub/fencepub/lab"
+	"github.com/fencepub/fencepub/internal/lab"
 )
 
 func TestLabFencingText(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
@@ -37,7 +38,7 @@ func openReader(cmd *cobra.Command, resource string, serializable bool, stall ti
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := reader.New(reader.Config{Namespace: env.NS, Etcd: env.Etcd, Store: env.Store, Logger: env.Log, Serializable: serializable, StallTimeout: stall, RequestTimeout: env.Config.Etcd.RequestTimeout}, resource)
+	r, err := reader.New(reader.Config{Env: env.Domain(), Logger: env.Log, Serializable: serializable, StallTimeout: stall, RequestTimeout: env.Config.Etcd.RequestTimeout}, resource)
 	if err != nil {
 		env.Close()
 		return nil, nil, readerExit(err)
@@ -54,9 +55,9 @@ func readerExit(err error) error {
 		return nil
 	case errors.As(err, &ee):
 		return err
-	case errors.Is(err, reader.ErrInvalid), errors.Is(err, layout.ErrInvalidName), isNoSuchBucket(err):
+	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, layout.ErrInvalidName), isNoSuchBucket(err):
 		code = exitcode.Usage
-	case errors.Is(err, reader.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		code = exitcode.Unavailable
 	}
 	return exitcode.With(code, err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -121,7 +122,7 @@ func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cli.Env,
 				res := publisher.Result{Outcome: publisher.Stale, Reason: publisher.ReasonLease, Resource: g.resource,
 					Version: layout.Version{Epoch: g.epoch, Fence: g.fence}}
 				return nil, noop, res, fmt.Errorf("%w (%s): %w: grant %d.%d of %q for %q is not the live holder; nothing was written",
-					publisher.ErrStale, publisher.ReasonLease, publisher.ErrLeaseLost, g.epoch, g.fence, g.resource, g.owner)
+					publisher.ErrStale, publisher.ReasonLease, authority.ErrLeaseLost, g.epoch, g.fence, g.resource, g.owner)
 			}
 			term.HolderRevision = hd.HolderRevision
 		}
@@ -208,15 +209,22 @@ func (b *bodyFlags) digest(cmd *cobra.Command, key string) (string, error) {
 }
 
 // newPublishCmd builds `fencepub publish`.
+// publishOptions are the flags of `fencepub publish` (addFlags); Complete
+// takes the lone '-' argument and what only the command line tells (which
+// flags were given), Validate checks them before any I/O, Run publishes.
+type publishOptions struct {
+	grant      grantFlags
+	seq        uint64
+	key        string
+	body       bodyFlags
+	timeout    time.Duration
+	allowEmpty bool
+	format     *string
+	cmd        *cobra.Command // set by Complete: which flags were given
+}
+
 func newPublishCmd() *cobra.Command {
-	var (
-		g          grantFlags
-		seq        uint64
-		key        string
-		body       bodyFlags
-		timeout    time.Duration
-		allowEmpty bool
-	)
+	o := &publishOptions{}
 	cmd := &cobra.Command{
 		Use:   "publish --resource R (--epoch E --fence F --seq S | --ttl D) --owner O --key K (--file PATH | -)",
 		Short: "Publish a file as the new state of a resource, fenced by a grant",
@@ -244,77 +252,109 @@ Newer state wins: a version at or below the pointer is stale.
 			return nil
 		},
 	}
-	g.add(cmd)
-	f := cmd.Flags()
-	f.Uint64Var(&seq, "seq", 0, "seq within the grant's term, from 1 (required with --fence; default with --ttl: the next one)")
-	f.StringVar(&key, "key", "", "idempotency key of the operation (required)")
-	body.add(cmd, "file to publish, or - for stdin")
-	f.BoolVar(&allowEmpty, "allow-empty", false, "publish an empty (0-byte) body instead of refusing it")
-	f.DurationVar(&timeout, "timeout", 30*time.Second, "deadline for the whole publish; a transaction still unanswered then is unknown (exit 112)")
-	_ = cmd.MarkFlagRequired("key")
-	out := addOutputFlag(cmd)
+	o.addFlags(cmd)
 	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, args []string) error {
-		if len(args) == 1 {
-			if body.file != "" {
-				return exitcode.Usagef("give --file or '-', not both")
-			}
-			body.file = "-"
-		}
-		if body.file == "" {
-			return exitcode.Usagef("no body: give --file PATH, or --file - (or '-') for stdin")
-		}
-		if err := positive("timeout", timeout); err != nil {
+		if err := o.Complete(c, args); err != nil {
 			return err
 		}
-		raw, err := g.existing(c)
-		if err != nil {
+		if err := o.Validate(); err != nil {
 			return err
 		}
-		if raw && !c.Flags().Changed("seq") {
-			return exitcode.Usagef("--seq is required with --epoch and --fence")
-		}
-		if c.Flags().Changed("seq") && (seq == 0 || seq > layout.MaxNumber) {
-			return exitcode.Usagef("--seq %d: want 1..%d", seq, layout.MaxNumber)
-		}
-		// Refuse bad input before a grant is acquired or anything written.
-		op, err := body.operation(key)
-		if err != nil {
-			return err
-		}
-		rc, err := openBody(c, body.file, allowEmpty)
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		op.Body = rc
-
-		env, err := cli.OpenEnv(c)
-		if err != nil {
-			return err
-		}
-		defer env.Close()
-		ctx, cancel := context.WithTimeout(c.Context(), timeout)
-		defer cancel()
-		client, err := publisher.New(env.PublisherConfig())
-		if err != nil {
-			return exitcode.With(exitcode.Usage, err)
-		}
-		p, done, res, err := g.bind(ctx, c, env, client)
-		if err != nil {
-			return reportResult(c, *out, "publish", res, err)
-		}
-		defer done()
-		if seq != 0 {
-			res, err = p.PublishSeq(ctx, seq, op)
-		} else {
-			res, err = p.Publish(ctx, op)
-		}
-		return reportResult(c, *out, "publish", res, err)
+		return o.Run(c)
 	}
-	addRunMetrics(cmd, &g.resource)
+	addRunMetrics(cmd, &o.grant.resource)
 	return cmd
+}
+
+// addFlags registers publish's own flags on cmd.
+func (o *publishOptions) addFlags(cmd *cobra.Command) {
+	o.grant.add(cmd)
+	f := cmd.Flags()
+	f.Uint64Var(&o.seq, "seq", 0, "seq within the grant's term, from 1 (required with --fence; default with --ttl: the next one)")
+	f.StringVar(&o.key, "key", "", "idempotency key of the operation (required)")
+	o.body.add(cmd, "file to publish, or - for stdin")
+	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) body instead of refusing it")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline for the whole publish; a transaction still unanswered then is unknown (exit 112)")
+	_ = cmd.MarkFlagRequired("key")
+	o.format = addOutputFlag(cmd)
+}
+
+// Complete takes a lone '-' argument as --file - and keeps c, whose flags
+// tell Validate which were given. Errors: usage errors (exit 2).
+func (o *publishOptions) Complete(c *cobra.Command, args []string) error {
+	o.cmd = c
+	if len(args) == 1 {
+		if o.body.file != "" {
+			return exitcode.Usagef("give --file or '-', not both")
+		}
+		o.body.file = "-"
+	}
+	return nil
+}
+
+// Validate checks the options before any grant is acquired or anything
+// read, nor any I/O done. Errors: usage errors (exit 2).
+func (o *publishOptions) Validate() error {
+	if o.body.file == "" {
+		return exitcode.Usagef("no body: give --file PATH, or --file - (or '-') for stdin")
+	}
+	if err := positive("timeout", o.timeout); err != nil {
+		return err
+	}
+	existing, err := o.grant.existing(o.cmd)
+	if err != nil {
+		return err
+	}
+	seqSet := o.cmd.Flags().Changed("seq")
+	if existing && !seqSet {
+		return exitcode.Usagef("--seq is required with --epoch and --fence")
+	}
+	if seqSet && (o.seq == 0 || o.seq > layout.MaxNumber) {
+		return exitcode.Usagef("--seq %d: want 1..%d", o.seq, layout.MaxNumber)
+	}
+	return nil
+}
+
+// Run opens the body (refusing an empty one unless --allow-empty), binds a
+// grant (an existing one, or one acquired for this publish and released
+// after it) and publishes under the --timeout deadline.
+func (o *publishOptions) Run(c *cobra.Command) error {
+	// Refuse bad input before a grant is acquired or anything written.
+	op, err := o.body.operation(o.key)
+	if err != nil {
+		return err
+	}
+	rc, err := openBody(c, o.body.file, o.allowEmpty)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	op.Body = rc
+
+	env, err := cli.OpenEnv(c)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	ctx, cancel := context.WithTimeout(c.Context(), o.timeout)
+	defer cancel()
+	client, err := publisher.New(env.PublisherConfig())
+	if err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	p, done, res, err := o.grant.bind(ctx, c, env, client)
+	if err != nil {
+		return reportResult(c, *o.format, "publish", res, err)
+	}
+	defer done()
+	if o.seq != 0 {
+		res, err = p.PublishSeq(ctx, o.seq, op)
+	} else {
+		res, err = p.Publish(ctx, op)
+	}
+	return reportResult(c, *o.format, "publish", res, err)
 }
 
 // positive returns a usage error unless the duration flag name is above 0
@@ -494,10 +534,10 @@ func publishExit(res publisher.Result, err error) error {
 		code = exitcode.Conflict
 	case errors.Is(err, publisher.ErrUnknown):
 		code = exitcode.Unknown
-	case errors.Is(err, publisher.ErrInvalid), errors.Is(err, layout.ErrInvalidName), errors.Is(err, publisher.ErrBody),
-		errors.Is(err, publisher.ErrNoSuchVersion), errors.Is(err, publisher.ErrNotInitialized), errors.Is(err, objstore.ErrNotFound):
+	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, layout.ErrInvalidName), errors.Is(err, publisher.ErrBody),
+		errors.Is(err, publisher.ErrNoSuchVersion), errors.Is(err, fencepub.ErrNotInitialized), errors.Is(err, objstore.ErrNotFound):
 		code = exitcode.Usage
-	case errors.Is(err, publisher.ErrUnavailable), errors.Is(err, objstore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, objstore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		code = exitcode.Unavailable
 	}
 	return exitcode.With(code, err)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/spf13/cobra"
@@ -187,7 +187,7 @@ The roles cover one domain; for another domain, name its roles apart with
 		res := setupRolesResult{DryRun: dry, Domain: env.NS.Root(), Roles: domainRoles(env.NS, rolePrefix), Commands: []string{}}
 		if dry {
 			res.Epoch, err = a.Epoch(c.Context())
-			if err != nil && !errors.Is(err, authority.ErrNotInitialized) {
+			if err != nil && !errors.Is(err, fencepub.ErrNotInitialized) {
 				return authorityExit(err)
 			}
 		} else {

@@ -44,12 +44,19 @@ type runOutput struct {
 
 // newRunCmd builds `fencepub run`: a batch command under a fenced lease whose
 // result is published with the grant's fence.
+// runOptions are the flags of `fencepub run` (addFlags) and the command
+// line after "--"; Complete fills the defaults that need the environment,
+// Validate checks them before anything is acquired, Run does the work.
+type runOptions struct {
+	resource, owner, key, runID, output, contentType string
+	ttl, wait, grace, timeout                        time.Duration
+	allowEmpty                                       bool
+	format                                           *string
+	args                                             []string // CMD ARGS...
+}
+
 func newRunCmd() *cobra.Command {
-	var (
-		resource, owner, key, runID, output, contentType string
-		ttl, wait, grace, timeout                        time.Duration
-		allowEmpty                                       bool
-	)
+	o := &runOptions{}
 	cmd := &cobra.Command{
 		Use:   "run --resource R [--owner O] [--ttl 15s] [--wait 1m] [--key K] [--output FILE] -- CMD ARGS...",
 		Short: "Run a batch command under a fenced lease and publish its result",
@@ -103,21 +110,7 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&resource, "resource", "", "resource to publish (required)")
-	f.StringVar(&owner, "owner", "", "owner id of this run (default <hostname>-<pid>-<random>)")
-	f.DurationVar(&ttl, "ttl", 15*time.Second, "lease TTL (whole seconds, at least 2s); renewed while CMD runs")
-	f.DurationVar(&wait, "wait", time.Minute, "how long to wait for the lease while another owner holds it (0: fail at once with 113)")
-	f.StringVar(&key, "key", "", "idempotency key of this run's publish (default: see above)")
-	f.StringVar(&runID, "run-id", "", "identity of this job run, part of the default key (default $FENCEPUB_RUN_ID, else the UTC hour)")
-	f.StringVar(&output, "output", "", "publish the regular file CMD writes here instead of its stdout (an existing one is set aside as FILE.fencepub-prev while CMD runs; see above)")
-	f.StringVar(&contentType, "content-type", "", "content type of the result (default application/octet-stream)")
-	f.BoolVar(&allowEmpty, "allow-empty", false, "publish an empty (0-byte) result instead of refusing it")
-	f.DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
-	f.DurationVar(&timeout, "publish-timeout", 5*time.Minute, "deadline for writing and publishing the result; an unanswered transaction is then unknown (112)")
-	_ = cmd.MarkFlagRequired("resource")
-	out := addFormatFlag(cmd, "format") // --output names the result file
-
+	o.addFlags(cmd)
 	cli.AddConnFlags(cmd)
 	cmd.PreRunE = func(c *cobra.Command, _ []string) error {
 		if err := c.ValidateRequiredFlags(); err != nil {
@@ -127,55 +120,96 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 	}
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		start := time.Now()
-		if owner == "" {
-			host, _ := os.Hostname()
-			owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), authority.NewID()[:8])
+		o.Complete(args)
+		if err := o.Validate(); err != nil {
+			return err
 		}
-		if err := layout.ValidateResource(resource, false); err != nil {
-			return exitcode.With(exitcode.Usage, err)
-		}
-		if err := layout.ValidateOwner(owner); err != nil {
-			return exitcode.With(exitcode.Usage, err)
-		}
-		if output == "json" || output == "text" {
-			return exitcode.Usagef("--output names the file CMD writes its result to; for the output format use -o %s (--format %s)", output, output)
-		}
-		switch {
-		case wait < 0 || grace < 0:
-			return exitcode.Usagef("--wait and --grace must not be negative (got %s, %s)", wait, grace)
-		case timeout <= 0:
-			return exitcode.Usagef("--publish-timeout %s: want a positive duration", timeout)
-		}
-		if output != "" {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-		}
-		if _, err := exec.LookPath(args[0]); err != nil {
-			return exitcode.Usagef("CMD %q: %v (nothing acquired)", args[0], err)
-		}
-		if key == "" {
-			key = defaultRunKey(resource, args, runID)
-		}
-		if err := layout.ValidateKey("key", key); err != nil {
-			return exitcode.With(exitcode.Usage, err)
-		}
-		stderr := shareWriter(c.ErrOrStderr())
-		r := &runner{c: c, stderr: stderr, log: cli.LoggerTo(c, stderr), args: args, output: output, allowEmpty: allowEmpty, grace: grace, res: runOutput{Resource: resource, Owner: owner, Key: key, CommandExit: -1, Outcome: "not_published"}}
-		err := r.run(resource, owner, key, contentType, ttl, wait, timeout)
-		r.res.Duration = time.Since(start).Seconds()
-		if err != nil {
-			r.res.Error = err.Error()
-		}
-		if *out == "json" {
-			if perr := printJSON(c.OutOrStdout(), r.res); perr != nil && err == nil {
-				err = perr
-			}
-		}
-		return err
+		return o.Run(c, start)
 	}
-	addRunMetrics(cmd, &resource)
+	addRunMetrics(cmd, &o.resource)
 	return cmd
+}
+
+// addFlags registers run's own flags on cmd.
+func (o *runOptions) addFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.resource, "resource", "", "resource to publish (required)")
+	f.StringVar(&o.owner, "owner", "", "owner id of this run (default <hostname>-<pid>-<random>)")
+	f.DurationVar(&o.ttl, "ttl", 15*time.Second, "lease TTL (whole seconds, at least 2s); renewed while CMD runs")
+	f.DurationVar(&o.wait, "wait", time.Minute, "how long to wait for the lease while another owner holds it (0: fail at once with 113)")
+	f.StringVar(&o.key, "key", "", "idempotency key of this run's publish (default: see above)")
+	f.StringVar(&o.runID, "run-id", "", "identity of this job run, part of the default key (default $FENCEPUB_RUN_ID, else the UTC hour)")
+	f.StringVar(&o.output, "output", "", "publish the regular file CMD writes here instead of its stdout (an existing one is set aside as FILE.fencepub-prev while CMD runs; see above)")
+	f.StringVar(&o.contentType, "content-type", "", "content type of the result (default application/octet-stream)")
+	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) result instead of refusing it")
+	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
+	f.DurationVar(&o.timeout, "publish-timeout", 5*time.Minute, "deadline for writing and publishing the result; an unanswered transaction is then unknown (112)")
+	_ = cmd.MarkFlagRequired("resource")
+	o.format = addFormatFlag(cmd, "format") // --output names the result file
+}
+
+// Complete takes CMD ARGS and fills the default owner
+// (<hostname>-<pid>-<random>) and key (defaultRunKey).
+func (o *runOptions) Complete(args []string) {
+	o.args = args
+	if o.owner == "" {
+		host, _ := os.Hostname()
+		o.owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), authority.NewID()[:8])
+	}
+	if o.key == "" {
+		o.key = defaultRunKey(o.resource, args, o.runID)
+	}
+}
+
+// Validate checks the options before anything is acquired: names, durations,
+// the --output file and CMD's executable. Errors are usage errors (exit 2).
+func (o *runOptions) Validate() error {
+	if err := layout.ValidateResource(o.resource, false); err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	if err := layout.ValidateOwner(o.owner); err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	if o.output == "json" || o.output == "text" {
+		return exitcode.Usagef("--output names the file CMD writes its result to; for the output format use -o %s (--format %s)", o.output, o.output)
+	}
+	switch {
+	case o.wait < 0 || o.grace < 0:
+		return exitcode.Usagef("--wait and --grace must not be negative (got %s, %s)", o.wait, o.grace)
+	case o.timeout <= 0:
+		return exitcode.Usagef("--publish-timeout %s: want a positive duration", o.timeout)
+	}
+	if o.output != "" {
+		if err := checkOutput(o.output); err != nil {
+			return err
+		}
+	}
+	if _, err := exec.LookPath(o.args[0]); err != nil {
+		return exitcode.Usagef("CMD %q: %v (nothing acquired)", o.args[0], err)
+	}
+	if err := layout.ValidateKey("key", o.key); err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	return nil
+}
+
+// Run acquires, runs CMD, publishes its result and releases (runner.run),
+// then prints the JSON report with -o json. start is when the command
+// began, for the report's duration.
+func (o *runOptions) Run(c *cobra.Command, start time.Time) error {
+	stderr := shareWriter(c.ErrOrStderr())
+	r := &runner{c: c, stderr: stderr, log: cli.LoggerTo(c, stderr), args: o.args, output: o.output, allowEmpty: o.allowEmpty, grace: o.grace, res: runOutput{Resource: o.resource, Owner: o.owner, Key: o.key, CommandExit: -1, Outcome: "not_published"}}
+	err := r.run(o.resource, o.owner, o.key, o.contentType, o.ttl, o.wait, o.timeout)
+	r.res.Duration = time.Since(start).Seconds()
+	if err != nil {
+		r.res.Error = err.Error()
+	}
+	if *o.format == "json" {
+		if perr := printJSON(c.OutOrStdout(), r.res); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	return err
 }
 
 // defaultRunKey is run-<16 hex of sha256(resource, argv, run id)>; the run id
@@ -298,8 +332,8 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	if err != nil {
 		return authorityExit(err)
 	}
-	r.res.Epoch, r.res.Fence = g.Epoch, g.Fence()
-	r.say("granted: epoch %d, fence %d", g.Epoch, g.Fence())
+	r.res.Epoch, r.res.Fence = g.Epoch, g.Generation
+	r.say("granted: epoch %d, fence %d", g.Epoch, g.Generation)
 	// Renewed until closed, not until Ctrl-C: an interrupted command is
 	// stopped (execute) before the lease is released.
 	sess, err := a.NewSession(context.WithoutCancel(ctx), g)
@@ -355,7 +389,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	if err != nil {
 		return publishExit(publisher.Result{}, err)
 	}
-	r.say("publishing the result with fence %d (key %s)", g.Fence(), key)
+	r.say("publishing the result with fence %d (key %s)", g.Generation, key)
 	res, err := p.Publish(pctx, publisher.Operation{IdempotencyKey: key, Body: body, ContentType: contentType})
 	r.res.Outcome, r.res.Reason, r.res.Version, r.res.Object, r.res.Digest = string(res.Outcome), string(res.Reason), res.Version, res.Object, res.Digest
 	published = res.Outcome == publisher.Applied || res.Outcome == publisher.Duplicate
@@ -384,7 +418,7 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	cmd := exec.Command(r.args[0], r.args[1:]...)
 	cmd.Env = append(os.Environ(),
 		"FENCEPUB_RESOURCE="+g.Resource, "FENCEPUB_EPOCH="+strconv.FormatUint(g.Epoch, 10),
-		"FENCEPUB_FENCE="+strconv.FormatUint(g.Fence(), 10), "FENCEPUB_OWNER="+g.Owner)
+		"FENCEPUB_FENCE="+strconv.FormatUint(g.Generation, 10), "FENCEPUB_OWNER="+g.Owner)
 	cmd.Stdin = r.c.InOrStdin()
 	childOut := r.childOutput()
 	cmd.Stderr = childOut

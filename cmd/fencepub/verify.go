@@ -335,9 +335,9 @@ func (v *verifier) classify(rs []verifyResource) error {
 		for _, d := range rep.Decisions {
 			switch {
 			case !strings.HasPrefix(d.Key, prefix):
-			case d.Kind == gc.Quarantined:
+			case d.Kind == "quarantined":
 				rs[i].Quarantined = append(rs[i].Quarantined, d.Key)
-			case d.Kind == gc.InFlight:
+			case d.Kind == "in_flight":
 				rs[i].InFlight = append(rs[i].InFlight, d.Key)
 			}
 		}

@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/config"
 	"github.com/fencepub/fencepub/publisher"
@@ -89,11 +90,11 @@ func run(ctx context.Context, o options) error {
 	defer env.Etcd.Close()
 	ns, cli, store := env.Namespace, env.Etcd, env.Store
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: cli, Store: store, Logger: log})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}, Logger: log})
 	if err != nil {
 		return err
 	}
-	pub, err := publisher.New(publisher.Config{Namespace: ns, Etcd: cli, Store: store, Logger: log})
+	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -105,7 +106,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}
-	event("granted", map[string]any{"owner": o.owner, "epoch": g.Epoch, "fence": g.Fence(), "lease_id": int64(g.LeaseID)})
+	event("granted", map[string]any{"owner": o.owner, "epoch": g.Epoch, "fence": g.Generation, "lease_id": int64(g.LeaseID)})
 	sess, err := auth.NewSession(ctx, g)
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/config"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,7 +85,7 @@ func run(ctx context.Context, cfgPath string, resources []string, listen string,
 	ns, cli, store := env.Namespace, env.Etcd, env.Store
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	reg := prometheus.NewRegistry()
-	svc, err := newService(reader.Config{Namespace: ns, Etcd: cli, Store: store, Logger: log, StallTimeout: stall}, resources, cacheBytes, reg, log)
+	svc, err := newService(reader.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}, Logger: log, StallTimeout: stall}, resources, cacheBytes, reg, log)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -192,17 +193,22 @@ func Connect(cmd *cobra.Command, lc LoadedConfig) (*Env, error) {
 	}, nil
 }
 
+// Domain is e's clients and namespace as the library's Configs take them.
+func (e *Env) Domain() fencepub.Env {
+	return fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}
+}
+
 // Close closes the etcd client.
 func (e *Env) Close() { _ = e.Etcd.Close() }
 
 // AuthorityConfig is the authority's runtime configuration over e's clients,
 // each etcd attempt bounded by etcd.request_timeout.
 func (e *Env) AuthorityConfig() authority.Config {
-	return authority.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Logger: e.Log, RequestTimeout: e.Config.Etcd.RequestTimeout}
+	return authority.Config{Env: e.Domain(), Logger: e.Log, RequestTimeout: e.Config.Etcd.RequestTimeout}
 }
 
 // PublisherConfig is the publisher's runtime configuration over e's
 // clients, each etcd attempt bounded by etcd.request_timeout.
 func (e *Env) PublisherConfig() publisher.Config {
-	return publisher.Config{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store, Logger: e.Log, AttemptTimeout: e.Config.Etcd.RequestTimeout}
+	return publisher.Config{Env: e.Domain(), Logger: e.Log, RequestTimeout: e.Config.Etcd.RequestTimeout}
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // Micro-benchmarks of the encoders and parsers on every publish's and every
-// GC key's path (issue 8 "Also"). Run with
+// GC key's path. Run with
 //
 //	go test -run '^$' -bench . -benchmem ./internal/layout
 //

@@ -10,6 +10,7 @@
 package layout
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -64,6 +65,23 @@ func checkName(field, s string, maxLen int, owner bool) error {
 		}
 	}
 	return nil
+}
+
+// reservedKey is the context key of WithReservedNames.
+type reservedKey struct{}
+
+// WithReservedNames returns a child of ctx under which the authority
+// accepts reserved resource names (starting with '_'): only fencepub's own
+// components (the GC's lease) use it, so a user of the public API cannot
+// take a reserved lease.
+func WithReservedNames(ctx context.Context) context.Context {
+	return context.WithValue(ctx, reservedKey{}, true)
+}
+
+// ReservedNames reports whether ctx came from WithReservedNames.
+func ReservedNames(ctx context.Context) bool {
+	ok, _ := ctx.Value(reservedKey{}).(bool)
+	return ok
 }
 
 // ValidateResource checks a resource name: 1–200 bytes of letters, digits,

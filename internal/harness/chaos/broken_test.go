@@ -5,12 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
@@ -46,7 +46,7 @@ func newBrokenEnv(t *testing.T) *brokenEnv {
 	e := &brokenEnv{t: t, ctx: ctx, ns: testenv.Namespace(t), cli: shared.EtcdClient(t), wl: Workload{}.withDefaults()}
 	st := shared.Store(t)
 	var err error
-	if e.auth, err = authority.New(authority.Config{Namespace: e.ns, Etcd: e.cli, Store: st}); err != nil {
+	if e.auth, err = authority.New(authority.Config{Env: fencepub.Env{Namespace: e.ns, Etcd: e.cli, Store: st}}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := e.auth.Init(ctx)
@@ -68,10 +68,10 @@ func newBrokenEnv(t *testing.T) *brokenEnv {
 	}()
 	e.stopWatch = func() { wcancel(); <-done }
 	t.Cleanup(func() { e.stopWatch() })
-	if e.pub, err = publisher.New(publisher.Config{Namespace: e.ns, Etcd: e.cli, Store: st}); err != nil {
+	if e.pub, err = publisher.New(publisher.Config{Env: fencepub.Env{Namespace: e.ns, Etcd: e.cli, Store: st}}); err != nil {
 		t.Fatal(err)
 	}
-	e.read = &readLoop{id: "reader", clock: clock, cfg: reader.Config{Namespace: e.ns, Etcd: e.cli, Store: st}, wl: e.wl, rec: e.rec}
+	e.read = &readLoop{id: "reader", clock: clock, cfg: reader.Config{Env: fencepub.Env{Namespace: e.ns, Etcd: e.cli, Store: st}}, wl: e.wl, rec: e.rec}
 	return e
 }
 
@@ -136,7 +136,7 @@ func (e *brokenEnv) brokenPublishReporting(outcome string, g authority.Grant, se
 		Owner: g.Owner, Version: v, Call: e.rec.Clock().Now(),
 	}
 	e.rec.Invoke(op)
-	info, err := st.PutSmallCreateOnly(e.ctx, objKey, []byte(body), publisher.DefaultContentType)
+	info, err := st.PutSmallCreateOnly(e.ctx, objKey, []byte(body), "application/octet-stream")
 	if err != nil {
 		e.t.Fatal(err)
 	}

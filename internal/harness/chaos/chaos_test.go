@@ -41,7 +41,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestChaos is the bounded chaos run (issue 9 "Runs"): for every seed, the
+// TestChaos is the bounded chaos run: for every seed, the
 // full workload and fault schedule against real servers, judged by Verify.
 // Any violation fails the test and leaves chaos-failure-<seed>.json in
 // $TMPDIR/fencepub-chaos; `make chaos SEED=<seed> DURATION=30s` replays the

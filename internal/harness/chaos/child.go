@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -17,7 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/harness/childproc"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -82,14 +83,14 @@ func runWorker(spec WorkerSpec, in io.Reader, out io.Writer) error {
 		return err
 	}
 	wl := spec.Workload.withDefaults()
-	auth, err := authority.New(authority.Config{Namespace: spec.Namespace, Etcd: cli, Store: st, RequestTimeout: 2 * time.Second})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: spec.Namespace, Etcd: cli, Store: st}, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
 	var skew atomic.Int64 // ns
 	pub, err := publisher.New(publisher.Config{
-		Namespace: spec.Namespace, Etcd: cli, Store: st, PartSize: partSize,
-		AttemptTimeout: wl.AttemptTimeout, ResendTimeout: wl.PublishTimeout,
+		Env: fencepub.Env{Namespace: spec.Namespace, Etcd: cli, Store: st}, PartSize: partSize,
+		RequestTimeout: wl.AttemptTimeout, ResendTimeout: wl.PublishTimeout,
 		Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
 	})
 	if err != nil {
@@ -143,9 +144,7 @@ func (s *lineSink) Anomaly(a Anomaly)    { s.put(wireEvent{Anomaly: &a}) }
 // process is one worker process as the harness sees it.
 type process struct {
 	id      string
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	exited  chan struct{} // closed once it exited and its output was read
+	p       *childproc.Proc
 	invoked chan PublishOp
 }
 
@@ -176,49 +175,35 @@ func startProcess(argv []string, dir string, sl *slot, spec WorkerSpec, rec *Rec
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), WorkerEnv+"="+string(b))
-	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return err
+	p := &process{id: spec.ID, invoked: make(chan PublishOp, 1)}
+	onLine := func(line []byte) {
+		var e wireEvent
+		if err := json.Unmarshal(line, &e); err != nil {
+			rec.Anomaly(Anomaly{Client: spec.ID, Time: rec.Clock().Now(), What: "worker output", Err: err.Error()})
+			return
+		}
+		switch {
+		case e.Grant != nil:
+			rec.Grant(*e.Grant)
+		case e.Invoke != nil:
+			rec.Invoke(*e.Invoke)
+			select {
+			case p.invoked <- *e.Invoke:
+			default:
+			}
+		case e.Complete != nil:
+			rec.Complete(*e.Complete)
+		case e.Anomaly != nil:
+			rec.Anomaly(*e.Anomaly)
+		}
 	}
-	stdout, err := cmd.StdoutPipe()
+	p.p, err = childproc.Start(childproc.Spec{
+		Path: argv[0], Args: argv[1:], Env: append(os.Environ(), WorkerEnv+"="+string(b)),
+		Stdin: true, OnLine: onLine, MaxLine: 16 << 20, Stderr: logf, OwnGroup: true,
+	})
 	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("chaos: start worker process %s: %w", spec.ID, err)
 	}
-	p := &process{id: spec.ID, cmd: cmd, stdin: stdin, exited: make(chan struct{}), invoked: make(chan PublishOp, 1)}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		for sc.Scan() {
-			var e wireEvent
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				rec.Anomaly(Anomaly{Client: spec.ID, Time: rec.Clock().Now(), What: "worker output", Err: err.Error()})
-				continue
-			}
-			switch {
-			case e.Grant != nil:
-				rec.Grant(*e.Grant)
-			case e.Invoke != nil:
-				rec.Invoke(*e.Invoke)
-				select {
-				case p.invoked <- *e.Invoke:
-				default:
-				}
-			case e.Complete != nil:
-				rec.Complete(*e.Complete)
-			case e.Anomaly != nil:
-				rec.Anomaly(*e.Anomaly)
-			}
-		}
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
 	sl.proc = p
 	return nil
 }
@@ -236,14 +221,14 @@ func (p *process) nextInvoke(ctx context.Context, timeout time.Duration) (op Pub
 	case op = <-p.invoked:
 		return op, true
 	case <-t.C:
-	case <-p.exited:
+	case <-p.p.Done():
 	case <-ctx.Done():
 	}
 	return PublishOp{}, false
 }
 
 func (p *process) signal(sig syscall.Signal) error {
-	err := p.cmd.Process.Signal(sig)
+	err := p.p.Signal(sig)
 	if errors.Is(err, os.ErrProcessDone) {
 		return nil
 	}
@@ -251,15 +236,11 @@ func (p *process) signal(sig syscall.Signal) error {
 }
 
 // kill sends SIGKILL and waits until the process's output is read.
-func (p *process) kill() {
-	_ = p.signal(syscall.SIGCONT)
-	_ = p.signal(syscall.SIGKILL)
-	<-p.exited
-}
+func (p *process) kill() { p.p.Kill() }
 
 // setSkew sets the offset of the process's publisher clock.
 func (p *process) setSkew(d time.Duration) error {
-	_, err := fmt.Fprintln(p.stdin, int64(d))
+	_, err := fmt.Fprintln(p.p.Stdin(), int64(d))
 	return err
 }
 
@@ -267,9 +248,9 @@ func (p *process) setSkew(d time.Duration) error {
 // current publish and exit; after timeout it is killed.
 func (p *process) stop(timeout time.Duration) {
 	_ = p.signal(syscall.SIGCONT)
-	_ = p.stdin.Close()
+	_ = p.p.Stdin().Close()
 	select {
-	case <-p.exited:
+	case <-p.p.Done():
 	case <-time.After(timeout):
 		p.kill()
 	}

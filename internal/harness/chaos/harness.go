@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -19,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
@@ -237,7 +237,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if h.ns, err = layout.NewNamespace("chaos", fmt.Sprintf("s%d-%s", h.cfg.Seed, hex.EncodeToString(b[:]))); err != nil {
 		return err
 	}
-	auth, err := authority.New(authority.Config{Namespace: h.ns, Etcd: h.direct, Store: h.store})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: h.direct, Store: h.store}})
 	if err != nil {
 		return err
 	}
@@ -284,8 +284,8 @@ func (h *harness) setup(ctx context.Context) error {
 
 func (h *harness) publisherClient(cli *clientv3.Client, st *objstore.Store) (*publisher.Client, error) {
 	return publisher.New(publisher.Config{
-		Namespace: h.ns, Etcd: cli, Store: st, PartSize: partSize,
-		AttemptTimeout: h.wl.AttemptTimeout, ResendTimeout: h.wl.PublishTimeout,
+		Env: fencepub.Env{Namespace: h.ns, Etcd: cli, Store: st}, PartSize: partSize,
+		RequestTimeout: h.wl.AttemptTimeout, ResendTimeout: h.wl.PublishTimeout,
 	})
 }
 
@@ -314,7 +314,7 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 	if err != nil {
 		return err
 	}
-	auth, err := authority.New(authority.Config{Namespace: h.ns, Etcd: cli, Store: st, RequestTimeout: 2 * time.Second})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: cli, Store: st}, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -342,12 +342,12 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 	}
 	forger := newWorker("forger", 200)
 	goRun(func() { forger.forge(func() []GrantEvent { return h.rec.recentGrants(20) }) })
-	rcfg := reader.Config{Namespace: h.ns, Etcd: cli, Store: st}
+	rcfg := reader.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: cli, Store: st}}
 	for i := range h.cfg.Readers {
 		l := &readLoop{id: fmt.Sprintf("reader%d", i), clock: h.clock, cfg: rcfg, wl: h.wl, rng: h.rng(uint64(300 + i)), rec: h.rec, stop: h.stop}
 		goRun(l.run)
 	}
-	gcAuth, err := authority.New(authority.Config{Namespace: h.ns, Etcd: h.direct, Store: h.store})
+	gcAuth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: h.direct, Store: h.store}})
 	if err != nil {
 		return err
 	}
@@ -598,7 +598,7 @@ func (h *harness) finish(ctx context.Context) (*Result, error) {
 			h.settleOpen(hctx, fmt.Sprintf("p%d.%d", sl.idx, n))
 		}
 	}
-	gcAuth, err := authority.New(authority.Config{Namespace: h.ns, Etcd: h.direct, Store: h.store})
+	gcAuth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: h.direct, Store: h.store}})
 	if err != nil {
 		return nil, err
 	}

@@ -241,7 +241,7 @@ type Anomaly struct {
 	// AfterRestore marks an error that an etcd restore explains when one
 	// lies between Since and Time: a resource whose pointer and seal the
 	// restore took away (created after the snapshot) answers publishes with
-	// publisher.ErrNotInitialized until it is bound again.
+	// fencepub.ErrNotInitialized until it is bound again.
 	AfterRestore bool `json:"after_restore,omitempty"`
 	// Since is when the component that returned the error was set up (the
 	// start of the publisher's Bind).

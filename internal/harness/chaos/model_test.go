@@ -28,7 +28,7 @@ func TestCheck(t *testing.T) {
 		history []Op
 		ok      bool
 	}{
-		{"seed timeline: B then late A stale", []Op{
+		{"protocol timeline: B then late A stale", []Op{
 			pub(0, "b", "db", v(42, 1), Applied, 10, 11),
 			pub(1, "a", "da", v(41, 1), Stale, 20, 21),
 			read(2, v(42, 1), 22, 23),

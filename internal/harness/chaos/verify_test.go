@@ -11,7 +11,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 )
 
-// The seed's 41/42/41 timeline as a clean history: A holds fence 41 and
+// The protocol source's 41/42/41 timeline as a clean history: A holds fence 41 and
 // pauses; B gets 42 and publishes; A's late publish at 41 is stale; a reader
 // sees 42 with the right bytes. Times in ms.
 func seedTimeline() *History {
@@ -217,7 +217,7 @@ type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
 
-// restoredTimeline is the seed timeline followed by more publishes, an etcd
+// restoredTimeline is the protocol source's timeline followed by more publishes, an etcd
 // restore from a snapshot taken after B's first publish, and a new epoch.
 func restoredTimeline() *History {
 	const ms = 1_000_000

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/layout"
@@ -140,12 +141,12 @@ func randomBytes(seed uint64, n int) []byte {
 // invariant or a broken harness.
 func isAnomaly(err error) bool {
 	for _, target := range []error{
-		authority.ErrRolledBack, authority.ErrCorruptState, authority.ErrForeignDeployment,
+		authority.ErrRolledBack, fencepub.ErrCorruptState, authority.ErrForeignDeployment,
 		authority.ErrRequestConflict, authority.ErrInvalidGrant,
-		publisher.ErrObjectMismatch, publisher.ErrInvalid, publisher.ErrNotInitialized,
+		publisher.ErrObjectMismatch, fencepub.ErrInvalid, fencepub.ErrNotInitialized,
 		layout.ErrCorruptRecord, layout.ErrInvalidName,
 		reader.ErrObjectChanged, reader.ErrDigestMismatch,
-		gc.ErrForeignDeployment, gc.ErrNoOwnership, gc.ErrCorruptState, gc.ErrInvalid,
+		authority.ErrForeignDeployment, gc.ErrNoOwnership, fencepub.ErrCorruptState, fencepub.ErrInvalid,
 	} {
 		if errors.Is(err, target) {
 			return true
@@ -205,7 +206,7 @@ func sleepStop(stop <-chan struct{}, d time.Duration) bool {
 func (w *worker) anomaly(what string, err error) {
 	w.out.Anomaly(Anomaly{
 		Client: w.id, Time: w.clock.Now(), What: what, Err: err.Error(),
-		AfterRestore: errors.Is(err, publisher.ErrNotInitialized), Since: w.bound,
+		AfterRestore: errors.Is(err, fencepub.ErrNotInitialized), Since: w.bound,
 	})
 }
 
@@ -241,7 +242,7 @@ func (w *worker) acquire(res string) (g authority.Grant, expired, ok bool) {
 		case isAnomaly(err):
 			w.anomaly("acquire "+res, err)
 			return g, false, false
-		case errors.Is(err, authority.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 			continue // the grant may have been made: ask again with the same request id
 		default:
 			return g, false, false // lease lost while confirming, ...
@@ -394,11 +395,11 @@ func settle(ctx context.Context, c *publisher.Client, op *PublishOp, by string) 
 			}
 		case errors.Is(err, publisher.ErrStale):
 			op.Outcome, op.Reason, op.Result, op.Object = ResolvedNotApplied, string(r.Reason), op.Version, ""
-		case op.Forged && errors.Is(err, publisher.ErrInvalid):
+		case op.Forged && errors.Is(err, fencepub.ErrInvalid):
 			op.Outcome, op.Reason, op.Result, op.Object = Stale, "never granted", op.Version, ""
 		case err == nil:
 			return fmt.Errorf("chaos: Resolve of %s returned outcome %q", op.ID, r.Outcome)
-		case errors.Is(err, publisher.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 			if !wait.Sleep(ctx, 200*time.Millisecond) {
 				return fmt.Errorf("chaos: resolve %s: %w", op.ID, err)
 			}

@@ -1,13 +1,13 @@
 // Package demo is fencepub's main job end to end on real servers — what
-// `make demo` runs and the end-to-end test drives (issue "The main job end to
-// end"). It starts etcd and MinIO on loopback in a temporary directory, the
-// reader service following the resource by watch, and three batch-publisher
-// processes competing for its lease; pauses the holder with SIGSTOP past its
-// TTL so another replica takes over with a larger fence; resumes it and shows
-// that its late publish is stale and leaves only an orphan; checks that the
-// reader service served each version in order with bytes matching the
-// digests; runs one GC pass that removes the orphan; and prints a closing
-// table. Every claim it prints is a check it made.
+// `make demo` runs and the end-to-end test drives. It starts etcd and MinIO
+// on loopback in a temporary directory, the reader service following the
+// resource by watch, and three batch-publisher processes competing for its
+// lease; pauses the holder with SIGSTOP past its TTL so another replica takes
+// over with a larger fence; resumes it and shows that its late publish is
+// stale and leaves only an orphan; checks that the reader service served each
+// version in order with bytes matching the digests; runs one GC pass that
+// removes the orphan; and prints a closing table. Every claim it prints is a
+// check it made.
 package demo
 
 import (
@@ -16,7 +16,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/fencepub/fencepub"
 	"io"
 	"net/http"
 	"os"
@@ -29,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
@@ -291,7 +291,7 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	paused := procOf(second.Worker)
-	if err := paused.signal(syscall.SIGSTOP); err != nil {
+	if err := paused.p.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	pausedAt := time.Now()
@@ -312,7 +312,7 @@ func (r *run) main(ctx context.Context) error {
 
 	r.say("== 3. the paused holder is resumed (SIGCONT) and publishes anyway, as a worker paused")
 	r.say("      between its last lease check and its send would")
-	if err := paused.signal(syscall.SIGCONT); err != nil {
+	if err := paused.p.Signal(syscall.SIGCONT); err != nil {
 		return err
 	}
 	late, err := r.await(ctx, func(e event) bool { return e.Name == "published" && e.Worker == second.Worker })
@@ -322,7 +322,7 @@ func (r *run) main(ctx context.Context) error {
 	if r.check("late publish stale", late.Outcome == "stale", "%s's %s: %s (reason %s)", late.Worker, late.Version, late.Outcome, late.Reason) {
 		r.sum.StaleRejected++
 	}
-	rd, err := reader.New(reader.Config{Namespace: ns, Etcd: cli, Store: store}, Resource)
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}}, Resource)
 	if err != nil {
 		return err
 	}
@@ -347,7 +347,7 @@ func (r *run) main(ctx context.Context) error {
 	r.check("reader bytes matched digests", r.sum.ReaderChecks >= len(seen) && len(seen) > 0, "%d objects fetched over HTTP, sha256 verified", r.sum.ReaderChecks)
 
 	r.say("== 5. one GC pass")
-	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: cli, Store: store})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}})
 	if err != nil {
 		return err
 	}

@@ -1,19 +1,16 @@
 package demo
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/fencepub/fencepub/internal/harness/childproc"
 )
 
 // event is one JSON line a batch-publisher printed on stdout.
@@ -42,9 +39,7 @@ func (v versionJSON) String() string { return fmt.Sprintf("%d.%d.%d", v.Epoch, v
 type proc struct {
 	name     string
 	log      string // its stderr
-	cmd      *exec.Cmd
-	done     chan struct{}
-	err      error
+	p        *childproc.Proc
 	stopping atomic.Bool // stop was called: its exit is expected
 }
 
@@ -71,41 +66,20 @@ func startProc(name, dir, bin string, args []string, onLine func(string), failed
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = childEnv()
-	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	var out io.ReadCloser
+	spec := childproc.Spec{Path: bin, Args: args, Env: childEnv(), Stdout: logf, Stderr: logf, OwnGroup: true}
 	if onLine != nil {
-		if out, err = cmd.StdoutPipe(); err != nil {
-			logf.Close()
-			return nil, err
-		}
-	} else {
-		cmd.Stdout = logf
+		spec.OnLine = func(line []byte) { onLine(string(line)) }
 	}
-	if err := cmd.Start(); err != nil {
+	cp, err := childproc.Start(spec)
+	if err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
-	var wg sync.WaitGroup
-	if out != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				onLine(sc.Text())
-			}
-		}()
-	}
+	p := &proc{name: name, log: logPath, p: cp}
 	go func() {
-		wg.Wait()
-		p.err = cmd.Wait()
+		err := cp.Wait()
 		logf.Close()
-		close(p.done)
-		if p.err != nil && !p.stopping.Load() {
+		if err != nil && !p.stopping.Load() {
 			failed <- p
 		}
 	}()
@@ -122,26 +96,17 @@ func (p *proc) failure() error {
 		}
 		tail = string(bytes.TrimSpace(b))
 	}
-	return fmt.Errorf("%s exited (%v) before the demo was done; its stderr (%s) ends:\n%s", p.name, p.err, p.log, tail)
+	return fmt.Errorf("%s exited (%v) before the demo was done; its stderr (%s) ends:\n%s", p.name, p.p.Wait(), p.log, tail)
 }
 
 // failureTail is how many bytes of a failed child's stderr are shown.
 const failureTail = 2048
 
-func (p *proc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
-
 // stop sends SIGCONT (a stopped process cannot handle SIGTERM) and SIGTERM,
 // then SIGKILL after grace.
 func (p *proc) stop(grace time.Duration) {
 	p.stopping.Store(true)
-	_ = p.signal(syscall.SIGCONT)
-	_ = p.signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = p.signal(syscall.SIGKILL)
-		<-p.done
-	}
+	p.p.Stop(grace)
 }
 
 // parseEvent decodes a worker's stdout line; ok is false for other lines.
@@ -157,7 +122,7 @@ func parseEvent(worker, line string) (event, bool) {
 // stopped reports whether p is in the stopped state (SIGSTOP), from
 // /proc/<pid>/stat.
 func stopped(p *proc) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.p.Pid()))
 	if err != nil {
 		return false
 	}

@@ -54,11 +54,11 @@ func start(t *testing.T, bin string, cacheBytes int64, resources ...string) *ser
 	env := testenv.Get(t)
 	ns := testenv.Namespace(t)
 	cli, store := env.EtcdClient(t), env.Store(t)
-	auth, err := authority.New(authority.Config{Namespace: ns, Etcd: cli, Store: store})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := publisher.New(publisher.Config{Namespace: ns, Etcd: cli, Store: store})
+	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}})
 	if err != nil {
 		t.Fatal(err)
 	}

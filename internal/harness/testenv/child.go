@@ -1,18 +1,16 @@
 package testenv
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/harness/childproc"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -105,17 +103,13 @@ func ConnectSpec(specJSON []byte, spec any) (*clientv3.Client, *objstore.Store, 
 type Child struct {
 	t      testing.TB
 	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	stderr bytes.Buffer  // written by exec until Wait returns
-	done   chan struct{} // closed when stdout is drained and the process waited for
-	err    error         // the result of cmd.Wait, set before done is closed
+	p      *childproc.Proc
+	stderr bytes.Buffer // written by exec until the child is waited for
 
 	mu    sync.Mutex
 	lines []string      // every stdout line so far
 	read  int           // lines returned by Next
-	eof   bool          // stdout ended
-	more  chan struct{} // closed (and replaced) when a line comes or stdout ends
+	more  chan struct{} // closed (and replaced) when a line comes
 }
 
 // StartChild re-executes the test binary to run the ChildFunc registered as
@@ -130,26 +124,17 @@ func StartChild(t testing.TB, name string, spec any) *Child {
 	if err != nil {
 		t.Fatalf("child %s: spec: %v", name, err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+name, childSpecEnv+"="+string(b))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	c := &Child{t: t, name: name, cmd: cmd, done: make(chan struct{}), more: make(chan struct{})}
-	cmd.Stderr = &c.stderr
-	if c.stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
+	c := &Child{t: t, name: name, more: make(chan struct{})}
+	c.p, err = childproc.Start(childproc.Spec{
+		Path: os.Args[0], Args: []string{"-test.run=^$"},
+		Env:   append(os.Environ(), childEnv+"="+name, childSpecEnv+"="+string(b)),
+		Stdin: true, OnLine: c.record, Stderr: &c.stderr,
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
 		t.Fatalf("child %s: %v", name, err)
 	}
-	go c.record(stdout)
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-c.done
+		c.p.Kill()
 		if t.Failed() && c.stderr.Len() > 0 {
 			t.Logf("--- child %s stderr ---\n%s", name, c.stderr.String())
 		}
@@ -157,26 +142,13 @@ func StartChild(t testing.TB, name string, spec any) *Child {
 	return c
 }
 
-// record reads stdout into c.lines until it ends, then waits for the
-// process.
-func (c *Child) record(stdout io.Reader) {
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		c.mu.Lock()
-		c.lines = append(c.lines, sc.Text())
-		close(c.more)
-		c.more = make(chan struct{})
-		c.mu.Unlock()
-	}
-	// A line too long for the scanner ends the scan: drain the rest so the
-	// child never blocks on a full pipe.
-	_, _ = io.Copy(io.Discard, stdout)
+// record appends one stdout line to c.lines.
+func (c *Child) record(line []byte) {
 	c.mu.Lock()
-	c.eof = true
+	c.lines = append(c.lines, string(line))
 	close(c.more)
+	c.more = make(chan struct{})
 	c.mu.Unlock()
-	c.err = c.cmd.Wait()
-	close(c.done)
 }
 
 // Next returns the child's next stdout line (without its newline), waiting
@@ -194,13 +166,17 @@ func (c *Child) Next(timeout time.Duration) string {
 			c.mu.Unlock()
 			return line
 		}
-		eof, more := c.eof, c.more
+		more := c.more
 		c.mu.Unlock()
-		if eof {
-			c.t.Fatalf("child %s: stdout ended; want another line", c.name)
-		}
 		select {
 		case <-more:
+		case <-c.p.Done():
+			c.mu.Lock()
+			ended := c.read == len(c.lines)
+			c.mu.Unlock()
+			if ended {
+				c.t.Fatalf("child %s: stdout ended; want another line", c.name)
+			}
 		case <-deadline.C:
 			c.t.Fatalf("child %s: no line on stdout within %s", c.name, timeout)
 		}
@@ -226,22 +202,19 @@ func (c *Child) Lines() []string {
 }
 
 // Stdin returns the write end of the child's stdin pipe.
-func (c *Child) Stdin() io.Writer { return c.stdin }
+func (c *Child) Stdin() io.Writer { return c.p.Stdin() }
 
 // Pid returns the child's process id.
-func (c *Child) Pid() int { return c.cmd.Process.Pid }
+func (c *Child) Pid() int { return c.p.Pid() }
 
 // Signal sends sig to the child. It returns kill(2)'s error, or
 // os.ErrProcessDone once the child has been waited for.
-func (c *Child) Signal(sig os.Signal) error { return c.cmd.Process.Signal(sig) }
+func (c *Child) Signal(sig os.Signal) error { return c.p.Signal(sig) }
 
 // Done returns a channel that is closed when the child has exited and its
 // stdout is drained.
-func (c *Child) Done() <-chan struct{} { return c.done }
+func (c *Child) Done() <-chan struct{} { return c.p.Done() }
 
 // Wait blocks until Done and returns the child's exit error: nil for exit
 // status 0, an *exec.ExitError otherwise.
-func (c *Child) Wait() error {
-	<-c.done
-	return c.err
-}
+func (c *Child) Wait() error { return c.p.Wait() }

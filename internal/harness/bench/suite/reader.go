@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/bench"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
@@ -112,7 +113,7 @@ func (s *runner) watchLag(ctx context.Context, st *stack, rcli *clientv3.Client)
 		return err
 	}
 	defer st.auth.Release(context.WithoutCancel(ctx), g)
-	rd, err := reader.New(reader.Config{Namespace: st.NS, Etcd: rcli, Store: st.Store}, "lag")
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: rcli, Store: st.Store}}, "lag")
 	if err != nil {
 		return err
 	}
@@ -218,7 +219,7 @@ func (s *runner) openVsGet(ctx context.Context, st *stack, rcli *clientv3.Client
 		if err != nil {
 			return err
 		}
-		cfg := reader.Config{Namespace: st.NS, Etcd: rcli, Store: st.Store}
+		cfg := reader.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: rcli, Store: st.Store}}
 		lin, err := reader.New(cfg, res)
 		if err != nil {
 			return err

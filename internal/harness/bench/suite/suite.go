@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/cli/config"
@@ -340,7 +341,7 @@ func (s *runner) newStack(ctx context.Context, t bench.Target, name string) (*st
 		return nil, err
 	}
 	t.NS = ns
-	a, err := authority.New(authority.Config{Namespace: ns, Etcd: t.Etcd, Store: t.Store})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: t.Etcd, Store: t.Store}})
 	if err != nil {
 		return nil, err
 	}
@@ -348,7 +349,7 @@ func (s *runner) newStack(ctx context.Context, t bench.Target, name string) (*st
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	p, err := publisher.New(publisher.Config{Namespace: ns, Etcd: t.Etcd, Store: t.Store, Registerer: reg})
+	p, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: ns, Etcd: t.Etcd, Store: t.Store}, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

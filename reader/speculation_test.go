@@ -1,7 +1,7 @@
 package reader
 
-// Attack tests (breaker review) of Open's speculation, OpenPointer, WriteTo
-// and ErrWentBack, against real etcd and MinIO. Run with -race.
+// Open's speculation, OpenPointer, WriteTo and ErrWentBack while the
+// pointer moves and objects go, against real etcd and MinIO. Run with -race.
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
@@ -64,7 +65,7 @@ func (e *env) publishWhileReading(ctx context.Context, n int, stop func(), wg *s
 // each goroutine must see non-decreasing versions, and — etcd's history
 // never goes back here — no call may fail with ErrWentBack, whose doc says
 // only a restore or an out-of-band write explains it.
-func TestAttackConcurrentOpensWhilePointerMoves(t *testing.T) {
+func TestConcurrentOpensWhilePointerMoves(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	e.publish("k000", atkBody("k000"))
@@ -128,7 +129,7 @@ func TestAttackConcurrentOpensWhilePointerMoves(t *testing.T) {
 // highest version as events arrive; an Open whose linearizable pointer
 // read was served just before that publish must still succeed (it read a
 // pointer that was current when it read it) — never ErrWentBack.
-func TestAttackWatchAndOpenShareReader(t *testing.T) {
+func TestWatchAndOpenShareReader(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	e.publish("k000", atkBody("k000"))
@@ -179,7 +180,7 @@ func TestAttackWatchAndOpenShareReader(t *testing.T) {
 // flight and before the (slowed) pointer read is answered: the speculative
 // body must be dropped and the new pointer's object served, verified; the
 // versions returned never go back.
-func TestAttackPointerMovesDuringSpeculation(t *testing.T) {
+func TestPointerMovesDuringSpeculation(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	e.publish("k000", atkBody("k000"))
@@ -232,7 +233,7 @@ func TestAttackPointerMovesDuringSpeculation(t *testing.T) {
 }
 
 // Objects deleted under the reader.
-func TestAttackObjectsDeletedUnderReader(t *testing.T) {
+func TestObjectsDeletedUnderReader(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	r := e.reader(e.Etcd)
@@ -300,11 +301,11 @@ func must(b *Body, err error) *Body {
 }
 
 // A reader whose etcd stops answering after it has opened an object: each
-// Open (which now speculates) fails with ErrUnavailable within about
+// Open (which now speculates) fails with fencepub.ErrUnavailable within about
 // RequestTimeout, never returns the speculative body unverified against a
 // pointer, and leaves no goroutine or open GET behind. OpenPointer still
 // works without etcd.
-func TestAttackEtcdUnreachableDuringSpeculation(t *testing.T) {
+func TestEtcdUnreachableDuringSpeculation(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	p1 := e.publish("k1", atkBody("k1"))
@@ -323,8 +324,8 @@ func TestAttackEtcdUnreachableDuringSpeculation(t *testing.T) {
 			b.Close()
 			t.Fatalf("open %d with etcd unreachable returned a body", i)
 		}
-		if !errors.Is(err, ErrUnavailable) || took > 5*timeout {
-			t.Fatalf("open %d: %v after %s; want ErrUnavailable within ~%s", i, err, took, timeout)
+		if !errors.Is(err, fencepub.ErrUnavailable) || took > 5*timeout {
+			t.Fatalf("open %d: %v after %s; want fencepub.ErrUnavailable within ~%s", i, err, took, timeout)
 		}
 	}
 	if err := checkBody(must(r.OpenPointer(ctx, p1))); err != nil {
@@ -340,7 +341,7 @@ func TestAttackEtcdUnreachableDuringSpeculation(t *testing.T) {
 // Many Opens whose pointer read fails or misses while the speculative GET is
 // in flight must close the speculative bodies: the store connections they
 // hold are released (no growth of open connections through a proxy).
-func TestAttackSpeculationReleasesConnections(t *testing.T) {
+func TestSpeculationReleasesConnections(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	spx, st := testenv.Get(t).StoreProxy(t)
@@ -349,7 +350,7 @@ func TestAttackSpeculationReleasesConnections(t *testing.T) {
 	if _, err := e.pub.Publish(ctx, publisher.Operation{IdempotencyKey: "k0", Body: bytes.NewReader(big)}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{Namespace: e.NS, Etcd: e.Etcd, Store: st}, res)
+	r, err := New(Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: st}}, res)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/harness/testenv"
-	"github.com/fencepub/fencepub/lab"
+	"github.com/fencepub/fencepub/internal/lab"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

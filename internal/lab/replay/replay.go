@@ -1,7 +1,7 @@
 // Package replay performs the lab model's interleavings against the real
 // implementation — authority and publisher on real etcd and MinIO — and
 // reports every step whose real outcome or resource state differs from what
-// the model expects (issue "lab": `fencepub lab replay`).
+// the model expects (`fencepub lab replay`).
 //
 // The correct protocol (case fencing, variant correct, and case operations)
 // must replay without a mismatch. A deliberate defect replays too, where its
@@ -36,10 +36,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/lab"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/fencepub/fencepub/lab"
 	"github.com/fencepub/fencepub/publisher"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -142,7 +143,7 @@ func newRun(t Target, issuer, n int) (*run, error) {
 	if err := r.newAuthority(); err != nil {
 		return nil, err
 	}
-	pub, err := publisher.New(publisher.Config{Namespace: t.Namespace, Etcd: t.Etcd, Store: t.Store, Logger: t.Logger})
+	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: t.Namespace, Etcd: t.Etcd, Store: t.Store}, Logger: t.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +152,7 @@ func newRun(t Target, issuer, n int) (*run, error) {
 }
 
 func (r *run) newAuthority() error {
-	a, err := authority.New(authority.Config{Namespace: r.t.Namespace, Etcd: r.t.Etcd, Store: r.t.Store, Logger: r.t.Logger})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: r.t.Namespace, Etcd: r.t.Etcd, Store: r.t.Store}, Logger: r.t.Logger})
 	r.auth = a
 	return err
 }

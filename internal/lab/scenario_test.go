@@ -41,7 +41,7 @@ var (
 	bApply  = move{"B", Write, 2, Applied} // B's token: issuer+2
 )
 
-// The orderings are listed by hand from the seed's partial order (prefix,
+// The orderings are listed by hand from the protocol source's partial order (prefix,
 // then A: resume → write, B: write), in enumeration order: A's thread first.
 func TestFencingInterleavings(t *testing.T) {
 	aApplied := move{"A", Write, 1, Applied}
@@ -70,7 +70,7 @@ func TestFencingInterleavings(t *testing.T) {
 		{SplitAuthority, [][]move{
 			{aResume, aMint, aLate, bStale},
 			{aResume, aMint, bApply, aLate},
-			{aResume, bApply, aMint, aLate}, // the seed's two: B commits before A's late mint
+			{aResume, bApply, aMint, aLate}, // the protocol source's two: B commits before A's late mint
 			{bApply, aResume, aMint, aLate},
 		}, [][]Property{{UnauthorizedAccept}, {UnauthorizedAccept}, {UnauthorizedAccept}, {UnauthorizedAccept}}},
 		{RollbackIssuer, [][]move{

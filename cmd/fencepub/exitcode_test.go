@@ -17,8 +17,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Adversarial CLI tests: hostile flag values, the exact JSON names and exit
-// codes of issues 3 and 4, an unreachable etcd and a missing bucket.
+// The CLI's error contract: hostile flag values, the exact JSON names and
+// exit codes, an unreachable etcd and a missing bucket.
 
 // cliRig is a dedicated etcd and MinIO with the connection flags of one
 // domain.
@@ -112,11 +112,11 @@ func requireFields(t *testing.T, what string, m map[string]any, paths ...string)
 	}
 }
 
-// TestAdversarialCLIBadInput feeds hostile names and numbers to every
+// TestCLIBadInput feeds hostile names and numbers to every
 // command: each exits 2 and writes nothing to etcd — in particular
 // `publish --ttl` with a bad key or seq no longer acquires a grant (mints
 // a generation) before refusing.
-func TestAdversarialCLIBadInput(t *testing.T) {
+func TestCLIBadInput(t *testing.T) {
 	r := newCLIRig(t, "bad")
 	a := r.file("a.txt", "alpha")
 	// A grant to name in the raw forms, and a published version.
@@ -231,9 +231,9 @@ func TestAdversarialCLIBadInput(t *testing.T) {
 	r.run("", 0, append([]string{"publish", "--resource", "job", "--seq", "2", "--key", "k2", "--file", a}, raw...)...)
 }
 
-// TestAdversarialCLIContract checks the JSON names and exit codes issues 3
-// and 4 promise, exactly as written there.
-func TestAdversarialCLIContract(t *testing.T) {
+// TestCLIContract checks the JSON names and exit codes the README
+// promises, exactly as written there.
+func TestCLIContract(t *testing.T) {
 	r := newCLIRig(t, "contract")
 	a := r.file("a.txt", "alpha")
 	acq := jsonKeys(t, r.run("", 0, "authority", "acquire", "--resource", "res", "--owner", "o1", "--ttl", "30s", "-o", "json"))
@@ -283,13 +283,13 @@ func TestAdversarialCLIContract(t *testing.T) {
 	r.run("", exitcode.Held, "publish", "--resource", "res", "--owner", "o2", "--ttl", "5s", "--key", "kh", "--file", a)
 }
 
-// TestAdversarialCLIUnreachableEtcd runs every server command against an
+// TestCLIUnreachableEtcd runs every server command against an
 // address where no etcd listens: each exits 115 (unavailable) within a
 // bound — never a hang, never another code. (`read` has no --timeout flag;
 // before the reader's per-request timeout it hung for ever. openEnv's
 // connection probe now answers first; the reader's timeout still bounds an
 // etcd lost after the probe.)
-func TestAdversarialCLIUnreachableEtcd(t *testing.T) {
+func TestCLIUnreachableEtcd(t *testing.T) {
 	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
 	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
 	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
@@ -334,10 +334,10 @@ func TestAdversarialCLIUnreachableEtcd(t *testing.T) {
 	wg.Wait()
 }
 
-// TestAdversarialCLIMissingBucket points every command at a bucket that does
+// TestCLIMissingBucket points every command at a bucket that does
 // not exist: a configuration mistake, so exit 2 naming the bucket — and an
 // acquire must not mint a generation it cannot record.
-func TestAdversarialCLIMissingBucket(t *testing.T) {
+func TestCLIMissingBucket(t *testing.T) {
 	r := newCLIRig(t, "nobucket")
 	a := r.file("a.txt", "alpha")
 	// A domain initialised against the real bucket, then a wrong bucket name.

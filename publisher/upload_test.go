@@ -1,8 +1,8 @@
 package publisher
 
-// Attack tests (breaker review): lying sizes, failing and changing bodies,
-// lost responses, stalled stores and cancellation, against real etcd and
-// MinIO. Each test states the property it attacks; a failure is a defect.
+// Object upload: lying sizes, failing and changing bodies, lost responses,
+// stalled stores and cancellation, against real etcd and MinIO. Each test
+// states the property it checks.
 
 import (
 	"bytes"
@@ -87,7 +87,7 @@ func writeTemp(t *testing.T, data []byte) *os.File {
 // A Size that lies (shorter or longer than the body) must fail with ErrBody
 // and publish nothing, whatever the body's type; an honest retry under the
 // same idempotency key then applies (the lie left no op record).
-func TestAttackSizeLies(t *testing.T) {
+func TestSizeLies(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	p := e.atkPublisher("r")
@@ -120,7 +120,7 @@ func TestAttackSizeLies(t *testing.T) {
 // long before its stated length, so the publish must fail with ErrBody
 // (Operation.Size: "A body that ends before Size or goes on after it fails
 // with ErrBody and is not published").
-func TestAttackSizeAboveSinglePutLimit(t *testing.T) {
+func TestSizeAboveSinglePutLimit(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	p := e.atkPublisher("r")
@@ -158,7 +158,7 @@ func (f *atkFailingReader) Read(p []byte) (int, error) {
 // A body that fails mid-way publishes nothing, for every path: streamed
 // (Size known), small unknown length, multipart; a failed multipart upload
 // is aborted and no goroutine is left behind.
-func TestAttackBodyErrors(t *testing.T) {
+func TestBodyErrors(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
 	ctx := ctxT(t, 2*time.Minute)
 	p := e.atkPublisher("r")
@@ -189,7 +189,7 @@ func TestAttackBodyErrors(t *testing.T) {
 // An *os.File that grows or shrinks while it is being published (its length
 // is taken from Stat before the upload) fails with ErrBody; nothing is
 // published. The store connection is slowed so the change lands mid-upload.
-func TestAttackFileChangesDuringPublish(t *testing.T) {
+func TestFileChangesDuringPublish(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	px, p, r0 := e.proxiedPublisher(ctx, "r")
@@ -267,7 +267,7 @@ func TestAttackFileChangesDuringPublish(t *testing.T) {
 // A file opened at a non-zero offset publishes the bytes from the offset on,
 // also when the PUT's response is lost and the body is re-sent (from the
 // offset, not from 0).
-func TestAttackFileAtOffset(t *testing.T) {
+func TestFileAtOffset(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	px, p, _ := e.proxiedPublisher(ctx, "r")
@@ -299,7 +299,7 @@ func TestAttackFileAtOffset(t *testing.T) {
 // A pipe (what stdin is under `cmd | fencepub publish`) is an *os.File that
 // is not regular: its length is unknown, so it goes through the unknown-length
 // path (one PUT below PartSize, multipart above), and its bytes arrive intact.
-func TestAttackPipeBody(t *testing.T) {
+func TestPipeBody(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
 	ctx := ctxT(t, 2*time.Minute)
 	p := e.atkPublisher("r")
@@ -333,7 +333,7 @@ func TestAttackPipeBody(t *testing.T) {
 // are re-sent and apply exactly once; a non-seekable one of known length
 // (bytes.Buffer) fails with nothing published. Either way the outcome is
 // definite.
-func TestAttackLostPutResponses(t *testing.T) {
+func TestLostPutResponses(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	px, p, _ := e.proxiedPublisher(ctx, "r")
@@ -366,7 +366,7 @@ func TestAttackLostPutResponses(t *testing.T) {
 // A store that stops answering (bytes to it vanish) must not hang a
 // publish past its context, nor publish anything, for streamed and
 // multipart bodies.
-func TestAttackStalledStore(t *testing.T) {
+func TestStalledStore(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	px, p, r0 := e.proxiedPublisher(ctx, "r")
@@ -427,7 +427,7 @@ func (s *progressReader) Read(p []byte) (int, error) {
 // Cancelling the context mid-upload (streamed, and multipart while part 2
 // is sent and part 3 filled) returns promptly with the context's error,
 // publishes nothing, leaves no incomplete upload and no goroutine.
-func TestAttackCancelMidUpload(t *testing.T) {
+func TestCancelMidUpload(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
 	ctx := ctxT(t, 2*time.Minute)
 	p := e.atkPublisher("r")
@@ -467,7 +467,7 @@ func TestAttackCancelMidUpload(t *testing.T) {
 // a ctxReader whose Read ends with ctx. Publish returns soon after its
 // context ends with nothing published, and the abandoned Read's goroutine
 // ends when the body finally fails.
-func TestAttackBlockedBodyEndsWithContext(t *testing.T) {
+func TestBlockedBodyEndsWithContext(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	p := e.atkPublisher("r")
@@ -512,7 +512,7 @@ func TestAttackBlockedBodyEndsWithContext(t *testing.T) {
 // page, some FUSE file systems) is published through the unknown-length
 // path, whole; trusting Stat would stream 0 bytes, or fail after the few
 // bytes a sysfs file has.
-func TestAttackProcFileBody(t *testing.T) {
+func TestProcFileBody(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	p := e.atkPublisher("r")
@@ -540,7 +540,7 @@ func TestAttackProcFileBody(t *testing.T) {
 // meets NoSuchUpload or 412 and verifyOwn reads the object back; the
 // publish applies once with the right bytes. The drop is armed when the
 // last part has been sent (counted by the proxy's upstream bytes).
-func TestAttackLostCompleteResponse(t *testing.T) {
+func TestLostCompleteResponse(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	px, p, _ := e.proxiedPublisher(ctx, "r")
@@ -594,7 +594,7 @@ var _ = objstore.ErrExists
 // body) gets seq+1 and is refused as a gap, and so is every later Publish.
 // (The seq reservation predates today's change; today's change adds new
 // ErrBody cases that reach it: a lying Size, a file that changed.)
-func TestAttackContiguousAfterBodyError(t *testing.T) {
+func TestContiguousAfterBodyError(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	p := e.bindContiguous(ctx, "counter")
@@ -636,7 +636,7 @@ func (s *trickleReader) Read(p []byte) (int, error) {
 // notices, so Publish returns up to a whole part's worth of body time after
 // the cancel (PartSize / body rate: 16 MiB at 1 MiB/s is 16 s) and consumes
 // body bytes it will never send.
-func TestAttackCancelDuringSlowFill(t *testing.T) {
+func TestCancelDuringSlowFill(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
 	ctx := ctxT(t, 2*time.Minute)
 	p := e.atkPublisher("r")

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestAdversarialNamespacesNeverNest checks, over every pair of namespaces
+// TestNamespacesNeverNest checks, over every pair of namespaces
 // built from a set of components that includes the names of a domain's key
 // subtrees, that no key of one namespace falls under a range prefix of
 // another (the prefixes GC prunes and recover scans). Before the fix,
@@ -14,7 +14,7 @@ import (
 // prefix of resource "r" of domain "d" under "p", so that domain's history
 // pruning deleted the nested domain's epoch, generation, pointer and seal
 // keys — a generation counter reset, the bug invariant 3 forbids.
-func TestAdversarialNamespacesNeverNest(t *testing.T) {
+func TestNamespacesNeverNest(t *testing.T) {
 	parts := []string{"p", "d", "r", "authority", "pointers", "seals", "ops", "history", "restored", "epochs", "_fencepub", "epoch", "x"}
 	var nss []Namespace
 	for _, a := range parts {

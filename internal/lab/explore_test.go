@@ -85,7 +85,7 @@ func TestExploreRollbackBounds(t *testing.T) {
 }
 
 // issuers are the initial issuer values the reduction and abstraction
-// tests run at: the smallest, the seed's, others, and the largest.
+// tests run at: the smallest, the protocol source's, others, and the largest.
 var issuers = []int{0, 7, 40, MaxIssuer}
 
 // exactKey is the whole state, with no abstraction: exact fences and grant

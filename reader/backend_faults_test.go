@@ -9,18 +9,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/minio/minio-go/v7"
 )
 
-// Adversarial tests: an etcd that never answers, and objects changed behind
-// the pointer's back (DESIGN.md invariant 6).
+// The reader when etcd never answers and when objects change behind the
+// pointer's back (DESIGN.md invariant 6).
 
-// TestAdversarialUnreachableEtcd points a reader at an address where no etcd
+// TestUnreachableEtcd points a reader at an address where no etcd
 // listens. The etcd client waits for a connection as long as the context
 // allows, so before Config.RequestTimeout a `fencepub read` (no deadline)
 // hung for ever and `fencepub watch` never printed its promised error
-// lines. Each read now ends with ErrUnavailable after RequestTimeout.
-func TestAdversarialUnreachableEtcd(t *testing.T) {
+// lines. Each read now ends with fencepub.ErrUnavailable after RequestTimeout.
+func TestUnreachableEtcd(t *testing.T) {
 	e := newEnv(t)
 	cli := unreachableEtcd(t)
 	const timeout = 500 * time.Millisecond
@@ -33,8 +34,8 @@ func TestAdversarialUnreachableEtcd(t *testing.T) {
 	} {
 		start := time.Now()
 		err := call()
-		if took := time.Since(start); !errors.Is(err, ErrUnavailable) || took > 10*timeout {
-			t.Fatalf("%s on an unreachable etcd: %v after %s; want ErrUnavailable within ~%s", name, err, took, timeout)
+		if took := time.Since(start); !errors.Is(err, fencepub.ErrUnavailable) || took > 10*timeout {
+			t.Fatalf("%s on an unreachable etcd: %v after %s; want fencepub.ErrUnavailable within ~%s", name, err, took, timeout)
 		}
 	}
 
@@ -43,8 +44,8 @@ func TestAdversarialUnreachableEtcd(t *testing.T) {
 	ch := r.Watch(wctx)
 	select {
 	case u := <-ch:
-		if !errors.Is(u.Err, ErrUnavailable) {
-			t.Fatalf("first watch update %+v; want ErrUnavailable", u)
+		if !errors.Is(u.Err, fencepub.ErrUnavailable) {
+			t.Fatalf("first watch update %+v; want fencepub.ErrUnavailable", u)
 		}
 	case <-time.After(10 * timeout):
 		t.Fatal("watch on an unreachable etcd reported nothing")
@@ -53,16 +54,16 @@ func TestAdversarialUnreachableEtcd(t *testing.T) {
 	for range ch {
 	}
 
-	if _, err := New(Config{Namespace: e.NS, Etcd: cli, RequestTimeout: -time.Second}, res); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("negative RequestTimeout: %v, want ErrInvalid", err)
+	if _, err := New(Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli}, RequestTimeout: -time.Second}, res); !errors.Is(err, fencepub.ErrInvalid) {
+		t.Fatalf("negative RequestTimeout: %v, want fencepub.ErrInvalid", err)
 	}
 }
 
-// TestAdversarialObjectOverwritten overwrites the published object out of
+// TestObjectOverwritten overwrites the published object out of
 // band (a plain PUT on its key; objects are meant to be immutable). The
 // reader must refuse every changed body, with the same size or not, and a
 // pointer without an ETag still gets its bytes checked against sha256.
-func TestAdversarialObjectOverwritten(t *testing.T) {
+func TestObjectOverwritten(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	const body = "the published bytes"

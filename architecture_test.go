@@ -1,0 +1,96 @@
+package fencepub_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// module is this module's import path.
+const module = "github.com/fencepub/fencepub"
+
+// The "never imports" rules of ARCHITECTURE.md. A rule forbids every
+// package matching from (an import path relative to the module, "..." a
+// subtree) to depend, directly or transitively, on a package matching one of
+// never.
+var neverImports = []struct {
+	from  []string
+	never []string
+}{
+	// The core and the foundations sit below the product.
+	{
+		from:  []string{".", "internal/layout", "internal/objstore", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/lab"},
+		never: []string{"authority", "publisher", "reader", "gc", "internal/cli/...", "internal/harness/...", "cmd/..."},
+	},
+	// A reader-only program links no authority, publisher or GC.
+	{from: []string{"reader"}, never: []string{"authority", "publisher", "gc"}},
+	// The authority knows nothing of what its grants fence.
+	{from: []string{"authority"}, never: []string{"publisher", "reader", "gc"}},
+	// Writers and the collector are independent of each other and of reads.
+	{from: []string{"publisher"}, never: []string{"reader", "gc"}},
+	{from: []string{"gc"}, never: []string{"publisher", "reader"}},
+	// No library package depends on the CLI, the harnesses or a binary.
+	{
+		from:  []string{"authority", "publisher", "reader", "gc"},
+		never: []string{"internal/cli/...", "internal/harness/...", "internal/lab/...", "cmd/...", "github.com/spf13/cobra", "github.com/spf13/viper"},
+	},
+	// The worker binary does not link the benchmark suite.
+	{from: []string{"cmd/fencepub"}, never: []string{"internal/harness/bench/...", "gonum.org/v1/plot"}},
+}
+
+// matches reports whether import path p matches pattern pat: a path
+// relative to the module (or ".", the module itself), a full external
+// path, either ending in "/..." for a subtree.
+func matches(p, pat string) bool {
+	full := pat
+	switch {
+	case pat == ".":
+		full = module
+	case !strings.Contains(strings.SplitN(pat, "/", 2)[0], "."):
+		full = module + "/" + pat
+	}
+	if sub, ok := strings.CutSuffix(full, "/..."); ok {
+		return p == sub || strings.HasPrefix(p, sub+"/")
+	}
+	return p == full
+}
+
+// TestArchitecture checks the "never imports" rules on the build graph of
+// every package of the module (go list: non-test dependencies).
+func TestArchitecture(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		deps[f[0]] = f[1:]
+	}
+	checked := 0
+	for _, r := range neverImports {
+		for pkg, ds := range deps {
+			if !matchesAny(pkg, r.from) {
+				continue
+			}
+			checked++
+			for _, d := range ds {
+				if matchesAny(d, r.never) {
+					t.Errorf("%s depends on %s (ARCHITECTURE.md forbids it)", pkg, d)
+				}
+			}
+		}
+	}
+	if checked < len(neverImports) {
+		t.Fatalf("the rules matched %d packages; each rule should match at least one", checked)
+	}
+}
+
+func matchesAny(p string, pats []string) bool {
+	for _, pat := range pats {
+		if matches(p, pat) {
+			return true
+		}
+	}
+	return false
+}

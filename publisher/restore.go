@@ -1,0 +1,111 @@
+package publisher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/minio/minio-go/v7"
+)
+
+// Restored is one resource's outcome of RestoreLost.
+type Restored struct {
+	Resource string         `json:"resource"`
+	From     layout.Version `json:"from"` // the lost object's old-epoch version
+	Key      string         `json:"key"`  // the object republished
+	Result   Result         `json:"result"`
+	Error    string         `json:"error,omitempty"`
+}
+
+// Timeouts of RestoreLost: the wait for a resource's grant, and the
+// release after it.
+const (
+	restoreAcquireTimeout = time.Minute
+	restoreReleaseTimeout = 10 * time.Second
+	restoreLeaseTTL       = 15 * time.Second
+)
+
+// RestoreLost runs the last step of the restore runbook (`fencepub
+// authority recover --republish`, DESIGN.md invariant 3): for every
+// resource of rep (a report of a.Recover) with objects above its restored
+// pointer, it publishes again the newest of them that could have been
+// published under the new epoch. For each such resource it acquires a grant
+// (waiting up to a minute for the holder), republishes the object to a
+// fresh key of the grant's next version (Publisher.Republish) and releases
+// the grant with its own bounded context. The idempotency key
+// recover-<old version, 62-byte encoding> makes a second run a duplicate.
+//
+// An object of epoch E written after the marker of epoch E+1 was reserved is
+// an attempt rejected by the epoch check (a worker that reached the store
+// after recover), never a lost publish, so it is skipped; both times are the
+// object store's own clock. Run a.Recover with DryRun first: the newest
+// object above a restored pointer is normally a publish the restore lost,
+// but it may also be an attempt that failed for another reason.
+//
+// It returns one Restored per resource it tried, in rep's order; a
+// resource's failure (acquire, bind or republish) is in its Error and does
+// not stop the others. It blocks until every resource is done; once ctx
+// ends, the remaining resources fail with ctx's error.
+func (c *Client) RestoreLost(ctx context.Context, a *authority.Authority, rep authority.RecoverReport) []Restored {
+	var out []Restored
+	for _, r := range rep.Resources {
+		if len(r.Above) == 0 {
+			continue
+		}
+		lost, ok := c.newestPublishable(ctx, r.Above)
+		if !ok {
+			continue
+		}
+		res := Restored{Resource: r.Resource, From: lost.Version, Key: lost.Key}
+		var err error
+		if res.Result, err = c.restoreOne(ctx, a, r.Resource, lost); err != nil {
+			res.Error = err.Error()
+		}
+		out = append(out, res)
+	}
+	return out
+}
+
+// restoreOne republishes lost under a fresh grant of resource.
+func (c *Client) restoreOne(ctx context.Context, a *authority.Authority, resource string, lost authority.LostObject) (Result, error) {
+	actx, cancel := context.WithTimeout(ctx, restoreAcquireTimeout)
+	defer cancel()
+	g, err := a.Acquire(actx, authority.AcquireRequest{Resource: resource, Owner: "recover-" + authority.NewID()[:12], TTL: restoreLeaseTTL, Wait: true})
+	if err != nil {
+		return Result{}, fmt.Errorf("acquire %s: %w", resource, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreReleaseTimeout)
+		defer cancel()
+		_ = a.Release(rctx, g)
+	}()
+	p, err := c.BindGrant(actx, g, false)
+	if err != nil {
+		return Result{}, err
+	}
+	return p.Republish(actx, lost.Key, "recover-"+lost.Version.Encode())
+}
+
+// newestPublishable returns the newest of above (sorted by version, newest
+// last) written before the next epoch's marker was reserved.
+func (c *Client) newestPublishable(ctx context.Context, above []authority.LostObject) (authority.LostObject, bool) {
+	st := c.cfg.Store
+	cutoff := map[uint64]time.Time{}
+	for i := len(above) - 1; i >= 0; i-- {
+		o := above[i]
+		t, ok := cutoff[o.Version.Epoch]
+		if !ok {
+			info, err := st.Client.StatObject(ctx, st.Bucket, c.ns.EpochMarker(o.Version.Epoch+1), minio.StatObjectOptions{})
+			if err == nil {
+				t = info.LastModified
+			}
+			cutoff[o.Version.Epoch] = t
+		}
+		if t.IsZero() || !o.LastModified.After(t) {
+			return o, true
+		}
+	}
+	return authority.LostObject{}, false
+}
