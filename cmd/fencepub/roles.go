@@ -40,8 +40,10 @@ type roleSpec struct {
 //     seal), ops/ and history/;
 //   - reader (pointer, read, watch): read on pointers/ and seals/;
 //   - gc (gc run, gc daemon): read on epochs/ and restored/; readwrite on
-//     authority/ (the _gc lease; pruning request and grant records),
-//     pointers/ and seals/ (abandon seals), ops/, history/ and clock/;
+//     the rollback alarm (acquiring the _gc lease requires it absent and
+//     raises it, as a worker's acquire does), authority/ (the _gc lease;
+//     pruning request and grant records), pointers/ and seals/ (abandon
+//     seals), ops/, history/ and clock/;
 //   - operator (recover, resource delete, rollback): readwrite on the whole
 //     domain root.
 //
@@ -80,7 +82,7 @@ func domainRoles(ns layout.Namespace, prefix string) []roleSpec {
 	return []roleSpec{
 		{prefix + "-worker", cat(common, []rolePerm{alarm}, workerAuth, publish)},
 		{prefix + "-reader", cat(common, []rolePerm{under("read", ns.PointersPrefix()), under("read", root+"seals/")})},
-		{prefix + "-gc", cat(common, gcOwn, publish)},
+		{prefix + "-gc", cat(common, []rolePerm{alarm}, gcOwn, publish)},
 		{prefix + "-operator", []rolePerm{under("readwrite", root)}},
 	}
 }
