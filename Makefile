@@ -20,7 +20,7 @@ RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS)),$(shell $(GO) lis
 # go test also writes any failing input it finds. FUZZTIME counts inputs
 # (Nx), not seconds: a time budget can end a loaded run with a spurious
 # "context deadline exceeded" failure while a worker is mid-input.
-FUZZ_PKGS ?= ./internal/layout
+FUZZ_PKGS ?= ./internal/layout ./internal/cli/config ./publisher
 FUZZTIME  ?= 200000x
 
 .PHONY: all deps build test examples-module cross fuzz wrk lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
