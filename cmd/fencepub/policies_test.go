@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,28 +41,66 @@ func policyUser(t *testing.T, m *localstack.MinIO, root, name, policy string) (s
 	}
 	doc := strings.ReplaceAll(string(raw), examplePolicyBucket, "arn:aws:s3:::"+m.Config.Bucket)
 	doc = strings.ReplaceAll(doc, examplePolicyRoot, root)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pname := "fencepub-" + policy
+	if err := minioAdmin(t, m).AddCannedPolicy(ctx, pname, []byte(doc)); err != nil {
+		t.Fatalf("add policy %s: %v", pname, err)
+	}
+	secret := name + "-secret"
+	minioUser(t, m, name, secret, pname)
+	return name, secret
+}
+
+// minioAdmin is a MinIO admin API client of m with its root keys.
+func minioAdmin(t *testing.T, m *localstack.MinIO) *madmin.AdminClient {
+	t.Helper()
 	host, secure, err := m.Config.HostSecure()
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm, err := madmin.New(host, m.Config.AccessKey, m.Config.SecretKey, secure)
+	adm, err := madmin.NewWithOptions(host, &madmin.Options{Creds: credentials.NewStaticV4(m.Config.AccessKey, m.Config.SecretKey, ""), Secure: secure})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return adm
+}
+
+// minioUser creates the MinIO user name with secret, attached to policy
+// only (a policy created before, or a built-in one such as readwrite).
+func minioUser(t *testing.T, m *localstack.MinIO, name, secret, policy string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pname := "fencepub-" + policy
-	if err := adm.AddCannedPolicy(ctx, pname, []byte(doc)); err != nil {
-		t.Fatalf("add policy %s: %v", pname, err)
-	}
-	secret := name + "-secret"
+	adm := minioAdmin(t, m)
 	if err := adm.AddUser(ctx, name, secret); err != nil {
 		t.Fatalf("add user %s: %v", name, err)
 	}
-	if _, err := adm.AttachPolicy(ctx, madmin.PolicyAssociationReq{Policies: []string{pname}, User: name}); err != nil {
-		t.Fatalf("attach %s to %s: %v", pname, name, err)
+	if _, err := adm.AttachPolicy(ctx, madmin.PolicyAssociationReq{Policies: []string{policy}, User: name}); err != nil {
+		t.Fatalf("attach %s to %s: %v", policy, name, err)
 	}
-	return name, secret
+}
+
+// assumeRole returns temporary keys of the MinIO user (STS AssumeRole
+// through minio-go), with a session token.
+func assumeRole(t *testing.T, m *localstack.MinIO, user, secret string) credentials.Value {
+	t.Helper()
+	host, _, err := m.Config.HostSecure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts, err := credentials.NewSTSAssumeRole("http://"+host, credentials.STSAssumeRoleOptions{AccessKey: user, SecretKey: secret, DurationSeconds: 900})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := sts.GetWithContext(&credentials.CredContext{Client: http.DefaultClient})
+	if err != nil {
+		t.Fatalf("AssumeRole as %s: %v", user, err)
+	}
+	if tmp.SessionToken == "" || tmp.AccessKeyID == user {
+		t.Fatalf("AssumeRole gave no temporary keys: access key %q, token set %v", tmp.AccessKeyID, tmp.SessionToken != "")
+	}
+	return tmp
 }
 
 // s3As returns a minio-go client of m's endpoint with the given keys.

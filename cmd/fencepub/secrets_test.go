@@ -13,8 +13,6 @@ import (
 
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
-	"github.com/minio/madmin-go/v3"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // secretValue is a random secret that no output could contain by chance.
@@ -52,28 +50,8 @@ func TestSecretsStayOutOfOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	s3Secret := secretValue(t, "s3-secret")
-	host, _, err := m.Config.HostSecure()
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm, err := madmin.New(host, m.Config.AccessKey, m.Config.SecretKey, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := adm.AddUser(ctx, "session", s3Secret); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adm.AttachPolicy(ctx, madmin.PolicyAssociationReq{Policies: []string{"readwrite"}, User: "session"}); err != nil {
-		t.Fatal(err)
-	}
-	sts, err := credentials.NewSTSAssumeRole("http://"+host, credentials.STSAssumeRoleOptions{AccessKey: "session", SecretKey: s3Secret, DurationSeconds: 900})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp, err := sts.Get()
-	if err != nil || tmp.SessionToken == "" {
-		t.Fatalf("AssumeRole: %v (token set %v)", err, tmp.SessionToken != "")
-	}
+	minioUser(t, m, "session", s3Secret, "readwrite")
+	tmp := assumeRole(t, m, "session", s3Secret)
 	secrets := map[string]string{"etcd password": etcdPassword, "s3 secret key": s3Secret,
 		"temporary secret key": tmp.SecretAccessKey, "session token": tmp.SessionToken, "MinIO root secret": m.Config.SecretKey}
 

@@ -9,7 +9,6 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // TestSTSCredentials gets temporary keys from MinIO's STS (AssumeRole for a
@@ -24,21 +23,7 @@ func TestSTSCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	user, secret := policyUser(t, m, ns.Root(), "sts-worker", "worker")
-	host, _, err := m.Config.HostSecure()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sts, err := credentials.NewSTSAssumeRole("http://"+host, credentials.STSAssumeRoleOptions{AccessKey: user, SecretKey: secret, DurationSeconds: 900})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp, err := sts.Get()
-	if err != nil {
-		t.Fatalf("AssumeRole: %v", err)
-	}
-	if tmp.SessionToken == "" || tmp.AccessKeyID == user {
-		t.Fatalf("AssumeRole gave no temporary keys: access key %q, token set %v", tmp.AccessKeyID, tmp.SessionToken != "")
-	}
+	tmp := assumeRole(t, m, user, secret)
 	clearS3Env(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", tmp.AccessKeyID)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", tmp.SecretAccessKey)
