@@ -168,7 +168,9 @@ etcd user with the root role. It does not create users: bind them with
 
 etcd grants read and write per key range and cannot tell a put from a
 delete: a worker that may write pointers, ops, history and seals can also
-delete them through etcd. Deletion of objects is withheld in the object store.
+delete them through etcd, and can run resource delete and rollback. Deletion
+of objects is withheld in the object store: examples/policies gives workers
+no DeleteObject.
 
 The roles cover one domain; for another domain, name its roles apart with
 --role-prefix.`,
