@@ -145,7 +145,9 @@ type restoredPointer struct {
 // Errors: *ForeignHistoryError (ErrForeignHistory; retry with FromBucket),
 // ErrInitialized (FromBucket on an etcd with an epoch),
 // ErrForeignDeployment, ErrUnavailable, ErrExhausted, ErrCorruptState, a
-// concurrent epoch change (run again), ctx's error.
+// concurrent epoch change (run again), ctx's error; etcd's permission
+// denied, before anything is written, for a user whose role may not write
+// the epoch key (DESIGN.md "Security").
 func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverReport, error) {
 	rep := RecoverReport{DryRun: opts.DryRun, FromBucket: opts.FromBucket, Revoked: []RevokedHolder{}, Resources: []ResourceRecovery{}}
 	rctx, cancel := a.rctx(ctx)
