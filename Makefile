@@ -23,8 +23,8 @@ RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS)),$(shell $(GO) lis
 # STORE_PKGS: the suites that exercise the object store, which make test runs
 # a second time with SeaweedFS as the shared store (FENCEPUB_TEST_STORE;
 # README, "Object stores"); the first pass runs everything on MinIO.
-STORE_PKGS := ./publisher ./reader ./gc ./lab/replay
-FUZZ_PKGS ?= ./internal/layout
+STORE_PKGS := ./publisher ./reader ./gc ./internal/lab/replay
+FUZZ_PKGS ?= ./internal/layout ./internal/cli/config ./publisher
 FUZZTIME  ?= 200000x
 
 .PHONY: all deps build test examples-module monitoring cross fuzz wrk lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot

@@ -146,14 +146,22 @@ type restoredPointer struct {
 //
 // Errors: *ForeignHistoryError (ErrForeignHistory; retry with FromBucket),
 // ErrInitialized (FromBucket on an etcd with an epoch),
-// ErrForeignDeployment, fencepub.ErrUnavailable, ErrExhausted, fencepub.ErrCorruptState, a
-// concurrent epoch change (run again), ctx's error.
+// ErrForeignDeployment, fencepub.ErrUnavailable, ErrExhausted,
+// fencepub.ErrCorruptState, a concurrent epoch change (run again), ctx's
+// error; etcd's permission denied, before anything is written, for a user
+// whose role may not write the epoch key (DESIGN.md "Security").
 func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverReport, error) {
 	rep := RecoverReport{DryRun: opts.DryRun, FromBucket: opts.FromBucket, Revoked: []RevokedHolder{}, Resources: []ResourceRecovery{}}
 	rctx, cancel := a.rctx(ctx)
-	resp, err := a.cli.Txn(rctx).Then(
-		clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey()), clientv3.OpGet(a.ns.RollbackKey()),
-	).Commit()
+	// The put of the epoch key sits in a branch that never runs (no key has
+	// a negative version): etcd checks the permissions of both branches
+	// before it applies a transaction, so a user who may not write the
+	// epoch (every role but the operator's, DESIGN.md "Security") is
+	// refused here, before recover reserves an epoch in the bucket.
+	resp, err := a.cli.Txn(rctx).If(clientv3.Compare(clientv3.Version(a.ns.EpochKey()), "<", 0)).
+		Then(clientv3.OpPut(a.ns.EpochKey(), "")).
+		Else(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey()), clientv3.OpGet(a.ns.RollbackKey())).
+		Commit()
 	cancel()
 	if err != nil {
 		return rep, etcdErr(ctx, "read domain", err)

@@ -12,12 +12,10 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 )
 
-// secureStack starts an etcd serving TLS with --client-cert-auth and
-// authentication enabled (user root, password "root-pw"), and a MinIO; it
-// puts the store's credentials and root's password in the environment and
-// returns the CA, a valid client certificate and the connection flags
-// (without the TLS files and the user, which each case chooses).
-func secureStack(t *testing.T) (*testenv.CA, testenv.CertPair, []string) {
+// secureServers starts an etcd serving TLS with --client-cert-auth and
+// authentication enabled (user root, password "root-pw"), and a MinIO. It
+// returns the CA, a valid client certificate and both servers.
+func secureServers(t *testing.T) (*testenv.CA, testenv.CertPair, *localstack.Etcd, *localstack.MinIO) {
 	t.Helper()
 	ca := testenv.NewCA(t, "etcd")
 	srv := ca.Server(t, "etcd-server")
@@ -30,7 +28,16 @@ func secureStack(t *testing.T) (*testenv.CA, testenv.CertPair, []string) {
 	if !strings.HasPrefix(e.Endpoints()[0], "https://") {
 		t.Fatalf("etcd endpoint %s is not https", e.Endpoints()[0])
 	}
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
+	return ca, client, e, testenv.StartMinIO(t, localstack.MinIOOptions{})
+}
+
+// secureStack is secureServers that puts the store's credentials and
+// root's password in the environment and returns the CA, the client
+// certificate and the connection flags (without the TLS files and the
+// user, which each case chooses).
+func secureStack(t *testing.T) (*testenv.CA, testenv.CertPair, []string) {
+	t.Helper()
+	ca, client, e, m := secureServers(t)
 	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
 	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
 	t.Setenv("FENCEPUB_ETCD_PASSWORD", "root-pw")

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -136,52 +134,12 @@ func TestGCCLI(t *testing.T) {
 	run(exitcode.Usage, "resource", "delete", "_gc")
 
 	// The daemon: serves /healthz and /metrics, acts, stops on cancel.
-	port, err := localstack.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	dctx, stop := context.WithCancel(ctx)
-	type res struct {
-		out  string
-		code int
-	}
-	done := make(chan res, 1)
-	go func() {
-		o, errs, code := publishCLI(t, dctx, "", append([]string{"gc", "daemon", "--interval", "100ms", "--lease-ttl", "2s", "--listen", addr, "--grace", "1ms"}, conn...)...)
-		done <- res{o + errs, code}
-	}()
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, body := get("/healthz")
-		if code == 200 && strings.Contains(body, `"leader":true`) && strings.Contains(body, `"last_success"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon not leading: %d %s", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	get, stop := gcDaemon(t, ctx, append([]string{"--grace", "1ms"}, conn...)...)
 	if _, metrics := get("/metrics"); !strings.Contains(metrics, `fencepub_gc_kept_objects{decision="published"}`) || !strings.Contains(metrics, "fencepub_gc_leader 1") || !strings.Contains(metrics, "go_goroutines") {
 		t.Fatalf("/metrics:\n%s", metrics)
 	}
-	stop()
-	select {
-	case r := <-done:
-		if r.code != 0 {
-			t.Fatalf("daemon exit %d: %s", r.code, r.out)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("daemon did not stop on cancel")
+	if out, code := stop(); code != 0 {
+		t.Fatalf("daemon exit %d: %s", code, out)
 	}
 	if _, held, err := auth.Holder(ctx, "_gc"); err != nil || held {
 		t.Fatalf("GC lease still held after the daemon stopped (%v)", err)

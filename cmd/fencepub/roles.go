@@ -40,8 +40,10 @@ type roleSpec struct {
 //     seal), ops/ and history/;
 //   - reader (pointer, read, watch): read on pointers/ and seals/;
 //   - gc (gc run, gc daemon): read on epochs/ and restored/; readwrite on
-//     authority/ (the _gc lease; pruning request and grant records),
-//     pointers/ and seals/ (abandon seals), ops/, history/ and clock/;
+//     the rollback alarm (acquiring the _gc lease requires it absent and
+//     raises it, as a worker's acquire does), authority/ (the _gc lease;
+//     pruning request and grant records), pointers/ and seals/ (abandon
+//     seals), ops/, history/ and clock/;
 //   - operator (recover, resource delete, rollback): readwrite on the whole
 //     domain root.
 //
@@ -80,7 +82,7 @@ func domainRoles(ns layout.Namespace, prefix string) []roleSpec {
 	return []roleSpec{
 		{prefix + "-worker", cat(common, []rolePerm{alarm}, workerAuth, publish)},
 		{prefix + "-reader", cat(common, []rolePerm{under("read", ns.PointersPrefix()), under("read", root+"seals/")})},
-		{prefix + "-gc", cat(common, gcOwn, publish)},
+		{prefix + "-gc", cat(common, []rolePerm{alarm}, gcOwn, publish)},
 		{prefix + "-operator", []rolePerm{under("readwrite", root)}},
 	}
 }
@@ -166,7 +168,9 @@ etcd user with the root role. It does not create users: bind them with
 
 etcd grants read and write per key range and cannot tell a put from a
 delete: a worker that may write pointers, ops, history and seals can also
-delete them through etcd. Deletion of objects is withheld in the object store.
+delete them through etcd, and can run resource delete and rollback. Deletion
+of objects is withheld in the object store: examples/policies gives workers
+no DeleteObject.
 
 The roles cover one domain; for another domain, name its roles apart with
 --role-prefix.`,

@@ -249,7 +249,8 @@ func Classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrConditionConflict, err)
 	case resp.Code == "NoSuchKey" || resp.Code == "NoSuchBucket" || resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	case resp.Code == "AccessDenied" || resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch":
+	case resp.Code == "AccessDenied" || resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch",
+		resp.Code == "InvalidTokenId" || resp.Code == "InvalidToken" || resp.Code == "ExpiredToken": // a temporary key's session token
 		return fmt.Errorf("%w: %w", ErrAccessDenied, err)
 	case resp.StatusCode >= 500:
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)

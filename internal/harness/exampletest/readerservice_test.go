@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,11 +29,22 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // service is a running examples/reader-service process.
 type service struct {
-	t    *testing.T
-	ns   fencepub.Namespace
-	auth *authority.Authority
-	pub  *publisher.Client
-	url  string
+	t      *testing.T
+	ns     fencepub.Namespace
+	auth   *authority.Authority
+	pub    *publisher.Client
+	url    string
+	addr   string       // host:port
+	client *http.Client // trusts the service's certificate, if any
+	token  string       // sent as a bearer token, if set
+}
+
+// launch is how a test starts the service: its flags, and how to reach it.
+type launch struct {
+	cacheBytes int64
+	resources  []string
+	args       []string    // further flags
+	tls        *tls.Config // the service serves HTTPS; nil: HTTP
 }
 
 // build compiles examples/reader-service into a temporary directory.
@@ -51,6 +63,13 @@ func build(t *testing.T) string {
 // it answers /healthz.
 func start(t *testing.T, bin string, cacheBytes int64, resources ...string) *service {
 	t.Helper()
+	return startWith(t, bin, launch{cacheBytes: cacheBytes, resources: resources})
+}
+
+// startWith is start with l's flags and transport.
+func startWith(t *testing.T, bin string, l launch) *service {
+	t.Helper()
+	cacheBytes, resources := l.cacheBytes, l.resources
 	env := testenv.Get(t)
 	ns := testenv.Namespace(t)
 	cli, store := env.EtcdClient(t), env.Store(t)
@@ -69,7 +88,7 @@ func start(t *testing.T, bin string, cacheBytes int64, resources ...string) *ser
 	s3 := env.S3.S3Config()
 	args := []string{"--listen", "127.0.0.1:" + strconv.Itoa(port),
 		"--cache-bytes", strconv.FormatInt(cacheBytes, 10), "--resource", strings.Join(resources, ",")}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, append(args, l.args...)...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "FENCEPUB_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -96,14 +115,19 @@ func start(t *testing.T, bin string, cacheBytes int64, resources ...string) *ser
 			t.Logf("reader-service output:\n%s", logs.String())
 		}
 	})
-	s := &service{t: t, ns: ns, auth: auth, pub: pub, url: "http://127.0.0.1:" + strconv.Itoa(port)}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	s := &service{t: t, ns: ns, auth: auth, pub: pub, url: "http://" + addr, addr: addr, client: http.DefaultClient}
+	if l.tls != nil {
+		s.url = "https://" + addr
+		s.client = &http.Client{Transport: &http.Transport{TLSClientConfig: l.tls}}
+	}
 	testenv.Eventually(t, "reader-service answers /healthz", 30*time.Second, func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("reader-service exited: %v\n%s", waitErr, logs.String())
 		default:
 		}
-		resp, err := http.Get(s.url + "/healthz")
+		resp, err := s.client.Get(s.url + "/healthz")
 		if err != nil {
 			return false
 		}
@@ -134,10 +158,13 @@ func (s *service) publish(resource string, body []byte) fencepub.Version {
 
 func (s *service) get(path string, hdr ...string) *http.Response {
 	req, _ := http.NewRequest("GET", s.url+path, nil)
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		s.t.Fatal(err)
 	}
