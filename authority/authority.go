@@ -44,7 +44,7 @@ type Config struct {
 	// Store is the bucket holding the domain's objects. The authority keeps
 	// its epoch and grant markers there (layout.MetaPrefix), because they
 	// must survive an etcd restore.
-	Store *objstore.Store
+	Store objstore.Store
 	// RequestRetention is how long an acquire request record is kept after
 	// its grant, so a retried request gets the original grant instead of a
 	// new one. Default 24 h. GC measures it on the domain clock and prunes
@@ -79,7 +79,7 @@ type Authority struct {
 	cfg Config
 	ns  layout.Namespace
 	cli *clientv3.Client
-	st  *objstore.Store
+	st  objstore.Store
 	log *slog.Logger
 
 	mu    sync.Mutex
@@ -105,7 +105,7 @@ func New(cfg Config) (*Authority, error) {
 	if cfg.Etcd == nil {
 		return nil, errors.New("authority: config: Etcd client is nil")
 	}
-	if cfg.Store == nil || cfg.Store.Client == nil {
+	if cfg.Store == nil {
 		return nil, errors.New("authority: config: Store is nil (epoch and grant markers live in the bucket)")
 	}
 	if cfg.RequestRetention < 0 || cfg.RequestTimeout < 0 || cfg.RetryTimeout < 0 || cfg.MarkerKeep < 0 {

@@ -14,6 +14,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -417,7 +418,7 @@ func TestAdversarialAcquireMissingBucket(t *testing.T) {
 	}
 	cfg := testenv.Get(t).MinIO.Config
 	cfg.Bucket = "no-such-bucket"
-	st, err := objstore.New(cfg)
+	st, err := s3store.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/lifecycle"
@@ -200,7 +201,7 @@ func TestOtherDeploymentRefused(t *testing.T) {
 	b := e.acquire(res, "b", 0)
 	e.publish(e.bind(e.pub, b), "2", publisher.Applied)
 	orphan := e.publish(pa, "3", publisher.Stale)
-	marker, err := e.Store.GetSmall(ctxT(t, 10*time.Second), e.NS.OwnershipObject(), 1<<16)
+	marker, err := objstore.GetSmall(ctxT(t, 10*time.Second), e.Store, e.NS.OwnershipObject(), 1<<16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +235,7 @@ func TestBucketWarnings(t *testing.T) {
 	e := newEnv(t)
 	cfg := testenv.Get(t).MinIO.Config
 	cfg.Bucket = "gc-warn-" + strings.ToLower(e.NS.Domain)
-	st, err := objstore.New(cfg)
+	st, err := s3store.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ const (
 type Config struct {
 	Namespace layout.Namespace
 	Etcd      *clientv3.Client
-	Store     *objstore.Store
+	Store     objstore.Store
 	// Logger receives resends and unknown outcomes; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the metrics (metrics.go); nil leaves them

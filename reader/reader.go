@@ -33,7 +33,6 @@ import (
 	"hash"
 	"io"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -41,7 +40,6 @@ import (
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
 	"github.com/fencepub/fencepub/internal/wait"
-	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -88,7 +86,7 @@ const DefaultRequestTimeout = 5 * time.Second
 type Config struct {
 	Namespace layout.Namespace
 	Etcd      *clientv3.Client
-	Store     *objstore.Store
+	Store     objstore.Store
 	// Logger receives watch re-syncs; nil discards.
 	Logger *slog.Logger
 	// Serializable makes Current and Open read the pointer from the local
@@ -492,15 +490,12 @@ func (r *Reader) decommissioned(ctx context.Context, ptr layout.Pointer) error {
 // open sends one GET of ptr's object (If-Match on its ETag) and returns a
 // verifying Body over the response.
 func (r *Reader) open(ctx context.Context, ptr layout.Pointer) (*Body, error) {
-	opts := minio.GetObjectOptions{}
-	if ptr.Object.ETag != "" {
-		if err := opts.SetMatchETag(ptr.Object.ETag); err != nil {
-			return nil, fmt.Errorf("reader: ETag %q: %w", ptr.Object.ETag, err)
-		}
+	if b := r.cfg.Store.BucketName(); ptr.Object.Bucket != b {
+		return nil, fmt.Errorf("%w: the pointer %s of %q names bucket %q; the configured store is bucket %q",
+			ErrInvalid, ptr.Version, r.res, ptr.Object.Bucket, b)
 	}
 	ctx, st := newStallTimer(ctx, r.cfg.StallTimeout)
-	core := minio.Core{Client: r.cfg.Store.Client}
-	obj, info, _, err := core.GetObject(ctx, ptr.Object.Bucket, ptr.Object.Key, opts)
+	obj, info, err := r.cfg.Store.Get(ctx, ptr.Object.Key, ptr.Object.ETag)
 	if err != nil {
 		serr := st.explain(err)
 		st.end()
@@ -582,18 +577,16 @@ func (st *stallTimer) end() {
 
 // objectErr classifies a GET error of ptr's object.
 func (r *Reader) objectErr(ptr layout.Pointer, err error) error {
-	var resp minio.ErrorResponse
-	if errors.As(err, &resp) && resp.StatusCode == http.StatusPreconditionFailed {
+	if errors.Is(err, objstore.ErrConditionConflict) {
 		return fmt.Errorf("%w: %s/%s no longer has ETag %s (pointer %s of %q)",
 			ErrObjectChanged, ptr.Object.Bucket, ptr.Object.Key, ptr.Object.ETag, ptr.Version, r.res)
 	}
-	if errors.As(err, &resp) && resp.Code == "NoSuchBucket" {
+	if errors.Is(err, objstore.ErrNoBucket) {
 		// A configuration problem, not a lost object: never report it as
 		// ErrObjectMissing (data loss).
 		return fmt.Errorf("%w: bucket %q of the pointer %s of %q does not exist: %w",
 			ErrInvalid, ptr.Object.Bucket, ptr.Version, r.res, err)
 	}
-	err = objstore.Classify(err)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return fmt.Errorf("%w: %s/%s (pointer %s of %q): %w",
@@ -633,7 +626,7 @@ func (b *Body) Read(p []byte) (int, error) {
 			b.err = fmt.Errorf("reader: read %s: %w", b.Pointer.Object.Key, serr)
 			return n, b.err
 		}
-		b.err = fmt.Errorf("reader: read %s: %w", b.Pointer.Object.Key, objstore.Classify(err))
+		b.err = fmt.Errorf("reader: read %s: %w", b.Pointer.Object.Key, err)
 		return n, b.err
 	}
 	return n, nil

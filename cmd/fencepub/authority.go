@@ -11,6 +11,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/spf13/cobra"
 )
 
@@ -72,7 +73,7 @@ func authorityExit(err error) error {
 	case errors.As(err, &coded):
 		return err
 	case errors.Is(err, layout.ErrInvalidName), errors.Is(err, authority.ErrBadTTL), errors.Is(err, authority.ErrInvalidGrant),
-		errors.Is(err, authority.ErrInitialized), isNoSuchBucket(err):
+		errors.Is(err, authority.ErrInitialized), errors.Is(err, objstore.ErrNoBucket):
 		code = exitcode.Usage
 	case errors.Is(err, authority.ErrRequestConflict):
 		code = exitcode.Conflict

@@ -9,7 +9,6 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
-	"github.com/minio/minio-go/v7"
 )
 
 // republished is one resource's `recover --republish` result.
@@ -85,7 +84,7 @@ func newestPublishable(ctx context.Context, env *cli.Env, above []authority.Lost
 		o := above[i]
 		t, ok := cutoff[o.Version.Epoch]
 		if !ok {
-			info, err := env.Store.Client.StatObject(ctx, env.Store.Bucket, env.NS.EpochMarker(o.Version.Epoch+1), minio.StatObjectOptions{})
+			info, err := env.Store.Stat(ctx, env.NS.EpochMarker(o.Version.Epoch+1))
 			if err == nil {
 				t = info.LastModified
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -136,7 +137,7 @@ func (e *brokenEnv) brokenPublishReporting(outcome string, g authority.Grant, se
 		Owner: g.Owner, Version: v, Call: e.rec.Clock().Now(),
 	}
 	e.rec.Invoke(op)
-	info, err := st.PutSmallCreateOnly(e.ctx, objKey, []byte(body), publisher.DefaultContentType)
+	info, err := objstore.PutSmallCreateOnly(e.ctx, st, objKey, []byte(body), publisher.DefaultContentType)
 	if err != nil {
 		e.t.Fatal(err)
 	}
