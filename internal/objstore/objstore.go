@@ -155,9 +155,11 @@ type Store interface {
 	PutCreateOnly(ctx context.Context, key string, body io.Reader, size int64, opts PutOptions) (ObjectInfo, error)
 
 	// CreateUpload starts a multipart upload of key with opts and returns
-	// its id. Nothing is visible at key until CompleteUpload. Not
-	// idempotent: each call starts a new upload (abort the ones not
-	// completed; GC aborts the ones left).
+	// its id. Nothing is visible at key until CompleteUpload. A store may
+	// check the create-only condition here already and refuse with
+	// ErrExists when an object is at key (MinIO does); CompleteUpload
+	// checks it again. Not idempotent: each call starts a new upload (abort
+	// the ones not completed; GC aborts the ones left).
 	CreateUpload(ctx context.Context, key string, opts PutOptions) (string, error)
 	// UploadPart sends exactly size bytes of body as part number (1 to
 	// 10000) of the upload. Idempotent: sending a part again replaces it.
@@ -176,9 +178,9 @@ type Store interface {
 	// with its bytes. ErrConditionConflict on a concurrent completion (safe
 	// to send again). It returns the new object's info (Key, ETag).
 	CompleteUpload(ctx context.Context, key, uploadID string, parts []Part) (ObjectInfo, error)
-	// AbortUpload discards an incomplete upload and its parts. ErrNotFound
-	// when it is gone (completed or aborted): callers that only clean up
-	// treat that as done.
+	// AbortUpload discards an incomplete upload and its parts. Idempotent:
+	// for an upload that is gone (completed or aborted) it returns nil or
+	// ErrNotFound, which callers that only clean up treat as done.
 	AbortUpload(ctx context.Context, key, uploadID string) error
 	// ListUploads yields the incomplete uploads whose key starts with
 	// prefix, in key order; a failure is yielded once as the error, last.
