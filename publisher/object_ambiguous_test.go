@@ -36,6 +36,11 @@ func memClient(t *testing.T) (*Client, *faultstore.Store, *memstore.Store) {
 	return c, fs, mem
 }
 
+// objectKey returns a fresh object key of version 1.1.seq of "r".
+func objectKey(c *Client, seq uint64) string {
+	return c.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: seq}, layout.NewNonce())
+}
+
 // lost is an answer lost in transit, as s3store classifies it.
 var lost = fmt.Errorf("%w: connection reset (injected)", objstore.ErrUnavailable)
 
@@ -46,10 +51,9 @@ func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
 
 func TestAmbiguousPutResentAndVerified(t *testing.T) {
 	c, fs, mem := memClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := ctxT(t, time.Minute)
 	body := []byte("an object whose PUT answer is lost")
-	key := c.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 1}, layout.NewNonce())
+	key := objectKey(c, 1)
 	// The first PUT is stored but its answer is lost: the seekable body is
 	// sent again, meets ErrExists on its own key, and is verified by
 	// reading the object back (no metaSHA256 on a plain PUT).
@@ -71,7 +75,7 @@ func TestAmbiguousPutResentAndVerified(t *testing.T) {
 	}
 
 	// Another writer's bytes under the key are not ours.
-	key2 := c.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 2}, layout.NewNonce())
+	key2 := objectKey(c, 2)
 	if _, err := objstore.PutSmallCreateOnly(ctx, mem, key2, []byte("someone else's bytes, same len"), ""); err != nil {
 		t.Fatal(err)
 	}
@@ -83,10 +87,9 @@ func TestAmbiguousPutResentAndVerified(t *testing.T) {
 
 func TestAmbiguousPutOfUnseekableBodyIsNotResent(t *testing.T) {
 	c, fs, _ := memClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := ctxT(t, time.Minute)
 	body := []byte("a pipe cannot be sent twice")
-	key := c.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 1}, layout.NewNonce())
+	key := objectKey(c, 1)
 	fs.Inject(faultstore.PutCreateOnly, 1, faultstore.Fault{After: lost})
 	_, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, int64(len(body)), "", nil)
 	if !errors.Is(err, objstore.ErrUnavailable) {
@@ -99,10 +102,9 @@ func TestAmbiguousPutOfUnseekableBodyIsNotResent(t *testing.T) {
 
 func TestAmbiguousCompleteAcceptedAfterVerify(t *testing.T) {
 	c, fs, mem := memClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := ctxT(t, time.Minute)
 	body := bytes.Repeat([]byte("m"), 2*MinPartSize+10)
-	key := c.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 1}, layout.NewNonce())
+	key := objectKey(c, 1)
 	// The completion is applied, but the answer says 409: the re-send
 	// finds the upload gone (ErrNotFound), and the object is read back.
 	conflict := fmt.Errorf("%w: injected", objstore.ErrConditionConflict)
@@ -125,10 +127,9 @@ func TestAmbiguousCompleteAcceptedAfterVerify(t *testing.T) {
 
 func TestFailedPartAbortsTheUpload(t *testing.T) {
 	c, fs, mem := memClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := ctxT(t, time.Minute)
 	body := bytes.Repeat([]byte("p"), 2*MinPartSize+10)
-	key := c.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 1}, layout.NewNonce())
+	key := objectKey(c, 1)
 	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{})
 	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{Before: lost})
 	if _, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil); !errors.Is(err, objstore.ErrUnavailable) {
