@@ -41,8 +41,8 @@ func objectKey(c *Client, seq uint64) string {
 	return c.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: seq}, layout.NewNonce())
 }
 
-// lost is an answer lost in transit, as s3store classifies it.
-var lost = fmt.Errorf("%w: connection reset (injected)", objstore.ErrUnavailable)
+// errLost is an answer lost in transit, as s3store classifies it.
+var errLost = fmt.Errorf("%w: connection reset (injected)", objstore.ErrUnavailable)
 
 // onlyReader hides every method of r but Read (no Seek, no Len).
 type onlyReader struct{ r io.Reader }
@@ -57,10 +57,10 @@ func TestAmbiguousPutResentAndVerified(t *testing.T) {
 	// The first PUT is stored but its answer is lost: the seekable body is
 	// sent again, meets ErrExists on its own key, and is verified by
 	// reading the object back (no metaSHA256 on a plain PUT).
-	fs.Inject(faultstore.PutCreateOnly, 1, faultstore.Fault{After: lost})
+	fs.Inject(faultstore.PutCreateOnly, 1, faultstore.Fault{After: errLost})
 	obj, sum, err := c.writeObject(ctx, key, bytes.NewReader(body), int64(len(body)), "text/plain", nil)
 	if err != nil {
-		t.Fatalf("write after a lost answer: %v", err)
+		t.Fatalf("write after a errLost answer: %v", err)
 	}
 	want := sha256.Sum256(body)
 	stored, err := mem.Stat(ctx, key)
@@ -68,7 +68,7 @@ func TestAmbiguousPutResentAndVerified(t *testing.T) {
 		t.Fatalf("object %+v, stored %+v %v", obj, stored, err)
 	}
 	if n := fs.Calls(faultstore.PutCreateOnly); n != 2 {
-		t.Fatalf("%d PUTs, want 2 (the lost one and the re-send)", n)
+		t.Fatalf("%d PUTs, want 2 (the errLost one and the re-send)", n)
 	}
 	if n := fs.Calls(faultstore.Get); n != 1 {
 		t.Fatalf("%d GETs, want 1 (reading the object back)", n)
@@ -90,10 +90,10 @@ func TestAmbiguousPutOfUnseekableBodyIsNotResent(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	body := []byte("a pipe cannot be sent twice")
 	key := objectKey(c, 1)
-	fs.Inject(faultstore.PutCreateOnly, 1, faultstore.Fault{After: lost})
+	fs.Inject(faultstore.PutCreateOnly, 1, faultstore.Fault{After: errLost})
 	_, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, int64(len(body)), "", nil)
 	if !errors.Is(err, objstore.ErrUnavailable) {
-		t.Fatalf("write of a pipe after a lost answer: %v, want ErrUnavailable", err)
+		t.Fatalf("write of a pipe after a errLost answer: %v, want ErrUnavailable", err)
 	}
 	if n := fs.Calls(faultstore.PutCreateOnly); n != 1 {
 		t.Fatalf("%d PUTs of an unseekable body, want 1", n)
@@ -111,7 +111,7 @@ func TestAmbiguousCompleteAcceptedAfterVerify(t *testing.T) {
 	fs.Inject(faultstore.CompleteUpload, 1, faultstore.Fault{After: conflict})
 	obj, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil)
 	if err != nil {
-		t.Fatalf("multipart write after a lost completion: %v", err)
+		t.Fatalf("multipart write after a errLost completion: %v", err)
 	}
 	stored, err := mem.Stat(ctx, key)
 	if err != nil || obj.ETag != stored.ETag || stored.Size != int64(len(body)) {
@@ -131,7 +131,7 @@ func TestFailedPartAbortsTheUpload(t *testing.T) {
 	body := bytes.Repeat([]byte("p"), 2*MinPartSize+10)
 	key := objectKey(c, 1)
 	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{})
-	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{Before: lost})
+	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{Before: errLost})
 	if _, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil); !errors.Is(err, objstore.ErrUnavailable) {
 		t.Fatalf("write with a failing part: %v, want ErrUnavailable", err)
 	}
