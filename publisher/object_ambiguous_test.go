@@ -60,7 +60,7 @@ func TestAmbiguousPutResentAndVerified(t *testing.T) {
 	fs.Inject(faultstore.PutCreateOnly, 1, faultstore.Fault{After: errLost})
 	obj, sum, err := c.writeObject(ctx, key, bytes.NewReader(body), int64(len(body)), "text/plain", nil)
 	if err != nil {
-		t.Fatalf("write after a errLost answer: %v", err)
+		t.Fatalf("write after a lost answer: %v", err)
 	}
 	want := sha256.Sum256(body)
 	stored, err := mem.Stat(ctx, key)
@@ -68,7 +68,7 @@ func TestAmbiguousPutResentAndVerified(t *testing.T) {
 		t.Fatalf("object %+v, stored %+v %v", obj, stored, err)
 	}
 	if n := fs.Calls(faultstore.PutCreateOnly); n != 2 {
-		t.Fatalf("%d PUTs, want 2 (the errLost one and the re-send)", n)
+		t.Fatalf("%d PUTs, want 2 (the lost one and the re-send)", n)
 	}
 	if n := fs.Calls(faultstore.Get); n != 1 {
 		t.Fatalf("%d GETs, want 1 (reading the object back)", n)
@@ -93,7 +93,7 @@ func TestAmbiguousPutOfUnseekableBodyIsNotResent(t *testing.T) {
 	fs.Inject(faultstore.PutCreateOnly, 1, faultstore.Fault{After: errLost})
 	_, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, int64(len(body)), "", nil)
 	if !errors.Is(err, objstore.ErrUnavailable) {
-		t.Fatalf("write of a pipe after a errLost answer: %v, want ErrUnavailable", err)
+		t.Fatalf("write of a pipe after a lost answer: %v, want ErrUnavailable", err)
 	}
 	if n := fs.Calls(faultstore.PutCreateOnly); n != 1 {
 		t.Fatalf("%d PUTs of an unseekable body, want 1", n)
@@ -111,7 +111,7 @@ func TestAmbiguousCompleteAcceptedAfterVerify(t *testing.T) {
 	fs.Inject(faultstore.CompleteUpload, 1, faultstore.Fault{After: conflict})
 	obj, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil)
 	if err != nil {
-		t.Fatalf("multipart write after a errLost completion: %v", err)
+		t.Fatalf("multipart write after a lost completion: %v", err)
 	}
 	stored, err := mem.Stat(ctx, key)
 	if err != nil || obj.ETag != stored.ETag || stored.Size != int64(len(body)) {
