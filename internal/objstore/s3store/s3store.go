@@ -85,9 +85,10 @@ func (c Config) Validate() error {
 }
 
 // Store is a bucket of an S3-compatible store through minio-go: the
-// objstore.Store of production. Client and Bucket are exported for
-// harnesses that measure or tamper with the raw store; product code uses
-// the objstore.Store methods only. Safe for concurrent use.
+// objstore.Store of production. Client and Bucket are exported for tests
+// that tamper with the raw store (an overwrite, a removal, bucket
+// versioning); product code and harnesses use the objstore.Store methods
+// only. Safe for concurrent use.
 type Store struct {
 	Client *minio.Client
 	Bucket string
@@ -101,8 +102,8 @@ var _ objstore.Store = (*Store)(nil)
 // are fetched at the first request). It does not contact the server; use
 // CheckBucket to verify the bucket is reachable.
 //
-// Errors: objstore.ErrInvalidConfig naming the key (Validate, an empty bucket, an
-// unreadable TLS file).
+// Errors: objstore.ErrInvalidConfig naming the key (Validate, an empty
+// bucket, an unreadable TLS file).
 func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
