@@ -243,7 +243,7 @@ func TestBucketWarnings(t *testing.T) {
 	if err := st.EnsureBucket(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.Store, e.NS = st, testenv.Namespace(t) // a fresh domain in the new bucket
+	e.Store, e.st, e.NS = st, st, testenv.Namespace(t) // a fresh domain in the new bucket
 	e.auth = e.authority(e.Etcd)
 	if _, err := e.auth.Init(ctx); err != nil {
 		t.Fatal(err)

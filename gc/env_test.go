@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 type env struct {
 	*testenv.Domain
 	t    testing.TB
-	st   objstore.Store // the store of the authority, publishers and collectors
+	st   objstore.Store // the store of the authority, publishers and collectors: Domain.Store but in newMemEnv
 	auth *authority.Authority
 	pub  *publisher.Client
 }
