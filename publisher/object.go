@@ -626,7 +626,7 @@ func (c *Client) copyObject(ctx context.Context, src layout.Object, key, content
 		if src.Size == 0 {
 			length = -1 // the whole (empty) object; a range cannot name zero bytes
 		}
-		p, err := st.CopyPart(ctx, objstore.CopySource{Key: src.Key, IfMatch: src.ETag, Offset: off, Length: length}, key, id, n)
+		p, err := st.CopyPart(ctx, objstore.CopySource{Bucket: src.Bucket, Key: src.Key, IfMatch: src.ETag, Offset: off, Length: length}, key, id, n)
 		if err != nil {
 			switch {
 			case errors.Is(err, objstore.ErrNotFound):

@@ -88,7 +88,11 @@ func (p *Publisher) republish(ctx context.Context, src layout.Object, contentTyp
 // sourceMetadata returns the user metadata of obj without fencepub's own
 // keys, lowercased: the Operation.Metadata it was published with.
 func (c *Client) sourceMetadata(ctx context.Context, obj layout.Object) (map[string]string, error) {
-	info, err := c.cfg.Store.Stat(ctx, obj.Key)
+	var info objstore.ObjectInfo
+	st, err := objstore.InBucket(c.cfg.Store, obj.Bucket)
+	if err == nil {
+		info, err = st.Stat(ctx, obj.Key)
+	}
 	if err != nil {
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrSourceGone, obj.Key, err)

@@ -162,12 +162,13 @@ func (r *Reader) decommissioned(ctx context.Context, ptr layout.Pointer) error {
 // open sends one GET of ptr's object (If-Match on its ETag) and returns a
 // verifying Body over the response.
 func (r *Reader) open(ctx context.Context, ptr layout.Pointer) (*Body, error) {
-	if b := r.cfg.Store.BucketName(); ptr.Object.Bucket != b {
-		return nil, fmt.Errorf("%w: the pointer %s of %q names bucket %q; the configured store is bucket %q",
-			ErrInvalid, ptr.Version, r.res, ptr.Object.Bucket, b)
+	// The bucket the pointer names, even when it is not the configured one.
+	store, err := objstore.InBucket(r.cfg.Store, ptr.Object.Bucket)
+	if err != nil {
+		return nil, r.objectErr(ptr, err)
 	}
 	ctx, st := newStallTimer(ctx, r.cfg.StallTimeout)
-	obj, info, err := r.cfg.Store.Get(ctx, ptr.Object.Key, ptr.Object.ETag)
+	obj, info, err := store.Get(ctx, ptr.Object.Key, ptr.Object.ETag)
 	if err != nil {
 		serr := st.explain(err)
 		st.end()

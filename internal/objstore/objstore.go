@@ -92,11 +92,13 @@ type Part struct {
 	ETag   string
 }
 
-// CopySource names the byte range [Offset, Offset+Length) of an object of
-// the bucket for CopyPart. Length -1 copies the whole object (the only way
-// to copy an empty one). A non-empty IfMatch requires the source to have
-// that ETag.
+// CopySource names the byte range [Offset, Offset+Length) of an object for
+// CopyPart: of the store's bucket, or of Bucket when it is set (another
+// bucket of the same server; see OtherBuckets). Length -1 copies the whole
+// object (the only way to copy an empty one). A non-empty IfMatch requires
+// the source to have that ETag.
 type CopySource struct {
+	Bucket  string
 	Key     string
 	IfMatch string
 	Offset  int64
@@ -234,4 +236,25 @@ func GetSmall(ctx context.Context, st Store, key string, max int64) ([]byte, err
 // (ErrExists when an object is there).
 func PutSmallCreateOnly(ctx context.Context, st Store, key string, body []byte, contentType string) (ObjectInfo, error) {
 	return st.PutCreateOnly(ctx, key, bytes.NewReader(body), int64(len(body)), PutOptions{ContentType: contentType})
+}
+
+// OtherBuckets is implemented by a Store that reaches the other buckets of
+// its server with the same credentials (s3store does). A pointer records its
+// object's bucket, and fencepub follows that bucket when it differs from
+// the configured one (a reader, a rollback's source).
+type OtherBuckets interface {
+	// InBucket returns the Store of bucket name. It makes no call.
+	InBucket(name string) Store
+}
+
+// InBucket returns st for its own bucket, the Store of bucket name when st
+// implements OtherBuckets, and otherwise an error wrapping ErrNoBucket.
+func InBucket(st Store, name string) (Store, error) {
+	if name == st.BucketName() {
+		return st, nil
+	}
+	if o, ok := st.(OtherBuckets); ok {
+		return o.InBucket(name), nil
+	}
+	return nil, fmt.Errorf("%w: %q (the store reaches only bucket %q)", ErrNoBucket, name, st.BucketName())
 }

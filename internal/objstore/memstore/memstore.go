@@ -180,6 +180,9 @@ func (s *Store) CopyPart(ctx context.Context, src objstore.CopySource, key, uplo
 	if err := ctx.Err(); err != nil {
 		return objstore.Part{}, err
 	}
+	if src.Bucket != "" && src.Bucket != s.bucket {
+		return objstore.Part{}, fmt.Errorf("%w: %q", objstore.ErrNoBucket, src.Bucket)
+	}
 	s.mu.Lock()
 	o, ok := s.objects[src.Key]
 	s.mu.Unlock()

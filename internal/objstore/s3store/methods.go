@@ -15,6 +15,10 @@ import (
 // BucketName implements objstore.Store.
 func (s *Store) BucketName() string { return s.Bucket }
 
+// InBucket implements objstore.OtherBuckets: the same client, another
+// bucket.
+func (s *Store) InBucket(name string) objstore.Store { return &Store{Client: s.Client, Bucket: name} }
+
 // CheckBucket implements objstore.Store with one BucketExists call.
 func (s *Store) CheckBucket(ctx context.Context) error {
 	ok, err := s.Client.BucketExists(ctx, s.Bucket)
@@ -109,7 +113,11 @@ func (s *Store) CopyPart(ctx context.Context, src objstore.CopySource, key, uplo
 	if src.IfMatch != "" {
 		hdr["x-amz-copy-source-if-match"] = `"` + src.IfMatch + `"`
 	}
-	p, err := s.core().CopyObjectPart(ctx, s.Bucket, src.Key, s.Bucket, key, uploadID, number, src.Offset, src.Length, hdr)
+	from := s.Bucket
+	if src.Bucket != "" {
+		from = src.Bucket
+	}
+	p, err := s.core().CopyObjectPart(ctx, from, src.Key, s.Bucket, key, uploadID, number, src.Offset, src.Length, hdr)
 	if err != nil {
 		return objstore.Part{}, conditionErr(Classify(err))
 	}
