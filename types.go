@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -100,18 +101,30 @@ func NewNamespace(prefix, domain string) (Namespace, error) {
 // StoreConfig describes a bucket of an S3-compatible store (the s3.*
 // configuration keys): Endpoint (host:port, no scheme), AccessKey,
 // SecretKey, Bucket, Secure (HTTPS) and Region.
-type StoreConfig = objstore.Config
+type StoreConfig = s3store.Config
 
-// Store is a bucket of an S3-compatible store; safe for concurrent use.
-// Fields: Client (the *minio.Client) and Bucket. Methods:
-// CheckBucket(ctx) returns an error unless the bucket exists and answers;
-// EnsureBucket(ctx) creates it if it is missing.
+// Store is one bucket of an object store as fencepub uses it: create-only
+// writes (PutCreateOnly, and CompleteUpload of a multipart upload), reads
+// conditioned on an ETag (Get), Stat, listings of objects and of
+// incomplete uploads, AbortUpload and batch Delete, plus CheckBucket and
+// EnsureBucket. Each method's contract (idempotence, the consistency
+// fencepub assumes, the errors) is documented on the interface in
+// internal/objstore. NewStore returns the S3 implementation; any other
+// implementation must pass the conformance suite of
+// internal/objstore/storetest.
 type Store = objstore.Store
 
-// NewStore returns the Store of cfg without contacting the server (the
-// first request that fails says why). Errors: an empty endpoint or
-// bucket, a malformed endpoint.
-func NewStore(cfg StoreConfig) (*Store, error) { return objstore.New(cfg) }
+// NewStore returns the S3-compatible Store of cfg (minio-go) without
+// contacting the server (the first request that fails says why; use
+// CheckBucket to ask). Errors: an empty endpoint or bucket, a malformed
+// endpoint.
+func NewStore(cfg StoreConfig) (Store, error) {
+	st, err := s3store.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
 
 // Env is the setup every fencepub package's Config takes: the domain's
 // Namespace, a connected etcd client and the domain's bucket. The clients
@@ -120,5 +133,5 @@ func NewStore(cfg StoreConfig) (*Store, error) { return objstore.New(cfg) }
 type Env struct {
 	Namespace Namespace
 	Etcd      *clientv3.Client
-	Store     *Store
+	Store     Store
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -214,7 +215,7 @@ func TestAcquireMissingBucket(t *testing.T) {
 	}
 	cfg := testenv.Get(t).S3.S3Config()
 	cfg.Bucket = "no-such-bucket"
-	st, err := objstore.New(cfg)
+	st, err := s3store.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

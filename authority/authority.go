@@ -76,7 +76,7 @@ type Authority struct {
 	cfg Config
 	ns  layout.Namespace
 	cli *clientv3.Client
-	st  *objstore.Store
+	st  objstore.Store
 	log *slog.Logger
 
 	mu    sync.Mutex
@@ -102,7 +102,7 @@ func New(cfg Config) (*Authority, error) {
 	if cfg.Etcd == nil {
 		return nil, errors.New("authority: config: Etcd client is nil")
 	}
-	if cfg.Store == nil || cfg.Store.Client == nil {
+	if cfg.Store == nil {
 		return nil, errors.New("authority: config: Store is nil (epoch and grant markers live in the bucket)")
 	}
 	if cfg.RequestRetention < 0 || cfg.RequestTimeout < 0 || cfg.RetryTimeout < 0 || cfg.MarkerKeep < 0 {

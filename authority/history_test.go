@@ -10,6 +10,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/ownership"
+	"github.com/fencepub/fencepub/internal/objstore"
 )
 
 // TestInitRefusesForeignHistory: an etcd with no epoch for the domain never
@@ -40,7 +41,7 @@ func TestInitRefusesForeignHistory(t *testing.T) {
 		}},
 		{name: "an object only", fill: func(t *testing.T, ns layout.Namespace) {
 			key := ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 1}, layout.NewNonce())
-			if _, err := st.PutSmallCreateOnly(ctx, key, []byte("x"), "text/plain"); err != nil {
+			if _, err := objstore.PutSmallCreateOnly(ctx, st, key, []byte("x"), "text/plain"); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -128,7 +129,7 @@ func TestRecoverFromBucket(t *testing.T) {
 	for _, res := range []string{"r", "r", "q"} {
 		g := mustAcquire(t, old, AcquireRequest{Resource: res, Owner: owner("w")})
 		key := ns.ObjectKey(res, g.Version(1), layout.NewNonce())
-		if _, err := st.PutSmallCreateOnly(ctx, key, []byte("x"), "text/plain"); err != nil {
+		if _, err := objstore.PutSmallCreateOnly(ctx, st, key, []byte("x"), "text/plain"); err != nil {
 			t.Fatal(err)
 		}
 		keys = append(keys, key)

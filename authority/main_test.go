@@ -9,7 +9,6 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -20,7 +19,7 @@ func TestMain(m *testing.M) {
 
 // newAuthority builds an Authority on cli and st for a fresh namespace
 // unless ns is given; mods adjust the config.
-func newAuthority(t testing.TB, cli *clientv3.Client, st *objstore.Store, ns layout.Namespace, mods ...func(*Config)) *Authority {
+func newAuthority(t testing.TB, cli *clientv3.Client, st objstore.Store, ns layout.Namespace, mods ...func(*Config)) *Authority {
 	t.Helper()
 	cfg := Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: st}}
 	for _, m := range mods {
@@ -90,12 +89,12 @@ func countKeys(t testing.TB, cli *clientv3.Client, prefix string) int64 {
 }
 
 // listObjects lists the object keys under prefix.
-func listObjects(t testing.TB, st *objstore.Store, prefix string) []string {
+func listObjects(t testing.TB, st objstore.Store, prefix string) []string {
 	t.Helper()
 	var keys []string
-	for o := range st.Client.ListObjectsIter(ctxT(t, 30*time.Second), st.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if o.Err != nil {
-			t.Fatal(o.Err)
+	for o, err := range st.List(ctxT(t, 30*time.Second), prefix, objstore.ListOptions{}) {
+		if err != nil {
+			t.Fatal(err)
 		}
 		keys = append(keys, o.Key)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/ownership"
-	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -59,7 +58,7 @@ func (a *Authority) putCreateOnly(ctx context.Context, key string, body any) (cr
 	}
 	for i := 0; ; i++ {
 		rctx, cancel := a.rctx(ctx)
-		_, err = a.st.PutSmallCreateOnly(rctx, key, b, markerContentType)
+		_, err = objstore.PutSmallCreateOnly(rctx, a.st, key, b, markerContentType)
 		cancel()
 		switch {
 		case err == nil:
@@ -78,7 +77,7 @@ func (a *Authority) putCreateOnly(ctx context.Context, key string, body any) (cr
 func (a *Authority) getJSON(ctx context.Context, key string, out any) error {
 	rctx, cancel := a.rctx(ctx)
 	defer cancel()
-	b, err := a.st.GetSmall(rctx, key, markerMaxBytes)
+	b, err := objstore.GetSmall(rctx, a.st, key, markerMaxBytes)
 	if err != nil {
 		return storeErr(ctx, "get "+key, err)
 	}
@@ -116,7 +115,7 @@ func (a *Authority) ensureOwnership(ctx context.Context, candidate string) (stri
 // (a lookup of the first key asks for 1, so the store lists no more); 0
 // takes the store's default (1000). A positive timeout bounds the whole
 // listing (fencepub.ErrUnavailable when it passes).
-func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, pageSize int, timeout time.Duration, fn func(minio.ObjectInfo) bool) error {
+func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, pageSize int, timeout time.Duration, fn func(objstore.ObjectInfo) bool) error {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if timeout > 0 {
@@ -124,10 +123,9 @@ func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, pag
 		lctx, stop = context.WithTimeout(lctx, timeout)
 		defer stop()
 	}
-	opts := minio.ListObjectsOptions{Prefix: prefix, StartAfter: startAfter, Recursive: true, MaxKeys: pageSize}
-	for obj := range a.st.Client.ListObjectsIter(lctx, a.st.Bucket, opts) {
-		if obj.Err != nil {
-			return storeErr(ctx, "list "+prefix, objstore.Classify(obj.Err))
+	for obj, err := range a.st.List(lctx, prefix, objstore.ListOptions{StartAfter: startAfter, PageSize: pageSize}) {
+		if err != nil {
+			return storeErr(ctx, "list "+prefix, err)
 		}
 		if !fn(obj) {
 			return nil
@@ -138,7 +136,7 @@ func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, pag
 
 // firstAfter returns the first key under prefix that sorts after key.
 func (a *Authority) firstAfter(ctx context.Context, prefix, key string) (first string, found bool, err error) {
-	err = a.listKeys(ctx, prefix, key, 1, a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
+	err = a.listKeys(ctx, prefix, key, 1, a.cfg.RequestTimeout, func(o objstore.ObjectInfo) bool {
 		first, found = o.Key, true
 		return false
 	})
@@ -177,7 +175,7 @@ func (a *Authority) parseGrantMarker(res, key string) (counter, bool) {
 // maxEpochMarker returns the highest epoch reserved in the bucket, 0 if none.
 func (a *Authority) maxEpochMarker(ctx context.Context) (uint64, error) {
 	var maxEpoch uint64
-	err := a.listKeys(ctx, a.ns.EpochMarkersPrefix(), "", 0, a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
+	err := a.listKeys(ctx, a.ns.EpochMarkersPrefix(), "", 0, a.cfg.RequestTimeout, func(o objstore.ObjectInfo) bool {
 		if e, ok := a.parseEpochMarker(o.Key); ok {
 			maxEpoch = max(maxEpoch, e)
 		}
@@ -310,7 +308,7 @@ func (a *Authority) pruneMarkers(ctx context.Context, g Grant) {
 	}
 	own := a.ns.GrantMarker(g.Resource, g.Epoch, g.Generation)
 	var below []string
-	err := a.listKeys(ctx, a.ns.GrantMarkersPrefix(g.Resource), "", 0, a.cfg.RequestTimeout, func(o minio.ObjectInfo) bool {
+	err := a.listKeys(ctx, a.ns.GrantMarkersPrefix(g.Resource), "", 0, a.cfg.RequestTimeout, func(o objstore.ObjectInfo) bool {
 		if o.Key >= own {
 			return false
 		}
@@ -325,15 +323,12 @@ func (a *Authority) pruneMarkers(ctx context.Context, g Grant) {
 		}
 		return
 	}
-	objs := make(chan minio.ObjectInfo, len(below)-keep)
-	for _, k := range below[:len(below)-keep] {
-		objs <- minio.ObjectInfo{Key: k}
-	}
-	close(objs)
+	prune := below[:len(below)-keep]
 	rctx, cancel := a.rctx(ctx)
 	defer cancel()
-	// One multi-object delete request; its error channel must be drained.
-	for rerr := range a.st.Client.RemoveObjects(rctx, a.st.Bucket, objs, minio.RemoveObjectsOptions{}) {
-		a.log.Warn("authority: pruning a grant marker failed", "object", rerr.ObjectName, "err", rerr.Err)
+	for i, err := range a.st.Delete(rctx, prune) { // one multi-object delete request
+		if err != nil {
+			a.log.Warn("authority: pruning a grant marker failed", "object", prune[i], "err", err)
+		}
 	}
 }

@@ -7,16 +7,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/minio/minio-go/v7"
 )
-
-// CreateOnlyStore is what ProbeCreateOnly needs of an object store: a
-// create-only write (If-None-Match: *) of a small object that returns an
-// error wrapping objstore.ErrExists when the key exists. *objstore.Store
-// satisfies it.
-type CreateOnlyStore interface {
-	PutSmallCreateOnly(ctx context.Context, key string, body []byte, contentType string) (minio.UploadInfo, error)
-}
 
 // ErrCreateOnlyIgnored is wrapped by *CreateOnlyError: the object store
 // accepted a create-only write onto a key that exists.
@@ -54,11 +45,11 @@ func (e *CreateOnlyError) Unwrap() error { return ErrCreateOnlyIgnored }
 // Errors: *CreateOnlyError (ErrCreateOnlyIgnored) when the second write
 // succeeded; ErrUnavailable or the store's error for a write that failed
 // otherwise.
-func ProbeCreateOnly(ctx context.Context, s CreateOnlyStore, store, key string) error {
+func ProbeCreateOnly(ctx context.Context, s objstore.Store, store, key string) error {
 	body := []byte(`{"probe":"create-only"}`)
 	put := func() error {
 		for i := 0; ; i++ {
-			_, err := s.PutSmallCreateOnly(ctx, key, body, markerContentType)
+			_, err := objstore.PutSmallCreateOnly(ctx, s, key, body, markerContentType)
 			if !errors.Is(err, objstore.ErrConditionConflict) || i == conflictRetries {
 				return err
 			}
@@ -86,7 +77,11 @@ func (a *Authority) probeStore(ctx context.Context) error {
 	return ProbeCreateOnly(rctx, a.st, StoreName(a.st), a.ns.CreateOnlyProbeObject())
 }
 
-// StoreName names a store in messages: "<endpoint URL>, bucket <name>".
-func StoreName(s *objstore.Store) string {
-	return fmt.Sprintf("%s, bucket %q", s.Client.EndpointURL().String(), s.Bucket)
+// StoreName names a store in messages: its String (s3store's is "<endpoint
+// URL>, bucket <name>") when it has one, else its bucket.
+func StoreName(s objstore.Store) string {
+	if n, ok := s.(fmt.Stringer); ok {
+		return n.String()
+	}
+	return fmt.Sprintf("bucket %q", s.BucketName())
 }

@@ -3,29 +3,25 @@ package authority
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/minio/minio-go/v7"
+	"github.com/fencepub/fencepub/internal/objstore/memstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // overwritingStore is an in-memory store that ignores the create-only
-// condition: every write succeeds and replaces the object.
-type overwritingStore struct {
-	mu   sync.Mutex
-	objs map[string][]byte
-}
+// condition: a PUT onto an existing key replaces it.
+type overwritingStore struct{ objstore.Store }
 
-func (s *overwritingStore) PutSmallCreateOnly(_ context.Context, key string, body []byte, _ string) (minio.UploadInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.objs[key] = body
-	return minio.UploadInfo{Key: key}, nil
+func (s overwritingStore) PutCreateOnly(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	s.Delete(ctx, []string{key})
+	return s.Store.PutCreateOnly(ctx, key, body, size, opts)
 }
 
 // TestProbeCreateOnly: the probe passes on MinIO (every time: the probe
@@ -39,7 +35,7 @@ func TestProbeCreateOnly(t *testing.T) {
 			t.Fatalf("MinIO: %v", err)
 		}
 	}
-	err := ProbeCreateOnly(ctxT(t, 10*time.Second), &overwritingStore{objs: map[string][]byte{}}, "fake-store", key)
+	err := ProbeCreateOnly(ctxT(t, 10*time.Second), overwritingStore{memstore.New("fake", time.Now)}, "fake-store", key)
 	var ce *CreateOnlyError
 	if !errors.As(err, &ce) || !errors.Is(err, ErrCreateOnlyIgnored) || ce.Store != "fake-store" || ce.Key != key {
 		t.Fatalf("an overwriting store: %v (%#v)", err, ce)
@@ -55,7 +51,7 @@ func TestInitRefusesStoreIgnoringCreateOnly(t *testing.T) {
 	cli := sh.EtcdClient(t)
 	ns := testenv.Namespace(t)
 	badCfg := testenv.IgnoreCreateOnly(t, sh.S3.S3Config())
-	bad, err := objstore.New(badCfg)
+	bad, err := s3store.New(badCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

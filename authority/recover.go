@@ -13,7 +13,6 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/ownership"
-	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -328,7 +327,7 @@ func (a *Authority) readPointers(ctx context.Context) (map[string]restoredPointe
 // scanBucket lists the domain's epoch markers, grant markers and objects,
 // filling rep.Highest and rep.Resources (objects above each pointer).
 func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restoredPointer, rep *RecoverReport) error {
-	err := a.listKeys(ctx, a.ns.EpochMarkersPrefix(), "", 0, 0, func(o minio.ObjectInfo) bool {
+	err := a.listKeys(ctx, a.ns.EpochMarkersPrefix(), "", 0, 0, func(o objstore.ObjectInfo) bool {
 		if e, ok := a.parseEpochMarker(o.Key); ok {
 			rep.Highest.EpochMarker = max(rep.Highest.EpochMarker, e)
 		}
@@ -338,7 +337,7 @@ func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restored
 		return err
 	}
 	grants := a.ns.MetaPrefix() + "grants/"
-	err = a.listKeys(ctx, grants, "", 0, 0, func(o minio.ObjectInfo) bool {
+	err = a.listKeys(ctx, grants, "", 0, 0, func(o objstore.ObjectInfo) bool {
 		res, _, ok := strings.Cut(strings.TrimPrefix(o.Key, grants), "/")
 		if name, err := url.PathUnescape(res); ok && err == nil {
 			if c, ok := a.parseGrantMarker(name, o.Key); ok {
@@ -366,7 +365,7 @@ func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restored
 		entry(res)
 	}
 	root, meta := a.ns.Root(), a.ns.MetaPrefix()
-	err = a.listKeys(ctx, root, "", 0, 0, func(o minio.ObjectInfo) bool {
+	err = a.listKeys(ctx, root, "", 0, 0, func(o objstore.ObjectInfo) bool {
 		if strings.HasPrefix(o.Key, meta) {
 			return true
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -40,7 +41,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 		t.Helper()
 		v := g.Version(1)
 		key := ns.ObjectKey(g.Resource, v, layout.NewNonce())
-		if _, err := st.PutSmallCreateOnly(ctx, key, []byte(v.String()), "text/plain"); err != nil {
+		if _, err := objstore.PutSmallCreateOnly(ctx, st, key, []byte(v.String()), "text/plain"); err != nil {
 			t.Fatal(err)
 		}
 		val, err := layout.EncodePointer(layout.Pointer{Version: v, Object: layout.Object{Bucket: st.Bucket, Key: key}})
@@ -257,7 +258,7 @@ func TestRestoreUndoesRecover(t *testing.T) {
 		t.Helper()
 		v := g.Version(1)
 		key := ns.ObjectKey(g.Resource, v, layout.NewNonce())
-		if _, err := st.PutSmallCreateOnly(ctx, key, []byte("x"), "text/plain"); err != nil {
+		if _, err := objstore.PutSmallCreateOnly(ctx, st, key, []byte("x"), "text/plain"); err != nil {
 			t.Fatal(err)
 		}
 		val, _ := layout.EncodePointer(layout.Pointer{Version: v, Object: layout.Object{Key: key}})

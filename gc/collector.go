@@ -17,7 +17,6 @@ import (
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/ownership"
 	"github.com/fencepub/fencepub/internal/retry"
-	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -80,7 +79,7 @@ type Collector struct {
 	cfg  Config
 	ns   layout.Namespace
 	cli  *clientv3.Client
-	st   *objstore.Store
+	st   objstore.Store
 	auth *authority.Authority
 	log  *slog.Logger
 	m    *Metrics
@@ -106,7 +105,7 @@ func New(cfg Config) (*Collector, error) {
 	switch {
 	case cfg.Etcd == nil:
 		return nil, fmt.Errorf("%w: config: Etcd is nil", fencepub.ErrInvalid)
-	case cfg.Store == nil || cfg.Store.Client == nil:
+	case cfg.Store == nil:
 		return nil, fmt.Errorf("%w: config: Store is nil", fencepub.ErrInvalid)
 	case cfg.OpRetention < 0 || cfg.RequestTimeout < 0:
 		return nil, fmt.Errorf("%w: config: OpRetention and RequestTimeout must not be negative", fencepub.ErrInvalid)
@@ -332,19 +331,16 @@ func (c *Collector) bucketWarnings(ctx context.Context) []string {
 	var out []string
 	rctx, cancel := c.rctx(ctx)
 	defer cancel()
-	v, err := c.st.Client.GetBucketVersioning(rctx, c.st.Bucket)
-	switch {
-	case err != nil:
-		out = append(out, fmt.Sprintf("could not read the versioning of bucket %q: %v", c.st.Bucket, err))
-	case v.Enabled() || v.Suspended():
-		out = append(out, fmt.Sprintf("bucket %q has versioning %s: deletes only add delete markers and the old versions keep their space; expire noncurrent versions with a lifecycle rule", c.st.Bucket, v.Status))
+	b := c.st.BucketName()
+	set, err := c.st.Settings(rctx)
+	if err != nil {
+		out = append(out, fmt.Sprintf("could not %v", err))
 	}
-	lc, err := c.st.Client.GetBucketLifecycle(rctx, c.st.Bucket)
-	switch {
-	case err != nil && minio.ToErrorResponse(err).Code != "NoSuchLifecycleConfiguration":
-		out = append(out, fmt.Sprintf("could not read the lifecycle rules of bucket %q: %v", c.st.Bucket, err))
-	case err == nil && lc != nil && len(lc.Rules) > 0:
-		out = append(out, fmt.Sprintf("bucket %q has %d lifecycle rule(s): they may expire published, retained or in-flight objects behind GC's back (invariant 7 no longer holds for them)", c.st.Bucket, len(lc.Rules)))
+	if set.Versioning == "Enabled" || set.Versioning == "Suspended" {
+		out = append(out, fmt.Sprintf("bucket %q has versioning %s: deletes only add delete markers and the old versions keep their space; expire noncurrent versions with a lifecycle rule", b, set.Versioning))
+	}
+	if set.LifecycleRules > 0 {
+		out = append(out, fmt.Sprintf("bucket %q has %d lifecycle rule(s): they may expire published, retained or in-flight objects behind GC's back (invariant 7 no longer holds for them)", b, set.LifecycleRules))
 	}
 	return out
 }
@@ -379,18 +375,10 @@ func (c *Collector) listUploads(ctx context.Context, resources []string) (map[st
 		want[r] = true
 	}
 	out := make(map[string][]entry)
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	root := c.ns.Root()
-	var listErr error
-	for u := range c.st.Client.ListIncompleteUploads(lctx, c.st.Bucket, "", true) {
-		if listErr != nil {
-			continue // drain
-		}
-		if u.Err != nil {
-			listErr = storeErr(ctx, "list incomplete uploads", u.Err)
-			cancel()
-			continue
+	for u, err := range c.st.ListUploads(ctx, "") {
+		if err != nil {
+			return out, storeErr(ctx, "list incomplete uploads", err)
 		}
 		rest, ok := strings.CutPrefix(u.Key, root)
 		if !ok {
@@ -406,7 +394,7 @@ func (c *Collector) listUploads(ctx context.Context, resources []string) (map[st
 		}
 		out[res] = append(out[res], entry{Key: u.Key, UploadID: u.UploadID, Time: u.Initiated})
 	}
-	return out, listErr
+	return out, nil
 }
 
 // resourcePass is the work of one resource within a pass.
@@ -534,21 +522,15 @@ func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockRead
 // kept one).
 func (p *resourcePass) list(ctx context.Context, del *deleter) ([]Decision, error) {
 	c, s := p.c, p.s
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var (
 		candidates []Decision
 		minKept    *layout.Version // lowest kept in-flight version of the current epoch
 		listErr    error
 	)
-	for obj := range c.st.Client.ListObjects(lctx, c.st.Bucket, minio.ListObjectsOptions{Prefix: c.ns.ObjectsPrefix(s.Resource), Recursive: true}) {
-		if listErr != nil {
-			continue // drain the channel
-		}
-		if obj.Err != nil {
-			listErr = storeErr(ctx, "list "+c.ns.ObjectsPrefix(s.Resource), obj.Err)
-			cancel()
-			continue
+	for obj, err := range c.st.List(ctx, c.ns.ObjectsPrefix(s.Resource), objstore.ListOptions{}) {
+		if err != nil {
+			listErr = storeErr(ctx, "list "+c.ns.ObjectsPrefix(s.Resource), err)
+			break
 		}
 		d := classify(s, entry{Key: obj.Key, Size: obj.Size, Time: obj.LastModified}, p.now)
 		p.classified(d)
@@ -620,7 +602,6 @@ func (p *resourcePass) abandon(ctx context.Context, ds []Decision, del *deleter)
 // same rules as objects and aborts the unpublishable and abandoned ones (an
 // upload of a live grant is in flight however old).
 func (p *resourcePass) uploads(ctx context.Context, entries []entry) {
-	core := minio.Core{Client: p.c.st.Client}
 	for _, e := range entries {
 		d := classify(p.s, e, p.now)
 		p.classified(d)
@@ -633,9 +614,9 @@ func (p *resourcePass) uploads(ctx context.Context, entries []entry) {
 			continue
 		}
 		rctx, cancel := p.c.rctx(ctx)
-		err := core.AbortMultipartUpload(rctx, p.c.st.Bucket, e.Key, e.UploadID)
+		err := p.c.st.AbortUpload(rctx, e.Key, e.UploadID)
 		cancel()
-		if err != nil && minio.ToErrorResponse(err).Code == "NoSuchUpload" {
+		if errors.Is(err, objstore.ErrNotFound) {
 			err = nil // completed or aborted meanwhile
 		}
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/lifecycle"
@@ -201,7 +202,7 @@ func TestOtherDeploymentRefused(t *testing.T) {
 	b := e.acquire(res, "b", 0)
 	e.publish(e.bind(e.pub, b), "2", publisher.Applied)
 	orphan := e.publish(pa, "3", publisher.Stale)
-	marker, err := e.Store.GetSmall(ctxT(t, 10*time.Second), e.NS.OwnershipObject(), 1<<16)
+	marker, err := objstore.GetSmall(ctxT(t, 10*time.Second), e.Store, e.NS.OwnershipObject(), 1<<16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestBucketWarnings(t *testing.T) {
 	e := newEnv(t)
 	cfg := testenv.Get(t).S3.S3Config()
 	cfg.Bucket = "gc-warn-" + strings.ToLower(e.NS.Domain)
-	st, err := objstore.New(cfg)
+	st, err := s3store.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestBucketWarnings(t *testing.T) {
 	if err := st.EnsureBucket(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.Store, e.NS = st, testenv.Namespace(t) // a fresh domain in the new bucket
+	e.Store, e.st, e.NS = st, st, testenv.Namespace(t) // a fresh domain in the new bucket
 	e.auth = e.authority(e.Etcd)
 	if _, err := e.auth.Init(ctx); err != nil {
 		t.Fatal(err)

@@ -2,10 +2,7 @@ package gc
 
 import (
 	"context"
-	"errors"
 	"sync"
-
-	"github.com/minio/minio-go/v7"
 )
 
 // deleter removes objects in batches of Config.DeleteBatch keys (one
@@ -64,31 +61,16 @@ func (d *deleter) close() {
 	d.wg.Wait()
 }
 
-// remove deletes one batch with one multi-object delete. A key the store
-// reports no result for counts as failed.
+// remove deletes one batch with one multi-object delete (objstore.Store
+// Delete).
 func (d *deleter) remove(b []Decision) {
-	ch := make(chan minio.ObjectInfo, len(b))
-	for _, dec := range b {
-		ch <- minio.ObjectInfo{Key: dec.Key}
+	keys := make([]string, len(b))
+	for i, dec := range b {
+		keys[i] = dec.Key
 	}
-	close(ch)
-	results := make(map[string]error, len(b))
-	var batchErr error
-	for r := range d.c.st.Client.RemoveObjectsWithResult(d.ctx, d.c.st.Bucket, ch, minio.RemoveObjectsOptions{}) {
-		if r.ObjectName == "" && r.Err != nil {
-			batchErr = r.Err
-			continue
-		}
-		results[r.ObjectName] = r.Err
-	}
-	for _, dec := range b {
-		err, ok := results[dec.Key]
-		switch {
-		case !ok && batchErr != nil:
-			err = batchErr
-		case !ok:
-			err = errors.New("the store returned no result for the key")
-		}
+	errs := d.c.st.Delete(d.ctx, keys)
+	for i, dec := range b {
+		err := errs[i]
 		if err != nil {
 			err = storeErr(d.ctx, "delete", err)
 		}

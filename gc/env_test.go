@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/objstore"
+
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
@@ -29,13 +31,21 @@ func TestMain(m *testing.M) {
 type env struct {
 	*testenv.Domain
 	t    testing.TB
+	st   objstore.Store // the store of the authority, publishers and collectors: Domain.Store but in newMemEnv
 	auth *authority.Authority
 	pub  *publisher.Client
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{Domain: testenv.NewDomain(t), t: t}
+	d := testenv.NewDomain(t)
+	return initEnv(&env{Domain: d, t: t, st: d.Store})
+}
+
+// initEnv initialises e's domain and makes its publisher Client.
+func initEnv(e *env) *env {
+	t := e.t
+	t.Helper()
 	e.auth = e.authority(e.Etcd)
 	if _, err := e.auth.Init(ctxT(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
@@ -46,7 +56,7 @@ func newEnv(t testing.TB) *env {
 
 func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 	e.t.Helper()
-	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.Store}})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.st}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -55,7 +65,7 @@ func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 
 func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publisher.Client {
 	e.t.Helper()
-	cfg := publisher.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.Store}}
+	cfg := publisher.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.st}}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -69,7 +79,7 @@ func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publ
 // collector returns a Collector of e's domain; mod adjusts its Config.
 func (e *env) collector(mod func(*Config)) *Collector {
 	e.t.Helper()
-	cfg := Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, Authority: e.auth}
+	cfg := Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.st}, Authority: e.auth}
 	if mod != nil {
 		mod(&cfg)
 	}

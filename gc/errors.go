@@ -47,7 +47,6 @@ func storeErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("gc: %s: %w", what, context.Cause(ctx))
 	}
-	err = objstore.Classify(err)
 	if errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w: object store %s: %w", fencepub.ErrUnavailable, what, err)
 	}

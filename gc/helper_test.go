@@ -46,7 +46,7 @@ type helperConfig struct {
 }
 
 // helperFunc is the body of a helper process; ctx ends on SIGTERM.
-type helperFunc func(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error
+type helperFunc func(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st objstore.Store, auth *authority.Authority) error
 
 // helperMain returns the child process that connects to the servers of its
 // helperConfig and runs run; with logAuthority its authority logs to stdout
@@ -74,7 +74,7 @@ func helperMain(run helperFunc, logAuthority bool) testenv.ChildFunc {
 }
 
 // helperDaemon runs a GC daemon over every resource until SIGTERM.
-func helperDaemon(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
+func helperDaemon(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st objstore.Store, auth *authority.Authority) error {
 	c, err := New(Config{Env: fencepub.Env{Namespace: cfg.Namespace, Etcd: cli, Store: st}, Authority: auth, Policy: cfg.Policy})
 	if err != nil {
 		return err
@@ -90,7 +90,7 @@ func helperDaemon(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 // keep the lease with a Session, publish every 30 ms until a publish is
 // not applied or the session is lost, then start over. It prints one line
 // per publish: "<outcome> <reason> <version> <object key>".
-func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
+func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st objstore.Store, auth *authority.Authority) error {
 	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: cfg.Namespace, Etcd: cli, Store: st}, ResendTimeout: 2 * time.Second})
 	if err != nil {
 		return err
@@ -133,7 +133,7 @@ func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 // time.Now() + cfg.Skew: all but the last key at once, the last after a
 // line on stdin. It prints each Result as one JSON line, then releases the
 // grant.
-func helperSkewed(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st *objstore.Store, auth *authority.Authority) error {
+func helperSkewed(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st objstore.Store, auth *authority.Authority) error {
 	pub, err := publisher.New(publisher.Config{
 		Env: fencepub.Env{Namespace: cfg.Namespace, Etcd: cli, Store: st}, RequestTimeout: 300 * time.Millisecond, ResendTimeout: 2 * time.Minute,
 		Now: func() time.Time { return time.Now().Add(cfg.Skew) },

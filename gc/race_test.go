@@ -17,11 +17,9 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
-	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -214,9 +212,9 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 				}
 				readAt := time.Now()
 				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-				_, err = e.Store.Client.StatObject(context.Background(), e.Store.Bucket, ptr.Object.Key, minio.StatObjectOptions{})
+				_, err = e.Store.Stat(context.Background(), ptr.Object.Key)
 				if err != nil {
-					fail("%s: the object of pointer %s, read %s ago, is gone: %v", res, ptr.Version, time.Since(readAt), objstore.Classify(err))
+					fail("%s: the object of pointer %s, read %s ago, is gone: %v", res, ptr.Version, time.Since(readAt), err)
 				}
 				reads.Add(1)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -76,7 +77,7 @@ func BenchmarkFloor(b *testing.B) {
 	floor := func(res string, i int, put, txn *time.Duration) error {
 		key := e.NS.ObjectKey(res, layout.Version{Epoch: 1, Fence: 1, Seq: uint64(i + 1)}, layout.NewNonce())
 		start := time.Now()
-		if _, err := e.Store.PutSmallCreateOnly(ctx, key, body, "application/octet-stream"); err != nil {
+		if _, err := objstore.PutSmallCreateOnly(ctx, e.Store, key, body, "application/octet-stream"); err != nil {
 			return err
 		}
 		mid := time.Now()

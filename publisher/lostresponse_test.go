@@ -22,7 +22,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -185,7 +185,7 @@ func (e *env) sealValue(res string) string {
 
 // proxiedStore returns a fault proxy in front of the shared MinIO and a
 // publisher Client whose object store goes through it (PartSize 5 MiB).
-func (e *env) proxiedStore() (*faultproxy.Proxy, *Client, *objstore.Store) {
+func (e *env) proxiedStore() (*faultproxy.Proxy, *Client, *s3store.Store) {
 	e.t.Helper()
 	px, st := testenv.Get(e.t).StoreProxy(e.t)
 	return px, e.client(e.Etcd, func(c *Config) { c.Store = st; c.PartSize = MinPartSize }), st

@@ -19,7 +19,6 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
-	"github.com/minio/minio-go/v7"
 )
 
 // Object writes. Every write is create-only (If-None-Match: *) on a key no
@@ -54,9 +53,9 @@ const (
 	abortTimeout = 10 * time.Second
 )
 
-// putOpts returns create-only PUT options with content type and user
-// metadata, plus metaSHA256 when sha is non-empty.
-func putOpts(contentType string, meta map[string]string, sha string) minio.PutObjectOptions {
+// putOpts returns the write options with content type and user metadata,
+// plus metaSHA256 when sha is non-empty.
+func putOpts(contentType string, meta map[string]string, sha string) objstore.PutOptions {
 	um := make(map[string]string, len(meta)+1)
 	for k, v := range meta {
 		um[k] = v
@@ -64,9 +63,7 @@ func putOpts(contentType string, meta map[string]string, sha string) minio.PutOb
 	if sha != "" {
 		um[metaSHA256] = sha
 	}
-	opts := minio.PutObjectOptions{ContentType: contentType, UserMetadata: um}
-	opts.SetMatchETagExcept("*")
-	return opts
+	return objstore.PutOptions{ContentType: contentType, UserMetadata: um}
 }
 
 // bodySize returns the length of body in bytes when it is known without
@@ -134,7 +131,7 @@ func (c *Client) writeObject(ctx context.Context, key string, body io.Reader, si
 	}
 	if last {
 		sum := h.Sum(nil)
-		obj := layout.Object{Bucket: c.cfg.Store.Bucket, Key: key, SHA256: hex.EncodeToString(sum), Size: int64(len(part))}
+		obj := layout.Object{Bucket: c.cfg.Store.BucketName(), Key: key, SHA256: hex.EncodeToString(sum), Size: int64(len(part))}
 		obj, err := c.putSingle(ctx, obj, part, contentType, meta)
 		return obj, sum, err
 	}
@@ -362,7 +359,6 @@ func (b *bodyReader) rest() (int64, error) {
 func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size int64, contentType string, meta map[string]string) (layout.Object, []byte, error) {
 	st := c.cfg.Store
 	opts := putOpts(contentType, meta, "")
-	opts.DisableMultipart = true
 	seeker, _ := body.(io.Seeker)
 	var start int64
 	if seeker != nil {
@@ -373,7 +369,7 @@ func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size
 	}
 	var (
 		br    *bodyReader
-		info  minio.UploadInfo
+		info  objstore.ObjectInfo
 		sends int
 		again bool // the send failed in transit or met a 409, and body can be sent again
 	)
@@ -386,7 +382,7 @@ func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size
 		}
 		br = &bodyReader{r: io.LimitReader(body, size), h: sha256.New()}
 		var err error
-		info, err = st.Client.PutObject(ctx, st.Bucket, key, br, size, opts)
+		info, err = st.PutCreateOnly(ctx, key, br, size, opts)
 		br.detach()
 		bodyOK := br.err == nil && !(br.eof && br.n < size)
 		again = err != nil && bodyOK && seeker != nil && sends < conflictRetries &&
@@ -404,7 +400,6 @@ func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size
 	case errors.Is(err, ErrBody):
 		return layout.Object{}, nil, err
 	case err != nil:
-		err = objstore.Classify(err)
 		if !errors.Is(err, objstore.ErrExists) {
 			return layout.Object{}, nil, fmt.Errorf("publisher: put %s: %w", key, err)
 		}
@@ -420,7 +415,7 @@ func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size
 		return layout.Object{}, nil, err
 	}
 	sum := br.h.Sum(nil)
-	obj := layout.Object{Bucket: st.Bucket, Key: key, SHA256: hex.EncodeToString(sum), Size: size, ETag: info.ETag}
+	obj := layout.Object{Bucket: st.BucketName(), Key: key, SHA256: hex.EncodeToString(sum), Size: size, ETag: info.ETag}
 	if err != nil { // 412: verify that the stored object holds these bytes
 		if obj, err = c.verifyOwn(ctx, obj); err != nil {
 			return layout.Object{}, nil, err
@@ -450,13 +445,12 @@ func bodyEnded(body io.Reader) error {
 func (c *Client) putSingle(ctx context.Context, obj layout.Object, data []byte, contentType string, meta map[string]string) (layout.Object, error) {
 	st := c.cfg.Store
 	opts := putOpts(contentType, meta, "")
-	var info minio.UploadInfo
+	var info objstore.ObjectInfo
 	err := c.storeRetry(ctx, func(ctx context.Context) error {
 		var err error
-		info, err = st.Client.PutObject(ctx, st.Bucket, obj.Key, bytes.NewReader(data), int64(len(data)), opts)
+		info, err = st.PutCreateOnly(ctx, obj.Key, bytes.NewReader(data), int64(len(data)), opts)
 		return err
 	})
-	err = objstore.Classify(err)
 	switch {
 	case err == nil:
 		obj.ETag = info.ETag
@@ -473,9 +467,7 @@ func (c *Client) putSingle(ctx context.Context, obj layout.Object, data []byte, 
 // memory.
 func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader, first []byte, h hash.Hash, contentType string, meta map[string]string) (obj layout.Object, sum []byte, err error) {
 	st := c.cfg.Store
-	core := minio.Core{Client: st.Client}
-	opts := putOpts(contentType, meta, "")
-	id, err := core.NewMultipartUpload(ctx, st.Bucket, key, opts)
+	id, err := st.CreateUpload(ctx, key, putOpts(contentType, meta, ""))
 	if err != nil {
 		return layout.Object{}, nil, c.createErr(key, err)
 	}
@@ -485,22 +477,22 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 		}
 	}()
 	type sent struct {
-		part minio.CompletePart
+		part objstore.Part
 		err  error
 	}
 	send := func(n int, data []byte) <-chan sent {
 		ch := make(chan sent, 1)
 		go func() {
-			p, err := core.PutObjectPart(ctx, st.Bucket, key, id, n, bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{})
+			p, err := st.UploadPart(ctx, key, id, n, bytes.NewReader(data), int64(len(data)))
 			if err != nil {
-				err = fmt.Errorf("publisher: upload part %d of %s: %w", n, key, objstore.Classify(err))
+				err = fmt.Errorf("publisher: upload part %d of %s: %w", n, key, err)
 			}
-			ch <- sent{minio.CompletePart{PartNumber: n, ETag: p.ETag}, err}
+			ch <- sent{p, err}
 		}()
 		return ch
 	}
 	var (
-		parts []minio.CompletePart
+		parts []objstore.Part
 		size  int64
 		part  = first
 		spare []byte // the buffer of the part sent before, free to refill
@@ -538,30 +530,26 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 		spare, part = part, next
 	}
 	sum = h.Sum(nil)
-	obj = layout.Object{Bucket: st.Bucket, Key: key, SHA256: hex.EncodeToString(sum), Size: size}
-	obj, err = c.complete(ctx, core, key, id, parts, obj)
+	obj = layout.Object{Bucket: st.BucketName(), Key: key, SHA256: hex.EncodeToString(sum), Size: size}
+	obj, err = c.complete(ctx, key, id, parts, obj)
 	return obj, sum, err
 }
 
 // complete completes upload id create-only, retrying a 409. A 412 or a
-// NoSuchUpload (our earlier completion whose response was lost) is accepted
-// after verifyOwn.
-func (c *Client) complete(ctx context.Context, core minio.Core, key, id string, parts []minio.CompletePart, obj layout.Object) (layout.Object, error) {
-	opts := minio.PutObjectOptions{}
-	opts.SetMatchETagExcept("*")
-	var info minio.UploadInfo
+// vanished upload (ErrNotFound: our earlier completion whose response was
+// lost) is accepted after verifyOwn.
+func (c *Client) complete(ctx context.Context, key, id string, parts []objstore.Part, obj layout.Object) (layout.Object, error) {
+	var info objstore.ObjectInfo
 	err := c.storeRetry(ctx, func(ctx context.Context) error {
 		var err error
-		info, err = core.CompleteMultipartUpload(ctx, obj.Bucket, key, id, parts, opts)
+		info, err = c.cfg.Store.CompleteUpload(ctx, key, id, parts)
 		return err
 	})
-	code := minio.ToErrorResponse(err).Code
-	err = objstore.Classify(err)
 	switch {
 	case err == nil:
 		obj.ETag = info.ETag
 		return obj, nil
-	case errors.Is(err, objstore.ErrExists) || code == "NoSuchUpload":
+	case errors.Is(err, objstore.ErrExists) || errors.Is(err, objstore.ErrNotFound):
 		return c.verifyOwn(ctx, obj)
 	}
 	return layout.Object{}, fmt.Errorf("publisher: complete %s: %w", key, err)
@@ -570,7 +558,7 @@ func (c *Client) complete(ctx context.Context, core minio.Core, key, id string, 
 // storeRetry sends op, a create-only write, again while it meets a 409
 // ConditionalRequestConflict (retry.StoreConflict), up to conflictRetries
 // sends, with jittered backoff (retry.Do) within ctx. It returns op's last
-// error, unclassified.
+// error.
 func (c *Client) storeRetry(ctx context.Context, op func(context.Context) error) error {
 	sends := 0
 	return retry.Do(ctx, func(ctx context.Context) error {
@@ -586,9 +574,9 @@ func (c *Client) storeRetry(ctx context.Context, op func(context.Context) error)
 // returns obj with the stored ETag, or ErrObjectMismatch. The read-back
 // costs one GET of the object, only on this path (a lost response).
 func (c *Client) verifyOwn(ctx context.Context, obj layout.Object) (layout.Object, error) {
-	info, err := c.cfg.Store.Client.StatObject(ctx, obj.Bucket, obj.Key, minio.StatObjectOptions{})
+	info, err := c.cfg.Store.Stat(ctx, obj.Key)
 	if err != nil {
-		return layout.Object{}, fmt.Errorf("publisher: stat %s after a create-only conflict: %w", obj.Key, objstore.Classify(err))
+		return layout.Object{}, fmt.Errorf("publisher: stat %s after a create-only conflict: %w", obj.Key, err)
 	}
 	mismatch := func(what string) error {
 		return fmt.Errorf("%w: %s holds %d bytes, ETag %s, %s; wrote %d bytes, sha256 %s",
@@ -624,8 +612,7 @@ func (c *Client) verifyOwn(ctx context.Context, obj layout.Object) (layout.Objec
 // src.SHA256. Errors: ErrSourceGone, ErrObjectMismatch, objstore errors.
 func (c *Client) copyObject(ctx context.Context, src layout.Object, key, contentType string, meta map[string]string) (obj layout.Object, err error) {
 	st := c.cfg.Store
-	core := minio.Core{Client: st.Client}
-	id, err := core.NewMultipartUpload(ctx, st.Bucket, key, putOpts(contentType, meta, src.SHA256))
+	id, err := st.CreateUpload(ctx, key, putOpts(contentType, meta, src.SHA256))
 	if err != nil {
 		return layout.Object{}, c.createErr(key, err)
 	}
@@ -634,23 +621,18 @@ func (c *Client) copyObject(ctx context.Context, src layout.Object, key, content
 			c.abort(key, id)
 		}
 	}()
-	hdr := map[string]string{}
-	if src.ETag != "" {
-		hdr["x-amz-copy-source-if-match"] = `"` + src.ETag + `"`
-	}
-	var parts []minio.CompletePart
+	var parts []objstore.Part
 	for off, n := int64(0), 1; off < src.Size || n == 1; n++ {
 		length := min(int64(copyPartSize), src.Size-off)
 		if src.Size == 0 {
 			length = -1 // the whole (empty) object; a range cannot name zero bytes
 		}
-		p, err := core.CopyObjectPart(ctx, src.Bucket, src.Key, st.Bucket, key, id, n, off, length, hdr)
+		p, err := st.CopyPart(ctx, objstore.CopySource{Bucket: src.Bucket, Key: src.Key, IfMatch: src.ETag, Offset: off, Length: length}, key, id, n)
 		if err != nil {
-			err = objstore.Classify(err)
 			switch {
 			case errors.Is(err, objstore.ErrNotFound):
 				return layout.Object{}, fmt.Errorf("%w: %s: %w", ErrSourceGone, src.Key, err)
-			case errors.Is(err, objstore.ErrExists): // 412 on the source condition
+			case errors.Is(err, objstore.ErrConditionConflict): // the source condition
 				return layout.Object{}, fmt.Errorf("%w: source %s no longer has ETag %s: %w", ErrObjectMismatch, src.Key, src.ETag, err)
 			}
 			return layout.Object{}, fmt.Errorf("publisher: copy part %d of %s to %s: %w", n, src.Key, key, err)
@@ -658,14 +640,13 @@ func (c *Client) copyObject(ctx context.Context, src layout.Object, key, content
 		parts = append(parts, p)
 		off += max(length, 0)
 	}
-	obj = layout.Object{Bucket: st.Bucket, Key: key, SHA256: src.SHA256, Size: src.Size}
-	return c.complete(ctx, core, key, id, parts, obj)
+	obj = layout.Object{Bucket: st.BucketName(), Key: key, SHA256: src.SHA256, Size: src.Size}
+	return c.complete(ctx, key, id, parts, obj)
 }
 
 // createErr classifies the error of starting a create-only upload: a 412
 // there means the key existed before this attempt wrote anything.
 func (c *Client) createErr(key string, err error) error {
-	err = objstore.Classify(err)
 	if errors.Is(err, objstore.ErrExists) {
 		return fmt.Errorf("%w: %s exists before the attempt wrote it: %w", ErrObjectMismatch, key, err)
 	}
@@ -676,8 +657,7 @@ func (c *Client) createErr(key string, err error) error {
 func (c *Client) abort(key, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
 	defer cancel()
-	core := minio.Core{Client: c.cfg.Store.Client}
-	if err := core.AbortMultipartUpload(ctx, c.cfg.Store.Bucket, key, id); err != nil {
+	if err := c.cfg.Store.AbortUpload(ctx, key, id); err != nil {
 		c.log.Warn("abort multipart upload failed; GC aborts it later", "key", key, "upload_id", id, "err", err)
 	}
 }

@@ -65,8 +65,8 @@ func TestCreateOnlyWrites(t *testing.T) {
 		}
 		// The store itself refuses a second create-only PUT with 412.
 		opts := putOpts("text/plain", nil, "")
-		_, err = st.Client.PutObject(ctx, st.Bucket, key, bytes.NewReader(other), int64(len(other)), opts)
-		if !errors.Is(objstore.Classify(err), objstore.ErrExists) {
+		_, err = st.PutCreateOnly(ctx, key, bytes.NewReader(other), int64(len(other)), opts)
+		if !errors.Is(err, objstore.ErrExists) {
 			t.Fatalf("%s: raw create-only PUT over an existing key: %v, want 412", tc.name, err)
 		}
 		// The same PUT again (a retry after a lost response) meets 412 on
@@ -99,36 +99,35 @@ func TestCreateOnlyWrites(t *testing.T) {
 	// precondition is checked before the upload id) and is verified by
 	// reading the object back.
 	key = e.NS.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 3}, layout.NewNonce())
-	core := minio.Core{Client: st.Client}
-	id, err := core.NewMultipartUpload(ctx, st.Bucket, key, putOpts("text/plain", nil, ""))
+	id, err := st.CreateUpload(ctx, key, putOpts("text/plain", nil, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var parts []minio.CompletePart
+	var parts []objstore.Part
 	for n, chunk := range [][]byte{big[:MinPartSize], big[MinPartSize:]} {
-		p, err := core.PutObjectPart(ctx, st.Bucket, key, id, n+1, bytes.NewReader(chunk), int64(len(chunk)), minio.PutObjectPartOptions{})
+		p, err := st.UploadPart(ctx, key, id, n+1, bytes.NewReader(chunk), int64(len(chunk)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		parts = append(parts, minio.CompletePart{PartNumber: n + 1, ETag: p.ETag})
+		parts = append(parts, p)
 	}
 	sum := sha256.Sum256(big)
 	obj := layout.Object{Bucket: st.Bucket, Key: key, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(big))}
-	first, err := e.pub.complete(ctx, core, key, id, parts, obj)
+	first, err := e.pub.complete(ctx, key, id, parts, obj)
 	if err != nil || !strings.HasSuffix(first.ETag, "-2") {
 		t.Fatalf("complete: %+v %v (want a 2-part ETag)", first, err)
 	}
-	again, err := e.pub.complete(ctx, core, key, id, parts, obj)
+	again, err := e.pub.complete(ctx, key, id, parts, obj)
 	if err != nil || again != first {
 		t.Fatalf("re-sent complete: %+v %v", again, err)
 	}
 	obj.Size--
-	if _, err := e.pub.complete(ctx, core, key, id, parts, obj); !errors.Is(err, ErrObjectMismatch) {
+	if _, err := e.pub.complete(ctx, key, id, parts, obj); !errors.Is(err, ErrObjectMismatch) {
 		t.Fatalf("complete of another size: %v, want ErrObjectMismatch", err)
 	}
 	obj.Size++
 	obj.SHA256 = strings.Repeat("0", 64)
-	if _, err := e.pub.complete(ctx, core, key, id, parts, obj); !errors.Is(err, ErrObjectMismatch) {
+	if _, err := e.pub.complete(ctx, key, id, parts, obj); !errors.Is(err, ErrObjectMismatch) {
 		t.Fatalf("complete of another body: %v, want ErrObjectMismatch", err)
 	}
 
@@ -138,21 +137,19 @@ func TestCreateOnlyWrites(t *testing.T) {
 	key = e.NS.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: 4}, layout.NewNonce())
 	var ids []string
 	for range 2 {
-		id, err := core.NewMultipartUpload(ctx, st.Bucket, key, putOpts("text/plain", nil, ""))
+		id, err := st.CreateUpload(ctx, key, putOpts("text/plain", nil, ""))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
 	}
 	for i, id := range ids {
-		p, err := core.PutObjectPart(ctx, st.Bucket, key, id, 1, bytes.NewReader(small), int64(len(small)), minio.PutObjectPartOptions{})
+		p, err := st.UploadPart(ctx, key, id, 1, bytes.NewReader(small), int64(len(small)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts := minio.PutObjectOptions{}
-		opts.SetMatchETagExcept("*")
-		_, err = core.CompleteMultipartUpload(ctx, st.Bucket, key, id, []minio.CompletePart{{PartNumber: 1, ETag: p.ETag}}, opts)
-		if got := objstore.Classify(err); i == 0 && err != nil || i == 1 && !errors.Is(got, objstore.ErrExists) {
+		_, err = st.CompleteUpload(ctx, key, id, []objstore.Part{p})
+		if i == 0 && err != nil || i == 1 && !errors.Is(err, objstore.ErrExists) {
 			t.Fatalf("completion %d of interleaved uploads: %v", i+1, err)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/minio/minio-go/v7"
 )
 
 // Republish publishes an existing object of the Publisher's resource again,
@@ -44,7 +43,7 @@ func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Resul
 		return Result{}, fmt.Errorf("%w: %q is not an object key of %q", fencepub.ErrInvalid, objectKey, res)
 	}
 	st := c.cfg.Store
-	info, err := st.Client.StatObject(ctx, st.Bucket, objectKey, minio.StatObjectOptions{})
+	info, err := st.Stat(ctx, objectKey)
 	if err != nil {
 		c.m.failure("object")
 		return Result{}, sourceErr(objectKey, err)
@@ -67,7 +66,7 @@ func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Resul
 		return Result{}, err
 	}
 	sum = hex.EncodeToString(bodySHA)
-	src := layout.Object{Bucket: st.Bucket, Key: objectKey, SHA256: sum, ETag: info.ETag, Size: info.Size}
+	src := layout.Object{Bucket: st.BucketName(), Key: objectKey, SHA256: sum, ETag: info.ETag, Size: info.Size}
 	meta, err := c.sourceMetadata(ctx, src)
 	if err != nil {
 		c.m.failure("object")
@@ -80,13 +79,8 @@ func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Resul
 // follows requires the same ETag), and returns the sha256 of its bytes.
 // Errors: ErrSourceGone, ErrObjectMismatch (changed or of another size),
 // objstore errors.
-func (c *Client) hashObject(ctx context.Context, key string, info minio.ObjectInfo) ([]byte, error) {
-	st := c.cfg.Store
-	opts := minio.GetObjectOptions{}
-	if err := opts.SetMatchETag(info.ETag); err != nil {
-		return nil, fmt.Errorf("%w: %s has ETag %q: %w", ErrObjectMismatch, key, info.ETag, err)
-	}
-	obj, err := st.Client.GetObject(ctx, st.Bucket, key, opts)
+func (c *Client) hashObject(ctx context.Context, key string, info objstore.ObjectInfo) ([]byte, error) {
+	obj, _, err := c.cfg.Store.Get(ctx, key, info.ETag)
 	if err != nil {
 		return nil, sourceErr(key, err)
 	}
@@ -103,13 +97,12 @@ func (c *Client) hashObject(ctx context.Context, key string, info minio.ObjectIn
 }
 
 // sourceErr classifies an error reading a republish source: gone (404),
-// changed (412 on the ETag condition), or the store's error.
+// changed (ErrConditionConflict on the ETag condition), or the store's error.
 func sourceErr(key string, err error) error {
-	err = objstore.Classify(err)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return fmt.Errorf("%w: %s: %w", ErrSourceGone, key, err)
-	case errors.Is(err, objstore.ErrExists):
+	case errors.Is(err, objstore.ErrConditionConflict):
 		return fmt.Errorf("%w: %s changed while being read: %w", ErrObjectMismatch, key, err)
 	}
 	return fmt.Errorf("publisher: read republish source %s: %w", key, err)

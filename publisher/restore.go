@@ -7,7 +7,6 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/minio/minio-go/v7"
 )
 
 // Restored is one resource's outcome of RestoreLost.
@@ -97,7 +96,7 @@ func (c *Client) newestPublishable(ctx context.Context, above []authority.LostOb
 		o := above[i]
 		t, ok := cutoff[o.Version.Epoch]
 		if !ok {
-			info, err := st.Client.StatObject(ctx, st.Bucket, c.ns.EpochMarker(o.Version.Epoch+1), minio.StatObjectOptions{})
+			info, err := st.Stat(ctx, c.ns.EpochMarker(o.Version.Epoch+1))
 			if err == nil {
 				t = info.LastModified
 			}

@@ -11,7 +11,6 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -90,9 +89,12 @@ func (p *Publisher) republish(ctx context.Context, src layout.Object, contentTyp
 // sourceMetadata returns the user metadata of obj without fencepub's own
 // keys, lowercased: the Operation.Metadata it was published with.
 func (c *Client) sourceMetadata(ctx context.Context, obj layout.Object) (map[string]string, error) {
-	info, err := c.cfg.Store.Client.StatObject(ctx, obj.Bucket, obj.Key, minio.StatObjectOptions{})
+	var info objstore.ObjectInfo
+	st, err := objstore.InBucket(c.cfg.Store, obj.Bucket)
+	if err == nil {
+		info, err = st.Stat(ctx, obj.Key)
+	}
 	if err != nil {
-		err = objstore.Classify(err)
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrSourceGone, obj.Key, err)
 		}

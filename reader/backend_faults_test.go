@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub"
 	"github.com/minio/minio-go/v7"
+
+	"github.com/fencepub/fencepub"
 )
 
 // The reader when etcd never answers and when objects change behind the

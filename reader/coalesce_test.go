@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // slowKV is the real etcd KV whose Get answers reach the caller delay after

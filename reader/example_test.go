@@ -8,9 +8,10 @@ import (
 	"os"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/reader"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // ExampleReader_Open is a reader-only program: it needs the core package

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/minio/minio-go/v7"
 )
 
 // readPointer opens ptr through OpenPointer and reads it to EOF.

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
@@ -19,8 +22,6 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
-	"github.com/minio/minio-go/v7"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

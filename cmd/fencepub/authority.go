@@ -12,6 +12,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 )
@@ -74,7 +75,7 @@ func authorityExit(err error) error {
 	case errors.As(err, &coded):
 		return err
 	case errors.Is(err, layout.ErrInvalidName), errors.Is(err, authority.ErrBadTTL), errors.Is(err, authority.ErrInvalidGrant),
-		errors.Is(err, authority.ErrInitialized), errors.Is(err, authority.ErrCreateOnlyIgnored), isNoSuchBucket(err):
+		errors.Is(err, authority.ErrInitialized), errors.Is(err, authority.ErrCreateOnlyIgnored), errors.Is(err, objstore.ErrNoBucket):
 		code = exitcode.Usage
 	case errors.Is(err, authority.ErrRequestConflict):
 		code = exitcode.Conflict

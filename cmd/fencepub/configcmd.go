@@ -12,7 +12,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -123,7 +123,7 @@ s3.credentials also names the source that supplies the object store's keys
 		}
 		red := config.Redacted(v)
 		red["config_file"] = v.ConfigFileUsed()
-		red["s3.credentials"] = fmt.Sprintf("%s (from %s)", cfg.S3.Credentials, objstore.CredentialSource(cfg.S3))
+		red["s3.credentials"] = fmt.Sprintf("%s (from %s)", cfg.S3.Credentials, s3store.CredentialSource(cfg.S3))
 		if *out == "json" {
 			for k, val := range red {
 				if d, ok := val.(time.Duration); ok {

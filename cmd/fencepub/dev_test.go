@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 )
 
 // TestDevUpDown starts the persistent local stack, checks that the config it
@@ -68,7 +68,7 @@ func TestDevUpDown(t *testing.T) {
 	if _, err := c.Put(ctx, "dev-probe", "1"); err != nil {
 		t.Fatalf("etcd from the written config: %v", err)
 	}
-	store, err := objstore.New(cfg.S3)
+	store, err := s3store.New(cfg.S3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestDevUpCluster(t *testing.T) {
 	for _, p := range st.M.Processes {
 		s3 := cfg.S3
 		s3.Endpoint = p.Endpoint
-		store, err := objstore.New(s3)
+		store, err := s3store.New(s3)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/minio/minio-go/v7"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -52,7 +52,7 @@ type doctorOutput struct {
 type doctor struct {
 	cfg    config.Config
 	env    *cli.Env // nil when etcd could not be reached
-	store  *objstore.Store
+	store  objstore.Store
 	checks []doctorCheck
 }
 
@@ -119,7 +119,7 @@ func (d *doctor) run(c *cobra.Command, lc cli.LoadedConfig) {
 	env, err := cli.Connect(c, lc)
 	if err != nil {
 		d.add("etcd", checkFail, err.Error(), "check etcd.endpoints (--etcd-endpoints), etcd.username and FENCEPUB_ETCD_PASSWORD, etcd.tls.*")
-		st, serr := objstore.New(d.cfg.S3)
+		st, serr := s3store.New(d.cfg.S3)
 		if serr != nil {
 			d.add("bucket", checkFail, serr.Error(), "fix the s3.* keys")
 			return
@@ -132,8 +132,7 @@ func (d *doctor) run(c *cobra.Command, lc cli.LoadedConfig) {
 	if d.checkBucket(ctx) {
 		d.checkCreateOnly(ctx)
 		d.checkIfMatch(ctx)
-		d.checkVersioning(ctx)
-		d.checkLifecycle(ctx)
+		d.checkSettings(ctx)
 	}
 	if d.env == nil {
 		d.add("domain", checkWarn, "not checked: etcd unreachable", "")
@@ -171,10 +170,10 @@ func (d *doctor) checkBucket(ctx context.Context) bool {
 	err := d.store.CheckBucket(bctx)
 	switch {
 	case err == nil:
-		d.add("bucket", checkPass, fmt.Sprintf("bucket %q exists at %s", d.store.Bucket, d.cfg.S3.Endpoint), "")
+		d.add("bucket", checkPass, fmt.Sprintf("bucket %q exists at %s", d.store.BucketName(), d.cfg.S3.Endpoint), "")
 		return true
 	case errors.Is(err, objstore.ErrNotFound):
-		d.add("bucket", checkFail, fmt.Sprintf("bucket %q does not exist at %s", d.store.Bucket, d.cfg.S3.Endpoint), "fencepub init --create-bucket (or fix s3.bucket)")
+		d.add("bucket", checkFail, fmt.Sprintf("bucket %q does not exist at %s", d.store.BucketName(), d.cfg.S3.Endpoint), "fencepub init --create-bucket (or fix s3.bucket)")
 	case errors.Is(err, objstore.ErrAccessDenied):
 		d.add("bucket", checkFail, err.Error(), "check s3.credentials, FENCEPUB_S3_ACCESS_KEY / FENCEPUB_S3_SECRET_KEY and the bucket policy")
 	default:
@@ -206,63 +205,53 @@ func (d *doctor) checkIfMatch(ctx context.Context) {
 	ictx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	key := d.probeKey()
-	info, err := d.store.Client.StatObject(ictx, d.store.Bucket, key, minio.StatObjectOptions{})
+	info, err := d.store.Stat(ictx, key)
 	if err != nil {
-		d.add("if-match", checkWarn, "not checked: the probe object cannot be read: "+objstore.Classify(err).Error(), "")
+		d.add("if-match", checkWarn, "not checked: the probe object cannot be read: "+err.Error(), "")
 		return
 	}
 	get := func(etag string) error {
-		opts := minio.GetObjectOptions{}
-		_ = opts.SetMatchETag(etag) // never empty
-		obj, err := d.store.Client.GetObject(ictx, d.store.Bucket, key, opts)
+		body, _, err := d.store.Get(ictx, key, etag)
 		if err == nil {
-			_, err = io.Copy(io.Discard, obj)
-			_ = obj.Close()
+			_, err = io.Copy(io.Discard, body)
+			_ = body.Close()
 		}
-		return objstore.Classify(err)
+		return err
 	}
 	if err := get(info.ETag); err != nil {
 		d.add("if-match", checkFail, "a GET with If-Match on the object's own ETag failed: "+err.Error(), "readers GET with If-Match: the store must support it")
 		return
 	}
 	wrong := "00000000000000000000000000000000"
-	if err := get(wrong); !errors.Is(err, objstore.ErrExists) {
+	if err := get(wrong); !errors.Is(err, objstore.ErrConditionConflict) {
 		d.add("if-match", checkFail, fmt.Sprintf("a GET with If-Match on another ETag was not refused with 412 (%v)", err), "readers rely on If-Match to detect a replaced object: use a store that honours it")
 		return
 	}
 	d.add("if-match", checkPass, "GETs honour If-Match (the object's ETag reads, another answers 412)", "")
 }
 
-func (d *doctor) checkVersioning(ctx context.Context) {
-	vctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+// checkSettings warns about bucket versioning and lifecycle rules, which
+// keep deleted bytes or delete objects behind GC's back.
+func (d *doctor) checkSettings(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
-	v, err := d.store.Client.GetBucketVersioning(vctx, d.store.Bucket)
-	switch {
-	case err != nil:
-		d.add("versioning", checkWarn, "could not read the bucket's versioning: "+objstore.Classify(err).Error(), "")
-	case v.Enabled():
+	set, err := d.store.Settings(sctx)
+	if err != nil {
+		d.add("versioning", checkWarn, "could not read the bucket's versioning and lifecycle rules: "+err.Error(), "")
+		return
+	}
+	if set.Versioning == "Enabled" {
 		d.add("versioning", checkWarn, "bucket versioning is on: GC's deletes leave noncurrent versions, so space is not freed",
 			"suspend versioning, or add a lifecycle rule that expires noncurrent versions")
-	default:
+	} else {
 		d.add("versioning", checkPass, "bucket versioning is off", "")
 	}
-}
-
-func (d *doctor) checkLifecycle(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, doctorTimeout)
-	defer cancel()
-	lc, err := d.store.Client.GetBucketLifecycle(lctx, d.store.Bucket)
-	switch {
-	case err != nil && minio.ToErrorResponse(err).Code == "NoSuchLifecycleConfiguration":
+	if set.LifecycleRules == 0 {
 		d.add("lifecycle", checkPass, "no lifecycle rules", "")
-	case err != nil:
-		d.add("lifecycle", checkWarn, "could not read the bucket's lifecycle rules: "+objstore.Classify(err).Error(), "")
-	case lc == nil || len(lc.Rules) == 0:
-		d.add("lifecycle", checkPass, "no lifecycle rules", "")
-	default:
-		d.add("lifecycle", checkWarn, fmt.Sprintf("%d lifecycle rule(s): one that expires objects under %s/ could delete a published object (GC is the only deleter)", len(lc.Rules), d.cfg.Namespace.Prefix),
-			"limit the rules to other prefixes, or to noncurrent versions and incomplete uploads")
+		return
 	}
+	d.add("lifecycle", checkWarn, fmt.Sprintf("%d lifecycle rule(s): one that expires objects under %s/ could delete a published object (GC is the only deleter)", set.LifecycleRules, d.cfg.Namespace.Prefix),
+		"limit the rules to other prefixes, or to noncurrent versions and incomplete uploads")
 }
 
 func (d *doctor) checkDomain(ctx context.Context) {

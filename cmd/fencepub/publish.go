@@ -17,7 +17,6 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
-	"github.com/minio/minio-go/v7"
 	"github.com/spf13/cobra"
 )
 
@@ -386,13 +385,6 @@ func bucketError(env *cli.Env, err error) error {
 		return exitcode.With(exitcode.Unavailable, err)
 	}
 	return exitcode.With(exitcode.Internal, err)
-}
-
-// isNoSuchBucket reports whether err carries the store's NoSuchBucket
-// answer (objstore folds it into ErrNotFound with missing keys).
-func isNoSuchBucket(err error) bool {
-	var resp minio.ErrorResponse
-	return errors.As(err, &resp) && resp.Code == "NoSuchBucket"
 }
 
 // openBody opens the body: stdin for "-", else the file. Unless allowEmpty,

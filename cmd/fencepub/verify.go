@@ -16,7 +16,6 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/minio/minio-go/v7"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -251,22 +250,23 @@ func (v *verifier) resource(res string, epoch uint64) (verifyResource, error) {
 // object streams the pointer's object through sha256 and compares it with
 // the pointer; it returns the bytes read.
 func (v *verifier) object(res string, ptr layout.Pointer) int64 {
-	st := v.env.Store
-	opts := minio.GetObjectOptions{}
-	if ptr.Object.ETag != "" {
-		_ = opts.SetMatchETag(ptr.Object.ETag) // not empty
+	st, err := v.env.Store, error(nil)
+	if ptr.Object.Bucket != "" {
+		st, err = objstore.InBucket(st, ptr.Object.Bucket)
 	}
-	obj, err := st.Client.GetObject(v.ctx, st.Bucket, ptr.Object.Key, opts)
 	var n int64
 	h := sha256.New()
 	if err == nil {
-		n, err = io.Copy(h, obj)
-		_ = obj.Close()
+		var body io.ReadCloser
+		if body, _, err = st.Get(v.ctx, ptr.Object.Key, ptr.Object.ETag); err == nil {
+			n, err = io.Copy(h, body)
+			_ = body.Close()
+		}
 	}
-	switch err = objstore.Classify(err); {
+	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		v.find(res, "object", ptr.Object.Key, "the pointer's object %s is missing", ptr.Version)
-	case errors.Is(err, objstore.ErrExists):
+	case errors.Is(err, objstore.ErrConditionConflict):
 		v.find(res, "object", ptr.Object.Key, "the pointer's object was replaced: its ETag is not the pointer's %s", ptr.Object.ETag)
 	case err != nil:
 		v.find(res, "object", ptr.Object.Key, "the pointer's object cannot be read: %v", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -107,7 +108,7 @@ func loadViperFile(cmd *cobra.Command) (*viper.Viper, string, error) {
 type Env struct {
 	Config config.Config
 	Etcd   *clientv3.Client
-	Store  *objstore.Store
+	Store  objstore.Store
 	NS     layout.Namespace
 	Log    *slog.Logger
 	Stdout io.Writer
@@ -169,7 +170,7 @@ func Connect(cmd *cobra.Command, lc LoadedConfig) (*Env, error) {
 		}
 		return nil, etcdConnectError(cmd.Context(), cfg, err)
 	}
-	store, err := objstore.New(cfg.S3)
+	store, err := s3store.New(cfg.S3)
 	if err != nil {
 		_ = cli.Close()
 		return nil, exitcode.With(exitcode.Usage, err)

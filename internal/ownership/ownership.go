@@ -28,8 +28,8 @@ type Marker struct {
 // Read reads and decodes the ownership marker of ns in st. Errors:
 // objstore.ErrNotFound (wrapped) when there is none,
 // objstore.ErrUnavailable, fencepub.ErrCorruptState.
-func Read(ctx context.Context, st *objstore.Store, ns layout.Namespace) (Marker, error) {
-	b, err := st.GetSmall(ctx, ns.OwnershipObject(), MaxBytes)
+func Read(ctx context.Context, st objstore.Store, ns layout.Namespace) (Marker, error) {
+	b, err := objstore.GetSmall(ctx, st, ns.OwnershipObject(), MaxBytes)
 	if err != nil {
 		return Marker{}, err
 	}

@@ -132,19 +132,19 @@ func EtcdNotApplied(err error) bool {
 	return false
 }
 
-// StoreUnavailable reports whether err, from one object-store request, means
-// the store did not serve it now (objstore.ErrUnavailable after
-// objstore.Classify: a transport failure, a lost response, a 5xx answer).
+// StoreUnavailable reports whether err, from one objstore.Store request,
+// means the store did not serve it now (objstore.ErrUnavailable: a
+// transport failure, a lost response, a 5xx answer).
 // The request may or may not have been applied; only a request that is safe
 // to send twice (a create-only write, a read) is retried on it.
 func StoreUnavailable(err error) bool {
-	return errors.Is(objstore.Classify(err), objstore.ErrUnavailable)
+	return errors.Is(err, objstore.ErrUnavailable)
 }
 
-// StoreConflict reports whether err, from one object-store request, is a 409
-// ConditionalRequestConflict (objstore.ErrConditionConflict after
-// objstore.Classify): another conditional write to the same key was in
-// progress, this one was not applied, and it may be sent again.
+// StoreConflict reports whether err, from one objstore.Store write, is a
+// 409 ConditionalRequestConflict (objstore.ErrConditionConflict): another
+// conditional write to the same key was in progress, this one was not
+// applied, and it may be sent again.
 func StoreConflict(err error) bool {
-	return errors.Is(objstore.Classify(err), objstore.ErrConditionConflict)
+	return errors.Is(err, objstore.ErrConditionConflict)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/go-viper/mapstructure/v2"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/spf13/viper"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -34,11 +35,11 @@ var ErrInvalid = errors.New("config: invalid")
 
 // Config is the whole serializable configuration.
 type Config struct {
-	Etcd      Etcd            `mapstructure:"etcd"`
-	S3        objstore.Config `mapstructure:"s3"`
-	Namespace Namespace       `mapstructure:"namespace"`
-	GC        GC              `mapstructure:"gc"`
-	Log       Log             `mapstructure:"log"`
+	Etcd      Etcd           `mapstructure:"etcd"`
+	S3        s3store.Config `mapstructure:"s3"`
+	Namespace Namespace      `mapstructure:"namespace"`
+	GC        GC             `mapstructure:"gc"`
+	Log       Log            `mapstructure:"log"`
 }
 
 // Log holds the CLI's logging settings (log.format, log.level; flags
@@ -208,7 +209,7 @@ var defaults = map[string]any{
 	"s3.endpoint":                 "127.0.0.1:9000",
 	"s3.bucket":                   "fencepub",
 	"s3.region":                   "",
-	"s3.credentials":              objstore.CredentialsAuto,
+	"s3.credentials":              s3store.CredentialsAuto,
 	"s3.tls.ca":                   "",
 	"s3.tls.cert":                 "",
 	"s3.tls.key":                  "",
@@ -546,7 +547,7 @@ func FromFile(path string) (Config, error) {
 type Conn struct {
 	NS    layout.Namespace
 	Etcd  *clientv3.Client
-	Store *objstore.Store
+	Store objstore.Store
 }
 
 // Close closes the etcd client.
@@ -560,7 +561,7 @@ func Connect(path string) (*Conn, error) {
 		return nil, err
 	}
 	ns, _ := cfg.NS() // validated by Load
-	store, err := objstore.New(cfg.S3)
+	store, err := s3store.New(cfg.S3)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}

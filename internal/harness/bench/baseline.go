@@ -13,7 +13,6 @@ import (
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -26,22 +25,21 @@ var ErrFloorStale = errors.New("bench: floor compare failed (a higher seq got th
 // Target is the pair of servers a benchmark runs against.
 type Target struct {
 	Etcd  *clientv3.Client
-	Store *objstore.Store
+	Store objstore.Store
 	NS    layout.Namespace // every key the benchmark writes lives under it
 }
 
 // PutCreateOnly streams body to key in ONE create-only PUT (If-None-Match:
 // *, never multipart: one request is the least a store round trip can
-// cost) while hashing it, and returns the hex sha256. The same minio-go
-// client and signing as fencepub's writes. Errors: objstore's (ErrExists,
-// ErrUnavailable, ...).
+// cost) while hashing it, and returns the hex sha256. The same store
+// client and signing as fencepub's writes (objstore.Store.PutCreateOnly).
+// Errors: objstore's (ErrExists, ErrUnavailable, ...).
 func (t Target) PutCreateOnly(ctx context.Context, key string, body []byte) (string, error) {
 	h := sha256.New()
-	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true}
-	opts.SetMatchETagExcept("*")
-	_, err := t.Store.Client.PutObject(ctx, t.Store.Bucket, key, io.TeeReader(bytes.NewReader(body), h), int64(len(body)), opts)
+	_, err := t.Store.PutCreateOnly(ctx, key, io.TeeReader(bytes.NewReader(body), h), int64(len(body)),
+		objstore.PutOptions{ContentType: "application/octet-stream"})
 	if err != nil {
-		return "", objstore.Classify(err)
+		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
@@ -50,16 +48,16 @@ func (t Target) PutCreateOnly(ctx context.Context, key string, body []byte) (str
 // read size).
 var getBufs = sync.Pool{New: func() any { b := make([]byte, 128<<10); return &b }}
 
-// BareGet is the floor of reading an object: ONE GET of key (minio-go's
-// Core, no Stat, no background goroutine) copied to dst in 128 KiB reads,
+// BareGet is the floor of reading an object: ONE GET of key
+// (objstore.Store.Get, no Stat) copied to dst in 128 KiB reads,
 // the read size reader.Body uses, so the comparison with reader.Open
 // isolates the pointer read and the verification. setSize, if not nil,
 // receives the object's size before the first byte is copied (an HTTP proxy
 // sets Content-Length from it). It returns the bytes copied.
 func (t Target) BareGet(ctx context.Context, key string, dst io.Writer, setSize func(int64)) (int64, error) {
-	body, info, _, err := minio.Core{Client: t.Store.Client}.GetObject(ctx, t.Store.Bucket, key, minio.GetObjectOptions{})
+	body, info, err := t.Store.Get(ctx, key, "")
 	if err != nil {
-		return 0, objstore.Classify(err)
+		return 0, err
 	}
 	defer body.Close()
 	if setSize != nil {
@@ -147,7 +145,7 @@ func (t Target) FloorAcquire(ctx context.Context, i uint64, ttl time.Duration) e
 		Commit(); err != nil {
 		return err
 	}
-	_, err = t.Store.PutSmallCreateOnly(ctx, t.NS.Root()+"floor/markers/"+layout.EncodeNumber(i), []byte(`{"request_id":"x"}`), "application/json")
+	_, err = objstore.PutSmallCreateOnly(ctx, t.Store, t.NS.Root()+"floor/markers/"+layout.EncodeNumber(i), []byte(`{"request_id":"x"}`), "application/json")
 	return err
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/objstore"
+
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
@@ -136,7 +138,7 @@ func (e *brokenEnv) brokenPublishReporting(outcome string, g authority.Grant, se
 		Owner: g.Owner, Version: v, Call: e.rec.Clock().Now(),
 	}
 	e.rec.Invoke(op)
-	info, err := st.PutSmallCreateOnly(e.ctx, objKey, []byte(body), "application/octet-stream")
+	info, err := objstore.PutSmallCreateOnly(e.ctx, st, objKey, []byte(body), "application/octet-stream")
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/childproc"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/fencepub/fencepub/publisher"
 )
 
@@ -39,7 +39,7 @@ type WorkerSpec struct {
 	Namespace layout.Namespace `json:"namespace"`
 	Epoch     uint64           `json:"epoch"`
 	Etcd      []string         `json:"etcd"` // client URLs (the worker's proxies)
-	S3        objstore.Config  `json:"s3"`
+	S3        s3store.Config   `json:"s3"`
 	Workload  Workload         `json:"workload"`
 }
 
@@ -78,7 +78,7 @@ func runWorker(spec WorkerSpec, in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer cli.Close()
-	st, err := objstore.New(spec.S3)
+	st, err := s3store.New(spec.S3)
 	if err != nil {
 		return err
 	}

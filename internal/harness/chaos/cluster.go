@@ -13,7 +13,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/fencepub/fencepub/internal/wait"
 )
 
@@ -122,7 +122,7 @@ func (ps *proxySet) endpoints() []string {
 }
 
 // s3 returns cfg with the endpoint replaced by the MinIO proxy's.
-func (ps *proxySet) s3(cfg objstore.Config) objstore.Config {
+func (ps *proxySet) s3(cfg s3store.Config) s3store.Config {
 	cfg.Endpoint = ps.minio.Addr()
 	return cfg
 }

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
+
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
@@ -28,7 +30,6 @@ import (
 	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
-	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -116,7 +117,7 @@ type harness struct {
 
 	direct  *clientv3.Client     // every member, no proxy
 	auth    *authority.Authority // on direct: Recover after a restore
-	store   *objstore.Store
+	store   objstore.Store
 	pub     *publisher.Client // direct: the harness's own Resolves
 	watch   *watcher
 	shared  *proxySet
@@ -282,7 +283,7 @@ func (h *harness) setup(ctx context.Context) error {
 	return nil
 }
 
-func (h *harness) publisherClient(cli *clientv3.Client, st *objstore.Store) (*publisher.Client, error) {
+func (h *harness) publisherClient(cli *clientv3.Client, st objstore.Store) (*publisher.Client, error) {
 	return publisher.New(publisher.Config{
 		Env: fencepub.Env{Namespace: h.ns, Etcd: cli, Store: st}, PartSize: partSize,
 		RequestTimeout: h.wl.AttemptTimeout, ResendTimeout: h.wl.PublishTimeout,
@@ -310,7 +311,7 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 		return err
 	}
 	h.closers = append(h.closers, func() { _ = cli.Close() })
-	st, err := objstore.New(h.shared.s3(cl.MinIO.Config))
+	st, err := s3store.New(h.shared.s3(cl.MinIO.Config))
 	if err != nil {
 		return err
 	}
@@ -659,7 +660,7 @@ func (h *harness) checkObjects(ctx context.Context) error {
 // checkObjects lists every resource of rec's history once and records in rec
 // which objects of applied publishes, reads and pointers (every pointer the
 // watch saw, before a restore or a replacement of etcd too) are gone.
-func checkObjects(ctx context.Context, rec *Recorder, ns layout.Namespace, store *objstore.Store) error {
+func checkObjects(ctx context.Context, rec *Recorder, ns layout.Namespace, store objstore.Store) error {
 	hist := rec.History()
 	want := map[string]map[string]bool{} // resource → object keys
 	note := func(res, key string) {
@@ -688,10 +689,9 @@ func checkObjects(ctx context.Context, rec *Recorder, ns layout.Namespace, store
 	checked := 0
 	for res, keys := range want {
 		present := map[string]bool{}
-		opts := minio.ListObjectsOptions{Prefix: ns.ObjectsPrefix(res), Recursive: true}
-		for o := range store.Client.ListObjects(ctx, store.Bucket, opts) {
-			if o.Err != nil {
-				return fmt.Errorf("chaos: list the objects of %s: %w", res, objstore.Classify(o.Err))
+		for o, err := range store.List(ctx, ns.ObjectsPrefix(res), objstore.ListOptions{}) {
+			if err != nil {
+				return fmt.Errorf("chaos: list the objects of %s: %w", res, err)
 			}
 			present[o.Key] = true
 		}

@@ -21,7 +21,6 @@ import (
 	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
-	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -574,12 +573,11 @@ func (l *gcLoop) pass(opts gc.RunOptions) {
 
 // objectsAt lists the objects of res at version v (any nonce): the objects
 // an attempt at v wrote. At most a few keys.
-func objectsAt(ctx context.Context, st *objstore.Store, ns layout.Namespace, res string, v layout.Version) ([]string, error) {
+func objectsAt(ctx context.Context, st objstore.Store, ns layout.Namespace, res string, v layout.Version) ([]string, error) {
 	var keys []string
-	opts := minio.ListObjectsOptions{Prefix: ns.ObjectsPrefix(res) + v.Encode(), Recursive: true}
-	for o := range st.Client.ListObjects(ctx, st.Bucket, opts) {
-		if o.Err != nil {
-			return keys, objstore.Classify(o.Err)
+	for o, err := range st.List(ctx, ns.ObjectsPrefix(res)+v.Encode(), objstore.ListOptions{}) {
+		if err != nil {
+			return keys, err
 		}
 		keys = append(keys, o.Key)
 	}

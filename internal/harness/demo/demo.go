@@ -35,7 +35,6 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/reader"
-	"github.com/minio/minio-go/v7"
 )
 
 // Resource is the resource the demo publishes.
@@ -332,7 +331,7 @@ func (r *run) main(ctx context.Context) error {
 	}
 	r.check("pointer unchanged", ptr.Version.String() == pub3.Version.String(), "pointer is %s (%s's)", ptr.Version, third.Worker)
 	orphan, _ := late.Object["key"].(string)
-	_, statErr := store.Client.StatObject(ctx, store.Bucket, orphan, minio.StatObjectOptions{})
+	_, statErr := store.Stat(ctx, orphan)
 	r.check("orphan left behind", orphan != "" && statErr == nil, "%s's object %s exists, unreferenced", late.Worker, filepath.Base(orphan))
 
 	r.say("== 4. the reader service followed the pointer by watch")
@@ -363,8 +362,8 @@ func (r *run) main(ctx context.Context) error {
 		r.say("   %-13s %s  (%s)", d.Kind, filepath.Base(d.Key), d.Reason)
 	}
 	r.sum.OrphansCollected = rep.Deleted
-	_, statErr = store.Client.StatObject(ctx, store.Bucket, orphan, minio.StatObjectOptions{})
-	r.check("orphan collected", rep.Deleted == 1 && errors.Is(objstore.Classify(statErr), objstore.ErrNotFound), "deleted %d object(s); the stale one is gone", rep.Deleted)
+	_, statErr = store.Stat(ctx, orphan)
+	r.check("orphan collected", rep.Deleted == 1 && errors.Is(statErr, objstore.ErrNotFound), "deleted %d object(s); the stale one is gone", rep.Deleted)
 	r.check("published and retained kept", rep.Kept.Published == 1 && rep.Kept.Retained == 1,
 		"kept published %d, retained %d (the superseded version stays for the reader grace period)", rep.Kept.Published, rep.Kept.Retained)
 	body, err := rd.Open(ctx)

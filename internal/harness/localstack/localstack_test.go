@@ -31,14 +31,14 @@ func TestSharedServersAnswer(t *testing.T) {
 	}
 	st := env.Store(t)
 	key := ns.MetaPrefix() + "probe"
-	if _, err := st.PutSmallCreateOnly(ctx, key, []byte("hello"), "text/plain"); err != nil {
+	if _, err := objstore.PutSmallCreateOnly(ctx, st, key, []byte("hello"), "text/plain"); err != nil {
 		t.Fatal(err)
 	}
 	// Create-only: the second write of the same key is refused with 412.
-	if _, err := st.PutSmallCreateOnly(ctx, key, []byte("other"), "text/plain"); !errorsIs(err, objstore.ErrExists) {
+	if _, err := objstore.PutSmallCreateOnly(ctx, st, key, []byte("other"), "text/plain"); !errorsIs(err, objstore.ErrExists) {
 		t.Fatalf("second create-only put: got %v, want ErrExists", err)
 	}
-	b, err := st.GetSmall(ctx, key, 1024)
+	b, err := objstore.GetSmall(ctx, st, key, 1024)
 	if err != nil || string(b) != "hello" {
 		t.Fatalf("get: %q %v", b, err)
 	}
@@ -127,14 +127,14 @@ func TestMinIOErasureSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := bytes.Repeat([]byte("fence"), 1000)
-	if _, err := st.PutSmallCreateOnly(ctx, "a/b", body, ""); err != nil {
+	if _, err := objstore.PutSmallCreateOnly(ctx, st, "a/b", body, ""); err != nil {
 		t.Fatal(err)
 	}
 	m.Stop()
 	if err := m.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, err := st.GetSmall(ctx, "a/b", 1<<20)
+	got, err := objstore.GetSmall(ctx, st, "a/b", 1<<20)
 	if err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("read after restart: %d bytes, %v", len(got), err)
 	}
@@ -160,13 +160,13 @@ func TestSeaweedFSServesCreateOnly(t *testing.T) {
 	}
 	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
 	defer pcancel()
-	if _, err := st.PutSmallCreateOnly(pctx, "k", []byte("first"), "text/plain"); err != nil {
+	if _, err := objstore.PutSmallCreateOnly(pctx, st, "k", []byte("first"), "text/plain"); err != nil {
 		t.Fatalf("first create-only put right after start: %v", err)
 	}
-	if _, err := st.PutSmallCreateOnly(ctx, "k", []byte("second"), "text/plain"); !errors.Is(err, objstore.ErrExists) {
+	if _, err := objstore.PutSmallCreateOnly(ctx, st, "k", []byte("second"), "text/plain"); !errors.Is(err, objstore.ErrExists) {
 		t.Fatalf("second create-only put: %v, want ErrExists", err)
 	}
-	if b, err := st.GetSmall(ctx, "k", 1024); err != nil || string(b) != "first" {
+	if b, err := objstore.GetSmall(ctx, st, "k", 1024); err != nil || string(b) != "first" {
 		t.Fatalf("get: %q %v", b, err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 )
 
 // MinIOOptions configures a MinIO deployment. The zero value is one server
@@ -46,7 +46,7 @@ type MinIO struct {
 	Dir string
 	// Config reaches the bucket through the first node; every node serves
 	// the same buckets (Endpoints lists them all).
-	Config objstore.Config
+	Config s3store.Config
 	// Drives is every drive directory of every node.
 	Drives []string
 	Nodes  []*MinIONode
@@ -167,7 +167,7 @@ func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, err
 			n.env = append(n.env, "_MINIO_SERVER_LOCAL="+n.Endpoint)
 		}
 	}
-	m.Config = objstore.Config{Endpoint: m.Nodes[0].Endpoint, AccessKey: opts.AccessKey, SecretKey: opts.SecretKey, Bucket: opts.Bucket}
+	m.Config = s3store.Config{Endpoint: m.Nodes[0].Endpoint, AccessKey: opts.AccessKey, SecretKey: opts.SecretKey, Bucket: opts.Bucket}
 	if opts.TLS != nil {
 		m.Config.Endpoint = scheme + m.Config.Endpoint
 		m.Config.TLS.CA = opts.TLS.CAFile
@@ -215,7 +215,7 @@ func (m *MinIO) Endpoints() []string {
 }
 
 // Store returns an objstore.Store for the bucket through the first node.
-func (m *MinIO) Store() (*objstore.Store, error) { return objstore.New(m.Config) }
+func (m *MinIO) Store() (*s3store.Store, error) { return s3store.New(m.Config) }
 
 // Start starts every node that is not running.
 func (m *MinIO) Start() error {
@@ -270,7 +270,7 @@ func (m *MinIO) WaitReady(ctx context.Context, timeout time.Duration) error {
 	for i, n := range m.Nodes {
 		cfg := m.Config
 		cfg.Endpoint = strings.Replace(m.Config.Endpoint, m.Nodes[0].Endpoint, n.Endpoint, 1)
-		s, err := objstore.New(cfg)
+		s, err := s3store.New(cfg)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 )
 
 // SeaweedFSOptions configures a SeaweedFS server. The zero value is one
@@ -32,7 +33,7 @@ type SeaweedFS struct {
 	*Process
 	Dir string
 	// Config reaches the bucket through the S3 gateway.
-	Config objstore.Config
+	Config s3store.Config
 }
 
 // StartSeaweedFS starts `weed server` under dir with its S3 gateway and
@@ -92,7 +93,7 @@ func StartSeaweedFS(ctx context.Context, dir string, opts SeaweedFSOptions) (*Se
 		// preallocated up to this size on some filesystems.
 		"-master.volumeSizeLimitMB=64", "-volume.max=0",
 	}
-	s.Config = objstore.Config{Endpoint: "127.0.0.1:" + p(0), AccessKey: opts.AccessKey, SecretKey: opts.SecretKey, Bucket: opts.Bucket}
+	s.Config = s3store.Config{Endpoint: "127.0.0.1:" + p(0), AccessKey: opts.AccessKey, SecretKey: opts.SecretKey, Bucket: opts.Bucket}
 	if err := s.Start(); err != nil {
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func StartSeaweedFS(ctx context.Context, dir string, opts SeaweedFSOptions) (*Se
 // server. So readiness is a create-only PUT of readyKey answered (created,
 // or refused as existing after an earlier attempt timed out).
 func (s *SeaweedFS) WaitReady(ctx context.Context, timeout time.Duration) error {
-	st, err := objstore.New(s.Config)
+	st, err := s3store.New(s.Config)
 	if err != nil {
 		return err
 	}
@@ -122,7 +123,7 @@ func (s *SeaweedFS) WaitReady(ctx context.Context, timeout time.Duration) error 
 		if err := st.EnsureBucket(ctx); err != nil {
 			return fmt.Errorf("bucket %q on %s: %w", s.Config.Bucket, s.Config.Endpoint, err)
 		}
-		if _, err := st.PutSmallCreateOnly(ctx, readyKey, []byte("ready"), "text/plain"); err != nil && !errors.Is(err, objstore.ErrExists) {
+		if _, err := objstore.PutSmallCreateOnly(ctx, st, readyKey, []byte("ready"), "text/plain"); err != nil && !errors.Is(err, objstore.ErrExists) {
 			return fmt.Errorf("create-only put on %s: %w", s.Config.Endpoint, err)
 		}
 		return nil
@@ -133,8 +134,8 @@ func (s *SeaweedFS) WaitReady(ctx context.Context, timeout time.Duration) error 
 // namespace (those are <prefix>/<domain>/...), so no domain sees it.
 const readyKey = "_localstack/ready"
 
-// Store returns an objstore.Store for the bucket.
-func (s *SeaweedFS) Store() (*objstore.Store, error) { return objstore.New(s.Config) }
+// Store returns a Store of the bucket.
+func (s *SeaweedFS) Store() (*s3store.Store, error) { return s3store.New(s.Config) }
 
 // The object stores StartStore can start (README, "Object stores").
 const (
@@ -149,7 +150,7 @@ var StoreKinds = []string{StoreMinIO, StoreSeaweedFS}
 // `dev up` use it: its bucket's configuration, its log and a way to stop it.
 type ObjectStore interface {
 	// S3Config reaches the server's bucket (s3.* configuration keys).
-	S3Config() objstore.Config
+	S3Config() s3store.Config
 	// LogTail returns the last n bytes of the server's log.
 	LogTail(n int64) string
 	// Stop stops the server (SIGTERM, then SIGKILL after a grace).
@@ -157,10 +158,10 @@ type ObjectStore interface {
 }
 
 // S3Config implements ObjectStore.
-func (m *MinIO) S3Config() objstore.Config { return m.Config }
+func (m *MinIO) S3Config() s3store.Config { return m.Config }
 
 // S3Config implements ObjectStore.
-func (s *SeaweedFS) S3Config() objstore.Config { return s.Config }
+func (s *SeaweedFS) S3Config() s3store.Config { return s.Config }
 
 // StartStore starts one server of the named kind (StoreMinIO: a one-drive
 // MinIO; StoreSeaweedFS: a `weed server`) under dir with default

@@ -13,7 +13,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/childproc"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -62,7 +62,7 @@ func RunChild(children map[string]ChildFunc) {
 // child's spec (it encodes as JSON); the child reads it with ConnectSpec.
 type Servers struct {
 	Etcd      []string         `json:"etcd"`
-	S3        objstore.Config  `json:"s3"`
+	S3        s3store.Config   `json:"s3"`
 	Namespace layout.Namespace `json:"namespace"`
 }
 
@@ -76,7 +76,7 @@ func (s *Shared) Servers(ns layout.Namespace) Servers {
 // servers: it returns a client of their etcd and a Store of their bucket.
 // The caller closes the client. It returns the first error (a spec that
 // does not decode, a bad endpoint or S3 config); then nothing is left open.
-func ConnectSpec(specJSON []byte, spec any) (*clientv3.Client, *objstore.Store, error) {
+func ConnectSpec(specJSON []byte, spec any) (*clientv3.Client, *s3store.Store, error) {
 	var sv Servers
 	if err := json.Unmarshal(specJSON, spec); err != nil {
 		return nil, nil, fmt.Errorf("child spec: %w", err)
@@ -88,7 +88,7 @@ func ConnectSpec(specJSON []byte, spec any) (*clientv3.Client, *objstore.Store, 
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := objstore.New(sv.S3)
+	st, err := s3store.New(sv.S3)
 	if err != nil {
 		_ = cli.Close()
 		return nil, nil, err

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 )
 
 // IgnoreCreateOnly returns cfg (a plain-HTTP MinIO's) with its endpoint
@@ -17,7 +17,7 @@ import (
 // 200 itself, as if it had written the object over whatever was there, and
 // forwards every other request to MinIO unchanged. The proxy stops when t
 // ends.
-func IgnoreCreateOnly(t testing.TB, cfg objstore.Config) objstore.Config {
+func IgnoreCreateOnly(t testing.TB, cfg s3store.Config) s3store.Config {
 	t.Helper()
 	target, err := url.Parse("http://" + strings.TrimPrefix(cfg.Endpoint, "http://"))
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/minio/minio-go/v7"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,7 +21,7 @@ import (
 type Domain struct {
 	NS    layout.Namespace
 	Etcd  *clientv3.Client // closed when the test ends
-	Store *objstore.Store
+	Store *s3store.Store
 
 	t testing.TB
 }
@@ -72,11 +72,11 @@ func (d *Domain) Pointer(res string) layout.Pointer {
 // Exists reports whether the bucket holds an object named key.
 func (d *Domain) Exists(key string) bool {
 	d.t.Helper()
-	_, err := d.Store.Client.StatObject(d.ctx(10*time.Second), d.Store.Bucket, key, minio.StatObjectOptions{})
+	_, err := d.Store.Stat(d.ctx(10*time.Second), key)
 	if err == nil {
 		return true
 	}
-	if errors.Is(objstore.Classify(err), objstore.ErrNotFound) {
+	if errors.Is(err, objstore.ErrNotFound) {
 		return false
 	}
 	d.t.Fatal(err)
@@ -87,9 +87,9 @@ func (d *Domain) Exists(key string) bool {
 func (d *Domain) Keys(prefix string) []string {
 	d.t.Helper()
 	var out []string
-	for o := range d.Store.Client.ListObjects(d.ctx(30*time.Second), d.Store.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if o.Err != nil {
-			d.t.Fatal(o.Err)
+	for o, err := range d.Store.List(d.ctx(30*time.Second), prefix, objstore.ListOptions{}) {
+		if err != nil {
+			d.t.Fatal(err)
 		}
 		out = append(out, o.Key)
 	}

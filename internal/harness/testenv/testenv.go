@@ -26,7 +26,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -140,7 +140,7 @@ func (s *Shared) EtcdProxy(t testing.TB) (*faultproxy.Proxy, *clientv3.Client) {
 // returns it with a Store of the shared bucket that reaches the store only
 // through it.
 // The proxy is closed when t ends. It fails t if either cannot be made.
-func (s *Shared) StoreProxy(t testing.TB) (*faultproxy.Proxy, *objstore.Store) {
+func (s *Shared) StoreProxy(t testing.TB) (*faultproxy.Proxy, *s3store.Store) {
 	t.Helper()
 	cfg := s.S3.S3Config()
 	px, err := faultproxy.Start(cfg.Endpoint)
@@ -149,7 +149,7 @@ func (s *Shared) StoreProxy(t testing.TB) (*faultproxy.Proxy, *objstore.Store) {
 	}
 	t.Cleanup(func() { _ = px.Close() })
 	cfg.Endpoint = px.Addr()
-	st, err := objstore.New(cfg)
+	st, err := s3store.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,9 +157,9 @@ func (s *Shared) StoreProxy(t testing.TB) (*faultproxy.Proxy, *objstore.Store) {
 }
 
 // Store returns a Store of the shared object store's bucket.
-func (s *Shared) Store(t testing.TB) *objstore.Store {
+func (s *Shared) Store(t testing.TB) *s3store.Store {
 	t.Helper()
-	st, err := objstore.New(s.S3.S3Config())
+	st, err := s3store.New(s.S3.S3Config())
 	if err != nil {
 		t.Fatal(err)
 	}

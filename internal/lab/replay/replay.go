@@ -53,7 +53,7 @@ const LeaseTTL = 2 * time.Second
 type Target struct {
 	Namespace layout.Namespace
 	Etcd      *clientv3.Client
-	Store     *objstore.Store
+	Store     objstore.Store
 	Logger    *slog.Logger // nil discards
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +17,6 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/bench"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
-	"github.com/minio/minio-go/v7"
 )
 
 // gcWorkload is workload 6: GC's scan rate vs a bare listing, its delete
@@ -242,8 +242,8 @@ func (st *stack) stalePrefix(ctx context.Context, res string) (func(int) string,
 	}, nil
 }
 
-// fill writes n one-byte objects keyOf(0..n-1) with 64 concurrent bare
-// PUTs. It returns the first error.
+// fill writes n one-byte objects keyOf(0..n-1) with 64 concurrent
+// create-only PUTs. It returns the first error.
 func (st *stack) fill(ctx context.Context, n int, keyOf func(int) string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -254,7 +254,7 @@ func (st *stack) fill(ctx context.Context, n int, keyOf func(int) string) error 
 	for range 64 {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
-				if _, err := st.Store.Client.PutObject(ctx, st.Store.Bucket, keyOf(i), bytes.NewReader([]byte{'x'}), 1, minio.PutObjectOptions{}); err != nil {
+				if _, err := st.Store.PutCreateOnly(ctx, keyOf(i), bytes.NewReader([]byte{'x'}), 1, objstore.PutOptions{}); err != nil {
 					once.Do(func() { first = err; cancel() })
 					return
 				}
@@ -268,9 +268,9 @@ func (st *stack) fill(ctx context.Context, n int, keyOf func(int) string) error 
 // count lists prefix and returns the number of objects under it.
 func (st *stack) count(ctx context.Context, prefix string) (int64, error) {
 	var n int64
-	for o := range st.Store.Client.ListObjectsIter(ctx, st.Store.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if o.Err != nil {
-			return n, o.Err
+	for _, err := range st.Store.List(ctx, prefix, objstore.ListOptions{}) {
+		if err != nil {
+			return n, err
 		}
 		n++
 	}

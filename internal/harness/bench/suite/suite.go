@@ -27,8 +27,8 @@ import (
 	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/harness/bench"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
-	"github.com/minio/minio-go/v7"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -478,23 +478,18 @@ func removePrefix(ctx context.Context, t bench.Target, prefix string, parallel i
 	for range max(parallel, 1) {
 		wg.Go(func() {
 			for batch := range batches {
-				keys := make(chan minio.ObjectInfo, len(batch))
-				for _, k := range batch {
-					keys <- minio.ObjectInfo{Key: k}
-				}
-				close(keys)
-				for r := range t.Store.Client.RemoveObjects(ctx, t.Store.Bucket, keys, minio.RemoveObjectsOptions{}) {
-					if r.Err != nil {
-						fail(fmt.Errorf("remove %s: %w", r.ObjectName, r.Err))
+				for i, err := range t.Store.Delete(ctx, batch) {
+					if err != nil {
+						fail(fmt.Errorf("remove %s: %w", batch[i], err))
 					}
 				}
 			}
 		})
 	}
 	var batch []string
-	for o := range t.Store.Client.ListObjectsIter(ctx, t.Store.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if o.Err != nil {
-			fail(o.Err)
+	for o, err := range t.Store.List(ctx, prefix, objstore.ListOptions{}) {
+		if err != nil {
+			fail(err)
 			break
 		}
 		if batch = append(batch, o.Key); len(batch) == 1000 {

@@ -1,4 +1,4 @@
-package objstore
+package s3store
 
 import (
 	"net/http"

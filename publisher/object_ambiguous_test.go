@@ -1,0 +1,148 @@
+package publisher
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/faultstore"
+	"github.com/fencepub/fencepub/internal/objstore/memstore"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Unit tests of the object-write logic on an in-memory store with injected
+// faults; the same paths meet a real MinIO behind a fault proxy in
+// attack_test.go.
+
+// memClient returns a Client whose store is fs over an in-memory bucket.
+// The etcd client never connects: object writes do not use it.
+func memClient(t *testing.T) (*Client, *faultstore.Store, *memstore.Store) {
+	t.Helper()
+	mem := memstore.New("fencepub", nil)
+	fs := faultstore.New(mem)
+	c, err := New(Config{Env: fencepub.Env{Namespace: testenv.Namespace(t), Etcd: clientv3.NewCtxClient(context.Background()), Store: fs}, PartSize: MinPartSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, fs, mem
+}
+
+// objectKey returns a fresh object key of version 1.1.seq of "r".
+func objectKey(c *Client, seq uint64) string {
+	return c.ns.ObjectKey("r", layout.Version{Epoch: 1, Fence: 1, Seq: seq}, layout.NewNonce())
+}
+
+// errLost is an answer lost in transit, as s3store classifies it.
+var errLost = fmt.Errorf("%w: connection reset (injected)", objstore.ErrUnavailable)
+
+// onlyReader hides every method of r but Read (no Seek, no Len).
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+func TestAmbiguousPutResentAndVerified(t *testing.T) {
+	c, fs, mem := memClient(t)
+	ctx := ctxT(t, time.Minute)
+	body := []byte("an object whose PUT answer is lost")
+	key := objectKey(c, 1)
+	// The first PUT is stored but its answer is lost: the seekable body is
+	// sent again, meets ErrExists on its own key, and is verified by
+	// reading the object back (no metaSHA256 on a plain PUT).
+	fs.Inject(faultstore.PutCreateOnly, 1, faultstore.Fault{After: errLost})
+	obj, sum, err := c.writeObject(ctx, key, bytes.NewReader(body), int64(len(body)), "text/plain", nil)
+	if err != nil {
+		t.Fatalf("write after a lost answer: %v", err)
+	}
+	want := sha256.Sum256(body)
+	stored, err := mem.Stat(ctx, key)
+	if err != nil || !bytes.Equal(sum, want[:]) || obj.SHA256 != hex.EncodeToString(want[:]) || obj.ETag != stored.ETag {
+		t.Fatalf("object %+v, stored %+v %v", obj, stored, err)
+	}
+	if n := fs.Calls(faultstore.PutCreateOnly); n != 2 {
+		t.Fatalf("%d PUTs, want 2 (the lost one and the re-send)", n)
+	}
+	if n := fs.Calls(faultstore.Get); n != 1 {
+		t.Fatalf("%d GETs, want 1 (reading the object back)", n)
+	}
+
+	// Another writer's bytes under the key are not ours.
+	key2 := objectKey(c, 2)
+	if _, err := objstore.PutSmallCreateOnly(ctx, mem, key2, []byte("someone else's bytes, same len"), ""); err != nil {
+		t.Fatal(err)
+	}
+	other := []byte("our bytes, exactly the same ln")
+	if _, _, err := c.writeObject(ctx, key2, bytes.NewReader(other), int64(len(other)), "", nil); !errors.Is(err, ErrObjectMismatch) {
+		t.Fatalf("write over another body: %v, want ErrObjectMismatch", err)
+	}
+}
+
+func TestAmbiguousPutOfUnseekableBodyIsNotResent(t *testing.T) {
+	c, fs, _ := memClient(t)
+	ctx := ctxT(t, time.Minute)
+	body := []byte("a pipe cannot be sent twice")
+	key := objectKey(c, 1)
+	fs.Inject(faultstore.PutCreateOnly, 1, faultstore.Fault{After: errLost})
+	_, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, int64(len(body)), "", nil)
+	if !errors.Is(err, objstore.ErrUnavailable) {
+		t.Fatalf("write of a pipe after a lost answer: %v, want ErrUnavailable", err)
+	}
+	if n := fs.Calls(faultstore.PutCreateOnly); n != 1 {
+		t.Fatalf("%d PUTs of an unseekable body, want 1", n)
+	}
+}
+
+func TestAmbiguousCompleteAcceptedAfterVerify(t *testing.T) {
+	c, fs, mem := memClient(t)
+	ctx := ctxT(t, time.Minute)
+	body := bytes.Repeat([]byte("m"), 2*MinPartSize+10)
+	key := objectKey(c, 1)
+	// The completion is applied, but the answer says 409: the re-send
+	// finds the upload gone (ErrNotFound), and the object is read back.
+	conflict := fmt.Errorf("%w: injected", objstore.ErrConditionConflict)
+	fs.Inject(faultstore.CompleteUpload, 1, faultstore.Fault{After: conflict})
+	obj, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil)
+	if err != nil {
+		t.Fatalf("multipart write after a lost completion: %v", err)
+	}
+	stored, err := mem.Stat(ctx, key)
+	if err != nil || obj.ETag != stored.ETag || stored.Size != int64(len(body)) {
+		t.Fatalf("object %+v, stored %+v %v", obj, stored, err)
+	}
+	if n := fs.Calls(faultstore.CompleteUpload); n != 2 {
+		t.Fatalf("%d completions, want 2", n)
+	}
+	for u, err := range mem.ListUploads(ctx, "") {
+		t.Fatalf("upload left behind: %+v %v", u, err)
+	}
+}
+
+func TestFailedPartAbortsTheUpload(t *testing.T) {
+	c, fs, mem := memClient(t)
+	ctx := ctxT(t, time.Minute)
+	body := bytes.Repeat([]byte("p"), 2*MinPartSize+10)
+	key := objectKey(c, 1)
+	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{})
+	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{Before: errLost})
+	if _, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil); !errors.Is(err, objstore.ErrUnavailable) {
+		t.Fatalf("write with a failing part: %v, want ErrUnavailable", err)
+	}
+	if n := fs.Calls(faultstore.AbortUpload); n != 1 {
+		t.Fatalf("%d aborts, want 1", n)
+	}
+	for u, err := range mem.ListUploads(ctx, "") {
+		t.Fatalf("upload left behind: %+v %v", u, err)
+	}
+	if _, err := mem.Stat(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("a failed upload left an object: %v", err)
+	}
+}

@@ -1,0 +1,134 @@
+package reader
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/wait"
+)
+
+// Update is one item of Watch: a newer pointer, or an error that did not
+// stop the watch (Err set, Pointer zero).
+type Update struct {
+	Pointer layout.Pointer
+	// Revision is the etcd revision at which the pointer was written (events)
+	// or read (syncs).
+	Revision int64
+	// Resync marks a pointer learnt by a fresh Get after the watch was
+	// interrupted (compaction, lost leader, broken stream).
+	Resync bool
+	Err    error
+}
+
+// resyncDelay is the pause before a re-sync after an error.
+const resyncDelay = 200 * time.Millisecond
+
+// Watch follows the pointer until ctx ends, then closes the channel. It sends
+// the current pointer (if any), then every newer one, with strictly
+// increasing versions: a Get, then an etcd watch from the Get's header
+// revision + 1 (DESIGN.md "Reading"); when the watch is compacted, loses its
+// leader or breaks, a fresh Get re-syncs and the watch restarts from there.
+// Errors (a corrupt pointer value, an unreachable etcd, a pointer missing
+// or below the last version sent — a re-sync after an etcd restore:
+// ErrWentBack) are sent as Updates with Err set and do not end the watch. The goroutine behind it ends when
+// ctx ends; the caller must cancel ctx when done, and should keep receiving
+// until the channel is closed.
+func (r *Reader) Watch(ctx context.Context) <-chan Update {
+	ch := make(chan Update)
+	go r.watch(ctx, ch)
+	return ch
+}
+
+func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
+	defer close(ch)
+	send := func(u Update) bool {
+		select {
+		case ch <- u:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	var last layout.Version
+	emit := func(ptr layout.Pointer, rev, mod int64, resync bool) bool {
+		if ptr.Version.Less(last) {
+			// Missing or lower (a restore): never silently keep the old one.
+			at := "is at " + ptr.Version.String()
+			if ptr.Version.IsZero() {
+				at = "has no published version"
+			}
+			err := fmt.Errorf("%w: %q %s (revision %d), this watch already sent %s; waiting for a newer version",
+				ErrWentBack, r.res, at, rev, last)
+			return send(Update{Err: err, Revision: rev})
+		}
+		if ptr.Version.IsZero() || !last.Less(ptr.Version) {
+			return true
+		}
+		last = ptr.Version
+		r.saw(ptr.Version, mod)
+		return send(Update{Pointer: ptr, Revision: rev, Resync: resync})
+	}
+	resync := false
+	for ctx.Err() == nil {
+		ptr, rev, mod, err := r.get(ctx, false)
+		if err != nil {
+			if ctx.Err() != nil || !send(Update{Err: err, Revision: rev}) {
+				return
+			}
+			if rev == 0 { // no answer: wait and retry
+				wait.Sleep(ctx, resyncDelay)
+				continue
+			}
+			// A corrupt pointer: report it and watch for the next value.
+		} else if !emit(ptr, rev, mod, resync) {
+			return
+		}
+		if !r.follow(ctx, rev+1, emit, send) {
+			return
+		}
+		resync = true
+		r.log.Info("pointer watch interrupted; re-syncing with a fresh read", "resource", r.res, "from_revision", rev+1)
+		wait.Sleep(ctx, resyncDelay)
+	}
+}
+
+// follow runs one etcd watch of the pointer from rev and emits its values.
+// It returns false when the consumer is gone (ctx ended) and true when the
+// watch ended otherwise and needs a re-sync.
+func (r *Reader) follow(ctx context.Context, rev int64, emit func(ptr layout.Pointer, rev, mod int64, resync bool) bool, send func(Update) bool) bool {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range r.cfg.Etcd.Watch(wctx, r.key, clientv3.WithRev(rev)) {
+		if err := resp.Err(); err != nil {
+			if resp.CompactRevision != 0 {
+				r.log.Info("pointer watch compacted", "resource", r.res, "compact_revision", resp.CompactRevision)
+			}
+			return ctx.Err() == nil
+		}
+		for _, ev := range resp.Events {
+			if ev.Type != clientv3.EventTypePut {
+				err := fmt.Errorf("%w: pointer of %q deleted at revision %d", ErrNotPublished, r.res, ev.Kv.ModRevision)
+				if !send(Update{Err: err, Revision: ev.Kv.ModRevision}) {
+					return false
+				}
+				continue
+			}
+			ptr, err := layout.DecodePointer(ev.Kv.Value)
+			if err != nil {
+				err = fmt.Errorf("reader: pointer of %q at revision %d: %w", r.res, ev.Kv.ModRevision, err)
+				if !send(Update{Err: err, Revision: ev.Kv.ModRevision}) {
+					return false
+				}
+				continue
+			}
+			if !emit(ptr, ev.Kv.ModRevision, ev.Kv.ModRevision, false) {
+				return false
+			}
+		}
+	}
+	return ctx.Err() == nil
+}
