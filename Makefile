@@ -23,7 +23,7 @@ RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS)),$(shell $(GO) lis
 # STORE_PKGS: the suites that exercise the object store, which make test runs
 # a second time with SeaweedFS as the shared store (FENCEPUB_TEST_STORE;
 # README, "Object stores"); the first pass runs everything on MinIO.
-STORE_PKGS := ./publisher ./reader ./gc ./internal/lab/replay
+STORE_PKGS := ./internal/objstore/s3store ./publisher ./reader ./gc ./internal/lab/replay
 FUZZ_PKGS ?= ./internal/layout ./internal/cli/config ./publisher
 FUZZTIME  ?= 200000x
 

@@ -14,7 +14,8 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// TestAcceptance runs the conformance suite on the real MinIO.
+// TestAcceptance runs the conformance suite on the shared real store:
+// MinIO, and SeaweedFS in make test's second pass (FENCEPUB_TEST_STORE).
 func TestAcceptance(t *testing.T) {
 	env := testenv.Get(t)
 	storetest.AcceptanceTest(t, func(t *testing.T) objstore.Store { return env.Store(t) })
