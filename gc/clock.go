@@ -124,7 +124,7 @@ type clockState struct {
 // decode), ErrUnavailable, ctx's error.
 func (c *Collector) readClock(ctx context.Context) (*clockState, error) {
 	var resp *clientv3.TxnResponse
-	if err := c.read(ctx, "read the domain clock", func(ctx context.Context) (err error) {
+	if err := c.call(ctx, "read the domain clock", func(ctx context.Context) (err error) {
 		resp, err = c.cli.Txn(ctx).Then(
 			clientv3.OpGet(c.ns.ClockHeadKey()),
 			clientv3.OpGet(c.ns.ClockPointsPrefix(), clientv3.WithPrefix()),
@@ -165,7 +165,7 @@ func (c *Collector) clockNow(ctx context.Context, st *clockState) (t int64, witn
 	}
 	h := st.head
 	var ttl *clientv3.LeaseTimeToLiveResponse
-	err = c.read(ctx, "clock witness time-to-live", func(ctx context.Context) (err error) {
+	err = c.call(ctx, "clock witness time-to-live", func(ctx context.Context) (err error) {
 		ttl, err = c.leases.TimeToLive(ctx, clientv3.LeaseID(h.Lease))
 		return err
 	})
@@ -302,11 +302,12 @@ func (c *Collector) thinClock(ctx context.Context, r *clockReading) error {
 	r.points = keep
 	for len(ops) > 0 {
 		n := min(len(ops), pruneBatch)
-		rctx, cancel := c.rctx(ctx)
-		_, err := c.cli.Txn(rctx).Then(ops[:n]...).Commit()
-		cancel()
-		if err != nil {
-			return etcdErr(ctx, "thin "+strings.TrimSuffix(c.ns.ClockPointsPrefix(), "/"), err)
+		// Retried (call): each delete compares the point's ModRevision.
+		if err := c.call(ctx, "thin "+strings.TrimSuffix(c.ns.ClockPointsPrefix(), "/"), func(ctx context.Context) error {
+			_, err := c.cli.Txn(ctx).Then(ops[:n]...).Commit()
+			return err
+		}); err != nil {
+			return err
 		}
 		ops = ops[n:]
 	}

@@ -81,8 +81,14 @@ var (
 // object it tried was collected.
 const DefaultOpenRetries = 3
 
-// DefaultRequestTimeout bounds one etcd read of the pointer.
+// DefaultRequestTimeout bounds a call's wait for the pointer.
 const DefaultRequestTimeout = 5 * time.Second
+
+// readAttempts is how many etcd reads of the pointer fit in one
+// RequestTimeout: each read is bounded by RequestTimeout/readAttempts, so a
+// read sent to a stalled member leaves time for retries that reach another
+// one (DESIGN.md invariant 12).
+const readAttempts = 3
 
 // Config holds a Reader's dependencies and options.
 type Config struct {
@@ -100,12 +106,14 @@ type Config struct {
 	// OpenRetries bounds Open's retries after a collected object; default
 	// DefaultOpenRetries.
 	OpenRetries int
-	// RequestTimeout bounds each etcd read of the pointer (Current, Open and
-	// Watch's syncs), and a call's wait for the pointer from its arrival,
-	// retries of a read that failed with etcd unavailable included: an etcd
-	// that does not answer in time is ErrUnavailable instead of a wait as
-	// long as the caller's context (the etcd client waits for a connection
-	// indefinitely). Default DefaultRequestTimeout.
+	// RequestTimeout bounds a call's wait for the pointer (Current, Open and
+	// Watch's syncs) from its arrival, retries of a read that failed with
+	// etcd unavailable included: an etcd that does not answer in time is
+	// ErrUnavailable instead of a wait as long as the caller's context (the
+	// etcd client waits for a connection indefinitely). Each etcd read is
+	// bounded by a third of it, so one sent to a stalled member is retried,
+	// usually on another member, within the call's RequestTimeout. Default
+	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// StallTimeout, when positive, ends an object read that receives no
 	// byte for that long — no response to the GET, or a body that stops —
@@ -220,8 +228,10 @@ func (r *Reader) saw(v layout.Version, mod int64) {
 // with etcd unavailable (retry.EtcdUnavailable: no leader, a member that
 // cannot serve, a connection lost) is retried with jittered backoff
 // (retry.Do) within ctx and the call's RequestTimeout, counted from its
-// arrival (DESIGN.md invariant 12). Each retry is a new read, one that
-// began after this call did, so a linearizable read stays linearizable.
+// arrival (DESIGN.md invariant 12); each read is bounded by
+// RequestTimeout/readAttempts, so a read stuck on a stalled member leaves
+// time to retry. Each retry is a new read, one that began after this call
+// did, so a linearizable read stays linearizable.
 func (r *Reader) get(ctx context.Context, serializable bool) (ptr layout.Pointer, rev, mod int64, err error) {
 	bctx, cancel := context.WithTimeoutCause(ctx, r.cfg.RequestTimeout,
 		fmt.Errorf("%w: no answer within %s (Config.RequestTimeout)", ErrUnavailable, r.cfg.RequestTimeout))
@@ -248,7 +258,7 @@ func (r *Reader) getOnce(ctx context.Context, serializable bool) (layout.Pointer
 	r.mu.Lock()
 	rd := q.pending
 	if rd == nil {
-		rctx, cancel := context.WithTimeout(context.Background(), r.cfg.RequestTimeout)
+		rctx, cancel := context.WithTimeout(context.Background(), r.cfg.RequestTimeout/readAttempts)
 		rd = &pointerRead{ctx: rctx, cancel: cancel, done: make(chan struct{})}
 		if q.inflight == nil {
 			q.inflight = rd
@@ -287,10 +297,11 @@ func (r *Reader) getOnce(ctx context.Context, serializable bool) (layout.Pointer
 // read per round trip instead of one each, for a wait of up to two reads
 // (the one in flight, then their own). A read whose callers all left is
 // cancelled, so a lone caller never waits for another's read, and the
-// RequestTimeout of a read runs from its first caller's arrival, pending
-// time included. The read carries no caller's context values.
+// timeout of a read (RequestTimeout/readAttempts) runs from its first
+// caller's arrival, pending time included. The read carries no caller's
+// context values.
 type pointerRead struct {
-	ctx      context.Context // bounded by Config.RequestTimeout
+	ctx      context.Context // bounded by Config.RequestTimeout/readAttempts
 	cancel   context.CancelFunc
 	waiters  int           // calls waiting for it; guarded by Reader.mu
 	done     chan struct{} // closed once the fields below are set
