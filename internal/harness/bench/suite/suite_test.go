@@ -45,6 +45,9 @@ func TestSuiteQuick(t *testing.T) {
 			}
 			return cli, func() { _ = cli.Close() }, nil
 		},
+		StartCluster: func(ctx context.Context) (*localstack.Cluster, func(), error) {
+			return testenv.StartCluster(t, localstack.MultiNode()), func() {}, nil
+		},
 		Servers: "testenv",
 	}
 	start := time.Now()
@@ -132,7 +135,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 			t.Errorf("%+v: err = %v, %d rows; want %v", c.opts, err, len(rep.Rows), c.want)
 		}
 	}
-	if !slices.Equal(Workloads(), []string{"publish", "peer", "authority", "reader", "gc", "scaling", "cluster"}) {
+	if !slices.Equal(Workloads(), []string{"publish", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery"}) {
 		t.Errorf("Workloads() = %v", Workloads())
 	}
 }
