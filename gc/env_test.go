@@ -35,7 +35,13 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{Domain: testenv.NewDomain(t), t: t}
+	return newDomainEnv(t, testenv.NewDomain(t))
+}
+
+// newDomainEnv is newEnv on domain d (testenv.ClusterDomain: a cluster's).
+func newDomainEnv(t testing.TB, d *testenv.Domain) *env {
+	t.Helper()
+	e := &env{Domain: d, t: t}
 	e.auth = e.authority(e.Etcd)
 	if _, err := e.auth.Init(ctxT(t, 30*time.Second)); err != nil {
 		t.Fatal(err)

@@ -68,6 +68,18 @@ type Attempt struct {
 	// (fencepub.ErrUnavailable, or a publish whose outcome was unknown). A
 	// refused or lost lease, a stale or conflicting publish are answers.
 	Failed bool `json:"failed,omitempty"`
+	// Err is the error of a failed operation.
+	Err string `json:"err,omitempty"`
+}
+
+// newAttempt returns the Attempt of op by client from call to now on clock,
+// failed when failed holds (Err: err's text).
+func newAttempt(clock Clock, client, op string, call int64, failed bool, err error) Attempt {
+	a := Attempt{Client: client, Op: op, Call: call, Return: clock.Now(), Failed: failed}
+	if failed && err != nil {
+		a.Err = err.Error()
+	}
+	return a
 }
 
 // Publish outcomes besides the model's (Applied, Duplicate, Conflict, Stale,

@@ -231,7 +231,7 @@ func (w *worker) acquire(res string) (g authority.Grant, expired, ok bool) {
 		call := w.clock.Now()
 		g, err := w.auth.Acquire(ctx, req)
 		cancel()
-		w.out.Attempt(Attempt{Client: w.id, Op: "acquire", Call: call, Return: w.clock.Now(), Failed: errors.Is(err, authority.ErrUnavailable)})
+		w.out.Attempt(newAttempt(w.clock, w.id, "acquire", call, errors.Is(err, authority.ErrUnavailable), err))
 		switch {
 		case err == nil, errors.Is(err, authority.ErrExpired):
 			expired = err != nil
@@ -336,8 +336,7 @@ func (w *worker) publish(p *publisher.Publisher, seq uint64, key string, body []
 	r, err := p.PublishSeq(ctx, seq, pop)
 	cancel()
 	reported(&op, r, err)
-	w.out.Attempt(Attempt{Client: w.id, Op: "publish", Call: op.Call, Return: w.clock.Now(),
-		Failed: op.Reported == Unknown || errors.Is(err, publisher.ErrUnavailable)})
+	w.out.Attempt(newAttempt(w.clock, w.id, "publish", op.Call, op.Reported == Unknown || errors.Is(err, publisher.ErrUnavailable), err))
 	if isAnomaly(err) {
 		w.anomaly("publish "+op.ID, err)
 	}
@@ -502,7 +501,7 @@ func (l *readLoop) read(rd *reader.Reader, after int64) (call int64, drop bool) 
 		op.SHA = hex.EncodeToString(h.Sum(nil))
 	}
 	op.Return = l.clock.Now()
-	l.rec.Attempt(Attempt{Client: l.id, Op: "read", Call: op.Call, Return: op.Return, Failed: errors.Is(err, reader.ErrUnavailable)})
+	l.rec.Attempt(newAttempt(l.clock, l.id, "read", op.Call, errors.Is(err, reader.ErrUnavailable), err))
 	switch {
 	case err == nil, errors.Is(err, reader.ErrNotPublished):
 		// A read of nothing published has the zero version.
