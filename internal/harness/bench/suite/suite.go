@@ -96,7 +96,7 @@ var workloadInfo = []bench.Workload{
 	{
 		Name: WorkloadRecovery, Title: "8. Recovery on the multi-node topology",
 		About: "On a dedicated 3-member etcd and 4-node distributed MinIO (`localstack.MultiNode`), with the CLI's etcd defaults (keepalive 10 s + 3 s, etcd.request_timeout 5 s): an operation sent right after a fault vs the same operation with no fault, alternating, one sample per fault. " +
-			"Acquire sent as the raft leader is stopped (SIGSTOP, held 8 s); a 1 KiB publish sent as one MinIO node (not the client's) is killed (kill -9; restarted between samples); the watch lag of a publish sent right after the leadership moved (MoveLeader). Needs a dedicated cluster (`fencepub-bench --local`).",
+			"Acquire sent as the raft leader is stopped (SIGSTOP, held 8 s); a 1 KiB publish sent as one MinIO node (not the client's) is killed (kill -9; restarted between samples); the watch lag of a publish sent as the raft leader is killed (kill -9; restarted between samples). Needs a dedicated cluster (`fencepub-bench --local`).",
 	},
 }
 
