@@ -53,11 +53,7 @@ func TestRecoverThroughStalledFollower(t *testing.T) {
 	for _, res := range []string{"r1", "r2"} {
 		mustAcquire(t, a, AcquireRequest{Resource: res, Owner: "o", TTL: time.Minute})
 	}
-	m := follower(t, e)
-	if err := m.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = m.Resume() }()
+	m := testenv.PauseFollower(t, e)
 	var epoch uint64
 	for i := range 3 {
 		start := time.Now()

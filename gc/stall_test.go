@@ -24,14 +24,7 @@ func TestDecommissionThroughStalledFollower(t *testing.T) {
 	for i := range n {
 		e.release(e.acquire(fmt.Sprintf("r%d", i), "w", 0))
 	}
-	m, err := cl.Etcd.Follower(ctxT(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = m.Resume() }()
+	m := testenv.PauseFollower(t, cl.Etcd)
 	ctx := ctxT(t, time.Minute)
 	for i := range n {
 		res := fmt.Sprintf("r%d", i)

@@ -21,14 +21,7 @@ func TestPublishThroughStalledFollower(t *testing.T) {
 	e := newDomainEnv(t, testenv.ClusterDomain(t, cl),
 		func(c *authority.Config) { c.RequestTimeout = attempt },
 		func(c *Config) { c.AttemptTimeout = attempt })
-	m, err := cl.Etcd.Follower(ctxT(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = m.Resume() }()
+	m := testenv.PauseFollower(t, cl.Etcd)
 	var worst time.Duration
 	for i := range 6 {
 		start := time.Now()

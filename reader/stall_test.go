@@ -83,14 +83,7 @@ func TestOpenThroughStalledFollower(t *testing.T) {
 	want := e.publish("k1", body)
 	const timeout = 3 * time.Second
 	r := e.reader(e.Etcd, func(c *Config) { c.RequestTimeout = timeout })
-	m, err := cl.Etcd.Follower(ctxT(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = m.Resume() }()
+	m := testenv.PauseFollower(t, cl.Etcd)
 	var worst time.Duration
 	for i := range 9 {
 		start := time.Now()

@@ -182,14 +182,7 @@ func (s *runner) watchLagAcrossLeaderChange(ctx context.Context, st *stack, cl *
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	updates := rd.Watch(wctx)
-	wg.Go(func() {
-		for u := range updates {
-			if u.Err == nil {
-				arr.arrived(u.Pointer.Version.Seq)
-			}
-		}
-	})
+	arr.follow(&wg, rd.Watch(wctx))
 	b := body(1 << 10)
 	var fault, base bench.Recorder
 	lag := func(rec *bench.Recorder, key string) error {
