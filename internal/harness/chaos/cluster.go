@@ -249,7 +249,10 @@ func (c *Cluster) injectServer(ctx context.Context, f Fault, proxies []*proxySet
 		return n.Name, "", c.MinIO.WaitReady(ctx, time.Minute)
 	case MinIOPauseNode:
 		n := c.minioNode(f.Target)
-		return n.Name, "", pause(ctx, n.Process, f.Hold)
+		if err := pause(ctx, n.Process, f.Hold); err != nil {
+			return n.Name, "", err
+		}
+		return n.Name, "", c.MinIO.WaitReady(ctx, time.Minute)
 	case EtcdFullRestart:
 		for _, m := range c.Etcd.Members {
 			m.Kill()
@@ -280,7 +283,11 @@ func (c *Cluster) injectServer(ctx context.Context, f Fault, proxies []*proxySet
 			}
 			detail = "MinIO had recreated the drive directory"
 		}
-		return filepath.Base(d), detail, os.Rename(d+".removed", d)
+		if err := os.Rename(d+".removed", d); err != nil {
+			return filepath.Base(d), detail, err
+		}
+		// Healed once every node has its drives online again.
+		return filepath.Base(d), detail, c.MinIO.WaitReady(ctx, time.Minute)
 	}
 	return "", "", fmt.Errorf("chaos: %s is not a server fault", f.Kind)
 }
