@@ -145,13 +145,13 @@ staticcheck:
 	@cd tools && $(GO) build -o $(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
 	$(BIN)/staticcheck $(PKGS)
 
-## chaos: fault-injection soak against real etcd (3 members) and MinIO (4 drives),
+## chaos: fault-injection soak against real etcd (3 members) and a distributed MinIO (4 nodes),
 ##        judged by the linearizability and invariant checker (internal/harness/chaos).
 ##        SEED= replays a schedule (empty: random, printed); DURATION= e.g. 30m.
 SEED     ?=
 DURATION ?= 5m
 chaos: deps
-	$(GO) build -o $(BIN)/chaos ./internal/chaos/cmd/chaos
+	$(GO) build -o $(BIN)/chaos ./internal/harness/chaos/cmd/chaos
 	$(BIN)/chaos -seed=$(SEED) -duration=$(DURATION)
 
 clean:

@@ -140,6 +140,29 @@ func (a *Authority) rctx(ctx context.Context) (context.Context, context.CancelFu
 // caller's deadline ends them, the error wraps both fencepub.ErrUnavailable and
 // context.DeadlineExceeded.
 func (a *Authority) call(ctx context.Context, what string, attempt time.Duration, op func(context.Context) error) error {
+	return a.retried(ctx, attempt, op, func(err error) error { return etcdErr(ctx, what, err) },
+		func(err error) bool { return errors.Is(err, fencepub.ErrUnavailable) })
+}
+
+// storeCall runs op, one object-store request that is safe to send twice (a
+// read, or a create-only write whose caller recognises its own object when
+// a re-send finds it existing), the way call runs an etcd request: retried
+// while it fails with ErrUnavailable (objstore.ErrUnavailable, no answer
+// within RequestTimeout) or a 409 conflict of a concurrent conditional
+// write (objstore.ErrConditionConflict), within ctx's deadline or
+// RetryTimeout (DESIGN.md invariant 12). op's error is classified by
+// storeErr.
+func (a *Authority) storeCall(ctx context.Context, what string, op func(context.Context) error) error {
+	return a.retried(ctx, 0, op, func(err error) error { return storeErr(ctx, what, err) },
+		func(err error) bool {
+			return errors.Is(err, fencepub.ErrUnavailable) || errors.Is(err, objstore.ErrConditionConflict)
+		})
+}
+
+// retried is the loop of call and storeCall: op's errors pass through
+// classify (nil stays nil) and are retried while retryable holds.
+func (a *Authority) retried(ctx context.Context, attempt time.Duration, op func(context.Context) error,
+	classify func(error) error, retryable func(error) bool) error {
 	if attempt <= 0 {
 		attempt = a.cfg.RequestTimeout
 	}
@@ -152,15 +175,15 @@ func (a *Authority) call(ctx context.Context, what string, attempt time.Duration
 	err := retry.Do(bctx, func(bctx context.Context) error {
 		actx, cancel := context.WithTimeout(bctx, attempt)
 		defer cancel()
-		err := etcdErr(ctx, what, op(actx))
+		err := classify(op(actx))
 		if errors.Is(err, fencepub.ErrUnavailable) {
 			unavailable = err
 		}
 		return err
-	}, func(err error) bool { return errors.Is(err, fencepub.ErrUnavailable) })
+	}, retryable)
 	if err != nil && unavailable != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		// The caller's deadline ended the retries: etcd was unavailable
-		// until then, which is what the caller needs to hear.
+		// The caller's deadline ended the retries: the service was
+		// unavailable until then, which is what the caller needs to hear.
 		return fmt.Errorf("%w; retried until the caller's deadline: %w", unavailable, context.Cause(ctx))
 	}
 	return err

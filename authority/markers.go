@@ -49,37 +49,36 @@ type grantMarker struct {
 	GrantedAt time.Time `json:"granted_at"`
 }
 
-// putCreateOnly writes body under key if no object exists there, retrying a
-// 409 conflict. created is false when an object already existed.
+// putCreateOnly writes body under key if no object exists there, retried
+// through storeCall: a create-only write is safe to send twice, since a
+// re-send after a lost answer finds the object and reports created false,
+// and every caller then reads the marker to tell its own from another's.
+// created is false when an object already existed.
 func (a *Authority) putCreateOnly(ctx context.Context, key string, body any) (created bool, err error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return false, err
 	}
-	for i := 0; ; i++ {
-		rctx, cancel := a.rctx(ctx)
-		_, err = objstore.PutSmallCreateOnly(rctx, a.st, key, b, markerContentType)
-		cancel()
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, objstore.ErrExists):
-			return false, nil
-		case errors.Is(err, objstore.ErrConditionConflict) && i < conflictRetries:
-			time.Sleep(time.Duration(i+1) * 20 * time.Millisecond)
-			continue
+	err = a.storeCall(ctx, "put "+key, func(ctx context.Context) error {
+		_, err := objstore.PutSmallCreateOnly(ctx, a.st, key, b, markerContentType)
+		created = err == nil
+		if errors.Is(err, objstore.ErrExists) {
+			return nil
 		}
-		return false, storeErr(ctx, "put "+key, err)
-	}
+		return err
+	})
+	return created, err
 }
 
-// getJSON reads the small object key into out.
+// getJSON reads the small object key into out (a read, retried through
+// storeCall).
 func (a *Authority) getJSON(ctx context.Context, key string, out any) error {
-	rctx, cancel := a.rctx(ctx)
-	defer cancel()
-	b, err := objstore.GetSmall(rctx, a.st, key, markerMaxBytes)
-	if err != nil {
-		return storeErr(ctx, "get "+key, err)
+	var b []byte
+	if err := a.storeCall(ctx, "get "+key, func(ctx context.Context) (err error) {
+		b, err = objstore.GetSmall(ctx, a.st, key, markerMaxBytes)
+		return err
+	}); err != nil {
+		return err
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("%w: marker %s: %w", fencepub.ErrCorruptState, key, err)

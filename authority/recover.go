@@ -137,7 +137,11 @@ type restoredPointer struct {
 //  6. revokes the lease of every holder created before that transaction;
 //  7. reports the objects above each restored pointer.
 //
-// Every step is idempotent: after a failure, run it again.
+// Every step is idempotent: after a failure, run it again. Each etcd
+// request, and each read or create-only write of a marker, is retried
+// while etcd or the store is unavailable, within ctx's deadline or
+// Config.RetryTimeout (DESIGN.md invariant 12); the bucket listings of
+// steps 1 and 2 are not.
 //
 // A corrupt epoch key is repaired the same way (RecoverReport.CorruptEpoch);
 // any other corrupt value it needs (a pointer) stops it before it changes
@@ -151,19 +155,20 @@ type restoredPointer struct {
 // whose role may not write the epoch key (DESIGN.md "Security").
 func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverReport, error) {
 	rep := RecoverReport{DryRun: opts.DryRun, FromBucket: opts.FromBucket, Revoked: []RevokedHolder{}, Resources: []ResourceRecovery{}}
-	rctx, cancel := a.rctx(ctx)
 	// The put of the epoch key sits in a branch that never runs (no key has
 	// a negative version): etcd checks the permissions of both branches
 	// before it applies a transaction, so a user who may not write the
 	// epoch (every role but the operator's, DESIGN.md "Security") is
 	// refused here, before recover reserves an epoch in the bucket.
-	resp, err := a.cli.Txn(rctx).If(clientv3.Compare(clientv3.Version(a.ns.EpochKey()), "<", 0)).
-		Then(clientv3.OpPut(a.ns.EpochKey(), "")).
-		Else(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey()), clientv3.OpGet(a.ns.RollbackKey())).
-		Commit()
-	cancel()
-	if err != nil {
-		return rep, etcdErr(ctx, "read domain", err)
+	var resp *clientv3.TxnResponse
+	if err := a.call(ctx, "read domain", 0, func(ctx context.Context) (err error) {
+		resp, err = a.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(a.ns.EpochKey()), "<", 0)).
+			Then(clientv3.OpPut(a.ns.EpochKey(), "")).
+			Else(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey()), clientv3.OpGet(a.ns.RollbackKey())).
+			Commit()
+		return err
+	}); err != nil {
+		return rep, err
 	}
 	epochKVs, depKVs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 	d, initialised, err := decodeDomain(epochKVs, depKVs)
@@ -262,9 +267,11 @@ func (a *Authority) checkRecoverSource(ctx context.Context, initialised bool, ep
 // recoverDeployment returns the deployment id after checking (or, if
 // missing, creating) the bucket's ownership marker.
 func (a *Authority) recoverDeployment(ctx context.Context, d Domain, dryRun bool) (string, error) {
-	rctx, cancel := a.rctx(ctx)
-	m, err := ownership.Read(rctx, a.st, a.ns)
-	cancel()
+	var m ownership.Marker
+	err := a.storeCall(ctx, "read ownership marker", func(ctx context.Context) (err error) {
+		m, err = ownership.Read(ctx, a.st, a.ns)
+		return err
+	})
 	switch {
 	case err == nil:
 		if d.DeploymentID != "" && m.DeploymentID != d.DeploymentID {
@@ -272,7 +279,7 @@ func (a *Authority) recoverDeployment(ctx context.Context, d Domain, dryRun bool
 		}
 		return m.DeploymentID, nil
 	case !errors.Is(err, objstore.ErrNotFound):
-		return "", storeErr(ctx, "read ownership marker", err)
+		return "", err
 	case dryRun:
 		return d.DeploymentID, nil
 	}
@@ -299,11 +306,12 @@ func (a *Authority) readPointers(ctx context.Context) (map[string]restoredPointe
 		if rev > 0 {
 			opts = append(opts, clientv3.WithRev(rev)) // one consistent view
 		}
-		rctx, cancel := a.rctx(ctx)
-		resp, err := a.cli.Get(rctx, key, opts...)
-		cancel()
-		if err != nil {
-			return nil, etcdErr(ctx, "read pointers", err)
+		var resp *clientv3.GetResponse
+		if err := a.call(ctx, "read pointers", 0, func(ctx context.Context) (err error) {
+			resp, err = a.cli.Get(ctx, key, opts...)
+			return err
+		}); err != nil {
+			return nil, err
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
@@ -429,7 +437,8 @@ func planRestored(rep *RecoverReport) {
 // recordRestored writes, for each resource of rep and each epoch in its
 // Recorded, layout.RestoredKey(res, epoch) = the restored pointer's value
 // (the zero pointer's when it has none), unless a record exists; nested
-// transactions, at most pruneBatch per request.
+// transactions, at most pruneBatch per request, each retried (call): a
+// record is created only where none exists, so a second copy is a no-op.
 func (a *Authority) recordRestored(ctx context.Context, pointers map[string]restoredPointer, rep *RecoverReport) error {
 	zero, err := layout.EncodePointer(layout.Pointer{})
 	if err != nil {
@@ -450,11 +459,11 @@ func (a *Authority) recordRestored(ctx context.Context, pointers map[string]rest
 	}
 	for len(ops) > 0 {
 		n := min(len(ops), pruneBatch)
-		rctx, cancel := a.rctx(ctx)
-		_, err := a.cli.Txn(rctx).Then(ops[:n]...).Commit()
-		cancel()
-		if err != nil {
-			return etcdErr(ctx, "record restored pointers", err)
+		if err := a.call(ctx, "record restored pointers", 0, func(ctx context.Context) error {
+			_, err := a.cli.Txn(ctx).Then(ops[:n]...).Commit()
+			return err
+		}); err != nil {
+			return err
 		}
 		ops = ops[n:]
 	}
@@ -465,25 +474,36 @@ func (a *Authority) recordRestored(ctx context.Context, pointers map[string]rest
 // initialised) to epoch, and the deployment key, in one transaction that
 // requires the epoch key unchanged, clearing the rollback flag and running
 // records (the epoch records). It returns the transaction's revision.
+//
+// The transaction is retried (call): a re-send after an earlier copy
+// applied fails its compare and finds the epoch key holding epoch, which
+// only this call can have written (epoch's marker in the bucket is this
+// recover's, reserved create-only), so the epoch key's ModRevision is then
+// the switch's revision.
 func (a *Authority) switchEpoch(ctx context.Context, old []byte, initialised bool, epoch uint64, dep string, records []clientv3.Op) (int64, error) {
 	cmp := clientv3.Compare(clientv3.CreateRevision(a.ns.EpochKey()), "=", 0)
 	if initialised {
 		cmp = clientv3.Compare(clientv3.Value(a.ns.EpochKey()), "=", string(old))
 	}
-	rctx, cancel := a.rctx(ctx)
-	defer cancel()
-	resp, err := a.cli.Txn(rctx).If(cmp).Then(append(records,
-		clientv3.OpPut(a.ns.EpochKey(), layout.EncodeNumber(epoch)),
-		clientv3.OpPut(a.ns.DeploymentKey(), dep),
-		clientv3.OpDelete(a.ns.RollbackKey()),
-	)...).Commit()
-	if err != nil {
-		return 0, etcdErr(ctx, "switch epoch", err)
+	newValue := layout.EncodeNumber(epoch)
+	var resp *clientv3.TxnResponse
+	if err := a.call(ctx, "switch epoch", 0, func(ctx context.Context) (err error) {
+		resp, err = a.cli.Txn(ctx).If(cmp).Then(append(records,
+			clientv3.OpPut(a.ns.EpochKey(), newValue),
+			clientv3.OpPut(a.ns.DeploymentKey(), dep),
+			clientv3.OpDelete(a.ns.RollbackKey()),
+		)...).Else(clientv3.OpGet(a.ns.EpochKey())).Commit()
+		return err
+	}); err != nil {
+		return 0, err
 	}
-	if !resp.Succeeded {
-		return 0, fmt.Errorf("authority: recover: the epoch changed from %q while recovering (a concurrent init or recover?); run recover again", old)
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
 	}
-	return resp.Header.Revision, nil
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 && string(kvs[0].Value) == newValue {
+		return kvs[0].ModRevision, nil // an earlier copy of this switch applied
+	}
+	return 0, fmt.Errorf("authority: recover: the epoch changed from %q while recovering (a concurrent init or recover?); run recover again", old)
 }
 
 // revokeHolders revokes the lease of every holder key of the domain created
@@ -493,11 +513,12 @@ func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]RevokedHold
 	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	var holders []string
 	for {
-		rctx, cancel := a.rctx(ctx)
-		resp, err := a.cli.Get(rctx, key, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1000))
-		cancel()
-		if err != nil {
-			return nil, etcdErr(ctx, "list holders", err)
+		var resp *clientv3.GetResponse
+		if err := a.call(ctx, "list holders", 0, func(ctx context.Context) (err error) {
+			resp, err = a.cli.Get(ctx, key, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1000))
+			return err
+		}); err != nil {
+			return nil, err
 		}
 		for _, kv := range resp.Kvs {
 			if strings.HasSuffix(string(kv.Key), "/holder") && kv.CreateRevision < rev {
@@ -511,11 +532,12 @@ func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]RevokedHold
 	}
 	out := []RevokedHolder{}
 	for _, k := range holders {
-		rctx, cancel := a.rctx(ctx)
-		resp, err := a.cli.Get(rctx, k)
-		cancel()
-		if err != nil {
-			return out, etcdErr(ctx, "read holder", err)
+		var resp *clientv3.GetResponse
+		if err := a.call(ctx, "read holder", 0, func(ctx context.Context) (err error) {
+			resp, err = a.cli.Get(ctx, k)
+			return err
+		}); err != nil {
+			return out, err
 		}
 		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision >= rev {
 			continue // gone already, or granted in the new epoch
@@ -540,22 +562,26 @@ func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]RevokedHold
 
 // endHolder revokes the lease of holder record kv, or, for a record
 // attached to no lease (written out of band; it would never expire),
-// deletes it in a transaction that requires it unchanged.
+// deletes it in a transaction that requires it unchanged. Both are retried
+// (call): a revoke of a lease already revoked finds none, and the delete's
+// compare makes a second copy a no-op.
 func (a *Authority) endHolder(ctx context.Context, kv *mvccKV) error {
-	rctx, cancel := a.rctx(ctx)
-	defer cancel()
 	if kv.Lease != 0 {
-		if _, err := a.cli.Revoke(rctx, clientv3.LeaseID(kv.Lease)); err != nil && !isLeaseNotFound(err) {
-			return etcdErr(ctx, "revoke lease", err)
-		}
-		return nil
+		return a.call(ctx, "revoke lease", 0, func(ctx context.Context) error {
+			if _, err := a.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !isLeaseNotFound(err) {
+				return err
+			}
+			return nil
+		})
 	}
 	key := string(kv.Key)
-	_, err := a.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-		Then(clientv3.OpDelete(key)).
-		Commit()
-	return etcdErr(ctx, "delete a holder without lease", err)
+	return a.call(ctx, "delete a holder without lease", 0, func(ctx context.Context) error {
+		_, err := a.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+		return err
+	})
 }
 
 // resourceOfHolderKey returns the resource name in a holder key of ns, or

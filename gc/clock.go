@@ -125,7 +125,7 @@ type clockState struct {
 // decode), fencepub.ErrUnavailable, ctx's error.
 func (c *Collector) readClock(ctx context.Context) (*clockState, error) {
 	var resp *clientv3.TxnResponse
-	if err := c.read(ctx, "read the domain clock", func(ctx context.Context) (err error) {
+	if err := c.call(ctx, "read the domain clock", func(ctx context.Context) (err error) {
 		resp, err = c.cli.Txn(ctx).Then(
 			clientv3.OpGet(c.ns.ClockHeadKey()),
 			clientv3.OpGet(c.ns.ClockPointsPrefix(), clientv3.WithPrefix()),
@@ -166,7 +166,7 @@ func (c *Collector) clockNow(ctx context.Context, st *clockState) (t int64, witn
 	}
 	h := st.head
 	var ttl *clientv3.LeaseTimeToLiveResponse
-	err = c.read(ctx, "clock witness time-to-live", func(ctx context.Context) (err error) {
+	err = c.call(ctx, "clock witness time-to-live", func(ctx context.Context) (err error) {
 		ttl, err = c.leases.TimeToLive(ctx, clientv3.LeaseID(h.Lease))
 		return err
 	})
@@ -206,11 +206,17 @@ func (c *Collector) advanceClock(ctx context.Context, dry bool) (*clockReading, 
 	if dry || (st.head != nil && witnessOK && time.Duration(t-st.head.T) < clockStep) {
 		return r, nil
 	}
-	rctx, cancel := c.rctx(ctx)
-	defer cancel()
-	lease, err := c.leases.Grant(rctx, int64(clockWitnessTTL/time.Second))
-	if err != nil {
-		return nil, etcdErr(ctx, "grant a clock witness", err)
+	// Each request is retried (call). A grant that timed out was not
+	// granted, or its lease is never named and expires on its own; a
+	// second copy of the transaction fails its compare and takes the lost
+	// path below, as a transaction of unknown outcome does; a revoke
+	// finds a revoked lease gone.
+	var lease *clientv3.LeaseGrantResponse
+	if err := c.call(ctx, "grant a clock witness", func(ctx context.Context) (err error) {
+		lease, err = c.leases.Grant(ctx, int64(clockWitnessTTL/time.Second))
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	head, _ := json.Marshal(clockHead{T: t, Wall: c.now().UnixNano(), Lease: int64(lease.ID), TTL: lease.TTL})
 	p := checkpoint{T: t, Rev: st.rev + 1, key: c.ns.ClockPointKey(t)}
@@ -218,24 +224,28 @@ func (c *Collector) advanceClock(ctx context.Context, dry bool) (*clockReading, 
 	if c.beforeClockTxn != nil {
 		c.beforeClockTxn()
 	}
-	resp, err := c.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.ModRevision(c.ns.ClockHeadKey()), "=", st.headMod)).
-		Then(clientv3.OpPut(c.ns.ClockHeadKey(), string(head)), clientv3.OpPut(p.key, string(point))).
-		Commit()
+	var resp *clientv3.TxnResponse
+	err = c.call(ctx, "advance the domain clock", func(ctx context.Context) (err error) {
+		resp, err = c.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(c.ns.ClockHeadKey()), "=", st.headMod)).
+			Then(clientv3.OpPut(c.ns.ClockHeadKey(), string(head)), clientv3.OpPut(p.key, string(point))).
+			Commit()
+		return err
+	})
 	if err != nil || !resp.Succeeded {
 		// Lost (or unknown): the new witness is never named by a head we
 		// wrote; if the transaction did apply, the next advance finds the
 		// witness gone and re-anchors without credit.
-		if _, rerr := c.leases.Revoke(rctx, lease.ID); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
+		if rerr := c.revokeWitness(ctx, lease.ID); rerr != nil {
 			c.log.Warn("gc: could not revoke an unused clock witness (it expires on its own)", "lease", int64(lease.ID), "err", rerr)
 		}
 		if err != nil {
-			return nil, etcdErr(ctx, "advance the domain clock", err)
+			return nil, err
 		}
 		return c.advanceClock(ctx, true)
 	}
 	if st.head != nil && witnessOK {
-		if _, err := c.leases.Revoke(rctx, clientv3.LeaseID(st.head.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if err := c.revokeWitness(ctx, clientv3.LeaseID(st.head.Lease)); err != nil {
 			c.log.Warn("gc: could not revoke the previous clock witness (it expires on its own)", "lease", st.head.Lease, "err", err)
 		}
 	}
@@ -246,6 +256,17 @@ func (c *Collector) advanceClock(ctx context.Context, dry bool) (*clockReading, 
 		c.log.Warn("gc: thinning the clock checkpoints failed; retried on the next pass", "err", err)
 	}
 	return r, nil
+}
+
+// revokeWitness revokes the witness lease id, retried (call); a lease
+// already gone is no error.
+func (c *Collector) revokeWitness(ctx context.Context, id clientv3.LeaseID) error {
+	return c.call(ctx, "revoke a clock witness", func(ctx context.Context) error {
+		if _, err := c.leases.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return err
+		}
+		return nil
+	})
 }
 
 // dropKey returns points without the checkpoint at key.
@@ -303,11 +324,12 @@ func (c *Collector) thinClock(ctx context.Context, r *clockReading) error {
 	r.points = keep
 	for len(ops) > 0 {
 		n := min(len(ops), pruneBatch)
-		rctx, cancel := c.rctx(ctx)
-		_, err := c.cli.Txn(rctx).Then(ops[:n]...).Commit()
-		cancel()
-		if err != nil {
-			return etcdErr(ctx, "thin "+strings.TrimSuffix(c.ns.ClockPointsPrefix(), "/"), err)
+		// Retried (call): each delete compares the point's ModRevision.
+		if err := c.call(ctx, "thin "+strings.TrimSuffix(c.ns.ClockPointsPrefix(), "/"), func(ctx context.Context) error {
+			_, err := c.cli.Txn(ctx).Then(ops[:n]...).Commit()
+			return err
+		}); err != nil {
+			return err
 		}
 		ops = ops[n:]
 	}

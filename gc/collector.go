@@ -149,19 +149,21 @@ func (c *Collector) rctx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, c.cfg.RequestTimeout)
 }
 
-// readRetryTimeout bounds the retries of one etcd read whose caller's
+// retryTimeout bounds the retries of one etcd request whose caller's
 // context has no deadline.
-const readRetryTimeout = 30 * time.Second
+const retryTimeout = 30 * time.Second
 
-// read runs op, one etcd read, each attempt bounded by RequestTimeout, again
-// while it fails with etcd unavailable (retry.Do, retry.EtcdUnavailable):
-// no leader, a stalled or unreachable member, no answer in time. It retries
-// within ctx's deadline or, when ctx has none, readRetryTimeout (DESIGN.md
-// invariant 12). The error is op's last, classified by etcdErr naming what.
-func (c *Collector) read(ctx context.Context, what string, op func(context.Context) error) error {
+// call runs op, one etcd request that is safe to send twice (a read, or a
+// transaction whose compares make a second copy a no-op), each attempt
+// bounded by RequestTimeout, again while it fails with etcd unavailable
+// (retry.Do, retry.EtcdUnavailable): no leader, a stalled or unreachable
+// member, no answer in time. It retries within ctx's deadline or, when ctx
+// has none, retryTimeout (DESIGN.md invariant 12). The error is op's last,
+// classified by etcdErr naming what.
+func (c *Collector) call(ctx context.Context, what string, op func(context.Context) error) error {
 	bctx, cancel := ctx, context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
-		bctx, cancel = context.WithTimeout(ctx, readRetryTimeout)
+		bctx, cancel = context.WithTimeout(ctx, retryTimeout)
 	}
 	defer cancel()
 	err := retry.Do(bctx, func(bctx context.Context) error {
@@ -291,7 +293,7 @@ func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error
 // to delete under a prefix whose marker names another deployment).
 func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
 	var resp *clientv3.TxnResponse
-	if err := c.read(ctx, "read deployment", func(ctx context.Context) (err error) {
+	if err := c.call(ctx, "read deployment", func(ctx context.Context) (err error) {
 		resp, err = c.cli.Txn(ctx).Then(clientv3.OpGet(c.ns.EpochKey()), clientv3.OpGet(c.ns.DeploymentKey())).Commit()
 		return err
 	}); err != nil {

@@ -38,7 +38,12 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	d := testenv.NewDomain(t)
+	return newDomainEnv(t, testenv.NewDomain(t))
+}
+
+// newDomainEnv is newEnv on domain d (testenv.ClusterDomain: a cluster's).
+func newDomainEnv(t testing.TB, d *testenv.Domain) *env {
+	t.Helper()
 	return initEnv(&env{Domain: d, t: t, st: d.Store})
 }
 

@@ -91,6 +91,8 @@ func (c *Collector) pruneGrants(ctx context.Context, res string, rev int64, hold
 // pruneRange deletes the keys under prefix, read at rev, for which expired
 // holds, each in a nested transaction comparing its ModRevision with the one
 // read; it returns how many were deleted (with dry, how many would be).
+// Each batch is retried (call): its compares make a second copy a no-op,
+// so a batch whose first copy applied unseen counts no deletions.
 func (c *Collector) pruneRange(ctx context.Context, prefix string, rev int64, dry bool, expired func(*mvccKV) bool) (int64, error) {
 	var n int64
 	var ops []clientv3.Op
@@ -98,12 +100,14 @@ func (c *Collector) pruneRange(ctx context.Context, prefix string, rev int64, dr
 		if len(ops) == 0 {
 			return nil
 		}
-		rctx, cancel := c.rctx(ctx)
-		resp, err := c.cli.Txn(rctx).Then(ops...).Commit()
-		cancel()
+		var resp *clientv3.TxnResponse
+		err := c.call(ctx, "prune "+prefix, func(ctx context.Context) (err error) {
+			resp, err = c.cli.Txn(ctx).Then(ops...).Commit()
+			return err
+		})
 		ops = ops[:0]
 		if err != nil {
-			return etcdErr(ctx, "prune "+prefix, err)
+			return err
 		}
 		for _, r := range resp.Responses {
 			if r.GetResponseTxn().GetSucceeded() {

@@ -56,15 +56,18 @@ func (c *Collector) raiseSeal(ctx context.Context, s *state, target layout.Versi
 		}
 		ops = append(ops, clientv3.OpPut(ns.PointerKey(s.Resource), ptrVal))
 	}
-	rctx, cancel := c.rctx(ctx)
-	defer cancel()
-	resp, err := c.cli.Txn(rctx).If(
-		clientv3.Compare(clientv3.ModRevision(ns.PointerKey(s.Resource)), "=", s.pointerMod),
-		clientv3.Compare(clientv3.ModRevision(ns.SealKey(s.Resource)), "=", s.sealMod),
-		clientv3.Compare(clientv3.ModRevision(ns.EpochKey()), "=", s.epochMod),
-	).Then(ops...).Commit()
-	if err != nil {
-		return false, etcdErr(ctx, "raise seal of "+s.Resource, err)
+	// Retried (call): a second copy fails the compares (ok false: the
+	// caller keeps the objects until its next pass, which finds the seal).
+	var resp *clientv3.TxnResponse
+	if err := c.call(ctx, "raise seal of "+s.Resource, func(ctx context.Context) (err error) {
+		resp, err = c.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(ns.PointerKey(s.Resource)), "=", s.pointerMod),
+			clientv3.Compare(clientv3.ModRevision(ns.SealKey(s.Resource)), "=", s.sealMod),
+			clientv3.Compare(clientv3.ModRevision(ns.EpochKey()), "=", s.epochMod),
+		).Then(ops...).Commit()
+		return err
+	}); err != nil {
+		return false, err
 	}
 	return resp.Succeeded, nil
 }
@@ -117,7 +120,7 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 			gets[i] = clientv3.OpGet(k)
 		}
 		var resp *clientv3.TxnResponse
-		if err := c.read(ctx, "read "+res, func(ctx context.Context) (err error) {
+		if err := c.call(ctx, "read "+res, func(ctx context.Context) (err error) {
 			resp, err = c.cli.Txn(ctx).Then(gets...).Commit()
 			return err
 		}); err != nil {
@@ -167,11 +170,14 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 		}
 		// The holder must be the one read (absent unless forced).
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(res)), "=", createRev(kvs[4])))
-		rctx, cancel := c.rctx(ctx)
-		tresp, err := c.cli.Txn(rctx).If(cmps...).Then(ops...).Commit()
-		cancel()
-		if err != nil {
-			return out, etcdErr(ctx, "seal "+res, err)
+		// Retried (call): a second copy fails the compares, and the next
+		// round reads the seal already at the target.
+		var tresp *clientv3.TxnResponse
+		if err := c.call(ctx, "seal "+res, func(ctx context.Context) (err error) {
+			tresp, err = c.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+			return err
+		}); err != nil {
+			return out, err
 		}
 		if tresp.Succeeded {
 			out.Seal, out.Holder, out.Revision = target, holder, tresp.Header.Revision

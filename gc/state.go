@@ -32,7 +32,7 @@ func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly
 			opts = append(opts, clientv3.WithKeysOnly())
 		}
 		var resp *clientv3.GetResponse
-		if err := c.read(ctx, "range "+prefix, func(ctx context.Context) (err error) {
+		if err := c.call(ctx, "range "+prefix, func(ctx context.Context) (err error) {
 			resp, err = c.cli.Get(ctx, key, opts...)
 			return err
 		}); err != nil {
@@ -65,7 +65,7 @@ func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly
 func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64) (*state, error) {
 	ns := c.ns
 	var resp *clientv3.TxnResponse
-	err := c.read(ctx, "read state of "+res, func(ctx context.Context) (err error) {
+	err := c.call(ctx, "read state of "+res, func(ctx context.Context) (err error) {
 		resp, err = c.cli.Txn(ctx).Then(
 			clientv3.OpGet(ns.EpochKey()),
 			clientv3.OpGet(ns.DeploymentKey()),

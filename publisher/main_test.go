@@ -35,8 +35,19 @@ type env struct {
 
 func newEnv(t testing.TB, mods ...func(*Config)) *env {
 	t.Helper()
-	e := &env{Domain: testenv.NewDomain(t), t: t, reg: prometheus.NewRegistry()}
-	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}})
+	return newDomainEnv(t, testenv.NewDomain(t), nil, mods...)
+}
+
+// newDomainEnv is newEnv on domain d (testenv.ClusterDomain: a cluster's),
+// its authority configured by amod when not nil.
+func newDomainEnv(t testing.TB, d *testenv.Domain, amod func(*authority.Config), mods ...func(*Config)) *env {
+	t.Helper()
+	e := &env{Domain: d, t: t, reg: prometheus.NewRegistry()}
+	acfg := authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}
+	if amod != nil {
+		amod(&acfg)
+	}
+	a, err := authority.New(acfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,8 +68,10 @@ func (r *Reader) saw(v layout.Version, mod int64) {
 // with etcd unavailable (retry.EtcdUnavailable: no leader, a member that
 // cannot serve, a connection lost) is retried with jittered backoff
 // (retry.Do) within ctx and the call's RequestTimeout, counted from its
-// arrival (DESIGN.md invariant 12). Each retry is a new read, one that
-// began after this call did, so a linearizable read stays linearizable.
+// arrival (DESIGN.md invariant 12); each read is bounded by
+// RequestTimeout/readAttempts, so a read stuck on a stalled member leaves
+// time to retry. Each retry is a new read, one that began after this call
+// did, so a linearizable read stays linearizable.
 func (r *Reader) get(ctx context.Context, serializable bool) (ptr layout.Pointer, rev, mod int64, err error) {
 	bctx, cancel := context.WithTimeoutCause(ctx, r.cfg.RequestTimeout,
 		fmt.Errorf("%w: no answer within %s (Config.RequestTimeout)", fencepub.ErrUnavailable, r.cfg.RequestTimeout))
@@ -96,7 +98,7 @@ func (r *Reader) getOnce(ctx context.Context, serializable bool) (layout.Pointer
 	r.mu.Lock()
 	rd := q.pending
 	if rd == nil {
-		rctx, cancel := context.WithTimeout(context.Background(), r.cfg.RequestTimeout)
+		rctx, cancel := context.WithTimeout(context.Background(), r.cfg.RequestTimeout/readAttempts)
 		rd = &pointerRead{ctx: rctx, cancel: cancel, done: make(chan struct{})}
 		if q.inflight == nil {
 			q.inflight = rd
@@ -135,10 +137,11 @@ func (r *Reader) getOnce(ctx context.Context, serializable bool) (layout.Pointer
 // read per round trip instead of one each, for a wait of up to two reads
 // (the one in flight, then their own). A read whose callers all left is
 // cancelled, so a lone caller never waits for another's read, and the
-// RequestTimeout of a read runs from its first caller's arrival, pending
-// time included. The read carries no caller's context values.
+// timeout of a read (RequestTimeout/readAttempts) runs from its first
+// caller's arrival, pending time included. The read carries no caller's
+// context values.
 type pointerRead struct {
-	ctx      context.Context // bounded by Config.RequestTimeout
+	ctx      context.Context // bounded by Config.RequestTimeout/readAttempts
 	cancel   context.CancelFunc
 	waiters  int           // calls waiting for it; guarded by Reader.mu
 	done     chan struct{} // closed once the fields below are set

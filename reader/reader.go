@@ -66,8 +66,14 @@ var (
 // object it tried was collected.
 const defaultOpenRetries = 3
 
-// defaultRequestTimeout bounds one etcd read of the pointer.
+// defaultRequestTimeout bounds a call's wait for the pointer.
 const defaultRequestTimeout = 5 * time.Second
+
+// readAttempts is how many etcd reads of the pointer fit in one
+// RequestTimeout: each read is bounded by RequestTimeout/readAttempts, so a
+// read sent to a stalled member leaves time for retries that reach another
+// one (DESIGN.md invariant 12).
+const readAttempts = 3
 
 // Config holds a Reader's dependencies and options.
 type Config struct {
@@ -84,12 +90,14 @@ type Config struct {
 	// OpenRetries bounds Open's retries after a collected object; default
 	// 3.
 	OpenRetries int
-	// RequestTimeout bounds each etcd read of the pointer (Current, Open and
-	// Watch's syncs), and a call's wait for the pointer from its arrival,
-	// retries of a read that failed with etcd unavailable included: an etcd
-	// that does not answer in time is fencepub.ErrUnavailable instead of a wait as
-	// long as the caller's context (the etcd client waits for a connection
-	// indefinitely). Default 5 s.
+	// RequestTimeout bounds a call's wait for the pointer (Current, Open and
+	// Watch's syncs) from its arrival, retries of a read that failed with
+	// etcd unavailable included: an etcd that does not answer in time is
+	// fencepub.ErrUnavailable instead of a wait as long as the caller's
+	// context (the etcd client waits for a connection indefinitely). Each
+	// etcd read is bounded by a third of it, so one sent to a stalled member
+	// is retried, usually on another member, within the call's
+	// RequestTimeout. Default 5 s.
 	RequestTimeout time.Duration
 	// StallTimeout, when positive, ends an object read that receives no
 	// byte for that long — no response to the GET, or a body that stops —

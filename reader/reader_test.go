@@ -37,7 +37,13 @@ const res = "r"
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{Domain: testenv.NewDomain(t), t: t}
+	return newDomainEnv(t, testenv.NewDomain(t))
+}
+
+// newDomainEnv is newEnv on domain d (testenv.ClusterDomain: a cluster's).
+func newDomainEnv(t *testing.T, d *testenv.Domain) *env {
+	t.Helper()
+	e := &env{Domain: d, t: t}
 	ctx := ctxT(t, 30*time.Second)
 	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 )
 
@@ -69,4 +70,37 @@ func TestStallTimeout(t *testing.T) {
 	if _, err := New(Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd}, StallTimeout: -time.Second}, res); !errors.Is(err, fencepub.ErrInvalid) {
 		t.Fatalf("negative StallTimeout: %v, want fencepub.ErrInvalid", err)
 	}
+}
+
+// TestOpenThroughStalledFollower stops (SIGSTOP) an etcd follower of the
+// multi-node topology. The reader's client keeps every member in its
+// round-robin balancer, so every third read is sent to the stalled one;
+// each Current and Open must still succeed within its RequestTimeout,
+// retrying on another member (DESIGN.md invariant 12).
+func TestOpenThroughStalledFollower(t *testing.T) {
+	cl := testenv.StartCluster(t, localstack.MultiNode())
+	e := newDomainEnv(t, testenv.ClusterDomain(t, cl))
+	const body = "published before the stall"
+	want := e.publish("k1", body)
+	const timeout = 3 * time.Second
+	r := e.reader(e.Etcd, func(c *Config) { c.RequestTimeout = timeout })
+	m := testenv.PauseFollower(t, cl.Etcd)
+	var worst time.Duration
+	for i := range 9 {
+		start := time.Now()
+		if ptr, err := r.Current(ctxT(t, time.Minute)); err != nil || ptr.Version != want.Version {
+			t.Fatalf("Current %d with follower %s stalled: %s, %v; want %s", i, m.Name, ptr.Version, err, want.Version)
+		}
+		b, err := r.Open(ctxT(t, time.Minute))
+		if err != nil {
+			t.Fatalf("Open %d with follower %s stalled: %v", i, m.Name, err)
+		}
+		got, err := io.ReadAll(b)
+		b.Close()
+		if err != nil || string(got) != body {
+			t.Fatalf("Open %d read %q, %v; want %q", i, got, err, body)
+		}
+		worst = max(worst, time.Since(start))
+	}
+	t.Logf("follower %s stalled: 9 Current and 9 Open calls succeeded, the slowest pair in %s", m.Name, worst.Round(time.Millisecond))
 }

@@ -83,14 +83,15 @@ func (r *cliRun) result(t *testing.T, timeout time.Duration) (runOutput, bool) {
 	return o, err == nil
 }
 
-// TestRunSurvivesLeaderStall is the leader stall on a 3-member etcd: worker
+// TestRunSurvivesLeaderStall is the leader stall on the multi-node topology
+// (localstack.MultiNode: a 3-member etcd, a 4-node distributed MinIO): worker
 // A holds a resource through `fencepub run --ttl 3s`, worker B waits for it
 // with `--wait 150s`, and the raft leader is stopped (SIGSTOP) for 8 s while
 // the two other members keep a quorum; A's command finishes one second into
 // the stall. B must never give up while a quorum serves: it publishes, with
 // a fence above A's, every time.
 func TestRunSurvivesLeaderStall(t *testing.T) {
-	cl := testenv.StartCluster(t, localstack.ClusterOptions{Etcd: localstack.EtcdOptions{Members: 3}})
+	cl := testenv.StartCluster(t, localstack.MultiNode())
 	t.Setenv("FENCEPUB_S3_ACCESS_KEY", cl.MinIO.Config.AccessKey)
 	t.Setenv("FENCEPUB_S3_SECRET_KEY", cl.MinIO.Config.SecretKey)
 	conn := []string{"--etcd-endpoints", strings.Join(cl.Etcd.Endpoints(), ","), "--s3-endpoint", cl.MinIO.Config.Endpoint,

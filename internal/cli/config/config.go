@@ -171,9 +171,10 @@ type Etcd struct {
 	DialKeepAliveTime    time.Duration `mapstructure:"dial_keepalive_time"`
 	DialKeepAliveTimeout time.Duration `mapstructure:"dial_keepalive_timeout"`
 	// RequestTimeout bounds one attempt of one etcd request (the
-	// authority's, the publisher's and the reader's); an attempt that gets
-	// no answer in time is sent again, usually to another member, within
-	// the caller's deadline (DESIGN.md invariant 12).
+	// authority's and the publisher's; a reader's pointer read gets it for
+	// all its attempts, a third each); an attempt that gets no answer in
+	// time is sent again, usually to another member, within the caller's
+	// deadline (DESIGN.md invariant 12).
 	RequestTimeout time.Duration `mapstructure:"request_timeout"`
 }
 

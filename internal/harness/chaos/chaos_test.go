@@ -25,13 +25,21 @@ func TestMain(m *testing.M) {
 }
 
 // The bounded CI run: these seeds plus one random seed, each for
-// ciDuration, on one 3-member etcd cluster and one 4-drive MinIO.
-var ciSeeds = []int64{1, 2, 5}
+// ciDuration, on the multi-node topology (Topology). Together they plan
+// every fault kind (TestCISeedsCoverEveryFault).
+var ciSeeds = []int64{1, 17, 25}
 
 const (
 	ciDuration  = 30 * time.Second
 	ciProcesses = 3
 )
+
+// livenessGoal is the fault kinds during which no operation may fail: an
+// etcd member stalled, one MinIO node of four killed (DESIGN.md invariant
+// 12).
+var livenessGoal = map[FaultKind]bool{
+	EtcdPauseMember: true, EtcdPauseLeader: true, EtcdPauseFollower: true, MinIOKillNode: true,
+}
 
 // logWriter passes each write to t.Log.
 type logWriter struct{ t testing.TB }
@@ -75,6 +83,14 @@ func TestChaos(t *testing.T) {
 			s := res.Summary
 			if s.Publishes[Applied] == 0 || s.Publishes[Stale] == 0 || s.Reads == 0 || s.Grants == 0 || s.GCPasses == 0 {
 				t.Errorf("the run made too little progress: %+v", s)
+			}
+			for _, k := range ServerFaults() {
+				if l, ok := s.Liveness[k]; ok {
+					t.Logf("liveness %s: %+v", k, l)
+					if livenessGoal[k] && l.Failed > 0 {
+						t.Errorf("%d of %d operations failed during %s while a quorum of etcd and MinIO was up (DESIGN.md invariant 12)", l.Failed, l.Attempted, k)
+					}
+				}
 			}
 			for _, f := range res.History.Faults {
 				injected[f.Kind]++

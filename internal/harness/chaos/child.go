@@ -121,6 +121,7 @@ type wireEvent struct {
 	Invoke   *PublishOp  `json:"invoke,omitempty"`
 	Complete *PublishOp  `json:"complete,omitempty"`
 	Anomaly  *Anomaly    `json:"anomaly,omitempty"`
+	Attempt  *Attempt    `json:"attempt,omitempty"`
 }
 
 // lineSink writes each event as one JSON line with a single Write.
@@ -140,6 +141,7 @@ func (s *lineSink) Grant(g GrantEvent)   { s.put(wireEvent{Grant: &g}) }
 func (s *lineSink) Invoke(p PublishOp)   { s.put(wireEvent{Invoke: &p}) }
 func (s *lineSink) Complete(p PublishOp) { s.put(wireEvent{Complete: &p}) }
 func (s *lineSink) Anomaly(a Anomaly)    { s.put(wireEvent{Anomaly: &a}) }
+func (s *lineSink) Attempt(a Attempt)    { s.put(wireEvent{Attempt: &a}) }
 
 // process is one worker process as the harness sees it.
 type process struct {
@@ -195,6 +197,8 @@ func startProcess(argv []string, dir string, sl *slot, spec WorkerSpec, rec *Rec
 			rec.Complete(*e.Complete)
 		case e.Anomaly != nil:
 			rec.Anomaly(*e.Anomaly)
+		case e.Attempt != nil:
+			rec.Attempt(*e.Attempt)
 		}
 	}
 	p.p, err = childproc.Start(childproc.Spec{

@@ -18,8 +18,8 @@ import (
 )
 
 // Cluster is the servers a run injects faults into: a 3-member etcd cluster
-// and a MinIO server on a 4-drive erasure set, each member a separate
-// process (internal/localstack).
+// and a 4-node distributed MinIO, each member and node a separate process
+// (internal/harness/localstack).
 type Cluster struct {
 	Etcd  *localstack.Etcd
 	MinIO *localstack.MinIO
@@ -27,11 +27,11 @@ type Cluster struct {
 	mu sync.Mutex // serialises faults that stop or restart servers
 }
 
-// Topology is the servers a chaos run starts: 3 etcd members and one MinIO
-// node with a 4-drive erasure set (its drive faults rename one drive).
-var Topology = localstack.ClusterOptions{
-	Etcd: localstack.EtcdOptions{Members: 3}, MinIO: localstack.MinIOOptions{Drives: 4},
-}
+// Topology is the servers a chaos run starts: the multi-node topology
+// (localstack.MultiNode: 3 etcd members, 4 MinIO nodes of 2 drives each).
+// The clients' proxies reach MinIO through its first node; the node faults
+// hit the three others.
+var Topology = localstack.MultiNode()
 
 // StartCluster starts the servers of Topology under dir
 // (localstack.StartCluster) and blocks until they answer.
@@ -56,6 +56,9 @@ func (c *Cluster) heal(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
+	for _, n := range c.MinIO.Nodes {
+		_ = n.Resume()
+	}
 	for _, m := range c.Etcd.Members {
 		_ = m.Resume()
 		if m.Exited() {
@@ -222,16 +225,34 @@ func (c *Cluster) injectServer(ctx context.Context, f Fault, proxies []*proxySet
 		m.Kill()
 		wait.Sleep(ctx, f.Hold)
 		return m.Name, detail, m.Restart(ctx)
-	case EtcdPauseMember:
+	case EtcdPauseMember, EtcdPauseLeader, EtcdPauseFollower:
 		m := c.Etcd.Members[f.Target%len(c.Etcd.Members)]
-		if leader, lerr := c.Etcd.Leader(ctx); lerr == nil && leader == m {
+		leader, lerr := c.Etcd.Leader(ctx)
+		switch {
+		case lerr != nil && f.Kind != EtcdPauseMember:
+			detail = "no leader found; paused member " + m.Name + " instead"
+		case f.Kind == EtcdPauseLeader:
+			m = leader
+		case f.Kind == EtcdPauseFollower && m == leader:
+			m = c.Etcd.Members[(f.Target+1)%len(c.Etcd.Members)]
+		case f.Kind == EtcdPauseMember && m == leader:
 			detail = "the leader"
 		}
-		if err := m.Pause(); err != nil {
-			return m.Name, detail, err
-		}
+		return m.Name, detail, pause(ctx, m.Process, f.Hold)
+	case MinIOKillNode:
+		n := c.minioNode(f.Target)
+		n.Kill()
 		wait.Sleep(ctx, f.Hold)
-		return m.Name, detail, m.Resume()
+		if err := n.Start(); err != nil {
+			return n.Name, "", err
+		}
+		return n.Name, "", c.MinIO.WaitReady(ctx, time.Minute)
+	case MinIOPauseNode:
+		n := c.minioNode(f.Target)
+		if err := pause(ctx, n.Process, f.Hold); err != nil {
+			return n.Name, "", err
+		}
+		return n.Name, "", c.MinIO.WaitReady(ctx, time.Minute)
 	case EtcdFullRestart:
 		for _, m := range c.Etcd.Members {
 			m.Kill()
@@ -262,9 +283,32 @@ func (c *Cluster) injectServer(ctx context.Context, f Fault, proxies []*proxySet
 			}
 			detail = "MinIO had recreated the drive directory"
 		}
-		return filepath.Base(d), detail, os.Rename(d+".removed", d)
+		if err := os.Rename(d+".removed", d); err != nil {
+			return filepath.Base(d), detail, err
+		}
+		// Healed once every node has its drives online again.
+		return filepath.Base(d), detail, c.MinIO.WaitReady(ctx, time.Minute)
 	}
 	return "", "", fmt.Errorf("chaos: %s is not a server fault", f.Kind)
+}
+
+// minioNode returns the MinIO node a node fault of target hits: one of the
+// nodes after the first, through which the clients' proxies reach the store
+// (the one node of a single-node MinIO).
+func (c *Cluster) minioNode(target int) *localstack.MinIONode {
+	if len(c.MinIO.Nodes) == 1 {
+		return c.MinIO.Nodes[0]
+	}
+	return c.MinIO.Nodes[1+target%(len(c.MinIO.Nodes)-1)]
+}
+
+// pause stops p (SIGSTOP) for hold, then continues it.
+func pause(ctx context.Context, p *localstack.Process, hold time.Duration) error {
+	if err := p.Pause(); err != nil {
+		return err
+	}
+	wait.Sleep(ctx, hold)
+	return p.Resume()
 }
 
 // clusterToken is the --initial-cluster-token localstack starts clusters

@@ -22,6 +22,9 @@ type History struct {
 	Faults    []FaultRecord `json:"faults"`
 	GCPasses  []GCPass      `json:"gc_passes"`
 	Anomalies []Anomaly     `json:"anomalies"`
+	// Attempts is every acquire, publish and read of the workers and
+	// readers, for the liveness figures (Liveness).
+	Attempts []Attempt `json:"attempts"`
 	// Restores are the etcd restores of the run, in order; the history is
 	// split at each (Verify judges each part from the state the restore
 	// left).
@@ -52,6 +55,31 @@ type GrantEvent struct {
 	// Expired: Acquire returned the grant of a retried request id together
 	// with authority.ErrExpired. The grant was made; it may still publish.
 	Expired bool `json:"expired,omitempty"`
+}
+
+// Attempt is one client operation as the liveness figures count it: an
+// acquire, a publish or a read (Op), from its call to its return.
+type Attempt struct {
+	Client string `json:"client"`
+	Op     string `json:"op"`
+	Call   int64  `json:"call"`
+	Return int64  `json:"return"`
+	// Failed: the operation failed because a service did not serve it
+	// (fencepub.ErrUnavailable, or a publish whose outcome was unknown). A
+	// refused or lost lease, a stale or conflicting publish are answers.
+	Failed bool `json:"failed,omitempty"`
+	// Err is the error of a failed operation.
+	Err string `json:"err,omitempty"`
+}
+
+// newAttempt returns the Attempt of op by client from call to now on clock,
+// failed when failed holds (Err: err's text).
+func newAttempt(clock Clock, client, op string, call int64, failed bool, err error) Attempt {
+	a := Attempt{Client: client, Op: op, Call: call, Return: clock.Now(), Failed: failed}
+	if failed && err != nil {
+		a.Err = err.Error()
+	}
+	return a
 }
 
 // Publish outcomes besides the model's (Applied, Duplicate, Conflict, Stale,
@@ -255,6 +283,7 @@ type sink interface {
 	Invoke(PublishOp)
 	Complete(PublishOp)
 	Anomaly(Anomaly)
+	Attempt(Attempt)
 }
 
 // Recorder collects a run's history. It is safe for concurrent use.
@@ -315,6 +344,9 @@ func (r *Recorder) Complete(p PublishOp) {
 
 // Anomaly logs an anomaly.
 func (r *Recorder) Anomaly(a Anomaly) { appendLocked(r, &r.h.Anomalies, a) }
+
+// Attempt logs a client operation for the liveness figures.
+func (r *Recorder) Attempt(a Attempt) { appendLocked(r, &r.h.Attempts, a) }
 
 // OpenPublishes returns the publishes of client that were invoked and not
 // completed (a killed worker's last one).
@@ -403,6 +435,7 @@ func (r *Recorder) History() *History {
 	h.Faults = slices.Clone(r.h.Faults)
 	h.GCPasses = slices.Clone(r.h.GCPasses)
 	h.Anomalies = slices.Clone(r.h.Anomalies)
+	h.Attempts = slices.Clone(r.h.Attempts)
 	h.Restores = slices.Clone(r.h.Restores)
 	h.Missing = slices.Clone(r.h.Missing)
 	h.Counters = make(map[string]int, len(r.h.Counters))

@@ -39,6 +39,11 @@ type Summary struct {
 	Objects     int               `json:"objects_checked"`
 	Changes     int               `json:"etcd_changes"`
 	Violations  int               `json:"violations"`
+	// Liveness sums each server fault kind's liveness figures (Liveness);
+	// QuorumUpFailures counts the operations that failed while a quorum
+	// of both services was up, over every kind (goal: 0).
+	Liveness         map[FaultKind]KindLiveness `json:"liveness"`
+	QuorumUpFailures int                        `json:"quorum_up_failures"`
 	// CheckTime is how long Verify took.
 	CheckTime time.Duration `json:"check_time"`
 }
@@ -76,6 +81,12 @@ func Summarize(h *History, s Schedule, v []Violation, check time.Duration) Summa
 			sum.FaultErrors++
 		}
 	}
+	sum.Liveness = sumLiveness(Liveness(h))
+	for _, l := range sum.Liveness {
+		if l.QuorumUp {
+			sum.QuorumUpFailures += l.Failed
+		}
+	}
 	for _, p := range h.GCPasses {
 		sum.GCPasses++
 		sum.GCDeleted += p.Deleted
@@ -108,6 +119,23 @@ func (s Summary) Print(w io.Writer) {
 		n += s.Faults[k]
 	}
 	fmt.Fprintf(&b, "  faults %d (%d failed to inject or heal): %s\n", n, s.FaultErrors, strings.Join(faults, ", "))
+	fmt.Fprintf(&b, "  liveness (operations attempted / failed during each fault kind's windows, slowest first success after a fault):\n")
+	for _, k := range ServerFaults() {
+		l, ok := s.Liveness[k]
+		if !ok {
+			continue
+		}
+		quorum := "quorum down or clients cut off"
+		if l.QuorumUp {
+			quorum = "quorum up"
+		}
+		first := "none"
+		if l.FirstSuccessMax >= 0 {
+			first = l.FirstSuccessMax.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "    %-20s %2d windows, %s: %d attempted, %d failed, first success within %s\n", k, l.Windows, quorum, l.Attempted, l.Failed, first)
+	}
+	fmt.Fprintf(&b, "  failures while a quorum was up %d\n", s.QuorumUpFailures)
 	fmt.Fprintf(&b, "  violations %d (checked in %s)\n", s.Violations, s.CheckTime.Round(time.Millisecond))
 	_, _ = io.WriteString(w, b.String())
 }

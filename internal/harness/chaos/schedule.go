@@ -41,15 +41,27 @@ const (
 	// EtcdPauseMember: SIGSTOP a member (Target; it may be the leader) for
 	// Hold, then SIGCONT.
 	EtcdPauseMember FaultKind = "etcd_pause_member"
+	// EtcdPauseLeader: SIGSTOP the raft leader for twice the lease TTL,
+	// then SIGCONT; the two other members keep a quorum.
+	EtcdPauseLeader FaultKind = "etcd_pause_leader"
+	// EtcdPauseFollower: SIGSTOP a follower for twice the lease TTL.
+	EtcdPauseFollower FaultKind = "etcd_pause_follower"
 	// EtcdFullRestart: kill -9 every member, start them again after Hold
 	// (durability: everything acknowledged must survive).
 	EtcdFullRestart FaultKind = "etcd_full_restart"
 	// MinIORestart: kill -9 MinIO while writes are in flight, restart it
 	// after Hold.
 	MinIORestart FaultKind = "minio_restart"
-	// MinIODriveRemoved: rename a drive directory of the 4-drive erasure set
-	// away for Hold, then put it back.
+	// MinIODriveRemoved: rename a drive directory of the erasure set away
+	// for Hold, then put it back.
 	MinIODriveRemoved FaultKind = "minio_drive_removed"
+	// MinIOKillNode: kill -9 one MinIO node (never the one the clients'
+	// proxies reach the store through), restart it after Hold; the other
+	// three keep the erasure set's read and write quorum.
+	MinIOKillNode FaultKind = "minio_kill_node"
+	// MinIOPauseNode: SIGSTOP one MinIO node (not the clients' entry node)
+	// for Hold, then SIGCONT.
+	MinIOPauseNode FaultKind = "minio_pause_node"
 	// EtcdRestore: save a snapshot, let the workload go on for Hold, then
 	// cut every client off etcd, restore every member from the snapshot
 	// (`etcdutl snapshot restore --bump-revision --mark-compacted`), run
@@ -77,7 +89,22 @@ func ServerFaults() []FaultKind {
 	return []FaultKind{
 		EtcdLostResponses, MinIOLostResponses, EtcdKillMember, EtcdKillLeader,
 		EtcdPauseMember, EtcdFullRestart, MinIORestart, MinIODriveRemoved, EtcdRestore, EtcdReplaced,
+		EtcdPauseLeader, EtcdPauseFollower, MinIOKillNode, MinIOPauseNode,
 	}
+}
+
+// QuorumKept reports whether a fault of kind k leaves a quorum of both
+// services serving throughout, so that no operation may fail because of it
+// (DESIGN.md invariant 12): one etcd member stalled or killed (the leader
+// too), one MinIO node of four down or stalled. The lost responses are not
+// among them (they cut clients off a serving cluster), nor is a drive
+// renamed away under a running MinIO.
+func QuorumKept(k FaultKind) bool {
+	switch k {
+	case EtcdPauseMember, EtcdPauseLeader, EtcdPauseFollower, EtcdKillMember, EtcdKillLeader, MinIOKillNode, MinIOPauseNode:
+		return true
+	}
+	return false
 }
 
 // Fault is one planned fault.
@@ -138,6 +165,16 @@ func Plan(seed int64, d time.Duration, workers int, ttl time.Duration) Schedule 
 				f.Hold = between(500*time.Millisecond, 3*time.Second)
 				cost = time.Second
 			case EtcdPauseMember:
+				f.Target = rng.IntN(3)
+				f.Hold = between(time.Second, 4*time.Second)
+			case EtcdPauseLeader, EtcdPauseFollower:
+				f.Target = rng.IntN(2)
+				f.Hold = 2 * ttl
+			case MinIOKillNode:
+				f.Target = rng.IntN(3)
+				f.Hold = between(time.Second, 3*time.Second)
+				cost = 3 * time.Second
+			case MinIOPauseNode:
 				f.Target = rng.IntN(3)
 				f.Hold = between(time.Second, 4*time.Second)
 			case EtcdFullRestart:

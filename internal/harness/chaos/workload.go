@@ -228,8 +228,10 @@ func (w *worker) acquire(res string) (g authority.Grant, expired, ok bool) {
 	}
 	for attempt := 0; attempt < 4 && !w.stopped(); attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*w.wl.TTL+2*time.Second)
+		call := w.clock.Now()
 		g, err := w.auth.Acquire(ctx, req)
 		cancel()
+		w.out.Attempt(newAttempt(w.clock, w.id, "acquire", call, errors.Is(err, fencepub.ErrUnavailable), err))
 		switch {
 		case err == nil, errors.Is(err, authority.ErrExpired):
 			expired = err != nil
@@ -334,6 +336,7 @@ func (w *worker) publish(p *publisher.Publisher, seq uint64, key string, body []
 	r, err := p.PublishSeq(ctx, seq, pop)
 	cancel()
 	reported(&op, r, err)
+	w.out.Attempt(newAttempt(w.clock, w.id, "publish", op.Call, op.Reported == Unknown || errors.Is(err, fencepub.ErrUnavailable), err))
 	if isAnomaly(err) {
 		w.anomaly("publish "+op.ID, err)
 	}
@@ -498,6 +501,7 @@ func (l *readLoop) read(rd *reader.Reader, after int64) (call int64, drop bool) 
 		op.SHA = hex.EncodeToString(h.Sum(nil))
 	}
 	op.Return = l.clock.Now()
+	l.rec.Attempt(newAttempt(l.clock, l.id, "read", op.Call, errors.Is(err, fencepub.ErrUnavailable), err))
 	switch {
 	case err == nil, errors.Is(err, reader.ErrNotPublished):
 		// A read of nothing published has the zero version.

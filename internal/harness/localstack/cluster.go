@@ -19,6 +19,14 @@ type ClusterOptions struct {
 	MinIO MinIOOptions
 }
 
+// MultiNode is the multi-node topology of the HA tests, the chaos runs and
+// the recovery benches: a 3-member etcd and a 4-node distributed MinIO (two
+// drives per node, one erasure set of 8), which keep a quorum through one
+// etcd member and one MinIO node down (DESIGN.md invariant 12).
+func MultiNode() ClusterOptions {
+	return ClusterOptions{Etcd: EtcdOptions{Members: 3}, MinIO: MinIOOptions{Nodes: 4}}
+}
+
 // StartCluster starts the etcd cluster under dir/etcd and MinIO under
 // dir/minio, and blocks until every member answers a read and every MinIO
 // node a bucket call. On error nothing it started is left running.

@@ -252,6 +252,21 @@ func (e *Etcd) Leader(ctx context.Context) (*EtcdMember, error) {
 	return nil, fmt.Errorf("localstack: no etcd leader found")
 }
 
+// Follower returns a running member that is not the raft leader (Leader's
+// errors; an error when every running member leads, a one-member cluster).
+func (e *Etcd) Follower(ctx context.Context) (*EtcdMember, error) {
+	leader, err := e.Leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range e.Members {
+		if m != leader && !m.Exited() {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("localstack: no running etcd follower")
+}
+
 // Restart starts a stopped or killed member again on its data directory and
 // waits until it answers.
 func (m *EtcdMember) Restart(ctx context.Context) error {

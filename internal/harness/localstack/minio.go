@@ -3,6 +3,7 @@ package localstack
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -266,6 +267,11 @@ func (m *MinIO) LogTail(n int64) string {
 
 // WaitReady blocks until the bucket exists (creating it through the first
 // node) and every node answers a bucket call, a node exits, or timeout.
+// With several nodes served over HTTP it also waits until every node says
+// the cluster would keep its write quorum without that node
+// (/minio/health/cluster?maintenance=true answers 200): the drives of every
+// node are back online, not only its S3 API, so a fault that follows a
+// restart does not meet a cluster still short of drives.
 func (m *MinIO) WaitReady(ctx context.Context, timeout time.Duration) error {
 	for i, n := range m.Nodes {
 		cfg := m.Config
@@ -281,6 +287,29 @@ func (m *MinIO) WaitReady(ctx context.Context, timeout time.Duration) error {
 		if err := waitReady(ctx, n.Process, timeout, func(ctx context.Context) error {
 			if err := check(ctx); err != nil {
 				return fmt.Errorf("bucket %q on %s: %w", m.Config.Bucket, n.Endpoint, err)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if len(m.Nodes) < 2 || m.Config.TLS.CA != "" {
+		return nil
+	}
+	for _, n := range m.Nodes {
+		url := "http://" + n.Endpoint + "/minio/health/cluster?maintenance=true"
+		if err := waitReady(ctx, n.Process, timeout, func(ctx context.Context) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: cluster health with this node down: %s", n.Endpoint, resp.Status)
 			}
 			return nil
 		}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
@@ -32,6 +33,17 @@ func NewDomain(t testing.TB) *Domain {
 	t.Helper()
 	sh := Get(t)
 	return &Domain{NS: Namespace(t), Etcd: sh.EtcdClient(t), Store: sh.Store(t), t: t}
+}
+
+// ClusterDomain returns a fresh Domain on cluster c (StartCluster) for t:
+// its etcd client reaches every member, its Store the first MinIO node.
+func ClusterDomain(t testing.TB, c *localstack.Cluster) *Domain {
+	t.Helper()
+	st, err := c.MinIO.Store()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Domain{NS: Namespace(t), Etcd: EtcdClient(t, c.Etcd), Store: st, t: t}
 }
 
 // ctx returns a context that ends after d or when the test ends.

@@ -242,6 +242,24 @@ func StartCluster(t testing.TB, opts localstack.ClusterOptions) *localstack.Clus
 	return c
 }
 
+// PauseFollower stops (SIGSTOP) a member of e that is not the raft
+// leader and returns it; it is continued when t ends. It fails t when no
+// follower is found or the member cannot be stopped.
+func PauseFollower(t testing.TB, e *localstack.Etcd) *localstack.EtcdMember {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := e.Follower(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Resume() })
+	return m
+}
+
 // CLIStack starts a dedicated etcd and MinIO for t, puts the store's
 // credentials in t's environment (FENCEPUB_S3_ACCESS_KEY and
 // FENCEPUB_S3_SECRET_KEY: secrets have no flags) and returns the

@@ -76,7 +76,15 @@ func (l *Local) Env(ns layout.Namespace) (Env, error) {
 			}
 			return cli, func() { _ = cli.Close(); e.Stop(); _ = os.RemoveAll(d) }, nil
 		},
-		Servers: "local (fencepub-bench --local): etcd 1 member, MinIO 1 drive, on loopback, data in a temporary directory",
+		StartCluster: func(ctx context.Context) (*localstack.Cluster, func(), error) {
+			d := filepath.Join(l.Dir, fmt.Sprintf("multinode-%d", l.n.Add(1)))
+			c, err := localstack.StartCluster(ctx, d, localstack.MultiNode())
+			if err != nil {
+				return nil, nil, err
+			}
+			return c, func() { c.Stop(); _ = os.RemoveAll(d) }, nil
+		},
+		Servers: "local (fencepub-bench --local): etcd 1 member, MinIO 1 drive, on loopback, data in a temporary directory; the recovery rows on a dedicated 3-member etcd and 4-node MinIO",
 	}, nil
 }
 

@@ -78,6 +78,18 @@ func (a *arrivals) arrived(seq uint64) {
 	}
 }
 
+// follow records the arrival of every version updates delivers, in a
+// goroutine of wg that ends when updates closes.
+func (a *arrivals) follow(wg *sync.WaitGroup, updates <-chan reader.Update) {
+	wg.Go(func() {
+		for u := range updates {
+			if u.Err == nil {
+				a.arrived(u.Pointer.Version.Seq)
+			}
+		}
+	})
+}
+
 // await blocks until seq arrived or the timeout passed, and returns when
 // it arrived.
 func (a *arrivals) await(ctx context.Context, seq uint64, timeout time.Duration) (time.Time, bool) {
@@ -123,14 +135,7 @@ func (s *runner) watchLag(ctx context.Context, st *stack, rcli *clientv3.Client)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	updates := rd.Watch(wctx)
-	wg.Go(func() {
-		for u := range updates {
-			if u.Err == nil {
-				fp.arrived(u.Pointer.Version.Seq)
-			}
-		}
-	})
+	fp.follow(&wg, rd.Watch(wctx))
 	bareKey := st.NS.Root() + "bare-watch"
 	rev, err := st.Etcd.Put(ctx, bareKey, "0")
 	if err != nil {

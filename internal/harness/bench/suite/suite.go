@@ -26,6 +26,7 @@ import (
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/harness/bench"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
@@ -52,6 +53,7 @@ const (
 	WorkloadGC        = "gc"
 	WorkloadScaling   = "scaling"
 	WorkloadCluster   = "cluster"
+	WorkloadRecovery  = "recovery"
 )
 
 // workloadInfo describes each workload for the report, in run order.
@@ -91,6 +93,11 @@ var workloadInfo = []bench.Workload{
 	{
 		Name: WorkloadCluster, Title: "7b. Scaling: a 3-member etcd cluster vs a single member",
 		About: "fencepub and the floor (1 KiB, 1 and 16 publishers on distinct resources) on a dedicated 3-member etcd cluster vs the same on a dedicated single member, same MinIO, all four interleaved. The three members share this machine's CPUs and disk. Needs dedicated clusters (`fencepub-bench --local`).",
+	},
+	{
+		Name: WorkloadRecovery, Title: "8. Recovery on the multi-node topology",
+		About: "On a dedicated 3-member etcd and 4-node distributed MinIO (`localstack.MultiNode`), with the CLI's etcd defaults (keepalive 10 s + 3 s, etcd.request_timeout 5 s): an operation sent right after a fault vs the same operation with no fault, alternating, one sample per fault. " +
+			"Acquire sent as the raft leader is stopped (SIGSTOP, held 8 s); a 1 KiB publish sent as one MinIO node (not the client's) is killed (kill -9; restarted between samples); the watch lag of a publish sent as the raft leader is killed (kill -9; restarted between samples). Needs a dedicated cluster (`fencepub-bench --local`).",
 	},
 }
 
@@ -228,6 +235,10 @@ type Env struct {
 	// returns a client and a stop function; nil skips the cluster rows of
 	// the scaling workload.
 	StartEtcd func(ctx context.Context, members int) (*clientv3.Client, func(), error)
+	// StartCluster starts a dedicated multi-node cluster
+	// (localstack.MultiNode) and returns it with a stop function; nil
+	// skips the recovery workload.
+	StartCluster func(ctx context.Context) (*localstack.Cluster, func(), error)
 	// Servers describes the servers for the report.
 	Servers string
 }
@@ -263,6 +274,7 @@ func Run(ctx context.Context, env Env, opts Options) (bench.Report, error) {
 	runs := map[string]func(context.Context) error{
 		WorkloadPublish: s.publish, WorkloadPeer: s.peer, WorkloadAuthority: s.authorityWorkload,
 		WorkloadReader: s.readerWorkload, WorkloadGC: s.gcWorkload, WorkloadScaling: s.scaling, WorkloadCluster: s.cluster,
+		WorkloadRecovery: s.recovery,
 	}
 	var errs []error
 	for _, info := range workloadInfo {

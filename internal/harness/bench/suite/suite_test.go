@@ -26,7 +26,7 @@ import (
 // operations (none is skipped: wrk must be installed), the report and chart are
 // written, and the suite leaves no objects or etcd keys behind.
 func TestSuiteQuick(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	shared := testenv.Get(t)
 	svc := filepath.Join(t.TempDir(), "reader-service")
@@ -44,6 +44,9 @@ func TestSuiteQuick(t *testing.T) {
 				return nil, nil, err
 			}
 			return cli, func() { _ = cli.Close() }, nil
+		},
+		StartCluster: func(ctx context.Context) (*localstack.Cluster, func(), error) {
+			return testenv.StartCluster(t, localstack.MultiNode()), func() {}, nil
 		},
 		Servers: "testenv",
 	}
@@ -132,7 +135,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 			t.Errorf("%+v: err = %v, %d rows; want %v", c.opts, err, len(rep.Rows), c.want)
 		}
 	}
-	if !slices.Equal(Workloads(), []string{"publish", "peer", "authority", "reader", "gc", "scaling", "cluster"}) {
+	if !slices.Equal(Workloads(), []string{"publish", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery"}) {
 		t.Errorf("Workloads() = %v", Workloads())
 	}
 }

@@ -1,7 +1,8 @@
 // Command chaos is fencepub's fault-injection soak (`make chaos`): it starts
-// a 3-member etcd cluster and a 4-drive MinIO from ./bin, runs one chaos run
-// (internal/chaos.Run) for -duration with the fault schedule of -seed, prints
-// the operations, the faults injected by kind and the violations, and exits
+// the multi-node topology from ./bin (a 3-member etcd cluster and a 4-node
+// distributed MinIO), runs one chaos run (internal/harness/chaos.Run) for
+// -duration with the fault schedule of -seed, prints the operations, the
+// faults injected by kind, the liveness figures and the violations, and exits
 // 1 when there was a violation (the failure file is in -out) and 2 when the
 // run could not be made.
 //
@@ -10,7 +11,7 @@
 //
 // Usage:
 //
-//	chaos [-seed N] [-duration 30m] [-dir DIR] [-out DIR] [-history FILE] [-v]
+//	chaos [-seed N] [-duration 30m] [-dir DIR] [-out DIR] [-history FILE] [-summary FILE] [-v]
 package main
 
 import (
@@ -43,6 +44,7 @@ func run() int {
 	out := flag.String("out", ".", "directory for chaos-failure-<seed>.json")
 	verbose := flag.Bool("v", false, "log every fault as it is injected")
 	histFile := flag.String("history", "", "also write the run's history as JSON to this file")
+	sumFile := flag.String("summary", "", "also write the run's summary, liveness figures included, as JSON to this file")
 	flag.Parse()
 	seed := time.Now().UnixNano() % 1_000_000_000
 	if *seedFlag != "" {
@@ -90,6 +92,15 @@ func run() int {
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "chaos: write the history:", err)
+		}
+	}
+	if *sumFile != "" {
+		b, err := json.MarshalIndent(res.Summary, "", " ")
+		if err == nil {
+			err = os.WriteFile(*sumFile, b, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: write the summary:", err)
 		}
 	}
 	for _, v := range res.Violations {

@@ -1,0 +1,111 @@
+package chaos
+
+import (
+	"slices"
+	"time"
+)
+
+// FaultLiveness is the liveness figure of one server fault's window, from
+// the fault's start to its end (a restart and the wait for readiness
+// included).
+type FaultLiveness struct {
+	Kind   FaultKind `json:"kind"`
+	Target string    `json:"target"`
+	Start  int64     `json:"start"`
+	End    int64     `json:"end"`
+	// QuorumUp: a quorum of both services served throughout (QuorumKept).
+	QuorumUp bool `json:"quorum_up"`
+	// Attempted counts the client operations (Attempt) that overlapped the
+	// window and began after the server fault before it had ended; Failed
+	// those of them that failed because a service did not serve them. With
+	// QuorumUp, the goal for Failed is 0 (DESIGN.md invariant 12).
+	Attempted int `json:"attempted"`
+	Failed    int `json:"failed"`
+	// FirstSuccess is the time from the fault's start to the return of the
+	// first operation that began at or after it and succeeded; -1 when none
+	// did before the run ended.
+	FirstSuccess time.Duration `json:"first_success"`
+}
+
+// KindLiveness sums the liveness figures of every window of one fault kind.
+type KindLiveness struct {
+	Windows   int  `json:"windows"`
+	QuorumUp  bool `json:"quorum_up"`
+	Attempted int  `json:"attempted"`
+	Failed    int  `json:"failed"`
+	// FirstSuccessMax is the longest FirstSuccess of its windows (-1 when a
+	// window had no success).
+	FirstSuccessMax time.Duration `json:"first_success_max"`
+}
+
+// Liveness returns the liveness figure of each server fault of h, in order
+// of start. Operations of a worker process while a worker fault hit it (a
+// pause, a kill, a skewed clock) are left out: they fail or stall because of
+// that fault.
+func Liveness(h *History) []FaultLiveness {
+	worker := map[FaultKind]bool{}
+	for _, k := range WorkerFaults() {
+		worker[k] = true
+	}
+	var server, workerFaults []FaultRecord
+	for _, f := range h.Faults {
+		if worker[f.Kind] {
+			workerFaults = append(workerFaults, f)
+		} else {
+			server = append(server, f)
+		}
+	}
+	slices.SortFunc(server, func(a, b FaultRecord) int { return int(a.Start - b.Start) })
+	hitByWorkerFault := func(a Attempt) bool {
+		for _, f := range workerFaults {
+			if f.Target == a.Client && a.Call <= f.End && a.Return >= f.Start {
+				return true
+			}
+		}
+		return false
+	}
+	out := make([]FaultLiveness, 0, len(server))
+	var prevEnd int64
+	for _, f := range server {
+		l := FaultLiveness{Kind: f.Kind, Target: f.Target, Start: f.Start, End: f.End, QuorumUp: QuorumKept(f.Kind), FirstSuccess: -1}
+		first := int64(-1)
+		for _, a := range h.Attempts {
+			if hitByWorkerFault(a) {
+				continue
+			}
+			if a.Call >= f.Start && !a.Failed && (first < 0 || a.Return < first) {
+				first = a.Return
+			}
+			if a.Call > f.End || a.Return < f.Start || a.Call < prevEnd {
+				continue
+			}
+			l.Attempted++
+			if a.Failed {
+				l.Failed++
+			}
+		}
+		if first >= 0 {
+			l.FirstSuccess = time.Duration(first - f.Start)
+		}
+		prevEnd = f.End
+		out = append(out, l)
+	}
+	return out
+}
+
+// sumLiveness sums ls by kind.
+func sumLiveness(ls []FaultLiveness) map[FaultKind]KindLiveness {
+	out := map[FaultKind]KindLiveness{}
+	for _, l := range ls {
+		k := out[l.Kind]
+		if k.Windows == 0 || k.FirstSuccessMax >= 0 && (l.FirstSuccess < 0 || l.FirstSuccess > k.FirstSuccessMax) {
+			k.FirstSuccessMax = l.FirstSuccess
+		}
+		k.Windows++
+		k.QuorumUp = l.QuorumUp
+		k.Attempted += l.Attempted
+		k.Failed += l.Failed
+		out[l.Kind] = k
+	}
+	return out
+}
