@@ -20,9 +20,9 @@ var (
 // buildInfo describes this binary; `fencepub version -o json` prints it and
 // --version prints buildInfo.String.
 type buildInfo struct {
-	Version   string `json:"version"`            // release tag, module version, or "(devel)"
-	Commit    string `json:"commit,omitempty"`   // full VCS revision, when known
-	Modified  bool   `json:"modified,omitempty"` // built from a tree with uncommitted changes
+	Version   string `json:"version"`  // release tag, module version, or "(devel)"
+	Commit    string `json:"commit"`   // full VCS revision; "" when unknown (a build outside a VCS checkout)
+	Modified  bool   `json:"modified"` // built from a tree with uncommitted changes
 	GoVersion string `json:"go_version"`
 	OS        string `json:"os"`
 	Arch      string `json:"arch"`
