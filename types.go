@@ -114,6 +114,40 @@ type StoreConfig = s3store.Config
 // internal/objstore/storetest.
 type Store = objstore.Store
 
+// The types of Store's methods, so that a program can implement Store (a
+// wrapper, another backend) without importing internal packages. Their
+// fields and the error each method returns are documented in
+// internal/objstore.
+type (
+	// ObjectInfo describes one object: key, size in bytes, ETag,
+	// modification time, content type and user metadata.
+	ObjectInfo = objstore.ObjectInfo
+	// PutOptions are the attributes a write gives the object.
+	PutOptions = objstore.PutOptions
+	// Part is one uploaded part of a multipart upload.
+	Part = objstore.Part
+	// CopySource names the object a part is copied from (and its ETag).
+	CopySource = objstore.CopySource
+	// Upload is one incomplete multipart upload.
+	Upload = objstore.Upload
+	// ListOptions select what List returns.
+	ListOptions = objstore.ListOptions
+	// BucketSettings are the bucket's versioning and lifecycle rules.
+	BucketSettings = objstore.BucketSettings
+)
+
+// The typed errors a Store's methods return (wrapped), which fencepub's
+// packages act on.
+var (
+	// ErrObjectExists: a create-only write found an object at the key.
+	ErrObjectExists = objstore.ErrExists
+	// ErrObjectNotFound: no such object (or upload, or bucket).
+	ErrObjectNotFound = objstore.ErrNotFound
+	// ErrConditionFailed: an If-Match did not hold, or a concurrent
+	// conditional write won (409).
+	ErrConditionFailed = objstore.ErrConditionConflict
+)
+
 // NewStore returns the S3-compatible Store of cfg (minio-go) without
 // contacting the server (the first request that fails says why; use
 // CheckBucket to ask). Errors: an empty endpoint or bucket, a malformed
