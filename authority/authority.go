@@ -260,7 +260,7 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // etcd.
 //
 // A first init first checks that the store honours create-only writes
-// (ProbeCreateOnly), then (DESIGN.md "etcd layout", invariants 3 and 9)
+// (objstore.ProbeCreateOnly), then (DESIGN.md "etcd layout", invariants 3 and 9)
 // requires the bucket to hold nothing under the domain's root: it claims etcd's
 // deployment key with a fresh id (or the id another init of this etcd
 // claimed), writes the bucket's ownership marker create-only, reserves
@@ -272,8 +272,8 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // nothing (Recover with FromBucket takes such a bucket over). Etcd is read
 // first, so an unreachable etcd writes nothing.
 //
-// Errors: *CreateOnlyError (ErrCreateOnlyIgnored) for a store that ignores
-// If-None-Match, *ForeignHistoryError (ErrForeignHistory),
+// Errors: fencepub.ErrCreateOnlyIgnored (wrapped, naming the store) for a
+// store that ignores If-None-Match, *ForeignHistoryError (ErrForeignHistory),
 // fencepub.ErrUnavailable, ErrExhausted, fencepub.ErrCorruptState.
 func (a *Authority) Init(ctx context.Context) (Domain, error) {
 	d, ok, err := a.readDomain(ctx)

@@ -331,3 +331,15 @@ func (a *Authority) pruneMarkers(ctx context.Context, g Grant) {
 		}
 	}
 }
+
+// probeStore runs objstore.ProbeCreateOnly on the authority's store, each
+// write bounded by twice RequestTimeout.
+func (a *Authority) probeStore(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, 2*a.cfg.RequestTimeout)
+	defer cancel()
+	err := objstore.ProbeCreateOnly(rctx, a.st, a.ns.CreateOnlyProbeObject())
+	if err == nil || errors.Is(err, objstore.ErrCreateOnlyIgnored) {
+		return err
+	}
+	return storeErr(ctx, "create-only probe "+a.ns.CreateOnlyProbeObject(), err)
+}
