@@ -273,7 +273,7 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // first, so an unreachable etcd writes nothing.
 //
 // Errors: fencepub.ErrCreateOnlyIgnored (wrapped, naming the store) for a
-// store that ignores If-None-Match, *ForeignHistoryError (ErrForeignHistory),
+// store that ignores If-None-Match, ErrForeignHistory,
 // fencepub.ErrUnavailable, ErrExhausted, fencepub.ErrCorruptState.
 func (a *Authority) Init(ctx context.Context) (Domain, error) {
 	d, ok, err := a.readDomain(ctx)

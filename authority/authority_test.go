@@ -170,9 +170,9 @@ func TestHeldAndWait(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	ga := mustAcquire(t, a, AcquireRequest{Resource: "held", Owner: owner("A"), TTL: 30 * time.Second})
 	_, err := a.Acquire(ctx, AcquireRequest{Resource: "held", Owner: owner("B"), TTL: 5 * time.Second})
-	var he *HeldError
+	var he *heldError
 	if !errors.Is(err, ErrHeld) || !errors.As(err, &he) || he.Holder.Owner != ga.Owner || he.Holder.Generation != ga.Generation {
-		t.Fatalf("contended acquire: %v; want *HeldError naming A", err)
+		t.Fatalf("contended acquire: %v; want *heldError naming A", err)
 	}
 	if until := time.Until(he.Until); until < 20*time.Second || until > 31*time.Second {
 		t.Fatalf("held until %s from now; want about 30 s", until)
@@ -197,15 +197,15 @@ func TestHeldAndWait(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	_, err = a.Acquire(wctx, AcquireRequest{Resource: "held", Owner: owner("C"), TTL: 5 * time.Second, Wait: true})
 	cancel()
-	var held *HeldError
+	var held *heldError
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &held) || held.Holder.Owner != ga.Owner {
-		t.Fatalf("wait with a short ctx: %v; want DeadlineExceeded and a HeldError naming A", err)
+		t.Fatalf("wait with a short ctx: %v; want DeadlineExceeded and a heldError naming A", err)
 	}
 	// MaxWait ends the waiting alike, under a context that would wait on.
 	start := time.Now()
 	_, err = a.Acquire(ctx, AcquireRequest{Resource: "held", Owner: owner("C"), TTL: 5 * time.Second, Wait: true, MaxWait: 300 * time.Millisecond})
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &held) || held.Holder.Owner != ga.Owner || ctx.Err() != nil {
-		t.Fatalf("wait with MaxWait: %v; want DeadlineExceeded and a HeldError naming A", err)
+		t.Fatalf("wait with MaxWait: %v; want DeadlineExceeded and a heldError naming A", err)
 	}
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("MaxWait 300ms waited %s", took)

@@ -147,7 +147,7 @@ type restoredPointer struct {
 // any other corrupt value it needs (a pointer) stops it before it changes
 // anything.
 //
-// Errors: *ForeignHistoryError (ErrForeignHistory; retry with FromBucket),
+// Errors: ErrForeignHistory (retry with FromBucket),
 // ErrInitialized (FromBucket on an etcd with an epoch),
 // ErrForeignDeployment, fencepub.ErrUnavailable, ErrExhausted,
 // fencepub.ErrCorruptState, a concurrent epoch change (run again), ctx's

@@ -47,7 +47,7 @@ type DaemonConfig struct {
 	// next. Default 5 min.
 	Interval time.Duration
 	// LeaseTTL is the GC lease's TTL (whole seconds, at least
-	// authority.MinTTL). A killed leader is replaced within about one TTL.
+	// 2 s, etcd's minimum). A killed leader is replaced within about one TTL.
 	// Default 15 s.
 	LeaseTTL time.Duration
 	// LeaseResource is the reserved ('_'-prefixed) resource whose lease
