@@ -115,7 +115,7 @@ func TestUnknownOutcomeResolved(t *testing.T) {
 	mustOutcome(t, "resolve lost again", again, err, Stale, ReasonSeal)
 	// The same transaction arriving late (a delayed packet, a retry) is
 	// refused by the seal and never applies.
-	late := e.pub.prepare(p.Term(), r2.Version, "k-lost", r2.Digest, r2.Object, "text/plain")
+	late := e.pub.prepare(p.term, r2.Version, "k-lost", r2.Digest, r2.Object, "text/plain")
 	lr, err := e.pub.commit(ctx, late)
 	mustOutcome(t, "late delivery", lr, err, Stale, ReasonSeal)
 	if ptr := e.Pointer(res); ptr.Version != r1.Version {

@@ -353,9 +353,6 @@ func (c *Client) BindGrant(ctx context.Context, g authority.Grant, strict bool) 
 	return c.Bind(ctx, GrantTerm(g, strict))
 }
 
-// Term returns the Publisher's term.
-func (p *Publisher) Term() Term { return p.term }
-
 // NextSeq returns the seq the next Publish will use (layout.MaxNumber
 // again once the term's seq space is closed; see take).
 func (p *Publisher) NextSeq() uint64 {
