@@ -32,7 +32,8 @@ type AcquireRequest struct {
 	// compares it. Use a fresh random id per request.
 	Owner string
 	// RequestID makes the acquire idempotent: a retry with the same id gets
-	// the original grant instead of a new one, for RequestRetention. Empty:
+	// the original grant instead of a new one while its request record lives
+	// (gc.Config.RequestRetention, default 24 h). Empty:
 	// a random id is generated (and returned in Grant.RequestID).
 	RequestID string
 	// TTL is the lease's time to live: whole seconds, 2 s (etcd's minimum) to etcd's maximum (9e9 s).
@@ -51,7 +52,7 @@ type AcquireRequest struct {
 
 // requestRecord is the value of requests/<request-id>: the grant the request
 // got and when the record was written. Its retention is measured from the
-// record's ModRevision on GC's domain clock (PruneRequests); CreatedAt, the
+// record's ModRevision on GC's domain clock (gc prunes it); CreatedAt, the
 // acquirer's clock, is informative only.
 type requestRecord struct {
 	Grant     Grant     `json:"grant"`

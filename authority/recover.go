@@ -434,6 +434,10 @@ func planRestored(rep *RecoverReport) {
 	}
 }
 
+// pruneBatch bounds the deletions per transaction, well under etcd's
+// default limit of 128 operations per transaction.
+const pruneBatch = 50
+
 // recordRestored writes, for each resource of rep and each epoch in its
 // Recorded, layout.RestoredKey(res, epoch) = the restored pointer's value
 // (the zero pointer's when it has none), unless a record exists; nested

@@ -301,7 +301,7 @@ func TestRetentionBoundedMemory(t *testing.T) {
 }
 
 func TestPolicy(t *testing.T) {
-	if got := (Policy{}).withDefaults(); got != DefaultPolicy() {
+	if got := (Policy{}).withDefaults(); got != DefaultConfig().Policy {
 		t.Fatalf("zero policy = %+v", got)
 	}
 	if got := (Policy{Retain: 1, Grace: time.Second}).withDefaults(); got.Retain != 1 || got.Grace != time.Second || got.AbandonAfter != defaultAbandonAfter {

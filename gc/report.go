@@ -72,8 +72,7 @@ type ClockReport struct {
 	Checkpoints int  `json:"checkpoints"`
 	// GraceCutoff ages history supersession and decommission seals
 	// (Policy.Grace + Policy.ClockSkew); OpCutoff op records (OpRetention);
-	// RequestCutoff acquire request records (the authority's
-	// RequestRetention).
+	// RequestCutoff acquire request records (RequestRetention).
 	GraceCutoff   int64 `json:"grace_cutoff_revision"`
 	OpCutoff      int64 `json:"op_cutoff_revision"`
 	RequestCutoff int64 `json:"request_cutoff_revision"`

@@ -126,18 +126,16 @@ func (f *gcFlags) collector(env *cli.Env, m *gc.Metrics) (*gc.Collector, error) 
 	if p.ClockSkew == 0 {
 		p.ClockSkew = time.Nanosecond // the library reads 0 as "default"
 	}
-	return openCollector(env, g.RequestRetention, gc.Config{
-		Policy: p, OpRetention: g.OpRetention, DeleteBatch: g.DeleteBatch, DeleteConcurrency: g.DeleteConcurrency, Metrics: m,
+	return openCollector(env, gc.Config{
+		Policy: p, OpRetention: g.OpRetention, RequestRetention: g.RequestRetention,
+		DeleteBatch: g.DeleteBatch, DeleteConcurrency: g.DeleteConcurrency, Metrics: m,
 	})
 }
 
 // openCollector builds a Collector of env's domain: cfg's policy fields
-// (zero: the defaults) with env's clients and an authority keeping request
-// records requestRetention (zero: its default).
-func openCollector(env *cli.Env, requestRetention time.Duration, cfg gc.Config) (*gc.Collector, error) {
-	acfg := env.AuthorityConfig()
-	acfg.RequestRetention = requestRetention
-	a, err := authority.New(acfg)
+// (zero: the defaults) with env's clients and authority.
+func openCollector(env *cli.Env, cfg gc.Config) (*gc.Collector, error) {
+	a, err := authority.New(env.AuthorityConfig())
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
