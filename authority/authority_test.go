@@ -413,4 +413,3 @@ func TestConcurrentAcquirers(t *testing.T) {
 		}
 	}
 }
-
