@@ -308,7 +308,7 @@ func TestPolicy(t *testing.T) {
 		t.Fatalf("partial policy = %+v", got)
 	}
 	for _, p := range []Policy{{Retain: -1}, {Grace: -1}, {ClockSkew: -1}, {AbandonAfter: -1}} {
-		if err := p.Validate(); err == nil {
+		if err := p.validate(); err == nil {
 			t.Errorf("%+v validated", p)
 		}
 	}

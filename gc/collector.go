@@ -133,7 +133,7 @@ func New(cfg Config) (*Collector, error) {
 	case cfg.DeleteConcurrency < 0:
 		return nil, fmt.Errorf("%w: config: DeleteConcurrency %d is negative", fencepub.ErrInvalid, cfg.DeleteConcurrency)
 	}
-	if err := cfg.Policy.Validate(); err != nil {
+	if err := cfg.Policy.validate(); err != nil {
 		return nil, err
 	}
 	d := DefaultConfig()

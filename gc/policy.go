@@ -57,9 +57,9 @@ func (p Policy) withDefaults() Policy {
 	return p
 }
 
-// Validate checks that no field is negative. Errors: fencepub.ErrInvalid naming the
-// field.
-func (p Policy) Validate() error {
+// validate checks that no field is negative. Errors: fencepub.ErrInvalid
+// naming the field.
+func (p Policy) validate() error {
 	switch {
 	case p.Retain < 0:
 		return fmt.Errorf("%w: retain %d is negative", fencepub.ErrInvalid, p.Retain)

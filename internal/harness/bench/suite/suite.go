@@ -432,7 +432,7 @@ func (st *stack) bind(ctx context.Context, res string) (*publisher.Publisher, au
 	if err != nil {
 		return nil, g, err
 	}
-	p, err := st.pub.BindGrant(ctx, g, false)
+	p, err := st.pub.Bind(ctx, publisher.GrantTerm(g, false))
 	return p, g, err
 }
 
