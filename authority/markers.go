@@ -24,9 +24,6 @@ import (
 const (
 	markerContentType = "application/json"
 	markerMaxBytes    = ownership.MaxBytes
-	// conflictRetries bounds retries of a create-only PUT answered 409
-	// ConditionalRequestConflict (a concurrent conditional write).
-	conflictRetries = 5
 )
 
 // epochMarker is the body of an epoch marker: who reserved the epoch and why
