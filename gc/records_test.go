@@ -17,7 +17,7 @@ import (
 )
 
 // etcd stays bounded: history entries past retention, op records past their
-// retention, request records past the authority's retention and grant
+// retention, request records past RequestRetention and grant
 // records below the pointer's fence are pruned; the generation, epoch,
 // pointer and seal never are.
 func TestRecordsPruned(t *testing.T) {
