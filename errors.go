@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
 )
 
 // Error kinds shared by every fencepub package. Each package's own name for
@@ -45,3 +46,9 @@ var (
 	// (ParseVersion, Version.Validate).
 	ErrBadVersion = layout.ErrBadVersion
 )
+
+// ErrCreateOnlyIgnored: the object store accepted a create-only write
+// (If-None-Match: *) onto a key that exists, so fencepub refuses it
+// (DESIGN.md invariants 3 and 9). authority.Authority.Init returns it
+// (wrapped, naming the store and the probe key) on a domain's first init.
+var ErrCreateOnlyIgnored = objstore.ErrCreateOnlyIgnored

@@ -14,10 +14,10 @@ import (
 
 // TTL limits of a lease, enforced rather than stretched.
 const (
-	// MinTTL is etcd's minimum lease TTL with its default timing: the server
+	// minTTL is etcd's minimum lease TTL with its default timing: the server
 	// rounds 1.5 election timeouts (1.5 × 1 s) up to whole seconds, and
 	// silently raises any shorter TTL to it.
-	MinTTL = 2 * time.Second
+	minTTL = 2 * time.Second
 	// maxTTL is etcd's maximum lease TTL (9e9 s).
 	maxTTL = 9_000_000_000 * time.Second
 )
@@ -32,10 +32,11 @@ type AcquireRequest struct {
 	// compares it. Use a fresh random id per request.
 	Owner string
 	// RequestID makes the acquire idempotent: a retry with the same id gets
-	// the original grant instead of a new one, for RequestRetention. Empty:
+	// the original grant instead of a new one while its request record lives
+	// (gc.Config.RequestRetention, default 24 h). Empty:
 	// a random id is generated (and returned in Grant.RequestID).
 	RequestID string
-	// TTL is the lease's time to live: whole seconds, MinTTL to etcd's maximum (9e9 s).
+	// TTL is the lease's time to live: whole seconds, 2 s (etcd's minimum) to etcd's maximum (9e9 s).
 	TTL time.Duration
 	// Wait blocks while another grant holds the resource (watching its
 	// holder key, not polling) until this request wins or ctx ends. Without
@@ -43,7 +44,7 @@ type AcquireRequest struct {
 	Wait bool
 	// MaxWait, with Wait, bounds the time spent waiting for a holder (from
 	// the first wait; 0: as long as ctx). When it passes the resource is
-	// still held: a *HeldError wrapping context.DeadlineExceeded. It bounds
+	// still held: an ErrHeld error wrapping context.DeadlineExceeded. It bounds
 	// only the waiting, never a grant transaction in progress, so a holder
 	// that leaves just before it passes does not cut a grant in half.
 	MaxWait time.Duration
@@ -51,7 +52,7 @@ type AcquireRequest struct {
 
 // requestRecord is the value of requests/<request-id>: the grant the request
 // got and when the record was written. Its retention is measured from the
-// record's ModRevision on GC's domain clock (PruneRequests); CreatedAt, the
+// record's ModRevision on GC's domain clock (gc prunes it); CreatedAt, the
 // acquirer's clock, is informative only.
 type requestRecord struct {
 	Grant     Grant     `json:"grant"`
@@ -71,12 +72,12 @@ type resState struct {
 }
 
 // checkTTL returns ttl in whole seconds, or ErrBadTTL: etcd would stretch a
-// TTL below MinTTL and round a fractional one (the issue: "say so, do not
+// TTL below minTTL and round a fractional one (the issue: "say so, do not
 // silently stretch").
 func checkTTL(ttl time.Duration) (int64, error) {
 	switch {
-	case ttl < MinTTL:
-		return 0, fmt.Errorf("%w: %s is below etcd's minimum lease TTL of %s (with etcd's default 100 ms heartbeat and 1 s election timeout; etcd would silently stretch it)", ErrBadTTL, ttl, MinTTL)
+	case ttl < minTTL:
+		return 0, fmt.Errorf("%w: %s is below etcd's minimum lease TTL of %s (with etcd's default 100 ms heartbeat and 1 s election timeout; etcd would silently stretch it)", ErrBadTTL, ttl, minTTL)
 	case ttl > maxTTL:
 		return 0, fmt.Errorf("%w: %s is above etcd's maximum lease TTL of %s", ErrBadTTL, ttl, maxTTL)
 	case ttl%time.Second != 0:
@@ -118,11 +119,11 @@ func checkTTL(ttl time.Duration) (int64, error) {
 //
 // Blocks for about one etcd transaction plus one object-store round trip;
 // with req.Wait, until the resource is free or ctx ends. A deadline that
-// ends the wait is a *HeldError naming the holder that also wraps ctx's
+// ends the wait is an ErrHeld error naming the holder that also wraps ctx's
 // error (errors.Is matches both ErrHeld and context.DeadlineExceeded).
 //
-// Errors: layout.ErrInvalidName and ErrBadTTL (nothing written); *HeldError
-// (ErrHeld); ErrExpired; ErrRequestConflict; ErrRolledBack; ErrLeaseLost
+// Errors: layout.ErrInvalidName and ErrBadTTL (nothing written); ErrHeld
+// (naming the holder and its expected expiry); ErrExpired; ErrRequestConflict; ErrRolledBack; ErrLeaseLost
 // (the grant was superseded before it could be confirmed: the caller was
 // paused past its TTL); fencepub.ErrUnavailable (the grant may have been made: retry
 // with the same request id); ErrExhausted; ctx's error.
@@ -215,7 +216,7 @@ func (q *acquisition) run(ctx context.Context) (Grant, error) {
 		case s.holder != nil:
 			a.remember(res, counter{epoch: s.epoch, gen: s.gen})
 			if !q.req.Wait {
-				return Grant{}, a.heldError(ctx, res, *s.holder)
+				return Grant{}, a.heldBy(ctx, res, *s.holder)
 			}
 			q.dropLease() // it would tick away while we wait
 			a.log.Debug("authority: waiting for the holder", "resource", res, "holder", s.holder.Owner)
@@ -224,7 +225,7 @@ func (q *acquisition) run(ctx context.Context) (Grant, error) {
 			cancel()
 			if err != nil {
 				if errors.Is(err, context.DeadlineExceeded) { // still held when the deadline came
-					return Grant{}, fmt.Errorf("%w; stopped waiting: %w", a.heldError(context.WithoutCancel(ctx), res, *s.holder), err)
+					return Grant{}, fmt.Errorf("%w; stopped waiting: %w", a.heldBy(context.WithoutCancel(ctx), res, *s.holder), err)
 				}
 				return Grant{}, err
 			}
@@ -402,7 +403,7 @@ func (q *acquisition) grantLease(ctx context.Context) error {
 	if resp.TTL != q.ttl {
 		q.dropLease()
 		return fmt.Errorf("%w: etcd granted a %d s lease for a requested %d s; this cluster's minimum lease TTL is higher than %s (non-default heartbeat or election timeout)",
-			ErrBadTTL, resp.TTL, q.ttl, MinTTL)
+			ErrBadTTL, resp.TTL, q.ttl, minTTL)
 	}
 	return nil
 }
@@ -523,10 +524,10 @@ func decodeHolder(kv *mvccKV) (Grant, error) {
 	return g, nil
 }
 
-// heldError builds the ErrHeld error for holder, estimating its expiry from
+// heldBy builds the ErrHeld error for holder, estimating its expiry from
 // the lease's remaining TTL (zero Until when that read fails).
-func (a *Authority) heldError(ctx context.Context, res string, holder Grant) error {
-	e := &HeldError{Resource: res, Holder: holder}
+func (a *Authority) heldBy(ctx context.Context, res string, holder Grant) error {
+	e := &heldError{Resource: res, Holder: holder}
 	rctx, cancel := a.rctx(ctx)
 	defer cancel()
 	if ttl, err := a.cli.TimeToLive(rctx, holder.LeaseID); err == nil && ttl.TTL >= 0 {

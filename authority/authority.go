@@ -27,10 +27,9 @@ type (
 
 // Defaults of Config's optional fields.
 const (
-	DefaultRequestRetention = 24 * time.Hour
-	defaultRequestTimeout   = 5 * time.Second
-	defaultRetryTimeout     = 30 * time.Second
-	defaultMarkerKeep       = 16
+	defaultRequestTimeout = 5 * time.Second
+	defaultRetryTimeout   = 30 * time.Second
+	defaultMarkerKeep     = 16
 )
 
 // Config is the runtime configuration of an Authority: live clients and
@@ -42,11 +41,6 @@ type Config struct {
 	// markers in its Store too (layout.MetaPrefix), because they must
 	// survive an etcd restore. The Authority closes neither client.
 	fencepub.Env
-	// RequestRetention is how long an acquire request record is kept after
-	// its grant, so a retried request gets the original grant instead of a
-	// new one. Default 24 h. GC measures it on the domain clock and prunes
-	// older records (PruneRequests).
-	RequestRetention time.Duration
 	// RequestTimeout bounds each single etcd or object-store request; a
 	// request that gets no answer in time fails with fencepub.ErrUnavailable rather
 	// than blocking until the caller's context ends. Default 5 s.
@@ -105,10 +99,9 @@ func New(cfg Config) (*Authority, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("authority: config: Store is nil (epoch and grant markers live in the bucket)")
 	}
-	if cfg.RequestRetention < 0 || cfg.RequestTimeout < 0 || cfg.RetryTimeout < 0 || cfg.MarkerKeep < 0 {
-		return nil, errors.New("authority: config: RequestRetention, RequestTimeout, RetryTimeout and MarkerKeep must not be negative")
+	if cfg.RequestTimeout < 0 || cfg.RetryTimeout < 0 || cfg.MarkerKeep < 0 {
+		return nil, errors.New("authority: config: RequestTimeout, RetryTimeout and MarkerKeep must not be negative")
 	}
-	cfg.RequestRetention = cmp.Or(cfg.RequestRetention, DefaultRequestRetention)
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
 	cfg.RetryTimeout = cmp.Or(cfg.RetryTimeout, defaultRetryTimeout)
 	cfg.MarkerKeep = cmp.Or(cfg.MarkerKeep, defaultMarkerKeep)
@@ -120,11 +113,6 @@ func New(cfg Config) (*Authority, error) {
 		known: make(map[string]counter),
 	}, nil
 }
-
-// RequestRetention returns the effective Config.RequestRetention (default
-// applied): GC keeps an acquire request record at least this long on the
-// domain clock before PruneRequests may delete it.
-func (a *Authority) RequestRetention() time.Duration { return a.cfg.RequestRetention }
 
 // rctx derives the context of one request: ctx bounded by RequestTimeout.
 func (a *Authority) rctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -260,7 +248,7 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // etcd.
 //
 // A first init first checks that the store honours create-only writes
-// (ProbeCreateOnly), then (DESIGN.md "etcd layout", invariants 3 and 9)
+// (objstore.ProbeCreateOnly), then (DESIGN.md "etcd layout", invariants 3 and 9)
 // requires the bucket to hold nothing under the domain's root: it claims etcd's
 // deployment key with a fresh id (or the id another init of this etcd
 // claimed), writes the bucket's ownership marker create-only, reserves
@@ -272,8 +260,8 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // nothing (Recover with FromBucket takes such a bucket over). Etcd is read
 // first, so an unreachable etcd writes nothing.
 //
-// Errors: *CreateOnlyError (ErrCreateOnlyIgnored) for a store that ignores
-// If-None-Match, *ForeignHistoryError (ErrForeignHistory),
+// Errors: fencepub.ErrCreateOnlyIgnored (wrapped, naming the store) for a
+// store that ignores If-None-Match, ErrForeignHistory,
 // fencepub.ErrUnavailable, ErrExhausted, fencepub.ErrCorruptState.
 func (a *Authority) Init(ctx context.Context) (Domain, error) {
 	d, ok, err := a.readDomain(ctx)

@@ -170,9 +170,9 @@ func TestHeldAndWait(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	ga := mustAcquire(t, a, AcquireRequest{Resource: "held", Owner: owner("A"), TTL: 30 * time.Second})
 	_, err := a.Acquire(ctx, AcquireRequest{Resource: "held", Owner: owner("B"), TTL: 5 * time.Second})
-	var he *HeldError
+	var he *heldError
 	if !errors.Is(err, ErrHeld) || !errors.As(err, &he) || he.Holder.Owner != ga.Owner || he.Holder.Generation != ga.Generation {
-		t.Fatalf("contended acquire: %v; want *HeldError naming A", err)
+		t.Fatalf("contended acquire: %v; want *heldError naming A", err)
 	}
 	if until := time.Until(he.Until); until < 20*time.Second || until > 31*time.Second {
 		t.Fatalf("held until %s from now; want about 30 s", until)
@@ -197,15 +197,15 @@ func TestHeldAndWait(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	_, err = a.Acquire(wctx, AcquireRequest{Resource: "held", Owner: owner("C"), TTL: 5 * time.Second, Wait: true})
 	cancel()
-	var held *HeldError
+	var held *heldError
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &held) || held.Holder.Owner != ga.Owner {
-		t.Fatalf("wait with a short ctx: %v; want DeadlineExceeded and a HeldError naming A", err)
+		t.Fatalf("wait with a short ctx: %v; want DeadlineExceeded and a heldError naming A", err)
 	}
 	// MaxWait ends the waiting alike, under a context that would wait on.
 	start := time.Now()
 	_, err = a.Acquire(ctx, AcquireRequest{Resource: "held", Owner: owner("C"), TTL: 5 * time.Second, Wait: true, MaxWait: 300 * time.Millisecond})
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &held) || held.Holder.Owner != ga.Owner || ctx.Err() != nil {
-		t.Fatalf("wait with MaxWait: %v; want DeadlineExceeded and a HeldError naming A", err)
+		t.Fatalf("wait with MaxWait: %v; want DeadlineExceeded and a heldError naming A", err)
 	}
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("MaxWait 300ms waited %s", took)
@@ -411,49 +411,5 @@ func TestConcurrentAcquirers(t *testing.T) {
 				t.Fatalf("holder event %v (create %v) while present=%v: two live holders or an overwrite", ev.Type, ev.IsCreate(), present)
 			}
 		}
-	}
-}
-
-// PruneRequests deletes the records modified before the revision it is
-// given (GC's clock cutoff), never a later one nor the live holder's.
-func TestPruneRequests(t *testing.T) {
-	a := shared(t)
-	ctx := ctxT(t, 30*time.Second)
-	acquireReleased := func() {
-		g := mustAcquire(t, a, AcquireRequest{Resource: "p", Owner: owner("o")})
-		if err := a.Release(ctx, g); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 3 {
-		acquireReleased()
-	}
-	resp, err := a.cli.Get(ctx, a.ns.EpochKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cutoff := resp.Header.Revision + 1
-	acquireReleased() // after the cutoff
-	live := mustAcquire(t, a, AcquireRequest{Resource: "p", Owner: owner("o")})
-	if n, err := a.PruneRequests(ctx, "p", 0); err != nil || n != 0 {
-		t.Fatalf("PruneRequests without a cutoff = %d, %v; want 0", n, err)
-	}
-	n, err := a.PruneRequests(ctx, "p", cutoff)
-	if err != nil || n != 3 {
-		t.Fatalf("PruneRequests = %d, %v; want 3 (the records before the cutoff)", n, err)
-	}
-	resp, err = a.cli.Get(ctx, a.ns.EpochKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err = a.PruneRequests(ctx, "p", resp.Header.Revision+1)
-	if err != nil || n != 1 {
-		t.Fatalf("PruneRequests = %d, %v; want 1 (the live holder's record stays)", n, err)
-	}
-	if c := countKeys(t, a.cli, a.ns.RequestsPrefix("p")); c != 1 {
-		t.Fatalf("%d request records left; want 1", c)
-	}
-	if again := mustAcquire(t, a, AcquireRequest{Resource: "p", Owner: live.Owner, RequestID: live.RequestID}); !sameGrant(again, live) {
-		t.Fatalf("the live holder's retry got %+v", again)
 	}
 }

@@ -15,8 +15,8 @@ import (
 // Errors returned (wrapped) by Authority and Session methods; test with
 // errors.Is. Bad names are reported with layout.ErrInvalidName.
 var (
-	// ErrHeld: another grant holds the resource's lease. The error is a
-	// *HeldError naming the holder and an estimate of its expiry.
+	// ErrHeld: another grant holds the resource's lease. Its message names
+	// the holder (owner, generation, epoch) and an estimate of its expiry.
 	ErrHeld = errors.New("authority: lease held by another owner")
 	// ErrLeaseLost: the grant no longer holds its resource: its lease expired
 	// or was revoked, it was released, the domain moved to a new epoch, or a
@@ -51,7 +51,8 @@ var (
 	// already holds something under its root (an ownership marker, epoch or
 	// grant markers, objects): the history of another etcd (an empty
 	// replacement, a second cluster configured with the same bucket). The
-	// error is a *ForeignHistoryError. Init refuses it and writes nothing;
+	// message names the root, the ownership marker's deployment, the
+	// highest epoch marker and a key found. Init refuses it and writes nothing;
 	// `fencepub authority recover --from-bucket` (RecoverOptions.FromBucket)
 	// takes the bucket over (DESIGN.md invariant 9).
 	ErrForeignHistory = errors.New("authority: the bucket holds another etcd history")
@@ -64,16 +65,16 @@ var (
 	ErrExhausted = errors.New("authority: number space exhausted")
 )
 
-// HeldError is the ErrHeld error of Acquire: the resource is held by Holder
+// heldError is the ErrHeld error of Acquire: the resource is held by Holder
 // until about Until (the client's estimate from the lease's remaining TTL;
 // zero when unknown). errors.Is(err, ErrHeld) holds.
-type HeldError struct {
+type heldError struct {
 	Resource string
 	Holder   Grant
 	Until    time.Time
 }
 
-func (e *HeldError) Error() string {
+func (e *heldError) Error() string {
 	until := "unknown"
 	if !e.Until.IsZero() {
 		until = "~" + e.Until.Format(time.RFC3339)
@@ -83,7 +84,7 @@ func (e *HeldError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrHeld) true.
-func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+func (e *heldError) Is(target error) bool { return target == ErrHeld }
 
 // etcdErr classifies err from an etcd call made with a per-request timeout
 // derived from ctx: the caller's own cancellation or deadline passes through;

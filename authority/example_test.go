@@ -52,7 +52,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	p, err := pub.BindGrant(ctx, g, false)
+	p, err := pub.Bind(ctx, publisher.GrantTerm(g, false))
 	if err != nil {
 		panic(err)
 	}

@@ -27,7 +27,7 @@ type Grant struct {
 	// Epoch it orders grants: (Epoch, Generation), epoch first.
 	Generation uint64           `json:"generation"`
 	LeaseID    clientv3.LeaseID `json:"lease_id"`
-	// TTL is the lease's time to live, whole seconds, at least MinTTL.
+	// TTL is the lease's time to live, whole seconds, at least 2 s.
 	TTL time.Duration `json:"ttl"`
 	// GrantedAt is the authority client's clock when it SENT the request
 	// that created the lease, so GrantedAt+TTL is no later than the

@@ -19,10 +19,10 @@ import (
 // them implicitly; Recover with RecoverOptions.FromBucket is the explicit
 // take-over.
 
-// ForeignHistoryError is the ErrForeignHistory error: the bucket already
+// foreignHistoryError is the ErrForeignHistory error: the bucket already
 // holds something under the domain's root and etcd has no epoch for the
 // domain. errors.Is(err, ErrForeignHistory) holds.
-type ForeignHistoryError struct {
+type foreignHistoryError struct {
 	// Root is the domain's root in the bucket ("<prefix>/<domain>/").
 	Root string
 	// DeploymentID is the ownership marker's deployment id; "" when the
@@ -35,7 +35,7 @@ type ForeignHistoryError struct {
 	Found string
 }
 
-func (e *ForeignHistoryError) Error() string {
+func (e *foreignHistoryError) Error() string {
 	dep := "no ownership marker"
 	if e.DeploymentID != "" {
 		dep = "deployment " + e.DeploymentID
@@ -50,7 +50,7 @@ func (e *ForeignHistoryError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrForeignHistory) true.
-func (e *ForeignHistoryError) Is(target error) bool { return target == ErrForeignHistory }
+func (e *foreignHistoryError) Is(target error) bool { return target == ErrForeignHistory }
 
 // CheckHistory reports whether etcd may own what the bucket holds under the
 // domain's root: nil when etcd's domain is initialised, when the root is
@@ -59,7 +59,7 @@ func (e *ForeignHistoryError) Is(target error) bool { return target == ErrForeig
 // ownership marker and at most one listed key; it writes nothing. GC calls
 // it to explain an uninitialised domain.
 //
-// Errors: *ForeignHistoryError (ErrForeignHistory), fencepub.ErrUnavailable,
+// Errors: ErrForeignHistory, fencepub.ErrUnavailable,
 // fencepub.ErrCorruptState (an ownership marker that does not decode). The rule:
 // DESIGN.md invariant 9.
 func (a *Authority) CheckHistory(ctx context.Context) error {
@@ -73,7 +73,7 @@ func (a *Authority) CheckHistory(ctx context.Context) error {
 // checkBucket returns the deployment id an uninitialised domain may use: the
 // ownership marker's when etcd's deployment key already holds the same id
 // (an init of this etcd is in progress), "" when the root holds nothing; a
-// *ForeignHistoryError otherwise. The marker is read before etcd's key, and
+// *foreignHistoryError otherwise. The marker is read before etcd's key, and
 // init claims the key before it writes the marker, so a concurrent init of
 // this etcd is never mistaken for a foreign history.
 func (a *Authority) checkBucket(ctx context.Context) (string, error) {
@@ -112,7 +112,7 @@ func (a *Authority) foreignHistory(ctx context.Context, dep, found string) error
 	if err != nil {
 		return err
 	}
-	return &ForeignHistoryError{Root: a.ns.Root(), DeploymentID: dep, HighestEpoch: top, Found: found}
+	return &foreignHistoryError{Root: a.ns.Root(), DeploymentID: dep, HighestEpoch: top, Found: found}
 }
 
 // readClaim returns the value of etcd's deployment key, "" when absent.
@@ -135,7 +135,7 @@ func (a *Authority) readClaim(ctx context.Context) (string, error) {
 // claims etcd's deployment key (kept if another init of this etcd claimed
 // it first), then writes the ownership marker create-only. When a marker
 // with another id won the race (another etcd's init), it withdraws its claim
-// with a compare-and-delete and returns a *ForeignHistoryError.
+// with a compare-and-delete and returns a *foreignHistoryError.
 func (a *Authority) claimOwnership(ctx context.Context) (string, error) {
 	key, dep := a.ns.DeploymentKey(), NewID()
 	rctx, cancel := a.rctx(ctx)

@@ -16,7 +16,7 @@ import (
 // TestInitRefusesForeignHistory: an etcd with no epoch for the domain never
 // initialises itself over a bucket that holds anything under the domain's
 // root (DESIGN.md invariant 9): Init, Acquire, CheckHistory and a plain
-// Recover return a *ForeignHistoryError naming what was found and write
+// Recover return a *foreignHistoryError naming what was found and write
 // nothing to etcd or the bucket.
 func TestInitRefusesForeignHistory(t *testing.T) {
 	env := testenv.Get(t)
@@ -55,7 +55,7 @@ func TestInitRefusesForeignHistory(t *testing.T) {
 			a := newAuthority(t, fresh, st, ns)
 			check := func(what string, err error) {
 				t.Helper()
-				var fh *ForeignHistoryError
+				var fh *foreignHistoryError
 				if !errors.Is(err, ErrForeignHistory) || !errors.As(err, &fh) {
 					t.Fatalf("%s: %v; want ErrForeignHistory", what, err)
 				}
@@ -102,7 +102,7 @@ func TestInitClaims(t *testing.T) {
 	}
 	// The marker appeared after the bucket was found empty.
 	dep, err := b.claimOwnership(ctx)
-	var fh *ForeignHistoryError
+	var fh *foreignHistoryError
 	if !errors.As(err, &fh) || fh.DeploymentID != "other" || dep != "" {
 		t.Fatalf("claim lost to another marker = %q, %v; want ErrForeignHistory naming it", dep, err)
 	}

@@ -24,9 +24,6 @@ import (
 const (
 	markerContentType = "application/json"
 	markerMaxBytes    = ownership.MaxBytes
-	// conflictRetries bounds retries of a create-only PUT answered 409
-	// ConditionalRequestConflict (a concurrent conditional write).
-	conflictRetries = 5
 )
 
 // epochMarker is the body of an epoch marker: who reserved the epoch and why
@@ -330,4 +327,16 @@ func (a *Authority) pruneMarkers(ctx context.Context, g Grant) {
 			a.log.Warn("authority: pruning a grant marker failed", "object", prune[i], "err", err)
 		}
 	}
+}
+
+// probeStore runs objstore.ProbeCreateOnly on the authority's store, each
+// write bounded by twice RequestTimeout.
+func (a *Authority) probeStore(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, 2*a.cfg.RequestTimeout)
+	defer cancel()
+	err := objstore.ProbeCreateOnly(rctx, a.st, a.ns.CreateOnlyProbeObject())
+	if err == nil || errors.Is(err, objstore.ErrCreateOnlyIgnored) {
+		return err
+	}
+	return storeErr(ctx, "create-only probe "+a.ns.CreateOnlyProbeObject(), err)
 }

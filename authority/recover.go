@@ -147,7 +147,7 @@ type restoredPointer struct {
 // any other corrupt value it needs (a pointer) stops it before it changes
 // anything.
 //
-// Errors: *ForeignHistoryError (ErrForeignHistory; retry with FromBucket),
+// Errors: ErrForeignHistory (retry with FromBucket),
 // ErrInitialized (FromBucket on an etcd with an epoch),
 // ErrForeignDeployment, fencepub.ErrUnavailable, ErrExhausted,
 // fencepub.ErrCorruptState, a concurrent epoch change (run again), ctx's
@@ -433,6 +433,10 @@ func planRestored(rep *RecoverReport) {
 		slices.Sort(r.Recorded)
 	}
 }
+
+// pruneBatch bounds the deletions per transaction, well under etcd's
+// default limit of 128 operations per transaction.
+const pruneBatch = 50
 
 // recordRestored writes, for each resource of rep and each epoch in its
 // Recorded, layout.RestoredKey(res, epoch) = the restored pointer's value

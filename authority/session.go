@@ -67,7 +67,7 @@ func (a *Authority) NewSession(ctx context.Context, g Grant) (*Session, error) {
 	if err := checkGrant(g); err != nil {
 		return nil, err
 	}
-	if g.TTL < MinTTL {
+	if g.TTL < minTTL {
 		return nil, fmt.Errorf("%w: grant of %q has TTL %s", ErrInvalidGrant, g.Resource, g.TTL)
 	}
 	if !time.Now().Before(g.ExpiresAt()) {

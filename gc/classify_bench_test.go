@@ -29,7 +29,7 @@ func BenchmarkClassify(b *testing.B) {
 		Seal:       layout.Seal{Version: ver(3, 6, 2)},
 		HasSeal:    true,
 		Retained:   map[string]string{key(ver(3, 5, 2)): "one of the last 2 versions"},
-		Policy:     DefaultPolicy(),
+		Policy:     DefaultConfig().Policy,
 	}
 	old := now.Add(-48 * time.Hour)
 	cases := []struct {

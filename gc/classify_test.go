@@ -301,14 +301,14 @@ func TestRetentionBoundedMemory(t *testing.T) {
 }
 
 func TestPolicy(t *testing.T) {
-	if got := (Policy{}).withDefaults(); got != DefaultPolicy() {
+	if got := (Policy{}).withDefaults(); got != DefaultConfig().Policy {
 		t.Fatalf("zero policy = %+v", got)
 	}
 	if got := (Policy{Retain: 1, Grace: time.Second}).withDefaults(); got.Retain != 1 || got.Grace != time.Second || got.AbandonAfter != defaultAbandonAfter {
 		t.Fatalf("partial policy = %+v", got)
 	}
 	for _, p := range []Policy{{Retain: -1}, {Grace: -1}, {ClockSkew: -1}, {AbandonAfter: -1}} {
-		if err := p.Validate(); err == nil {
+		if err := p.validate(); err == nil {
 			t.Errorf("%+v validated", p)
 		}
 	}

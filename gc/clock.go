@@ -287,7 +287,7 @@ func dropKey(points []checkpoint, key string) []checkpoint {
 // longest retention cuts at. Each delete
 // requires the checkpoint unchanged. r.points is updated to what is kept.
 func (c *Collector) thinClock(ctx context.Context, r *clockReading) error {
-	ages := []time.Duration{c.cfg.OpRetention, c.auth.RequestRetention(), c.cfg.Policy.Grace + c.cfg.Policy.ClockSkew}
+	ages := []time.Duration{c.cfg.OpRetention, c.cfg.RequestRetention, c.cfg.Policy.Grace + c.cfg.Policy.ClockSkew}
 	// The checkpoint each age's cutoff uses now stays, whatever its bucket.
 	inUse := make(map[int64]bool, len(ages))
 	for _, a := range ages {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub"
-	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/publisher"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -248,12 +246,8 @@ func TestClockConcurrentAdvance(t *testing.T) {
 // than the longest retention needs: the number stays bounded.
 func TestClockThinning(t *testing.T) {
 	e := newEnv(t)
-	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, RequestRetention: 3 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := newFakeTime()
-	c := e.collector(func(c *Config) { fakeClocked(f)(c); c.Authority = auth; c.OpRetention = 5 * time.Hour })
+	c := e.collector(func(c *Config) { fakeClocked(f)(c); c.RequestRetention = 3 * time.Hour; c.OpRetention = 5 * time.Hour })
 	advance(t, c, false)
 	for range 40 { // 20 min apart
 		f.elapse(20*time.Minute, 20*time.Minute)

@@ -20,13 +20,28 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Defaults of Config's optional fields.
+// Defaults of Config's optional fields (DefaultConfig).
 const (
-	DefaultOpRetention       = 7 * 24 * time.Hour
-	DefaultDeleteBatch       = 1000 // S3's limit per multi-object delete
-	DefaultDeleteConcurrency = 4
+	defaultOpRetention       = 7 * 24 * time.Hour
+	defaultRequestRetention  = 24 * time.Hour
+	maxDeleteBatch           = 1000 // S3's limit per multi-object delete
+	defaultDeleteConcurrency = 4
 	defaultRequestTimeout    = 10 * time.Second
 )
+
+// DefaultConfig returns the values New gives Config's optional fields when
+// they are zero: Policy keeps 2 versions with a 10 min grace, 1 min skew
+// and a 1 h abandon period; OpRetention 7 days; RequestRetention 24 h;
+// DeleteBatch 1000, S3's limit per multi-object delete and the largest
+// allowed; DeleteConcurrency 4; RequestTimeout 10 s. Env, Authority,
+// Logger, Metrics and Now are left zero.
+func DefaultConfig() Config {
+	return Config{
+		Policy:      Policy{Retain: defaultRetain, Grace: defaultGrace, ClockSkew: defaultClockSkew, AbandonAfter: defaultAbandonAfter},
+		OpRetention: defaultOpRetention, RequestRetention: defaultRequestRetention,
+		DeleteBatch: maxDeleteBatch, DeleteConcurrency: defaultDeleteConcurrency, RequestTimeout: defaultRequestTimeout,
+	}
+}
 
 // Config is a Collector's runtime configuration: live clients and policy.
 // Env (the domain's Namespace, its etcd client and its bucket) is
@@ -35,8 +50,7 @@ type Config struct {
 	// Env locates the domain. Its Etcd client is not closed by the
 	// Collector.
 	fencepub.Env
-	// Authority prunes acquire request records (PruneRequests, past its
-	// Config.RequestRetention, default 24 h, on the domain clock) and, for
+	// Authority explains an uninitialised domain (CheckHistory) and, for
 	// the Daemon, grants the GC lease. Nil: New builds one from Env with
 	// the authority's defaults.
 	Authority *authority.Authority
@@ -46,6 +60,11 @@ type Config struct {
 	// their commit, on the domain clock (clock.go): the retry/replay window
 	// of DESIGN.md invariant 5. Default 7 days.
 	OpRetention time.Duration
+	// RequestRetention is how long an acquire request record lives after
+	// its last change, on the domain clock, so that an acquire retried with
+	// the same request id gets its original grant back (DESIGN.md "etcd
+	// layout"). Default 24 h.
+	RequestRetention time.Duration
 	// DeleteBatch is the number of keys per multi-object delete, 1–1000.
 	// Default 1000.
 	DeleteBatch int
@@ -107,21 +126,23 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("%w: config: Etcd is nil", fencepub.ErrInvalid)
 	case cfg.Store == nil:
 		return nil, fmt.Errorf("%w: config: Store is nil", fencepub.ErrInvalid)
-	case cfg.OpRetention < 0 || cfg.RequestTimeout < 0:
-		return nil, fmt.Errorf("%w: config: OpRetention and RequestTimeout must not be negative", fencepub.ErrInvalid)
-	case cfg.DeleteBatch < 0 || cfg.DeleteBatch > DefaultDeleteBatch:
-		return nil, fmt.Errorf("%w: config: DeleteBatch %d is outside 1..%d", fencepub.ErrInvalid, cfg.DeleteBatch, DefaultDeleteBatch)
+	case cfg.OpRetention < 0 || cfg.RequestRetention < 0 || cfg.RequestTimeout < 0:
+		return nil, fmt.Errorf("%w: config: OpRetention, RequestRetention and RequestTimeout must not be negative", fencepub.ErrInvalid)
+	case cfg.DeleteBatch < 0 || cfg.DeleteBatch > maxDeleteBatch:
+		return nil, fmt.Errorf("%w: config: DeleteBatch %d is outside 1..%d", fencepub.ErrInvalid, cfg.DeleteBatch, maxDeleteBatch)
 	case cfg.DeleteConcurrency < 0:
 		return nil, fmt.Errorf("%w: config: DeleteConcurrency %d is negative", fencepub.ErrInvalid, cfg.DeleteConcurrency)
 	}
-	if err := cfg.Policy.Validate(); err != nil {
+	if err := cfg.Policy.validate(); err != nil {
 		return nil, err
 	}
+	d := DefaultConfig()
 	cfg.Policy = cfg.Policy.withDefaults()
-	cfg.OpRetention = cmp.Or(cfg.OpRetention, DefaultOpRetention)
-	cfg.DeleteBatch = cmp.Or(cfg.DeleteBatch, DefaultDeleteBatch)
-	cfg.DeleteConcurrency = cmp.Or(cfg.DeleteConcurrency, DefaultDeleteConcurrency)
-	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
+	cfg.OpRetention = cmp.Or(cfg.OpRetention, d.OpRetention)
+	cfg.RequestRetention = cmp.Or(cfg.RequestRetention, d.RequestRetention)
+	cfg.DeleteBatch = cmp.Or(cfg.DeleteBatch, d.DeleteBatch)
+	cfg.DeleteConcurrency = cmp.Or(cfg.DeleteConcurrency, d.DeleteConcurrency)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, d.RequestTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -247,7 +268,7 @@ func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error
 	if err != nil {
 		return err
 	}
-	rep.Clock = clk.report(c.cfg.Policy, c.cfg.OpRetention, c.auth.RequestRetention())
+	rep.Clock = clk.report(c.cfg.Policy, c.cfg.OpRetention, c.cfg.RequestRetention)
 	for _, w := range c.bucketWarnings(ctx) {
 		c.log.Warn("gc: " + w)
 		rep.warn(w)

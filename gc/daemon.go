@@ -23,12 +23,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Defaults of DaemonConfig.
+// Defaults of DaemonConfig (DefaultDaemonConfig).
 const (
-	DefaultInterval      = 5 * time.Minute
-	DefaultLeaseTTL      = 15 * time.Second
+	defaultInterval      = 5 * time.Minute
+	defaultLeaseTTL      = 15 * time.Second
 	defaultLeaseResource = "_gc"
 )
+
+// DefaultDaemonConfig returns the values NewDaemon gives DaemonConfig's
+// optional fields when they are zero: Interval 5 min, LeaseTTL 15 s,
+// LeaseResource "_gc". Collector, Owner (generated per process), Run,
+// Logger, Metrics and OnPass are left zero.
+func DefaultDaemonConfig() DaemonConfig {
+	return DaemonConfig{Interval: defaultInterval, LeaseTTL: defaultLeaseTTL, LeaseResource: defaultLeaseResource}
+}
 
 // Readiness check bounds: /readyz reaches etcd and the store at most once
 // per readyCheckTTL (probes are answered from the cached result between
@@ -47,7 +55,7 @@ type DaemonConfig struct {
 	// next. Default 5 min.
 	Interval time.Duration
 	// LeaseTTL is the GC lease's TTL (whole seconds, at least
-	// authority.MinTTL). A killed leader is replaced within about one TTL.
+	// 2 s, etcd's minimum). A killed leader is replaced within about one TTL.
 	// Default 15 s.
 	LeaseTTL time.Duration
 	// LeaseResource is the reserved ('_'-prefixed) resource whose lease
@@ -115,11 +123,10 @@ func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 	if cfg.Interval < 0 || cfg.LeaseTTL < 0 {
 		return nil, fmt.Errorf("%w: daemon config: Interval and LeaseTTL must not be negative", fencepub.ErrInvalid)
 	}
-	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
-	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)
-	if cfg.LeaseResource == "" {
-		cfg.LeaseResource = defaultLeaseResource
-	}
+	d := DefaultDaemonConfig()
+	cfg.Interval = cmp.Or(cfg.Interval, d.Interval)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, d.LeaseTTL)
+	cfg.LeaseResource = cmp.Or(cfg.LeaseResource, d.LeaseResource)
 	if err := layout.ValidateResource(cfg.LeaseResource, true); err != nil {
 		return nil, fmt.Errorf("%w: daemon config: %w", fencepub.ErrInvalid, err)
 	}

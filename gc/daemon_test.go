@@ -85,7 +85,7 @@ func TestDaemonHandover(t *testing.T) {
 func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, BuildInfo{Version: "(devel)", GoVersion: "go"})
+	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -176,7 +176,7 @@ func (e *env) worker(res, owner string) (authority.Grant, *publisher.Publisher) 
 
 func (e *env) bind(c *publisher.Client, g authority.Grant) *publisher.Publisher {
 	e.t.Helper()
-	p, err := c.BindGrant(ctxT(e.t, 10*time.Second), g, false)
+	p, err := c.Bind(ctxT(e.t, 10*time.Second), publisher.GrantTerm(g, false))
 	if err != nil {
 		e.t.Fatalf("bind: %v", err)
 	}

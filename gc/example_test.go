@@ -30,7 +30,9 @@ func ExampleCollector_Run() {
 	}
 	defer cli.Close()
 
-	c, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}, Policy: gc.DefaultPolicy()})
+	cfg := gc.DefaultConfig()
+	cfg.Env = fencepub.Env{Namespace: ns, Etcd: cli, Store: store}
+	c, err := gc.New(cfg)
 	if err != nil {
 		panic(err)
 	}

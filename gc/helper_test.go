@@ -109,7 +109,7 @@ func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 		if err != nil {
 			continue
 		}
-		p, err := pub.BindGrant(ctx, g, false)
+		p, err := pub.Bind(ctx, publisher.GrantTerm(g, false))
 		for i := 0; err == nil && ctx.Err() == nil; i++ {
 			var r publisher.Result
 			r, err = p.Publish(ctx, op(fmt.Sprintf("%s-%d-%d", cfg.Owner, n, i), "child"))
@@ -145,7 +145,7 @@ func helperSkewed(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 	if err != nil {
 		return err
 	}
-	p, err := pub.BindGrant(ctx, g, false)
+	p, err := pub.Bind(ctx, publisher.GrantTerm(g, false))
 	if err != nil {
 		return err
 	}

@@ -7,17 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// BuildInfo names the binary that serves the metrics: fencepub_build_info
-// carries it as labels.
-type BuildInfo struct {
-	Version   string // release tag, module version, or "(devel)"
-	GoVersion string // the Go toolchain, e.g. "go1.24.1"
-}
-
 // Metrics are the collector's and daemon's Prometheus metrics, registered on
 // an injected registry (never the global default):
 //
-//   - fencepub_build_info{version,goversion}: always 1;
 //   - fencepub_gc_deleted_objects_total, fencepub_gc_deleted_bytes_total:
 //     objects (and their bytes) real passes deleted;
 //   - fencepub_gc_kept_objects{decision}: objects the last complete pass
@@ -48,10 +40,9 @@ type Metrics struct {
 	leader         prometheus.Gauge
 }
 
-// NewMetrics creates the metrics, with fencepub_build_info labelled by b,
-// and registers them with reg. Errors: the registry's (e.g. registering
-// twice on one registry).
-func NewMetrics(reg prometheus.Registerer, b BuildInfo) (*Metrics, error) {
+// NewMetrics creates the metrics and registers them with reg. Errors: the
+// registry's (e.g. registering twice on one registry).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		deletedObjects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencepub_gc_deleted_objects_total", Help: "Objects deleted by GC passes.",
@@ -82,10 +73,6 @@ func NewMetrics(reg prometheus.Registerer, b BuildInfo) (*Metrics, error) {
 			Name: "fencepub_gc_leader", Help: "1 while this GC daemon holds the GC lease.",
 		}),
 	}
-	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fencepub_build_info", Help: "Always 1; the labels name the fencepub build.",
-	}, []string{"version", "goversion"})
-	build.WithLabelValues(b.Version, b.GoVersion).Set(1)
 	m.setKept(Kept{})
 	for _, r := range []string{"ok", "error"} {
 		m.passes.WithLabelValues(r)
@@ -94,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer, b BuildInfo) (*Metrics, error) {
 		m.records.WithLabelValues(k)
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{build, m.deletedObjects, m.deletedBytes, m.kept, m.quarantined,
+	for _, c := range []prometheus.Collector{m.deletedObjects, m.deletedBytes, m.kept, m.quarantined,
 		m.passDuration, m.lastSuccess, m.passes, m.records, m.leader} {
 		errs = append(errs, reg.Register(c))
 	}

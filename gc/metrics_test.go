@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,11 +48,11 @@ func scrape(t *testing.T, h http.Handler) map[string]float64 {
 // A pass that deletes an orphan and quarantines an old-epoch object shows in
 // /metrics: the deletion counters grow by what the report deleted, the kept
 // gauges and the quarantined gauge hold the last pass's counts (a second
-// pass does not add to them), and fencepub_build_info names the build.
+// pass does not add to them).
 func TestMetricsAfterPass(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, BuildInfo{Version: "v9.8.7", GoVersion: runtime.Version()})
+	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,16 +95,15 @@ func TestMetricsAfterPass(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		"fencepub_gc_deleted_objects_total":                                           float64(rep.Deleted),
-		"fencepub_gc_deleted_bytes_total":                                             float64(bytes),
-		"fencepub_gc_quarantined_objects":                                             1,
-		`fencepub_gc_kept_objects{decision="quarantined"}`:                            1,
-		`fencepub_gc_kept_objects{decision="published"}`:                              float64(rep.Kept.Published),
-		`fencepub_gc_kept_objects{decision="retained"}`:                               float64(rep.Kept.Retained),
-		`fencepub_gc_kept_objects{decision="in_flight"}`:                              0,
-		`fencepub_gc_passes_total{result="ok"}`:                                       1,
-		`fencepub_gc_passes_total{result="error"}`:                                    0,
-		`fencepub_build_info{goversion="` + runtime.Version() + `",version="v9.8.7"}`: 1,
+		"fencepub_gc_deleted_objects_total":                float64(rep.Deleted),
+		"fencepub_gc_deleted_bytes_total":                  float64(bytes),
+		"fencepub_gc_quarantined_objects":                  1,
+		`fencepub_gc_kept_objects{decision="quarantined"}`: 1,
+		`fencepub_gc_kept_objects{decision="published"}`:   float64(rep.Kept.Published),
+		`fencepub_gc_kept_objects{decision="retained"}`:    float64(rep.Kept.Retained),
+		`fencepub_gc_kept_objects{decision="in_flight"}`:   0,
+		`fencepub_gc_passes_total{result="ok"}`:            1,
+		`fencepub_gc_passes_total{result="error"}`:         0,
 	}
 	check := func(when string) {
 		t.Helper()

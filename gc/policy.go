@@ -7,7 +7,7 @@ import (
 	"github.com/fencepub/fencepub"
 )
 
-// Defaults of Policy (DESIGN.md "Garbage collection").
+// Defaults of Policy (DESIGN.md "Garbage collection"; DefaultConfig).
 const (
 	defaultRetain       = 2
 	defaultGrace        = 10 * time.Minute
@@ -16,7 +16,7 @@ const (
 )
 
 // Policy says what a pass keeps. A zero field takes its default, so the zero
-// Policy is DefaultPolicy(); fields are never negative.
+// Policy is DefaultConfig().Policy; fields are never negative.
 type Policy struct {
 	// Retain is how many of the newest published versions (history entries,
 	// the current one included) keep their objects, besides the grace rule.
@@ -39,15 +39,9 @@ type Policy struct {
 	AbandonAfter time.Duration `json:"abandon_after"`
 }
 
-// DefaultPolicy returns the defaults: keep 2 versions, 10 min grace, 1 min
-// skew, 1 h abandon period.
-func DefaultPolicy() Policy {
-	return Policy{Retain: defaultRetain, Grace: defaultGrace, ClockSkew: defaultClockSkew, AbandonAfter: defaultAbandonAfter}
-}
-
 // withDefaults replaces zero fields with the defaults.
 func (p Policy) withDefaults() Policy {
-	d := DefaultPolicy()
+	d := DefaultConfig().Policy
 	if p.Retain == 0 {
 		p.Retain = d.Retain
 	}
@@ -63,9 +57,9 @@ func (p Policy) withDefaults() Policy {
 	return p
 }
 
-// Validate checks that no field is negative. Errors: fencepub.ErrInvalid naming the
-// field.
-func (p Policy) Validate() error {
+// validate checks that no field is negative. Errors: fencepub.ErrInvalid
+// naming the field.
+func (p Policy) validate() error {
 	switch {
 	case p.Retain < 0:
 		return fmt.Errorf("%w: retain %d is negative", fencepub.ErrInvalid, p.Retain)

@@ -96,7 +96,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 					}
 					continue
 				}
-				p, err := e.pub.BindGrant(ctx, g, false)
+				p, err := e.pub.Bind(ctx, publisher.GrantTerm(g, false))
 				if err != nil {
 					if !ignorable(err) {
 						fail("bind: %v", err)
@@ -143,7 +143,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 				}
 				continue
 			}
-			p, err := lossyPub.BindGrant(ctx, g, false)
+			p, err := lossyPub.Bind(ctx, publisher.GrantTerm(g, false))
 			if err != nil {
 				if !ignorable(err) {
 					fail("bind: %v", err)

@@ -19,8 +19,7 @@ const pruneBatch = 50
 // collection": keep etcd bounded): history entries retention no longer keeps (read at
 // s.Revision), op records last modified before clk's OpRetention cutoff,
 // grant records whose fence can no longer publish, and acquire request
-// records before the cutoff of the authority's RequestRetention
-// (authority.PruneRequests). Ages are on the domain clock, never a
+// records before the cutoff of RequestRetention (pruneRequests). Ages are on the domain clock, never a
 // CommittedAt or CreatedAt (DESIGN.md "Ages come from one clock").
 // Each deletion is guarded by its own compare (the record's ModRevision
 // unchanged), so it is safe with other collectors running. With dry, it
@@ -32,7 +31,7 @@ func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReadin
 	res, ns := s.Resource, c.ns
 	out.History, err = c.pruneRange(ctx, ns.HistoryPrefix(res), s.Revision, dry, func(kv *mvccKV) bool {
 		return !s.retainedHistory[string(kv.Key)]
-	})
+	}, nil)
 	if err != nil {
 		return out, err
 	}
@@ -43,7 +42,7 @@ func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReadin
 			return false
 		}
 		return kv.ModRevision < cutoff
-	})
+	}, nil)
 	if err != nil {
 		return out, err
 	}
@@ -58,8 +57,7 @@ func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReadin
 		return out, err
 	}
 	if !dry {
-		n, err := c.auth.PruneRequests(ctx, res, clk.cutoff(c.auth.RequestRetention()))
-		out.Requests = int64(n)
+		out.Requests, err = c.pruneRequests(ctx, res, clk.cutoff(c.cfg.RequestRetention))
 		if err != nil {
 			return out, fmt.Errorf("gc: prune request records of %q: %w", res, err)
 		}
@@ -85,15 +83,36 @@ func (c *Collector) pruneGrants(ctx context.Context, res string, rev int64, hold
 			return false
 		}
 		return prunable(epoch, fence)
+	}, nil)
+}
+
+// pruneRequests deletes the acquire request records of res last modified
+// before etcd revision before, except the record of the current holder:
+// before is the domain clock's cutoff of RequestRetention (DESIGN.md "Ages
+// come from one clock"), so no acquirer's clock shortens a record's life;
+// before <= 0 deletes nothing. Each deletion is its own nested compare
+// (ModRevision unchanged, and the holder key not created with the record:
+// the grant transaction creates both), so it is safe on its own with
+// several collectors running. It returns how many records it deleted.
+// Nothing else deletes request records.
+func (c *Collector) pruneRequests(ctx context.Context, res string, before int64) (int64, error) {
+	if before <= 0 {
+		return 0, nil
+	}
+	hk := c.ns.HolderKey(res)
+	return c.pruneRange(ctx, c.ns.RequestsPrefix(res), 0, false, func(kv *mvccKV) bool {
+		return kv.ModRevision < before
+	}, func(kv *mvccKV) clientv3.Cmp {
+		return clientv3.Compare(clientv3.CreateRevision(hk), "!=", kv.CreateRevision)
 	})
 }
 
 // pruneRange deletes the keys under prefix, read at rev, for which expired
 // holds, each in a nested transaction comparing its ModRevision with the one
-// read; it returns how many were deleted (with dry, how many would be).
+// read and, when guard is not nil, guard's compare too; it returns how many were deleted (with dry, how many would be).
 // Each batch is retried (call): its compares make a second copy a no-op,
 // so a batch whose first copy applied unseen counts no deletions.
-func (c *Collector) pruneRange(ctx context.Context, prefix string, rev int64, dry bool, expired func(*mvccKV) bool) (int64, error) {
+func (c *Collector) pruneRange(ctx context.Context, prefix string, rev int64, dry bool, expired func(*mvccKV) bool, guard func(*mvccKV) clientv3.Cmp) (int64, error) {
 	var n int64
 	var ops []clientv3.Op
 	flush := func() error {
@@ -125,9 +144,11 @@ func (c *Collector) pruneRange(ctx context.Context, prefix string, rev int64, dr
 			return nil
 		}
 		key := string(kv.Key)
-		ops = append(ops, clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)},
-			[]clientv3.Op{clientv3.OpDelete(key)}, nil))
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)}
+		if guard != nil {
+			cmps = append(cmps, guard(kv))
+		}
+		ops = append(ops, clientv3.OpTxn(cmps, []clientv3.Op{clientv3.OpDelete(key)}, nil))
 		if len(ops) == pruneBatch {
 			return flush()
 		}
@@ -142,7 +163,7 @@ func (c *Collector) pruneRange(ctx context.Context, prefix string, rev int64, dr
 // pruneLease prunes the records of the reserved lease resource res (the GC
 // lease) while its grant of generation gen is held: grant records of lower
 // generations (their leases are over: a resource has one holder) and
-// acquire request records past the authority's retention on the domain
+// acquire request records past RequestRetention on the domain
 // clock (read, not advanced: the pass advanced it).
 func (c *Collector) pruneLease(ctx context.Context, res string, gen uint64) (RecordCounts, error) {
 	var out RecordCounts
@@ -155,8 +176,7 @@ func (c *Collector) pruneLease(ctx context.Context, res string, gen uint64) (Rec
 	if err != nil {
 		return out, err
 	}
-	n, err := c.auth.PruneRequests(ctx, res, clk.cutoff(c.auth.RequestRetention()))
-	out.Requests = int64(n)
+	out.Requests, err = c.pruneRequests(ctx, res, clk.cutoff(c.cfg.RequestRetention))
 	if c.m != nil {
 		c.m.recordsDeleted(out)
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 // etcd stays bounded: history entries past retention, op records past their
-// retention, request records past the authority's retention and grant
+// retention, request records past RequestRetention and grant
 // records below the pointer's fence are pruned; the generation, epoch,
 // pointer and seal never are.
 func TestRecordsPruned(t *testing.T) {
@@ -31,18 +31,14 @@ func TestRecordsPruned(t *testing.T) {
 	b := e.acquire(res, "b", 0)
 	last := e.publish(e.bind(e.pub, b), "k4", publisher.Applied)
 
-	// A collector whose authority keeps request records for 1 ns.
-	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, RequestRetention: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	withAuth := func(c *Config) { c.Authority = auth }
+	// A collector that keeps request records for 1 ns.
+	shortRequests := func(c *Config) { c.RequestRetention = time.Nanosecond }
 	// The first pass starts the domain clock: no record is old on it yet.
-	rep := e.run(e.collector(withAuth), res)
+	rep := e.run(e.collector(shortRequests), res)
 	if rep.Records.Ops != 0 || rep.Records.History != 0 || rep.Records.Grants != 1 || rep.Records.Requests != 0 {
 		t.Fatalf("first pass records %+v; want the grant record of A only", rep.Records)
 	}
-	rep = e.run(e.collector(func(c *Config) { withAuth(c); later(time.Minute)(c) }), res)
+	rep = e.run(e.collector(func(c *Config) { shortRequests(c); later(time.Minute)(c) }), res)
 	if rep.Records.Ops != 0 || rep.Records.History != 0 || rep.Records.Requests != 1 {
 		t.Fatalf("a minute later records %+v; want the request record of A only", rep.Records)
 	}
@@ -55,7 +51,7 @@ func TestRecordsPruned(t *testing.T) {
 
 	// Eight days later: every op record is past the 7-day window; history
 	// keeps the last 2 versions.
-	rep = e.run(e.collector(func(c *Config) { withAuth(c); later(8 * 24 * time.Hour)(c) }), res)
+	rep = e.run(e.collector(func(c *Config) { shortRequests(c); later(8 * 24 * time.Hour)(c) }), res)
 	if rep.Records.Ops != 4 || rep.Records.History != 2 || e.Count(e.NS.OpsPrefix(res)) != 0 || e.Count(e.NS.HistoryPrefix(res)) != 2 {
 		t.Fatalf("records %+v, ops left %d, history left %d", rep.Records, e.Count(e.NS.OpsPrefix(res)), e.Count(e.NS.HistoryPrefix(res)))
 	}
@@ -70,7 +66,7 @@ func TestRecordsPruned(t *testing.T) {
 	// A dry run counts but deletes nothing. k5's op record is newer than
 	// every checkpoint of the clock, so it is not old whatever the time.
 	e.publish(e.bind(e.pub, b), "k5", publisher.Applied)
-	dry, err := e.collector(func(c *Config) { withAuth(c); later(16 * 24 * time.Hour)(c) }).Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true})
+	dry, err := e.collector(func(c *Config) { shortRequests(c); later(16 * 24 * time.Hour)(c) }).Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true})
 	if err != nil || dry.Records.Ops != 0 || dry.Records.History != 1 || e.Count(e.NS.OpsPrefix(res)) != 1 || e.Count(e.NS.HistoryPrefix(res)) != 3 {
 		t.Fatalf("dry run: %v %+v", err, dry.Records)
 	}
@@ -317,5 +313,44 @@ func TestDryRunSameDecisions(t *testing.T) {
 	}
 	if e.Exists(stale.Attempt.Object.Key) || e.Exists(lost.Attempt.Object.Key) {
 		t.Fatal("the real pass did not delete")
+	}
+}
+
+// pruneRequests deletes the request records modified before the revision it
+// is given (the domain clock's cutoff), never a later one nor the live
+// holder's, whose retried acquire still gets its grant.
+func TestPruneRequests(t *testing.T) {
+	e := newEnv(t)
+	c := e.collector(nil)
+	ctx := ctxT(t, 30*time.Second)
+	const res = "p"
+	for range 3 {
+		e.release(e.acquire(res, "o", 0))
+	}
+	rev := func() int64 {
+		resp, err := e.Etcd.Get(ctx, e.NS.EpochKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	cutoff := rev() + 1
+	e.release(e.acquire(res, "o", 0)) // after the cutoff
+	live := e.acquire(res, "o", 0)
+	if n, err := c.pruneRequests(ctx, res, 0); err != nil || n != 0 {
+		t.Fatalf("pruneRequests without a cutoff = %d, %v; want 0", n, err)
+	}
+	if n, err := c.pruneRequests(ctx, res, cutoff); err != nil || n != 3 {
+		t.Fatalf("pruneRequests = %d, %v; want 3 (the records before the cutoff)", n, err)
+	}
+	if n, err := c.pruneRequests(ctx, res, rev()+1); err != nil || n != 1 {
+		t.Fatalf("pruneRequests = %d, %v; want 1 (the live holder's record stays)", n, err)
+	}
+	if n := e.Count(e.NS.RequestsPrefix(res)); n != 1 {
+		t.Fatalf("%d request records left; want 1", n)
+	}
+	again, err := e.auth.Acquire(ctx, authority.AcquireRequest{Resource: res, Owner: live.Owner, RequestID: live.RequestID, TTL: live.TTL})
+	if err != nil || again.Generation != live.Generation || again.HolderRevision != live.HolderRevision {
+		t.Fatalf("the live holder's retry got %+v, %v; want its grant %+v", again, err, live)
 	}
 }

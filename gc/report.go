@@ -9,7 +9,7 @@ import (
 // `fencepub gc run -o json`. Counts are of
 // objects unless named otherwise. In a dry run nothing is changed and
 // Deleted, Sealed, Uploads.Aborted and Records count what the pass would
-// have done (request records are not counted: authority prunes them).
+// have done (except acquire request records, which a dry run does not count).
 type Report struct {
 	DryRun    bool      `json:"dry_run"`
 	StartedAt time.Time `json:"started_at"`
@@ -72,8 +72,7 @@ type ClockReport struct {
 	Checkpoints int  `json:"checkpoints"`
 	// GraceCutoff ages history supersession and decommission seals
 	// (Policy.Grace + Policy.ClockSkew); OpCutoff op records (OpRetention);
-	// RequestCutoff acquire request records (the authority's
-	// RequestRetention).
+	// RequestCutoff acquire request records (RequestRetention).
 	GraceCutoff   int64 `json:"grace_cutoff_revision"`
 	OpCutoff      int64 `json:"op_cutoff_revision"`
 	RequestCutoff int64 `json:"request_cutoff_revision"`

@@ -31,7 +31,7 @@ func BenchmarkPublish(b *testing.B) {
 		if err != nil {
 			return nil, err
 		}
-		return e.pub.BindGrant(ctx, g, false)
+		return e.pub.Bind(ctx, GrantTerm(g, false))
 	}
 	b.Run("serial", func(b *testing.B) {
 		p, err := bind()

@@ -42,13 +42,13 @@ func TestCorruptValues(t *testing.T) {
 			if _, err := e.Etcd.Put(ctx, key, bad); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.pub.BindGrant(ctx, g, false); !errors.Is(err, layout.ErrCorruptRecord) {
+			if _, err := e.pub.Bind(ctx, GrantTerm(g, false)); !errors.Is(err, layout.ErrCorruptRecord) {
 				t.Errorf("bind with %s %q: %v; want ErrCorruptRecord", which, bad, err)
 			}
 			r, err := p.Publish(ctx, op("k", "over a corrupt "+which))
 			if !high {
 				// Sorts below: the compare passes and a valid value replaces it.
-				mustOutcome(t, fmt.Sprintf("publish over %s %q", which, bad), r, err, Applied, ReasonNone)
+				mustOutcome(t, fmt.Sprintf("publish over %s %q", which, bad), r, err, Applied, reasonNone)
 				if ptr := e.Pointer(res); ptr.Version != r.Version {
 					t.Errorf("pointer %s after repairing %s %q", ptr.Version, which, bad)
 				}
@@ -87,7 +87,7 @@ func TestCorruptValues(t *testing.T) {
 		t.Errorf("resolve with a corrupt op record: %+v, %v", r, err)
 	}
 	r, err := p.Publish(ctx, op("k-other", "y"))
-	mustOutcome(t, "another key", r, err, Applied, ReasonNone)
+	mustOutcome(t, "another key", r, err, Applied, reasonNone)
 
 	// A corrupt grant record or epoch: stale by grant or epoch, pointer
 	// unchanged.

@@ -47,7 +47,7 @@ func ExamplePublisher_Rollback() {
 	if err != nil {
 		panic(err)
 	}
-	p, err := client.BindGrant(ctx, g, false)
+	p, err := client.Bind(ctx, publisher.GrantTerm(g, false))
 	if err != nil {
 		panic(err)
 	}

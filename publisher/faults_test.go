@@ -39,13 +39,13 @@ func TestLostResponseAppliesExactlyOnce(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	px, c := e.proxied(nil)
 	g := e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"})
-	p, err := c.BindGrant(ctx, g, false) // the resource init goes through the proxy first
+	p, err := c.Bind(ctx, GrantTerm(g, false)) // the resource init goes through the proxy first
 	if err != nil {
 		t.Fatal(err)
 	}
 	fired := px.DropResponse(1, 300*time.Millisecond)
 	r, err := p.Publish(ctx, op("k-once", "exactly once"))
-	mustOutcome(t, "publish with a lost response", r, err, Applied, ReasonNone)
+	mustOutcome(t, "publish with a lost response", r, err, Applied, reasonNone)
 	select {
 	case <-fired:
 	default:
@@ -77,7 +77,7 @@ func TestUnknownOutcomeResolved(t *testing.T) {
 	px, c := e.proxied(reg)
 	const res = "r"
 	g := e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"})
-	p, err := c.BindGrant(ctx, g, false)
+	p, err := c.Bind(ctx, GrantTerm(g, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestUnknownOutcomeResolved(t *testing.T) {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		r, err := p.Publish(pctx, op(key, "body of "+key))
-		mustOutcome(t, key, r, err, Unknown, ReasonNone)
+		mustOutcome(t, key, r, err, Unknown, reasonNone)
 		if r.Attempts < 2 || r.Pointer != nil {
 			t.Fatalf("%s: %+v: want several sends and no pointer", key, r)
 		}
@@ -99,7 +99,7 @@ func TestUnknownOutcomeResolved(t *testing.T) {
 	// Requests delivered, responses lost: the publish was applied.
 	r1 := unknown(faultproxy.Faults{DropDownstream: true}, "k-delivered")
 	got, err := e.pub.Resolve(ctx, res, "k-delivered", r1.Version, r1.AttemptID())
-	mustOutcome(t, "resolve delivered", got, err, Applied, ReasonNone)
+	mustOutcome(t, "resolve delivered", got, err, Applied, reasonNone)
 	if got.Object != r1.Object || got.Digest != r1.Digest {
 		t.Fatalf("resolve returned %+v, want the attempt's object", got)
 	}
@@ -115,7 +115,7 @@ func TestUnknownOutcomeResolved(t *testing.T) {
 	mustOutcome(t, "resolve lost again", again, err, Stale, ReasonSeal)
 	// The same transaction arriving late (a delayed packet, a retry) is
 	// refused by the seal and never applies.
-	late := e.pub.prepare(p.Term(), r2.Version, "k-lost", r2.Digest, r2.Object, "text/plain")
+	late := e.pub.prepare(p.term, r2.Version, "k-lost", r2.Digest, r2.Object, "text/plain")
 	lr, err := e.pub.commit(ctx, late)
 	mustOutcome(t, "late delivery", lr, err, Stale, ReasonSeal)
 	if ptr := e.Pointer(res); ptr.Version != r1.Version {
@@ -125,9 +125,9 @@ func TestUnknownOutcomeResolved(t *testing.T) {
 	// The same operation retried under a new version applies; resolving the
 	// old attempt then reports the operation's actual result as duplicate.
 	r3, err := p.Publish(ctx, op("k-lost", "body of k-lost"))
-	mustOutcome(t, "retry of the lost op", r3, err, Applied, ReasonNone)
+	mustOutcome(t, "retry of the lost op", r3, err, Applied, reasonNone)
 	got, err = e.pub.Resolve(ctx, res, "k-lost", r2.Version, r2.AttemptID())
-	mustOutcome(t, "resolve after the retry applied", got, err, Duplicate, ReasonNone)
+	mustOutcome(t, "resolve after the retry applied", got, err, Duplicate, reasonNone)
 	if got.Version != r3.Version {
 		t.Fatalf("resolve reports %s, want the applied %s", got.Version, r3.Version)
 	}
@@ -151,12 +151,12 @@ func TestRollback(t *testing.T) {
 	p := e.bind(e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"}), false)
 	v1op := Operation{IdempotencyKey: "k1", Body: strings.NewReader("version one"), ContentType: "text/csv", Metadata: map[string]string{"Team": "data"}}
 	r1, err := p.Publish(ctx, v1op)
-	mustOutcome(t, "v1", r1, err, Applied, ReasonNone)
+	mustOutcome(t, "v1", r1, err, Applied, reasonNone)
 	r2, err := p.Publish(ctx, op("k2", "version two"))
-	mustOutcome(t, "v2", r2, err, Applied, ReasonNone)
+	mustOutcome(t, "v2", r2, err, Applied, reasonNone)
 
 	rb, err := p.Rollback(ctx, r1.Version, "rollback-to-v1")
-	mustOutcome(t, "rollback", rb, err, Applied, ReasonNone)
+	mustOutcome(t, "rollback", rb, err, Applied, reasonNone)
 	v, _, ok := e.NS.ParseObjectKey(res, rb.Object.Key)
 	if !ok || v != rb.Version || rb.Version.Seq != 3 || rb.Object.Key == r1.Object.Key {
 		t.Fatalf("rollback object %s for version %s: want a fresh key of the new version", rb.Object.Key, rb.Version)
@@ -177,7 +177,7 @@ func TestRollback(t *testing.T) {
 	}
 
 	dup, err := p.Rollback(ctx, r1.Version, "rollback-to-v1")
-	mustOutcome(t, "rollback retried", dup, err, Duplicate, ReasonNone)
+	mustOutcome(t, "rollback retried", dup, err, Duplicate, reasonNone)
 	if dup.Version != rb.Version {
 		t.Fatalf("retried rollback reports %s, want %s", dup.Version, rb.Version)
 	}

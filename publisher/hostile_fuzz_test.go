@@ -227,7 +227,7 @@ func TestHostileInputWritesNothing(t *testing.T) {
 			g := e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"})
 			rev, keys := snapshot()
 			objects := e.objectCount(t, ctx)
-			_, err := e.pub.BindGrant(ctx, g, false)
+			_, err := e.pub.Bind(ctx, GrantTerm(g, false))
 			if !errors.Is(err, layout.ErrCorruptRecord) || !strings.Contains(err.Error(), field) {
 				t.Fatalf("bind over %s %.40q: %v; want ErrCorruptRecord naming the %s", field, bad, err, field)
 			}

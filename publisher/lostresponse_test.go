@@ -86,7 +86,7 @@ func runPausedWorker(specJSON []byte) error {
 	if err != nil {
 		return err
 	}
-	p, err := c.BindGrant(ctx, g, spec.Strict)
+	p, err := c.Bind(ctx, GrantTerm(g, spec.Strict))
 	if err != nil {
 		return err
 	}
@@ -198,12 +198,12 @@ func (e *env) proxiedStore() (*faultproxy.Proxy, *Client, *s3store.Store) {
 func (e *env) proxiedPublisher(ctx context.Context, res string) (*faultproxy.Proxy, *Publisher, Result) {
 	e.t.Helper()
 	px, c, _ := e.proxiedStore()
-	p, err := c.BindGrant(ctx, e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"}), false)
+	p, err := c.Bind(ctx, GrantTerm(e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"}), false))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	r0, err := p.Publish(ctx, op("k0", "warm-up"))
-	mustOutcome(e.t, "warm-up publish", r0, err, Applied, ReasonNone)
+	mustOutcome(e.t, "warm-up publish", r0, err, Applied, reasonNone)
 	return px, p, r0
 }
 
@@ -219,7 +219,7 @@ func TestLostObjectResponse(t *testing.T) {
 	px, p, _ := e.proxiedPublisher(ctx, "r")
 	fired := px.DropResponse(1, time.Second) // long enough for the store to answer under load
 	r, err := p.Publish(ctx, op("k", "stored, but the answer was lost"))
-	mustOutcome(t, "publish with a lost PUT response", r, err, Applied, ReasonNone)
+	mustOutcome(t, "publish with a lost PUT response", r, err, Applied, reasonNone)
 	select {
 	case <-fired:
 	default:
@@ -245,7 +245,7 @@ func TestResetMidMultipart(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 3*time.Minute)
 	px, c, st := e.proxiedStore()
-	p, err := c.BindGrant(ctx, e.acquire(authority.AcquireRequest{Resource: "big", Owner: "w", TTL: time.Minute}), false)
+	p, err := c.Bind(ctx, GrantTerm(e.acquire(authority.AcquireRequest{Resource: "big", Owner: "w", TTL: time.Minute}), false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestLostResponseThenSuperseded(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	px, c := e.proxied(nil)
 	ga := e.acquire(authority.AcquireRequest{Resource: "r", Owner: "A"})
-	pa, err := c.BindGrant(ctx, ga, false)
+	pa, err := c.Bind(ctx, GrantTerm(ga, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,10 +377,10 @@ func TestLostResponseThenSuperseded(t *testing.T) {
 	default:
 	}
 	rb, err := pb.Publish(ctx, op("b", "B's result"))
-	mustOutcome(t, "B publishes over A", rb, err, Applied, ReasonNone)
+	mustOutcome(t, "B publishes over A", rb, err, Applied, reasonNone)
 	<-fired
 	o := <-done
-	mustOutcome(t, "A after its lost answer", o.r, o.err, Applied, ReasonNone)
+	mustOutcome(t, "A after its lost answer", o.r, o.err, Applied, reasonNone)
 	if o.r.Attempts < 2 {
 		t.Fatalf("A's answer was not lost: %d sends", o.r.Attempts)
 	}

@@ -116,7 +116,7 @@ func (e *env) bindContiguous(ctx context.Context, res string) *Publisher {
 
 func (e *env) bind(g authority.Grant, strict bool) *Publisher {
 	e.t.Helper()
-	p, err := e.pub.BindGrant(ctxT(e.t, 10*time.Second), g, strict)
+	p, err := e.pub.Bind(ctxT(e.t, 10*time.Second), GrantTerm(g, strict))
 	if err != nil {
 		e.t.Fatalf("bind: %v", err)
 	}

@@ -254,7 +254,7 @@ func TestBadInput(t *testing.T) {
 		st.Bucket = "fencepub-no-such-bucket"
 		c.Store = &st
 	})
-	pb, err := noBucket.BindGrant(ctx, g, false)
+	pb, err := noBucket.Bind(ctx, GrantTerm(g, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestCorruptPointer(t *testing.T) {
 		if _, err := e.Etcd.Put(ctx, e.NS.PointerKey("r"), bad); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.pub.BindGrant(ctx, g, false); !errors.Is(err, layout.ErrCorruptRecord) {
+		if _, err := e.pub.Bind(ctx, GrantTerm(g, false)); !errors.Is(err, layout.ErrCorruptRecord) {
 			t.Fatalf("bind over %q: %v, want ErrCorruptRecord", bad, err)
 		}
 		if _, err := p.Publish(ctx, op("k", "x")); !errors.Is(err, layout.ErrCorruptRecord) {
@@ -352,7 +352,7 @@ func TestLargeBodyStreams(t *testing.T) {
 		elapsed := time.Since(start)
 		close(done)
 		wg.Wait()
-		mustOutcome(t, tc.name, r, err, Applied, ReasonNone)
+		mustOutcome(t, tc.name, r, err, Applied, reasonNone)
 
 		h := sha256.New()
 		if _, err := io.Copy(h, &patternReader{rng: rand.NewChaCha8(seed), n: size}); err != nil {
@@ -406,7 +406,7 @@ func TestLostResponseOfUnseekableBody(t *testing.T) {
 		t.Fatalf("pointer moved to %s after a failed object write", v)
 	}
 	r, err := p.Publish(ctx, unseekable())
-	mustOutcome(t, "retry with the same key", r, err, Applied, ReasonNone)
+	mustOutcome(t, "retry with the same key", r, err, Applied, reasonNone)
 	if got := e.readObject(r.Object.Key); string(got) != body {
 		t.Fatalf("object holds %q", got)
 	}

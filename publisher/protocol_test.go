@@ -34,7 +34,7 @@ func TestSeedTimelineStaleAfterNewerFence(t *testing.T) {
 	}
 	pB := e.bind(gB, false)
 	rB, err := pB.Publish(ctx, op("result-B", "state computed by B"))
-	mustOutcome(t, "B", rB, err, Applied, ReasonNone)
+	mustOutcome(t, "B", rB, err, Applied, reasonNone)
 
 	rA, err := pA.Publish(ctx, op("result-A", "state computed by A"))
 	mustOutcome(t, "A after B", rA, err, Stale, ReasonPointer)
@@ -70,9 +70,9 @@ func TestOlderFenceMayPublishBeforeNewer(t *testing.T) {
 	pB := e.bind(gB, false)
 
 	rA, err := pA.Publish(ctx, op("result-A", "A"))
-	mustOutcome(t, "A before B", rA, err, Applied, ReasonNone)
+	mustOutcome(t, "A before B", rA, err, Applied, reasonNone)
 	rB, err := pB.Publish(ctx, op("result-B", "B"))
-	mustOutcome(t, "B after A", rB, err, Applied, ReasonNone)
+	mustOutcome(t, "B after A", rB, err, Applied, reasonNone)
 	rA2, err := pA.Publish(ctx, op("result-A2", "A again"))
 	mustOutcome(t, "A after B", rA2, err, Stale, ReasonPointer)
 	if got := e.history(res); !slices.Equal(got, []layout.Version{rA.Version, rB.Version}) {
@@ -86,7 +86,7 @@ func TestSeqTwoThenSeqOneIsStale(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	p := e.bind(e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"}), false)
 	r2, err := p.PublishSeq(ctx, 2, op("k2", "two"))
-	mustOutcome(t, "seq 2", r2, err, Applied, ReasonNone)
+	mustOutcome(t, "seq 2", r2, err, Applied, reasonNone)
 	r1, err := p.PublishSeq(ctx, 1, op("k1", "one"))
 	mustOutcome(t, "seq 1", r1, err, Stale, ReasonPointer)
 	if ptr := e.Pointer("r"); ptr.Version != r2.Version {
@@ -108,14 +108,14 @@ func TestOperationsCase(t *testing.T) {
 	gA := e.acquire(authority.AcquireRequest{Resource: res, Owner: "worker-A"})
 	pA := e.bind(gA, false)
 	r1, err := pA.Publish(ctx, op("op-1", "first"))
-	mustOutcome(t, "seq1", r1, err, Applied, ReasonNone)
+	mustOutcome(t, "seq1", r1, err, Applied, reasonNone)
 	r2, err := pA.Publish(ctx, op("op-2", "second"))
-	mustOutcome(t, "seq2", r2, err, Applied, ReasonNone)
+	mustOutcome(t, "seq2", r2, err, Applied, reasonNone)
 	e.release(gA)
 
 	pB := e.bind(e.acquire(authority.AcquireRequest{Resource: res, Owner: "worker-B"}), false)
 	dup, err := pB.Publish(ctx, op("op-1", "first"))
-	mustOutcome(t, "same key, same body, new term", dup, err, Duplicate, ReasonNone)
+	mustOutcome(t, "same key, same body, new term", dup, err, Duplicate, reasonNone)
 	if dup.Version != r1.Version || dup.Object != r1.Object || dup.Digest != r1.Digest {
 		t.Fatalf("duplicate returned %s %+v, want the original %s %+v", dup.Version, dup.Object, r1.Version, r1.Object)
 	}
@@ -123,7 +123,7 @@ func TestOperationsCase(t *testing.T) {
 		t.Fatalf("duplicate's own attempt %+v must be a separate (orphan) object", dup.Attempt)
 	}
 	conf, err := pB.Publish(ctx, op("op-1", "different body"))
-	mustOutcome(t, "same key, other body", conf, err, Conflict, ReasonNone)
+	mustOutcome(t, "same key, other body", conf, err, Conflict, reasonNone)
 	if conf.Version == r1.Version || conf.Object.Key == r1.Object.Key {
 		t.Fatalf("conflict must not return the original success: %+v", conf)
 	}
@@ -150,7 +150,7 @@ func TestUnauthorizedTokensRejected(t *testing.T) {
 	gA := e.acquire(authority.AcquireRequest{Resource: res, Owner: "owner-a"})
 	pA := e.bind(gA, false)
 	first, err := pA.Publish(ctx, op("k-first", "v1"))
-	mustOutcome(t, "first", first, err, Applied, ReasonNone)
+	mustOutcome(t, "first", first, err, Applied, reasonNone)
 
 	// Grants of another resource, with fences this resource never granted.
 	var gX authority.Grant
@@ -204,7 +204,7 @@ func TestStrictModeLeaseLost(t *testing.T) {
 	g := e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"})
 	strict := e.bind(g, true)
 	r1, err := strict.Publish(ctx, op("k1", "one"))
-	mustOutcome(t, "strict while held", r1, err, Applied, ReasonNone)
+	mustOutcome(t, "strict while held", r1, err, Applied, reasonNone)
 	loose := e.bind(g, false) // continues at seq 2
 	e.release(g)
 	r2, err := strict.Publish(ctx, op("k2", "two"))
@@ -213,7 +213,7 @@ func TestStrictModeLeaseLost(t *testing.T) {
 		t.Fatalf("err %v, want authority.ErrLeaseLost", err)
 	}
 	r3, err := loose.Publish(ctx, op("k3", "three"))
-	mustOutcome(t, "non-strict after release", r3, err, Applied, ReasonNone)
+	mustOutcome(t, "non-strict after release", r3, err, Applied, reasonNone)
 }
 
 // A Publisher rebuilt for a grant it got back through a retried request id
@@ -226,7 +226,7 @@ func TestRebindContinuesSeq(t *testing.T) {
 	p := e.bind(g, false)
 	for i := range 2 {
 		r, err := p.Publish(ctx, op(fmt.Sprintf("k%d", i), "x"))
-		mustOutcome(t, "publish", r, err, Applied, ReasonNone)
+		mustOutcome(t, "publish", r, err, Applied, reasonNone)
 	}
 	g2 := e.acquire(req) // the retried request gets the original grant back
 	if g2.Generation != g.Generation || g2.HolderRevision != g.HolderRevision {
@@ -245,7 +245,7 @@ func TestRebindContinuesSeq(t *testing.T) {
 		t.Fatalf("rebound publisher starts at seq %d, want 6", n)
 	}
 	r, err := p3.Publish(ctx, op("k-after", "y"))
-	mustOutcome(t, "after rebind", r, err, Applied, ReasonNone)
+	mustOutcome(t, "after rebind", r, err, Applied, reasonNone)
 }
 
 // 16 concurrent publishers with a random mix of fences and seqs on one
@@ -367,13 +367,13 @@ func TestContiguousMode(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	p := e.bindContiguous(ctx, "counter")
 	r1, err := p.PublishSeq(ctx, 1, op("inc-1", "+1"))
-	mustOutcome(t, "seq 1", r1, err, Applied, ReasonNone)
+	mustOutcome(t, "seq 1", r1, err, Applied, reasonNone)
 	r3, err := p.PublishSeq(ctx, 3, op("inc-3", "+3"))
 	mustOutcome(t, "seq 3 after a gap", r3, err, Stale, ReasonGap)
 	r2, err := p.PublishSeq(ctx, 2, op("inc-2", "+2"))
-	mustOutcome(t, "seq 2", r2, err, Applied, ReasonNone)
+	mustOutcome(t, "seq 2", r2, err, Applied, reasonNone)
 	r3, err = p.PublishSeq(ctx, 3, op("inc-3", "+3"))
-	mustOutcome(t, "seq 3 in order", r3, err, Applied, ReasonNone)
+	mustOutcome(t, "seq 3 in order", r3, err, Applied, reasonNone)
 	// Publishing a seq again is stale by the pointer, never a gap.
 	again, err := p.PublishSeq(ctx, 3, op("inc-3b", "+3 again"))
 	mustOutcome(t, "seq 3 again", again, err, Stale, ReasonPointer)

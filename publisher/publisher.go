@@ -263,12 +263,14 @@ const (
 	Unknown Outcome = "unknown"
 )
 
-// Reason explains a Stale outcome.
+// Reason explains a Stale outcome; it is empty for every other outcome.
 type Reason string
+
+// reasonNone is the Reason of every outcome but Stale.
+const reasonNone Reason = ""
 
 // Reasons, in the order the transaction's Else branch is classified.
 const (
-	ReasonNone    Reason = ""
 	ReasonLease   Reason = "lease"   // strict mode: the grant's lease is gone
 	ReasonPointer Reason = "pointer" // the pointer is at or above the version
 	ReasonSeal    Reason = "seal"    // the seal is at or above the version
@@ -347,14 +349,6 @@ func (c *Client) Bind(ctx context.Context, t Term) (*Publisher, error) {
 	}
 	return &Publisher{c: c, term: t, next: next}, nil
 }
-
-// BindGrant is Bind(ctx, GrantTerm(g, strict)).
-func (c *Client) BindGrant(ctx context.Context, g authority.Grant, strict bool) (*Publisher, error) {
-	return c.Bind(ctx, GrantTerm(g, strict))
-}
-
-// Term returns the Publisher's term.
-func (p *Publisher) Term() Term { return p.term }
 
 // NextSeq returns the seq the next Publish will use (layout.MaxNumber
 // again once the term's seq space is closed; see take).

@@ -25,21 +25,21 @@ func TestRepublishMultipart(t *testing.T) {
 	body := make([]byte, MinPartSize+4321)
 	_, _ = rand.Read(body)
 	ga := e.acquire(authority.AcquireRequest{Resource: "big", Owner: "A"})
-	pa, err := c.BindGrant(ctx, ga, false)
+	pa, err := c.Bind(ctx, GrantTerm(ga, false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A body of unknown length above PartSize goes through multipart.
 	orig, err := pa.Publish(ctx, Operation{IdempotencyKey: "lost", Body: io.MultiReader(bytes.NewReader(body)), ContentType: "application/x-big",
 		Metadata: map[string]string{"origin": "test"}})
-	mustOutcome(t, "multipart publish", orig, err, Applied, ReasonNone)
+	mustOutcome(t, "multipart publish", orig, err, Applied, reasonNone)
 	if !strings.Contains(orig.Object.ETag, "-") {
 		t.Fatalf("ETag %q: not a multipart upload", orig.Object.ETag)
 	}
 	e.release(ga)
 	gb := e.acquire(authority.AcquireRequest{Resource: "big", Owner: "B"})
 	r, err := e.bind(gb, false).Republish(ctx, orig.Object.Key, "republish-lost")
-	mustOutcome(t, "republish of a multipart object", r, err, Applied, ReasonNone)
+	mustOutcome(t, "republish of a multipart object", r, err, Applied, reasonNone)
 	if r.Digest != orig.Digest || r.Object.SHA256 != orig.Object.SHA256 || r.Object.Key == orig.Object.Key {
 		t.Fatalf("republished %+v; want the original digest %s and sha256 %s under a new key", r, orig.Digest, orig.Object.SHA256)
 	}

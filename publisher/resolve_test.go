@@ -23,7 +23,7 @@ func (e *env) lostAttempt(g authority.Grant, seq uint64, key, body string) Resul
 	e.t.Helper()
 	ctx := ctxT(e.t, time.Minute)
 	px, c := e.proxied(nil)
-	p, err := c.BindGrant(ctx, g, false)
+	p, err := c.Bind(ctx, GrantTerm(g, false))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func (e *env) lostAttempt(g authority.Grant, seq uint64, key, body string) Resul
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	r, err := p.PublishSeq(pctx, seq, op(key, body))
-	mustOutcome(e.t, "attempt with its requests lost", r, err, Unknown, ReasonNone)
+	mustOutcome(e.t, "attempt with its requests lost", r, err, Unknown, reasonNone)
 	return r
 }
 
@@ -52,7 +52,7 @@ func TestResolveSettlesOneAttempt(t *testing.T) {
 		t.Fatalf("unknown result %+v lacks what Resolve needs", lost)
 	}
 	won, err := e.bind(g, false).PublishSeq(ctx, 1, op(key, "body 2"))
-	mustOutcome(t, "second attempt, same key, grant and seq", won, err, Applied, ReasonNone)
+	mustOutcome(t, "second attempt, same key, grant and seq", won, err, Applied, reasonNone)
 	sealBefore := e.sealValue(res)
 
 	for name, id := range map[string]AttemptID{
@@ -61,7 +61,7 @@ func TestResolveSettlesOneAttempt(t *testing.T) {
 		"object":            {ObjectKey: lost.Object.Key},
 	} {
 		r, err := e.pub.Resolve(ctx, res, key, lost.Version, id)
-		mustOutcome(t, "resolve the lost attempt by "+name, r, err, Conflict, ReasonNone)
+		mustOutcome(t, "resolve the lost attempt by "+name, r, err, Conflict, reasonNone)
 		if r.Digest != won.Digest || r.Object != won.Object || r.Version != won.Version {
 			t.Fatalf("conflict result %+v; want the winner's digest %s and object %s", r, won.Digest, won.Object.Key)
 		}
@@ -72,16 +72,16 @@ func TestResolveSettlesOneAttempt(t *testing.T) {
 		"object":            {ObjectKey: won.Object.Key},
 	} {
 		r, err := e.pub.Resolve(ctx, res, key, won.Version, id)
-		mustOutcome(t, "resolve the winner by "+name, r, err, Applied, ReasonNone)
+		mustOutcome(t, "resolve the winner by "+name, r, err, Applied, reasonNone)
 	}
 
 	// Same digest as the winner: the same logical operation took effect.
 	same := AttemptID{Digest: won.Digest, ObjectKey: e.NS.ObjectKey(res, won.Version, layout.NewNonce())}
 	r, err := e.pub.Resolve(ctx, res, key, won.Version, same)
-	mustOutcome(t, "same digest, same version, another object", r, err, Applied, ReasonNone)
+	mustOutcome(t, "same digest, same version, another object", r, err, Applied, reasonNone)
 	v2 := g.Version(2)
 	r, err = e.pub.Resolve(ctx, res, key, v2, AttemptID{Digest: won.Digest, ObjectKey: e.NS.ObjectKey(res, v2, layout.NewNonce())})
-	mustOutcome(t, "same digest, another version", r, err, Duplicate, ReasonNone)
+	mustOutcome(t, "same digest, another version", r, err, Duplicate, reasonNone)
 	if r.Version != won.Version || r.Object != won.Object {
 		t.Fatalf("duplicate result %+v; want the original %s", r, won.Version)
 	}
@@ -99,7 +99,7 @@ func TestResolveNeedsTheAttempt(t *testing.T) {
 	const res = "r"
 	g := e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"})
 	r1, err := e.bind(g, false).Publish(ctx, op("k1", "one"))
-	mustOutcome(t, "publish", r1, err, Applied, ReasonNone)
+	mustOutcome(t, "publish", r1, err, Applied, reasonNone)
 	sealBefore := e.sealValue(res)
 	v := g.Version(2)
 	for name, id := range map[string]AttemptID{
@@ -132,7 +132,7 @@ func TestResolveKeepsDecommission(t *testing.T) {
 	const res = "retired"
 	g := e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"})
 	r1, err := e.bind(g, false).Publish(ctx, op("k1", "one"))
-	mustOutcome(t, "publish", r1, err, Applied, ReasonNone)
+	mustOutcome(t, "publish", r1, err, Applied, reasonNone)
 	e.release(g)
 	col, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, Authority: e.auth})
 	if err != nil {
@@ -170,7 +170,7 @@ func TestResolveKeepsDecommission(t *testing.T) {
 	// Once something is published above the seal the resource lives again,
 	// and a later raise writes its own reason.
 	r3, err := e.bind(g2, false).PublishSeq(ctx, 2, op("k3", "three"))
-	mustOutcome(t, "publish above the seal", r3, err, Applied, ReasonNone)
+	mustOutcome(t, "publish above the seal", r3, err, Applied, reasonNone)
 	r, err = e.pub.Resolve(ctx, res, "k4", g2.Version(5), unsent)
 	mustOutcome(t, "resolve of a living resource", r, err, Stale, ReasonSeal)
 	if s := e.seal(res); s.Reason == layout.SealReasonDecommissioned {
@@ -196,7 +196,7 @@ func TestContiguousGapAfterLostResponseIsUnknown(t *testing.T) {
 
 	fired := px.DropResponse(1, 300*time.Millisecond)
 	r, err = p.PublishSeq(ctx, 3, op("k3", "three"))
-	mustOutcome(t, "gap on a re-send after a lost response", r, err, Unknown, ReasonNone)
+	mustOutcome(t, "gap on a re-send after a lost response", r, err, Unknown, reasonNone)
 	if errors.Is(err, ErrStale) {
 		t.Fatalf("unknown outcome also wraps ErrStale: %v", err)
 	}

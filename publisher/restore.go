@@ -80,7 +80,7 @@ func (c *Client) restoreOne(ctx context.Context, a *authority.Authority, resourc
 		defer cancel()
 		_ = a.Release(rctx, g)
 	}()
-	p, err := c.BindGrant(actx, g, false)
+	p, err := c.Bind(actx, GrantTerm(g, false))
 	if err != nil {
 		return Result{}, err
 	}

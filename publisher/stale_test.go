@@ -55,7 +55,7 @@ func TestPausedWorkerBetweenWriteAndPublish(t *testing.T) {
 		t.Fatalf("B's generation %d is not above A's %d", gb.Generation, grants["seed"].Generation)
 	}
 	rb, err := e.bind(gb, false).Publish(ctxT(t, 30*time.Second), op("b", "B's newer result"))
-	mustOutcome(t, "B publishes", rb, err, Applied, ReasonNone)
+	mustOutcome(t, "B publishes", rb, err, Applied, reasonNone)
 
 	for _, w := range workers {
 		w.signal(syscall.SIGCONT)
@@ -108,7 +108,7 @@ func TestResolveFutureVersion(t *testing.T) {
 	g := e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"})
 	p := e.bind(g, false)
 	r1, err := p.Publish(ctx, op("k1", "one"))
-	mustOutcome(t, "first publish", r1, err, Applied, ReasonNone)
+	mustOutcome(t, "first publish", r1, err, Applied, reasonNone)
 	sealBefore := e.sealValue(res)
 
 	for _, v := range []layout.Version{
@@ -128,11 +128,11 @@ func TestResolveFutureVersion(t *testing.T) {
 
 	// The current term and later grants still publish.
 	r2, err := p.Publish(ctx, op("k2", "two"))
-	mustOutcome(t, "publish after the refused resolves", r2, err, Applied, ReasonNone)
+	mustOutcome(t, "publish after the refused resolves", r2, err, Applied, reasonNone)
 	e.release(g)
 	g2 := e.acquire(authority.AcquireRequest{Resource: res, Owner: "w2"})
 	r3, err := e.bind(g2, false).Publish(ctx, op("k3", "three"))
-	mustOutcome(t, "publish under the next grant", r3, err, Applied, ReasonNone)
+	mustOutcome(t, "publish under the next grant", r3, err, Applied, reasonNone)
 
 	// A real unknown attempt of the current term is still settled by a seal.
 	r, err := e.pub.Resolve(ctx, res, "k-unknown", g2.Version(5), unsent)
@@ -166,7 +166,7 @@ func TestSeqBounds(t *testing.T) {
 		}
 	}
 	r, err := p.PublishSeq(ctx, layout.MaxNumber, op("k-last", "last"))
-	mustOutcome(t, "the last seq", r, err, Applied, ReasonNone)
+	mustOutcome(t, "the last seq", r, err, Applied, reasonNone)
 	if n := p.NextSeq(); n != layout.MaxNumber {
 		t.Fatalf("NextSeq after the last seq: %d", n)
 	}
@@ -179,7 +179,7 @@ func TestSeqBounds(t *testing.T) {
 	g := e.acquire(authority.AcquireRequest{Resource: "sealed", Owner: "w"})
 	p = e.bind(g, false)
 	first, err := p.Publish(ctx, op("k1", "one"))
-	mustOutcome(t, "before the seal", first, err, Applied, ReasonNone)
+	mustOutcome(t, "before the seal", first, err, Applied, reasonNone)
 	seal, err := layout.EncodeSeal(layout.Seal{Version: layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: layout.MaxNumber}, Reason: "decommissioned", At: time.Now().UTC()})
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +191,6 @@ func TestSeqBounds(t *testing.T) {
 		r, err := q.Publish(ctx, op("k2", "two"))
 		mustOutcome(t, "a sealed term", r, err, Stale, ReasonSeal)
 		r, err = q.Publish(ctx, op("k1", "one"))
-		mustOutcome(t, "a retry after the seal", r, err, Duplicate, ReasonNone)
+		mustOutcome(t, "a retry after the seal", r, err, Duplicate, reasonNone)
 	}
 }

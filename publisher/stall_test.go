@@ -30,12 +30,12 @@ func TestPublishThroughStalledFollower(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire %d with follower %s stalled: %v", i, m.Name, err)
 		}
-		p, err := e.pub.BindGrant(ctx, g, false)
+		p, err := e.pub.Bind(ctx, GrantTerm(g, false))
 		if err != nil {
 			t.Fatalf("bind %d with follower %s stalled: %v", i, m.Name, err)
 		}
 		r, err := p.Publish(ctx, op(fmt.Sprintf("k%d", i), "through a stalled follower"))
-		mustOutcome(t, fmt.Sprintf("publish %d with follower %s stalled", i, m.Name), r, err, Applied, ReasonNone)
+		mustOutcome(t, fmt.Sprintf("publish %d with follower %s stalled", i, m.Name), r, err, Applied, reasonNone)
 		if err := e.auth.Release(ctx, g); err != nil {
 			t.Fatalf("release %d with follower %s stalled: %v", i, m.Name, err)
 		}

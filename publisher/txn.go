@@ -174,8 +174,8 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 // failed with last.
 func (c *Client) unknown(pr *prepared, start time.Time, attempt int, last error) (Result, error) {
 	c.m.txnDone(time.Since(start), attempt)
-	c.m.outcome(Unknown, ReasonNone)
-	res := pr.result(Unknown, ReasonNone)
+	c.m.outcome(Unknown, reasonNone)
+	res := pr.result(Unknown, reasonNone)
 	res.Attempts = attempt
 	return res, fmt.Errorf("%w: resource %q, key %q, version %s: %d sends, last error: %w",
 		ErrUnknown, pr.term.Resource, pr.key, pr.version, attempt, last)
@@ -208,7 +208,7 @@ func kv(r *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 // strict-mode lease loss, then stale by pointer, seal, epoch, grant, and in
 // contiguous mode gap. So a lost response is never reported as stale.
 func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, error) {
-	res := pr.result(Applied, ReasonNone)
+	res := pr.result(Applied, reasonNone)
 	res.Revision = resp.Header.Revision
 	if resp.Succeeded {
 		ptr := pr.pointer

@@ -109,7 +109,7 @@ func TestSizeLies(t *testing.T) {
 			}
 		}
 		r, err := p.Publish(ctx, Operation{IdempotencyKey: "k-" + name, Body: body(), Size: int64(len(data))})
-		mustOutcome(t, name+" honest retry", r, err, Applied, ReasonNone)
+		mustOutcome(t, name+" honest retry", r, err, Applied, reasonNone)
 		if got := e.readVerified("r"); got != string(data) {
 			t.Fatalf("%s: reader got %d other bytes", name, len(got))
 		}
@@ -282,7 +282,7 @@ func TestFileAtOffset(t *testing.T) {
 			fired = px.DropResponse(1, time.Second)
 		}
 		r, err := p.Publish(ctx, Operation{IdempotencyKey: fmt.Sprint("off-", i), Body: f})
-		mustOutcome(t, fmt.Sprintf("file at offset (lost response %v)", lose), r, err, Applied, ReasonNone)
+		mustOutcome(t, fmt.Sprintf("file at offset (lost response %v)", lose), r, err, Applied, reasonNone)
 		if fired != nil {
 			select {
 			case <-fired:
@@ -315,7 +315,7 @@ func TestPipeBody(t *testing.T) {
 		}()
 		r, err := p.Publish(ctx, Operation{IdempotencyKey: fmt.Sprint("k", n), Body: pr})
 		_ = pr.Close()
-		mustOutcome(t, fmt.Sprintf("pipe of %d bytes", n), r, err, Applied, ReasonNone)
+		mustOutcome(t, fmt.Sprintf("pipe of %d bytes", n), r, err, Applied, reasonNone)
 		if got := e.readVerified("r"); got != string(data) {
 			t.Fatalf("pipe of %d bytes: reader got %d bytes", n, len(got))
 		}
@@ -351,7 +351,7 @@ func TestLostPutResponses(t *testing.T) {
 		px.DropResponse(1, time.Second)
 		r, err := p.Publish(ctx, Operation{IdempotencyKey: "k-" + tc.name, Body: tc.body()})
 		if tc.seekable {
-			mustOutcome(t, tc.name, r, err, Applied, ReasonNone)
+			mustOutcome(t, tc.name, r, err, Applied, reasonNone)
 			if got := e.readVerified("r"); got != string(data) {
 				t.Fatalf("%s: reader got %d bytes", tc.name, len(got))
 			}
@@ -359,7 +359,7 @@ func TestLostPutResponses(t *testing.T) {
 		}
 		e.mustNothingPublished(tc.name, "r", before, r, err)
 		r, err = p.Publish(ctx, Operation{IdempotencyKey: "k-" + tc.name, Body: tc.body()})
-		mustOutcome(t, tc.name+" retry", r, err, Applied, ReasonNone)
+		mustOutcome(t, tc.name+" retry", r, err, Applied, reasonNone)
 	}
 }
 
@@ -574,7 +574,7 @@ func TestLostCompleteResponse(t *testing.T) {
 	r, err := p.Publish(ctx, Operation{IdempotencyKey: "k", Body: pr})
 	<-armed
 	px.Set(faultproxy.Faults{})
-	mustOutcome(t, "multipart with a lost complete response", r, err, Applied, ReasonNone)
+	mustOutcome(t, "multipart with a lost complete response", r, err, Applied, reasonNone)
 	if st := px.Stats(); st.DroppedDown == 0 {
 		t.Fatalf("no response was dropped: %+v", st)
 	}
@@ -599,7 +599,7 @@ func TestContiguousAfterBodyError(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	p := e.bindContiguous(ctx, "counter")
 	r1, err := p.Publish(ctx, op("inc-1", "+1"))
-	mustOutcome(t, "seq 1", r1, err, Applied, ReasonNone)
+	mustOutcome(t, "seq 1", r1, err, Applied, reasonNone)
 	if _, err := p.Publish(ctx, Operation{IdempotencyKey: "inc-2", Body: strings.NewReader("+2"), Size: 3}); !errors.Is(err, ErrBody) {
 		t.Fatalf("lying size: %v", err)
 	}

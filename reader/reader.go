@@ -148,6 +148,3 @@ func New(cfg Config, resource string) (*Reader, error) {
 	}
 	return &Reader{cfg: cfg, res: resource, key: cfg.Namespace.PointerKey(resource), log: log}, nil
 }
-
-// Resource returns the resource name.
-func (r *Reader) Resource() string { return r.res }

@@ -60,7 +60,7 @@ func newDomainEnv(t *testing.T, d *testenv.Domain) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.pub, err = c.BindGrant(ctx, g, false); err != nil {
+	if e.pub, err = c.Bind(ctx, publisher.GrantTerm(g, false)); err != nil {
 		t.Fatal(err)
 	}
 	return e

@@ -75,7 +75,7 @@ func authorityExit(err error) error {
 	case errors.As(err, &coded):
 		return err
 	case errors.Is(err, layout.ErrInvalidName), errors.Is(err, authority.ErrBadTTL), errors.Is(err, authority.ErrInvalidGrant),
-		errors.Is(err, authority.ErrInitialized), errors.Is(err, authority.ErrCreateOnlyIgnored), errors.Is(err, objstore.ErrNoBucket):
+		errors.Is(err, authority.ErrInitialized), errors.Is(err, objstore.ErrCreateOnlyIgnored), errors.Is(err, objstore.ErrNoBucket):
 		code = exitcode.Usage
 	case errors.Is(err, authority.ErrRequestConflict):
 		code = exitcode.Conflict

@@ -190,11 +190,11 @@ func (d *doctor) probeKey() string {
 func (d *doctor) checkCreateOnly(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
-	err := authority.ProbeCreateOnly(pctx, d.store, authority.StoreName(d.store), d.probeKey())
+	err := objstore.ProbeCreateOnly(pctx, d.store, d.probeKey())
 	switch {
 	case err == nil:
 		d.add("create-only", checkPass, "a create-only PUT (If-None-Match: *) onto an existing key is refused with 412", "")
-	case errors.Is(err, authority.ErrCreateOnlyIgnored):
+	case errors.Is(err, objstore.ErrCreateOnlyIgnored):
 		d.add("create-only", checkFail, err.Error(), "fencepub refuses this store: use one that honours If-None-Match (MinIO, AWS S3)")
 	default:
 		d.add("create-only", checkFail, "the probe could not write: "+err.Error(), "the credentials need s3:PutObject on the bucket (a reader's do not: run doctor with a worker's)")

@@ -126,18 +126,16 @@ func (f *gcFlags) collector(env *cli.Env, m *gc.Metrics) (*gc.Collector, error) 
 	if p.ClockSkew == 0 {
 		p.ClockSkew = time.Nanosecond // the library reads 0 as "default"
 	}
-	return openCollector(env, g.RequestRetention, gc.Config{
-		Policy: p, OpRetention: g.OpRetention, DeleteBatch: g.DeleteBatch, DeleteConcurrency: g.DeleteConcurrency, Metrics: m,
+	return openCollector(env, gc.Config{
+		Policy: p, OpRetention: g.OpRetention, RequestRetention: g.RequestRetention,
+		DeleteBatch: g.DeleteBatch, DeleteConcurrency: g.DeleteConcurrency, Metrics: m,
 	})
 }
 
 // openCollector builds a Collector of env's domain: cfg's policy fields
-// (zero: the defaults) with env's clients and an authority keeping request
-// records requestRetention (zero: its default).
-func openCollector(env *cli.Env, requestRetention time.Duration, cfg gc.Config) (*gc.Collector, error) {
-	acfg := env.AuthorityConfig()
-	acfg.RequestRetention = requestRetention
-	a, err := authority.New(acfg)
+// (zero: the defaults) with env's clients and authority.
+func openCollector(env *cli.Env, cfg gc.Config) (*gc.Collector, error) {
+	a, err := authority.New(env.AuthorityConfig())
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
@@ -375,7 +373,8 @@ and the lease released.`,
 
 // newGCRegistry returns the GC daemon's /metrics registry (README
 // "Monitoring"): the Go runtime and process collectors, gc.NewMetrics,
-// fencepub_gc_interval_seconds, the pass interval, so that an alert can
+// fencepub_build_info{version,goversion} (always 1, labelled as `fencepub
+// version` prints the build), fencepub_gc_interval_seconds, the pass interval, so that an alert can
 // count missed passes in intervals (deploy/monitoring), and
 // fencepub_gc_last_clean_verify_timestamp_seconds read from verifyKey in
 // etcd (0 when cli is nil). Errors: the registry's.
@@ -383,11 +382,15 @@ func newGCRegistry(interval time.Duration, cli *clientv3.Client, verifyKey strin
 	reg := prometheus.NewRegistry()
 	iv := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencepub_gc_interval_seconds", Help: "The GC daemon's interval between passes (gc.interval)."})
 	iv.Set(interval.Seconds())
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), iv,
+	b := currentBuild()
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fencepub_build_info", Help: "Always 1; the labels name the fencepub build.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(b.Version, b.GoVersion).Set(1)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), iv, build,
 		&verifyCollector{cli: cli, key: verifyKey, desc: prometheus.NewDesc("fencepub_gc_last_clean_verify_timestamp_seconds",
 			"Unix time of the last 'fencepub verify --all' that found nothing (0: none recorded).", nil, nil)})
-	b := currentBuild()
-	m, err := gc.NewMetrics(reg, gc.BuildInfo{Version: b.Version, GoVersion: b.GoVersion})
+	m, err := gc.NewMetrics(reg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -60,7 +60,7 @@ func TestGCCLI(t *testing.T) {
 	}
 	publish := func(g authority.Grant, key string) publisher.Result {
 		t.Helper()
-		p, err := pub.BindGrant(ctx, g, false)
+		p, err := pub.Bind(ctx, publisher.GrantTerm(g, false))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -63,3 +63,35 @@ func TestMonitoringMetricsExist(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildInfoMetric: the GC daemon's /metrics has fencepub_build_info = 1
+// labelled with the build `fencepub version` prints.
+func TestBuildInfoMetric(t *testing.T) {
+	reg, _, err := newGCRegistry(time.Minute, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := currentBuild()
+	for _, f := range fams {
+		if f.GetName() != "fencepub_build_info" {
+			continue
+		}
+		if len(f.GetMetric()) != 1 {
+			t.Fatalf("fencepub_build_info has %d series", len(f.GetMetric()))
+		}
+		m := f.GetMetric()[0]
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if m.GetGauge().GetValue() != 1 || labels["version"] != b.Version || labels["goversion"] != b.GoVersion {
+			t.Fatalf("fencepub_build_info %v = %v; want version %q, goversion %q = 1", labels, m.GetGauge().GetValue(), b.Version, b.GoVersion)
+		}
+		return
+	}
+	t.Fatal("no fencepub_build_info")
+}

@@ -36,7 +36,7 @@ the resource (use --force); 115 etcd did not answer.`,
 			return err
 		}
 		defer env.Close()
-		col, err := openCollector(env, 0, gc.Config{})
+		col, err := openCollector(env, gc.Config{})
 		if err != nil {
 			return err
 		}

@@ -385,7 +385,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
-	p, err := client.BindGrant(pctx, g, false)
+	p, err := client.Bind(pctx, publisher.GrantTerm(g, false))
 	if err != nil {
 		return publishExit(publisher.Result{}, err)
 	}

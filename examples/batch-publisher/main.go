@@ -112,7 +112,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer sess.Close()
-	p, err := pub.BindGrant(ctx, g, false)
+	p, err := pub.Bind(ctx, publisher.GrantTerm(g, false))
 	if err != nil {
 		return err
 	}

@@ -194,7 +194,7 @@ func (n Namespace) ParseObjectKey(res, key string) (v Version, nonce string, ok 
 }
 
 // CreateOnlyProbeObject names the object the create-only probe writes
-// (authority.ProbeCreateOnly): "<prefix>/_fencepub/probe/create-only",
+// (objstore.ProbeCreateOnly): "<prefix>/_fencepub/probe/create-only",
 // beside the domains of the prefix rather than in one (no domain may be
 // named _fencepub), so probing a bucket never makes it look used to a
 // domain's first init.

@@ -18,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -117,15 +116,18 @@ type GC struct {
 	Listen   string        `mapstructure:"listen"`
 }
 
-// DefaultGC holds the gc.* defaults: the gc and authority packages' own
-// (the CLI's flags show the same values).
-var DefaultGC = GC{
-	Retain: gc.DefaultPolicy().Retain, Grace: gc.DefaultPolicy().Grace, ClockSkew: gc.DefaultPolicy().ClockSkew,
-	AbandonAfter: gc.DefaultPolicy().AbandonAfter, OpRetention: gc.DefaultOpRetention,
-	RequestRetention: authority.DefaultRequestRetention, DeleteBatch: gc.DefaultDeleteBatch,
-	DeleteConcurrency: gc.DefaultDeleteConcurrency, Interval: gc.DefaultInterval, LeaseTTL: gc.DefaultLeaseTTL,
-	Listen: "127.0.0.1:9464",
-}
+// DefaultGC holds the gc.* defaults: the gc package's own
+// (gc.DefaultConfig, gc.DefaultDaemonConfig; the CLI's flags show the same
+// values).
+var DefaultGC = func() GC {
+	c, d := gc.DefaultConfig(), gc.DefaultDaemonConfig()
+	return GC{
+		Retain: c.Policy.Retain, Grace: c.Policy.Grace, ClockSkew: c.Policy.ClockSkew, AbandonAfter: c.Policy.AbandonAfter,
+		OpRetention: c.OpRetention, RequestRetention: c.RequestRetention,
+		DeleteBatch: c.DeleteBatch, DeleteConcurrency: c.DeleteConcurrency,
+		Interval: d.Interval, LeaseTTL: d.LeaseTTL, Listen: "127.0.0.1:9464",
+	}
+}()
 
 // Validate checks the GC settings; errors are ErrInvalid naming the key and
 // its flag.
@@ -146,8 +148,8 @@ func (g GC) Validate() error {
 		return bad("gc.op_retention", g.OpRetention, "a positive duration")
 	case g.RequestRetention <= 0:
 		return bad("gc.request_retention", g.RequestRetention, "a positive duration")
-	case g.DeleteBatch < 1 || g.DeleteBatch > gc.DefaultDeleteBatch:
-		return bad("gc.delete_batch", g.DeleteBatch, fmt.Sprintf("1-%d", gc.DefaultDeleteBatch))
+	case g.DeleteBatch < 1 || g.DeleteBatch > DefaultGC.DeleteBatch: // the default is S3's limit
+		return bad("gc.delete_batch", g.DeleteBatch, fmt.Sprintf("1-%d", DefaultGC.DeleteBatch))
 	case g.DeleteConcurrency < 1:
 		return bad("gc.delete_concurrency", g.DeleteConcurrency, "at least 1")
 	case g.Interval <= 0:

@@ -95,11 +95,12 @@ func (e *brokenEnv) acquire(w *worker, res string) authority.Grant {
 
 // publish publishes through the real publisher and requires outcome.
 func (e *brokenEnv) publish(w *worker, g authority.Grant, seq uint64, key, body, outcome string) {
-	p, err := e.pub.BindGrant(e.ctx, g, false)
+	t := publisher.GrantTerm(g, false)
+	p, err := e.pub.Bind(e.ctx, t)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	w.publish(p, seq, key, []byte(body), false)
+	w.publish(p, t, seq, key, []byte(body), false)
 	h := e.rec.History()
 	if got := h.Publishes[len(h.Publishes)-1]; got.Outcome != outcome {
 		e.t.Fatalf("%s: publish %s: %s (%s), want %s", w.id, key, got.Outcome, got.Err, outcome)
@@ -112,7 +113,7 @@ func (e *brokenEnv) readNow(res string) layout.Version {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.read.read(rd, 0)
+	e.read.read(res, rd, 0)
 	h := e.rec.History()
 	return h.Reads[len(h.Reads)-1].Version
 }

@@ -252,7 +252,7 @@ func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher
 		Owner: g.Owner, Version: g.Version(1), Call: clock.Now(),
 	}
 	rec.Invoke(op)
-	p, err := pub.BindGrant(ctx, g, false)
+	p, err := pub.Bind(ctx, publisher.GrantTerm(g, false))
 	var r publisher.Result
 	if err == nil {
 		r, err = p.Republish(ctx, lost.Key, op.Key)

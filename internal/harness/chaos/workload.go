@@ -285,7 +285,8 @@ func (w *worker) term(res string) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	w.bound = w.clock.Now()
-	p, err := w.pub.BindGrant(ctx, g, w.rng.Float64() < 0.3)
+	t := publisher.GrantTerm(g, w.rng.Float64() < 0.3)
+	p, err := w.pub.Bind(ctx, t)
 	cancel()
 	if err != nil {
 		if isAnomaly(err) {
@@ -303,7 +304,7 @@ func (w *worker) term(res string) bool {
 		}
 		key, body := operation(res, w.id, w.n, w.rng)
 		seq := p.NextSeq()
-		if !w.publish(p, seq, key, body, false) {
+		if !w.publish(p, t, seq, key, body, false) {
 			return true
 		}
 		w.sleep(time.Duration(w.rng.IntN(30)) * time.Millisecond)
@@ -311,12 +312,11 @@ func (w *worker) term(res string) bool {
 	return true
 }
 
-// publish publishes body under key at seq with p, logging the operation from
+// publish publishes body under key at seq with p (bound to t), logging the operation from
 // invoke to its final outcome; an unknown outcome is settled with Resolve
 // before it is logged. It reports whether the term may go on (the publish
 // was applied, a duplicate or a conflict).
-func (w *worker) publish(p *publisher.Publisher, seq uint64, key string, body []byte, forged bool) bool {
-	t := p.Term()
+func (w *worker) publish(p *publisher.Publisher, t publisher.Term, seq uint64, key string, body []byte, forged bool) bool {
 	w.n++
 	sum := sha256.Sum256(body)
 	pop := publisher.Operation{IdempotencyKey: key, Body: bytes.NewReader(body)}
@@ -441,7 +441,7 @@ func (w *worker) forge(recent func() []GrantEvent) {
 			continue
 		}
 		key, body := operation(res, w.id, w.n, w.rng)
-		w.publish(p, uint64(1+w.rng.IntN(3)), key, body, true)
+		w.publish(p, term, uint64(1+w.rng.IntN(3)), key, body, true)
 	}
 }
 
@@ -476,20 +476,21 @@ func (l *readLoop) run() {
 			readers[res] = rd
 		}
 		var drop bool
-		if after[res], drop = l.read(rd, after[res]); drop {
+		if after[res], drop = l.read(res, rd, after[res]); drop {
 			delete(readers, res)
 		}
 	}
 }
 
-// read opens rd's current object, reads it to the end and logs the read,
-// unless it failed only because a server did not answer; after is the call
+// read opens rd's current object (of resource res), reads it to the end and
+// logs the read, unless it failed only because a server did not answer;
+// after is the call
 // time of rd's previous Open (or its creation). It returns this Open's call
 // time and whether rd must be dropped: its pointer went back (an etcd
 // restore, across which the checker splits histories), so a new Reader
 // starts afresh.
-func (l *readLoop) read(rd *reader.Reader, after int64) (call int64, drop bool) {
-	op := ReadOp{Client: l.id, Resource: rd.Resource(), Call: l.clock.Now(), After: after}
+func (l *readLoop) read(res string, rd *reader.Reader, after int64) (call int64, drop bool) {
+	op := ReadOp{Client: l.id, Resource: res, Call: l.clock.Now(), After: after}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	b, err := rd.Open(ctx)

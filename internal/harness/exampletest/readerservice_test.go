@@ -145,7 +145,7 @@ func (s *service) publish(resource string, body []byte) fencepub.Version {
 		s.t.Fatal(err)
 	}
 	defer s.auth.Release(ctx, g)
-	p, err := s.pub.BindGrant(ctx, g, false)
+	p, err := s.pub.Bind(ctx, publisher.GrantTerm(g, false))
 	if err != nil {
 		s.t.Fatal(err)
 	}

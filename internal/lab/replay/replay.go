@@ -223,7 +223,7 @@ func (r *run) write(ctx context.Context, ev lab.Event) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%s writes without a grant", ev.Actor)
 	}
-	p, err := r.pub.BindGrant(ctx, g, false)
+	p, err := r.pub.Bind(ctx, publisher.GrantTerm(g, false))
 	if err != nil {
 		return "", err
 	}

@@ -189,7 +189,7 @@ func (s *runner) gcDelete(ctx context.Context, st *stack, coll *gc.Collector, la
 	total := per * deleteUnits
 	base := bench.Stats{Ops: total, Wall: bareWall, Throughput: float64(total) / bareWall.Seconds()}
 	baseline := fmt.Sprintf("bare ListObjects → RemoveObjects ×%d", deleteParallel)
-	how := fmt.Sprintf("the pass lists, classifies and deletes (%d multi-object deletes of 1000 keys at once, as the bare side), then prunes etcd records", gc.DefaultDeleteConcurrency)
+	how := fmt.Sprintf("the pass lists, classifies and deletes (%d multi-object deletes of 1000 keys at once, as the bare side), then prunes etcd records", deleteParallel)
 	row := bench.NewRow(WorkloadGC, fmt.Sprintf("delete, %d objects (real passes)", total), 0, 1,
 		bench.Stats{Ops: total, Wall: gcWall, Throughput: float64(total) / gcWall.Seconds()}, baseline, base)
 	row.Unit = "objects/s"

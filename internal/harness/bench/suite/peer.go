@@ -116,7 +116,7 @@ func (s *runner) peerHA(ctx context.Context, st *stack, peers []*bench.Peer, siz
 						rec.Add(0, err)
 						return
 					}
-					p, err := st.pub.BindGrant(ctx, g, false)
+					p, err := st.pub.Bind(ctx, publisher.GrantTerm(g, false))
 					if err != nil {
 						rec.Add(0, err)
 					}

@@ -419,7 +419,7 @@ func (p phases) means() (object, txn time.Duration) {
 // deleteParallel is how many multi-object deletes run at once in clean-ups
 // and in the bare delete baseline: GC's default, so the baseline is the
 // same shape as the pass it is compared with.
-const deleteParallel = gc.DefaultDeleteConcurrency
+var deleteParallel = gc.DefaultConfig().DeleteConcurrency
 
 // grantTTL is the TTL of the benchmarks' grants: longer than any workload
 // step, so no lease expires mid-measurement.
@@ -432,7 +432,7 @@ func (st *stack) bind(ctx context.Context, res string) (*publisher.Publisher, au
 	if err != nil {
 		return nil, g, err
 	}
-	p, err := st.pub.BindGrant(ctx, g, false)
+	p, err := st.pub.Bind(ctx, publisher.GrantTerm(g, false))
 	return p, g, err
 }
 

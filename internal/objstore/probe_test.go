@@ -1,0 +1,44 @@
+package objstore_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/objstore/memstore"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// overwritingStore is an in-memory store that ignores the create-only
+// condition: a PUT onto an existing key replaces it.
+type overwritingStore struct{ objstore.Store }
+
+func (s overwritingStore) PutCreateOnly(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	_ = s.Delete(ctx, []string{key})
+	return s.Store.PutCreateOnly(ctx, key, body, size, opts)
+}
+
+// TestProbeCreateOnly: the probe passes on the real store (every time: the
+// probe object stays) and reports a store that overwrites an existing key
+// as ErrCreateOnlyIgnored naming the store and the key.
+func TestProbeCreateOnly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := testenv.Get(t).Store(t)
+	key := testenv.Namespace(t).CreateOnlyProbeObject()
+	for range 2 {
+		if err := objstore.ProbeCreateOnly(ctx, st, key); err != nil {
+			t.Fatalf("real store: %v", err)
+		}
+	}
+	err := objstore.ProbeCreateOnly(ctx, overwritingStore{memstore.New("fake", time.Now)}, key)
+	if !errors.Is(err, objstore.ErrCreateOnlyIgnored) || !strings.Contains(err.Error(), `bucket "fake"`) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("an overwriting store: %v; want ErrCreateOnlyIgnored naming bucket \"fake\" and %s", err, key)
+	}
+}
