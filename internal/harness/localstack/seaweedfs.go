@@ -18,6 +18,11 @@ import (
 // `weed server` process (master, volume server, filer and S3 gateway in
 // one) with fixed local credentials.
 type SeaweedFSOptions struct {
+	// SeparateVolume runs the volume server as its own `weed volume`
+	// process (SeaweedFS.Volume) beside a `weed server -volume=false`
+	// (master, filer and S3 gateway), so a fault can stall the data path
+	// alone (the chaos runs pause it).
+	SeparateVolume bool
 	AccessKey string // default "fencepub"
 	SecretKey string // default "fencepub-secret"
 	Bucket    string // created at start; default "fencepub"
@@ -28,16 +33,22 @@ type SeaweedFSOptions struct {
 	ReadyTimeout time.Duration // default 90 s
 }
 
-// SeaweedFS is a running SeaweedFS server serving the S3 API on loopback.
+// SeaweedFS is a running SeaweedFS server serving the S3 API on loopback:
+// the `weed server` process, and with SeparateVolume its volume server.
+// Start, Stop, Kill and Exited cover both processes.
 type SeaweedFS struct {
 	*Process
-	Dir string
+	// Volume is the `weed volume` process (SeparateVolume), else nil.
+	Volume *Process
+	Dir    string
 	// Config reaches the bucket through the S3 gateway.
 	Config s3store.Config
 }
 
-// StartSeaweedFS starts `weed server` under dir with its S3 gateway and
-// blocks until the gateway answers a bucket call (creating the bucket).
+// StartSeaweedFS starts `weed server` under dir with its S3 gateway (and,
+// with SeparateVolume, `weed volume` on dir/volume registered with its
+// master) and blocks until the gateway answers a bucket call (creating the
+// bucket).
 // Every one of its eight ports (HTTP and gRPC of the master, volume server,
 // filer and S3 gateway) is a free loopback port, so several servers run side
 // by side. The S3 identities file grants the one configured key pair every
@@ -87,14 +98,28 @@ func StartSeaweedFS(ctx context.Context, dir string, opts SeaweedFSOptions) (*Se
 	s.args = []string{"server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir=" + data,
 		"-s3", "-s3.port=" + p(0), "-s3.port.grpc=" + p(1), "-s3.config=" + identPath,
 		"-master.port=" + p(2), "-master.port.grpc=" + p(3),
-		"-volume.port=" + p(4), "-volume.port.grpc=" + p(5),
 		"-filer.port=" + p(6), "-filer.port.grpc=" + p(7),
 		// Small volumes: a test writes megabytes, and each volume file is
 		// preallocated up to this size on some filesystems.
-		"-master.volumeSizeLimitMB=64", "-volume.max=0",
+		"-master.volumeSizeLimitMB=64",
+	}
+	if opts.SeparateVolume {
+		vdata := filepath.Join(dir, "volume")
+		if err := os.MkdirAll(vdata, 0o755); err != nil {
+			return nil, err
+		}
+		s.args = append(s.args, "-volume=false")
+		s.Volume = &Process{Name: "seaweedfs-volume", LogPath: filepath.Join(dir, "volume.log"), bin: bin, detached: opts.Detached,
+			args: []string{"volume", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir=" + vdata, "-max=0",
+				"-port=" + p(4), "-port.grpc=" + p(5), "-master=127.0.0.1:" + p(2) + "." + p(3),
+				// A stop is a stop: no 10 s of draining heartbeats first.
+				"-preStopSeconds=0"}}
+	} else {
+		s.args = append(s.args, "-volume.port="+p(4), "-volume.port.grpc="+p(5), "-volume.max=0")
 	}
 	s.Config = s3store.Config{Endpoint: "127.0.0.1:" + p(0), AccessKey: opts.AccessKey, SecretKey: opts.SecretKey, Bucket: opts.Bucket}
 	if err := s.Start(); err != nil {
+		s.Stop()
 		return nil, err
 	}
 	timeout := opts.ReadyTimeout
@@ -106,6 +131,49 @@ func StartSeaweedFS(ctx context.Context, dir string, opts SeaweedFSOptions) (*Se
 		return nil, err
 	}
 	return s, nil
+}
+
+// Start starts the server and the volume server (SeparateVolume) where
+// they are not running.
+func (s *SeaweedFS) Start() error {
+	if err := s.Process.Start(); err != nil {
+		return err
+	}
+	if s.Volume != nil {
+		return s.Volume.Start()
+	}
+	return nil
+}
+
+// Stop stops the volume server, then the server (SIGTERM, then SIGKILL
+// after a grace).
+func (s *SeaweedFS) Stop() {
+	if s.Volume != nil {
+		s.Volume.Stop()
+	}
+	s.Process.Stop()
+}
+
+// Kill kills both processes with SIGKILL and waits for them to exit.
+func (s *SeaweedFS) Kill() {
+	if s.Volume != nil {
+		s.Volume.Kill()
+	}
+	s.Process.Kill()
+}
+
+// Exited reports whether either process has exited (or was stopped).
+func (s *SeaweedFS) Exited() bool {
+	return s.Process.Exited() || s.Volume != nil && s.Volume.Exited()
+}
+
+// Restart starts the stopped processes again on their data and blocks
+// until the store is ready (WaitReady, 90 s).
+func (s *SeaweedFS) Restart(ctx context.Context) error {
+	if err := s.Start(); err != nil {
+		return err
+	}
+	return s.WaitReady(ctx, 90*time.Second)
 }
 
 // WaitReady blocks until the bucket exists (creating it) and a create-only
