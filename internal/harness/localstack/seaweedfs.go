@@ -23,9 +23,9 @@ type SeaweedFSOptions struct {
 	// (master, filer and S3 gateway), so a fault can stall the data path
 	// alone (the chaos runs pause it).
 	SeparateVolume bool
-	AccessKey string // default "fencepub"
-	SecretKey string // default "fencepub-secret"
-	Bucket    string // created at start; default "fencepub"
+	AccessKey      string // default "fencepub"
+	SecretKey      string // default "fencepub-secret"
+	Bucket         string // created at start; default "fencepub"
 	// Port is a fixed S3 port (dev up); 0 takes a free one. The master,
 	// volume and filer ports, and their gRPC ports, are always free ones.
 	Port         int
