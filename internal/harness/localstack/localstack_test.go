@@ -218,4 +218,11 @@ func TestSeaweedFSSeparateVolume(t *testing.T) {
 	if b, err := objstore.GetSmall(ctx, st, "k", 1024); err != nil || string(b) != "kept" {
 		t.Fatalf("get after restart: %q %v", b, err)
 	}
+	// Ready after a restart means conditional writes of new keys are
+	// served, not only refusals of existing ones.
+	pctx, pcancel = context.WithTimeout(ctx, 3*time.Second)
+	defer pcancel()
+	if _, err := objstore.PutSmallCreateOnly(pctx, st, "new", []byte("x"), "text/plain"); err != nil {
+		t.Fatalf("create-only put of a new key right after Restart: %v", err)
+	}
 }

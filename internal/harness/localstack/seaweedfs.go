@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -180,27 +181,36 @@ func (s *SeaweedFS) Restart(ctx context.Context) error {
 // PUT is served, the server exits, or timeout passes. The bucket answers
 // seconds before the filer's lock ring, which every conditional write takes,
 // has a lock server: until then such a write waits and retries inside the
-// server. So readiness is a create-only PUT of readyKey answered (created,
-// or refused as existing after an earlier attempt timed out).
+// server, and after a restart the ring takes seconds again. So readiness is
+// a create-only PUT of a key new to this call answered (created, or refused
+// as existing after an earlier attempt timed out): a refusal of a key that
+// existed before does not prove that the ring serves (it is answered
+// without it). The key is deleted afterwards.
 func (s *SeaweedFS) WaitReady(ctx context.Context, timeout time.Duration) error {
 	st, err := s3store.New(s.Config)
 	if err != nil {
 		return err
 	}
-	return waitReady(ctx, s.Process, timeout, func(ctx context.Context) error {
+	key := fmt.Sprintf("%s/%d-%d", readyPrefix, time.Now().UnixNano(), rand.Uint64())
+	err = waitReady(ctx, s.Process, timeout, func(ctx context.Context) error {
 		if err := st.EnsureBucket(ctx); err != nil {
 			return fmt.Errorf("bucket %q on %s: %w", s.Config.Bucket, s.Config.Endpoint, err)
 		}
-		if _, err := objstore.PutSmallCreateOnly(ctx, st, readyKey, []byte("ready"), "text/plain"); err != nil && !errors.Is(err, objstore.ErrExists) {
+		if _, err := objstore.PutSmallCreateOnly(ctx, st, key, []byte("ready"), "text/plain"); err != nil && !errors.Is(err, objstore.ErrExists) {
 			return fmt.Errorf("create-only put on %s: %w", s.Config.Endpoint, err)
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return errors.Join(st.Delete(ctx, []string{key})...)
 }
 
-// readyKey is the object WaitReady writes: outside every fencepub
-// namespace (those are <prefix>/<domain>/...), so no domain sees it.
-const readyKey = "_localstack/ready"
+// readyPrefix is where WaitReady writes its probe objects: outside every
+// fencepub namespace (those are <prefix>/<domain>/...), so no domain sees
+// them.
+const readyPrefix = "_localstack/ready"
 
 // Store returns a Store of the bucket.
 func (s *SeaweedFS) Store() (*s3store.Store, error) { return s3store.New(s.Config) }
