@@ -118,6 +118,15 @@ func TestDevRunningChecksTheCommandLine(t *testing.T) {
 	}
 }
 
+// devStatus decodes `dev status -o json` of the stack in dir into v.
+func devStatus(t *testing.T, dir string, v any) {
+	t.Helper()
+	out, _, _ := runCLI(t, "dev", "status", "--dir", dir, "-o", "json")
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("status %s: %v", out, err)
+	}
+}
+
 func readFile(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -154,13 +163,7 @@ func TestDevUpCluster(t *testing.T) {
 		E group `json:"etcd"`
 		M group `json:"minio"`
 	}
-	status := func() {
-		t.Helper()
-		out, _, _ := runCLI(t, "dev", "status", "--dir", dir, "-o", "json")
-		if err := json.Unmarshal([]byte(out), &st); err != nil {
-			t.Fatalf("status %s: %v", out, err)
-		}
-	}
+	status := func() { t.Helper(); devStatus(t, dir, &st) }
 	status()
 	if !st.E.Running || !st.M.Running || len(st.E.Processes) != 3 || len(st.M.Processes) != 4 {
 		t.Fatalf("status: %+v; want 3 etcd members and 4 minio nodes running", st)
@@ -241,13 +244,7 @@ func TestDevUpSeaweedFS(t *testing.T) {
 			Processes []struct{ Running bool }
 		} `json:"seaweedfs"`
 	}
-	status := func() {
-		t.Helper()
-		out, _, _ := runCLI(t, "dev", "status", "--dir", dir, "-o", "json")
-		if err := json.Unmarshal([]byte(out), &st); err != nil {
-			t.Fatalf("status %s: %v", out, err)
-		}
-	}
+	status := func() { t.Helper(); devStatus(t, dir, &st) }
 	status()
 	if st.Store != "seaweedfs" || !st.E.Running || !st.W.Running || len(st.W.Processes) != 1 {
 		t.Fatalf("status: %+v; want etcd and one seaweedfs process running", st)

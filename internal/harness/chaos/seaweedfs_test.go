@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -41,15 +42,9 @@ func TestChaosSeaweedFS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range res.Violations {
-		t.Errorf("violation: %s", v)
-	}
-	if res.FailureFile != "" {
-		t.Errorf("failure file %s (replay: make chaos STORE=seaweedfs SEED=%d DURATION=%s)", res.FailureFile, seaweedFSCISeed, seaweedFSCIDuration)
-	}
-	s := res.Summary
-	if s.Store != "seaweedfs" || s.Publishes[Applied] == 0 || s.Publishes[Stale] == 0 || s.Reads == 0 || s.Grants == 0 || s.GCPasses == 0 {
-		t.Errorf("the run made too little progress, or not on SeaweedFS: %+v", s)
+	checkRun(t, res, fmt.Sprintf("make chaos STORE=seaweedfs SEED=%d DURATION=%s", seaweedFSCISeed, seaweedFSCIDuration))
+	if res.Summary.Store != "seaweedfs" {
+		t.Errorf("summary store %q, want seaweedfs", res.Summary.Store)
 	}
 	injected := map[FaultKind]int{}
 	for _, f := range res.History.Faults {
