@@ -147,12 +147,14 @@ staticcheck:
 
 ## chaos: fault-injection soak against real etcd (3 members) and a distributed MinIO (4 nodes),
 ##        judged by the linearizability and invariant checker (internal/harness/chaos).
-##        SEED= replays a schedule (empty: random, printed); DURATION= e.g. 30m.
+##        SEED= replays a schedule (empty: random, printed); DURATION= e.g. 30m;
+##        STORE=seaweedfs runs it on etcd and one SeaweedFS (its own faults) instead of MinIO.
 SEED     ?=
 DURATION ?= 5m
+STORE    ?= minio
 chaos: deps
 	$(GO) build -o $(BIN)/chaos ./internal/harness/chaos/cmd/chaos
-	$(BIN)/chaos -seed=$(SEED) -duration=$(DURATION)
+	$(BIN)/chaos -store=$(STORE) -seed=$(SEED) -duration=$(DURATION)
 
 clean:
 	rm -rf $(BIN)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,7 +47,8 @@ const maxWrkDuration = 10 * time.Minute
 
 // newBenchCmd builds the fencepub-bench command: the benchmark suite
 // (internal/bench/suite; bench/README.md), against the configured servers or, with --local, a
-// single-member etcd and a single-drive MinIO it starts itself. Flags and
+// single-member etcd and a single-drive MinIO or one SeaweedFS (--store) it
+// starts itself. Flags and
 // --out are checked before any server is started or contacted; an
 // interrupted run writes no report.
 // benchCmdOptions are fencepub-bench's flags (addFlags); Complete keeps
@@ -54,6 +56,7 @@ const maxWrkDuration = 10 * time.Minute
 // contacted, Run runs the suite and writes the report.
 type benchCmdOptions struct {
 	local, quick  bool
+	store         string // --store: the object store --local starts
 	out           string
 	workloads     []string
 	scale         float64
@@ -79,6 +82,11 @@ server (driven by wrk, if installed), a bare listing and a bare
 multi-object delete.
 
 Workloads: ` + strings.Join(suite.Workloads(), ", ") + `.
+
+--local starts a single-member etcd and, by --store, a single-drive MinIO
+(default) or one SeaweedFS process; with --store seaweedfs the default
+workloads are publish and reader, every row next to its floor measured on
+the same SeaweedFS in the same run.
 
 Without --local the suite runs against the configured servers (flags,
 FENCEPUB_* environment, config file) in a throwaway domain
@@ -112,7 +120,8 @@ reached, 130 when interrupted.`,
 // addFlags registers fencepub-bench's own flags on cmd.
 func (o *benchCmdOptions) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.BoolVar(&o.local, "local", false, "start a local etcd and MinIO from ./bin (make deps) instead of using the configured servers")
+	f.BoolVar(&o.local, "local", false, "start a local etcd and object store (--store) from ./bin (make deps) instead of using the configured servers")
+	f.StringVar(&o.store, "store", localstack.StoreMinIO, "object store --local starts: "+strings.Join(localstack.StoreKinds, "|")+" (seaweedfs: default --workloads publish,reader)")
 	f.BoolVar(&o.quick, "quick", false, "tiny counts: a smoke run in seconds (numbers not meaningful)")
 	f.StringVar(&o.out, "out", defaultBenchOut, "directory for latest.json, latest.md and latest.png (created if missing)")
 	f.StringSliceVar(&o.workloads, "workloads", nil, "workloads to run, comma-separated (default all: "+strings.Join(suite.Workloads(), ",")+")")
@@ -132,7 +141,7 @@ func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
 	opts.Log = slog.New(slog.NewTextHandler(c.ErrOrStderr(), nil))
 	var binDir string
 	if o.local { // a missing binary fails now, not after --out is made
-		for _, name := range []string{"etcd", "minio"} {
+		for _, name := range []string{"etcd", storeBinary(o.store)} {
 			p, err := localstack.Binary(name)
 			if err != nil {
 				return exitcode.With(exitcode.Usage, err)
@@ -162,9 +171,9 @@ func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.ErrOrStderr(), "bench: starting a local etcd and MinIO from %s, data in %s (removed at the end); domain %q of prefix %q; report to %s\n",
-			binDir, dir, ns.Domain, ns.Prefix, o.out)
-		l, err := suite.StartLocal(ctx, dir)
+		fmt.Fprintf(c.ErrOrStderr(), "bench: starting a local etcd and %s from %s, data in %s (removed at the end); domain %q of prefix %q; report to %s\n",
+			storeNames[o.store], binDir, dir, ns.Domain, ns.Prefix, o.out)
+		l, err := suite.StartLocal(ctx, dir, o.store)
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
@@ -256,12 +265,19 @@ func (o *benchCmdOptions) Validate() (suite.Options, error) {
 	scale, gcObjects, wrkDuration, readerService := o.scale, o.gcObjects, o.wrkDuration, o.readerService
 	quick, workloads := o.quick, o.workloads
 	switch {
+	case !slices.Contains(localstack.StoreKinds, o.store):
+		return suite.Options{}, exitcode.Usagef("--store %q: want one of %s", o.store, strings.Join(localstack.StoreKinds, ", "))
+	case changed("store") && !o.local:
+		return suite.Options{}, exitcode.Usagef("--store is for --local; without it the suite runs on the configured S3 store")
 	case !(scale > 0 && scale <= maxBenchScale): // NaN fails too
 		return suite.Options{}, exitcode.Usagef("--scale %g: want a number > 0 and at most %d (1 is the default run, 0.5 a shorter one)", scale, maxBenchScale)
 	case gcObjects < minBenchGCObjects || gcObjects > maxBenchGCObjects:
 		return suite.Options{}, exitcode.Usagef("--gc-objects %d: want %d to %d (the GC workload's small set is a tenth of it)", gcObjects, minBenchGCObjects, maxBenchGCObjects)
 	case wrkDuration < time.Second || wrkDuration > maxWrkDuration:
 		return suite.Options{}, exitcode.Usagef("--wrk-duration %s: want 1s to %s (wrk runs whole seconds)", wrkDuration, maxWrkDuration)
+	}
+	if o.store == localstack.StoreSeaweedFS && !changed("workloads") {
+		workloads = seaweedFSWorkloads
 	}
 	if quick && !changed("gc-objects") {
 		gcObjects = 0 // the suite's quick count
@@ -287,6 +303,22 @@ func (o *benchCmdOptions) Validate() (suite.Options, error) {
 		return suite.Options{}, exitcode.With(exitcode.Usage, err)
 	}
 	return opts, nil
+}
+
+// seaweedFSWorkloads are the workloads `--store seaweedfs` runs unless
+// --workloads says otherwise: the object store's share of fencepub's cost
+// (README "Object stores").
+var seaweedFSWorkloads = []string{suite.WorkloadPublish, suite.WorkloadReader}
+
+// storeNames are the object stores' names as the start line gives them.
+var storeNames = map[string]string{localstack.StoreMinIO: "MinIO", localstack.StoreSeaweedFS: "SeaweedFS"}
+
+// storeBinary returns the server binary of the object store kind.
+func storeBinary(kind string) string {
+	if kind == localstack.StoreSeaweedFS {
+		return "weed"
+	}
+	return "minio"
 }
 
 // prepareBenchOut makes sure dir, bench's --out, is a directory the report

@@ -195,6 +195,8 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--quick", "--out", filepath.Join(file, "sub")}, "--out"},
 		{[]string{"--quick", "--out", reportDir}, "--out"},
 		{[]string{"--quick", "--out", ""}, "--out"},
+		{[]string{"--local", "--store", "s3"}, "--store"},
+		{[]string{"--quick", "--store", "seaweedfs"}, "--store"},
 	} {
 		start := time.Now()
 		out, errs, code := benchCLI(t, context.Background(), append(tc.args, unreachable...)...)
@@ -247,5 +249,36 @@ func TestBenchHelp(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "fencepub-bench runs ") || !strings.Contains(out, "Usage:\n  fencepub-bench [flags]") || !strings.Contains(out, "default ./fencepub-bench-results") || strings.Contains(out, "bench/results/tmp") ||
 		!strings.Contains(out, "about 145k") || !strings.Contains(out, `(default "fencepub-bench-results")`) {
 		t.Errorf("help: exit %d\n%s", code, out)
+	}
+}
+
+// TestBenchLocalSeaweedFS runs a quick reader workload with --local --store
+// seaweedfs: the suite starts SeaweedFS, not MinIO, names it in its start
+// line and report, and measures its rows next to their baselines on it.
+// Without --workloads that store runs publish and reader.
+func TestBenchLocalSeaweedFS(t *testing.T) {
+	o := &benchCmdOptions{local: true, store: localstack.StoreSeaweedFS, scale: 1, gcObjects: minBenchGCObjects, wrkDuration: time.Second, changed: func(string) bool { return false }}
+	opts, err := o.Validate()
+	if err != nil || strings.Join(opts.Workloads, ",") != "publish,reader" {
+		t.Fatalf("Validate with --store seaweedfs: workloads %v, %v; want publish,reader", opts.Workloads, err)
+	}
+
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, errs, code := benchCLI(t, ctx, "--local", "--store", "seaweedfs", "--quick", "--workloads", "reader", "--out", dir)
+	if code != 0 || !strings.Contains(out, "Open, 1 KiB, c=16") {
+		t.Fatalf("--local --store seaweedfs: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	if first, _, _ := strings.Cut(errs, "\n"); !strings.HasPrefix(first, "bench: starting a local etcd and SeaweedFS from ") {
+		t.Errorf("start line: %q", first)
+	}
+	var rep struct{ Servers string }
+	b, err := os.ReadFile(filepath.Join(dir, "latest.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &rep)
+	}
+	if err != nil || !strings.Contains(rep.Servers, "SeaweedFS") {
+		t.Errorf("report servers %q (%v); want SeaweedFS named", rep.Servers, err)
 	}
 }

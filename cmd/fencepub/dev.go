@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,19 +31,38 @@ type devProc struct {
 }
 
 // devState is what `dev up` records in <dir>/state.json for `dev down` and
-// `dev status`: every etcd member and MinIO node.
+// `dev status`: every etcd member and object-store process. Store is the
+// object store's kind (localstack.StoreKinds; empty in a state file from
+// before SeaweedFS, which is MinIO); its processes are under MinIO or
+// SeaweedFS accordingly.
 type devState struct {
 	Dir        string    `json:"dir"`
 	ConfigFile string    `json:"config_file"`
+	Store      string    `json:"store,omitempty"`
 	Etcd       []devProc `json:"etcd"`
 	MinIO      []devProc `json:"minio"`
+	SeaweedFS  []devProc `json:"seaweedfs,omitempty"`
 	Bucket     string    `json:"bucket"`
 	StartedAt  time.Time `json:"started_at"`
 }
 
-// procs returns every process of the stack, MinIO first (the order dev
-// down stops them in).
-func (st devState) procs() []devProc { return append(append([]devProc{}, st.MinIO...), st.Etcd...) }
+// storeKind returns the stack's object store kind, MinIO for a state file
+// that names none.
+func (st devState) storeKind() string {
+	if st.Store == "" {
+		return localstack.StoreMinIO
+	}
+	return st.Store
+}
+
+// storeProcs returns the object store's processes.
+func (st devState) storeProcs() []devProc {
+	return append(append([]devProc{}, st.MinIO...), st.SeaweedFS...)
+}
+
+// procs returns every process of the stack, the object store's first (the
+// order dev down stops them in).
+func (st devState) procs() []devProc { return append(st.storeProcs(), st.Etcd...) }
 
 // runningCount returns how many of the stack's processes are running.
 func (st devState) runningCount() int {
@@ -64,15 +84,17 @@ const (
 )
 
 // newDevCmd builds `fencepub dev up|down|status`: a persistent local etcd and
-// MinIO for trying fencepub, from the binaries `make deps` built.
+// object store (MinIO or SeaweedFS) for trying fencepub, from the binaries
+// `make deps` built.
 func newDevCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run a local etcd and MinIO for trying fencepub",
+		Short: "Run a local etcd and object store (MinIO or SeaweedFS) for trying fencepub",
 		Long: `dev starts a persistent etcd cluster (one member by default, --etcd-members)
-and MinIO (one single-drive node by default, --minio-nodes for a distributed
-MinIO of that many processes with two drives each) on loopback from ./bin
-(built by 'make deps'), creates the bucket and writes a config file
+and an object store on loopback from ./bin (built by 'make deps'): MinIO by
+default (one single-drive node, --minio-nodes for a distributed MinIO of that
+many processes with two drives each), or with --store seaweedfs one SeaweedFS
+'weed server' process. It creates the bucket and writes a config file
 (./fencepub.yaml by default) that every other fencepub command picks up from
 the working directory. Data lives in --dir (default ./.dev).`,
 	}
@@ -135,18 +157,23 @@ func devPorts(n, base, step int) ([]int, error) {
 	return out, nil
 }
 
-// devYAML is the config file of the stack c in dir: every etcd member's
-// endpoint, and the first MinIO node's (every node serves the same bucket).
-func devYAML(dir string, c *localstack.Cluster) string {
-	eps := make([]string, len(c.Etcd.Members))
-	for i, m := range c.Etcd.Members {
+// devYAML is the config file of the stack s in dir: every etcd member's
+// endpoint, and the object store's first process's (every MinIO node
+// serves the same bucket). The shape is the same for every store kind.
+func devYAML(dir string, s *devStack) string {
+	eps := make([]string, len(s.etcd.Members))
+	for i, m := range s.etcd.Members {
 		eps[i] = strconv.Quote(m.ClientURL)
 	}
 	others := ""
-	if n := c.MinIO.Endpoints(); len(n) > 1 {
-		others = "  # the other MinIO nodes serve the same bucket: " + strings.Join(n[1:], ", ") + "\n"
+	if len(s.storeProcs) > 1 {
+		n := make([]string, 0, len(s.storeProcs)-1)
+		for _, p := range s.storeProcs[1:] {
+			n = append(n, p.Endpoint)
+		}
+		others = "  # the other MinIO nodes serve the same bucket: " + strings.Join(n, ", ") + "\n"
 	}
-	cfg := c.MinIO.Config
+	cfg := s.store.S3Config()
 	return fmt.Sprintf(`# Written by 'fencepub dev up' for the local stack in %s.
 etcd:
   endpoints: [%s]
@@ -162,14 +189,64 @@ namespace:
 `, dir, strings.Join(eps, ", "), cfg.Endpoint, others, cfg.AccessKey, cfg.SecretKey, cfg.Bucket)
 }
 
-// devStateOf records the processes of c.
-func devStateOf(dir, cfgFile string, c *localstack.Cluster) devState {
-	st := devState{Dir: dir, ConfigFile: cfgFile, Bucket: c.MinIO.Config.Bucket, StartedAt: time.Now().UTC()}
-	for _, m := range c.Etcd.Members {
+// devStack is what dev up started: the etcd cluster and the object store
+// of kind kind, with the store's processes as state.json records them.
+type devStack struct {
+	kind       string
+	etcd       *localstack.Etcd
+	store      localstack.ObjectStore
+	storeProcs []devProc
+}
+
+// startDevStack starts the etcd cluster under dir/etcd (client and peer
+// ports cports, pports) and the object store of o.store under
+// dir/<kind> (S3 ports sports, one per MinIO node; SeaweedFS takes the
+// first), detached, and blocks until all of them are ready. On error
+// nothing it started is left running. Errors: localstack's start errors.
+func (o *devUpOptions) startDevStack(ctx context.Context, dir string, cports, pports, sports []int) (*devStack, error) {
+	e, err := localstack.StartEtcd(ctx, filepath.Join(dir, "etcd"), localstack.EtcdOptions{Members: o.members, Detached: true, ListenClientPorts: cports, ListenPeerPorts: pports})
+	if err != nil {
+		return nil, err
+	}
+	s := &devStack{kind: o.storeKind(), etcd: e}
+	switch s.kind {
+	case localstack.StoreSeaweedFS:
+		w, err := localstack.StartSeaweedFS(ctx, filepath.Join(dir, "seaweedfs"), localstack.SeaweedFSOptions{Detached: true, Port: sports[0]})
+		if err != nil {
+			e.Stop()
+			return nil, err
+		}
+		s.store, s.storeProcs = w, []devProc{{Name: w.Name, PID: w.PID(), Endpoint: w.Config.Endpoint, Log: w.LogPath}}
+	default:
+		m, err := localstack.StartMinIO(ctx, filepath.Join(dir, "minio"), localstack.MinIOOptions{Nodes: o.minioNodes, Detached: true, Ports: sports})
+		if err != nil {
+			e.Stop()
+			return nil, err
+		}
+		s.store = m
+		for _, n := range m.Nodes {
+			s.storeProcs = append(s.storeProcs, devProc{Name: n.Name, PID: n.PID(), Endpoint: n.Endpoint, Log: n.LogPath})
+		}
+	}
+	return s, nil
+}
+
+// stop stops the object store, then etcd.
+func (s *devStack) stop() {
+	s.store.Stop()
+	s.etcd.Stop()
+}
+
+// state records the processes of s.
+func (s *devStack) state(dir, cfgFile string) devState {
+	st := devState{Dir: dir, ConfigFile: cfgFile, Store: s.kind, Bucket: s.store.S3Config().Bucket, StartedAt: time.Now().UTC()}
+	for _, m := range s.etcd.Members {
 		st.Etcd = append(st.Etcd, devProc{Name: m.Name, PID: m.PID(), Endpoint: m.ClientURL, Log: m.LogPath})
 	}
-	for _, n := range c.MinIO.Nodes {
-		st.MinIO = append(st.MinIO, devProc{Name: n.Name, PID: n.PID(), Endpoint: n.Endpoint, Log: n.LogPath})
+	if s.kind == localstack.StoreSeaweedFS {
+		st.SeaweedFS = s.storeProcs
+	} else {
+		st.MinIO = s.storeProcs
 	}
 	return st
 }
@@ -181,13 +258,22 @@ type devUpOptions struct {
 	dir                 *string
 	configPath          string
 	members, minioNodes int
+	store               string // a localstack.StoreKinds name; empty is MinIO
+}
+
+// storeKind returns the object store to start, MinIO when unset.
+func (o *devUpOptions) storeKind() string {
+	if o.store == "" {
+		return localstack.StoreMinIO
+	}
+	return o.store
 }
 
 func newDevUpCmd(dir *string) *cobra.Command {
 	o := &devUpOptions{dir: dir}
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Start local etcd and MinIO and write a config file",
+		Short: "Start local etcd and an object store (MinIO or SeaweedFS) and write a config file",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
@@ -204,11 +290,20 @@ func newDevUpCmd(dir *string) *cobra.Command {
 func (o *devUpOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.configPath, "write-config", "fencepub.yaml", "where to write the config file for the local stack")
 	cmd.Flags().IntVar(&o.members, "etcd-members", 1, "etcd cluster members, each its own process (3 tolerates one lost member)")
-	cmd.Flags().IntVar(&o.minioNodes, "minio-nodes", 1, "MinIO server processes; more than 1 is a distributed MinIO with two drives per node")
+	cmd.Flags().IntVar(&o.minioNodes, "minio-nodes", 1, "MinIO server processes; more than 1 is a distributed MinIO with two drives per node (minio only)")
+	cmd.Flags().StringVar(&o.store, "store", localstack.StoreMinIO, "object store to start: "+strings.Join(localstack.StoreKinds, "|"))
 }
 
-// Validate checks the stack's size. Errors: usage errors (exit 2).
+// Validate checks the store kind and the stack's size: --minio-nodes above
+// 1 needs --store minio (SeaweedFS runs as one process). Errors: usage
+// errors (exit 2).
 func (o *devUpOptions) Validate() error {
+	if !slices.Contains(localstack.StoreKinds, o.storeKind()) {
+		return exitcode.Usagef("--store %q: want one of %s", o.store, strings.Join(localstack.StoreKinds, ", "))
+	}
+	if o.storeKind() != localstack.StoreMinIO && o.minioNodes > 1 {
+		return exitcode.Usagef("--minio-nodes %d: only with --store minio (--store %s runs one process)", o.minioNodes, o.store)
+	}
 	if o.members < 1 || o.members > maxDevEtcdMembers {
 		return exitcode.Usagef("--etcd-members %d: want 1-%d (odd: 1, 3, 5, 7 tolerate 0, 1, 2, 3 lost members)", o.members, maxDevEtcdMembers)
 	}
@@ -237,9 +332,9 @@ func (o *devUpOptions) Run(c *cobra.Command) error {
 	if st, err := readDevState(abs); err == nil {
 		switch n := st.runningCount(); {
 		case n == len(st.procs()) && n > 0:
-			log.Info(fmt.Sprintf("dev: already running (%d etcd members, %d minio nodes); config %s", len(st.Etcd), len(st.MinIO), st.ConfigFile))
-			if len(st.Etcd) != o.members || len(st.MinIO) != o.minioNodes {
-				log.Warn(fmt.Sprintf("dev: not changing its topology to %d/%d; run 'fencepub dev down' and start it in a fresh --dir", o.members, o.minioNodes))
+			log.Info(fmt.Sprintf("dev: already running (%d etcd members, %d %s processes); config %s", len(st.Etcd), len(st.storeProcs()), st.storeKind(), st.ConfigFile))
+			if len(st.Etcd) != o.members || st.storeKind() != o.storeKind() || st.storeKind() == localstack.StoreMinIO && len(st.MinIO) != o.minioNodes {
+				log.Warn(fmt.Sprintf("dev: not changing it to %d etcd members and %s; run 'fencepub dev down' and start it in a fresh --dir", o.members, o.storeKind()))
 			}
 			if !c.Flags().Changed("write-config") || cfgAbs == st.ConfigFile {
 				return nil
@@ -271,26 +366,23 @@ func (o *devUpOptions) Run(c *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	mports, err := devPorts(o.minioNodes, 9000, 1)
+	sports, err := devPorts(o.minioNodes, 9000, 1)
 	if err != nil {
 		return err
 	}
-	log.Info(fmt.Sprintf("dev: starting etcd (%d members) and minio (%d nodes) ...", o.members, o.minioNodes))
-	cl, err := localstack.StartCluster(ctx, abs, localstack.ClusterOptions{
-		Etcd:  localstack.EtcdOptions{Members: o.members, Detached: true, ListenClientPorts: cports, ListenPeerPorts: pports},
-		MinIO: localstack.MinIOOptions{Nodes: o.minioNodes, Detached: true, Ports: mports},
-	})
+	log.Info(fmt.Sprintf("dev: starting etcd (%d members) and %s (%d processes) ...", o.members, o.storeKind(), len(sports)))
+	cl, err := o.startDevStack(ctx, abs, cports, pports, sports)
 	if err != nil {
 		return devErr(err)
 	}
-	st := devStateOf(abs, cfgAbs, cl)
+	st := cl.state(abs, cfgAbs)
 	b, _ := json.MarshalIndent(st, "", "  ")
 	err = os.WriteFile(filepath.Join(abs, "state.json"), b, 0o644)
 	if err == nil {
 		err = os.WriteFile(cfgAbs, []byte(devYAML(abs, cl)), 0o600)
 	}
 	if err != nil { // leave nothing running that dev down cannot find
-		cl.Stop()
+		cl.stop()
 		_ = os.Remove(filepath.Join(abs, "state.json"))
 		return exitcode.Usagef("dev up: %v (servers stopped)", err)
 	}
@@ -298,7 +390,7 @@ func (o *devUpOptions) Run(c *cobra.Command) error {
 	for _, p := range st.Etcd {
 		log.Info("dev: "+p.Name, "endpoint", p.Endpoint, "pid", p.PID, "log", p.Log)
 	}
-	for _, p := range st.MinIO {
+	for _, p := range st.storeProcs() {
 		log.Info("dev: "+p.Name, "endpoint", p.Endpoint, "pid", p.PID, "bucket", st.Bucket, "log", p.Log)
 	}
 	down := os.Args[0] + " dev down"
@@ -345,7 +437,7 @@ func devErr(err error) error {
 func newDevDownCmd(dir *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "down",
-		Short: "Stop the local etcd and MinIO started by 'dev up' (data is kept)",
+		Short: "Stop the local etcd and object store started by 'dev up' (data is kept)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			st, err := readDevState(*dir)
@@ -358,7 +450,7 @@ func newDevDownCmd(dir *string) *cobra.Command {
 	}
 }
 
-// stopDev stops the stack's processes, MinIO first: SIGTERM, then SIGKILL
+// stopDev stops the stack's processes, the object store first: SIGTERM, then SIGKILL
 // after 10 s.
 func stopDev(log *slog.Logger, st devState) {
 	for _, p := range st.procs() {
@@ -379,7 +471,7 @@ func stopDev(log *slog.Logger, st devState) {
 }
 
 // devGroupStatus is `dev status -o json`'s view of the etcd members or the
-// MinIO nodes: running when all of them are; pid and endpoint are the
+// object store's processes: running when all of them are; pid and endpoint are the
 // first one's.
 func devGroupStatus(dir string, procs []devProc) map[string]any {
 	all := len(procs) > 0
@@ -399,7 +491,7 @@ func devGroupStatus(dir string, procs []devProc) map[string]any {
 func newDevStatusCmd(dir *string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show whether every local etcd member and MinIO node is running (exit 115 if not all)",
+		Short: "Show whether every local etcd member and object-store process is running (exit 115 if not all)",
 		Args:  cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
@@ -408,17 +500,19 @@ func newDevStatusCmd(dir *string) *cobra.Command {
 		if err != nil {
 			return exitcode.With(exitcode.Usage, fmt.Errorf("no local stack in %s (run 'fencepub dev up', or give the stack's --dir): %w", *dir, err))
 		}
-		etcd, minio := devGroupStatus(st.Dir, st.Etcd), devGroupStatus(st.Dir, st.MinIO)
-		minio["bucket"] = st.Bucket
+		store := devGroupStatus(st.Dir, st.storeProcs())
+		store["bucket"] = st.Bucket
 		if *out == "json" {
-			if err := printJSON(c.OutOrStdout(), map[string]any{"etcd": etcd, "minio": minio, "config": st.ConfigFile}); err != nil {
+			// The store's group is under its kind ("minio" or "seaweedfs").
+			v := map[string]any{"etcd": devGroupStatus(st.Dir, st.Etcd), st.storeKind(): store, "store": st.storeKind(), "config": st.ConfigFile}
+			if err := printJSON(c.OutOrStdout(), v); err != nil {
 				return err
 			}
 		} else {
-			for _, p := range append(append([]devProc{}, st.Etcd...), st.MinIO...) {
-				fmt.Fprintf(c.OutOrStdout(), "%-7s %-28s pid %-7d running=%v\n", p.Name, p.Endpoint, p.PID, running(p.PID, st.Dir))
+			for _, p := range append(append([]devProc{}, st.Etcd...), st.storeProcs()...) {
+				fmt.Fprintf(c.OutOrStdout(), "%-9s %-28s pid %-7d running=%v\n", p.Name, p.Endpoint, p.PID, running(p.PID, st.Dir))
 			}
-			fmt.Fprintf(c.OutOrStdout(), "config  %s\n", st.ConfigFile)
+			fmt.Fprintf(c.OutOrStdout(), "%-9s %s\n", "config", st.ConfigFile)
 		}
 		if n := st.runningCount(); n == 0 || n < len(st.procs()) {
 			return exitcode.With(exitcode.Unavailable, errors.New("the local stack is not fully running; start it with 'fencepub dev up'"))

@@ -118,6 +118,15 @@ func TestDevRunningChecksTheCommandLine(t *testing.T) {
 	}
 }
 
+// devStatus decodes `dev status -o json` of the stack in dir into v.
+func devStatus(t *testing.T, dir string, v any) {
+	t.Helper()
+	out, _, _ := runCLI(t, "dev", "status", "--dir", dir, "-o", "json")
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("status %s: %v", out, err)
+	}
+}
+
 func readFile(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -154,13 +163,7 @@ func TestDevUpCluster(t *testing.T) {
 		E group `json:"etcd"`
 		M group `json:"minio"`
 	}
-	status := func() {
-		t.Helper()
-		out, _, _ := runCLI(t, "dev", "status", "--dir", dir, "-o", "json")
-		if err := json.Unmarshal([]byte(out), &st); err != nil {
-			t.Fatalf("status %s: %v", out, err)
-		}
-	}
+	status := func() { t.Helper(); devStatus(t, dir, &st) }
 	status()
 	if !st.E.Running || !st.M.Running || len(st.E.Processes) != 3 || len(st.M.Processes) != 4 {
 		t.Fatalf("status: %+v; want 3 etcd members and 4 minio nodes running", st)
@@ -212,5 +215,57 @@ func TestDevUpCluster(t *testing.T) {
 				t.Fatalf("after down: %+v", st)
 			}
 		}
+	}
+}
+
+// TestDevUpSeaweedFS starts the local stack with SeaweedFS as its object
+// store: status reports it under "seaweedfs", a publish and a read through
+// the written config (the same shape as MinIO's) work, and dev down stops
+// every process. --minio-nodes above 1 with it is refused before anything
+// starts.
+func TestDevUpSeaweedFS(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "dev")
+	cfgPath := filepath.Join(t.TempDir(), "fencepub.yaml")
+	if _, errs, code := runCLI(t, "dev", "up", "--dir", dir, "--write-config", cfgPath, "--store", "seaweedfs", "--minio-nodes", "4"); code != 2 || !strings.Contains(errs, "--minio-nodes") {
+		t.Fatalf("dev up --store seaweedfs --minio-nodes 4: exit %d, %q; want 2 naming the flag", code, errs)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("a refused dev up created %s (%v)", dir, err)
+	}
+	if _, errs, code := runCLI(t, "dev", "up", "--dir", dir, "--write-config", cfgPath, "--store", "seaweedfs"); code != 0 {
+		t.Fatalf("dev up --store seaweedfs: exit %d: %s", code, errs)
+	}
+	t.Cleanup(func() { runCLI(t, "dev", "down", "--dir", dir) })
+	var st struct {
+		Store string
+		E     struct{ Running bool } `json:"etcd"`
+		W     struct {
+			Running   bool
+			Processes []struct{ Running bool }
+		} `json:"seaweedfs"`
+	}
+	status := func() { t.Helper(); devStatus(t, dir, &st) }
+	status()
+	if st.Store != "seaweedfs" || !st.E.Running || !st.W.Running || len(st.W.Processes) != 1 {
+		t.Fatalf("status: %+v; want etcd and one seaweedfs process running", st)
+	}
+
+	body := filepath.Join(t.TempDir(), "body")
+	if err := os.WriteFile(body, []byte("on seaweedfs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := runCLI(t, "publish", "--config", cfgPath, "--resource", "demo", "--owner", "me", "--ttl", "10s", "--key", "k1", "--file", body); code != 0 {
+		t.Fatalf("publish through the written config: exit %d: %s", code, errs)
+	}
+	if out, errs, code := runCLI(t, "read", "--config", cfgPath, "--resource", "demo"); code != 0 || out != "on seaweedfs" {
+		t.Fatalf("read through the written config: exit %d, %q: %s", code, out, errs)
+	}
+
+	if _, errs, code := runCLI(t, "dev", "down", "--dir", dir); code != 0 {
+		t.Fatalf("dev down: exit %d: %s", code, errs)
+	}
+	status()
+	if st.W.Running || st.E.Running || len(st.W.Processes) != 1 || st.W.Processes[0].Running {
+		t.Fatalf("after down: %+v", st)
 	}
 }

@@ -42,15 +42,21 @@ func TestRunOptionsValidate(t *testing.T) {
 	}
 }
 
-// TestDevUpOptionsValidate checks dev up's topology bounds.
+// TestDevUpOptionsValidate checks dev up's topology bounds and store kinds:
+// several MinIO nodes only with MinIO.
 func TestDevUpOptionsValidate(t *testing.T) {
 	for _, tc := range []struct {
+		store          string
 		members, nodes int
 		ok             bool
-	}{{1, 1, true}, {maxDevEtcdMembers, maxDevMinIONodes, true}, {0, 1, false}, {maxDevEtcdMembers + 1, 1, false}, {1, 0, false}, {1, maxDevMinIONodes + 1, false}} {
-		err := (&devUpOptions{members: tc.members, minioNodes: tc.nodes}).Validate()
+	}{
+		{"", 1, 1, true}, {"minio", maxDevEtcdMembers, maxDevMinIONodes, true}, {"", 0, 1, false},
+		{"", maxDevEtcdMembers + 1, 1, false}, {"", 1, 0, false}, {"", 1, maxDevMinIONodes + 1, false},
+		{"seaweedfs", 3, 1, true}, {"seaweedfs", 1, 2, false}, {"s3", 1, 1, false},
+	} {
+		err := (&devUpOptions{store: tc.store, members: tc.members, minioNodes: tc.nodes}).Validate()
 		if tc.ok != (err == nil) || err != nil && exitcode.Of(err) != exitcode.Usage {
-			t.Errorf("members %d, nodes %d: Validate = %v", tc.members, tc.nodes, err)
+			t.Errorf("store %q, members %d, nodes %d: Validate = %v", tc.store, tc.members, tc.nodes, err)
 		}
 	}
 }

@@ -74,16 +74,8 @@ func TestChaos(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, v := range res.Violations {
-				t.Errorf("violation: %s", v)
-			}
-			if res.FailureFile != "" {
-				t.Errorf("failure file %s (replay: make chaos SEED=%d DURATION=%s)", res.FailureFile, seed, ciDuration)
-			}
+			checkRun(t, res, fmt.Sprintf("make chaos SEED=%d DURATION=%s", seed, ciDuration))
 			s := res.Summary
-			if s.Publishes[Applied] == 0 || s.Publishes[Stale] == 0 || s.Reads == 0 || s.Grants == 0 || s.GCPasses == 0 {
-				t.Errorf("the run made too little progress: %+v", s)
-			}
 			for _, k := range ServerFaults() {
 				if l, ok := s.Liveness[k]; ok {
 					t.Logf("liveness %s: %+v", k, l)
@@ -107,6 +99,22 @@ func TestChaos(t *testing.T) {
 		if injected[k] == 0 {
 			t.Errorf("no %s was injected", k)
 		}
+	}
+}
+
+// checkRun fails t for a run with violations (naming the failure file and
+// replay, the command that replays it) or with too little progress.
+func checkRun(t *testing.T, res *Result, replay string) {
+	t.Helper()
+	for _, v := range res.Violations {
+		t.Errorf("violation: %s", v)
+	}
+	if res.FailureFile != "" {
+		t.Errorf("failure file %s (replay: %s)", res.FailureFile, replay)
+	}
+	s := res.Summary
+	if s.Publishes[Applied] == 0 || s.Publishes[Stale] == 0 || s.Reads == 0 || s.Grants == 0 || s.GCPasses == 0 {
+		t.Errorf("the run made too little progress: %+v", s)
 	}
 }
 

@@ -18,11 +18,13 @@ import (
 )
 
 // Cluster is the servers a run injects faults into: a 3-member etcd cluster
-// and a 4-node distributed MinIO, each member and node a separate process
-// (internal/harness/localstack).
+// and either a 4-node distributed MinIO (MinIO) or one SeaweedFS with its
+// volume server as a process of its own (SeaweedFS; MinIO nil), each member
+// and node a separate process (internal/harness/localstack).
 type Cluster struct {
-	Etcd  *localstack.Etcd
-	MinIO *localstack.MinIO
+	Etcd      *localstack.Etcd
+	MinIO     *localstack.MinIO
+	SeaweedFS *localstack.SeaweedFS
 
 	mu sync.Mutex // serialises faults that stop or restart servers
 }
@@ -44,20 +46,67 @@ func StartCluster(ctx context.Context, dir string) (*Cluster, error) {
 	return &Cluster{Etcd: c.Etcd, MinIO: c.MinIO}, nil
 }
 
+// StartSeaweedFSCluster starts Topology's etcd under dir/etcd and a
+// SeaweedFS with a separate volume server under dir/seaweedfs (the
+// topology of a run on SeaweedFS: SeaweedFSFaults), and blocks until they
+// answer. On error nothing it started is left running. Errors:
+// localstack's (a missing binary: run `make deps`).
+func StartSeaweedFSCluster(ctx context.Context, dir string) (*Cluster, error) {
+	e, err := localstack.StartEtcd(ctx, filepath.Join(dir, "etcd"), Topology.Etcd)
+	if err != nil {
+		return nil, err
+	}
+	s, err := localstack.StartSeaweedFS(ctx, filepath.Join(dir, "seaweedfs"), localstack.SeaweedFSOptions{SeparateVolume: true})
+	if err != nil {
+		e.Stop()
+		return nil, err
+	}
+	return &Cluster{Etcd: e, SeaweedFS: s}, nil
+}
+
+// storeKind returns the object store's kind (localstack.StoreKinds).
+func (c *Cluster) storeKind() string {
+	if c.SeaweedFS != nil {
+		return localstack.StoreSeaweedFS
+	}
+	return localstack.StoreMinIO
+}
+
+// s3Config reaches the object store's bucket directly (no proxy).
+func (c *Cluster) s3Config() s3store.Config {
+	if c.SeaweedFS != nil {
+		return c.SeaweedFS.Config
+	}
+	return c.MinIO.Config
+}
+
 // Stop stops every server.
 func (c *Cluster) Stop() {
-	c.MinIO.Stop()
+	if c.SeaweedFS != nil {
+		c.SeaweedFS.Stop()
+	} else {
+		c.MinIO.Stop()
+	}
 	c.Etcd.Stop()
 }
 
-// heal brings every server back: members and MinIO running, drives in
-// place. The harness calls it at the end of a run, whatever the faults left.
+// heal brings every server back: members and the object store running,
+// MinIO's drives in place. The harness calls it at the end of a run,
+// whatever the faults left.
 func (c *Cluster) heal(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
-	for _, n := range c.MinIO.Nodes {
-		_ = n.Resume()
+	if s := c.SeaweedFS; s != nil {
+		_ = s.Volume.Resume()
+		if s.Exited() {
+			s.Stop()
+			errs = append(errs, s.Restart(ctx))
+		}
+	} else {
+		for _, n := range c.MinIO.Nodes {
+			_ = n.Resume()
+		}
 	}
 	for _, m := range c.Etcd.Members {
 		_ = m.Resume()
@@ -72,6 +121,9 @@ func (c *Cluster) heal(ctx context.Context) error {
 		if err := m.WaitReady(ctx, 30*time.Second); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.MinIO == nil {
+		return errors.Join(errs...)
 	}
 	for _, d := range c.MinIO.Drives {
 		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
@@ -90,7 +142,8 @@ func (c *Cluster) heal(ctx context.Context) error {
 }
 
 // proxySet is a set of fault proxies a group of clients talks through: one
-// in front of each etcd member and one in front of MinIO.
+// in front of each etcd member and one in front of the object store (minio,
+// whichever store it is).
 type proxySet struct {
 	etcd  []*faultproxy.Proxy
 	minio *faultproxy.Proxy
@@ -106,7 +159,7 @@ func newProxySet(c *Cluster) (*proxySet, error) {
 		}
 		ps.etcd = append(ps.etcd, p)
 	}
-	p, err := faultproxy.Start(c.MinIO.Config.Endpoint)
+	p, err := faultproxy.Start(c.s3Config().Endpoint)
 	if err != nil {
 		ps.close()
 		return nil, err
@@ -124,7 +177,7 @@ func (ps *proxySet) endpoints() []string {
 	return out
 }
 
-// s3 returns cfg with the endpoint replaced by the MinIO proxy's.
+// s3 returns cfg with the endpoint replaced by the object store proxy's.
 func (ps *proxySet) s3(cfg s3store.Config) s3store.Config {
 	cfg.Endpoint = ps.minio.Addr()
 	return cfg
@@ -201,12 +254,12 @@ func (c *Cluster) injectServer(ctx context.Context, f Fault, proxies []*proxySet
 			ps = append(ps, s.etcd...)
 		}
 		return "etcd proxies", loseResponses(ctx, ps, f.Variant, f.Hold), nil
-	case MinIOLostResponses:
+	case MinIOLostResponses, SeaweedFSLostResponses:
 		var ps []*faultproxy.Proxy
 		for _, s := range proxies {
 			ps = append(ps, s.minio)
 		}
-		return "minio proxies", loseResponses(ctx, ps, f.Variant, f.Hold), nil
+		return c.storeKind() + " proxies", loseResponses(ctx, ps, f.Variant, f.Hold), nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -270,6 +323,16 @@ func (c *Cluster) injectServer(ctx context.Context, f Fault, proxies []*proxySet
 		c.MinIO.Kill()
 		wait.Sleep(ctx, f.Hold)
 		return "minio", "", c.MinIO.Restart(ctx)
+	case SeaweedFSRestart:
+		c.SeaweedFS.Kill()
+		wait.Sleep(ctx, f.Hold)
+		return "seaweedfs", "", c.SeaweedFS.Restart(ctx)
+	case SeaweedFSPauseVolume:
+		v := c.SeaweedFS.Volume
+		if err := pause(ctx, v, f.Hold); err != nil {
+			return v.Name, "", err
+		}
+		return v.Name, "", c.SeaweedFS.WaitReady(ctx, time.Minute)
 	case MinIODriveRemoved:
 		d := c.MinIO.Drives[f.Target%len(c.MinIO.Drives)]
 		if err := os.Rename(d, d+".removed"); err != nil {

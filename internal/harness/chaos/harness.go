@@ -173,7 +173,7 @@ func newHarness(cfg Config) (*harness, error) {
 	wl := cfg.Workload.withDefaults()
 	return &harness{
 		cfg: cfg, wl: wl, log: cfg.Logger, stop: make(chan struct{}),
-		sched: Plan(cfg.Seed, cfg.Duration, cfg.Processes, wl.TTL),
+		sched: PlanOn(cfg.Cluster.storeKind(), cfg.Seed, cfg.Duration, cfg.Processes, wl.TTL),
 	}, nil
 }
 
@@ -230,7 +230,7 @@ func (h *harness) setup(ctx context.Context) error {
 		return err
 	}
 	h.closers = append(h.closers, func() { _ = h.direct.Close() })
-	if h.store, err = cl.MinIO.Store(); err != nil {
+	if h.store, err = s3store.New(cl.s3Config()); err != nil {
 		return err
 	}
 	var b [4]byte
@@ -311,7 +311,7 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 		return err
 	}
 	h.closers = append(h.closers, func() { _ = cli.Close() })
-	st, err := s3store.New(h.shared.s3(cl.MinIO.Config))
+	st, err := s3store.New(h.shared.s3(cl.s3Config()))
 	if err != nil {
 		return err
 	}
@@ -371,7 +371,7 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 func (h *harness) spec() WorkerSpec {
 	return WorkerSpec{
 		Seed: uint64(h.cfg.Seed), ClockBase: h.clock.Base(), Namespace: h.ns, Epoch: h.epoch.Load(),
-		S3: h.cfg.Cluster.MinIO.Config, Workload: h.wl,
+		S3: h.cfg.Cluster.s3Config(), Workload: h.wl,
 	}
 }
 
@@ -423,7 +423,7 @@ func (h *harness) progress(ctx context.Context, faults <-chan struct{}) {
 // ends.
 func (h *harness) runFaults(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, kinds := range [][]FaultKind{ServerFaults(), WorkerFaults()} {
+	for _, kinds := range [][]FaultKind{ServerFaultsOf(h.sched.Store), WorkerFaults()} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -15,6 +15,8 @@ import (
 type Summary struct {
 	Seed     int64         `json:"seed"`
 	Duration time.Duration `json:"duration"`
+	// Store is the object store's kind (Schedule.Store; empty: MinIO).
+	Store string `json:"store,omitempty"`
 	// Publishes counts publish operations by final outcome; Unknown how many
 	// were reported unknown (and then settled by Resolve), Settled how many
 	// open publishes of killed processes the harness settled, Forged how
@@ -51,7 +53,7 @@ type Summary struct {
 // Summarize counts h.
 func Summarize(h *History, s Schedule, v []Violation, check time.Duration) Summary {
 	sum := Summary{
-		Seed: s.Seed, Duration: s.Duration, Publishes: map[string]int{}, Faults: map[FaultKind]int{},
+		Seed: s.Seed, Duration: s.Duration, Store: s.Store, Publishes: map[string]int{}, Faults: map[FaultKind]int{},
 		Reads: len(h.Reads), Grants: len(h.Grants), Objects: h.Objects, Changes: len(h.Changes),
 		Violations: len(v), CheckTime: check,
 	}
@@ -114,13 +116,13 @@ func (s Summary) Print(w io.Writer) {
 	fmt.Fprintf(&b, "  gc passes %d: deleted %d, sealed %d; objects checked at the end %d\n", s.GCPasses, s.GCDeleted, s.GCSealed, s.Objects)
 	var faults []string
 	n := 0
-	for _, k := range append(WorkerFaults(), ServerFaults()...) {
+	for _, k := range append(WorkerFaults(), ServerFaultsOf(s.Store)...) {
 		faults = append(faults, fmt.Sprintf("%s %d", k, s.Faults[k]))
 		n += s.Faults[k]
 	}
 	fmt.Fprintf(&b, "  faults %d (%d failed to inject or heal): %s\n", n, s.FaultErrors, strings.Join(faults, ", "))
 	fmt.Fprintf(&b, "  liveness (operations attempted / failed during each fault kind's windows, slowest first success after a fault):\n")
-	for _, k := range ServerFaults() {
+	for _, k := range ServerFaultsOf(s.Store) {
 		l, ok := s.Liveness[k]
 		if !ok {
 			continue

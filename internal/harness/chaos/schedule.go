@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/fencepub/fencepub/internal/harness/localstack"
 )
 
 // FaultKind names a kind of injected fault, injected against real processes
@@ -77,6 +79,16 @@ const (
 	// The history is split there as at a restore of nothing (DESIGN.md
 	// invariant 9).
 	EtcdReplaced FaultKind = "etcd_replaced"
+	// SeaweedFSLostResponses: MinIOLostResponses in front of SeaweedFS's
+	// S3 gateway.
+	SeaweedFSLostResponses FaultKind = "seaweedfs_lost_responses"
+	// SeaweedFSRestart: kill -9 SeaweedFS (server and volume server) while
+	// writes are in flight, restart it after Hold.
+	SeaweedFSRestart FaultKind = "seaweedfs_restart"
+	// SeaweedFSPauseVolume: SIGSTOP SeaweedFS's volume server (its own
+	// process) for Hold, then SIGCONT: the gateway, master and filer go on
+	// answering while every object's bytes are out of reach.
+	SeaweedFSPauseVolume FaultKind = "seaweedfs_pause_volume"
 )
 
 // WorkerFaults returns the kinds of the worker track, in report order.
@@ -91,6 +103,23 @@ func ServerFaults() []FaultKind {
 		EtcdPauseMember, EtcdFullRestart, MinIORestart, MinIODriveRemoved, EtcdRestore, EtcdReplaced,
 		EtcdPauseLeader, EtcdPauseFollower, MinIOKillNode, MinIOPauseNode,
 	}
+}
+
+// SeaweedFSFaults returns the server-track kinds of a run on SeaweedFS
+// (StartSeaweedFSCluster), in report order: the faults that apply to one
+// SeaweedFS, lost responses, a restart and a paused volume server.
+func SeaweedFSFaults() []FaultKind {
+	return []FaultKind{SeaweedFSLostResponses, SeaweedFSRestart, SeaweedFSPauseVolume}
+}
+
+// ServerFaultsOf returns the server-track kinds of a run on the object
+// store of the given kind (localstack.StoreKinds): SeaweedFSFaults for
+// SeaweedFS, ServerFaults for MinIO (and for "").
+func ServerFaultsOf(store string) []FaultKind {
+	if store == localstack.StoreSeaweedFS {
+		return SeaweedFSFaults()
+	}
+	return ServerFaults()
 }
 
 // QuorumKept reports whether a fault of kind k leaves a quorum of both
@@ -131,6 +160,9 @@ func (f Fault) String() string {
 type Schedule struct {
 	Seed     int64         `json:"seed"`
 	Duration time.Duration `json:"duration"`
+	// Store is the object store's kind (localstack.StoreKinds; empty:
+	// MinIO), which selects the server track's kinds (ServerFaultsOf).
+	Store string `json:"store,omitempty"`
 	// Workers is the number of worker processes the plan targets.
 	Workers int     `json:"workers"`
 	Faults  []Fault `json:"faults"`
@@ -142,10 +174,17 @@ type Schedule struct {
 // kind of ServerFaults in a seeded order, so a run of a minute covers them
 // all) and worker faults (likewise for WorkerFaults). Nothing is planned in
 // the first 2 s or the last 3 s. ttl is the workers' lease TTL: a pause
-// lasts past it.
+// lasts past it. It plans a run on MinIO (PlanOn with store "").
 func Plan(seed int64, d time.Duration, workers int, ttl time.Duration) Schedule {
+	return PlanOn("", seed, d, workers, ttl)
+}
+
+// PlanOn is Plan for a run on the object store of the given kind
+// (localstack.StoreKinds, "" for MinIO): the server track cycles through
+// ServerFaultsOf(store), and the schedule records the store.
+func PlanOn(store string, seed int64, d time.Duration, workers int, ttl time.Duration) Schedule {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
-	s := Schedule{Seed: seed, Duration: d, Workers: max(workers, 1)}
+	s := Schedule{Seed: seed, Duration: d, Workers: max(workers, 1), Store: store}
 	end := d - 3*time.Second
 	between := func(lo, hi time.Duration) time.Duration {
 		return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
@@ -153,11 +192,11 @@ func Plan(seed int64, d time.Duration, workers int, ttl time.Duration) Schedule 
 	// Server track. Cost is the time a fault takes beyond Hold (restarts).
 	at := 2 * time.Second
 	for at < end {
-		for _, k := range permute(rng, ServerFaults()) {
+		for _, k := range permute(rng, ServerFaultsOf(store)) {
 			f := Fault{At: at, Kind: k}
 			cost := time.Duration(0)
 			switch f.Kind {
-			case EtcdLostResponses, MinIOLostResponses:
+			case EtcdLostResponses, MinIOLostResponses, SeaweedFSLostResponses:
 				f.Variant = rng.IntN(3)
 				f.Hold = between(300*time.Millisecond, 4*time.Second)
 			case EtcdKillMember, EtcdKillLeader:
@@ -182,6 +221,14 @@ func Plan(seed int64, d time.Duration, workers int, ttl time.Duration) Schedule 
 				cost = 3 * time.Second
 			case MinIORestart:
 				f.Hold = between(200*time.Millisecond, 2*time.Second)
+				cost = time.Second
+			case SeaweedFSRestart:
+				// Its filer's lock ring takes seconds to serve
+				// conditional writes again.
+				f.Hold = between(200*time.Millisecond, 2*time.Second)
+				cost = 5 * time.Second
+			case SeaweedFSPauseVolume:
+				f.Hold = between(time.Second, 4*time.Second)
 				cost = time.Second
 			case MinIODriveRemoved:
 				f.Target = rng.IntN(4)

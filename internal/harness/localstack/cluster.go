@@ -6,7 +6,8 @@ import (
 )
 
 // Cluster is an etcd cluster and a MinIO deployment on loopback: the one
-// topology tests, `fencepub dev up` and the chaos runs start.
+// topology tests and the chaos runs start (`fencepub dev up` starts the
+// same servers through StartEtcd and StartMinIO or StartSeaweedFS).
 type Cluster struct {
 	Etcd  *Etcd
 	MinIO *MinIO

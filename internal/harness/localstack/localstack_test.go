@@ -170,3 +170,59 @@ func TestSeaweedFSServesCreateOnly(t *testing.T) {
 		t.Fatalf("get: %q %v", b, err)
 	}
 }
+
+// TestSeaweedFSSeparateVolume starts SeaweedFS with its volume server as a
+// process of its own: pausing that process stalls reads of stored bytes
+// while the gateway still answers, resuming it serves them again, and a
+// kill of both processes and a restart keep every object.
+func TestSeaweedFSSeparateVolume(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := localstack.StartSeaweedFS(ctx, t.TempDir(), localstack.SeaweedFSOptions{SeparateVolume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if s.Volume == nil || s.Volume.PID() == 0 || s.Volume.PID() == s.PID() {
+		t.Fatalf("volume server pid %v, server pid %d: want a process of its own", s.Volume, s.PID())
+	}
+	st, err := s.Store()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := objstore.PutSmallCreateOnly(ctx, st, "k", []byte("kept"), "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Volume.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = objstore.GetSmall(pctx, st, "k", 1024)
+	pcancel()
+	if err := s.Volume.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err == nil {
+		t.Fatal("a read served while the volume server was paused: the bytes are not behind it")
+	}
+	if b, err := objstore.GetSmall(ctx, st, "k", 1024); err != nil || string(b) != "kept" {
+		t.Fatalf("get after resume: %q %v", b, err)
+	}
+	s.Kill()
+	if !s.Exited() {
+		t.Fatal("Exited false after Kill")
+	}
+	if err := s.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := objstore.GetSmall(ctx, st, "k", 1024); err != nil || string(b) != "kept" {
+		t.Fatalf("get after restart: %q %v", b, err)
+	}
+	// Ready after a restart means conditional writes of new keys are
+	// served, not only refusals of existing ones.
+	pctx, pcancel = context.WithTimeout(ctx, 3*time.Second)
+	defer pcancel()
+	if _, err := objstore.PutSmallCreateOnly(pctx, st, "new", []byte("x"), "text/plain"); err != nil {
+		t.Fatalf("create-only put of a new key right after Restart: %v", err)
+	}
+}

@@ -34,7 +34,7 @@ const leaderStallHold = 8 * time.Second
 // a user gets.
 func (s *runner) recovery(ctx context.Context) error {
 	if s.env.StartCluster == nil {
-		s.add(bench.SkippedRow(WorkloadRecovery, "(whole workload)", "", "", "needs a dedicated multi-node cluster (fencepub-bench --local)"))
+		s.add(bench.SkippedRow(WorkloadRecovery, "(whole workload)", "", "", "needs a dedicated multi-node MinIO cluster (fencepub-bench --local --store minio)"))
 		return nil
 	}
 	cl, stop, err := s.env.StartCluster(ctx)

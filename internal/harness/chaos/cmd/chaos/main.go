@@ -1,6 +1,8 @@
 // Command chaos is fencepub's fault-injection soak (`make chaos`): it starts
 // the multi-node topology from ./bin (a 3-member etcd cluster and a 4-node
-// distributed MinIO), runs one chaos run (internal/harness/chaos.Run) for
+// distributed MinIO; with -store seaweedfs the etcd cluster and one
+// SeaweedFS whose volume server is its own process, under the faults that
+// apply to it, chaos.SeaweedFSFaults), runs one chaos run (internal/harness/chaos.Run) for
 // -duration with the fault schedule of -seed, prints the operations, the
 // faults injected by kind, the liveness figures and the violations, and exits
 // 1 when there was a violation (the failure file is in -out) and 2 when the
@@ -11,7 +13,7 @@
 //
 // Usage:
 //
-//	chaos [-seed N] [-duration 30m] [-dir DIR] [-out DIR] [-history FILE] [-summary FILE] [-v]
+//	chaos [-store minio|seaweedfs] [-seed N] [-duration 30m] [-dir DIR] [-out DIR] [-history FILE] [-summary FILE] [-v]
 package main
 
 import (
@@ -24,10 +26,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/harness/chaos"
+	"github.com/fencepub/fencepub/internal/harness/localstack"
 )
 
 func main() {
@@ -38,6 +42,7 @@ func main() {
 }
 
 func run() int {
+	store := flag.String("store", localstack.StoreMinIO, "object store: "+strings.Join(localstack.StoreKinds, "|"))
 	seedFlag := flag.String("seed", "", "seed of the fault schedule and the workload (empty: random, printed)")
 	duration := flag.Duration("duration", 5*time.Minute, "how long the workload and the faults run")
 	dir := flag.String("dir", "", "run directory: server data and worker logs (default: a new temporary directory)")
@@ -46,6 +51,15 @@ func run() int {
 	histFile := flag.String("history", "", "also write the run's history as JSON to this file")
 	sumFile := flag.String("summary", "", "also write the run's summary, liveness figures included, as JSON to this file")
 	flag.Parse()
+	start := chaos.StartCluster
+	switch *store {
+	case localstack.StoreMinIO:
+	case localstack.StoreSeaweedFS:
+		start = chaos.StartSeaweedFSCluster
+	default:
+		fmt.Fprintf(os.Stderr, "chaos: -store %q: want one of %s\n", *store, strings.Join(localstack.StoreKinds, ", "))
+		return 2
+	}
 	seed := time.Now().UnixNano() % 1_000_000_000
 	if *seedFlag != "" {
 		s, err := strconv.ParseInt(*seedFlag, 10, 64)
@@ -63,11 +77,11 @@ func run() int {
 		}
 		*dir = d
 	}
-	fmt.Printf("chaos: seed %d, duration %s, run directory %s (replay: make chaos SEED=%d DURATION=%s)\n",
-		seed, *duration, *dir, seed, *duration)
+	fmt.Printf("chaos: %s, seed %d, duration %s, run directory %s (replay: make chaos STORE=%s SEED=%d DURATION=%s)\n",
+		*store, seed, *duration, *dir, *store, seed, *duration)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cl, err := chaos.StartCluster(ctx, filepath.Join(*dir, "cluster"))
+	cl, err := start(ctx, filepath.Join(*dir, "cluster"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: start the servers:", err)
 		return 2
