@@ -24,7 +24,6 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/wait"
@@ -306,7 +305,7 @@ func (h *harness) collector(auth *authority.Authority) (*gc.Collector, error) {
 // startWorkload starts the in-process goroutines and the worker processes.
 func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 	cl := h.cfg.Cluster
-	cli, err := localstack.NewEtcdClient(h.shared.endpoints())
+	cli, err := etcdClient(h.shared.endpoints())
 	if err != nil {
 		return err
 	}
