@@ -551,7 +551,7 @@ func (h *harness) settleOpen(ctx context.Context, client string) []string {
 	defer h.gate.RUnlock()
 	var outcomes []string
 	for _, op := range h.rec.OpenPublishes(client) {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
 		if err := settle(sctx, h.pub, &op, "harness"); err != nil {
 			op.Outcome, op.Err = Unknown, err.Error()
 		}
@@ -576,7 +576,7 @@ func (h *harness) stopProcesses() {
 		wg.Add(1)
 		go func(p *process) {
 			defer wg.Done()
-			p.stop(3*time.Minute + h.wl.PublishTimeout)
+			p.stop(settleTimeout + time.Minute + h.wl.PublishTimeout)
 		}(sl.proc)
 	}
 	wg.Wait()

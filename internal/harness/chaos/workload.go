@@ -341,7 +341,7 @@ func (w *worker) publish(p *publisher.Publisher, seq uint64, key string, body []
 		w.anomaly("publish "+op.ID, err)
 	}
 	if op.Reported == Unknown {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		sctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 		if err := settle(sctx, w.pub, &op, "worker"); err != nil {
 			op.Err = err.Error()
 		}
@@ -371,6 +371,14 @@ func reported(op *PublishOp, r publisher.Result, err error) {
 		op.Err = err.Error()
 	}
 }
+
+// settleTimeout bounds the settling of one unknown publish (settle). A
+// restore or a replacement keeps every client off etcd until Recover and
+// the republish of every resource are done, which takes minutes once a run
+// has hundreds of resources (the republish alone: ~130 s for 393 on 2
+// loaded cores); a Resolve that gives up earlier leaves a publish unsettled
+// for a reason of the harness's own.
+const settleTimeout = 5 * time.Minute
 
 // settle turns op's unknown outcome into a definite one with Resolve
 // (DESIGN.md invariant 8), re-trying while etcd does not answer, until ctx
