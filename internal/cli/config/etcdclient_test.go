@@ -2,7 +2,6 @@ package config
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,12 +19,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // (by then ~17 s between dials, so the first one after the outage comes
 // seconds later).
 func TestEtcdClientReconnectsAfterOutage(t *testing.T) {
-	env := testenv.Get(t)
-	px, err := faultproxy.Start(strings.TrimPrefix(env.Etcd.Members[0].ClientURL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = px.Close() })
+	px, _ := testenv.Get(t).EtcdProxy(t)
 	cli, err := Config{Etcd: Etcd{Endpoints: []string{px.URL()}, DialKeepAliveTime: DefaultDialKeepAliveTime, DialKeepAliveTimeout: DefaultDialKeepAliveTimeout}}.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
