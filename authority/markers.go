@@ -109,25 +109,35 @@ func (a *Authority) ensureOwnership(ctx context.Context, candidate string) (stri
 // for all), in key order, calling fn for each until fn returns false. A
 // positive pageSize asks the store for at most that many keys per request
 // (a lookup of the first key asks for 1, so the store lists no more); 0
-// takes the store's default (1000). A positive timeout bounds the whole
-// listing (fencepub.ErrUnavailable when it passes).
+// takes the store's default (1000).
+//
+// A positive timeout bounds each attempt: a listing that gets no answer in
+// time, or meets objstore.ErrUnavailable, goes on after the last key fn
+// saw, with jittered backoff, within ctx's deadline or RetryTimeout (as
+// storeCall retries; DESIGN.md invariant 12), so fn never sees a key twice.
+// With timeout 0 the listing is one attempt that ends with ctx.
+// Errors: storeErr's (fencepub.ErrUnavailable once the retries end).
 func (a *Authority) listKeys(ctx context.Context, prefix, startAfter string, pageSize int, timeout time.Duration, fn func(objstore.ObjectInfo) bool) error {
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if timeout > 0 {
-		var stop context.CancelFunc
-		lctx, stop = context.WithTimeout(lctx, timeout)
-		defer stop()
-	}
-	for obj, err := range a.st.List(lctx, prefix, objstore.ListOptions{StartAfter: startAfter, PageSize: pageSize}) {
-		if err != nil {
-			return storeErr(ctx, "list "+prefix, err)
+	after := startAfter
+	list := func(ctx context.Context) error {
+		for obj, err := range a.st.List(ctx, prefix, objstore.ListOptions{StartAfter: after, PageSize: pageSize}) {
+			if err != nil {
+				return err
+			}
+			after = obj.Key
+			if !fn(obj) {
+				return nil
+			}
 		}
-		if !fn(obj) {
-			return nil
-		}
+		return nil
 	}
-	return nil
+	classify := func(err error) error { return storeErr(ctx, "list "+prefix, err) }
+	if timeout <= 0 {
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		return classify(list(lctx))
+	}
+	return a.retried(ctx, timeout, list, classify, func(err error) bool { return errors.Is(err, fencepub.ErrUnavailable) })
 }
 
 // firstAfter returns the first key under prefix that sorts after key.

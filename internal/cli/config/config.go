@@ -26,6 +26,8 @@ import (
 	"github.com/spf13/viper"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // ErrInvalid is returned (wrapped, naming the key and the expected form) for
@@ -190,6 +192,12 @@ const (
 	DefaultRequestTimeout       = 5 * time.Second
 	// MinDialKeepAliveTime is gRPC's floor for client keepalive pings.
 	MinDialKeepAliveTime = 10 * time.Second
+	// ReconnectMaxDelay bounds the wait between two attempts to reconnect
+	// to a member that refused or dropped the connection (gRPC's own bound
+	// is 120 s): once etcd serves again after an outage, the client is back
+	// within about this long instead of minutes later (DESIGN.md invariant
+	// 12).
+	ReconnectMaxDelay = 2 * time.Second
 )
 
 // TLS names PEM files for client TLS (etcd.tls.*, s3.tls.*); all empty
@@ -515,6 +523,10 @@ func Redacted(v *viper.Viper) map[string]any {
 // An idle connection to a stalled member is left by the next request's
 // retry instead.
 //
+// A member that refuses or drops connections is dialed again with jittered
+// exponential backoff from 250 ms up to ReconnectMaxDelay; each dial may
+// take up to gRPC's default 20 s.
+//
 // Errors: ErrInvalid for unreadable TLS files, or the client's own
 // construction error.
 func (c Config) EtcdClient() (*clientv3.Client, error) {
@@ -530,7 +542,11 @@ func (c Config) EtcdClient() (*clientv3.Client, error) {
 		DialTimeout:          5 * time.Second,
 		DialKeepAliveTime:    c.Etcd.DialKeepAliveTime,
 		DialKeepAliveTimeout: c.Etcd.DialKeepAliveTimeout,
-		Logger:               zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: ReconnectMaxDelay},
+			MinConnectTimeout: 20 * time.Second,
+		})},
+		Logger: zap.NewNop(),
 	})
 }
 

@@ -18,11 +18,12 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/harness/childproc"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/fencepub/fencepub/publisher"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // WorkerEnv is the environment variable that makes a process a worker
@@ -71,9 +72,19 @@ func WorkerMain() int {
 	return 0
 }
 
+// etcdClient is the etcd client of a worker, in-process or a process: the
+// CLI's (config.Config.EtcdClient) with the default keepalive, so the run
+// exercises what a user's command does when a member stalls or etcd comes
+// back after an outage.
+func etcdClient(endpoints []string) (*clientv3.Client, error) {
+	return config.Config{Etcd: config.Etcd{
+		Endpoints: endpoints, DialKeepAliveTime: config.DefaultDialKeepAliveTime, DialKeepAliveTimeout: config.DefaultDialKeepAliveTimeout,
+	}}.EtcdClient()
+}
+
 // runWorker runs one worker process until in reaches EOF.
 func runWorker(spec WorkerSpec, in io.Reader, out io.Writer) error {
-	cli, err := localstack.NewEtcdClient(spec.Etcd)
+	cli, err := etcdClient(spec.Etcd)
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,6 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/wait"
@@ -306,7 +305,7 @@ func (h *harness) collector(auth *authority.Authority) (*gc.Collector, error) {
 // startWorkload starts the in-process goroutines and the worker processes.
 func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 	cl := h.cfg.Cluster
-	cli, err := localstack.NewEtcdClient(h.shared.endpoints())
+	cli, err := etcdClient(h.shared.endpoints())
 	if err != nil {
 		return err
 	}
@@ -552,7 +551,7 @@ func (h *harness) settleOpen(ctx context.Context, client string) []string {
 	defer h.gate.RUnlock()
 	var outcomes []string
 	for _, op := range h.rec.OpenPublishes(client) {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
 		if err := settle(sctx, h.pub, &op, "harness"); err != nil {
 			op.Outcome, op.Err = Unknown, err.Error()
 		}
@@ -577,7 +576,7 @@ func (h *harness) stopProcesses() {
 		wg.Add(1)
 		go func(p *process) {
 			defer wg.Done()
-			p.stop(3*time.Minute + h.wl.PublishTimeout)
+			p.stop(settleTimeout + time.Minute + h.wl.PublishTimeout)
 		}(sl.proc)
 	}
 	wg.Wait()

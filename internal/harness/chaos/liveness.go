@@ -15,10 +15,10 @@ type FaultLiveness struct {
 	End    int64     `json:"end"`
 	// QuorumUp: a quorum of both services served throughout (QuorumKept).
 	QuorumUp bool `json:"quorum_up"`
-	// Attempted counts the client operations (Attempt) that overlapped the
-	// window and began after the server fault before it had ended; Failed
-	// those of them that failed because a service did not serve them. With
-	// QuorumUp, the goal for Failed is 0 (DESIGN.md invariant 12).
+	// Attempted counts the client operations (Attempt) that count in this
+	// window (Liveness says which); Failed those of them that failed
+	// because a service did not serve them. With QuorumUp, the goal for
+	// Failed is 0 (DESIGN.md invariant 12).
 	Attempted int `json:"attempted"`
 	Failed    int `json:"failed"`
 	// FirstSuccess is the time from the fault's start to the return of the
@@ -42,6 +42,12 @@ type KindLiveness struct {
 // of start. Operations of a worker process while a worker fault hit it (a
 // pause, a kill, a skewed clock) are left out: they fail or stall because of
 // that fault.
+//
+// Each operation counts in one window: the first it overlaps whose fault
+// leaves a quorum down or the clients cut off (QuorumKept false), else the
+// first it overlaps. An operation that began under a quorum-keeping fault
+// and was still waiting when the next fault cut the quorum or the clients
+// off failed, if it did, while no quorum was up.
 func Liveness(h *History) []FaultLiveness {
 	worker := map[FaultKind]bool{}
 	for _, k := range WorkerFaults() {
@@ -64,31 +70,49 @@ func Liveness(h *History) []FaultLiveness {
 		}
 		return false
 	}
-	out := make([]FaultLiveness, 0, len(server))
-	var prevEnd int64
-	for _, f := range server {
-		l := FaultLiveness{Kind: f.Kind, Target: f.Target, Start: f.Start, End: f.End, QuorumUp: QuorumKept(f.Kind), FirstSuccess: -1}
-		first := int64(-1)
-		for _, a := range h.Attempts {
-			if hitByWorkerFault(a) {
+	overlaps := func(a Attempt, f FaultRecord) bool { return a.Call <= f.End && a.Return >= f.Start }
+	// window returns the index in server of the window a counts in, or -1.
+	window := func(a Attempt) int {
+		first := -1
+		for i, f := range server {
+			if !overlaps(a, f) {
 				continue
 			}
-			if a.Call >= f.Start && !a.Failed && (first < 0 || a.Return < first) {
-				first = a.Return
+			if !QuorumKept(f.Kind) {
+				return i
 			}
-			if a.Call > f.End || a.Return < f.Start || a.Call < prevEnd {
-				continue
+			if first < 0 {
+				first = i
 			}
-			l.Attempted++
+		}
+		return first
+	}
+	out := make([]FaultLiveness, len(server))
+	firsts := make([]int64, len(server))
+	for i, f := range server {
+		out[i] = FaultLiveness{Kind: f.Kind, Target: f.Target, Start: f.Start, End: f.End, QuorumUp: QuorumKept(f.Kind), FirstSuccess: -1}
+		firsts[i] = -1
+	}
+	for _, a := range h.Attempts {
+		if hitByWorkerFault(a) {
+			continue
+		}
+		for i, f := range server {
+			if a.Call >= f.Start && !a.Failed && (firsts[i] < 0 || a.Return < firsts[i]) {
+				firsts[i] = a.Return
+			}
+		}
+		if i := window(a); i >= 0 {
+			out[i].Attempted++
 			if a.Failed {
-				l.Failed++
+				out[i].Failed++
 			}
 		}
+	}
+	for i, first := range firsts {
 		if first >= 0 {
-			l.FirstSuccess = time.Duration(first - f.Start)
+			out[i].FirstSuccess = time.Duration(first - server[i].Start)
 		}
-		prevEnd = f.End
-		out = append(out, l)
 	}
 	return out
 }

@@ -191,7 +191,7 @@ func (h *harness) injectReplace(ctx context.Context, f Fault) (target, detail st
 	h.epoch.Store(rep.NewEpoch)
 	ev.End = h.clock.Now()
 	h.rec.Restore(ev)
-	applied, failed := h.republishNewest(rctx, rep)
+	applied, failed := h.republishNewest(ctx, rep)
 	return "cluster", fmt.Sprintf("empty cluster taken over from the bucket; epoch %d -> %d; %d resources found; republished %d, %d failed",
 		ev.OldEpoch, rep.NewEpoch, len(rep.Resources), applied, failed), nil
 }
@@ -201,8 +201,9 @@ func (h *harness) injectReplace(ctx context.Context, f Fault) (target, detail st
 // authority recover --republish` does: a grant of the resource, then
 // publisher Republish under the key recover-<old version>, then a release.
 // Each grant and publish is logged like a worker's, by client "recover"; up
-// to 4 resources at a time. It returns how many publishes applied and how
-// many did not.
+// to 4 resources at a time, each within republishTimeout (the whole step
+// grows with the resources: ~130 s for 393 of them on 2 loaded cores), until
+// ctx ends. It returns how many publishes applied and how many did not.
 func (h *harness) republishNewest(ctx context.Context, rep authority.RecoverReport) (applied, failed int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -229,10 +230,18 @@ func (h *harness) republishNewest(ctx context.Context, rep authority.RecoverRepo
 	return applied, failed
 }
 
+// republishTimeout bounds the republish of one resource after a
+// replacement: the minute `recover --republish` gives each resource's grant
+// (publisher.RestoreLost), the bind and the Republish after it.
+const republishTimeout = time.Minute
+
 // republishOne republishes lost on resource res as publish id, with a grant
-// of auth and publisher client pub, logs the grant and the publish in rec
-// and reports whether it applied.
+// of auth and publisher client pub, within republishTimeout (or until ctx
+// ends), logs the grant and the publish in rec and reports whether it
+// applied.
 func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher.Client, rec *Recorder, id, res string, lost authority.LostObject) bool {
+	ctx, cancel := context.WithTimeout(ctx, republishTimeout)
+	defer cancel()
 	clock := rec.Clock()
 	g, err := auth.Acquire(ctx, authority.AcquireRequest{
 		Resource: res, Owner: "recover-" + authority.NewID()[:12], RequestID: authority.NewID(), TTL: 15 * time.Second, Wait: true,

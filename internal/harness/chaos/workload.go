@@ -37,7 +37,11 @@ type Workload struct {
 	// Default 2 s.
 	TTL time.Duration `json:"ttl"`
 	// PublishTimeout is a publish's deadline: when etcd has not answered by
-	// then the outcome is unknown and Resolve settles it. Default 3 s.
+	// then the outcome is unknown and Resolve settles it. Default 5 s: a
+	// raft leader stalled under a publish leaves etcd without a leader for
+	// an election (etcd's 1 s election timeout, up to ~2 s on 2 loaded
+	// cores), and after it the round-robin balancer may hand one of the
+	// next sends, AttemptTimeout each, to the stalled member again.
 	PublishTimeout time.Duration `json:"publish_timeout"`
 	// AttemptTimeout bounds one etcd request of the publisher. Default 700 ms.
 	AttemptTimeout time.Duration `json:"attempt_timeout"`
@@ -54,13 +58,22 @@ func (w Workload) withDefaults() Workload {
 		w.TTL = 2 * time.Second
 	}
 	if w.PublishTimeout == 0 {
-		w.PublishTimeout = 3 * time.Second
+		w.PublishTimeout = 5 * time.Second
 	}
 	if w.AttemptTimeout == 0 {
 		w.AttemptTimeout = 700 * time.Millisecond
 	}
 	return w
 }
+
+// acquireTimeout is the deadline of one Acquire of a worker: the wait for
+// the holder's lease to end (up to 2×TTL), one etcd request lost on a
+// stalled member (the authority's 2 s RequestTimeout) and one MinIO node
+// stall of up to 4 s (MinIOPauseNode): a write through any node of a
+// distributed MinIO waits while a peer is stopped, for the whole stall
+// (measured: ~15 s pass before MinIO gives up on a stopped peer), and an
+// acquire writes a grant marker.
+func (w Workload) acquireTimeout() time.Duration { return 2*w.TTL + 2*time.Second + 4*time.Second }
 
 // window returns the window of run time t (ns).
 func (w Workload) window(t int64) int64 { return t / int64(w.Window) }
@@ -227,7 +240,7 @@ func (w *worker) acquire(res string) (g authority.Grant, expired, ok bool) {
 		TTL: w.wl.TTL, Wait: true,
 	}
 	for attempt := 0; attempt < 4 && !w.stopped(); attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*w.wl.TTL+2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), w.wl.acquireTimeout())
 		call := w.clock.Now()
 		g, err := w.auth.Acquire(ctx, req)
 		cancel()
@@ -341,7 +354,7 @@ func (w *worker) publish(p *publisher.Publisher, t publisher.Term, seq uint64, k
 		w.anomaly("publish "+op.ID, err)
 	}
 	if op.Reported == Unknown {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		sctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 		if err := settle(sctx, w.pub, &op, "worker"); err != nil {
 			op.Err = err.Error()
 		}
@@ -371,6 +384,14 @@ func reported(op *PublishOp, r publisher.Result, err error) {
 		op.Err = err.Error()
 	}
 }
+
+// settleTimeout bounds the settling of one unknown publish (settle). A
+// restore or a replacement keeps every client off etcd until Recover and
+// the republish of every resource are done, which takes minutes once a run
+// has hundreds of resources (the republish alone: ~130 s for 393 on 2
+// loaded cores); a Resolve that gives up earlier leaves a publish unsettled
+// for a reason of the harness's own.
+const settleTimeout = 5 * time.Minute
 
 // settle turns op's unknown outcome into a definite one with Resolve
 // (DESIGN.md invariant 8), re-trying while etcd does not answer, until ctx
