@@ -1,6 +1,7 @@
 package localstack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -173,19 +174,30 @@ func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, err
 		m.Config.Endpoint = scheme + m.Config.Endpoint
 		m.Config.TLS.CA = opts.TLS.CAFile
 	}
-	if err := m.Start(); err != nil {
-		m.Stop()
-		return nil, err
-	}
-	timeout := opts.ReadyTimeout
-	if timeout == 0 {
-		timeout = 60 * time.Second
-	}
-	if err := m.WaitReady(ctx, timeout); err != nil {
-		m.Stop()
+	if err := startReady(ctx, m, cmp.Or(opts.ReadyTimeout, 60*time.Second)); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// server is a store deployment startReady can start: MinIO or SeaweedFS.
+type server interface {
+	Start() error
+	Stop()
+	WaitReady(ctx context.Context, timeout time.Duration) error
+}
+
+// startReady starts s and waits up to timeout until it is ready; on a
+// failure of either it stops s and returns the error.
+func startReady(ctx context.Context, s server, timeout time.Duration) error {
+	err := s.Start()
+	if err == nil {
+		err = s.WaitReady(ctx, timeout)
+	}
+	if err != nil {
+		s.Stop()
+	}
+	return err
 }
 
 // writeCerts writes t's certificate and key into dir as MinIO's

@@ -1,6 +1,7 @@
 package localstack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -119,16 +120,7 @@ func StartSeaweedFS(ctx context.Context, dir string, opts SeaweedFSOptions) (*Se
 		s.args = append(s.args, "-volume.port="+p(4), "-volume.port.grpc="+p(5), "-volume.max=0")
 	}
 	s.Config = s3store.Config{Endpoint: "127.0.0.1:" + p(0), AccessKey: opts.AccessKey, SecretKey: opts.SecretKey, Bucket: opts.Bucket}
-	if err := s.Start(); err != nil {
-		s.Stop()
-		return nil, err
-	}
-	timeout := opts.ReadyTimeout
-	if timeout == 0 {
-		timeout = 90 * time.Second
-	}
-	if err := s.WaitReady(ctx, timeout); err != nil {
-		s.Stop()
+	if err := startReady(ctx, s, cmp.Or(opts.ReadyTimeout, 90*time.Second)); err != nil {
 		return nil, err
 	}
 	return s, nil
