@@ -3,12 +3,14 @@ package publisher
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -100,6 +102,14 @@ func (id AttemptID) String() string {
 // attempt: Resolve seals every version up to v, so a seq from the future
 // would still block that fence's later seqs.
 //
+// A Stale answer is then also written to the bucket, after etcd settled it:
+// a create-only settled marker (layout.SettledMarker at v), because the seal
+// is lost with etcd and RestoreLost must never republish the attempt after a
+// restore or a recover from the bucket (DESIGN.md invariant 8). When that
+// write fails, Resolve returns the Stale Result with fencepub.ErrUnavailable
+// instead of ErrStale: call it again, it answers the same and writes the
+// marker.
+//
 // Resolve is safe to repeat and re-sends its transaction until an answer or
 // the deadline (ctx's, or Config.ResendTimeout); then fencepub.ErrUnavailable.
 // Errors: fencepub.ErrInvalid (also when id names no attempt, or one of another
@@ -141,7 +151,39 @@ func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Ver
 	if errors.Is(err, errReplan) {
 		return Result{}, fmt.Errorf("%w: resolve %q of %q at %s: the resource kept changing: %w", fencepub.ErrUnavailable, key, resource, v, ctx.Err())
 	}
+	if res.Outcome == Stale {
+		if merr := c.markSettled(ctx, resource, key, v, res.Reason); merr != nil {
+			return res, fmt.Errorf("%w: %q of %q at %s is settled in etcd (not applied, reason %s), but its marker in the bucket was not written: %w; resolve it again, or a recover from the bucket could republish it",
+				fencepub.ErrUnavailable, key, resource, v, res.Reason, merr)
+		}
+	}
 	return res, err
+}
+
+// settledMarker is the body of a settled marker (layout.SettledMarker):
+// informative, for an operator reading the bucket.
+type settledMarker struct {
+	IdempotencyKey string `json:"idempotency_key"`
+	Reason         Reason `json:"reason"`
+}
+
+// markSettled records in the bucket, with one create-only PUT after etcd
+// settled it, that the attempt at v of resource was never applied: etcd's
+// seal is lost with etcd, and RestoreLost must still never republish it
+// (DESIGN.md invariant 8). An existing marker is the same fact written by
+// an earlier Resolve. Errors: the store's.
+func (c *Client) markSettled(ctx context.Context, resource, key string, v layout.Version, reason Reason) error {
+	body, err := json.Marshal(settledMarker{IdempotencyKey: key, Reason: reason})
+	if err != nil {
+		return err
+	}
+	return retry.Do(ctx, func(ctx context.Context) error {
+		_, err := objstore.PutSmallCreateOnly(ctx, c.cfg.Store, c.ns.SettledMarker(resource, v), body, "application/json")
+		if errors.Is(err, objstore.ErrExists) {
+			return nil
+		}
+		return err
+	}, func(err error) bool { return retry.StoreUnavailable(err) || retry.StoreConflict(err) })
 }
 
 // errReplan is resolveOnce's "the pointer or seal changed since the

@@ -3,10 +3,13 @@ package publisher
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/retry"
 )
 
 // Restored is one resource's outcome of RestoreLost.
@@ -39,12 +42,15 @@ const (
 // An object of epoch E written after the marker of epoch E+1 was reserved is
 // an attempt rejected by the epoch check (a worker that reached the store
 // after recover), never a lost publish, so it is skipped; both times are the
-// object store's own clock. Run a.Recover with DryRun first: the newest
+// object store's own clock. So is every object at a version with a settled
+// marker: an attempt Resolve settled as never applied, which must stay so
+// although etcd's seal was lost (DESIGN.md invariant 8). Run a.Recover with DryRun first: the newest
 // object above a restored pointer is normally a publish the restore lost,
 // but it may also be an attempt that failed for another reason.
 //
 // It returns one Restored per resource it tried, in rep's order; a
-// resource's failure (acquire, bind or republish) is in its Error and does
+// resource's failure (listing its settled markers, acquire, bind or
+// republish) is in its Error and does
 // not stop the others. It blocks until every resource is done; once ctx
 // ends, the remaining resources fail with ctx's error.
 func (c *Client) RestoreLost(ctx context.Context, a *authority.Authority, rep authority.RecoverReport) []Restored {
@@ -53,12 +59,15 @@ func (c *Client) RestoreLost(ctx context.Context, a *authority.Authority, rep au
 		if len(r.Above) == 0 {
 			continue
 		}
-		lost, ok := c.newestPublishable(ctx, r.Above)
+		lost, ok, err := c.newestPublishable(ctx, r.Resource, r.Above)
+		if err != nil {
+			out = append(out, Restored{Resource: r.Resource, Error: err.Error()})
+			continue
+		}
 		if !ok {
 			continue
 		}
 		res := Restored{Resource: r.Resource, From: lost.Version, Key: lost.Key}
-		var err error
 		if res.Result, err = c.restoreOne(ctx, a, r.Resource, lost); err != nil {
 			res.Error = err.Error()
 		}
@@ -88,12 +97,21 @@ func (c *Client) restoreOne(ctx context.Context, a *authority.Authority, resourc
 }
 
 // newestPublishable returns the newest of above (sorted by version, newest
-// last) written before the next epoch's marker was reserved.
-func (c *Client) newestPublishable(ctx context.Context, above []authority.LostObject) (authority.LostObject, bool) {
+// last) written before the next epoch's marker was reserved, at a version
+// no Resolve settled as never applied (settledVersions). Errors: the
+// store's, when the settled markers cannot be listed.
+func (c *Client) newestPublishable(ctx context.Context, resource string, above []authority.LostObject) (authority.LostObject, bool, error) {
+	settled, err := c.settledVersions(ctx, resource)
+	if err != nil {
+		return authority.LostObject{}, false, err
+	}
 	st := c.cfg.Store
 	cutoff := map[uint64]time.Time{}
 	for i := len(above) - 1; i >= 0; i-- {
 		o := above[i]
+		if settled[o.Version] {
+			continue
+		}
 		t, ok := cutoff[o.Version.Epoch]
 		if !ok {
 			info, err := st.Stat(ctx, c.ns.EpochMarker(o.Version.Epoch+1))
@@ -103,8 +121,34 @@ func (c *Client) newestPublishable(ctx context.Context, above []authority.LostOb
 			cutoff[o.Version.Epoch] = t
 		}
 		if t.IsZero() || !o.LastModified.After(t) {
-			return o, true
+			return o, true, nil
 		}
 	}
-	return authority.LostObject{}, false
+	return authority.LostObject{}, false, nil
+}
+
+// settledVersions returns the versions of resource whose attempt a Resolve
+// settled as never applied, from its settled markers in the bucket
+// (layout.SettledMarker). The listing is sent again while the store does
+// not answer, within ctx. Errors: the store's, wrapped with the resource's
+// name.
+func (c *Client) settledVersions(ctx context.Context, resource string) (map[layout.Version]bool, error) {
+	prefix := c.ns.SettledMarkersPrefix(resource)
+	var settled map[layout.Version]bool
+	err := retry.Do(ctx, func(ctx context.Context) error {
+		settled = map[layout.Version]bool{}
+		for info, err := range c.cfg.Store.List(ctx, prefix, objstore.ListOptions{}) {
+			if err != nil {
+				return err
+			}
+			if v, err := layout.DecodeVersion(strings.TrimPrefix(info.Key, prefix)); err == nil {
+				settled[v] = true
+			}
+		}
+		return nil
+	}, retry.StoreUnavailable)
+	if err != nil {
+		return nil, fmt.Errorf("list the settled markers of %q: %w", resource, err)
+	}
+	return settled, nil
 }

@@ -150,6 +150,21 @@ func (n Namespace) GrantMarker(res string, epoch, generation uint64) string {
 	return n.GrantMarkersPrefix(res) + EncodeNumber(epoch) + "-" + EncodeNumber(generation)
 }
 
+// SettledMarkersPrefix ends with '/'; the create-only markers of res's
+// attempts that Resolve settled as never applied live under it, so that a
+// recover from the bucket (etcd lost, its seals with it) never republishes
+// one (DESIGN.md invariants 8 and 9).
+func (n Namespace) SettledMarkersPrefix(res string) string {
+	return n.MetaPrefix() + "settled/" + esc(res) + "/"
+}
+
+// SettledMarker names the create-only marker recording that the attempt at
+// version v of res was never applied and never will be: a Resolve found it
+// not applied and sealed it (or found its epoch superseded).
+func (n Namespace) SettledMarker(res string, v Version) string {
+	return n.SettledMarkersPrefix(res) + v.Encode()
+}
+
 // ObjectsPrefix ends with '/'; the immutable objects of res live under it.
 func (n Namespace) ObjectsPrefix(res string) string { return n.Root() + esc(res) + "/" }
 
