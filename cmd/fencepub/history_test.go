@@ -284,6 +284,48 @@ func testReplacementEtcd(t *testing.T, republish bool) {
 	}
 	h.publish(0, "r", "r three")
 	h.mustRead("r", "r three")
+
+	// The operator decides r's taken-over objects are not needed and
+	// releases them: the next pass deletes them; q's stay quarantined and
+	// r's published state is untouched.
+	var rel struct {
+		DryRun  bool     `json:"dry_run"`
+		Epochs  []uint64 `json:"epochs"`
+		Objects []string `json:"objects"`
+	}
+	release := func(args ...string) {
+		t.Helper()
+		out := h.fp(0, append([]string{"resource", "release-quarantine", "r", "-o", "json"}, args...)...)
+		if err := json.Unmarshal([]byte(out), &rel); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+	release("--dry-run")
+	if !rel.DryRun || !slices.Equal(rel.Epochs, []uint64{1}) || len(rel.Objects) != 2 {
+		t.Fatalf("release-quarantine --dry-run: %+v; want r's 2 objects of epoch 1", rel)
+	}
+	release("--epoch", "7")
+	if len(rel.Objects) != 0 {
+		t.Fatalf("release-quarantine --epoch 7: %+v; want nothing", rel)
+	}
+	release()
+	if rel.DryRun || len(rel.Objects) != 2 {
+		t.Fatalf("release-quarantine: %+v", rel)
+	}
+	out = h.fp(0, "gc", "run", "--resource", "r", "--resource", "q", "--retain", "1", "--grace", "1ns", "--clock-skew", "1ns", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &gcRep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	left := bucketKeys(t, m)
+	for _, k := range rel.Objects {
+		if slices.Contains(left, k) {
+			t.Fatalf("GC kept %s after its quarantine was released (report %s)", k, out)
+		}
+	}
+	if gcRep.Kept["quarantined"] != 1 {
+		t.Fatalf("gc report %s; want only q's object still quarantined", out)
+	}
+	h.mustRead("r", "r three")
 }
 
 // TestSplitBrainAfterFromBucket: an operator runs `recover --from-bucket` on

@@ -8,7 +8,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// newResourceCmd builds `fencepub resource delete R [--force]`.
+// newResourceCmd builds `fencepub resource delete R [--force]` and
+// `fencepub resource release-quarantine R`.
 func newResourceCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "resource", Short: "Manage resources"}
 	var force bool
@@ -58,7 +59,7 @@ the resource (use --force); 115 etcd did not answer.`,
 		}
 		return nil
 	}
-	cmd.AddCommand(del)
+	cmd.AddCommand(del, newReleaseQuarantineCmd())
 	cli.AddConnFlags(cmd)
 	return cmd
 }

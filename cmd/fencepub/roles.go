@@ -44,7 +44,7 @@ type roleSpec struct {
 //     raises it, as a worker's acquire does), authority/ (the _gc lease;
 //     pruning request and grant records), pointers/ and seals/ (abandon
 //     seals), ops/, history/ and clock/;
-//   - operator (recover, resource delete, rollback): readwrite on the whole
+//   - operator (recover, resource delete, release-quarantine, rollback): readwrite on the whole
 //     domain root.
 //
 // etcd grants read and write per key range and cannot tell a put from a
