@@ -176,21 +176,27 @@ func (pl *Pipeline) notSent() error {
 }
 
 // run sends the transactions in seq order until Close or the pipeline
-// stops.
+// stops. A queued operation goes before the end of the context, so the
+// oldest one gets the context's error as its own answer, as Publish would.
 func (pl *Pipeline) run() {
 	defer close(pl.done)
 	defer pl.cancel()
 	for {
+		var (
+			it *pending
+			ok bool
+		)
 		select {
-		case it, ok := <-pl.queue:
-			if !ok {
+		case it, ok = <-pl.queue:
+		default:
+			select {
+			case it, ok = <-pl.queue:
+			case <-pl.ctx.Done():
+				pl.halt(nil, Result{}, pl.ctx.Err())
 				return
 			}
-			if !pl.handle(it) {
-				return
-			}
-		case <-pl.ctx.Done():
-			pl.halt(nil, Result{}, pl.ctx.Err())
+		}
+		if !ok || !pl.handle(it) {
 			return
 		}
 	}
