@@ -88,14 +88,15 @@ func (s *runner) pipelineRows(ctx context.Context, st *stack, size int) error {
 		default:
 			row = row.WithTarget("throughput >= 1.2x", func(x bench.Row) bool { return x.RatioThroughput >= 1.2 })
 		}
-		s.add(row.WithNote("p50: from Submit to the answer, so it includes the wait behind the operations ahead"))
+		s.add(row.WithNote("p50: from Submit's return to the answer, so at depth > 1 it includes the wait behind the operations ahead"))
 	}
 	return nil
 }
 
 // streamRound submits n operations (keys from first on) of body b into a
-// Pipeline of p at depth, records each one's latency from Submit to its
-// answer (anything but applied is a failed operation), and returns the
+// Pipeline of p at depth, records each one's latency from its Submit's
+// return (the operation accepted) to its answer (anything but applied is a
+// failed operation), and returns the
 // round's wall time, from the first Submit to the last answer.
 func streamRound(ctx context.Context, p *publisher.Publisher, depth, first, n int, b []byte, rec *bench.Recorder) time.Duration {
 	type submitted struct {
@@ -118,8 +119,8 @@ func streamRound(ctx context.Context, p *publisher.Publisher, depth, first, n in
 	start := time.Now()
 	pl := p.Pipeline(ctx, depth)
 	for i := range n {
-		t0 := time.Now()
-		queue <- submitted{at: t0, ch: pl.Submit(publisher.Operation{IdempotencyKey: fmt.Sprintf("op-%d", first+i), Body: bytes.NewReader(b)})}
+		ch := pl.Submit(publisher.Operation{IdempotencyKey: fmt.Sprintf("op-%d", first+i), Body: bytes.NewReader(b)})
+		queue <- submitted{at: time.Now(), ch: ch}
 	}
 	close(queue)
 	_ = pl.Close() // every failure is in an answer
