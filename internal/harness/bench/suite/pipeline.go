@@ -2,6 +2,7 @@ package suite
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -59,27 +60,44 @@ func (s *runner) pipelineRows(ctx context.Context, st *stack, size int) error {
 	if err := st.InitFloor(ctx, floorRes); err != nil {
 		return err
 	}
-	var floorSeq uint64
+	var (
+		floorSeq  uint64
+		floorTime floorTimes
+		split     = make([]phases, len(pipelineDepths)) // each depth's object writes and transactions
+		failed    error                                 // of the publisher's metrics
+	)
 	floor := func(ctx context.Context, _, _ int) error {
 		floorSeq++
-		return st.FloorPublish(ctx, floorRes, floorSeq, b)
+		return floorTime.publish(ctx, st, floorRes, floorSeq, b)
 	}
 	sides := []func(*bench.Series, int){func(sr *bench.Series, n int) { sr.Run(ctx, n, 1, floor) }}
 	for k, d := range pipelineDepths {
 		next := 0 // idempotency keys, across rounds
 		sides = append(sides, func(sr *bench.Series, n int) {
+			before, err := st.phases()
 			sr.Custom(func(rec *bench.Recorder) time.Duration {
 				wall := streamRound(ctx, pubs[k], d, next, n, b, rec)
 				next += n
 				return wall
 			})
+			after, err2 := st.phases()
+			if failed = cmp.Or(failed, err, err2); failed == nil {
+				split[k] = split[k].add(after.sub(before))
+			}
 		})
 	}
 	ops, rounds := s.pipelineOps(size)
 	stats := bench.Interleave(ctx, rounds, ops, sides...)
+	if failed != nil {
+		return failed
+	}
+	fput, ftxn := floorTime.means(stats[0])
 	for k, d := range pipelineDepths {
 		row := bench.NewRow(WorkloadPipeline, fmt.Sprintf("%s, depth %d, 1 holder, 1 resource", sizeName(size), d), size, 1, stats[k+1], "sequential floor", stats[0])
 		row.Resources = 1
+		obj, txn := split[k].means()
+		row = row.WithNote(fmt.Sprintf("mean object write / etcd txn: fencepub %s / %s ms, floor %s / %s ms (one transaction at a time: at most %s ops/s)",
+			ms(obj), ms(txn), ms(fput), ms(ftxn), bench.Num(1/max(txn.Seconds(), 1e-9))))
 		switch {
 		case d == 1:
 			row = row.WithNote("depth 1 publishes as successive Publish calls do (the publish workload's 1-resource c=1 row)")

@@ -412,6 +412,11 @@ func (p phases) sub(q phases) phases {
 	return phases{object: p.object - q.object, txn: p.txn - q.txn, objects: p.objects - q.objects, txns: p.txns - q.txns}
 }
 
+// add returns p + q.
+func (p phases) add(q phases) phases {
+	return phases{object: p.object + q.object, txn: p.txn + q.txn, objects: p.objects + q.objects, txns: p.txns + q.txns}
+}
+
 // means returns the mean object write and transaction time.
 func (p phases) means() (object, txn time.Duration) {
 	if p.objects > 0 {
