@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
@@ -427,5 +428,42 @@ func TestPipelineCancel(t *testing.T) {
 	}
 	if h := e.history("r"); len(h) != 1 {
 		t.Fatalf("history %v", h)
+	}
+}
+
+// TestPipelineContiguous: in contiguous mode every seq must follow the
+// pointer, so 8 operations in a pipeline of depth 4 apply only because
+// their transactions go one at a time in seq order. A body that fails
+// stops the pipeline; its seq and the later ones are given back, so the
+// next publish follows the pointer with no gap.
+func TestPipelineContiguous(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	p := e.bindContiguous(ctx, "r")
+	pl := p.Pipeline(ctx, 4)
+	var chans []<-chan PipelineResult
+	for i := 1; i <= 8; i++ {
+		chans = append(chans, pl.Submit(op(fmt.Sprintf("k%d", i), fmt.Sprintf("body %d", i))))
+	}
+	broken := Operation{IdempotencyKey: "k9", Body: iotest.ErrReader(errors.New("disk gone"))}
+	chans = append(chans, pl.Submit(broken), pl.Submit(op("k10", "ten")))
+	for i, ch := range chans[:8] {
+		r := answer(t, fmt.Sprint("k", i+1), ch)
+		mustOutcome(t, fmt.Sprint("k", i+1), r.Result, r.Err, Applied, reasonNone)
+	}
+	if r := answer(t, "k9", chans[8]); !errors.Is(r.Err, ErrBody) || r.Result.Outcome != "" {
+		t.Fatalf("k9: %+v, %v; want ErrBody and no outcome", r.Result, r.Err)
+	}
+	mustNotSent(t, "k10", answer(t, "k10", chans[9]))
+	if err := pl.Close(); !errors.Is(err, ErrBody) {
+		t.Fatalf("Close: %v", err)
+	}
+	if n := p.NextSeq(); n != 9 {
+		t.Fatalf("NextSeq %d; want 9", n)
+	}
+	r, err := p.Publish(ctx, op("k10", "ten"))
+	mustOutcome(t, "k10 after the stop", r, err, Applied, reasonNone)
+	if h := e.history("r"); len(h) != 9 || h[8].Seq != 9 {
+		t.Fatalf("history %v; want seqs 1..9", h)
 	}
 }
