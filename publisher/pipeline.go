@@ -21,7 +21,9 @@ var ErrPipelineStopped = errors.New("publisher: not sent: the pipeline stopped")
 // what Publish would have returned for it (Result and nil for applied and
 // duplicate; the Result with ErrStale, ErrConflict or ErrUnknown; otherwise
 // a zero Result and an error, then nothing was published), or a zero Result
-// with ErrPipelineStopped when it was not sent.
+// with ErrPipelineStopped when it was not sent. It pairs the two because a
+// Result alone cannot carry the errors that are not outcomes, nor the
+// details (errors.Is ErrStale, authority.ErrLeaseLost) Publish's error has.
 type PipelineResult struct {
 	Result Result
 	Err    error
