@@ -78,6 +78,49 @@ func mustNotSent(t *testing.T, what string, r PipelineResult) {
 	}
 }
 
+// mustStopAt checks the answers of a pipeline that stopped at the
+// operation of chans[0]: its outcome is want (reason), every later one was
+// not sent, and Close returns the stopping operation's error.
+func mustStopAt(t *testing.T, pl *Pipeline, chans []<-chan PipelineResult, want Outcome, reason Reason) PipelineResult {
+	t.Helper()
+	first := answer(t, "the stopping operation", chans[0])
+	mustOutcome(t, "the stopping operation", first.Result, first.Err, want, reason)
+	for i, ch := range chans[1:] {
+		what := fmt.Sprintf("operation %d behind it", i+1)
+		mustNotSent(t, what, answer(t, what, ch))
+	}
+	if err := pl.Close(); !errors.Is(err, first.Err) {
+		t.Fatalf("Close: %v; want the answer that stopped it (%v)", err, first.Err)
+	}
+	return first
+}
+
+// proxiedEtcdPublisher binds a grant of res for owner "w" through a
+// publisher Client whose etcd goes through a fault proxy (e.proxied), so
+// the resource init has warmed the connection up.
+func (e *env) proxiedEtcdPublisher(ctx context.Context, res string) (*faultproxy.Proxy, *Publisher) {
+	e.t.Helper()
+	px, c := e.proxied(nil)
+	p, err := c.Bind(ctx, GrantTerm(e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"}), false))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return px, p
+}
+
+// awaitOpRecord blocks until the op record of key on res exists (a
+// transaction of it was applied), watching, not polling.
+func (e *env) awaitOpRecord(res, key string) {
+	e.t.Helper()
+	ctx := ctxT(e.t, 10*time.Second)
+	for wr := range e.Etcd.Watch(ctx, e.NS.OpKey(res, key), clientv3.WithRev(1)) {
+		if len(wr.Events) > 0 {
+			return
+		}
+	}
+	e.t.Fatalf("no transaction of %q on %q reached etcd", key, res)
+}
+
 // historyRevisions returns the ModRevision of each of res's history
 // entries, in version order.
 func (e *env) historyRevisions(res string) []int64 {
@@ -270,14 +313,7 @@ func TestPipelinePausedHolder(t *testing.T) {
 	mustOutcome(t, "B publishes", rb, err, Applied, reasonNone)
 
 	resume()
-	r3 := answer(t, "a3", chans[0])
-	mustOutcome(t, "A's paused operation", r3.Result, r3.Err, Stale, ReasonPointer)
-	for i, ch := range chans[1:] {
-		mustNotSent(t, fmt.Sprint("a", i+4), answer(t, fmt.Sprint("a", i+4), ch))
-	}
-	if err := pl.Close(); !errors.Is(err, ErrStale) {
-		t.Fatalf("Close: %v; want the stale answer that stopped it", err)
-	}
+	mustStopAt(t, pl, chans, Stale, ReasonPointer)
 	mustNotSent(t, "submit after the stop", answer(t, "a7", pl.Submit(op("a7", "x"))))
 	if ptr := e.Pointer(res); ptr.Version != rb.Version {
 		t.Fatalf("pointer %s; want B's %s", ptr.Version, rb.Version)
@@ -301,11 +337,7 @@ func TestPipelinePausedHolder(t *testing.T) {
 func TestPipelineLostResponse(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
-	px, c := e.proxied(nil)
-	p, err := c.Bind(ctx, GrantTerm(e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"}), false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	px, p := e.proxiedEtcdPublisher(ctx, "r")
 	pl := p.Pipeline(ctx, 4)
 	first, resume := gated(t, "k1", "one")
 	chans := []<-chan PipelineResult{pl.Submit(first)}
@@ -314,16 +346,7 @@ func TestPipelineLostResponse(t *testing.T) {
 	}
 	fired := px.DropResponse(1, 3*time.Second) // armed once nothing else is sent
 	resume()
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for wr := range e.Etcd.Watch(wctx, e.NS.OpKey("r", "k1"), clientv3.WithRev(1)) {
-		if len(wr.Events) > 0 {
-			break
-		}
-	}
-	if wctx.Err() != nil {
-		t.Fatal("k1's transaction never reached etcd")
-	}
+	e.awaitOpRecord("r", "k1")
 	testenv.Eventually(t, "the objects of k2..k4 written while k1's transaction is in flight", 30*time.Second, func() bool {
 		return len(e.listObjects(e.NS.ObjectsPrefix("r"))) == 4
 	})
@@ -363,11 +386,7 @@ func TestPipelineLostResponse(t *testing.T) {
 func TestPipelineUnknownStops(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
-	px, c := e.proxied(nil)
-	p, err := c.Bind(ctx, GrantTerm(e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"}), false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	px, p := e.proxiedEtcdPublisher(ctx, "r")
 	pctx, cancel := context.WithTimeout(ctx, 6*time.Second)
 	defer cancel()
 	pl := p.Pipeline(pctx, 4)
@@ -377,14 +396,7 @@ func TestPipelineUnknownStops(t *testing.T) {
 	chans := []<-chan PipelineResult{pl.Submit(second), pl.Submit(op("k3", "three")), pl.Submit(op("k4", "four"))}
 	px.Set(faultproxy.Faults{DropDownstream: true})
 	resume()
-	r2 := answer(t, "k2", chans[0])
-	mustOutcome(t, "k2", r2.Result, r2.Err, Unknown, reasonNone)
-	for i, ch := range chans[1:] {
-		mustNotSent(t, fmt.Sprint("k", i+3), answer(t, fmt.Sprint("k", i+3), ch))
-	}
-	if err := pl.Close(); !errors.Is(err, ErrUnknown) {
-		t.Fatalf("Close: %v; want the unknown that stopped it", err)
-	}
+	r2 := mustStopAt(t, pl, chans, Unknown, reasonNone)
 	px.Set(faultproxy.Faults{})
 	px.ResetAll()
 	got, err := e.pub.Resolve(ctx, "r", "k2", r2.Result.Version, r2.Result.AttemptID())
