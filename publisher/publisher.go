@@ -317,7 +317,8 @@ type Result struct {
 // assigning seq 1, 2, ... from above the durable state. Publishes of one
 // Publisher are meant to be sequential: concurrent calls are safe but get
 // seqs in call order, and one whose transaction arrives after a higher seq
-// is stale ("newer state wins").
+// is stale ("newer state wins"). Pipeline overlaps the object writes of
+// successive publishes while keeping their transactions in seq order.
 type Publisher struct {
 	c    *Client
 	term Term
