@@ -21,6 +21,14 @@
 //   - The publisher never deletes objects; GC collects the orphans.
 //     Client.RestoreLost republishes what an etcd restore lost.
 //
+// A holder publishing a stream uses Publisher.Pipeline: it writes the
+// objects of up to depth operations while the transaction of the oldest
+// is in flight, and sends the transactions one at a time in seq order,
+// each exactly Publish's. Every submitted operation gets its own answer; a
+// stale or unknown one stops the pipeline, and the operations behind it
+// are reported not sent (ErrPipelineStopped), never dropped (DESIGN.md
+// "Pipelined publishing").
+//
 // Strict mode (Term.Strict) also refuses a publish once etcd has expired
 // the grant's lease, with etcd's timing; it is not wall-clock revocation.
 package publisher

@@ -361,16 +361,7 @@ func TestLostResponseThenSuperseded(t *testing.T) {
 		done <- outcome{r, err}
 	}()
 	// A's transaction is applied (its op record exists) but A has no answer.
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for wr := range e.Etcd.Watch(wctx, e.NS.OpKey("r", "a"), clientv3.WithRev(1)) {
-		if len(wr.Events) > 0 {
-			break
-		}
-	}
-	if wctx.Err() != nil {
-		t.Fatal("A's transaction never reached etcd")
-	}
+	e.awaitOpRecord("r", "a")
 	select {
 	case o := <-done:
 		t.Fatalf("A got an answer before B published: %+v, %v", o.r, o.err)

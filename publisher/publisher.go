@@ -317,7 +317,8 @@ type Result struct {
 // assigning seq 1, 2, ... from above the durable state. Publishes of one
 // Publisher are meant to be sequential: concurrent calls are safe but get
 // seqs in call order, and one whose transaction arrives after a higher seq
-// is stale ("newer state wins").
+// is stale ("newer state wins"). Pipeline overlaps the object writes of
+// successive publishes while keeping their transactions in seq order.
 type Publisher struct {
 	c    *Client
 	term Term
@@ -419,23 +420,54 @@ func (p *Publisher) PublishSeq(ctx context.Context, seq uint64, op Operation) (R
 
 // publish publishes op at seq (0: the next one).
 func (p *Publisher) publish(ctx context.Context, seq uint64, op Operation) (Result, error) {
-	op, err := normalize(op)
+	op, err := p.check(op)
 	if err != nil {
-		p.c.m.failure("validate")
 		return Result{}, err
 	}
 	v := p.take(seq)
-	key := p.c.ns.ObjectKey(p.term.Resource, v, layout.NewNonce())
-	start := time.Now()
-	obj, bodySHA, err := p.c.writeObject(ctx, key, op.Body, bodySize(op.Body, op.Size), op.ContentType, op.Metadata)
+	w, err := p.write(ctx, v, op)
 	if err != nil {
-		p.c.m.failure("object")
 		if seq == 0 {
 			p.giveBack(v)
 		}
 		return Result{}, err
 	}
+	return p.commit(ctx, w)
+}
+
+// check normalizes op (normalize), counting a refusal in the metrics.
+func (p *Publisher) check(op Operation) (Operation, error) {
+	op, err := normalize(op)
+	if err != nil {
+		p.c.m.failure("validate")
+	}
+	return op, err
+}
+
+// written is an attempt whose object is stored: what its transaction
+// needs.
+type written struct {
+	v      layout.Version
+	op     Operation
+	obj    layout.Object
+	digest string // request digest
+}
+
+// write stores op's body (op normalized) as the object of a fresh attempt
+// at v. Errors: writeObject's; nothing was published.
+func (p *Publisher) write(ctx context.Context, v layout.Version, op Operation) (written, error) {
+	key := p.c.ns.ObjectKey(p.term.Resource, v, layout.NewNonce())
+	start := time.Now()
+	obj, bodySHA, err := p.c.writeObject(ctx, key, op.Body, bodySize(op.Body, op.Size), op.ContentType, op.Metadata)
+	if err != nil {
+		p.c.m.failure("object")
+		return written{}, err
+	}
 	p.c.m.objectWritten(time.Since(start), obj.Size)
-	pr := p.c.prepare(p.term, v, op.IdempotencyKey, requestDigest(bodySHA, op.ContentType, op.Metadata), obj, op.ContentType)
-	return p.c.commit(ctx, pr)
+	return written{v: v, op: op, obj: obj, digest: requestDigest(bodySHA, op.ContentType, op.Metadata)}, nil
+}
+
+// commit builds w's transaction, stamped now, and sends it (Client.commit).
+func (p *Publisher) commit(ctx context.Context, w written) (Result, error) {
+	return p.c.commit(ctx, p.c.prepare(p.term, w.v, w.op.IdempotencyKey, w.digest, w.obj, w.op.ContentType))
 }

@@ -124,7 +124,7 @@ func (s *runner) publishRow(ctx context.Context, st *stack, size, conc, nres, op
 	}
 	seqs := make([]atomic.Uint64, nres)
 	var stale, floorStale atomic.Int64
-	var floorPut, floorTxn atomic.Int64 // ns
+	var floorTime floorTimes
 	before, err := st.phases()
 	if err != nil {
 		return bench.Row{}, err
@@ -140,16 +140,7 @@ func (s *runner) publishRow(ctx context.Context, st *stack, size, conc, nres, op
 	}
 	base := func(ctx context.Context, w, i int) error {
 		r := resOf(w, i, conc, nres)
-		seq := seqs[r].Add(1)
-		t0 := time.Now()
-		sum, err := st.FloorPut(ctx, res[r], seq, b)
-		t1 := time.Now()
-		floorPut.Add(int64(t1.Sub(t0)))
-		if err != nil {
-			return err
-		}
-		err = st.FloorCommit(ctx, res[r], seq, sum)
-		floorTxn.Add(int64(time.Since(t1)))
+		err := floorTime.publish(ctx, st, res[r], seqs[r].Add(1), b)
 		if errors.Is(err, bench.ErrFloorStale) {
 			floorStale.Add(1)
 			return nil
@@ -167,9 +158,34 @@ func (s *runner) publishRow(ctx context.Context, st *stack, size, conc, nres, op
 		return bench.Row{}, err
 	}
 	obj, txn := after.sub(before).means()
-	n := time.Duration(max(bas.Ops+bas.Errors, 1))
+	fput, ftxn := floorTime.means(bas)
 	return row.WithNote(fmt.Sprintf("mean object write / etcd txn: fencepub %s / %s ms, floor %s / %s ms; allocs/publish %.0f (floor %.0f)",
-		ms(obj), ms(txn), ms(time.Duration(floorPut.Load())/n), ms(time.Duration(floorTxn.Load())/n), sub.AllocsPerOp, bas.AllocsPerOp)), nil
+		ms(obj), ms(txn), ms(fput), ms(ftxn), sub.AllocsPerOp, bas.AllocsPerOp)), nil
+}
+
+// floorTimes sums the time floor publishes spent in their PUT and in their
+// compare-and-put. Safe for concurrent use.
+type floorTimes struct{ put, txn atomic.Int64 } // ns
+
+// publish is st.FloorPublish of body at seq on res, timing its two halves.
+func (f *floorTimes) publish(ctx context.Context, st *stack, res string, seq uint64, body []byte) error {
+	t0 := time.Now()
+	sum, err := st.FloorPut(ctx, res, seq, body)
+	t1 := time.Now()
+	f.put.Add(int64(t1.Sub(t0)))
+	if err != nil {
+		return err
+	}
+	err = st.FloorCommit(ctx, res, seq, sum)
+	f.txn.Add(int64(time.Since(t1)))
+	return err
+}
+
+// means returns the mean PUT and compare-and-put time over the operations
+// of s (failed ones included).
+func (f *floorTimes) means(s bench.Stats) (put, txn time.Duration) {
+	n := time.Duration(max(s.Ops+s.Errors, 1))
+	return time.Duration(f.put.Load()) / n, time.Duration(f.txn.Load()) / n
 }
 
 // releaseAll releases grants; a failure is ignored (the lease expires by

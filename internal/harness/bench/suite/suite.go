@@ -3,9 +3,9 @@
 // the configured servers, or those StartLocal starts — and returns a
 // bench.Report whose every row sets a fencepub measurement next to its
 // baseline measured in the same run, interleaved in rounds: publish vs its
-// physical floor (workloads 1-2), vs what users write today (3), the
-// authority (4), the reader and the reader service (5), garbage collection
-// (6) and scaling (7). Each workload works in its own throwaway domain and
+// physical floor (workloads 1-2), pipelined publishing vs the sequential
+// floor (1b), vs what users write today (3), the authority (4), the reader
+// and the reader service (5), garbage collection (6) and scaling (7). Each workload works in its own throwaway domain and
 // deletes its keys and objects when it ends.
 package suite
 
@@ -47,6 +47,7 @@ var (
 // each).
 const (
 	WorkloadPublish   = "publish"
+	WorkloadPipeline  = "pipeline"
 	WorkloadPeer      = "peer"
 	WorkloadAuthority = "authority"
 	WorkloadReader    = "reader"
@@ -63,6 +64,12 @@ var workloadInfo = []bench.Workload{
 		About: "Subject: `publisher.Publish` of a `bytes.Reader` body (its length is known, so: sha256 teed into ONE streamed create-only PUT, as the floor — bodies of unknown length go in 16 MiB multipart parts — + ONE etcd transaction with every fencing compare, writing the pointer, the op record and the history entry). " +
 			"Baseline, the floor: sha256 teed into ONE streamed create-only PUT of the same body + ONE bare etcd compare-and-put of a pointer value; nothing else. " +
 			"With 1 resource and c=16 the publishers share one grant, so publishes that arrive after a higher seq are refused as stale (newer state wins), and the floor's compares fail alike; both count as completed operations (one round trip each).",
+	},
+	{
+		Name: WorkloadPipeline, Title: "1b. Pipelined publishing vs the sequential floor",
+		About: "Subject: one holder streams publishes of a `bytes.Reader` body into one resource through `publisher.Pipeline` at depth 1, 4 and 16: up to depth objects are written while the transaction of the oldest is in flight, and the transactions go one at a time in seq order, each the transaction `Publish` sends. " +
+			"Baseline, the sequential floor: the publish workload's floor (ONE create-only PUT with sha256, then ONE bare compare-and-put) run one after another on one resource. " +
+			"The floor and the three depths are interleaved in the same rounds; throughput is operations answered per second of a round (first Submit to last answer).",
 	},
 	{
 		Name: WorkloadPeer, Title: "3. Publish vs what users write today (the peer)",
@@ -272,7 +279,7 @@ func Run(ctx context.Context, env Env, opts Options) (bench.Report, error) {
 	}
 	s := &runner{env: env, opts: opts, log: opts.Log, rep: &rep}
 	runs := map[string]func(context.Context) error{
-		WorkloadPublish: s.publish, WorkloadPeer: s.peer, WorkloadAuthority: s.authorityWorkload,
+		WorkloadPublish: s.publish, WorkloadPipeline: s.pipeline, WorkloadPeer: s.peer, WorkloadAuthority: s.authorityWorkload,
 		WorkloadReader: s.readerWorkload, WorkloadGC: s.gcWorkload, WorkloadScaling: s.scaling, WorkloadCluster: s.cluster,
 		WorkloadRecovery: s.recovery,
 	}
@@ -403,6 +410,11 @@ type phases struct {
 // sub returns p - q.
 func (p phases) sub(q phases) phases {
 	return phases{object: p.object - q.object, txn: p.txn - q.txn, objects: p.objects - q.objects, txns: p.txns - q.txns}
+}
+
+// add returns p + q.
+func (p phases) add(q phases) phases {
+	return phases{object: p.object + q.object, txn: p.txn + q.txn, objects: p.objects + q.objects, txns: p.txns + q.txns}
 }
 
 // means returns the mean object write and transaction time.

@@ -1,0 +1,266 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/fencepub/fencepub/internal/layout"
+)
+
+// ErrPipelineStopped: the operation was never sent, because its Pipeline
+// had stopped (an earlier operation ended stale, unknown or in an error, or
+// its context ended) or was closed. Nothing was published for it and it
+// never will be; an object it wrote is an orphan for GC. It does not wrap
+// the error that stopped the pipeline: the operation was not stale, nor
+// unknown; the message names the seq the pipeline stopped at and why.
+var ErrPipelineStopped = errors.New("publisher: not sent: the pipeline stopped")
+
+// PipelineResult is the answer to one operation submitted to a Pipeline:
+// what Publish would have returned for it (Result and nil for applied and
+// duplicate; the Result with ErrStale, ErrConflict or ErrUnknown; otherwise
+// a zero Result and an error, then nothing was published), or a zero Result
+// with ErrPipelineStopped when it was not sent. It pairs the two because a
+// Result alone cannot carry the errors that are not outcomes, nor the
+// details (errors.Is ErrStale, authority.ErrLeaseLost) Publish's error has.
+type PipelineResult struct {
+	Result Result
+	Err    error
+}
+
+// Pipeline publishes a stream of operations of one Publisher, writing the
+// objects of up to depth operations while the transaction of the oldest
+// one is in flight (DESIGN.md "Pipelined publishing"). Seqs are taken at
+// Submit, in Submit order; the transactions are sent one at a time in seq
+// order, each only after the previous one got its answer (re-sends on a
+// lost response included), each exactly the transaction Publish sends. So
+// every compare is Publish's, and no transaction can overtake an older one.
+//
+// Applied, duplicate and conflict let the next operation go. Any other
+// answer of an operation (stale, unknown, an error such as a failed object
+// write), or the end of the Pipeline's context, stops it: that operation
+// gets its own answer, every later one gets ErrPipelineStopped, and later
+// Submits too. The seqs of the operations that were not sent (and the
+// stopping one's, when its object write failed, as Publish does) are given
+// back to the Publisher, so a contiguous term goes on without a gap.
+//
+// Submit and Close are safe for concurrent use. While a Pipeline is open,
+// other publishes of its Publisher are safe but race with it: whichever
+// seq is higher wins, and the lower one is stale.
+type Pipeline struct {
+	p      *Publisher
+	ctx    context.Context    // the caller's: transactions
+	wctx   context.Context    // object writes; cancelled when the pipeline stops
+	cancel context.CancelFunc // of wctx
+	slots  chan struct{}      // one per operation submitted and not yet answered
+	queue  chan *pending      // submitted operations, in seq order; closed by Close
+	halted chan struct{}      // closed when the pipeline stops
+	done   chan struct{}      // closed when run returned
+
+	mu     sync.Mutex
+	closed bool
+	cause  error          // why the pipeline stopped; nil while it runs
+	at     layout.Version // the version it stopped at; zero when between operations
+}
+
+// pending is one submitted operation.
+type pending struct {
+	v     layout.Version
+	w     written
+	err   error         // the object write's
+	wrote chan struct{} // closed when the object write ended
+	out   chan PipelineResult
+}
+
+// answer delivers the operation's one answer and closes its channel.
+func (it *pending) answer(res Result, err error) {
+	it.out <- PipelineResult{Result: res, Err: err}
+	close(it.out)
+}
+
+// Pipeline returns a running Pipeline of p with room for depth operations
+// in flight (written or being written, including the one whose transaction
+// is in flight); depth below 1 is 1, which publishes exactly as successive
+// Publish calls do. ctx bounds every object write and transaction, as it
+// bounds Publish; when it ends the pipeline stops (the transaction in
+// flight then ends as Publish's would: unknown when it may have been
+// applied). Close must be called, or ctx ended, to release the goroutine
+// that sends the transactions.
+func (p *Publisher) Pipeline(ctx context.Context, depth int) *Pipeline {
+	depth = max(depth, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	pl := &Pipeline{
+		p: p, ctx: ctx, wctx: wctx, cancel: cancel,
+		slots:  make(chan struct{}, depth),
+		queue:  make(chan *pending, depth),
+		halted: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	go pl.run()
+	return pl
+}
+
+// Submit takes the next seq for op and starts writing its object, and
+// returns the channel that receives op's one PipelineResult and is then
+// closed (buffered: the Pipeline never waits for the caller to read it).
+// It blocks while depth operations are in flight, until one is answered or
+// the pipeline stops. op.Body is read on another goroutine until op's
+// answer arrives; the caller must not use it before.
+//
+// An op that Publish would refuse before taking a seq (fencepub.ErrInvalid)
+// is answered at once and does not stop the pipeline. After the pipeline
+// stopped or was closed, op is answered at once with ErrPipelineStopped.
+func (pl *Pipeline) Submit(op Operation) <-chan PipelineResult {
+	it := &pending{wrote: make(chan struct{}), out: make(chan PipelineResult, 1)}
+	op, err := pl.p.check(op)
+	if err != nil {
+		it.answer(Result{}, err)
+		return it.out
+	}
+	slot := false
+	select {
+	case pl.slots <- struct{}{}:
+		slot = true
+	case <-pl.halted:
+	case <-pl.ctx.Done():
+	}
+	pl.mu.Lock()
+	if !slot || pl.closed || pl.cause != nil || pl.ctx.Err() != nil {
+		err := pl.notSent()
+		pl.mu.Unlock()
+		if slot {
+			<-pl.slots
+		}
+		it.answer(Result{}, err)
+		return it.out
+	}
+	it.v = pl.p.take(0)
+	pl.queue <- it // never blocks: it holds a slot
+	pl.mu.Unlock()
+	go func() {
+		defer close(it.wrote)
+		it.w, it.err = pl.p.write(pl.wctx, it.v, op)
+	}()
+	return it.out
+}
+
+// Close stops accepting operations and blocks until every submitted one
+// has its answer: it does not cancel them (end the context for that). It
+// returns the error that stopped the pipeline (the answer of the operation
+// it stopped at, or the context's error), nil if none did. Safe to call
+// more than once; later Submits get ErrPipelineStopped.
+func (pl *Pipeline) Close() error {
+	pl.mu.Lock()
+	if !pl.closed {
+		pl.closed = true
+		close(pl.queue)
+	}
+	pl.mu.Unlock()
+	<-pl.done
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.cause
+}
+
+// notSent is the error of an operation the pipeline did not send. The
+// caller holds mu.
+func (pl *Pipeline) notSent() error {
+	switch {
+	case pl.cause != nil && !pl.at.IsZero():
+		return fmt.Errorf("%w at %s: %v", ErrPipelineStopped, pl.at, pl.cause)
+	case pl.cause != nil:
+		return fmt.Errorf("%w: %v", ErrPipelineStopped, pl.cause)
+	case pl.ctx.Err() != nil:
+		return fmt.Errorf("%w: %v", ErrPipelineStopped, pl.ctx.Err())
+	}
+	return fmt.Errorf("%w: it is closed", ErrPipelineStopped)
+}
+
+// run sends the transactions in seq order until Close or the pipeline
+// stops. A queued operation goes before the end of the context, so the
+// oldest one gets the context's error as its own answer, as Publish would.
+func (pl *Pipeline) run() {
+	defer close(pl.done)
+	defer pl.cancel()
+	for {
+		var (
+			it *pending
+			ok bool
+		)
+		select {
+		case it, ok = <-pl.queue:
+		default:
+			select {
+			case it, ok = <-pl.queue:
+			case <-pl.ctx.Done():
+				pl.halt(nil, Result{}, pl.ctx.Err())
+				return
+			}
+		}
+		if !ok || !pl.handle(it) {
+			return
+		}
+	}
+}
+
+// handle waits for it's object, sends its transaction and answers it. It
+// returns false when the answer stopped the pipeline.
+func (pl *Pipeline) handle(it *pending) bool {
+	<-it.wrote
+	res, err := Result{}, it.err
+	if err == nil {
+		res, err = pl.p.commit(pl.ctx, it.w)
+	}
+	if err != nil && res.Outcome != Conflict {
+		pl.halt(it, res, err)
+		return false
+	}
+	it.answer(res, err)
+	<-pl.slots
+	return true
+}
+
+// halt stops the pipeline at it (nil: between operations) whose answer is
+// (res, err): it refuses new operations, cancels the object writes, gives
+// back the seqs of the operations not sent (and it's, when its object write
+// failed, as Publish does), then answers it and them.
+func (pl *Pipeline) halt(it *pending, res Result, err error) {
+	pl.mu.Lock()
+	pl.cause = err
+	if it != nil {
+		pl.at = it.v
+	}
+	close(pl.halted)
+	pl.mu.Unlock()
+	pl.cancel()
+	var rest []*pending
+	for more := true; more; {
+		select {
+		case r, ok := <-pl.queue:
+			if more = ok; ok {
+				rest = append(rest, r)
+			}
+		default:
+			more = false
+		}
+	}
+	for _, r := range rest {
+		<-r.wrote
+	}
+	for i := len(rest) - 1; i >= 0; i-- { // giveBack returns only the last seq taken
+		pl.p.giveBack(rest[i].v)
+	}
+	if it != nil {
+		if it.err != nil {
+			pl.p.giveBack(it.v)
+		}
+		it.answer(res, err)
+	}
+	pl.mu.Lock()
+	notSent := pl.notSent()
+	pl.mu.Unlock()
+	for _, r := range rest {
+		r.answer(Result{}, notSent)
+	}
+}
