@@ -106,9 +106,9 @@ func checkTTL(ttl time.Duration) (int64, error) {
 // that etcd does not know: either means etcd's history went back, so
 // Acquire revokes the new lease, sets the domain's rollback flag and refuses
 // every grant until `fencepub authority recover` (DESIGN.md invariant 3).
-// The listing for a marker above is sent with the lease grant, before the
-// grant transaction, so it costs no round trip of its own (DESIGN.md
-// "Rollback detection" says why that is equivalent).
+// Without req.Wait the listing for a marker above is sent with the lease
+// grant, before the grant transaction, so it costs no round trip of its
+// own (DESIGN.md "Rollback detection" says why that is equivalent).
 //
 // A retry with the same RequestID returns the original grant, never a new
 // one; when that grant no longer holds the resource the grant is returned
@@ -167,9 +167,6 @@ type acquisition struct {
 	// waitUntil is when AcquireRequest.MaxWait ends the waiting (zero:
 	// not waited yet, or no MaxWait).
 	waitUntil time.Time
-	// waited: this call waited for a holder, so its grant transactions
-	// race other waiters and most of them fail (see try).
-	waited bool
 }
 
 // attempt bounds one attempt of the lease grant and the grant transaction:
@@ -225,7 +222,6 @@ func (q *acquisition) run(ctx context.Context) (Grant, error) {
 				return Grant{}, a.heldBy(ctx, res, *s.holder)
 			}
 			q.dropLease() // it would tick away while we wait
-			q.waited = true
 			a.log.Debug("authority: waiting for the holder", "resource", res, "holder", s.holder.Owner)
 			wctx, cancel := q.waitCtx(ctx)
 			err := a.waitFree(wctx, res, s.rev)
@@ -255,11 +251,11 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 	a, ns, res := q.a, q.a.ns, q.req.Resource
 	gen := s.gen + 1
 	// The rollback check's listing goes out now, next to the lease grant
-	// and the grant transaction, instead of after them (confirmGrant). A
-	// waiter woken with others would mostly list for a transaction that
-	// fails: it lists after winning, as before.
+	// and the grant transaction, instead of after them (confirmGrant). An
+	// acquire that waits expects other acquirers, and most of its grant
+	// transactions fail: it lists after winning, as before.
 	var early *aboveScan
-	if !q.waited {
+	if !q.req.Wait {
 		early = a.scanAbove(ctx, res, counter{epoch: s.epoch, gen: gen})
 		defer early.stop()
 	}
