@@ -106,6 +106,9 @@ func checkTTL(ttl time.Duration) (int64, error) {
 // that etcd does not know: either means etcd's history went back, so
 // Acquire revokes the new lease, sets the domain's rollback flag and refuses
 // every grant until `fencepub authority recover` (DESIGN.md invariant 3).
+// Without req.Wait the listing for a marker above is sent with the lease
+// grant, before the grant transaction, so it costs no round trip of its
+// own (DESIGN.md "Rollback detection" says why that is equivalent).
 //
 // A retry with the same RequestID returns the original grant, never a new
 // one; when that grant no longer holds the resource the grant is returned
@@ -246,12 +249,21 @@ func (q *acquisition) run(ctx context.Context) (Grant, error) {
 // 0 when it must be re-read).
 func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resState, done bool, err error) {
 	a, ns, res := q.a, q.a.ns, q.req.Resource
+	gen := s.gen + 1
+	// The rollback check's listing goes out now, next to the lease grant
+	// and the grant transaction, instead of after them (confirmGrant). An
+	// acquire that waits expects other acquirers, and most of its grant
+	// transactions fail: it lists after winning, as before.
+	var early *aboveScan
+	if !q.req.Wait {
+		early = a.scanAbove(ctx, res, counter{epoch: s.epoch, gen: gen})
+		defer early.stop()
+	}
 	if q.lease == 0 {
 		if err := q.grantLease(ctx); err != nil {
 			return Grant{}, resState{}, true, err
 		}
 	}
-	gen := s.gen + 1
 	g = Grant{
 		Resource: res, Owner: q.req.Owner, RequestID: q.req.RequestID, Epoch: s.epoch, Generation: gen,
 		LeaseID: q.lease, TTL: time.Duration(q.ttl) * time.Second, GrantedAt: q.leaseSent,
@@ -322,7 +334,7 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 	q.keepLease = true
 	g.HolderRevision = resp.Header.Revision
 	a.remember(res, counter{epoch: s.epoch, gen: gen})
-	if err := q.confirm(ctx, g, true); err != nil {
+	if err := q.confirm(ctx, g, early, true); err != nil {
 		// Unless a retry with the request id may still confirm it
 		// (fencepub.ErrUnavailable), nobody will get this grant: end its lease now
 		// rather than let it block the resource for its TTL (a missing
@@ -334,10 +346,11 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 	return g, resState{}, true, nil
 }
 
-// confirm runs confirmGrant for g. On a rollback it sets the domain's
-// rollback flag and revokes g's lease (when live says g holds it).
-func (q *acquisition) confirm(ctx context.Context, g Grant, live bool) error {
-	err := q.a.confirmGrant(ctx, g)
+// confirm runs confirmGrant for g (early: the listing sent before g's grant
+// transaction, or nil). On a rollback it sets the domain's rollback flag
+// and revokes g's lease (when live says g holds it).
+func (q *acquisition) confirm(ctx context.Context, g Grant, early *aboveScan, live bool) error {
+	err := q.a.confirmGrant(ctx, g, early)
 	switch {
 	case err == nil:
 		return nil
@@ -369,7 +382,7 @@ func (q *acquisition) duplicate(ctx context.Context, s resState) (Grant, error) 
 		return Grant{}, fmt.Errorf("%w (detected earlier: %s)", ErrRolledBack, s.rollback)
 	}
 	live := s.holder != nil && s.holder.HolderRevision == g.HolderRevision
-	if err := q.confirm(ctx, g, live); err != nil {
+	if err := q.confirm(ctx, g, nil, live); err != nil {
 		if !errors.Is(err, ErrLeaseLost) {
 			return Grant{}, err
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fencepub/fencepub"
@@ -212,6 +211,40 @@ func (a *Authority) readEpochMarker(ctx context.Context, epoch uint64) (epochMar
 	return m, err
 }
 
+// aboveScan is one listing of a resource's grant markers for the first
+// marker above one (epoch, generation), running on its own goroutine
+// (firstAfter: one LIST of at most one key, retried as listKeys retries).
+// stop cancels it and waits for its goroutine; wait returns its result.
+type aboveScan struct {
+	done   chan struct{}
+	cancel context.CancelFunc
+	key    string // the first key above, when found
+	found  bool
+	err    error
+}
+
+// scanAbove starts listing the grant markers of res above the marker of c,
+// within ctx.
+func (a *Authority) scanAbove(ctx context.Context, res string, c counter) *aboveScan {
+	sctx, cancel := context.WithCancel(ctx)
+	sc := &aboveScan{done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(sc.done)
+		sc.key, sc.found, sc.err = a.firstAfter(sctx, a.ns.GrantMarkersPrefix(res), a.ns.GrantMarker(res, c.epoch, c.gen))
+	}()
+	return sc
+}
+
+func (sc *aboveScan) wait() (key string, found bool, err error) {
+	<-sc.done
+	return sc.key, sc.found, sc.err
+}
+
+func (sc *aboveScan) stop() {
+	sc.cancel()
+	<-sc.done
+}
+
 // confirmGrant records g create-only under its grant marker and checks the
 // bucket for signs that etcd's history went back (DESIGN.md invariant 3):
 //   - the marker of (epoch, generation) already names another request: the
@@ -225,26 +258,30 @@ func (a *Authority) readEpochMarker(ctx context.Context, epoch uint64) (epochMar
 // of it, and a grant's token is returned only after its marker exists, so a
 // resource whose markers etcd still covers lost no published state.
 //
-// The two object-store requests run concurrently. It returns nil when g is
-// confirmed; ErrRolledBack (wrapped, with the evidence); ErrLeaseLost when a
-// later grant or epoch legitimately superseded g before it was confirmed
-// (the caller was paused); or fencepub.ErrUnavailable.
-func (a *Authority) confirmGrant(ctx context.Context, g Grant) error {
-	var (
-		wg               sync.WaitGroup
-		putErr, aboveErr error
-		created          bool
-		aboveKey         string
-		aboveFound       bool
-	)
+// early, when not nil, is the listing above g's marker that Acquire sent
+// before the grant transaction that minted g (DESIGN.md "Rollback
+// detection"): a marker it found existed before etcd granted g over
+// generation g-1 and epoch g.Epoch, which only a history that went back
+// allows, so it is ErrRolledBack at once. With early nil (a retried
+// request id confirming an earlier grant) the listing runs now, next to
+// the marker write, and a marker above is a rollback only if etcd's
+// counter does not cover it.
+//
+// It returns nil when g is confirmed; ErrRolledBack (wrapped, with the
+// evidence); ErrLeaseLost when a later grant or epoch legitimately
+// superseded g before it was confirmed (the caller was paused); or
+// fencepub.ErrUnavailable.
+func (a *Authority) confirmGrant(ctx context.Context, g Grant, early *aboveScan) error {
+	sc := early
+	if sc == nil {
+		sc = a.scanAbove(ctx, g.Resource, counter{epoch: g.Epoch, gen: g.Generation})
+	}
+	defer sc.stop()
 	key := a.ns.GrantMarker(g.Resource, g.Epoch, g.Generation)
-	wg.Go(func() {
-		created, putErr = a.putCreateOnly(ctx, key, grantMarker{
-			RequestID: g.RequestID, Owner: g.Owner, LeaseID: int64(g.LeaseID), GrantedAt: g.GrantedAt.UTC(),
-		})
+	created, putErr := a.putCreateOnly(ctx, key, grantMarker{
+		RequestID: g.RequestID, Owner: g.Owner, LeaseID: int64(g.LeaseID), GrantedAt: g.GrantedAt.UTC(),
 	})
-	wg.Go(func() { aboveKey, aboveFound, aboveErr = a.firstAfter(ctx, a.ns.GrantMarkersPrefix(g.Resource), key) })
-	wg.Wait()
+	aboveKey, aboveFound, aboveErr := sc.wait()
 	if err := errors.Join(putErr, aboveErr); err != nil {
 		return err
 	}
@@ -261,12 +298,16 @@ func (a *Authority) confirmGrant(ctx context.Context, g Grant) error {
 	if !aboveFound {
 		return nil
 	}
-	// A later grant is recorded. It is a rollback only if etcd does not know
-	// it now; otherwise g was superseded while we were slow.
 	above, ok := a.parseGrantMarker(g.Resource, aboveKey)
 	if !ok {
 		return nil // not a marker of ours
 	}
+	if early != nil {
+		return fmt.Errorf("%w: resource %q: the bucket recorded a grant of epoch %d generation %d before etcd granted epoch %d generation %d",
+			ErrRolledBack, g.Resource, above.epoch, above.gen, g.Epoch, g.Generation)
+	}
+	// A later grant is recorded. It is a rollback only if etcd does not know
+	// it now; otherwise g was superseded while we were slow.
 	cur, err := a.readCounter(ctx, g.Resource)
 	if err != nil {
 		return err

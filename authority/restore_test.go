@@ -203,7 +203,14 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 // TestRollbackDetectedAfterPruning: markers are pruned to a bounded number,
 // and a counter that went back below every retained marker is still
 // detected (the newest marker survives pruning); recover then clears it.
+// Without Wait the listing runs before the grant transaction, with Wait
+// after it (DESIGN.md "Rollback detection"): both catch it.
 func TestRollbackDetectedAfterPruning(t *testing.T) {
+	t.Run("no-wait", func(t *testing.T) { testRollbackDetectedAfterPruning(t, false) })
+	t.Run("wait", func(t *testing.T) { testRollbackDetectedAfterPruning(t, true) })
+}
+
+func testRollbackDetectedAfterPruning(t *testing.T, wait bool) {
 	a := shared(t, func(c *Config) { c.MarkerKeep = 2 })
 	ctx := ctxT(t, time.Minute)
 	for range 12 {
@@ -226,7 +233,7 @@ func TestRollbackDetectedAfterPruning(t *testing.T) {
 		t.Fatal(err)
 	}
 	a = newAuthority(t, a.cli, a.st, a.ns, func(c *Config) { c.MarkerKeep = 2 }) // a fresh process: no cached counter
-	if _, err := a.Acquire(ctx, AcquireRequest{Resource: "m", Owner: owner("w"), TTL: 5 * time.Second}); !errors.Is(err, ErrRolledBack) {
+	if _, err := a.Acquire(ctx, AcquireRequest{Resource: "m", Owner: owner("w"), TTL: 5 * time.Second, Wait: wait}); !errors.Is(err, ErrRolledBack) {
 		t.Fatalf("acquire below the pruned markers: %v; want ErrRolledBack", err)
 	}
 	rep, err := a.Recover(ctx, RecoverOptions{})

@@ -70,6 +70,38 @@ func (t Target) BareGet(ctx context.Context, key string, dst io.Writer, setSize 
 	return io.CopyBuffer(struct{ io.Writer }{dst}, body, *bp)
 }
 
+// ErrFloorDigest is returned (wrapped) by VerifyingGet when the bytes read
+// do not hash to the expected sha256.
+var ErrFloorDigest = errors.New("bench: object bytes do not match the expected sha256")
+
+// VerifyingGet is the honest floor of reading a published object: ONE GET
+// of key (as BareGet, 128 KiB reads) hashing every byte with sha256 and
+// comparing the hex digest with sha at the end, as a reader must before it
+// uses the bytes (DESIGN.md invariant 6). It returns the bytes read, and
+// ErrFloorDigest (wrapped) on a mismatch.
+func (t Target) VerifyingGet(ctx context.Context, key, sha string) (int64, error) {
+	h := sha256.New()
+	n, err := t.BareGet(ctx, key, h, nil)
+	if err != nil {
+		return n, err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != sha {
+		return n, fmt.Errorf("%w: %s: %s, want %s", ErrFloorDigest, key, got, sha)
+	}
+	return n, nil
+}
+
+// ReadThenGet is the sequential floor of reading the current object: one
+// linearizable etcd Get of pointerKey, then, when it answered, ONE bare GET
+// of key (BareGet into io.Discard). The pointer's value is not decoded and
+// the bytes are not hashed. It returns the bytes read.
+func (t Target) ReadThenGet(ctx context.Context, pointerKey, key string) (int64, error) {
+	if _, err := t.Etcd.Get(ctx, pointerKey); err != nil {
+		return 0, err
+	}
+	return t.BareGet(ctx, key, io.Discard, nil)
+}
+
 // FloorPublish is the physical floor of one publish: sha256 of the body
 // while one create-only PUT streams it, then one bare etcd compare-and-put
 // transaction on the resource's floor pointer key (a value compare, as a
