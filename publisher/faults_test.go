@@ -238,3 +238,43 @@ func TestResolveEdges(t *testing.T) {
 		t.Fatalf("seal went to %s", s.Version)
 	}
 }
+
+// A re-send that finds the resource gone (etcd restored from a snapshot
+// taken before the resource existed, or replaced, after the first send
+// applied and its response was lost) cannot tell whether that send
+// applied: the outcome is unknown, not a definite ErrNotInitialized.
+func TestResendAfterResourceWipedIsUnknown(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	px, c := e.proxied(nil)
+	g := e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"})
+	p, err := c.Bind(ctx, GrantTerm(g, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wiped := make(chan error, 1)
+	go func() {
+		for {
+			resp, err := e.Etcd.Get(ctx, e.NS.OpKey("r", "k-wiped"))
+			if err == nil && len(resp.Kvs) == 1 {
+				_, err = e.Etcd.Txn(ctx).Then(clientv3.OpDelete(e.NS.PointerKey("r")), clientv3.OpDelete(e.NS.SealKey("r")),
+					clientv3.OpDelete(e.NS.OpKey("r", "k-wiped"))).Commit()
+				wiped <- err
+				return
+			}
+			if ctx.Err() != nil {
+				wiped <- ctx.Err()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	px.DropResponse(1, 300*time.Millisecond)
+	r, err := p.Publish(ctx, op("k-wiped", "applied, then lost"))
+	if werr := <-wiped; werr != nil {
+		t.Fatal(werr)
+	}
+	if !errors.Is(err, ErrUnknown) || r.Outcome != Unknown || r.Attempts < 2 {
+		t.Fatalf("publish whose applied send was wiped before its re-send: outcome %q after %d sends, %v; want unknown", r.Outcome, r.Attempts, err)
+	}
+}

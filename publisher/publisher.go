@@ -401,7 +401,9 @@ func (p *Publisher) giveBack(v layout.Version) {
 // ErrStale, ErrConflict or ErrUnknown (wrapped, with details) for those
 // outcomes; otherwise a zero Result and an error (fencepub.ErrInvalid, ErrBody,
 // ErrObjectMismatch, objstore errors, layout.ErrCorruptRecord,
-// fencepub.ErrNotInitialized), in which case nothing was published.
+// fencepub.ErrNotInitialized), in which case nothing was published. A
+// re-send that finds the resource gone (etcd restored or replaced since an
+// earlier send) is ErrUnknown, not fencepub.ErrNotInitialized.
 func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
 	return p.publish(ctx, 0, op)
 }

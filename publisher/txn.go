@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -114,7 +115,9 @@ func (c *Client) send(ctx context.Context, pr *prepared) (*clientv3.TxnResponse,
 // answer or the deadline (ctx's, or ResendTimeout), and at the deadline the
 // outcome is unknown (DESIGN.md "Publish" step 3). A contiguous-mode gap
 // refusal of a re-send is unknown at once: the earlier send may still be on
-// its way and apply once seq-1 is published.
+// its way and apply once seq-1 is published. So is a re-send that finds the
+// resource or the domain's epoch gone (fencepub.ErrNotInitialized): etcd
+// was restored or replaced since an earlier send, which may have applied.
 func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		c.m.failure("txn")
@@ -145,6 +148,11 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 	switch {
 	case err == nil:
 		res, err := c.classify(pr, resp)
+		if attempt > 1 && errors.Is(err, fencepub.ErrNotInitialized) {
+			// The resource is gone since an earlier send: etcd was restored
+			// or replaced, and that send may have applied before it was.
+			return c.unknown(pr, start, attempt, fmt.Errorf("a re-send found %w; an earlier send may have applied before etcd was restored or replaced", err))
+		}
 		if attempt == 1 || res.Outcome != Stale || res.Reason != ReasonGap {
 			res.Attempts = attempt
 			c.m.txnDone(time.Since(start), attempt)

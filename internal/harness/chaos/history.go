@@ -65,7 +65,8 @@ type Attempt struct {
 	Call   int64  `json:"call"`
 	Return int64  `json:"return"`
 	// Failed: the operation failed because a service did not serve it
-	// (fencepub.ErrUnavailable, or a publish whose outcome was unknown). A
+	// (fencepub.ErrUnavailable, a publish whose outcome was unknown, or one
+	// whose object write ran out of its deadline before it was sent). A
 	// refused or lost lease, a stale or conflicting publish are answers.
 	Failed bool `json:"failed,omitempty"`
 	// Err is the error of a failed operation.

@@ -136,6 +136,9 @@ func QuorumKept(k FaultKind) bool {
 	return false
 }
 
+// maxNodePause is the longest hold of a MinIOPauseNode.
+const maxNodePause = 4 * time.Second
+
 // Fault is one planned fault.
 type Fault struct {
 	// At is when the fault starts, from the start of the run. A fault
@@ -215,7 +218,7 @@ func PlanOn(store string, seed int64, d time.Duration, workers int, ttl time.Dur
 				cost = 3 * time.Second
 			case MinIOPauseNode:
 				f.Target = rng.IntN(3)
-				f.Hold = between(time.Second, 4*time.Second)
+				f.Hold = between(time.Second, maxNodePause)
 			case EtcdFullRestart:
 				f.Hold = between(200*time.Millisecond, 1500*time.Millisecond)
 				cost = 3 * time.Second

@@ -36,12 +36,10 @@ type Workload struct {
 	// TTL is the lease TTL of every grant (whole seconds, at least 2 s).
 	// Default 2 s.
 	TTL time.Duration `json:"ttl"`
-	// PublishTimeout is a publish's deadline: when etcd has not answered by
-	// then the outcome is unknown and Resolve settles it. Default 5 s: a
-	// raft leader stalled under a publish leaves etcd without a leader for
-	// an election (etcd's 1 s election timeout, up to ~2 s on 2 loaded
-	// cores), and after it the round-robin balancer may hand one of the
-	// next sends, AttemptTimeout each, to the stalled member again.
+	// PublishTimeout is a publish's deadline, for its object write and then
+	// its transaction: when etcd has not answered by then the outcome is
+	// unknown and Resolve settles it. Default 10 s: one MinIO node stall
+	// (storeStall) for the write and txnBudget for the transaction.
 	PublishTimeout time.Duration `json:"publish_timeout"`
 	// AttemptTimeout bounds one etcd request of the publisher. Default 700 ms.
 	AttemptTimeout time.Duration `json:"attempt_timeout"`
@@ -58,7 +56,7 @@ func (w Workload) withDefaults() Workload {
 		w.TTL = 2 * time.Second
 	}
 	if w.PublishTimeout == 0 {
-		w.PublishTimeout = 5 * time.Second
+		w.PublishTimeout = storeStall + txnBudget
 	}
 	if w.AttemptTimeout == 0 {
 		w.AttemptTimeout = 700 * time.Millisecond
@@ -66,14 +64,27 @@ func (w Workload) withDefaults() Workload {
 	return w
 }
 
+// storeStall is what one MinIO node stall costs a write, through any node:
+// a distributed MinIO holds a write while a peer is stopped, for the whole
+// stop (it gives up on a stopped peer only after ~15 s), so a write begun
+// as MinIOPauseNode strikes waits its longest hold (maxNodePause) and the
+// stopped node's first answer after it. Measured on the multi-node topology,
+// 2 cores at load 24: 4.0-4.4 s for a 4 s stop
+// (TestPublishThroughPausedMinIONode).
+const storeStall = maxNodePause + time.Second
+
+// txnBudget is what a publish transaction may need from etcd: a raft leader
+// stalled under it leaves etcd without a leader for an election (etcd's 1 s
+// election timeout, up to ~2 s on 2 loaded cores), and after it the
+// round-robin balancer may hand one of the next sends, AttemptTimeout each,
+// to the stalled member again.
+const txnBudget = 5 * time.Second
+
 // acquireTimeout is the deadline of one Acquire of a worker: the wait for
 // the holder's lease to end (up to 2×TTL), one etcd request lost on a
 // stalled member (the authority's 2 s RequestTimeout) and one MinIO node
-// stall of up to 4 s (MinIOPauseNode): a write through any node of a
-// distributed MinIO waits while a peer is stopped, for the whole stall
-// (measured: ~15 s pass before MinIO gives up on a stopped peer), and an
-// acquire writes a grant marker.
-func (w Workload) acquireTimeout() time.Duration { return 2*w.TTL + 2*time.Second + 4*time.Second }
+// stall (storeStall: an acquire writes a grant marker).
+func (w Workload) acquireTimeout() time.Duration { return 2*w.TTL + 2*time.Second + storeStall }
 
 // window returns the window of run time t (ns).
 func (w Workload) window(t int64) int64 { return t / int64(w.Window) }
@@ -349,7 +360,11 @@ func (w *worker) publish(p *publisher.Publisher, t publisher.Term, seq uint64, k
 	r, err := p.PublishSeq(ctx, seq, pop)
 	cancel()
 	reported(&op, r, err)
-	w.out.Attempt(newAttempt(w.clock, w.id, "publish", op.Call, op.Reported == Unknown || errors.Is(err, fencepub.ErrUnavailable), err))
+	// A write that ran out of the deadline failed as surely as a
+	// transaction that did: the store did not serve it in time.
+	failed := op.Reported == Unknown || errors.Is(err, fencepub.ErrUnavailable) ||
+		op.Reported == Failed && errors.Is(err, context.DeadlineExceeded)
+	w.out.Attempt(newAttempt(w.clock, w.id, "publish", op.Call, failed, err))
 	if isAnomaly(err) {
 		w.anomaly("publish "+op.ID, err)
 	}
