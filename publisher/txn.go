@@ -55,8 +55,8 @@ func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layou
 		Version: v, Object: obj, IdempotencyKey: key, Digest: digest,
 		ContentType: contentType, Owner: t.Owner, CommittedAt: now,
 	}
-	rec := layout.OpRecord{Digest: digest, Version: v, Object: obj, Owner: t.Owner, CommittedAt: now}
-	// Encoding plain structs of strings, numbers and a time cannot fail.
+	rec := layout.OpRecord{Digest: digest, Version: v, ObjectKey: obj.Key, Owner: t.Owner}
+	// The compact encoders cannot fail.
 	ptrVal, _ := layout.EncodePointer(ptr)
 	opVal, _ := layout.EncodeOp(rec)
 	enc := v.Encode()
@@ -231,10 +231,10 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 			res.Outcome = Conflict
 			return res, fmt.Errorf("%w: key %q of %q was applied at %s with digest %s; this request's digest is %s",
 				ErrConflict, pr.key, t.Resource, rec.Version, rec.Digest, pr.digest)
-		case rec.Version == v && rec.Object.Key == pr.object.Key:
+		case rec.Version == v && rec.ObjectKey == pr.object.Key:
 			return res, nil // our own earlier send was applied
 		default:
-			res.Outcome, res.Version, res.Object = Duplicate, rec.Version, rec.Object
+			res.Outcome, res.Version, res.Object = Duplicate, rec.Version, rec.Object(res.Pointer)
 			return res, nil
 		}
 	}

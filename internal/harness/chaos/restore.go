@@ -146,7 +146,7 @@ func (h *harness) readStates(ctx context.Context, epoch uint64) (map[string]Init
 					return nil, err
 				}
 				s := get(unescape(res))
-				s.Ops[unescape(key)] = OpState{Digest: r.Object.SHA256, Version: r.Version}
+				s.Ops[unescape(key)] = OpState{Digest: r.Digest, Version: r.Version}
 				states[unescape(res)] = s
 			}
 		}

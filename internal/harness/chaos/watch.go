@@ -190,7 +190,7 @@ func (w *watcher) event(ev *clientv3.Event, seen, offset int64) {
 		if !c.Delete {
 			var r layout.OpRecord
 			if r, err = layout.DecodeOp(val); err == nil {
-				c.Version, c.Value, c.Object, c.Owner = r.Version, r.Object.SHA256, r.Object.Key, r.Owner
+				c.Version, c.Value, c.Object, c.Owner = r.Version, r.Digest, r.ObjectKey, r.Owner
 			}
 		}
 	case "authority":
