@@ -243,7 +243,7 @@ func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, ag
 		return stale(v)
 	}
 	if op := kv(resp, 0); op != nil {
-		rec, err := layout.DecodeOp(op.Value)
+		rec, err := layout.DecodeOp(op.Key, op.Value)
 		if err != nil {
 			return Result{}, false, fmt.Errorf("publisher: op record %q of %q: %w", key, resource, err)
 		}

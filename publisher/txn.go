@@ -58,7 +58,7 @@ func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layou
 	rec := layout.OpRecord{Digest: digest, Version: v, ObjectKey: obj.Key, Owner: t.Owner}
 	// The compact encoders cannot fail.
 	ptrVal, _ := layout.EncodePointer(ptr)
-	opVal, _ := layout.EncodeOp(rec)
+	opVal, _ := layout.EncodeOp(ns.OpKey(res, key), rec)
 	enc := v.Encode()
 	pr := &prepared{term: t, version: v, key: key, digest: digest, object: obj, pointer: ptr}
 	pr.cmps = []clientv3.Cmp{
@@ -217,7 +217,7 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 	}
 	t, v := pr.term, pr.version
 	if op := kv(resp, elseOp); op != nil {
-		rec, err := layout.DecodeOp(op.Value)
+		rec, err := layout.DecodeOp(op.Key, op.Value)
 		if err != nil {
 			return Result{}, fmt.Errorf("publisher: op record %q of %q: %w", pr.key, t.Resource, err)
 		}

@@ -14,9 +14,10 @@ import (
 // present field in flag order, with no names: strings as a uvarint length
 // and the bytes, hex digests and ETags as raw bytes, the size as a uvarint
 // and a time as a varint of Unix seconds and a uvarint of nanoseconds. An
-// object key of the form ObjectKey writes makes the version and nonce
-// derivable: only the part before the version and the nonce's 8 bytes are
-// kept. The JSON form written before it starts with '{' and still decodes.
+// object key of the form ObjectKey writes keeps only the part before the
+// version and the nonce's 8 bytes, or the nonce alone where the record's
+// own etcd key gives the part before (op records). The JSON form written
+// before it starts with '{' and still decodes.
 const compactFormat byte = 0x01
 
 // Field flags of the compact form, in the order fields are written.
@@ -24,6 +25,7 @@ const (
 	fBucket      uint64 = 1 << iota // string
 	fKey                            // string, verbatim
 	fKeyNonce                       // string before the version, then the nonce's 8 bytes
+	fNonce                          // the nonce's 8 bytes; the part before the version is known
 	fSHA256                         // 32 raw bytes of a 64-digit lowercase hex sha256
 	fSHA256Text                     // string
 	fETag                           // 16 raw bytes of a 32-digit lowercase hex ETag
@@ -40,7 +42,7 @@ const (
 
 // opFields are the flags an op record may carry: the digest, the object
 // key and the owner (the rest is the history entry's).
-const opFields = fKey | fKeyNonce | fDigest | fDigestText | fOwner
+const opFields = fKey | fKeyNonce | fNonce | fDigest | fDigestText | fOwner
 
 // rawHex returns the bytes of s when s is exactly 2n lowercase hex digits,
 // the form hex.EncodeToString gives back.
@@ -85,9 +87,10 @@ func hexOrText(s string, n int, raw, text uint64) (uint64, []byte) {
 	return text, nil
 }
 
-// appendFields appends the flags and fields of p, whose version v is
-// written elsewhere, to w.
-func (w *compactWriter) appendFields(p Pointer) {
+// appendFields appends the flags and fields of p, whose version is
+// written elsewhere, to w. known is the part of an object key before the
+// version that the decoder knows ("" for none).
+func (w *compactWriter) appendFields(p Pointer, known string) {
 	var flags uint64
 	set := func(f uint64, present bool) {
 		if present {
@@ -96,7 +99,8 @@ func (w *compactWriter) appendFields(p Pointer) {
 	}
 	prefix, nonce, derived := keyNonce(p.Object.Key, p.Version)
 	set(fBucket, p.Object.Bucket != "")
-	set(fKeyNonce, derived)
+	set(fNonce, derived && known != "" && prefix == known)
+	set(fKeyNonce, derived && flags&fNonce == 0)
 	set(fKey, !derived && p.Object.Key != "")
 	shaFlag, sha := hexOrText(p.Object.SHA256, 32, fSHA256, fSHA256Text)
 	etagFlag, etag := hexOrText(p.Object.ETag, 16, fETag, fETagText)
@@ -116,6 +120,8 @@ func (w *compactWriter) appendFields(p Pointer) {
 			w.str(p.Object.Key)
 		case fKeyNonce:
 			w.str(prefix)
+			w.b = append(w.b, nonce...)
+		case fNonce:
 			w.b = append(w.b, nonce...)
 		case fSHA256:
 			w.b = append(w.b, sha...)
@@ -209,14 +215,22 @@ func (r *compactReader) version() Version {
 	return v
 }
 
-// fields reads what appendFields wrote into p, whose Version is set; a
-// flag outside allowed, both forms of one field or trailing bytes fail.
-func (r *compactReader) fields(p *Pointer, allowed uint64) error {
+// fields reads what appendFields wrote into p, whose Version is set, with
+// known the part of an object key before the version ("" for none); a flag
+// outside allowed, two forms of one field, a nonce alone without known or
+// trailing bytes fail.
+func (r *compactReader) fields(p *Pointer, allowed uint64, known string) error {
 	flags := r.uvarint()
-	for _, pair := range [][2]uint64{{fKey, fKeyNonce}, {fSHA256, fSHA256Text}, {fETag, fETagText}, {fDigest, fDigestText}} {
+	if n := flags & (fKey | fKeyNonce | fNonce); n&(n-1) != 0 {
+		r.fail("flags %#x hold two forms of the object key", flags)
+	}
+	for _, pair := range [][2]uint64{{fSHA256, fSHA256Text}, {fETag, fETagText}, {fDigest, fDigestText}} {
 		if flags&pair[0] != 0 && flags&pair[1] != 0 {
 			r.fail("flags %#x hold two forms of one field", flags)
 		}
+	}
+	if flags&fNonce != 0 && known == "" {
+		r.fail("an object nonce without the key it belongs under")
 	}
 	if flags&^allowed != 0 {
 		r.fail("unknown flags %#x", flags&^allowed)
@@ -229,6 +243,8 @@ func (r *compactReader) fields(p *Pointer, allowed uint64) error {
 			p.Object.Key = r.str()
 		case fKeyNonce:
 			p.Object.Key = r.str() + p.Version.Encode() + "-" + r.hex(NonceLen/2)
+		case fNonce:
+			p.Object.Key = known + p.Version.Encode() + "-" + r.hex(NonceLen/2)
 		case fSHA256:
 			p.Object.SHA256 = r.hex(32)
 		case fSHA256Text:

@@ -122,9 +122,13 @@ func FuzzDecodeSeal(f *testing.F) {
 const oldOp = `{"digest":"d","version":{"epoch":1,"fence":2,"seq":3},"object":{"bucket":"b","key":"k","sha256":"s","etag":"e","size":1},` +
 	`"owner":"o","committed_at":"2026-01-02T03:04:05Z"}`
 
+// fuzzOpKey is the op key of fuzzPointer's resource, so its object key
+// keeps only the nonce.
+var fuzzOpKey = Namespace{Prefix: "p", Domain: "d"}.OpKey("r", "k")
+
 func FuzzDecodeOp(f *testing.F) {
-	valid, _ := EncodeOp(OpRecord{Digest: fuzzPointer.Digest, Version: fuzzPointer.Version, ObjectKey: fuzzPointer.Object.Key, Owner: "o"})
-	text, _ := EncodeOp(OpRecord{Digest: "d", Version: Version{Epoch: 1, Fence: 2, Seq: 3}, ObjectKey: "k", Owner: "o"})
+	valid, _ := EncodeOp(fuzzOpKey, OpRecord{Digest: fuzzPointer.Digest, Version: fuzzPointer.Version, ObjectKey: fuzzPointer.Object.Key, Owner: "o"})
+	text, _ := EncodeOp(fuzzOpKey, OpRecord{Digest: "d", Version: Version{Epoch: 1, Fence: 2, Seq: 3}, ObjectKey: "k", Owner: "o"})
 	for _, s := range append([]string{oldOp, valid, text, valid[:len(valid)-1], valid + "x", "", "{}", "null", `{"digest":""}`, `{"digest":"x"}`, `{"digest":1}`,
 		`{"digest":"x","version":{"epoch":-1}}`, `{"digest":"x","committed_at":"yesterday"}`, "[]", oldOp + "x",
 		oldOp[:len(oldOp)/2], `{"digest":"x","version":{"epoch":9223372036854775808}}`,
@@ -133,18 +137,18 @@ func FuzzDecodeOp(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeOp(b)
+		r, err := DecodeOp([]byte(fuzzOpKey), b)
 		if !corruptOrNil(t, err) {
 			return
 		}
 		if r.Digest == "" || r.Version.Validate() != nil {
 			t.Fatalf("decoded an invalid op record %+v from %q", r, b)
 		}
-		again, err := EncodeOp(r)
+		again, err := EncodeOp(fuzzOpKey, r)
 		if err != nil {
 			t.Fatalf("decoded %+v from %q, which does not encode: %v", r, b, err)
 		}
-		if q, err := DecodeOp([]byte(again)); err != nil || q != r {
+		if q, err := DecodeOp([]byte(fuzzOpKey), []byte(again)); err != nil || q != r {
 			t.Fatalf("round trip of %q: %+v, %v; want %+v", b, q, err, r)
 		}
 	})

@@ -151,7 +151,7 @@ func versionPrefix(what, value string) (Version, error) {
 func EncodePointer(p Pointer) (string, error) {
 	w := compactWriter{b: make([]byte, 0, 256)}
 	w.b = append(append(append(w.b, p.Version.Encode()...), '|'), compactFormat)
-	w.appendFields(p)
+	w.appendFields(p, "")
 	return string(w.b), nil
 }
 
@@ -166,7 +166,7 @@ func DecodePointer(value []byte) (Pointer, error) {
 		}
 		p := Pointer{Version: v}
 		r := compactReader{b: value[VersionWidth+2:]}
-		if err := r.fields(&p, fAll); err != nil {
+		if err := r.fields(&p, fAll, ""); err != nil {
 			return Pointer{}, fmt.Errorf("%w: pointer: %v", ErrCorruptRecord, err)
 		}
 		return p, nil
@@ -191,29 +191,51 @@ func DecodeSeal(value []byte) (Seal, error) {
 	return s, err
 }
 
-// EncodeOp returns the etcd value of an op record in the compact form:
-// compactFormat, the version as three uvarints, then the digest, object
-// key and owner as the compact fields. The error is always nil.
-func EncodeOp(r OpRecord) (string, error) {
-	w := compactWriter{b: make([]byte, 0, 96)}
+// opObjectsPrefix returns ObjectsPrefix(res) of the namespace and resource
+// of an op record's etcd key (Namespace.OpKey), or false when key is not of
+// that form. Escaped components hold no '/', so the last two are the
+// resource and the idempotency key.
+func opObjectsPrefix(key string) (string, bool) {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return "", false
+	}
+	j := strings.LastIndexByte(key[:i], '/')
+	root, ok := strings.CutSuffix(key[:j+1], "ops/")
+	if !ok || j+1 == i || !strings.HasSuffix(root, "/") {
+		return "", false
+	}
+	return root + key[j+1:i+1], true
+}
+
+// EncodeOp returns the etcd value of op record r stored at key (an OpKey)
+// in the compact form: compactFormat, the version as three uvarints, then
+// the digest, object key and owner as the compact fields. An object key
+// under the objects prefix of key's resource keeps only its nonce. The
+// error is always nil.
+func EncodeOp(key string, r OpRecord) (string, error) {
+	w := compactWriter{b: make([]byte, 0, 64)}
 	w.b = append(w.b, compactFormat)
 	w.uvarint(r.Version.Epoch)
 	w.uvarint(r.Version.Fence)
 	w.uvarint(r.Version.Seq)
-	w.appendFields(Pointer{Version: r.Version, Object: Object{Key: r.ObjectKey}, Digest: r.Digest, Owner: r.Owner})
+	known, _ := opObjectsPrefix(key)
+	w.appendFields(Pointer{Version: r.Version, Object: Object{Key: r.ObjectKey}, Digest: r.Digest, Owner: r.Owner}, known)
 	return string(w.b), nil
 }
 
-// DecodeOp parses an op record in the compact form or the JSON form before
-// it (detected by the first byte). Errors: ErrCorruptRecord when it is
-// malformed, the digest is missing, a version number exceeds MaxNumber or
-// (JSON form) the object size is negative.
-func DecodeOp(value []byte) (OpRecord, error) {
+// DecodeOp parses the op record value stored at key in the compact form
+// or the JSON form before it (detected by the first byte). Errors:
+// ErrCorruptRecord when it is malformed, the digest is missing, a version
+// number exceeds MaxNumber, (JSON form) the object size is negative, or it
+// names its object by nonce under a key that is no OpKey.
+func DecodeOp(key, value []byte) (OpRecord, error) {
 	var r OpRecord
 	if len(value) > 0 && value[0] == compactFormat {
 		rd := compactReader{b: value[1:]}
 		p := Pointer{Version: rd.version()}
-		if err := rd.fields(&p, opFields); err != nil {
+		known, _ := opObjectsPrefix(string(key))
+		if err := rd.fields(&p, opFields, known); err != nil {
 			return OpRecord{}, fmt.Errorf("%w: op record: %v", ErrCorruptRecord, err)
 		}
 		r = OpRecord{Digest: p.Digest, Version: p.Version, ObjectKey: p.Object.Key, Owner: p.Owner}

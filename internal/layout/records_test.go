@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -31,12 +32,14 @@ func TestCompactRoundTrip(t *testing.T) {
 		}
 		r := OpRecord{Digest: p.Digest + "x", Version: p.Version, ObjectKey: p.Object.Key, Owner: p.Owner}
 		for _, r := range []OpRecord{r, {Digest: p.Digest + "x", Version: p.Version}} {
-			val, err := EncodeOp(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, err := DecodeOp([]byte(val)); err != nil || got != r {
-				t.Fatalf("round trip of %+v: %+v, %v", r, got, err)
+			for _, key := range []string{fuzzOpKey, benchOpKey, "not-an-op-key"} {
+				val, err := EncodeOp(key, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err := DecodeOp([]byte(key), []byte(val)); err != nil || got != r {
+					t.Fatalf("round trip of %+v under %q: %+v, %v", r, key, got, err)
+				}
 			}
 		}
 	}
@@ -54,21 +57,21 @@ func TestOldFormsDecode(t *testing.T) {
 	if err != nil || !sameInstant(&p.CommittedAt, &want.CommittedAt) || p != want {
 		t.Fatalf("old pointer form decodes as %+v, %v", p, err)
 	}
-	r, err := DecodeOp([]byte(oldOp))
+	r, err := DecodeOp([]byte(fuzzOpKey), []byte(oldOp))
 	if wantOp := (OpRecord{Digest: "d", Version: Version{Epoch: 1, Fence: 2, Seq: 3}, ObjectKey: "k", Owner: "o"}); err != nil || r != wantOp {
 		t.Fatalf("old op form decodes as %+v, %v; want %+v", r, err, wantOp)
 	}
 }
 
 // TestCompactSizes bounds the values a publish writes, for a typical
-// publish (benchPtr): the op record below 100 bytes (the target is 200
+// publish (benchPtr): the op record below 64 bytes (the target is 200
 // bytes of etcd state with key and etcd's own overhead, bench/README.md
 // "footprint"), the pointer and history value below half of its JSON form.
 func TestCompactSizes(t *testing.T) {
-	op, _ := EncodeOp(benchOp)
+	op, _ := EncodeOp(benchOpKey, benchOp)
 	ptr, _ := EncodePointer(benchPtr)
 	old, _ := EncodeVersioned(benchPtr.Version, benchPtr)
-	if len(op) > 100 || 2*len(ptr) > len(old) {
+	if len(op) > 64 || 2*len(ptr) > len(old) {
 		t.Fatalf("op record %d bytes, pointer %d bytes (JSON form %d)", len(op), len(ptr), len(old))
 	}
 	t.Logf("op record %d bytes, pointer %d bytes (JSON form %d)", len(op), len(ptr), len(old))
@@ -87,5 +90,27 @@ func TestOpRecordObject(t *testing.T) {
 		if got := r.Object(p); got != (Object{Key: r.ObjectKey}) {
 			t.Fatalf("Object(%v) = %+v; want the key only", p, got)
 		}
+	}
+}
+
+// TestOpObjectsPrefix: the objects prefix of an op key's resource, and
+// keys that are no op keys.
+func TestOpObjectsPrefix(t *testing.T) {
+	ns := Namespace{Prefix: "a/b", Domain: "ops"}
+	for key, want := range map[string]string{
+		ns.OpKey("r", "k"):           ns.ObjectsPrefix("r"),
+		ns.OpKey("x/ops/y", "k/ops"): ns.ObjectsPrefix("x/ops/y"),
+		benchOpKey:                   benchNS.ObjectsPrefix("daily-report"),
+		"":                           "", "ops/r/k": "", "/ops/r/k": "/r/", "p/d/ops//k": "", "p/d/xops/r/k": "", "p/d/ops/r": "",
+	} {
+		got, ok := opObjectsPrefix(key)
+		if got != want || ok != (want != "") {
+			t.Errorf("opObjectsPrefix(%q) = %q, %v; want %q", key, got, ok, want)
+		}
+	}
+	// A nonce-only key cannot be read under a key that is no op key.
+	val, _ := EncodeOp(benchOpKey, benchOp)
+	if _, err := DecodeOp([]byte("not-an-op-key"), []byte(val)); !errors.Is(err, ErrCorruptRecord) {
+		t.Fatalf("nonce-only op record under a foreign key: %v; want ErrCorruptRecord", err)
 	}
 }

@@ -141,7 +141,7 @@ func (h *harness) readStates(ctx context.Context, epoch uint64) (map[string]Init
 				states[unescape(rest)] = s
 			default:
 				res, key, _ := strings.Cut(rest, "/")
-				r, err := layout.DecodeOp(kv.Value)
+				r, err := layout.DecodeOp(kv.Key, kv.Value)
 				if err != nil {
 					return nil, err
 				}

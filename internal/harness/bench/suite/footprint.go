@@ -65,13 +65,15 @@ func (s *runner) footprint(ctx context.Context) error {
 	defer stop()
 	t := s.env.Target
 	t.Etcd = cli
-	st, err := s.newStack(ctx, t, WorkloadFootprint+"-new")
+	// Short domain names ("<suite domain>-fp1", "-fp0"), of one length: each
+	// record's key holds the domain.
+	st, err := s.newStack(ctx, t, "fp1")
 	if err != nil {
 		return err
 	}
 	defer s.cleanup(ctx, st.Target)
 	old := st.Target
-	if old.NS, err = layout.NewNamespace(st.NS.Prefix, s.env.NS.Domain+"-"+WorkloadFootprint+"-old"); err != nil {
+	if old.NS, err = layout.NewNamespace(st.NS.Prefix, s.env.NS.Domain+"-fp0"); err != nil {
 		return err
 	}
 	defer s.cleanup(ctx, old)
