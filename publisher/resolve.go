@@ -248,6 +248,7 @@ func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, ag
 			return Result{}, false, fmt.Errorf("publisher: op record %q of %q: %w", key, resource, err)
 		}
 		res, err = c.resolveApplied(res, rec, r.id)
+		res.Object = c.recordedObject(ctx, resource, res.Version, res.Object)
 		return res, false, err
 	}
 	skv := kv(resp, 1)

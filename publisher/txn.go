@@ -145,6 +145,9 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 	switch {
 	case err == nil:
 		res, err := c.classify(pr, resp)
+		if res.Outcome == Duplicate {
+			res.Object = c.recordedObject(ctx, pr.term.Resource, res.Version, res.Object)
+		}
 		if attempt == 1 || res.Outcome != Stale || res.Reason != ReasonGap {
 			res.Attempts = attempt
 			c.m.txnDone(time.Since(start), attempt)
@@ -179,6 +182,27 @@ func (c *Client) unknown(pr *prepared, start time.Time, attempt int, last error)
 	res.Attempts = attempt
 	return res, fmt.Errorf("%w: resource %q, key %q, version %s: %d sends, last error: %w",
 		ErrUnknown, pr.term.Resource, pr.key, pr.version, attempt, last)
+}
+
+// recordedObject returns obj, the object of res's op record at version v,
+// in full: as it is when it has more than its key (the pointer's), else
+// from the history entry of v (one read, bounded by RequestTimeout). When
+// the entry is gone (GC pruned it) or the read fails, obj names the object
+// by key only; the outcome does not depend on it.
+func (c *Client) recordedObject(ctx context.Context, res string, v layout.Version, obj layout.Object) layout.Object {
+	if obj != (layout.Object{Key: obj.Key}) {
+		return obj
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := c.cfg.Etcd.Get(rctx, c.ns.HistoryKey(res, v))
+	if err != nil || len(resp.Kvs) == 0 {
+		return obj
+	}
+	if e, err := layout.DecodePointer(resp.Kvs[0].Value); err == nil && e.Version == v && e.Object.Key == obj.Key {
+		return e.Object
+	}
+	return obj
 }
 
 // result is a Result about pr's own attempt.
