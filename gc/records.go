@@ -37,7 +37,7 @@ func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReadin
 	}
 	cutoff := clk.cutoff(c.cfg.OpRetention)
 	out.Ops, err = c.pruneRange(ctx, ns.OpsPrefix(res), s.Revision, dry, func(kv *mvccKV) bool {
-		if _, err := layout.DecodeOp(kv.Value); err != nil {
+		if _, err := layout.DecodeOp(kv.Key, kv.Value); err != nil {
 			c.log.Warn("gc: keeping an op record that does not decode", "key", string(kv.Key), "err", err)
 			return false
 		}

@@ -99,7 +99,8 @@ func fuzzClient(t testing.TB) *Client {
 }
 
 // failedTxn is the answer of a publish transaction whose compare failed:
-// the Else branch's reads, a nil value meaning an absent key.
+// the Else branch's reads, a nil value meaning an absent key (keys left
+// empty).
 func failedTxn(values ...[]byte) *clientv3.TxnResponse {
 	resp := &clientv3.TxnResponse{Header: &etcdserverpb.ResponseHeader{Revision: 7}}
 	for _, v := range values {
@@ -116,7 +117,7 @@ func FuzzClassify(f *testing.F) {
 	v := layout.Version{Epoch: 1, Fence: 2, Seq: 3}
 	ptr, _ := layout.EncodePointer(layout.Pointer{Version: layout.Version{Epoch: 1, Fence: 2, Seq: 2}})
 	seal, _ := layout.EncodeSeal(layout.Seal{})
-	op, _ := layout.EncodeOp(layout.OpRecord{Digest: "d", Version: v})
+	op, _ := layout.EncodeOp("", layout.OpRecord{Digest: "d", Version: v})
 	for _, s := range [][3]string{
 		{"", ptr, seal}, {op, ptr, seal}, {op[:len(op)/2], ptr, seal}, {"", ptr[:10], seal}, {"", ptr, seal + "x"},
 		{`{"digest":1}`, ptr, seal}, {`{"digest":"d","version":{"epoch":-1}}`, ptr, seal},
@@ -152,7 +153,7 @@ func FuzzClassify(f *testing.F) {
 			}
 			return true
 		}
-		if corrupt("op record", vals[0], func(b []byte) error { _, err := layout.DecodeOp(b); return err }) || vals[0] != nil {
+		if corrupt("op record", vals[0], func(b []byte) error { _, err := layout.DecodeOp(nil, b); return err }) || vals[0] != nil {
 			return
 		}
 		if vals[1] == nil || vals[2] == nil {

@@ -285,11 +285,12 @@ func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, ag
 		return stale(v)
 	}
 	if op := kv(resp, 0); op != nil {
-		rec, err := layout.DecodeOp(op.Value)
+		rec, err := layout.DecodeOp(op.Key, op.Value)
 		if err != nil {
 			return Result{}, false, fmt.Errorf("publisher: op record %q of %q: %w", key, resource, err)
 		}
 		res, err = c.resolveApplied(res, rec, r.id)
+		res.Object = c.recordedObject(ctx, resource, res.Version, res.Object)
 		return res, false, err
 	}
 	skv := kv(resp, 1)
@@ -316,9 +317,9 @@ func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, ag
 // object.
 func (c *Client) resolveApplied(res Result, rec layout.OpRecord, id AttemptID) (Result, error) {
 	v := res.Version
-	res.Digest, res.Version, res.Object = rec.Digest, rec.Version, rec.Object
+	res.Digest, res.Version, res.Object = rec.Digest, rec.Version, rec.Object(res.Pointer)
 	switch {
-	case id.ObjectKey != "" && rec.Object.Key == id.ObjectKey, id.Digest != "" && rec.Digest == id.Digest:
+	case id.ObjectKey != "" && rec.ObjectKey == id.ObjectKey, id.Digest != "" && rec.Digest == id.Digest:
 		res.Outcome = Applied
 		if rec.Version != v {
 			res.Outcome = Duplicate
@@ -329,7 +330,7 @@ func (c *Client) resolveApplied(res Result, rec layout.OpRecord, id AttemptID) (
 	res.Outcome = Conflict
 	c.m.resolved(Conflict)
 	return res, fmt.Errorf("%w: key %q of %q was applied at %s by another attempt (digest %s, object %s); the attempt at %s (%s) never will be",
-		ErrConflict, res.IdempotencyKey, res.Resource, rec.Version, rec.Digest, rec.Object.Key, v, id)
+		ErrConflict, res.IdempotencyKey, res.Resource, rec.Version, rec.Digest, rec.ObjectKey, v, id)
 }
 
 // resolveRefused classifies a Resolve transaction that found no op record

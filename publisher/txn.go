@@ -56,10 +56,10 @@ func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layou
 		Version: v, Object: obj, IdempotencyKey: key, Digest: digest,
 		ContentType: contentType, Owner: t.Owner, CommittedAt: now,
 	}
-	rec := layout.OpRecord{Digest: digest, Version: v, Object: obj, Owner: t.Owner, CommittedAt: now}
-	// Encoding plain structs of strings, numbers and a time cannot fail.
+	rec := layout.OpRecord{Digest: digest, Version: v, ObjectKey: obj.Key, Owner: t.Owner}
+	// The compact encoders cannot fail.
 	ptrVal, _ := layout.EncodePointer(ptr)
-	opVal, _ := layout.EncodeOp(rec)
+	opVal, _ := layout.EncodeOp(ns.OpKey(res, key), rec)
 	enc := v.Encode()
 	pr := &prepared{term: t, version: v, key: key, digest: digest, object: obj, pointer: ptr}
 	pr.cmps = []clientv3.Cmp{
@@ -153,6 +153,9 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 			// or replaced, and that send may have applied before it was.
 			return c.unknown(pr, start, attempt, fmt.Errorf("a re-send found %w; an earlier send may have applied before etcd was restored or replaced", err))
 		}
+		if res.Outcome == Duplicate {
+			res.Object = c.recordedObject(ctx, pr.term.Resource, res.Version, res.Object)
+		}
 		if attempt == 1 || res.Outcome != Stale || res.Reason != ReasonGap {
 			res.Attempts = attempt
 			c.m.txnDone(time.Since(start), attempt)
@@ -187,6 +190,27 @@ func (c *Client) unknown(pr *prepared, start time.Time, attempt int, last error)
 	res.Attempts = attempt
 	return res, fmt.Errorf("%w: resource %q, key %q, version %s: %d sends, last error: %w",
 		ErrUnknown, pr.term.Resource, pr.key, pr.version, attempt, last)
+}
+
+// recordedObject returns obj, the object of res's op record at version v,
+// in full: as it is when it has more than its key (the pointer's), else
+// from the history entry of v (one read, bounded by RequestTimeout). When
+// the entry is gone (GC pruned it) or the read fails, obj names the object
+// by key only; the outcome does not depend on it.
+func (c *Client) recordedObject(ctx context.Context, res string, v layout.Version, obj layout.Object) layout.Object {
+	if obj != (layout.Object{Key: obj.Key}) {
+		return obj
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := c.cfg.Etcd.Get(rctx, c.ns.HistoryKey(res, v))
+	if err != nil || len(resp.Kvs) == 0 {
+		return obj
+	}
+	if e, err := layout.DecodePointer(resp.Kvs[0].Value); err == nil && e.Version == v && e.Object.Key == obj.Key {
+		return e.Object
+	}
+	return obj
 }
 
 // result is a Result about pr's own attempt.
@@ -225,7 +249,7 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 	}
 	t, v := pr.term, pr.version
 	if op := kv(resp, elseOp); op != nil {
-		rec, err := layout.DecodeOp(op.Value)
+		rec, err := layout.DecodeOp(op.Key, op.Value)
 		if err != nil {
 			return Result{}, fmt.Errorf("publisher: op record %q of %q: %w", pr.key, t.Resource, err)
 		}
@@ -239,10 +263,10 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 			res.Outcome = Conflict
 			return res, fmt.Errorf("%w: key %q of %q was applied at %s with digest %s; this request's digest is %s",
 				ErrConflict, pr.key, t.Resource, rec.Version, rec.Digest, pr.digest)
-		case rec.Version == v && rec.Object.Key == pr.object.Key:
+		case rec.Version == v && rec.ObjectKey == pr.object.Key:
 			return res, nil // our own earlier send was applied
 		default:
-			res.Outcome, res.Version, res.Object = Duplicate, rec.Version, rec.Object
+			res.Outcome, res.Version, res.Object = Duplicate, rec.Version, rec.Object(res.Pointer)
 			return res, nil
 		}
 	}

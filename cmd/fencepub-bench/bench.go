@@ -234,6 +234,11 @@ func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
 	if err := rep.Chart(filepath.Join(o.out, "latest.png"), suite.WorkloadPublish, suite.WorkloadScaling); err != nil {
 		return errors.Join(runErr, err)
 	}
+	if slices.ContainsFunc(rep.Rows, func(r bench.Row) bool { return r.Workload == suite.WorkloadFootprint && r.Skipped == "" }) {
+		if err := rep.BytesChart(filepath.Join(o.out, "footprint.png"), suite.WorkloadFootprint, "compact", "JSON forms before"); err != nil {
+			return errors.Join(runErr, err)
+		}
+	}
 	w := c.OutOrStdout()
 	met, targets := 0, 0
 	for _, r := range rep.Rows {

@@ -235,7 +235,7 @@ func (v *verifier) resource(res string, epoch uint64) (verifyResource, error) {
 	}
 	v.history(res, ptr, histKVs, opKVs)
 	for _, kv := range opKVs {
-		op, err := layout.DecodeOp(kv.Value)
+		op, err := layout.DecodeOp(kv.Key, kv.Value)
 		if err != nil {
 			v.find(res, "ops", string(kv.Key), "the op record does not decode: %v", err)
 			continue
@@ -283,7 +283,7 @@ func (v *verifier) object(res string, ptr layout.Pointer) int64 {
 func (v *verifier) history(res string, ptr layout.Pointer, histKVs, opKVs []*mvccpb.KeyValue) {
 	ops := make(map[string]layout.OpRecord, len(opKVs))
 	for _, kv := range opKVs {
-		if op, err := layout.DecodeOp(kv.Value); err == nil {
+		if op, err := layout.DecodeOp(kv.Key, kv.Value); err == nil {
 			ops[string(kv.Key)] = op
 		}
 	}

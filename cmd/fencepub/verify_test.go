@@ -122,13 +122,13 @@ func TestVerify(t *testing.T) {
 	put(ns.HistoryKey("histkey", wrong), v, err)
 	// opdigest: the op record of k2 names another digest.
 	p = ptr("opdigest")
-	v, err = layout.EncodeOp(layout.OpRecord{Digest: strings.Repeat("1", 64), Version: p.Version, Object: p.Object})
+	v, err = layout.EncodeOp(ns.OpKey("opdigest", "k2"), layout.OpRecord{Digest: strings.Repeat("1", 64), Version: p.Version, ObjectKey: p.Object.Key})
 	put(ns.OpKey("opdigest", "k2"), v, err)
 	// opabove: an op record above the pointer.
 	p = ptr("opabove")
 	above := p.Version
 	above.Seq += 5
-	v, err = layout.EncodeOp(layout.OpRecord{Digest: strings.Repeat("2", 64), Version: above, Object: p.Object})
+	v, err = layout.EncodeOp(ns.OpKey("opabove", "k9"), layout.OpRecord{Digest: strings.Repeat("2", 64), Version: above, ObjectKey: p.Object.Key})
 	put(ns.OpKey("opabove", "k9"), v, err)
 	// noseal: the seal deleted.
 	if _, err := cli.Delete(ctx, ns.SealKey("noseal")); err != nil {

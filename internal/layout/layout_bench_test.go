@@ -19,7 +19,8 @@ var (
 		SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", ETag: "d41d8cd98f00b204e9800998ecf8427e", Size: 1 << 20}
 	benchPtr = Pointer{Version: benchVer, Object: benchObj, IdempotencyKey: "run-2026-01-02", Digest: benchObj.SHA256,
 		ContentType: "application/json", Owner: "worker-7f3a", CommittedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)}
-	benchOp = OpRecord{Digest: benchObj.SHA256, Version: benchVer, Object: benchObj, Owner: "worker-7f3a", CommittedAt: benchPtr.CommittedAt}
+	benchOpKey = benchNS.OpKey("daily-report", "run-2026-01-02")
+	benchOp    = OpRecord{Digest: benchObj.SHA256, Version: benchVer, ObjectKey: benchObj.Key, Owner: "worker-7f3a"}
 )
 
 func BenchmarkVersionEncode(b *testing.B) {
@@ -64,20 +65,21 @@ func BenchmarkDecodePointer(b *testing.B) {
 // BenchmarkEncodeOp is the op record every publish transaction writes.
 func BenchmarkEncodeOp(b *testing.B) {
 	for b.Loop() {
-		if _, err := EncodeOp(benchOp); err != nil {
+		if _, err := EncodeOp(benchOpKey, benchOp); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
 func BenchmarkDecodeOp(b *testing.B) {
-	v, err := EncodeOp(benchOp)
+	v, err := EncodeOp(benchOpKey, benchOp)
+	opKey := []byte(benchOpKey)
 	if err != nil {
 		b.Fatal(err)
 	}
 	val := []byte(v)
 	for b.Loop() {
-		if _, err := DecodeOp(val); err != nil {
+		if _, err := DecodeOp(opKey, val); err != nil {
 			b.Fatal(err)
 		}
 	}

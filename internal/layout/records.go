@@ -43,10 +43,10 @@ type Object struct {
 }
 
 // Pointer is the published state of a resource: the version and the object
-// it names. Its etcd value is the encoded version, '|', then this as JSON
-// (EncodeVersioned), so a byte-wise compare against an encoded version orders
-// by version. The zero Pointer (no object) is the state a resource init
-// writes.
+// it names. Its etcd value is the encoded version, '|', then the compact
+// form of the rest (EncodePointer), so a byte-wise compare against an
+// encoded version orders by version. History entries hold the same value.
+// The zero Pointer (no object) is the state a resource init writes.
 type Pointer struct {
 	Version        Version `json:"version"`
 	Object         Object  `json:"object"`
@@ -76,20 +76,38 @@ type Seal struct {
 }
 
 // OpRecord is the idempotency record of one applied operation: the request
-// digest and the result it got (DESIGN.md invariant 5).
+// digest and the result it got (DESIGN.md invariant 5), kept for the op
+// retention, longer than most history. It names the object by key only:
+// the rest of the object is the history entry's while it is retained
+// (Object). Its age is the record's ModRevision on GC's domain clock
+// (DESIGN.md "Ages come from one clock").
 type OpRecord struct {
+	Digest    string
+	Version   Version
+	ObjectKey string
+	Owner     string
+}
+
+// Object returns the object r names: ptr's when ptr is at r's version
+// (every field), else one with the key only. ptr may be nil.
+func (r OpRecord) Object(ptr *Pointer) Object {
+	if ptr != nil && ptr.Version == r.Version && ptr.Object.Key == r.ObjectKey {
+		return ptr.Object
+	}
+	return Object{Key: r.ObjectKey}
+}
+
+// opJSON is the JSON form op records had before the compact form; it still
+// decodes (DecodeOp).
+type opJSON struct {
 	Digest  string  `json:"digest"`
 	Version Version `json:"version"`
 	Object  Object  `json:"object"`
 	Owner   string  `json:"owner,omitempty"`
-	// CommittedAt is the publisher's clock at prepare: informative only.
-	// OpRetention is measured from the record's ModRevision on GC's domain
-	// clock (DESIGN.md "Ages come from one clock").
-	CommittedAt time.Time `json:"committed_at"`
 }
 
 // EncodeVersioned returns v.Encode() + "|" + JSON(payload): the value form of
-// pointers, seals and history entries.
+// seals (and of pointers and history entries before the compact form).
 func EncodeVersioned(v Version, payload any) (string, error) {
 	b, err := json.Marshal(payload)
 	if err != nil {
@@ -103,9 +121,9 @@ func EncodeVersioned(v Version, payload any) (string, error) {
 // naming what) when the prefix or JSON is malformed or the two versions
 // disagree.
 func DecodeVersioned(what, value string, out any, versionOf func() Version) (Version, error) {
-	v, err := DecodeVersion(value)
-	if err != nil || len(value) < VersionWidth+1 || value[VersionWidth] != '|' {
-		return Version{}, fmt.Errorf("%w: %s value %.80q", ErrCorruptRecord, what, value)
+	v, err := versionPrefix(what, value)
+	if err != nil {
+		return Version{}, err
 	}
 	if err := json.Unmarshal([]byte(value[VersionWidth+1:]), out); err != nil {
 		return Version{}, fmt.Errorf("%w: %s JSON: %v", ErrCorruptRecord, what, err)
@@ -116,12 +134,43 @@ func DecodeVersioned(what, value string, out any, versionOf func() Version) (Ver
 	return v, nil
 }
 
-// EncodePointer returns the etcd value of p.
-func EncodePointer(p Pointer) (string, error) { return EncodeVersioned(p.Version, p) }
+// versionPrefix parses the "<encoded version>|" start of a pointer, seal
+// or history value. Errors: ErrCorruptRecord.
+func versionPrefix(what, value string) (Version, error) {
+	v, err := DecodeVersion(value)
+	if err != nil || len(value) < VersionWidth+1 || value[VersionWidth] != '|' {
+		return Version{}, fmt.Errorf("%w: %s value %.80q", ErrCorruptRecord, what, value)
+	}
+	return v, nil
+}
 
-// DecodePointer parses a pointer (or history) value. Errors:
+// EncodePointer returns the etcd value of p (or of its history entry):
+// p.Version.Encode(), '|', then the compact form of the other fields.
+// The error is always nil; it is kept for the callers' symmetry with the
+// other encoders.
+func EncodePointer(p Pointer) (string, error) {
+	w := compactWriter{b: make([]byte, 0, 256)}
+	w.b = append(append(append(w.b, p.Version.Encode()...), '|'), compactFormat)
+	w.appendFields(p, "")
+	return string(w.b), nil
+}
+
+// DecodePointer parses a pointer (or history) value in the compact form or
+// the JSON form before it (detected by the byte after '|'). Errors:
 // ErrCorruptRecord, also for a negative object size.
 func DecodePointer(value []byte) (Pointer, error) {
+	if len(value) > VersionWidth+1 && value[VersionWidth+1] == compactFormat {
+		v, err := versionPrefix("pointer", string(value))
+		if err != nil {
+			return Pointer{}, err
+		}
+		p := Pointer{Version: v}
+		r := compactReader{b: value[VersionWidth+2:]}
+		if err := r.fields(&p, fAll, ""); err != nil {
+			return Pointer{}, fmt.Errorf("%w: pointer: %v", ErrCorruptRecord, err)
+		}
+		return p, nil
+	}
 	var p Pointer
 	if _, err := DecodeVersioned("pointer", string(value), &p, func() Version { return p.Version }); err != nil {
 		return Pointer{}, err
@@ -142,28 +191,69 @@ func DecodeSeal(value []byte) (Seal, error) {
 	return s, err
 }
 
-// EncodeOp returns the etcd value of an op record (plain JSON).
-func EncodeOp(r OpRecord) (string, error) {
-	b, err := json.Marshal(r)
-	return string(b), err
+// opObjectsPrefix returns ObjectsPrefix(res) of the namespace and resource
+// of an op record's etcd key (Namespace.OpKey), or false when key is not of
+// that form. Escaped components hold no '/', so the last two are the
+// resource and the idempotency key.
+func opObjectsPrefix(key string) (string, bool) {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return "", false
+	}
+	j := strings.LastIndexByte(key[:i], '/')
+	root, ok := strings.CutSuffix(key[:j+1], "ops/")
+	if !ok || j+1 == i || !strings.HasSuffix(root, "/") {
+		return "", false
+	}
+	return root + key[j+1:i+1], true
 }
 
-// DecodeOp parses an op record. Errors: ErrCorruptRecord when the JSON is
-// malformed, the digest is missing, a version number exceeds MaxNumber or
-// the object size is negative.
-func DecodeOp(value []byte) (OpRecord, error) {
+// EncodeOp returns the etcd value of op record r stored at key (an OpKey)
+// in the compact form: compactFormat, the version as three uvarints, then
+// the digest, object key and owner as the compact fields. An object key
+// under the objects prefix of key's resource keeps only its nonce. The
+// error is always nil.
+func EncodeOp(key string, r OpRecord) (string, error) {
+	w := compactWriter{b: make([]byte, 0, 64)}
+	w.b = append(w.b, compactFormat)
+	w.uvarint(r.Version.Epoch)
+	w.uvarint(r.Version.Fence)
+	w.uvarint(r.Version.Seq)
+	known, _ := opObjectsPrefix(key)
+	w.appendFields(Pointer{Version: r.Version, Object: Object{Key: r.ObjectKey}, Digest: r.Digest, Owner: r.Owner}, known)
+	return string(w.b), nil
+}
+
+// DecodeOp parses the op record value stored at key in the compact form
+// or the JSON form before it (detected by the first byte). Errors:
+// ErrCorruptRecord when it is malformed, the digest is missing, a version
+// number exceeds MaxNumber, (JSON form) the object size is negative, or it
+// names its object by nonce under a key that is no OpKey.
+func DecodeOp(key, value []byte) (OpRecord, error) {
 	var r OpRecord
-	if err := json.Unmarshal(value, &r); err != nil {
-		return OpRecord{}, fmt.Errorf("%w: op record: %v", ErrCorruptRecord, err)
+	if len(value) > 0 && value[0] == compactFormat {
+		rd := compactReader{b: value[1:]}
+		p := Pointer{Version: rd.version()}
+		known, _ := opObjectsPrefix(string(key))
+		if err := rd.fields(&p, opFields, known); err != nil {
+			return OpRecord{}, fmt.Errorf("%w: op record: %v", ErrCorruptRecord, err)
+		}
+		r = OpRecord{Digest: p.Digest, Version: p.Version, ObjectKey: p.Object.Key, Owner: p.Owner}
+	} else {
+		var j opJSON
+		if err := json.Unmarshal(value, &j); err != nil {
+			return OpRecord{}, fmt.Errorf("%w: op record: %v", ErrCorruptRecord, err)
+		}
+		if j.Object.Size < 0 {
+			return OpRecord{}, fmt.Errorf("%w: op record object size %d", ErrCorruptRecord, j.Object.Size)
+		}
+		r = OpRecord{Digest: j.Digest, Version: j.Version, ObjectKey: j.Object.Key, Owner: j.Owner}
 	}
 	if r.Digest == "" {
 		return OpRecord{}, fmt.Errorf("%w: op record without digest", ErrCorruptRecord)
 	}
 	if err := r.Version.Validate(); err != nil {
 		return OpRecord{}, fmt.Errorf("%w: op record: %v", ErrCorruptRecord, err)
-	}
-	if r.Object.Size < 0 {
-		return OpRecord{}, fmt.Errorf("%w: op record object size %d", ErrCorruptRecord, r.Object.Size)
 	}
 	return r, nil
 }

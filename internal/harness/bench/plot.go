@@ -103,3 +103,41 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// BytesChart draws, as one PNG at path, a bar pair (subject, baseline) per
+// measured row of workload whose Unit is "bytes" (the footprint workload's
+// bytes per publish), labelled with the rows' configs. It returns an
+// error when there is no such row, or path cannot be written.
+func (r Report) BytesChart(path, workload, subject, baseline string) error {
+	var subj, base plotter.Values
+	var labels []string
+	for _, x := range r.Rows {
+		if x.Workload == workload && x.Unit == "bytes" && x.Skipped == "" {
+			subj, base = append(subj, x.Subject.Throughput), append(base, x.Base.Throughput)
+			labels = append(labels, x.Config)
+		}
+	}
+	if len(subj) == 0 {
+		return fmt.Errorf("bench: no %s rows in bytes to chart", workload)
+	}
+	p := plot.New()
+	p.Title.Text = "etcd bytes per publish (" + workload + "), lower is better"
+	p.Y.Label.Text = "bytes (db size after compaction and defrag)"
+	w := vg.Points(40)
+	for i, side := range []struct {
+		name string
+		v    plotter.Values
+	}{{subject, subj}, {baseline, base}} {
+		bars, err := plotter.NewBarChart(side.v, w)
+		if err != nil {
+			return err
+		}
+		bars.Color = plotutil.Color(i)
+		bars.Offset = vg.Length(2*i-1) * w / 2
+		p.Add(bars)
+		p.Legend.Add(side.name, bars)
+	}
+	p.Legend.Top = true
+	p.NominalX(labels...)
+	return p.Save(10*vg.Inch, 5*vg.Inch, path)
+}

@@ -53,3 +53,27 @@ func TestChartWithoutRows(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBytesChart draws the byte rows of a workload and refuses a report
+// without them; the target's measured text names both sides.
+func TestBytesChart(t *testing.T) {
+	var r Report
+	for i, c := range []string{"op + history", "op alone"} {
+		row := NewRow("footprint", c, 0, 16, Stats{Ops: 100, Throughput: float64(200 * (2 - i))}, "json", Stats{Ops: 100, Throughput: float64(600 * (2 - i))})
+		row.Unit = "bytes"
+		r.Rows = append(r.Rows, row.WithTarget("bytes <= 200 per publish", func(x Row) bool { return x.Subject.Throughput <= 200 }))
+	}
+	if got := r.Rows[1].Measured(); got != "200 bytes (baseline 600)" {
+		t.Errorf("Measured() = %q", got)
+	}
+	png := filepath.Join(t.TempDir(), "footprint.png")
+	if err := r.BytesChart(png, "footprint", "compact", "json"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() < 1000 {
+		t.Fatalf("chart: %v", err)
+	}
+	if err := r.BytesChart(png, "gc", "a", "b"); err == nil {
+		t.Fatal("charted a workload without byte rows")
+	}
+}

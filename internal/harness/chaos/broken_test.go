@@ -146,7 +146,7 @@ func (e *brokenEnv) brokenPublishReporting(outcome string, g authority.Grant, se
 	obj := layout.Object{Bucket: st.Bucket, Key: objKey, SHA256: digest, ETag: info.ETag, Size: int64(len(body))}
 	now := time.Now().UTC()
 	ptr, _ := layout.EncodePointer(layout.Pointer{Version: v, Object: obj, IdempotencyKey: key, Digest: digest, Owner: g.Owner, CommittedAt: now})
-	rec, _ := layout.EncodeOp(layout.OpRecord{Digest: digest, Version: v, Object: obj, Owner: g.Owner, CommittedAt: now})
+	rec, _ := layout.EncodeOp(e.ns.OpKey(g.Resource, key), layout.OpRecord{Digest: digest, Version: v, ObjectKey: obj.Key, Owner: g.Owner})
 	resp, err := e.cli.Txn(e.ctx).If(checks...).Then(
 		clientv3.OpPut(e.ns.PointerKey(g.Resource), ptr),
 		clientv3.OpPut(e.ns.OpKey(g.Resource, key), rec),

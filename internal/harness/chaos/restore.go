@@ -141,12 +141,12 @@ func (h *harness) readStates(ctx context.Context, epoch uint64) (map[string]Init
 				states[unescape(rest)] = s
 			default:
 				res, key, _ := strings.Cut(rest, "/")
-				r, err := layout.DecodeOp(kv.Value)
+				r, err := layout.DecodeOp(kv.Key, kv.Value)
 				if err != nil {
 					return nil, err
 				}
 				s := get(unescape(res))
-				s.Ops[unescape(key)] = OpState{Digest: r.Object.SHA256, Version: r.Version}
+				s.Ops[unescape(key)] = OpState{Digest: r.Digest, Version: r.Version}
 				states[unescape(res)] = s
 			}
 		}

@@ -189,8 +189,8 @@ func (w *watcher) event(ev *clientv3.Event, seen, offset int64) {
 		c.Kind, c.Resource, c.Key = ChangeOpRecord, unescape(res), unescape(k)
 		if !c.Delete {
 			var r layout.OpRecord
-			if r, err = layout.DecodeOp(val); err == nil {
-				c.Version, c.Value, c.Object, c.Owner = r.Version, r.Object.SHA256, r.Object.Key, r.Owner
+			if r, err = layout.DecodeOp(ev.Kv.Key, val); err == nil {
+				c.Version, c.Value, c.Object, c.Owner = r.Version, r.Digest, r.ObjectKey, r.Owner
 			}
 		}
 	case "authority":

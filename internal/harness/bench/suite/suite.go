@@ -55,6 +55,7 @@ const (
 	WorkloadScaling   = "scaling"
 	WorkloadCluster   = "cluster"
 	WorkloadRecovery  = "recovery"
+	WorkloadFootprint = "footprint"
 )
 
 // workloadInfo describes each workload for the report, in run order.
@@ -105,6 +106,13 @@ var workloadInfo = []bench.Workload{
 		Name: WorkloadRecovery, Title: "8. Recovery on the multi-node topology",
 		About: "On a dedicated 3-member etcd and 4-node distributed MinIO (`localstack.MultiNode`), with the CLI's etcd defaults (keepalive 10 s + 3 s, etcd.request_timeout 5 s): an operation sent right after a fault vs the same operation with no fault, alternating, one sample per fault. " +
 			"Acquire sent as the raft leader is stopped (SIGSTOP, held 8 s); a 1 KiB publish sent as one MinIO node (not the client's) is killed (kill -9; restarted between samples); the watch lag of a publish sent as the raft leader is killed (kill -9; restarted between samples). Needs a dedicated cluster (`fencepub-bench --local`).",
+	},
+	{
+		Name: WorkloadFootprint, Title: "9. etcd footprint and capacity",
+		About: "N publishes (default 100k; 16 bytes each, 16 resources at once) on a dedicated single-member etcd; after each step the whole etcd is compacted and defragmented and its db size read (Status DbSize). " +
+			"Bytes per publish: the db growth over the publishes, with the history entries, and after the history entries are deleted as GC's prune does once they are no longer retained (the op records alone, kept 7 days). " +
+			"Baseline: the same records copied, under a domain name of the same length, in the JSON forms fencepub wrote before the compact encoding (an op record then held the whole object and the commit time). " +
+			"Sustained rate: quota / (op-record bytes per publish × 7 days), at the default 2 GiB quota and the 8 GiB etcd recommends at most; higher is better, the other rows lower is better. Needs a dedicated etcd (`fencepub-bench --local`).",
 	},
 }
 
@@ -281,7 +289,7 @@ func Run(ctx context.Context, env Env, opts Options) (bench.Report, error) {
 	runs := map[string]func(context.Context) error{
 		WorkloadPublish: s.publish, WorkloadPipeline: s.pipeline, WorkloadPeer: s.peer, WorkloadAuthority: s.authorityWorkload,
 		WorkloadReader: s.readerWorkload, WorkloadGC: s.gcWorkload, WorkloadScaling: s.scaling, WorkloadCluster: s.cluster,
-		WorkloadRecovery: s.recovery,
+		WorkloadRecovery: s.recovery, WorkloadFootprint: s.footprint,
 	}
 	var errs []error
 	for _, info := range workloadInfo {

@@ -28,27 +28,13 @@ import (
 func TestSuiteQuick(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	shared := testenv.Get(t)
 	svc := filepath.Join(t.TempDir(), "reader-service")
 	if out, err := exec.Command("go", "build", "-o", svc, "github.com/fencepub/fencepub/examples/reader-service").CombinedOutput(); err != nil {
 		t.Fatalf("build reader-service: %v\n%s", err, out)
 	}
-	env := Env{
-		Target:  bench.Target{Etcd: shared.EtcdClient(t), Store: shared.Store(t), NS: testenv.Namespace(t)},
-		Config:  config.Config{Etcd: config.Etcd{Endpoints: shared.Etcd.Endpoints()}, S3: shared.S3.S3Config()},
-		NewEtcd: shared.Etcd.Client,
-		StartEtcd: func(ctx context.Context, members int) (*clientv3.Client, func(), error) {
-			e := testenv.StartEtcd(t, localstack.EtcdOptions{Members: members})
-			cli, err := e.Client()
-			if err != nil {
-				return nil, nil, err
-			}
-			return cli, func() { _ = cli.Close() }, nil
-		},
-		StartCluster: func(ctx context.Context) (*localstack.Cluster, func(), error) {
-			return testenv.StartCluster(t, localstack.MultiNode()), func() {}, nil
-		},
-		Servers: "testenv",
+	env := testEnv(t)
+	env.StartCluster = func(ctx context.Context) (*localstack.Cluster, func(), error) {
+		return testenv.StartCluster(t, localstack.MultiNode()), func() {}, nil
 	}
 	start := time.Now()
 	rep, err := Run(ctx, env, Options{Quick: true, ReaderService: svc, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
@@ -110,6 +96,57 @@ func TestSuiteQuick(t *testing.T) {
 	}
 }
 
+// testEnv is the suite's Env on the shared test servers, with dedicated
+// etcd clusters and no multi-node cluster.
+func testEnv(t *testing.T) Env {
+	shared := testenv.Get(t)
+	return Env{
+		Target:  bench.Target{Etcd: shared.EtcdClient(t), Store: shared.Store(t), NS: testenv.Namespace(t)},
+		Config:  config.Config{Etcd: config.Etcd{Endpoints: shared.Etcd.Endpoints()}, S3: shared.S3.S3Config()},
+		NewEtcd: shared.Etcd.Client,
+		StartEtcd: func(ctx context.Context, members int) (*clientv3.Client, func(), error) {
+			e := testenv.StartEtcd(t, localstack.EtcdOptions{Members: members})
+			cli, err := e.Client()
+			if err != nil {
+				return nil, nil, err
+			}
+			return cli, func() { _ = cli.Close() }, nil
+		},
+		Servers: "testenv",
+	}
+}
+
+// TestFootprint runs the footprint workload at a small count: every row is
+// measured, the compact op record stays within the 200-byte target and
+// below the JSON form, and the capacity rows follow from the bytes.
+func TestFootprint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, testEnv(t), Options{Workloads: []string{WorkloadFootprint}, Scale: 0.02, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 4 {
+		t.Fatalf("%d rows, want 4: %+v", len(rep.Rows), rep.Rows)
+	}
+	for _, r := range rep.Rows {
+		if r.Skipped != "" || r.Subject.Ops != 2000 || r.Subject.Throughput <= 0 || r.Base.Throughput <= 0 {
+			t.Fatalf("row not measured: %+v", r)
+		}
+		t.Logf("%s: %s %s (JSON forms %s)", r.Config, bench.Num(r.Subject.Throughput), r.Unit, bench.Num(r.Base.Throughput))
+	}
+	withHist, op, rate2, rate8 := rep.Rows[0], rep.Rows[1], rep.Rows[2], rep.Rows[3]
+	if op.Met == nil || !*op.Met || op.Subject.Throughput >= op.Base.Throughput || withHist.Subject.Throughput >= withHist.Base.Throughput {
+		t.Errorf("compact forms not smaller, or op record above 200 bytes: %+v, %+v", withHist, op)
+	}
+	if op.Subject.Throughput >= withHist.Subject.Throughput {
+		t.Errorf("pruning the history freed nothing: %v vs %v bytes", op.Subject.Throughput, withHist.Subject.Throughput)
+	}
+	if want := sustainedRate(quotaDefault, op.Subject.Throughput); rate2.Subject.Throughput != want || math.Abs(rate8.Subject.Throughput/want-4) > 1e-9 {
+		t.Errorf("rates %v, %v; want %v and 4x", rate2.Subject.Throughput, rate8.Subject.Throughput, want)
+	}
+}
+
 // TestRunRejectsBadOptions: bad options fail before anything is written.
 func TestRunRejectsBadOptions(t *testing.T) {
 	shared := testenv.Get(t)
@@ -135,7 +172,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 			t.Errorf("%+v: err = %v, %d rows; want %v", c.opts, err, len(rep.Rows), c.want)
 		}
 	}
-	if !slices.Equal(Workloads(), []string{"publish", "pipeline", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery"}) {
+	if !slices.Equal(Workloads(), []string{"publish", "pipeline", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery", "footprint"}) {
 		t.Errorf("Workloads() = %v", Workloads())
 	}
 }
