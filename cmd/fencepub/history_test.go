@@ -112,7 +112,7 @@ func etcdKeys(t *testing.T, e *localstack.Etcd) int64 {
 }
 
 // refusesForeignHistory checks that an etcd without the bucket's history
-// refuses to publish, run, acquire and collect (exit 116, naming the way out)
+// refuses to publish, run, acquire, collect and read (exit 116, naming the way out)
 // and writes nothing to itself or the bucket.
 func refusesForeignHistory(t *testing.T, h *historyCLI, e *localstack.Etcd, m *localstack.MinIO) {
 	t.Helper()
@@ -123,6 +123,9 @@ func refusesForeignHistory(t *testing.T, h *historyCLI, e *localstack.Etcd, m *l
 		{"gc", "run", "--all"},
 		{"gc", "run", "--resource", "r"},
 		{"authority", "recover"},
+		// Readers are not told "nothing published" about data in the bucket.
+		{"pointer", "--resource", "r"},
+		{"read", "--resource", "r"},
 	} {
 		if out := h.fp(exitcode.NeedRecover, args...); !strings.Contains(out, "recover --from-bucket") {
 			t.Fatalf("fencepub %s: %s; want the --from-bucket hint", strings.Join(args, " "), out)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
@@ -18,7 +19,9 @@ import (
 // readerExitHelp is the exit-code table of pointer, read and watch.
 const readerExitHelp = `Exit codes: 0 success, 1 internal error or a data problem (a corrupt pointer;
 for read also: nothing published, the object missing, bytes not matching the
-pointer's sha256), 2 usage, 115 etcd or the object store unavailable.`
+pointer's sha256), 2 usage, 115 etcd or the object store unavailable, 116
+nothing published because etcd holds none of the bucket's history (an empty
+replacement etcd: see authority recover --from-bucket).`
 
 // pointerOutput is the JSON of `fencepub pointer` and of each `fencepub
 // watch` line: the resource, whether anything is published, and the pointer
@@ -45,6 +48,24 @@ func openReader(cmd *cobra.Command, resource string, serializable bool, stall ti
 		return nil, nil, readerExit(err)
 	}
 	return r, env, nil
+}
+
+// explainNotPublished returns, for a resource with nothing published, the
+// exit-116 error when etcd holds none of the history the bucket holds (an
+// empty replacement etcd, or a second cluster pointed at the bucket:
+// DESIGN.md invariant 9), so that readers are not told "nothing published"
+// about a domain whose data is in the bucket. A check that fails otherwise
+// (a reader's keys may not list the bucket) changes nothing: it returns
+// nil, and the answer stays "nothing published".
+func explainNotPublished(ctx context.Context, env *cli.Env) error {
+	a, err := authority.New(env.AuthorityConfig())
+	if err != nil {
+		return nil
+	}
+	if err := a.CheckHistory(ctx); errors.Is(err, authority.ErrForeignHistory) {
+		return authorityExit(err)
+	}
+	return nil
 }
 
 // readerExit attaches the exit code of a reader error.
@@ -102,6 +123,11 @@ been published. The read is linearizable unless --serializable.
 		ptr, err := r.Current(ctx)
 		if err != nil && !errors.Is(err, reader.ErrNotPublished) {
 			return readerExit(err)
+		}
+		if err != nil {
+			if herr := explainNotPublished(ctx, env); herr != nil {
+				return herr
+			}
 		}
 		o := pointerOutput{Resource: resource, Published: err == nil, Pointer: ptr}
 		if *out == "json" {

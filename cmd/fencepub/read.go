@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/reader"
 	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 )
@@ -67,6 +69,11 @@ after writing them, so a consumer of stdout must check the exit code.
 		}
 		defer env.Close()
 		body, err := r.Open(ctx)
+		if errors.Is(err, reader.ErrNotPublished) {
+			if herr := explainNotPublished(ctx, env); herr != nil {
+				return herr
+			}
+		}
 		if err != nil {
 			return readerExit(err)
 		}
