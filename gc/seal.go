@@ -80,8 +80,8 @@ type Decommissioned struct {
 	Seal layout.Version `json:"seal"`
 	// Previous is max(pointer, seal) before the call.
 	Previous layout.Version `json:"previous"`
-	// Already is true when the seal was already at or above the target
-	// (nothing written).
+	// Already is true when the resource was already retired at or above
+	// the target, or its pointer is there (nothing written).
 	Already bool `json:"already"`
 	// Holder is the live grant that was sealed out (only with force).
 	Holder *authority.Grant `json:"holder,omitempty"`
