@@ -125,10 +125,7 @@ func (a *Authority) Release(ctx context.Context, g Grant) error {
 	}
 	hk := a.ns.HolderKey(g.Resource)
 	seals := !strings.HasPrefix(g.Resource, "_")
-	reads := []clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(a.ns.EpochKey())}
-	if seals {
-		reads = append(reads, a.termReads(g)...)
-	}
+	reads := a.releaseReads(g, seals)
 	var resp *clientv3.TxnResponse
 	err := a.call(ctx, "release", 0, func(rctx context.Context) (err error) {
 		resp, err = a.cli.Txn(rctx).

@@ -18,15 +18,19 @@ const sealReasonReleased = "released"
 // retired resource changed under it.
 const sealAttempts = 8
 
-// termReads are the reads sealTerm plans from, after the holder and epoch
-// reads of Release's check (response indexes 2, 3, 4): the resource's
-// seal, its pointer and the grant record of g's fence.
-func (a *Authority) termReads(g Grant) []clientv3.Op {
-	return []clientv3.Op{
+// releaseReads are the reads of Release's check transaction, in both
+// branches: g's holder key and the epoch (describeLoss), and, when seals,
+// the resource's seal, its pointer and the grant record of g's fence,
+// which sealTerm plans from (response indexes 2, 3, 4).
+func (a *Authority) releaseReads(g Grant, seals bool) []clientv3.Op {
+	reads := []clientv3.Op{clientv3.OpGet(a.ns.HolderKey(g.Resource)), clientv3.OpGet(a.ns.EpochKey())}
+	if !seals {
+		return reads
+	}
+	return append(reads,
 		clientv3.OpGet(a.ns.SealKey(g.Resource)),
 		clientv3.OpGet(a.ns.PointerKey(g.Resource)),
-		clientv3.OpGet(a.ns.GrantKey(g.Resource, g.Generation)),
-	}
+		clientv3.OpGet(a.ns.GrantKey(g.Resource, g.Generation)))
 }
 
 // termSeal is the seal write sealTerm planned: the value, and, while the
@@ -94,7 +98,7 @@ func planTermSeal(g Grant, read *clientv3.TxnResponse, now time.Time) (plan term
 func (a *Authority) sealTerm(ctx context.Context, g Grant, read *clientv3.TxnResponse) error {
 	sk, pk := a.ns.SealKey(g.Resource), a.ns.PointerKey(g.Resource)
 	target := g.Version(layout.MaxNumber)
-	reads := append([]clientv3.Op{clientv3.OpGet(a.ns.HolderKey(g.Resource)), clientv3.OpGet(a.ns.EpochKey())}, a.termReads(g)...)
+	reads := a.releaseReads(g, true)
 	for range sealAttempts {
 		plan, ok, err := planTermSeal(g, read, time.Now())
 		if err != nil {
