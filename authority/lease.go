@@ -89,35 +89,59 @@ func describeLoss(g Grant, resp *clientv3.TxnResponse) string {
 	return "held by another grant"
 }
 
-// Release ends g's lease: one transaction checks that the holder key's
-// CreateRevision is g.HolderRevision, it is attached to g.LeaseID and the
-// grant record of g.Generation names g.Owner in g.Epoch — so A can never
-// drop B's lease (protocol source, §Owner: release and renew compare the
-// owner atomically) — and then the lease is revoked, which deletes the
-// holder key with it. Revoking g's own lease can only ever remove g's
-// holder, whatever happened in between, so the check and the revoke need not
-// be one transaction; and the holder never outlives its lease (Renew relies on it). The grant record stays: it is
-// durable (DESIGN.md "etcd layout").
+// Release ends g's term: it seals the term (sealTerm) and ends its lease.
+// One transaction checks that the holder key's CreateRevision is
+// g.HolderRevision, it is attached to g.LeaseID and the grant record of
+// g.Generation names g.Owner in g.Epoch — so A can never drop B's lease
+// (protocol source, §Owner: release and renew compare the owner
+// atomically) — and reads the resource's pointer and seal at the same
+// revision. Then, for an ordinary resource, the seal is raised over the
+// term, (g.Epoch, g.Generation, layout.MaxNumber), in a transaction of its
+// own that requires the grant record unchanged: every object the term left
+// above the pointer is unpublishable from then on, so GC collects it at its
+// next pass instead of after the abandon period, and a later publish of the
+// term is stale with reason seal (DESIGN.md "Leftovers of finished work").
+// Reserved resources ('_', the GC lease) have no seal and get none. Last,
+// the lease is revoked, which deletes the holder key with it. Revoking g's
+// own lease can only ever remove g's holder, whatever happened in between,
+// so the check and the revoke need not be one transaction; and the holder
+// never outlives its lease (Renew relies on it). The grant record stays:
+// it is durable (DESIGN.md "etcd layout").
+//
+// The seal is raised even when the lease is already gone (ErrLeaseLost):
+// the grant record proves the term is the caller's, and a caller that
+// releases publishes no more. Each step is safe to re-send: a release
+// whose answer was lost is simply called again.
 //
 // Errors: ErrLeaseLost when g no longer holds the resource (already expired,
-// released or superseded); ErrInvalidGrant; fencepub.ErrUnavailable, once etcd could
-// not serve it within ctx's deadline or Config.RetryTimeout (the holder stays
-// until the lease expires or a retried Release revokes it); ctx's error.
+// released or superseded; its term is sealed all the same); ErrInvalidGrant;
+// fencepub.ErrUnavailable, once etcd could not serve it within ctx's
+// deadline or Config.RetryTimeout (the holder stays until the lease expires
+// or a retried Release revokes it; the seal may or may not be raised);
+// ctx's error.
 func (a *Authority) Release(ctx context.Context, g Grant) error {
 	if err := checkGrant(g); err != nil {
 		return err
 	}
 	hk := a.ns.HolderKey(g.Resource)
+	seals := !strings.HasPrefix(g.Resource, "_")
+	reads := a.releaseReads(g, seals)
 	var resp *clientv3.TxnResponse
 	err := a.call(ctx, "release", 0, func(rctx context.Context) (err error) {
 		resp, err = a.cli.Txn(rctx).
 			If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.grantCmp(a.ns)).
-			Else(clientv3.OpGet(hk), clientv3.OpGet(a.ns.EpochKey())).
+			Then(reads...).
+			Else(reads...).
 			Commit()
 		return err
 	})
 	if err != nil {
 		return err
+	}
+	if seals {
+		if err := a.sealTerm(ctx, g, resp); err != nil {
+			return err
+		}
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: %q generation %d cannot be released (%s)", ErrLeaseLost, g.Resource, g.Generation, describeLoss(g, resp))

@@ -152,14 +152,14 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	a, pa := e.worker(res, "a")
 	p1 := e.publish(pa, "1", publisher.Applied)
 	o12 := e.inFlight(a, "2")
-	e.release(a)
+	e.expire(a)
 
 	// 1. The seal moved: GC1 (snapshot: seal 0, candidate o12) stops; B
 	// leaves a newer in-flight object and GC2 seals over both.
 	resume := e.paused(res, nil)
 	b := e.acquire(res, "b", 0)
 	o21 := e.inFlight(b, "3")
-	e.release(b)
+	e.expire(b)
 	rep2 := e.run(e.collector(later(3*time.Hour)), res)
 	mustDecide(t, rep2, o12.Attempt.Object.Key, kindAbandoned, "deleted", "")
 	mustDecide(t, rep2, o21.Attempt.Object.Key, kindAbandoned, "deleted", "")
@@ -176,7 +176,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	// dead grant's object above the snapshot's pointer), and must not delete
 	// what is now the published object.
 	c, pc := e.worker(res, "c")
-	e.release(c)
+	e.expire(c)
 	var (
 		late    publisher.Result
 		lateErr error
@@ -197,7 +197,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	// (quarantined); GC1 must not delete it.
 	d := e.acquire(res, "d", 0)
 	o51 := e.inFlight(d, "5")
-	e.release(d)
+	e.expire(d)
 	resume = e.paused(res, nil)
 	if _, err := e.auth.Recover(ctxT(t, time.Minute), authority.RecoverOptions{}); err != nil {
 		t.Fatal(err)
@@ -224,7 +224,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 		for i := range 3 {
 			e.inFlight(g, fmt.Sprintf("lost-%d-%d", round, i))
 		}
-		e.release(g)
+		e.expire(g)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for range 2 {

@@ -10,7 +10,11 @@
 //     revision, then classifies every listed key as published, retained,
 //     unpublishable, quarantined, in_flight, abandoned or foreign (Decision,
 //     DESIGN.md for the rules). Only unpublishable and abandoned keys are
-//     deleted; abandoned ones only after a seal raised over them.
+//     deleted; abandoned ones only after a seal raised over them. A
+//     released term's objects are unpublishable at once: authority Release
+//     seals the term (DESIGN.md "Leftovers of finished work"), so only the
+//     leftovers of a term that ended without a release wait for the abandon
+//     period.
 //   - Every deletion is justified by durable, monotonic state (pointer, seal
 //     and epoch only rise), so several collectors may run at once; the
 //     Daemon's lease only saves duplicate work. A key missing from a listing

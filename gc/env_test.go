@@ -167,6 +167,16 @@ func (e *env) release(g authority.Grant) {
 	}
 }
 
+// expire ends g's lease as etcd's expiry would (a revoke: the holder key
+// goes with it) without a release, so g's term is not sealed: a worker
+// paused past its TTL, or killed, never releases.
+func (e *env) expire(g authority.Grant) {
+	e.t.Helper()
+	if _, err := e.Etcd.Revoke(ctxT(e.t, 10*time.Second), g.LeaseID); err != nil {
+		e.t.Fatalf("revoke the lease of %q generation %d: %v", g.Resource, g.Generation, err)
+	}
+}
+
 // worker acquires res for owner (10 s TTL) and binds e.pub to the grant.
 func (e *env) worker(res, owner string) (authority.Grant, *publisher.Publisher) {
 	e.t.Helper()

@@ -80,8 +80,8 @@ type Decommissioned struct {
 	Seal layout.Version `json:"seal"`
 	// Previous is max(pointer, seal) before the call.
 	Previous layout.Version `json:"previous"`
-	// Already is true when the seal was already at or above the target
-	// (nothing written).
+	// Already is true when the resource was already retired at or above
+	// the target, or its pointer is there (nothing written).
 	Already bool `json:"already"`
 	// Holder is the live grant that was sealed out (only with force).
 	Holder *authority.Grant `json:"holder,omitempty"`
@@ -103,7 +103,9 @@ const decommissionAttempts = 8
 // grace) and prunes its records; the generation counter, pointer and seal
 // stay, so a later grant (generation+1) re-creates the resource above them.
 // The seal never goes down: when it is already at or above the target,
-// nothing is written.
+// nothing is written — except that a seal at the target from Release
+// (authority.Authority.Release seals each finished term at (epoch, fence,
+// max)) is rewritten with the decommission reason, at the same version.
 //
 // Errors: fencepub.ErrInvalid (bad name), ErrUnknownResource (never granted: a
 // typo), authority.ErrHeld (a live lease and !force; wraps the holder), fencepub.ErrNotInitialized, fencepub.ErrCorruptState, ErrRaceLost, fencepub.ErrUnavailable,
@@ -141,7 +143,9 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 			return out, fmt.Errorf("%w: %q was never granted (no generation counter in domain %q); nothing sealed", ErrUnknownResource, res, ns.Domain)
 		}
 		target := layout.Version{Epoch: epoch, Fence: gen, Seq: layout.MaxNumber}
-		if !out.Previous.Less(target) {
+		// A release's seal over the last term is at the target too, but
+		// does not retire the resource: it is re-labelled below.
+		if !out.Previous.Less(target) && (!ptr.Version.Less(target) || seal.Reason == sealReasonDecommissioned) {
 			out.Seal, out.Already = out.Previous, true
 			return out, nil
 		}

@@ -346,7 +346,7 @@ func TestLostResponseThenSuperseded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.release(ga) // fencing, not the lease, orders the writes: A may still publish
+	e.expire(ga) // fencing, not the lease, orders the writes: A may still publish
 	gb := e.acquire(authority.AcquireRequest{Resource: "r", Owner: "B"})
 	pb := e.bind(gb, false)
 

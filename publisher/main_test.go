@@ -101,6 +101,16 @@ func (e *env) release(g authority.Grant) {
 	}
 }
 
+// expire ends g's lease as etcd's expiry would (a revoke: the holder key
+// goes with it) without a release, so g's term is not sealed: a worker
+// paused past its TTL never releases.
+func (e *env) expire(g authority.Grant) {
+	e.t.Helper()
+	if _, err := e.Etcd.Revoke(ctxT(e.t, 10*time.Second), g.LeaseID); err != nil {
+		e.t.Fatalf("revoke the lease of %q generation %d: %v", g.Resource, g.Generation, err)
+	}
+}
+
 // bindContiguous acquires res for owner "w" and binds the grant in
 // contiguous mode (each seq must follow the pointer's).
 func (e *env) bindContiguous(ctx context.Context, res string) *Publisher {

@@ -65,7 +65,7 @@ func TestOlderFenceMayPublishBeforeNewer(t *testing.T) {
 	const res = "report"
 	gA := e.acquire(authority.AcquireRequest{Resource: res, Owner: "worker-A"})
 	pA := e.bind(gA, false)
-	e.release(gA) // the authority considers A gone
+	e.expire(gA) // the authority considers A gone (A, paused, never released)
 	gB := e.acquire(authority.AcquireRequest{Resource: res, Owner: "worker-B"})
 	pB := e.bind(gB, false)
 
@@ -206,14 +206,14 @@ func TestStrictModeLeaseLost(t *testing.T) {
 	r1, err := strict.Publish(ctx, op("k1", "one"))
 	mustOutcome(t, "strict while held", r1, err, Applied, reasonNone)
 	loose := e.bind(g, false) // continues at seq 2
-	e.release(g)
+	e.expire(g)
 	r2, err := strict.Publish(ctx, op("k2", "two"))
-	mustOutcome(t, "strict after release", r2, err, Stale, ReasonLease)
+	mustOutcome(t, "strict after the lease expired", r2, err, Stale, ReasonLease)
 	if !errors.Is(err, authority.ErrLeaseLost) {
 		t.Fatalf("err %v, want authority.ErrLeaseLost", err)
 	}
 	r3, err := loose.Publish(ctx, op("k3", "three"))
-	mustOutcome(t, "non-strict after release", r3, err, Applied, reasonNone)
+	mustOutcome(t, "non-strict after the lease expired", r3, err, Applied, reasonNone)
 }
 
 // A Publisher rebuilt for a grant it got back through a retried request id
@@ -260,7 +260,7 @@ func TestConcurrentPublishers(t *testing.T) {
 	for i := range 4 {
 		g := e.acquire(authority.AcquireRequest{Resource: res, Owner: fmt.Sprintf("w%d", i)})
 		pubs = append(pubs, e.bind(g, false))
-		e.release(g)
+		e.expire(g)
 	}
 	start, err := e.Etcd.Get(ctx, e.NS.PointerKey(res))
 	if err != nil {

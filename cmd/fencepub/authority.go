@@ -285,7 +285,10 @@ func newAuthorityReleaseCmd() *cobra.Command {
 		Short: "Release a live grant",
 		Long: `release ends the lease --owner holds on --resource with --generation. It
 compares owner and generation atomically, so it can never drop another
-owner's lease; a grant that no longer holds the resource exits 114.`,
+owner's lease; a grant that no longer holds the resource exits 114. It
+first seals the grant's term (the resource's seal rises to (epoch,
+generation, max)): a later publish with this generation is stale (reason
+seal), and GC deletes what the term left unpublished at its next pass.`,
 		Args: cobra.NoArgs,
 	}
 	h.add(cmd, true)

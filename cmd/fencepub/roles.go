@@ -36,8 +36,8 @@ type roleSpec struct {
 //     contact reads the epoch);
 //   - worker (acquire, renew, release, publish, resolve): readwrite on the
 //     rolled-back-counter alarm (an acquire raises it), on the authority keys of every resource but the reserved ones starting with
-//     '_' (the GC lease "_gc"), on pointers/, seals/ (resolve raises a
-//     seal), ops/ and history/;
+//     '_' (the GC lease "_gc"), on pointers/, seals/ (release and resolve
+//     raise seals), ops/ and history/;
 //   - reader (pointer, read, watch): read on pointers/ and seals/;
 //   - gc (gc run, gc daemon): read on epochs/ and restored/; readwrite on
 //     the rollback alarm (acquiring the _gc lease requires it absent and

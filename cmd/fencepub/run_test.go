@@ -83,6 +83,25 @@ func TestRunCLI(t *testing.T) {
 	}
 	// Same key, different output: conflict.
 	fp(exitcode.Conflict, "run", "--resource", "job2", "--ttl", "2s", "--key", o.Key, "--", "echo", "different")
+	// The re-run and the conflicting run each left an object above the
+	// pointer; the end of each run sealed its term, so one GC pass (default
+	// policy) deletes both and a second one finds only the published object.
+	gcPass := func(extra ...string) (scanned, deleted int64) {
+		t.Helper()
+		args := append(append([]string{"gc", "run", "--resource", "job2", "-o", "json"}, extra...), conn...)
+		stdout, stderr, code := publishCLI(t, ctx, "", args...)
+		var rep struct{ Scanned, Deleted int64 }
+		if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil {
+			t.Fatalf("gc run: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+		}
+		return rep.Scanned, rep.Deleted
+	}
+	if scanned, deleted := gcPass(); scanned != 3 || deleted != 2 {
+		t.Fatalf("gc pass after a duplicate and a conflicting re-run: scanned %d, deleted %d; want 3, 2", scanned, deleted)
+	}
+	if scanned, deleted := gcPass("--dry-run"); scanned != 1 || deleted != 0 {
+		t.Fatalf("orphans left after one gc pass: scanned %d, deleted %d; want only the published object", scanned, deleted)
+	}
 
 	// --output capture.
 	res := filepath.Join(dir, "result.txt")

@@ -243,6 +243,8 @@ func (x Row) Measured() string {
 		return fmt.Sprintf("p99 %s ms (baseline %s ms)", ms(x.Subject.P99), ms(x.Base.P99))
 	case strings.HasPrefix(x.Target, "bytes"):
 		return fmt.Sprintf("%s %s (baseline %s)", Num(x.Subject.Throughput), x.Unit, Num(x.Base.Throughput))
+	case strings.HasPrefix(x.Target, "orphans"):
+		return fmt.Sprintf("%s per 1000 (%d of %d left)", Num(x.Subject.Throughput), x.Subject.Ops, x.Base.Ops)
 	case strings.HasPrefix(x.Target, "peak RSS"):
 		return fmt.Sprintf("%.1f MiB vs %.1f MiB (%.2fx)", MiB(x.Subject.PeakRSS), MiB(x.Base.PeakRSS), Ratio(float64(x.Subject.PeakRSS), float64(x.Base.PeakRSS)))
 	default:

@@ -26,7 +26,8 @@ const (
 	KindPublish Kind = "publish"
 	// KindRead is a linearizable read of the pointer.
 	KindRead Kind = "read"
-	// KindSeal is a successful seal raise (GC abandon, decommission).
+	// KindSeal is a successful seal raise (GC abandon, decommission,
+	// resolve, release), as the watch of seals/ saw it.
 	KindSeal Kind = "seal"
 )
 

@@ -3,6 +3,7 @@ package suite
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -113,7 +114,89 @@ func (s *runner) gcWorkload(ctx context.Context) error {
 		return float64(x.Subject.PeakRSS) <= 1.25*float64(x.Base.PeakRSS)
 	}).WithNote(fmt.Sprintf("peak RSS %.1f MiB vs %.1f MiB; peak Go heap %.1f MiB vs %.1f MiB (whole process: clients and runtime included)",
 		bench.MiB(peaks[1].RSS), bench.MiB(peaks[0].RSS), bench.MiB(peaks[1].Heap), bench.MiB(peaks[0].Heap))))
-	return s.gcDelete(ctx, st, coll, res[1], sizes[1], sizes[0])
+	if err := s.gcDelete(ctx, st, coll, res[1], sizes[1], sizes[0]); err != nil {
+		return err
+	}
+	return s.gcOrphans(ctx, st, coll)
+}
+
+// orphanResources is how many resources the orphans row's terms run on at
+// once.
+const orphanResources = 8
+
+// gcOrphans measures what one real pass leaves of finished work (DESIGN.md
+// "Leftovers of finished work"): terms on orphanResources resources that
+// each publish the resource's one job key and release — the first term
+// applies, the others are a re-run (duplicate) or a re-run with other output
+// (conflict), alternately, each leaving its object above the pointer. Then
+// one pass over them with the default policy. Subject: objects other than
+// the published ones still in the bucket after the pass; baseline: the
+// same count before it (the leftovers made); both per 1000 leftovers.
+func (s *runner) gcOrphans(ctx context.Context, st *stack, coll *gc.Collector) error {
+	terms := s.n(1000, 100)
+	res := names("orphans", orphanResources)
+	errs := make([]error, len(res))
+	var wg sync.WaitGroup
+	for r := range res {
+		wg.Go(func() {
+			for i := r; i < terms+len(res) && errs[r] == nil; i += len(res) {
+				p, g, err := st.bind(ctx, res[r])
+				if err != nil {
+					errs[r] = err
+					return
+				}
+				body := "result"
+				if i/len(res)%2 == 0 && i >= len(res) {
+					body = "other result"
+				}
+				_, err = p.Publish(ctx, publisher.Operation{IdempotencyKey: "job", Body: strings.NewReader(body)})
+				if errors.Is(err, publisher.ErrConflict) {
+					err = nil
+				}
+				if rerr := st.auth.Release(ctx, g); err == nil {
+					err = rerr
+				}
+				errs[r] = err
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	left := func() (int64, error) {
+		var n int64
+		for _, r := range res {
+			c, err := st.count(ctx, st.NS.ObjectsPrefix(r))
+			if err != nil {
+				return 0, err
+			}
+			n += c - 1 // the published object
+		}
+		return n, nil
+	}
+	before, err := left()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	rep, err := coll.Run(ctx, gc.RunOptions{Resources: res})
+	took := time.Since(t0)
+	if err != nil {
+		return err
+	}
+	after, err := left()
+	if err != nil {
+		return err
+	}
+	per := func(n int64) float64 { return 1000 * float64(n) / float64(max(before, 1)) }
+	row := bench.NewRow(WorkloadGC, fmt.Sprintf("orphans after one pass, per 1000 leftovers (%d released terms' duplicate/conflict publishes)", before), 0, orphanResources,
+		bench.Stats{Ops: int(after), Wall: took, Throughput: per(after)}, "leftovers before the pass", bench.Stats{Ops: int(before), Throughput: per(before)})
+	row.Unit = "per 1000"
+	s.add(row.WithTarget("orphans = 0 per 1000", func(x bench.Row) bool { return after == 0 && before >= int64(terms) }).
+		WithNote(fmt.Sprintf("%d left of %d after one pass (%d deleted, %d sealed by the pass, %s); each release sealed its term at (epoch, fence, max), so no leftover waits for the abandon period (1h)",
+			after, before, rep.Deleted, rep.Sealed, took.Round(time.Millisecond))))
+	return nil
 }
 
 // deleteUnits is how many interleaved units the delete comparison is cut
