@@ -72,8 +72,9 @@ func newBenchCmd() *cobra.Command {
 		Use:   "fencepub-bench",
 		Short: "Measure fencepub side by side with its baselines on real etcd and MinIO",
 		Long: `fencepub-bench runs fencepub's benchmark suite and writes latest.json, latest.md and
-latest.png to --out (default ./` + defaultBenchOut + `, created if missing; make bench
-writes the committed bench/results). Every number is a ratio to a baseline
+latest.png (and scale.png when the scale workload ran) to --out (default
+./` + defaultBenchOut + `, created if missing; make bench writes the committed
+bench/results). Every number is a ratio to a baseline
 measured in the same run on the same servers: the physical floor of a
 publish (sha256 + one create-only PUT + one bare etcd compare-and-put), what
 users write today (an etcd lock per publish, a held lease without a fence),
@@ -234,6 +235,14 @@ func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
 	if err := rep.Chart(filepath.Join(o.out, "latest.png"), suite.WorkloadPublish, suite.WorkloadScaling); err != nil {
 		return errors.Join(runErr, err)
 	}
+	written := []string{filepath.Join(o.out, "latest.json"), filepath.Join(o.out, "latest.md"), filepath.Join(o.out, "latest.png")}
+	if slices.ContainsFunc(rep.Rows, func(r bench.Row) bool { return r.Workload == suite.WorkloadScale }) {
+		path := filepath.Join(o.out, "scale.png")
+		if err := rep.RatioChart(path, suite.WorkloadScale); err != nil {
+			return errors.Join(runErr, err)
+		}
+		written = append(written, path)
+	}
 	w := c.OutOrStdout()
 	met, targets := 0, 0
 	for _, r := range rep.Rows {
@@ -251,8 +260,7 @@ func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
 		}
 		fmt.Fprintf(w, "%-7s %-9s %-55s %-34s %s\n", verdict, r.Workload, r.Config, r.Target, r.Measured())
 	}
-	fmt.Fprintf(w, "\n%d of %d targets met; wrote %s\n", met, targets, strings.Join([]string{
-		filepath.Join(o.out, "latest.json"), filepath.Join(o.out, "latest.md"), filepath.Join(o.out, "latest.png")}, ", "))
+	fmt.Fprintf(w, "\n%d of %d targets met; wrote %s\n", met, targets, strings.Join(written, ", "))
 	return runErr
 }
 

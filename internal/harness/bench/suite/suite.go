@@ -54,6 +54,7 @@ const (
 	WorkloadScaling   = "scaling"
 	WorkloadCluster   = "cluster"
 	WorkloadRecovery  = "recovery"
+	WorkloadScale     = "scale"
 )
 
 // workloadInfo describes each workload for the report, in run order.
@@ -98,6 +99,13 @@ var workloadInfo = []bench.Workload{
 		Name: WorkloadRecovery, Title: "8. Recovery on the multi-node topology",
 		About: "On a dedicated 3-member etcd and 4-node distributed MinIO (`localstack.MultiNode`), with the CLI's etcd defaults (keepalive 10 s + 3 s, etcd.request_timeout 5 s): an operation sent right after a fault vs the same operation with no fault, alternating, one sample per fault. " +
 			"Acquire sent as the raft leader is stopped (SIGSTOP, held 8 s); a 1 KiB publish sent as one MinIO node (not the client's) is killed (kill -9; restarted between samples); the watch lag of a publish sent as the raft leader is killed (kill -9; restarted between samples). Needs a dedicated cluster (`fencepub-bench --local`).",
+	},
+	{
+		Name: WorkloadScale, Title: "9. Scale: many resources",
+		About: "Seed: 10k resources (× --scale; quick 200) with 10 versions of 1 KiB each, published through the product by 64 concurrent holders (acquire, 10 publishes, release). " +
+			"gc --all: real passes over every resource (`gc.RunOptions.All`; every object is still in grace, so they delete nothing) vs a bare listing of the keys they read: a paged range (500 keys a page, values included) of every etcd key of the domain while the seeded objects are listed (ListObjects), interleaved; peak RSS of this process during each. " +
+			"Watch: a `reader.Reader` and `Watch` per resource on a second etcd client (as a reader service watching all of them) vs a bare etcd watch per key on the same client: memory per watched resource, and the watch lag (publish applied → update) while 100 of the resources publish at once vs bare puts → bare watches at the same counts. " +
+			"Acquire and publish (1 KiB) across 1024 distinct resources at c=64 vs their floors (workloads 1-2 and 4).",
 	},
 }
 
@@ -274,7 +282,7 @@ func Run(ctx context.Context, env Env, opts Options) (bench.Report, error) {
 	runs := map[string]func(context.Context) error{
 		WorkloadPublish: s.publish, WorkloadPeer: s.peer, WorkloadAuthority: s.authorityWorkload,
 		WorkloadReader: s.readerWorkload, WorkloadGC: s.gcWorkload, WorkloadScaling: s.scaling, WorkloadCluster: s.cluster,
-		WorkloadRecovery: s.recovery,
+		WorkloadRecovery: s.recovery, WorkloadScale: s.scaleWorkload,
 	}
 	var errs []error
 	for _, info := range workloadInfo {

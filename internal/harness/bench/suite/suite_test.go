@@ -135,7 +135,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 			t.Errorf("%+v: err = %v, %d rows; want %v", c.opts, err, len(rep.Rows), c.want)
 		}
 	}
-	if !slices.Equal(Workloads(), []string{"publish", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery"}) {
+	if !slices.Equal(Workloads(), []string{"publish", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery", "scale"}) {
 		t.Errorf("Workloads() = %v", Workloads())
 	}
 }
