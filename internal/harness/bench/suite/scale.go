@@ -27,7 +27,7 @@ const (
 	scaleVersions   = 10   // versions published per seeded resource
 	scaleSeeders    = 64   // concurrent seeding workers
 	scalePublishers = 100  // resources publishing while every one is watched
-	scaleSpread     = 1024 // distinct resources of the acquire and publish rows
+	scaleSpread     = 1024 // distinct resources of the acquire and publish rows (quick: 128)
 	scaleConc       = 64   // concurrency of the acquire and publish rows
 	scalePage       = 500  // page size of the bare etcd range: GC's own
 )
@@ -67,10 +67,14 @@ func (s *runner) scaleWorkload(ctx context.Context) error {
 	if err := s.scaleWatch(ctx, st, res); err != nil {
 		return err
 	}
-	if err := s.scaleAcquire(ctx, st); err != nil {
+	spread := scaleSpread
+	if s.opts.Quick {
+		spread = 2 * scaleConc
+	}
+	if err := s.scaleAcquire(ctx, st, spread); err != nil {
 		return err
 	}
-	row, err := s.publishRow(ctx, st, 1<<10, scaleConc, scaleSpread, s.n(4*scaleSpread, 2*scaleConc))
+	row, err := s.publishRow(ctx, st, 1<<10, scaleConc, spread, s.n(4*spread, 2*scaleConc))
 	if err != nil {
 		return err
 	}
@@ -465,12 +469,12 @@ func settledMemory() (heap, rss int64) {
 	return int64(sm[0].Value.Uint64()), procStatusKB("VmRSS") << 10
 }
 
-// scaleAcquire compares Acquire across scaleSpread distinct resources at
+// scaleAcquire compares Acquire across spread distinct resources at
 // c=scaleConc with its floor (bench.Target.FloorAcquire) at the same
 // concurrency: each round acquires fresh or released resources, one per
 // operation, and releases them after the round, outside the timed section.
-func (s *runner) scaleAcquire(ctx context.Context, st *stack) error {
-	res := names("a", scaleSpread)
+func (s *runner) scaleAcquire(ctx context.Context, st *stack, spread int) error {
+	res := names("a", spread)
 	const ttl = 10 * time.Second
 	var (
 		next, floorNext atomic.Uint64
@@ -478,7 +482,7 @@ func (s *runner) scaleAcquire(ctx context.Context, st *stack) error {
 		held            []authority.Grant
 	)
 	acquire := func(ctx context.Context, _, _ int) error {
-		g, err := st.auth.Acquire(ctx, authority.AcquireRequest{Resource: res[(next.Add(1)-1)%scaleSpread], Owner: "bench", TTL: ttl})
+		g, err := st.auth.Acquire(ctx, authority.AcquireRequest{Resource: res[(next.Add(1)-1)%uint64(spread)], Owner: "bench", TTL: ttl})
 		if err == nil {
 			mu.Lock()
 			held = append(held, g)
@@ -489,8 +493,8 @@ func (s *runner) scaleAcquire(ctx context.Context, st *stack) error {
 	floor := func(ctx context.Context, _, _ int) error {
 		return st.FloorAcquire(ctx, floorNext.Add(1), ttl)
 	}
-	ops := s.n(4*scaleSpread, 2*scaleConc)
-	rounds := max(s.rounds(ops, scaleConc), (ops+scaleSpread-1)/scaleSpread) // at most scaleSpread a round: each resource once
+	ops := s.n(4*spread, 2*scaleConc)
+	rounds := max(s.rounds(ops, scaleConc), (ops+spread-1)/spread) // at most spread a round: each resource once
 	stats := bench.Interleave(ctx, rounds, ops,
 		func(sr *bench.Series, n int) {
 			sr.Run(ctx, n, scaleConc, acquire)
@@ -498,7 +502,7 @@ func (s *runner) scaleAcquire(ctx context.Context, st *stack) error {
 			held = held[:0]
 		},
 		func(sr *bench.Series, n int) { sr.Run(ctx, n, scaleConc, floor) })
-	s.add(bench.NewRow(WorkloadScale, fmt.Sprintf("acquire, %d resources, c=%d", scaleSpread, scaleConc), 0, scaleConc, stats[0], "lease grant + bare txn + marker PUT", stats[1]).
+	s.add(bench.NewRow(WorkloadScale, fmt.Sprintf("acquire, %d resources, c=%d", spread, scaleConc), 0, scaleConc, stats[0], "lease grant + bare txn + marker PUT", stats[1]).
 		WithNote(fmt.Sprintf("%d rounds; each acquire takes a resource not held (released after its round, untimed); acquire also lists the resource's grant markers (DESIGN.md invariant 3)", rounds)))
 	return nil
 }
