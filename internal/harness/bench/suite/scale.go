@@ -306,7 +306,7 @@ func (s *runner) scaleWatch(ctx context.Context, st *stack, res []string) error 
 			return nil
 		})
 	}
-	per := s.n(5, 2) // measured updates per publishing resource and round
+	per := s.n(20, 2) // measured updates per publishing resource and round
 	b := body(1 << 10)
 	var seqs = make([]uint64, npub) // bare puts: per publishing resource
 	var ik atomic.Int64
@@ -325,13 +325,12 @@ func (s *runner) scaleWatch(ctx context.Context, st *stack, res []string) error 
 		return lagOf(ctx, arr, seqs[w], time.Now())
 	}
 	type side struct {
-		start   watchSide
-		lag     func(context.Context, int, *arrivals) (time.Duration, error)
-		heap    int64 // summed over rounds
-		rss     int64
-		setup   time.Duration
-		lags    bench.Series
-		lagErrs error
+		start watchSide
+		lag   func(context.Context, int, *arrivals) (time.Duration, error)
+		heap  int64 // summed over rounds
+		rss   int64
+		setup time.Duration
+		lags  bench.Series
 	}
 	sides := []*side{{start: fencepubSide, lag: fencepubLag}, {start: bareSide, lag: bareLag}}
 	rounds := s.slowRounds()

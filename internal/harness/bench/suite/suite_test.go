@@ -26,7 +26,7 @@ import (
 // operations (none is skipped: wrk must be installed), the report and chart are
 // written, and the suite leaves no objects or etcd keys behind.
 func TestSuiteQuick(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	shared := testenv.Get(t)
 	svc := filepath.Join(t.TempDir(), "reader-service")
