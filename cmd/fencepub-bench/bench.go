@@ -71,10 +71,10 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fencepub-bench",
 		Short: "Measure fencepub side by side with its baselines on real etcd and MinIO",
-		Long: `fencepub-bench runs fencepub's benchmark suite and writes latest.json, latest.md and
-latest.png (and scale.png when the scale workload ran) to --out (default
-./` + defaultBenchOut + `, created if missing; make bench writes the committed
-bench/results). Every number is a ratio to a baseline
+		Long: `fencepub-bench runs fencepub's benchmark suite and writes latest.json, latest.md,
+latest.png (and scale.png when the scale workload ran) to --out
+(default ./` + defaultBenchOut + `, created if missing; make bench writes the
+committed bench/results). Every number is a ratio to a baseline
 measured in the same run on the same servers: the physical floor of a
 publish (sha256 + one create-only PUT + one bare etcd compare-and-put), what
 users write today (an etcd lock per publish, a held lease without a fence),
@@ -93,9 +93,11 @@ Without --local the suite runs against the configured servers (flags,
 FENCEPUB_* environment, config file) in a throwaway domain
 "<domain>-bench-<random>" it deletes at the end; it names the servers and
 the domain on stderr when it starts. While it runs it writes about 145k
-small objects (130k of them in the GC workload: 1.3 x --gc-objects) and up
-to a few GiB of large ones. The default run takes about 5-10 minutes on 2
-cores; --quick runs in seconds (numbers not meaningful). An interrupted run
+small objects (130k of them in the GC workload: 1.3 x --gc-objects),
+another 100k of 1 KiB in the scale workload (10k resources x 10 versions,
+x --scale) and up to a few GiB of large ones. The default run takes about
+15-20 minutes on 2 cores; --quick runs in a few minutes (numbers not
+meaningful). An interrupted run
 (Ctrl-C) writes no report.
 
 Exit status: 0 when every workload ran (missed targets are reported, not
