@@ -57,11 +57,9 @@ func (s *runner) scaleWorkload(ctx context.Context) error {
 	took := time.Since(t0)
 	n := len(res) * scaleVersions
 	s.log.Info("bench: scale seeded", "resources", len(res), "publishes", n, "seconds", took.Seconds())
-	seed := bench.NewRow(WorkloadScale, fmt.Sprintf("seed: %d resources × %d versions, 1 KiB, %d holders", len(res), scaleVersions, scaleSeeders), 1<<10, scaleSeeders,
-		bench.Stats{Ops: n, Wall: took, Throughput: float64(n) / took.Seconds()}, "(none: set-up)", bench.Stats{})
-	seed.Unit = "publishes/s"
-	s.add(seed.WithNote(fmt.Sprintf("%.1f s for %d acquires, %d publishes and %d releases through the product", took.Seconds(), len(res), n, len(res))))
-	if err := s.scaleGC(ctx, st, len(res)); err != nil {
+	seeded := fmt.Sprintf("seeding took %.1f s: %d acquires, %d publishes of 1 KiB (%.0f/s) and %d releases by %d holders",
+		took.Seconds(), len(res), n, float64(n)/took.Seconds(), len(res), scaleSeeders)
+	if err := s.scaleGC(ctx, st, len(res), seeded); err != nil {
 		return err
 	}
 	if err := s.scaleWatch(ctx, st, res); err != nil {
@@ -120,7 +118,7 @@ func (st *stack) seed(ctx context.Context, res []string, versions int) error {
 // they read: a paged etcd range of the domain's keys and, at the same time,
 // a listing of the seeded resources' objects. Both sides' peak RSS is
 // measured (measureMemory).
-func (s *runner) scaleGC(ctx context.Context, st *stack, nres int) error {
+func (s *runner) scaleGC(ctx context.Context, st *stack, nres int, seeded string) error {
 	coll, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: st.Etcd, Store: st.Store}, Authority: st.auth})
 	if err != nil {
 		return err
@@ -182,11 +180,11 @@ func (s *runner) scaleGC(ctx context.Context, st *stack, nres int) error {
 		sub, "bare etcd range ∥ ListObjects", base)
 	row.Unit = "objects/s"
 	s.add(row.WithTarget("throughput >= 0.8x", func(x bench.Row) bool { return x.RatioThroughput >= 0.8 }).
-		WithNote(fmt.Sprintf("%d rounds, alternating; a pass %.2f s, the bare listing %.2f s (%d etcd keys in pages of %d while the objects are listed); %d objects deleted (all were in grace); peak RSS %.1f MiB (heap %.1f MiB) vs the bare listing's %.1f MiB (heap %.1f MiB)",
+		WithNote(seeded).WithNote(fmt.Sprintf("%d rounds, alternating; a pass %.2f s, the bare listing %.2f s (%d etcd keys in pages of %d while the objects are listed); %d objects deleted (all were in grace); peak RSS %.1f MiB (heap %.1f MiB) vs the bare listing's %.1f MiB (heap %.1f MiB)",
 			rounds, passWall.Seconds()/float64(rounds), bareWall.Seconds()/float64(rounds), keys/int64(rounds), scalePage, deleted,
 			bench.MiB(peaks[0].RSS), bench.MiB(peaks[0].Heap), bench.MiB(peaks[1].RSS), bench.MiB(peaks[1].Heap))))
 	rss := bench.NewRow(WorkloadScale, fmt.Sprintf("gc --all: peak RSS of a pass, %d resources", nres), 0, 1,
-		bench.Stats{PeakRSS: peaks[0].RSS, PeakHeap: peaks[0].Heap}, "the bare listing's", bench.Stats{PeakRSS: peaks[1].RSS, PeakHeap: peaks[1].Heap})
+		bench.Stats{Ops: sub.Ops, PeakRSS: peaks[0].RSS, PeakHeap: peaks[0].Heap}, "the bare listing's", bench.Stats{Ops: base.Ops, PeakRSS: peaks[1].RSS, PeakHeap: peaks[1].Heap})
 	rss.Unit = "-"
 	s.add(rss.WithNote(fmt.Sprintf("peak RSS %.1f MiB vs %.1f MiB; peak Go heap %.1f MiB vs %.1f MiB (whole process: clients and runtime included)",
 		bench.MiB(peaks[0].RSS), bench.MiB(peaks[1].RSS), bench.MiB(peaks[0].Heap), bench.MiB(peaks[1].Heap))))
