@@ -180,7 +180,7 @@ func (s *runner) scaleGC(ctx context.Context, st *stack, nres int, seeded string
 		sub, "bare etcd range ∥ ListObjects", base)
 	row.Unit = "objects/s"
 	s.add(row.WithTarget("throughput >= 0.8x", func(x bench.Row) bool { return x.RatioThroughput >= 0.8 }).
-		WithNote(seeded).WithNote(fmt.Sprintf("%d rounds, alternating; a pass %.2f s, the bare listing %.2f s (%d etcd keys in pages of %d while the objects are listed); %d objects deleted (all were in grace); peak RSS %.1f MiB (heap %.1f MiB) vs the bare listing's %.1f MiB (heap %.1f MiB)",
+		WithNote(seeded).WithNote(fmt.Sprintf("%d rounds, alternating; a pass %.2f s, the bare listing %.2f s (%d etcd keys in pages of %d while the objects are listed); %d objects deleted; peak RSS %.1f MiB (heap %.1f MiB) vs the bare listing's %.1f MiB (heap %.1f MiB)",
 		rounds, passWall.Seconds()/float64(rounds), bareWall.Seconds()/float64(rounds), keys/int64(rounds), scalePage, deleted,
 		bench.MiB(peaks[0].RSS), bench.MiB(peaks[0].Heap), bench.MiB(peaks[1].RSS), bench.MiB(peaks[1].Heap))))
 	rss := bench.NewRow(WorkloadScale, fmt.Sprintf("gc --all: peak RSS of a pass, %d resources", nres), 0, 1,
