@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// Sizes of the scale workload (quick: scaleResources's quick count).
+// Sizes of the scale workload.
 const (
 	scaleVersions   = 10   // versions published per seeded resource
 	scaleSeeders    = 64   // concurrent seeding workers
@@ -32,8 +32,9 @@ const (
 	scalePage       = 500  // page size of the bare etcd range: GC's own
 )
 
-// scaleWorkload is workload 9: fencepub with many resources. It seeds
-// scaleResources resources with scaleVersions 1 KiB versions each through
+// scaleWorkload is workload 9: fencepub with many resources. It seeds 10k
+// resources (× Options.Scale; quick 200) with scaleVersions 1 KiB versions
+// each through
 // the product (64 concurrent holders), then measures a GC pass over every
 // resource (gc --all) against a bare listing of the same keys, a reader
 // watch on every resource (memory per watch, and watch lag while

@@ -5,8 +5,9 @@
 // baseline measured in the same run, interleaved in rounds: publish vs its
 // physical floor (workloads 1-2), vs what users write today (3), the
 // authority (4), the reader and the reader service (5), garbage collection
-// (6) and scaling (7). Each workload works in its own throwaway domain and
-// deletes its keys and objects when it ends.
+// (6), scaling (7), recovery (8) and many resources (9). Each workload
+// works in its own throwaway domain and deletes its keys and objects when
+// it ends.
 package suite
 
 import (
