@@ -112,6 +112,10 @@ type state struct {
 	// retainedHistory is the set of history keys retention keeps; the other
 	// history entries read at Revision have expired.
 	retainedHistory map[string]bool
+	// The first pages of the resource's history, op, grant and request
+	// records, read in the snapshot's transaction at Revision; the history
+	// read and the pruning continue from them (scanFrom).
+	historyPage, opsPage, grantsPage, requestsPage *page
 }
 
 // Top returns max(pointer, seal): no version at or below it can be

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencepub/fencepub"
@@ -211,7 +213,8 @@ type RunOptions struct {
 	// the object count; without it a pass holds only counts).
 	Verbose bool
 	// Progress, if set, is called with the running count of scanned keys
-	// after each one, from the pass's goroutine.
+	// after each one, from the goroutines of the resources collected at
+	// once, one call at a time and in increasing order; it must not block.
 	Progress func(scanned int64)
 }
 
@@ -221,8 +224,9 @@ type RunOptions struct {
 // every record age is measured on (a dry run only reads it; clock.go,
 // DESIGN.md "Ages come from one clock"), warns when bucket versioning or
 // lifecycle rules are on, lists the bucket's incomplete multipart uploads
-// once, then collects each resource in turn (collect). A resource that fails
-// does not stop the others.
+// once, then collects the resources, 8 at once (collect; the order of
+// Report.Decisions and Report.Errors across resources is not fixed). A
+// resource that fails does not stop the others.
 //
 // It blocks until the pass ends or ctx is cancelled (deletions already sent
 // complete or fail on their own; each is safe on its own).
@@ -286,20 +290,7 @@ func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error
 		upErr = fmt.Errorf("listing incomplete uploads: %w", upErr)
 		rep.fail("", upErr)
 	}
-	var errs []error
-	for _, res := range resources {
-		if ctx.Err() != nil {
-			err := fmt.Errorf("gc: stopped before %q: %w", res, context.Cause(ctx))
-			rep.fail("", err)
-			errs = append(errs, err)
-			break
-		}
-		if err := c.collect(ctx, res, dep, clk, uploads[res], opts, rep); err != nil {
-			c.log.Warn("gc: resource failed", "resource", res, "err", err)
-			rep.fail(res, err)
-			errs = append(errs, fmt.Errorf("resource %q: %w", res, err))
-		}
-	}
+	errs := c.collectAll(ctx, resources, dep, clk, uploads, opts, rep)
 	if upErr != nil {
 		errs = append(errs, upErr)
 	}
@@ -307,6 +298,45 @@ func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error
 		return fmt.Errorf("%w: %w", ErrIncomplete, errors.Join(errs...))
 	}
 	return nil
+}
+
+// resourceConcurrency is how many resources a pass collects at once. One
+// resource's collection is a chain of dependent round trips (snapshot,
+// history, listing, records), each leaving the servers mostly idle, so a
+// pass over thousands of resources overlaps them; every step is safe beside
+// any other collector's (DESIGN.md invariant 7), the pass's own included.
+const resourceConcurrency = 8
+
+// collectAll collects resources, resourceConcurrency at once, with at most
+// Config.DeleteConcurrency multi-object deletes in flight across all of
+// them, and returns the per-resource errors in resource order. Once ctx
+// ends no resource is started; the first one not started is reported.
+func (c *Collector) collectAll(ctx context.Context, resources []string, dep string, clk *clockReading, uploads map[string][]entry, opts RunOptions, rep *Report) []error {
+	errs := make([]error, len(resources))
+	started := make([]bool, len(resources))
+	deletes := make(chan struct{}, c.cfg.DeleteConcurrency)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(resourceConcurrency, len(resources)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(resources) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				started[i] = true
+				res := resources[i]
+				if err := c.collect(ctx, res, dep, clk, uploads[res], deletes, opts, rep); err != nil {
+					c.log.Warn("gc: resource failed", "resource", res, "err", err)
+					rep.fail(res, err)
+					errs[i] = fmt.Errorf("resource %q: %w", res, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if i := slices.Index(started, false); i >= 0 {
+		err := fmt.Errorf("gc: stopped before %q: %w", resources[i], context.Cause(ctx))
+		rep.fail("", err)
+		errs[i] = err
+	}
+	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 }
 
 // checkOwnership returns etcd's deployment id after checking that the
@@ -480,18 +510,18 @@ func (p *resourcePass) classified(d Decision) {
 	}
 	r.Scanned++
 	r.ByDecision[d.Kind]++
-	n := r.Scanned
-	r.mu.Unlock()
 	if p.opts.Progress != nil {
-		p.opts.Progress(n)
+		p.opts.Progress(r.Scanned) // under the lock: one call at a time, counts in order
 	}
+	r.mu.Unlock()
 }
 
 // collect runs the pass for one resource: snapshot, listing, deletions,
 // seal-then-delete of abandoned objects, uploads, then etcd records (only
 // when every object step succeeded, so records go after the objects they
-// name). Ages are those of the pass's clock reading clk.
-func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockReading, uploads []entry, opts RunOptions, rep *Report) error {
+// name). Ages are those of the pass's clock reading clk. Each multi-object
+// delete holds a slot of deletes while in flight.
+func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockReading, uploads []entry, deletes chan struct{}, opts RunOptions, rep *Report) error {
 	s, err := c.readState(ctx, res, clk.cutoff(c.cfg.Policy.Grace+c.cfg.Policy.ClockSkew))
 	if err != nil {
 		return err
@@ -506,7 +536,7 @@ func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockRead
 		rep.warn(fmt.Sprintf("resource %q was never granted in domain %q (no generation, pointer or seal): a typo?", res, c.ns.Domain))
 	}
 	p := &resourcePass{c: c, s: s, rep: rep, opts: opts, now: c.now()}
-	del := c.newDeleter(ctx, opts.DryRun, p)
+	del := c.newDeleter(ctx, opts.DryRun, p, deletes)
 	abandoned, listErr := p.list(ctx, del)
 	if listErr == nil {
 		if err := p.abandon(ctx, abandoned, del); err != nil {

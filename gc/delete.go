@@ -5,11 +5,12 @@ import (
 	"sync"
 )
 
-// deleter removes objects in batches of Config.DeleteBatch keys (one
-// multi-object delete each) with at most Config.DeleteConcurrency batches in
-// flight, and records each decision with its outcome. It holds at most
-// (DeleteConcurrency+1) batches in memory. add is called from one
-// goroutine; close waits for every batch.
+// deleter removes one resource's objects in batches of Config.DeleteBatch
+// keys (one multi-object delete each) with at most Config.DeleteConcurrency
+// batches in flight, each holding a slot of the pass's slots (shared by the
+// resources collected at once), and records each decision with its outcome.
+// It holds at most (DeleteConcurrency+1) batches in memory. add is called
+// from one goroutine; close waits for every batch.
 type deleter struct {
 	c    *Collector
 	ctx  context.Context
@@ -19,11 +20,12 @@ type deleter struct {
 
 	batch []Decision
 	work  chan []Decision
+	slots chan struct{}
 	wg    sync.WaitGroup
 }
 
-func (c *Collector) newDeleter(ctx context.Context, dry bool, p *resourcePass) *deleter {
-	d := &deleter{c: c, ctx: ctx, dry: dry, p: p, size: c.cfg.DeleteBatch, work: make(chan []Decision)}
+func (c *Collector) newDeleter(ctx context.Context, dry bool, p *resourcePass, slots chan struct{}) *deleter {
+	d := &deleter{c: c, ctx: ctx, dry: dry, p: p, size: c.cfg.DeleteBatch, work: make(chan []Decision), slots: slots}
 	if !dry {
 		for range c.cfg.DeleteConcurrency {
 			d.wg.Add(1)
@@ -68,7 +70,9 @@ func (d *deleter) remove(b []Decision) {
 	for i, dec := range b {
 		keys[i] = dec.Key
 	}
+	d.slots <- struct{}{}
 	errs := d.c.st.Delete(d.ctx, keys)
+	<-d.slots
 	for i, dec := range b {
 		err := errs[i]
 		if err != nil {

@@ -18,7 +18,9 @@
 //   - Every deletion is justified by durable, monotonic state (pointer, seal
 //     and epoch only rise), so several collectors may run at once; the
 //     Daemon's lease only saves duplicate work. A key missing from a listing
-//     never causes a deletion.
+//     never causes a deletion. For the same reason one pass collects 8
+//     resources at once (each still snapshot first, then listing), with at
+//     most Config.DeleteConcurrency multi-object deletes in flight in all.
 //   - Ages come from one domain clock kept in etcd (DESIGN.md "Ages come from
 //     one clock"): a publisher's clock never shortens a record's life.
 //   - Nothing is deleted under a prefix whose ownership marker names another

@@ -29,14 +29,14 @@ func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReadin
 	var out RecordCounts
 	var err error
 	res, ns := s.Resource, c.ns
-	out.History, err = c.pruneRange(ctx, ns.HistoryPrefix(res), s.Revision, dry, func(kv *mvccKV) bool {
+	out.History, err = c.pruneRange(ctx, ns.HistoryPrefix(res), s.historyPage, s.Revision, dry, func(kv *mvccKV) bool {
 		return !s.retainedHistory[string(kv.Key)]
 	}, nil)
 	if err != nil {
 		return out, err
 	}
 	cutoff := clk.cutoff(c.cfg.OpRetention)
-	out.Ops, err = c.pruneRange(ctx, ns.OpsPrefix(res), s.Revision, dry, func(kv *mvccKV) bool {
+	out.Ops, err = c.pruneRange(ctx, ns.OpsPrefix(res), s.opsPage, s.Revision, dry, func(kv *mvccKV) bool {
 		if _, err := layout.DecodeOp(kv.Key, kv.Value); err != nil {
 			c.log.Warn("gc: keeping an op record that does not decode", "key", string(kv.Key), "err", err)
 			return false
@@ -47,7 +47,7 @@ func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReadin
 		return out, err
 	}
 	top := s.Top()
-	out.Grants, err = c.pruneGrants(ctx, res, s.Revision, s.Holder, dry, func(epoch, fence uint64) bool {
+	out.Grants, err = c.pruneGrants(ctx, res, s.grantsPage, s.Revision, s.Holder, dry, func(epoch, fence uint64) bool {
 		// Publishing needs the grant's epoch to be current and a version
 		// above max(pointer, seal): (epoch, fence, any seq) below top never
 		// is.
@@ -57,7 +57,7 @@ func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReadin
 		return out, err
 	}
 	if !dry {
-		out.Requests, err = c.pruneRequests(ctx, res, clk.cutoff(c.cfg.RequestRetention))
+		out.Requests, err = c.pruneRequests(ctx, res, s.requestsPage, s.Revision, clk.cutoff(c.cfg.RequestRetention))
 		if err != nil {
 			return out, fmt.Errorf("gc: prune request records of %q: %w", res, err)
 		}
@@ -65,12 +65,12 @@ func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReadin
 	return out, nil
 }
 
-// pruneGrants deletes the grant records of res (read at rev) for which
-// prunable(epoch, fence) holds, never the live holder's. Undecodable
-// records are kept.
-func (c *Collector) pruneGrants(ctx context.Context, res string, rev int64, holder *authority.Grant, dry bool, prunable func(epoch, fence uint64) bool) (int64, error) {
+// pruneGrants deletes the grant records of res (read at rev, from first
+// on: scanFrom) for which prunable(epoch, fence) holds, never the live
+// holder's. Undecodable records are kept.
+func (c *Collector) pruneGrants(ctx context.Context, res string, first *page, rev int64, holder *authority.Grant, dry bool, prunable func(epoch, fence uint64) bool) (int64, error) {
 	prefix := c.ns.GrantsPrefix(res)
-	return c.pruneRange(ctx, prefix, rev, dry, func(kv *mvccKV) bool {
+	return c.pruneRange(ctx, prefix, first, rev, dry, func(kv *mvccKV) bool {
 		fence, err := layout.DecodeNumber(strings.TrimPrefix(string(kv.Key), prefix))
 		if err != nil {
 			return false
@@ -86,7 +86,9 @@ func (c *Collector) pruneGrants(ctx context.Context, res string, rev int64, hold
 	}, nil)
 }
 
-// pruneRequests deletes the acquire request records of res last modified
+// pruneRequests deletes the acquire request records of res (read at rev,
+// from first on: scanFrom; an older revision is as safe as the current one,
+// since each deletion compares the record's ModRevision) last modified
 // before etcd revision before, except the record of the current holder:
 // before is the domain clock's cutoff of RequestRetention (DESIGN.md "Ages
 // come from one clock"), so no acquirer's clock shortens a record's life;
@@ -95,24 +97,24 @@ func (c *Collector) pruneGrants(ctx context.Context, res string, rev int64, hold
 // the grant transaction creates both), so it is safe on its own with
 // several collectors running. It returns how many records it deleted.
 // Nothing else deletes request records.
-func (c *Collector) pruneRequests(ctx context.Context, res string, before int64) (int64, error) {
+func (c *Collector) pruneRequests(ctx context.Context, res string, first *page, rev, before int64) (int64, error) {
 	if before <= 0 {
 		return 0, nil
 	}
 	hk := c.ns.HolderKey(res)
-	return c.pruneRange(ctx, c.ns.RequestsPrefix(res), 0, false, func(kv *mvccKV) bool {
+	return c.pruneRange(ctx, c.ns.RequestsPrefix(res), first, rev, false, func(kv *mvccKV) bool {
 		return kv.ModRevision < before
 	}, func(kv *mvccKV) clientv3.Cmp {
 		return clientv3.Compare(clientv3.CreateRevision(hk), "!=", kv.CreateRevision)
 	})
 }
 
-// pruneRange deletes the keys under prefix, read at rev, for which expired
-// holds, each in a nested transaction comparing its ModRevision with the one
+// pruneRange deletes the keys under prefix, read at rev (from first on:
+// scanFrom), for which expired holds, each in a nested transaction comparing its ModRevision with the one
 // read and, when guard is not nil, guard's compare too; it returns how many were deleted (with dry, how many would be).
 // Each batch is retried (call): its compares make a second copy a no-op,
 // so a batch whose first copy applied unseen counts no deletions.
-func (c *Collector) pruneRange(ctx context.Context, prefix string, rev int64, dry bool, expired func(*mvccKV) bool, guard func(*mvccKV) clientv3.Cmp) (int64, error) {
+func (c *Collector) pruneRange(ctx context.Context, prefix string, first *page, rev int64, dry bool, expired func(*mvccKV) bool, guard func(*mvccKV) clientv3.Cmp) (int64, error) {
 	var n int64
 	var ops []clientv3.Op
 	flush := func() error {
@@ -135,7 +137,7 @@ func (c *Collector) pruneRange(ctx context.Context, prefix string, rev int64, dr
 		}
 		return nil
 	}
-	err := c.scan(ctx, prefix, rev, false, func(kv *mvccKV) error {
+	err := c.scanFrom(ctx, prefix, first, rev, false, func(kv *mvccKV) error {
 		if !expired(kv) {
 			return nil
 		}
@@ -168,7 +170,7 @@ func (c *Collector) pruneRange(ctx context.Context, prefix string, rev int64, dr
 func (c *Collector) pruneLease(ctx context.Context, res string, gen uint64) (RecordCounts, error) {
 	var out RecordCounts
 	var err error
-	out.Grants, err = c.pruneGrants(ctx, res, 0, nil, false, func(_, fence uint64) bool { return fence < gen })
+	out.Grants, err = c.pruneGrants(ctx, res, nil, 0, nil, false, func(_, fence uint64) bool { return fence < gen })
 	if err != nil {
 		return out, err
 	}
@@ -176,7 +178,7 @@ func (c *Collector) pruneLease(ctx context.Context, res string, gen uint64) (Rec
 	if err != nil {
 		return out, err
 	}
-	out.Requests, err = c.pruneRequests(ctx, res, clk.cutoff(c.cfg.RequestRetention))
+	out.Requests, err = c.pruneRequests(ctx, res, nil, 0, clk.cutoff(c.cfg.RequestRetention))
 	if c.m != nil {
 		c.m.recordsDeleted(out)
 	}

@@ -337,13 +337,13 @@ func TestPruneRequests(t *testing.T) {
 	cutoff := rev() + 1
 	e.release(e.acquire(res, "o", 0)) // after the cutoff
 	live := e.acquire(res, "o", 0)
-	if n, err := c.pruneRequests(ctx, res, 0); err != nil || n != 0 {
+	if n, err := c.pruneRequests(ctx, res, nil, 0, 0); err != nil || n != 0 {
 		t.Fatalf("pruneRequests without a cutoff = %d, %v; want 0", n, err)
 	}
-	if n, err := c.pruneRequests(ctx, res, cutoff); err != nil || n != 3 {
+	if n, err := c.pruneRequests(ctx, res, nil, 0, cutoff); err != nil || n != 3 {
 		t.Fatalf("pruneRequests = %d, %v; want 3 (the records before the cutoff)", n, err)
 	}
-	if n, err := c.pruneRequests(ctx, res, rev()+1); err != nil || n != 1 {
+	if n, err := c.pruneRequests(ctx, res, nil, 0, rev()+1); err != nil || n != 1 {
 		t.Fatalf("pruneRequests = %d, %v; want 1 (the live holder's record stays)", n, err)
 	}
 	if n := e.Count(e.NS.RequestsPrefix(res)); n != 1 {

@@ -9,6 +9,7 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -18,11 +19,42 @@ type mvccKV = mvccpb.KeyValue
 // scanPage is the page size of range reads.
 const scanPage = 500
 
+// page is the first page of a range read at some revision: its keys and
+// whether more follow.
+type page struct {
+	kvs  []*mvccKV
+	more bool
+}
+
+// pageOf returns the page a transaction's range answered.
+func pageOf(r *etcdserverpb.ResponseOp) *page {
+	rr := r.GetResponseRange()
+	return &page{kvs: rr.GetKvs(), more: rr.GetMore()}
+}
+
 // scan calls fn for every key under prefix (which ends with '/'), in key
 // order, reading pages of scanPage keys at revision rev (0: the current
 // revision of the first page). fn's error stops the scan.
 func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly bool, fn func(*mvccKV) error) error {
+	return c.scanFrom(ctx, prefix, nil, rev, keysOnly, fn)
+}
+
+// scanFrom is scan when the first page of the range, first, was already
+// read at rev (nil: it was not): fn gets first's keys, then the scan reads
+// the pages after it, so a range that fits in one page costs no request.
+func (c *Collector) scanFrom(ctx context.Context, prefix string, first *page, rev int64, keysOnly bool, fn func(*mvccKV) error) error {
 	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	if first != nil {
+		for _, kv := range first.kvs {
+			if err := fn(kv); err != nil {
+				return err
+			}
+		}
+		if !first.more || len(first.kvs) == 0 {
+			return nil
+		}
+		key = string(first.kvs[len(first.kvs)-1].Key) + "\x00"
+	}
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(scanPage)}
 		if rev != 0 {
@@ -53,10 +85,11 @@ func (c *Collector) scan(ctx context.Context, prefix string, rev int64, keysOnly
 
 // readState reads what GC needs about res at ONE etcd revision: one
 // transaction reads the epoch, deployment, pointer, seal, generation, holder,
-// restored-pointer records and epoch records, and the history is then read
-// page by page at that transaction's revision (DESIGN.md "Garbage
-// collection": "Read epoch, pointer, seal and history at one etcd
-// revision"). graceCutoff is the domain clock's revision for Grace +
+// restored-pointer records and epoch records, and the first page of the
+// history, op, grant and request records (kept for pruneRecords), and the
+// rest of the history is then read page by page at that transaction's
+// revision (DESIGN.md "Garbage collection": "Read epoch, pointer, seal and
+// history at one etcd revision"). graceCutoff is the domain clock's revision for Grace +
 // ClockSkew: a history entry superseded before it, or a decommission seal
 // written before it, is past the reader grace (0: nothing is).
 //
@@ -75,6 +108,10 @@ func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64
 			clientv3.OpGet(ns.HolderKey(res)),
 			clientv3.OpGet(ns.RestoredPrefix(res), clientv3.WithPrefix()),
 			clientv3.OpGet(ns.EpochRecordsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpGet(ns.HistoryPrefix(res), clientv3.WithPrefix(), clientv3.WithLimit(scanPage)),
+			clientv3.OpGet(ns.OpsPrefix(res), clientv3.WithPrefix(), clientv3.WithLimit(scanPage)),
+			clientv3.OpGet(ns.GrantsPrefix(res), clientv3.WithPrefix(), clientv3.WithLimit(scanPage)),
+			clientv3.OpGet(ns.RequestsPrefix(res), clientv3.WithPrefix(), clientv3.WithLimit(scanPage)),
 		).Commit()
 		return err
 	})
@@ -87,7 +124,9 @@ func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64
 		}
 		return nil
 	}
-	s := &state{NS: ns, Resource: res, Revision: resp.Header.Revision, Policy: c.cfg.Policy}
+	s := &state{NS: ns, Resource: res, Revision: resp.Header.Revision, Policy: c.cfg.Policy,
+		historyPage: pageOf(resp.Responses[8]), opsPage: pageOf(resp.Responses[9]),
+		grantsPage: pageOf(resp.Responses[10]), requestsPage: pageOf(resp.Responses[11])}
 	e := kv(0)
 	if e == nil {
 		return nil, fmt.Errorf("%w: no epoch key under %s", fencepub.ErrNotInitialized, ns.Root())
@@ -133,7 +172,7 @@ func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64
 		s.sealMod < graceCutoff
 	ret := newRetention(s.Policy, graceCutoff)
 	if !s.Decommissioned {
-		err = c.scan(ctx, ns.HistoryPrefix(res), s.Revision, false, func(kv *mvccKV) error {
+		err = c.scanFrom(ctx, ns.HistoryPrefix(res), s.historyPage, s.Revision, false, func(kv *mvccKV) error {
 			p, err := layout.DecodePointer(kv.Value)
 			if err != nil {
 				return fmt.Errorf("%w: history entry %s: %w", fencepub.ErrCorruptState, kv.Key, err)

@@ -71,9 +71,10 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fencepub-bench",
 		Short: "Measure fencepub side by side with its baselines on real etcd and MinIO",
-		Long: `fencepub-bench runs fencepub's benchmark suite and writes latest.json, latest.md and
-latest.png to --out (default ./` + defaultBenchOut + `, created if missing; make bench
-writes the committed bench/results). Every number is a ratio to a baseline
+		Long: `fencepub-bench runs fencepub's benchmark suite and writes latest.json, latest.md,
+latest.png (and scale.png when the scale workload ran) to --out
+(default ./` + defaultBenchOut + `, created if missing; make bench writes the
+committed bench/results). Every number is a ratio to a baseline
 measured in the same run on the same servers: the physical floor of a
 publish (sha256 + one create-only PUT + one bare etcd compare-and-put), what
 users write today (an etcd lock per publish, a held lease without a fence),
@@ -92,9 +93,11 @@ Without --local the suite runs against the configured servers (flags,
 FENCEPUB_* environment, config file) in a throwaway domain
 "<domain>-bench-<random>" it deletes at the end; it names the servers and
 the domain on stderr when it starts. While it runs it writes about 145k
-small objects (130k of them in the GC workload: 1.3 x --gc-objects) and up
-to a few GiB of large ones. The default run takes about 5-10 minutes on 2
-cores; --quick runs in seconds (numbers not meaningful). An interrupted run
+small objects (130k of them in the GC workload: 1.3 x --gc-objects),
+another 100k of 1 KiB in the scale workload (10k resources x 10 versions,
+x --scale) and up to a few GiB of large ones. The default run takes about
+15-20 minutes on 2 cores; --quick runs in a few minutes (numbers not
+meaningful). An interrupted run
 (Ctrl-C) writes no report.
 
 Exit status: 0 when every workload ran (missed targets are reported, not
@@ -234,10 +237,20 @@ func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
 	if err := rep.Chart(filepath.Join(o.out, "latest.png"), suite.WorkloadPublish, suite.WorkloadScaling); err != nil {
 		return errors.Join(runErr, err)
 	}
+	written := []string{filepath.Join(o.out, "latest.json"), filepath.Join(o.out, "latest.md"), filepath.Join(o.out, "latest.png")}
 	if slices.ContainsFunc(rep.Rows, func(r bench.Row) bool { return r.Workload == suite.WorkloadFootprint && r.Skipped == "" }) {
-		if err := rep.BytesChart(filepath.Join(o.out, "footprint.png"), suite.WorkloadFootprint, "compact", "JSON forms before"); err != nil {
+		path := filepath.Join(o.out, "footprint.png")
+		if err := rep.BytesChart(path, suite.WorkloadFootprint, "compact", "JSON forms before"); err != nil {
 			return errors.Join(runErr, err)
 		}
+		written = append(written, path)
+	}
+	if slices.ContainsFunc(rep.Rows, func(r bench.Row) bool { return r.Workload == suite.WorkloadScale }) {
+		path := filepath.Join(o.out, "scale.png")
+		if err := rep.RatioChart(path, suite.WorkloadScale); err != nil {
+			return errors.Join(runErr, err)
+		}
+		written = append(written, path)
 	}
 	w := c.OutOrStdout()
 	met, targets := 0, 0
@@ -256,8 +269,7 @@ func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
 		}
 		fmt.Fprintf(w, "%-7s %-9s %-55s %-34s %s\n", verdict, r.Workload, r.Config, r.Target, r.Measured())
 	}
-	fmt.Fprintf(w, "\n%d of %d targets met; wrote %s\n", met, targets, strings.Join([]string{
-		filepath.Join(o.out, "latest.json"), filepath.Join(o.out, "latest.md"), filepath.Join(o.out, "latest.png")}, ", "))
+	fmt.Fprintf(w, "\n%d of %d targets met; wrote %s\n", met, targets, strings.Join(written, ", "))
 	return runErr
 }
 

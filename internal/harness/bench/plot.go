@@ -2,8 +2,10 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -140,4 +142,59 @@ func (r Report) BytesChart(path, workload, subject, baseline string) error {
 	p.Legend.Top = true
 	p.NominalX(labels...)
 	return p.Save(10*vg.Inch, 5*vg.Inch, path)
+}
+
+// RatioChart draws one bar per measured row of workload: the row's
+// headline ratio, fencepub over its baseline (the p99 ratio for a row whose
+// target is about p99, else the throughput ratio, which for a row whose
+// unit is a size per item is a size ratio), with a line at 1.0 where the
+// two sides cost the same. Skipped and calibration rows, and rows without a
+// baseline, are left out. It writes path (creating or truncating it) as a
+// PNG.
+func (r Report) RatioChart(path, workload string) error {
+	p := plot.New()
+	p.Title.Text = "fencepub / baseline per row (" + workload + ")"
+	p.Y.Label.Text = "ratio (1.0 = same as the baseline)"
+	var vals plotter.Values
+	var labels []string
+	for _, x := range r.Rows {
+		if x.Workload != workload || x.Calibration || x.Skipped != "" {
+			continue
+		}
+		v := x.RatioThroughput
+		if strings.HasPrefix(x.Target, "p99") {
+			v = Ratio(float64(x.Subject.P99), float64(x.Base.P99))
+		}
+		if v == 0 {
+			continue
+		}
+		vals = append(vals, v)
+		labels = append(labels, shortLabel(x.Config))
+	}
+	if len(vals) == 0 {
+		p.Title.Text += ": no rows"
+	} else {
+		bars, err := plotter.NewBarChart(vals, vg.Points(28))
+		if err != nil {
+			return err
+		}
+		bars.Color = plotutil.Color(0)
+		one := plotter.NewFunction(func(float64) float64 { return 1 })
+		one.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+		p.Add(bars, one)
+		p.NominalX(labels...)
+		p.X.Tick.Label.Rotation = math.Pi / 8
+		p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
+		p.Y.Min = 0
+	}
+	return p.Save(14*vg.Inch, 7*vg.Inch, path)
+}
+
+// shortLabel cuts a row's config to a bar label.
+func shortLabel(s string) string {
+	const n = 48
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }

@@ -44,12 +44,22 @@ func TestReportWriteAndChart(t *testing.T) {
 	if st, err := os.Stat(png); err != nil || st.Size() < 1000 {
 		t.Fatalf("chart: %v", err)
 	}
+	ratios := filepath.Join(dir, "ratios.png")
+	if err := r.RatioChart(ratios, "publish"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(ratios); err != nil || st.Size() < 1000 {
+		t.Fatalf("ratio chart: %v", err)
+	}
 }
 
 // TestChartWithoutRows: a report of other workloads (or none) still draws.
 func TestChartWithoutRows(t *testing.T) {
 	r := Report{Machine: ThisMachine(), Rows: []Row{NewRow("gc", "scan", 0, 1, Stats{Ops: 1}, "list", Stats{Ops: 1})}}
 	if err := r.Chart(filepath.Join(t.TempDir(), "c.png"), "publish", "scaling"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RatioChart(filepath.Join(t.TempDir(), "r.png"), "scale"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,8 +5,9 @@
 // baseline measured in the same run, interleaved in rounds: publish vs its
 // physical floor (workloads 1-2), pipelined publishing vs the sequential
 // floor (1b), vs what users write today (3), the authority (4), the reader
-// and the reader service (5), garbage collection (6) and scaling (7). Each workload works in its own throwaway domain and
-// deletes its keys and objects when it ends.
+// and the reader service (5), garbage collection (6), scaling (7), recovery
+// (8), the etcd footprint (9) and many resources (10). Each workload works
+// in its own throwaway domain and deletes its keys and objects when it ends.
 package suite
 
 import (
@@ -56,6 +57,7 @@ const (
 	WorkloadCluster   = "cluster"
 	WorkloadRecovery  = "recovery"
 	WorkloadFootprint = "footprint"
+	WorkloadScale     = "scale"
 )
 
 // workloadInfo describes each workload for the report, in run order.
@@ -114,6 +116,13 @@ var workloadInfo = []bench.Workload{
 			"Bytes per publish: the db growth over the publishes, with the history entries, and after the history entries are deleted as GC's prune does once they are no longer retained (the op records alone, kept 7 days). " +
 			"Baseline: the same records copied, under a domain name of the same length, in the JSON forms fencepub wrote before the compact encoding (an op record then held the whole object and the commit time). " +
 			"Sustained rate: quota / (op-record bytes per publish × 7 days), at the default 2 GiB quota and the 8 GiB etcd recommends at most; higher is better, the other rows lower is better. Needs a dedicated etcd (`fencepub-bench --local`).",
+	},
+	{
+		Name: WorkloadScale, Title: "10. Scale: many resources",
+		About: "Seed: 10k resources (× --scale; quick 200) with 10 versions of 1 KiB each, published through the product by 64 concurrent holders (acquire, 10 publishes, release). " +
+			"gc --all: real passes over every resource (`gc.RunOptions.All`; every object is still in grace, so they delete nothing) vs a bare listing of the keys they read: a paged range (500 keys a page, values included) of every etcd key of the domain while the seeded objects are listed (ListObjects), interleaved; peak RSS of this process during each. " +
+			"Watch: a `reader.Reader` and `Watch` per resource on a second etcd client (as a reader service watching all of them) vs a bare etcd watch per key on the same client: memory per watched resource, and the watch lag (publish applied → update) while 100 of the resources publish at once vs bare puts → bare watches at the same counts. " +
+			"Acquire and publish (1 KiB) across 1024 distinct resources at c=64 vs their floors (workloads 1-2 and 4).",
 	},
 }
 
@@ -290,7 +299,7 @@ func Run(ctx context.Context, env Env, opts Options) (bench.Report, error) {
 	runs := map[string]func(context.Context) error{
 		WorkloadPublish: s.publish, WorkloadPipeline: s.pipeline, WorkloadPeer: s.peer, WorkloadAuthority: s.authorityWorkload,
 		WorkloadReader: s.readerWorkload, WorkloadGC: s.gcWorkload, WorkloadScaling: s.scaling, WorkloadCluster: s.cluster,
-		WorkloadRecovery: s.recovery, WorkloadFootprint: s.footprint,
+		WorkloadRecovery: s.recovery, WorkloadFootprint: s.footprint, WorkloadScale: s.scaleWorkload,
 	}
 	var errs []error
 	for _, info := range workloadInfo {

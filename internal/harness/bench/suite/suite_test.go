@@ -26,7 +26,7 @@ import (
 // operations (none is skipped: wrk must be installed), the report and chart are
 // written, and the suite leaves no objects or etcd keys behind.
 func TestSuiteQuick(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	svc := filepath.Join(t.TempDir(), "reader-service")
 	if out, err := exec.Command("go", "build", "-o", svc, "github.com/fencepub/fencepub/examples/reader-service").CombinedOutput(); err != nil {
@@ -172,7 +172,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 			t.Errorf("%+v: err = %v, %d rows; want %v", c.opts, err, len(rep.Rows), c.want)
 		}
 	}
-	if !slices.Equal(Workloads(), []string{"publish", "pipeline", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery", "footprint"}) {
+	if !slices.Equal(Workloads(), []string{"publish", "pipeline", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery", "footprint", "scale"}) {
 		t.Errorf("Workloads() = %v", Workloads())
 	}
 }
