@@ -134,6 +134,22 @@ func (f *gcFlags) collector(env *cli.Env, m *gc.Metrics) (*gc.Collector, error) 
 
 // openCollector builds a Collector of env's domain: cfg's policy fields
 // (zero: the defaults) with env's clients and authority.
+// openEnvCollector connects (cli.OpenEnv) and builds a Collector with the
+// default policy, for the operator commands that need one; the caller
+// closes the Env.
+func openEnvCollector(cmd *cobra.Command) (*cli.Env, *gc.Collector, error) {
+	env, err := cli.OpenEnv(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	col, err := openCollector(env, gc.Config{})
+	if err != nil {
+		env.Close()
+		return nil, nil, err
+	}
+	return env, col, nil
+}
+
 func openCollector(env *cli.Env, cfg gc.Config) (*gc.Collector, error) {
 	a, err := authority.New(env.AuthorityConfig())
 	if err != nil {

@@ -57,15 +57,11 @@ store did not answer.`,
 		if err := layout.ValidateResource(res, false); err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
-		env, err := cli.OpenEnv(c)
+		env, col, err := openEnvCollector(c)
 		if err != nil {
 			return err
 		}
 		defer env.Close()
-		col, err := openCollector(env, gc.Config{})
-		if err != nil {
-			return err
-		}
 		rel, err := releaseQuarantine(c.Context(), env, col, res, epoch, dry)
 		if err != nil {
 			return err

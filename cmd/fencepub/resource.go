@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 
-	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/spf13/cobra"
 )
@@ -32,15 +31,11 @@ the resource (use --force); 115 etcd did not answer.`,
 	del.Flags().BoolVar(&force, "force", false, "seal even while a lease is live (its holder's publishes become stale)")
 	out := addOutputFlag(del)
 	del.RunE = func(c *cobra.Command, args []string) error {
-		env, err := cli.OpenEnv(c)
+		env, col, err := openEnvCollector(c)
 		if err != nil {
 			return err
 		}
 		defer env.Close()
-		col, err := openCollector(env, gc.Config{})
-		if err != nil {
-			return err
-		}
 		d, err := col.Decommission(c.Context(), args[0], force)
 		if err != nil {
 			return gcExit(err)
