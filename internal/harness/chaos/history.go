@@ -98,9 +98,9 @@ type PublishOp struct {
 	Client   string `json:"client"`
 	Resource string `json:"resource"`
 	Key      string `json:"key"`
-	// Digest is the hex sha256 of the body. Content type and metadata are
-	// the same for every publish of a run, so it stands in for the request
-	// digest: equal digests are equal requests.
+	// Digest is the hex sha256 of the body (what a reader must read back).
+	// The model compares RequestDigest, as op records hold it; a history
+	// written before that field existed falls back to Digest.
 	Digest  string         `json:"digest"`
 	Size    int64          `json:"size"`
 	Owner   string         `json:"owner"`

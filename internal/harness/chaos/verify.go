@@ -716,7 +716,7 @@ func (v *verifier) histories() map[partKey][]Op {
 	for _, p := range v.placed {
 		k := partKey{p.Resource, p.seg}
 		in := Input{
-			Kind: KindPublish, Resource: p.Resource, Key: p.Key, Digest: p.Digest, Version: p.Version,
+			Kind: KindPublish, Resource: p.Resource, Key: p.Key, Digest: cmp.Or(p.RequestDigest, p.Digest), Version: p.Version,
 			Authorized: v.authorized(&p.PublishOp), Strict: p.Strict,
 		}
 		o := Output{Outcome: p.Outcome}
