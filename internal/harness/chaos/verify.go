@@ -486,7 +486,12 @@ func (v *verifier) readers() {
 		case ReadDigest, ReadChanged:
 			v.add(InvReaderBytes, r.Resource, "reader %s: %s", r.Client, r.Err)
 		case ReadMissing:
-			v.add(InvObjectKept, r.Resource, "reader %s at %.3fs: the pointer's object %s is missing: %s", r.Client, float64(r.Return)/1e9, r.Object, r.Err)
+			// The final listing decides whether the object was deleted: one
+			// it found is a store that answered "not found" for an object it
+			// holds (counted in Summary.ReadProblems), not a deletion.
+			if v.h.Objects == 0 || slices.Contains(v.h.Missing, r.Object) {
+				v.add(InvObjectKept, r.Resource, "reader %s at %.3fs: the pointer's object %s is missing: %s", r.Client, float64(r.Return)/1e9, r.Object, r.Err)
+			}
 		case ReadWentBack:
 			if !v.restoredBetween(r.After, r.Return) {
 				v.add(InvReaderMonotonic, r.Resource, "reader %s at %.3fs: %s, and no restore lies between its previous read at %.3fs and this one",

@@ -135,6 +135,16 @@ func TestVerify(t *testing.T) {
 			h.Reads = append(h.Reads, ReadOp{Client: "reader", Resource: "r", Call: 24 * ms, Return: 25 * ms, Version: v(42, 1),
 				Object: "obj42", Problem: ReadMissing, Err: "missing"})
 		}, []string{InvObjectKept}},
+		{"reader found the pointer's object missing, and the final listing did not", func(h *History) {
+			h.Reads = append(h.Reads, ReadOp{Client: "reader", Resource: "r", Call: 24 * ms, Return: 25 * ms, Version: v(42, 1),
+				Object: "obj42", Problem: ReadMissing, Err: "missing"})
+			h.Objects = 3
+		}, nil},
+		{"reader found the pointer's object missing, and so did the final listing", func(h *History) {
+			h.Reads = append(h.Reads, ReadOp{Client: "reader", Resource: "r", Call: 24 * ms, Return: 25 * ms, Version: v(42, 1),
+				Object: "obj42", Problem: ReadMissing, Err: "missing"})
+			h.Objects, h.Missing = 3, []string{"obj42"}
+		}, []string{InvObjectKept}},
 		{"reader went back without a restore", func(h *History) {
 			h.Reads = append(h.Reads, ReadOp{Client: "reader", Resource: "r", Call: 24 * ms, Return: 25 * ms, After: 22 * ms,
 				Problem: ReadWentBack, Err: "went back"})
