@@ -428,7 +428,9 @@ func settle(ctx context.Context, c *publisher.Client, op *PublishOp, by string) 
 			op.Outcome, op.Result, op.Object = Applied, r.Version, r.Object.Key
 		case err == nil && r.Outcome == publisher.Duplicate, errors.Is(err, publisher.ErrConflict):
 			op.Outcome, op.Result, op.Object = Duplicate, r.Version, r.Object.Key
-			if r.Object.SHA256 != op.Digest {
+			// The op record holds the request digest; its object may be
+			// named by key alone (no sha256) once its history entry is gone.
+			if r.Digest != op.RequestDigest {
 				op.Outcome = Conflict
 			}
 		case errors.Is(err, publisher.ErrStale):
