@@ -134,10 +134,12 @@ func TestVerify(t *testing.T) {
 	if _, err := cli.Delete(ctx, ns.SealKey("noseal")); err != nil {
 		t.Fatal(err)
 	}
-	// inflight: an object above the pointer, as a publish in progress leaves.
+	// inflight: an object above the pointer and the seal, as a publish in
+	// progress under the next grant leaves (the publish that wrote the
+	// pointer released its grant, which sealed that grant's term).
 	p = ptr("inflight")
 	next := p.Version
-	next.Seq++
+	next.Fence, next.Seq = next.Fence+1, 1
 	inflightKey := ns.ObjectKey("inflight", next, "0123456789abcdef")
 	if _, err := st.Client.PutObject(ctx, st.Bucket, inflightKey, bytes.NewReader([]byte("x")), 1, minio.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
