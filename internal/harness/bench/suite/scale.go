@@ -117,7 +117,7 @@ func (st *stack) seed(ctx context.Context, res []string, versions int) error {
 // scaleGC compares real GC passes over every resource of the domain
 // (RunOptions.All, as `fencepub gc --all`) with a bare listing of the keys
 // they read: a paged etcd range of the domain's keys and, at the same time,
-// a listing of the seeded resources' objects. Both sides' peak RSS is
+// a listing of the prepared resources' objects. Both sides' peak RSS is
 // measured (measureMemory).
 func (s *runner) scaleGC(ctx context.Context, st *stack, nres int, seeded string) error {
 	coll, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: st.Etcd, Store: st.Store}, Authority: st.auth})
@@ -196,7 +196,7 @@ func (s *runner) scaleGC(ctx context.Context, st *stack, nres int, seeded string
 func maxPeak(a, b memPeak) memPeak { return memPeak{RSS: max(a.RSS, b.RSS), Heap: max(a.Heap, b.Heap)} }
 
 // bareListing reads, at once, every etcd key of the domain in pages of
-// scalePage (values included) and lists the seeded resources' objects. It
+// scalePage (values included) and lists the prepared resources' objects. It
 // returns the key and object counts.
 func (st *stack) bareListing(ctx context.Context) (keys, objects int64, err error) {
 	g, ctx := errgroup.WithContext(ctx)
