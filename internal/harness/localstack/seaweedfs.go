@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -85,6 +86,23 @@ func StartSeaweedFS(ctx context.Context, dir string, opts SeaweedFSOptions) (*Se
 	if err := os.WriteFile(identPath, ident, 0o600); err != nil {
 		return nil, err
 	}
+	// A free port can be taken by another process before weed binds it:
+	// start again on fresh ports when that is why it exited.
+	for attempt := 1; ; attempt++ {
+		s, err := startSeaweedFS(ctx, dir, bin, data, identPath, opts)
+		if err == nil || attempt == portAttempts || !strings.Contains(err.Error(), "address already in use") {
+			return s, err
+		}
+	}
+}
+
+// portAttempts bounds the starts of a server whose free port was taken
+// before it bound it.
+const portAttempts = 3
+
+// startSeaweedFS is one start of StartSeaweedFS on fresh free ports.
+func startSeaweedFS(ctx context.Context, dir, bin, data, identPath string, opts SeaweedFSOptions) (*SeaweedFS, error) {
+	var err error
 	ports := make([]int, 8)
 	for i := range ports {
 		if i == 0 && opts.Port != 0 {
