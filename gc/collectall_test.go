@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,37 +44,58 @@ func (e *env) staleOrphan(res string) (published, orphan string) {
 	return published, e.publish(pa, "a2", publisher.Stale).Attempt.Object.Key
 }
 
-// A pass over many resources collects resourceConcurrency of them at once
-// (every one reaches its snapshot before any lists), keeps the multi-object
-// deletes of all of them within DeleteConcurrency, and collects each
-// exactly as alone: its orphan deleted, its published object kept.
-func TestRunAllCollectsResourcesAtOnce(t *testing.T) {
-	e := newEnv(t)
-	const n = resourceConcurrency + 4
-	published, orphans := make([]string, n), make([]string, n)
-	for i := range n {
-		published[i], orphans[i] = e.staleOrphan(fmt.Sprintf("res-%02d", i))
-	}
-	st := &slowDeletes{Store: e.st}
-	c := e.collector(func(cfg *Config) { cfg.Store, cfg.DeleteBatch, cfg.DeleteConcurrency = st, 1, 2 })
+// countingLists is a store that records the prefix of every listing.
+type countingLists struct {
+	objstore.Store
+	mu       sync.Mutex
+	prefixes []string
+}
+
+func (s *countingLists) List(ctx context.Context, prefix string, opts objstore.ListOptions) iter.Seq2[objstore.ObjectInfo, error] {
+	s.mu.Lock()
+	s.prefixes = append(s.prefixes, prefix)
+	s.mu.Unlock()
+	return s.Store.List(ctx, prefix, opts)
+}
+
+// meeting returns a hook every call of which waits until n calls are in it
+// at once (failing t after 20 s): calls made one after another never meet.
+func meeting(t *testing.T, n int, what string) func(string) {
 	var (
 		mu      sync.Mutex
 		arrived int
 		all     = make(chan struct{})
 	)
-	c.afterState = func(string) {
+	return func(string) {
 		mu.Lock()
-		if arrived++; arrived == resourceConcurrency {
+		if arrived++; arrived == n {
 			close(all)
 		}
 		mu.Unlock()
-		select { // the first resourceConcurrency wait for each other
+		select {
 		case <-all:
 		case <-time.After(20 * time.Second):
-			t.Error("resources are not collected at once: the first ones never met")
+			t.Errorf("%s are not collected at once: the first %d never met", what, n)
 		}
 	}
-	rep := e.run(c)
+}
+
+// A pass over named resources collects resourceConcurrency of them at once
+// (every one reaches its snapshot before any lists), keeps the multi-object
+// deletes of all of them within DeleteConcurrency, and collects each
+// exactly as alone: its orphan deleted, its published object kept.
+func TestRunCollectsResourcesAtOnce(t *testing.T) {
+	e := newEnv(t)
+	const n = resourceConcurrency + 4
+	names, published, orphans := make([]string, n), make([]string, n), make([]string, n)
+	for i := range n {
+		names[i] = fmt.Sprintf("res-%02d", i)
+		published[i], orphans[i] = e.staleOrphan(names[i])
+	}
+	st := &slowDeletes{Store: e.st}
+	c := e.collector(func(cfg *Config) { cfg.Store, cfg.DeleteBatch, cfg.DeleteConcurrency = st, 1, 2 })
+	c.afterState = meeting(t, resourceConcurrency, "resources")
+	rep := e.run(c, names...)
 	if rep.Resources != n || rep.Deleted != n || len(rep.Errors) != 0 {
 		t.Fatalf("pass: %d resources, %d deleted, errors %v; want %d, %d, none", rep.Resources, rep.Deleted, rep.Errors, n, n)
 	}
@@ -87,15 +110,65 @@ func TestRunAllCollectsResourcesAtOnce(t *testing.T) {
 	}
 }
 
-// A pass whose context ends starts no more resources and names the first
-// one it did not start.
+// An All pass lists each window of resources ONCE (one listing of the
+// bucket from the window's first object prefix), collects windows at once,
+// and attributes every object to its own resource although names sort
+// differently from their object prefixes ("a-b/" < "a/"), with keys of a
+// directory outside the pass and the metadata directory in between: each
+// orphan is deleted, each published object and the stray key are kept.
+func TestRunAllListsEachWindowOnce(t *testing.T) {
+	e := newEnv(t)
+	names := []string{"a", "a-b", "a.b", "ab", "b", "b-1", "c", "Z"}
+	published, orphans := map[string]string{}, map[string]string{}
+	for _, res := range names {
+		published[res], orphans[res] = e.staleOrphan(res)
+	}
+	stray := e.NS.ObjectsPrefix("b-0") + "stray" // no pointer: outside the pass
+	e.put(stray, "not ours")
+	var objects int64 // under the resources' own prefixes
+	for _, res := range names {
+		for _, err := range e.st.List(ctxT(t, 10*time.Second), e.NS.ObjectsPrefix(res), objstore.ListOptions{}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			objects++
+		}
+	}
+	st := &countingLists{Store: e.st}
+	c := e.collector(func(cfg *Config) { cfg.Store = st })
+	c.window = 3
+	windows := (len(names) + c.window - 1) / c.window
+	c.afterState = meeting(t, windows, "windows")
+	rep := e.run(c)
+	if rep.Resources != len(names) || rep.Deleted != int64(len(names)) || rep.Scanned != objects || len(rep.Errors) != 0 {
+		t.Fatalf("pass: %d resources, %d scanned, %d deleted, errors %v; want %d, %d, %d, none",
+			rep.Resources, rep.Scanned, rep.Deleted, rep.Errors, len(names), objects, len(names))
+	}
+	for _, res := range names {
+		mustDecide(t, rep, orphans[res], kindUnpublishable, "deleted", "<= pointer")
+		mustDecide(t, rep, published[res], kindPublished, "kept", "")
+		if e.Exists(orphans[res]) || !e.Exists(published[res]) {
+			t.Fatalf("resource %q: orphan left %v, published object kept %v", res, e.Exists(orphans[res]), e.Exists(published[res]))
+		}
+	}
+	if !e.Exists(stray) {
+		t.Fatal("the pass deleted a key of a directory it does not cover")
+	}
+	if len(st.prefixes) != windows || slices.ContainsFunc(st.prefixes, func(p string) bool { return p != e.NS.Root() }) {
+		t.Fatalf("listings %q; want %d, one per window, each of the root %q", st.prefixes, windows, e.NS.Root())
+	}
+}
+
+// A pass whose context ends starts no more windows and names the first
+// resource it did not start.
 func TestRunAllStopsStartingResources(t *testing.T) {
 	e := newEnv(t)
-	const n = 2 * resourceConcurrency
+	c := e.collector(nil)
+	c.window = 2
+	n := c.window * (windowConcurrency + 1)
 	for i := range n {
 		e.staleOrphan(fmt.Sprintf("res-%02d", i))
 	}
-	c := e.collector(nil)
 	ctx, cancel := context.WithCancel(ctxT(t, time.Minute))
 	defer cancel()
 	var mu sync.Mutex
@@ -110,8 +183,8 @@ func TestRunAllStopsStartingResources(t *testing.T) {
 	if !errors.Is(err, ErrIncomplete) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v; want ErrIncomplete and context.Canceled", err)
 	}
-	if len(snapshotted) == 0 || len(snapshotted) > resourceConcurrency {
-		t.Fatalf("%d resources reached their snapshot; want 1 to %d", len(snapshotted), resourceConcurrency)
+	if len(snapshotted) == 0 || len(snapshotted) > c.window*windowConcurrency {
+		t.Fatalf("%d resources reached their snapshot; want 1 to %d", len(snapshotted), c.window*windowConcurrency)
 	}
 	for _, msg := range rep.Errors {
 		var res string

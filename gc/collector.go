@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net/url"
 	"slices"
@@ -107,6 +108,8 @@ type Collector struct {
 	now  func() time.Time
 	// leases serves the domain clock's witness leases.
 	leases leases
+	// window is allWindow; tests make it smaller.
+	window int
 
 	// Test hooks: afterState runs after a resource's snapshot is read and
 	// before its listing starts; beforeSeal runs before an abandon seal
@@ -163,7 +166,7 @@ func New(cfg Config) (*Collector, error) {
 	}
 	return &Collector{
 		cfg: cfg, ns: cfg.Namespace, cli: cfg.Etcd, st: cfg.Store, auth: cfg.Authority,
-		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now, leases: cfg.leases,
+		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now, leases: cfg.leases, window: allWindow,
 	}, nil
 }
 
@@ -224,9 +227,11 @@ type RunOptions struct {
 // every record age is measured on (a dry run only reads it; clock.go,
 // DESIGN.md "Ages come from one clock"), warns when bucket versioning or
 // lifecycle rules are on, lists the bucket's incomplete multipart uploads
-// once, then collects the resources, 8 at once (collect; the order of
-// Report.Decisions and Report.Errors across resources is not fixed). A
-// resource that fails does not stop the others.
+// once, then collects the resources (collectAll: with All, in windows of
+// 64 in object-key order, each window's snapshots then ONE listing of its
+// key range, 4 windows at once; named resources 8 at once, each with its
+// own listing; the order of Report.Decisions and Report.Errors across
+// resources is not fixed). A resource that fails does not stop the others.
 //
 // It blocks until the pass ends or ctx is cancelled (deletions already sent
 // complete or fail on their own; each is safe on its own).
@@ -300,43 +305,67 @@ func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error
 	return nil
 }
 
-// resourceConcurrency is how many resources a pass collects at once. One
-// resource's collection is a chain of dependent round trips (snapshot,
-// history, listing, records), each leaving the servers mostly idle, so a
-// pass over thousands of resources overlaps them; every step is safe beside
-// any other collector's (DESIGN.md invariant 7), the pass's own included.
-const resourceConcurrency = 8
+// How a pass groups resources. A resource's collection is a chain of
+// dependent round trips (snapshot, listing, records), each leaving the
+// servers mostly idle; a pass over thousands of resources batches and
+// overlaps them. Every step is safe beside any other collector's (DESIGN.md
+// invariant 7), the pass's own included.
+const (
+	// resourceConcurrency is how many named resources (RunOptions.Resources)
+	// a pass collects at once, each with its own snapshot and listing.
+	resourceConcurrency = 8
+	// allWindow is how many resources of an All pass share one window: their
+	// snapshots are read in transactions of stateBatch, then ONE listing
+	// covers their objects (they are adjacent in key order).
+	allWindow = 64
+	// windowConcurrency is how many windows an All pass collects at once.
+	windowConcurrency = 4
+)
 
-// collectAll collects resources, resourceConcurrency at once, with at most
+// collectAll collects resources in windows (RunOptions.All: allWindow
+// resources in listing order, windowConcurrency windows at once; named
+// resources: one per window, resourceConcurrency at once), with at most
 // Config.DeleteConcurrency multi-object deletes in flight across all of
-// them, and returns the per-resource errors in resource order. Once ctx
-// ends no resource is started; the first one not started is reported.
+// them, and returns the per-resource errors in window order. Once ctx ends
+// no window is started; the first resource not started is reported.
 func (c *Collector) collectAll(ctx context.Context, resources []string, dep string, clk *clockReading, uploads map[string][]entry, opts RunOptions, rep *Report) []error {
-	errs := make([]error, len(resources))
-	started := make([]bool, len(resources))
+	size, conc := 1, resourceConcurrency
+	if opts.All {
+		size, conc = c.window, windowConcurrency
+		resources = slices.Clone(resources)
+		slices.SortFunc(resources, func(a, b string) int { return strings.Compare(c.ns.ObjectsPrefix(a), c.ns.ObjectsPrefix(b)) })
+	}
+	windows := slices.Collect(slices.Chunk(resources, size))
+	errs := make([][]error, len(windows))
+	started := make([]bool, len(windows))
 	deletes := make(chan struct{}, c.cfg.DeleteConcurrency)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(resourceConcurrency, len(resources)) {
+	for range min(conc, len(windows)) {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(resources) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+			for i := int(next.Add(1) - 1); i < len(windows) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
 				started[i] = true
-				res := resources[i]
-				if err := c.collect(ctx, res, dep, clk, uploads[res], deletes, opts, rep); err != nil {
-					c.log.Warn("gc: resource failed", "resource", res, "err", err)
-					rep.fail(res, err)
-					errs[i] = fmt.Errorf("resource %q: %w", res, err)
-				}
+				errs[i] = c.collectWindow(ctx, windows[i], opts.All, dep, clk, uploads, deletes, opts, rep)
 			}
 		})
 	}
 	wg.Wait()
-	if i := slices.Index(started, false); i >= 0 {
-		err := fmt.Errorf("gc: stopped before %q: %w", resources[i], context.Cause(ctx))
-		rep.fail("", err)
-		errs[i] = err
+	var out []error
+	for i, win := range windows {
+		if !started[i] {
+			err := fmt.Errorf("gc: stopped before %q: %w", win[0], context.Cause(ctx))
+			rep.fail("", err)
+			return append(out, err)
+		}
+		for j, err := range errs[i] {
+			if err != nil {
+				c.log.Warn("gc: resource failed", "resource", win[j], "err", err)
+				rep.fail(win[j], err)
+				out = append(out, fmt.Errorf("resource %q: %w", win[j], err))
+			}
+		}
 	}
-	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
+	return out
 }
 
 // checkOwnership returns etcd's deployment id after checking that the
@@ -516,28 +545,60 @@ func (p *resourcePass) classified(d Decision) {
 	r.mu.Unlock()
 }
 
-// collect runs the pass for one resource: snapshot, listing, deletions,
-// seal-then-delete of abandoned objects, uploads, then etcd records (only
-// when every object step succeeded, so records go after the objects they
-// name). Ages are those of the pass's clock reading clk. Each multi-object
-// delete holds a slot of deletes while in flight.
-func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockReading, uploads []entry, deletes chan struct{}, opts RunOptions, rep *Report) error {
-	s, err := c.readState(ctx, res, clk.cutoff(c.cfg.Policy.Grace+c.cfg.Policy.ClockSkew))
-	if err != nil {
-		return err
+// collectWindow runs the pass for a window of resources: their snapshots,
+// then their listings (shared: one listing of the window's key range, the
+// resources sorted in key order; else one per resource), and, as each
+// resource's listing ends, the rest of its collection in a goroutine of its
+// own (finish). Every snapshot is read before any listing starts (DESIGN.md
+// "Garbage collection"). Ages are those of the pass's clock reading clk.
+// Each multi-object delete holds a slot of deletes while in flight. It
+// returns one error (nil: collected) per resource of win.
+func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool, dep string, clk *clockReading, uploads map[string][]entry, deletes chan struct{}, opts RunOptions, rep *Report) []error {
+	states, errs := c.readStates(ctx, win, clk.cutoff(c.cfg.Policy.Grace+c.cfg.Policy.ClockSkew))
+	for i, s := range states {
+		switch {
+		case errs[i] != nil:
+		case s.Deployment != dep:
+			errs[i] = fmt.Errorf("%w: etcd's deployment changed from %s to %s during the pass", authority.ErrForeignDeployment, dep, s.Deployment)
+		case !opts.All && s.Generation == 0 && !s.HasPointer && !s.HasSeal:
+			rep.warn(fmt.Sprintf("resource %q was never granted in domain %q (no generation, pointer or seal): a typo?", s.Resource, c.ns.Domain))
+		}
+		if errs[i] == nil && c.afterState != nil {
+			c.afterState(s.Resource)
+		}
 	}
-	if s.Deployment != dep {
-		return fmt.Errorf("%w: etcd's deployment changed from %s to %s during the pass", authority.ErrForeignDeployment, dep, s.Deployment)
+	var window *windowListing
+	if shared {
+		window = c.listWindow(ctx, win)
+		defer window.stop()
 	}
-	if c.afterState != nil {
-		c.afterState(res)
+	var wg sync.WaitGroup
+	for i, s := range states {
+		if errs[i] != nil {
+			continue
+		}
+		prefix := c.ns.ObjectsPrefix(s.Resource)
+		var objs iter.Seq2[objstore.ObjectInfo, error]
+		if shared {
+			objs = window.objects(prefix)
+		} else {
+			objs = c.st.List(ctx, prefix, objstore.ListOptions{})
+		}
+		p := &resourcePass{c: c, s: s, rep: rep, opts: opts, now: c.now()}
+		del := c.newDeleter(ctx, opts.DryRun, p, deletes)
+		abandoned, listErr := p.list(ctx, del, objs)
+		wg.Go(func() { errs[i] = p.finish(ctx, abandoned, listErr, del, uploads[s.Resource], clk) })
 	}
-	if !opts.All && s.Generation == 0 && !s.HasPointer && !s.HasSeal {
-		rep.warn(fmt.Sprintf("resource %q was never granted in domain %q (no generation, pointer or seal): a typo?", res, c.ns.Domain))
-	}
-	p := &resourcePass{c: c, s: s, rep: rep, opts: opts, now: c.now()}
-	del := c.newDeleter(ctx, opts.DryRun, p, deletes)
-	abandoned, listErr := p.list(ctx, del)
+	wg.Wait()
+	return errs
+}
+
+// finish completes a resource's collection once its listing ended:
+// seal-then-delete of abandoned objects, the deletions queued on del,
+// uploads, then etcd records (only when every object step succeeded, so
+// records go after the objects they name).
+func (p *resourcePass) finish(ctx context.Context, abandoned []Decision, listErr error, del *deleter, uploads []entry, clk *clockReading) error {
+	c, s, opts := p.c, p.s, p.opts
 	if listErr == nil {
 		if err := p.abandon(ctx, abandoned, del); err != nil {
 			listErr = err
@@ -556,31 +617,89 @@ func (c *Collector) collect(ctx context.Context, res, dep string, clk *clockRead
 		return fmt.Errorf("gc: %d deletions failed; etcd records are pruned on a later pass", p.failed)
 	}
 	counts, err := c.pruneRecords(ctx, s, clk, opts.DryRun)
-	rep.mu.Lock()
-	rep.Records.History += counts.History
-	rep.Records.Ops += counts.Ops
-	rep.Records.Requests += counts.Requests
-	rep.Records.Grants += counts.Grants
-	rep.mu.Unlock()
+	p.rep.mu.Lock()
+	p.rep.Records.History += counts.History
+	p.rep.Records.Ops += counts.Ops
+	p.rep.Records.Requests += counts.Requests
+	p.rep.Records.Grants += counts.Grants
+	p.rep.mu.Unlock()
 	if c.m != nil && !opts.DryRun {
 		c.m.recordsDeleted(counts)
 	}
 	return err
 }
 
-// list streams the listing under the resource's prefix, classifies each
+// windowListing is ONE listing of the bucket from the first to the last
+// object prefix of a window of resources (sorted by prefix), handed out
+// resource by resource (objects): every object prefix is a contiguous run of
+// keys, so a resource's objects are the run at its prefix. Keys of other
+// prefixes in between (a resource outside the pass, the metadata directory)
+// are skipped. It is used from one goroutine.
+type windowListing struct {
+	next func() (objstore.ObjectInfo, error, bool)
+	stop func()
+	end  string // the key range end of the window's last prefix
+
+	head    objstore.ObjectInfo // the next key, not yet handed out
+	headErr error
+	done    bool // no more keys (head is unset)
+}
+
+// listWindow starts the listing of win, sorted by object prefix.
+func (c *Collector) listWindow(ctx context.Context, win []string) *windowListing {
+	first := c.ns.ObjectsPrefix(win[0])
+	l := &windowListing{end: clientv3.GetPrefixRangeEnd(c.ns.ObjectsPrefix(win[len(win)-1]))}
+	// Every key of first's prefix sorts after first without its '/'.
+	l.next, l.stop = iter.Pull2(c.st.List(ctx, c.ns.Root(), objstore.ListOptions{StartAfter: strings.TrimSuffix(first, "/")}))
+	l.advance()
+	return l
+}
+
+// advance reads the next key into head.
+func (l *windowListing) advance() {
+	var ok bool
+	if l.head, l.headErr, ok = l.next(); !ok || (l.headErr == nil && l.head.Key >= l.end) {
+		l.done = true
+		l.stop()
+	}
+}
+
+// objects yields the window's objects under prefix, which must come after
+// the prefixes already handed out. A listing error is yielded to this and
+// every later prefix.
+func (l *windowListing) objects(prefix string) iter.Seq2[objstore.ObjectInfo, error] {
+	return func(yield func(objstore.ObjectInfo, error) bool) {
+		for !l.done {
+			if l.headErr != nil {
+				yield(objstore.ObjectInfo{}, l.headErr)
+				return
+			}
+			obj := l.head
+			in := strings.HasPrefix(obj.Key, prefix)
+			if !in && obj.Key > prefix {
+				return // past prefix's run: the next prefix's
+			}
+			l.advance()
+			if in && !yield(obj, nil) {
+				return
+			}
+		}
+	}
+}
+
+// list streams objs, the listing of the resource's prefix, classifies each
 // key, queues the unpublishable ones for deletion and returns the abandoned
 // candidates that lie below every kept in-flight object (an abandoned
 // candidate above one is kept: raising the seal over it would also seal the
 // kept one).
-func (p *resourcePass) list(ctx context.Context, del *deleter) ([]Decision, error) {
+func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[objstore.ObjectInfo, error]) ([]Decision, error) {
 	c, s := p.c, p.s
 	var (
 		candidates []Decision
 		minKept    *layout.Version // lowest kept in-flight version of the current epoch
 		listErr    error
 	)
-	for obj, err := range c.st.List(ctx, c.ns.ObjectsPrefix(s.Resource), objstore.ListOptions{}) {
+	for obj, err := range objs {
 		if err != nil {
 			listErr = storeErr(ctx, "list "+c.ns.ObjectsPrefix(s.Resource), err)
 			break

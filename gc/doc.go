@@ -18,9 +18,13 @@
 //   - Every deletion is justified by durable, monotonic state (pointer, seal
 //     and epoch only rise), so several collectors may run at once; the
 //     Daemon's lease only saves duplicate work. A key missing from a listing
-//     never causes a deletion. For the same reason one pass collects 8
-//     resources at once (each still snapshot first, then listing), with at
-//     most Config.DeleteConcurrency multi-object deletes in flight in all.
+//     never causes a deletion. For the same reason one pass collects many
+//     resources at once, each still snapshot first, then listing: an All
+//     pass goes by windows of 64 resources in object-key order (4 at once),
+//     reading their snapshots in transactions of 12 and then listing the
+//     window's key range ONCE; named resources go 8 at once, each with its
+//     own listing. At most Config.DeleteConcurrency multi-object deletes are
+//     in flight in all.
 //   - Ages come from one domain clock kept in etcd (DESIGN.md "Ages come from
 //     one clock"): a publisher's clock never shortens a record's life.
 //   - Nothing is deleted under a prefix whose ownership marker names another

@@ -83,54 +83,98 @@ func (c *Collector) scanFrom(ctx context.Context, prefix string, first *page, re
 	}
 }
 
-// readState reads what GC needs about res at ONE etcd revision: one
-// transaction reads the epoch, deployment, pointer, seal, generation, holder,
-// restored-pointer records and epoch records, and the first page of the
-// history, op, grant and request records (kept for pruneRecords), and the
-// rest of the history is then read page by page at that transaction's
+// stateBatch is how many resources one snapshot transaction reads: 3
+// shared operations and 9 per resource, under etcd's default limit of 128
+// operations per transaction (--max-txn-ops).
+const stateBatch = 12
+
+// readStates reads what GC needs about each of resources, each at ONE etcd
+// revision: one transaction per stateBatch resources reads the epoch,
+// deployment and epoch records, and each resource's pointer, seal,
+// generation, holder, restored-pointer records and the first page of its
+// history, op, grant and request records (kept for pruneRecords); the rest
+// of a long history is then read page by page at that transaction's
 // revision (DESIGN.md "Garbage collection": "Read epoch, pointer, seal and
-// history at one etcd revision"). graceCutoff is the domain clock's revision for Grace +
-// ClockSkew: a history entry superseded before it, or a decommission seal
-// written before it, is past the reader grace (0: nothing is).
+// history at one etcd revision"). graceCutoff is the domain clock's
+// revision for Grace + ClockSkew: a history entry superseded before it, or a
+// decommission seal written before it, is past the reader grace (0:
+// nothing is). The transactions of a call are sent one after another.
 //
-// Errors: fencepub.ErrNotInitialized, fencepub.ErrCorruptState (epoch, generation, pointer,
-// seal or a history entry does not decode), fencepub.ErrUnavailable, ctx's error.
-func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64) (*state, error) {
+// It returns one state or one error per resource, in the order of
+// resources. Errors: fencepub.ErrNotInitialized, fencepub.ErrCorruptState
+// (epoch, generation, pointer, seal or a history entry does not decode),
+// fencepub.ErrUnavailable, ctx's error.
+func (c *Collector) readStates(ctx context.Context, resources []string, graceCutoff int64) ([]*state, []error) {
+	states, errs := make([]*state, len(resources)), make([]error, len(resources))
+	for lo := 0; lo < len(resources); lo += stateBatch {
+		hi := min(lo+stateBatch, len(resources))
+		batch, err := c.readBatch(ctx, resources[lo:hi])
+		for i, res := range resources[lo:hi] {
+			if err == nil {
+				states[lo+i], errs[lo+i] = c.decodeState(ctx, res, batch, 3+9*i, graceCutoff)
+			} else {
+				errs[lo+i] = err
+			}
+		}
+	}
+	return states, errs
+}
+
+// readBatch sends the snapshot transaction of resources (at most
+// stateBatch): the epoch, deployment and epoch records, then 9 reads per
+// resource, in decodeState's order.
+func (c *Collector) readBatch(ctx context.Context, resources []string) (*clientv3.TxnResponse, error) {
 	ns := c.ns
-	var resp *clientv3.TxnResponse
-	err := c.call(ctx, "read state of "+res, func(ctx context.Context) (err error) {
-		resp, err = c.cli.Txn(ctx).Then(
-			clientv3.OpGet(ns.EpochKey()),
-			clientv3.OpGet(ns.DeploymentKey()),
+	ops := []clientv3.Op{
+		clientv3.OpGet(ns.EpochKey()),
+		clientv3.OpGet(ns.DeploymentKey()),
+		clientv3.OpGet(ns.EpochRecordsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	}
+	for _, res := range resources {
+		ops = append(ops,
 			clientv3.OpGet(ns.PointerKey(res)),
 			clientv3.OpGet(ns.SealKey(res)),
 			clientv3.OpGet(ns.GenerationKey(res)),
 			clientv3.OpGet(ns.HolderKey(res)),
 			clientv3.OpGet(ns.RestoredPrefix(res), clientv3.WithPrefix()),
-			clientv3.OpGet(ns.EpochRecordsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 			clientv3.OpGet(ns.HistoryPrefix(res), clientv3.WithPrefix(), clientv3.WithLimit(scanPage)),
 			clientv3.OpGet(ns.OpsPrefix(res), clientv3.WithPrefix(), clientv3.WithLimit(scanPage)),
 			clientv3.OpGet(ns.GrantsPrefix(res), clientv3.WithPrefix(), clientv3.WithLimit(scanPage)),
 			clientv3.OpGet(ns.RequestsPrefix(res), clientv3.WithPrefix(), clientv3.WithLimit(scanPage)),
-		).Commit()
+		)
+	}
+	var resp *clientv3.TxnResponse
+	what := "read state of " + resources[0]
+	if len(resources) > 1 {
+		what = fmt.Sprintf("read state of %d resources from %s", len(resources), resources[0])
+	}
+	err := c.call(ctx, what, func(ctx context.Context) (err error) {
+		resp, err = c.cli.Txn(ctx).Then(ops...).Commit()
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
+	return resp, err
+}
+
+// decodeState decodes res's state from a snapshot transaction whose reads
+// of res start at index at (readBatch), then reads the rest of its history
+// at the transaction's revision.
+func (c *Collector) decodeState(ctx context.Context, res string, resp *clientv3.TxnResponse, at int, graceCutoff int64) (*state, error) {
+	ns := c.ns
+	rr := func(i int) *etcdserverpb.ResponseOp { return resp.Responses[i] }
 	kv := func(i int) *mvccKV {
-		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+		if kvs := rr(i).GetResponseRange().Kvs; len(kvs) > 0 {
 			return kvs[0]
 		}
 		return nil
 	}
 	s := &state{NS: ns, Resource: res, Revision: resp.Header.Revision, Policy: c.cfg.Policy,
-		historyPage: pageOf(resp.Responses[8]), opsPage: pageOf(resp.Responses[9]),
-		grantsPage: pageOf(resp.Responses[10]), requestsPage: pageOf(resp.Responses[11])}
+		historyPage: pageOf(rr(at + 5)), opsPage: pageOf(rr(at + 6)),
+		grantsPage: pageOf(rr(at + 7)), requestsPage: pageOf(rr(at + 8))}
 	e := kv(0)
 	if e == nil {
 		return nil, fmt.Errorf("%w: no epoch key under %s", fencepub.ErrNotInitialized, ns.Root())
 	}
+	var err error
 	if s.Epoch, err = layout.DecodeNumber(string(e.Value)); err != nil {
 		return nil, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
 	}
@@ -138,24 +182,25 @@ func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64
 	if d := kv(1); d != nil {
 		s.Deployment = string(d.Value)
 	}
-	if p := kv(2); p != nil {
+	s.Issued = decodeIssued(ns.EpochRecordsPrefix(), rr(2).GetResponseRange().Kvs)
+	if p := kv(at); p != nil {
 		if s.Pointer, err = layout.DecodePointer(p.Value); err != nil {
 			return nil, fmt.Errorf("%w: pointer of %q: %w", fencepub.ErrCorruptState, res, err)
 		}
 		s.HasPointer, s.pointerMod = true, p.ModRevision
 	}
-	if sl := kv(3); sl != nil {
+	if sl := kv(at + 1); sl != nil {
 		if s.Seal, err = layout.DecodeSeal(sl.Value); err != nil {
 			return nil, fmt.Errorf("%w: seal of %q: %w", fencepub.ErrCorruptState, res, err)
 		}
 		s.HasSeal, s.sealMod = true, sl.ModRevision
 	}
-	if g := kv(4); g != nil {
+	if g := kv(at + 2); g != nil {
 		if s.Generation, err = layout.DecodeNumber(string(g.Value)); err != nil {
 			return nil, fmt.Errorf("%w: generation of %q: %w", fencepub.ErrCorruptState, res, err)
 		}
 	}
-	if h := kv(5); h != nil {
+	if h := kv(at + 3); h != nil {
 		// The holder's value is the authority's Grant as JSON; its
 		// CreateRevision is the grant's HolderRevision.
 		var g authority.Grant
@@ -166,8 +211,7 @@ func (c *Collector) readState(ctx context.Context, res string, graceCutoff int64
 			s.Holder = &g
 		}
 	}
-	s.Restored, s.RestoredBad, s.RestoredUnreadable = decodeRestored(ns.RestoredPrefix(res), resp.Responses[6].GetResponseRange().Kvs)
-	s.Issued = decodeIssued(ns.EpochRecordsPrefix(), resp.Responses[7].GetResponseRange().Kvs)
+	s.Restored, s.RestoredBad, s.RestoredUnreadable = decodeRestored(ns.RestoredPrefix(res), rr(at+4).GetResponseRange().Kvs)
 	s.Decommissioned = s.HasSeal && s.Seal.Reason == sealReasonDecommissioned && s.Pointer.Version.Less(s.Seal.Version) &&
 		s.sealMod < graceCutoff
 	ret := newRetention(s.Policy, graceCutoff)
