@@ -72,7 +72,8 @@ func newBenchCmd() *cobra.Command {
 		Use:   "fencepub-bench",
 		Short: "Measure fencepub side by side with its baselines on real etcd and MinIO",
 		Long: `fencepub-bench runs fencepub's benchmark suite and writes latest.json, latest.md,
-latest.png (and scale.png when the scale workload ran) to --out
+latest.png (and pipeline.png, footprint.png, scale.png when those workloads
+ran) to --out
 (default ./` + defaultBenchOut + `, created if missing; make bench writes the
 committed bench/results). Every number is a ratio to a baseline
 measured in the same run on the same servers: the physical floor of a
@@ -238,16 +239,23 @@ func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
 		return errors.Join(runErr, err)
 	}
 	written := []string{filepath.Join(o.out, "latest.json"), filepath.Join(o.out, "latest.md"), filepath.Join(o.out, "latest.png")}
-	if slices.ContainsFunc(rep.Rows, func(r bench.Row) bool { return r.Workload == suite.WorkloadFootprint && r.Skipped == "" }) {
-		path := filepath.Join(o.out, "footprint.png")
-		if err := rep.BytesChart(path, suite.WorkloadFootprint, "compact", "JSON forms before"); err != nil {
-			return errors.Join(runErr, err)
-		}
-		written = append(written, path)
+	// A workload's chart is drawn whenever it measured a row.
+	charts := []struct {
+		workload, file string
+		draw           func(path string) error
+	}{
+		{suite.WorkloadPipeline, "pipeline.png", func(p string) error { return rep.RatioChart(p, suite.WorkloadPipeline) }},
+		{suite.WorkloadFootprint, "footprint.png", func(p string) error {
+			return rep.BytesChart(p, suite.WorkloadFootprint, "compact", "JSON forms before")
+		}},
+		{suite.WorkloadScale, "scale.png", func(p string) error { return rep.RatioChart(p, suite.WorkloadScale) }},
 	}
-	if slices.ContainsFunc(rep.Rows, func(r bench.Row) bool { return r.Workload == suite.WorkloadScale }) {
-		path := filepath.Join(o.out, "scale.png")
-		if err := rep.RatioChart(path, suite.WorkloadScale); err != nil {
+	for _, ch := range charts {
+		if !slices.ContainsFunc(rep.Rows, func(r bench.Row) bool { return r.Workload == ch.workload && r.Skipped == "" }) {
+			continue
+		}
+		path := filepath.Join(o.out, ch.file)
+		if err := ch.draw(path); err != nil {
 			return errors.Join(runErr, err)
 		}
 		written = append(written, path)

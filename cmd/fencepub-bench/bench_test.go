@@ -56,7 +56,7 @@ func TestBenchCLI(t *testing.T) {
 	defer cancel()
 	conn, e, m := testenv.CLIStack(t, "benchcli")
 	dir := t.TempDir()
-	out, errs, code := benchCLI(t, ctx, append([]string{"--quick", "--workloads", "authority,gc", "--gc-objects", "200", "--out", dir}, conn...)...)
+	out, errs, code := benchCLI(t, ctx, append([]string{"--quick", "--workloads", "authority,gc,pipeline", "--gc-objects", "200", "--out", dir}, conn...)...)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errs)
 	}
@@ -86,9 +86,14 @@ func TestBenchCLI(t *testing.T) {
 	if !seen["authority"] || !seen["gc"] || seen["publish"] || !strings.HasPrefix(rep.Servers, "configured: etcd ") {
 		t.Errorf("report: workloads %v, servers %q", seen, rep.Servers)
 	}
-	for _, f := range []string{"latest.md", "latest.png"} {
+	for _, f := range []string{"latest.md", "latest.png", "pipeline.png"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
+		}
+	}
+	for _, f := range []string{"footprint.png", "scale.png"} { // their workloads did not run
+		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: %v; want no such file", f, err)
 		}
 	}
 	// Interrupted (the context ends as the first workload starts, as on
@@ -106,7 +111,7 @@ func TestBenchCLI(t *testing.T) {
 			icancel()
 		}
 	}}
-	out, code = benchCLIStderr(t, ictx, ierr, append([]string{"--quick", "--workloads", "authority,gc", "--gc-objects", "200", "--out", dir}, conn...)...)
+	out, code = benchCLIStderr(t, ictx, ierr, append([]string{"--quick", "--workloads", "authority,gc,pipeline", "--gc-objects", "200", "--out", dir}, conn...)...)
 	icancel()
 	if code != exitcode.Interrupted || out != "" || !strings.Contains(ierr.String(), "no report written") {
 		t.Errorf("interrupted: exit %d, want %d\nstdout: %s\nstderr: %s", code, exitcode.Interrupted, out, ierr)

@@ -163,26 +163,19 @@ func (r *compactReader) fail(format string, args ...any) {
 	}
 }
 
-func (r *compactReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	n, k := binary.Uvarint(r.b)
-	if k <= 0 {
-		r.fail("bad uvarint")
-		return 0
-	}
-	r.b = r.b[k:]
-	return n
-}
+func (r *compactReader) uvarint() uint64 { return readNumber(r, "uvarint", binary.Uvarint) }
 
-func (r *compactReader) varint() int64 {
+func (r *compactReader) varint() int64 { return readNumber(r, "varint", binary.Varint) }
+
+// readNumber reads one number of r with decode (binary.Uvarint or
+// binary.Varint); what names its encoding in the error.
+func readNumber[T uint64 | int64](r *compactReader, what string, decode func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	n, k := binary.Varint(r.b)
+	n, k := decode(r.b)
 	if k <= 0 {
-		r.fail("bad varint")
+		r.fail("bad %s", what)
 		return 0
 	}
 	r.b = r.b[k:]

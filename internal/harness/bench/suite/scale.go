@@ -238,7 +238,7 @@ type watchSide func(ctx context.Context) ([]*arrivals, func(), error)
 // Reader per resource, on a second etcd client, as a reader service would)
 // against bare etcd watches of as many keys. Per round and side it starts
 // every watch and measures the heap and RSS they added; then
-// scalePublishers resources publish concurrently (bare: as many bare puts)
+// scalePublishers resources publish concurrently (bare: as many floor PUTs, each followed by a bare put)
 // and each update's lag is recorded. Sides alternate in slowRounds rounds.
 func (s *runner) scaleWatch(ctx context.Context, st *stack, res []string) error {
 	rcli, closeCli, err := s.otherEtcd()
@@ -318,6 +318,12 @@ func (s *runner) scaleWatch(ctx context.Context, st *stack, res []string) error 
 	}
 	bareLag := func(ctx context.Context, w int, arr *arrivals) (time.Duration, error) {
 		seqs[w]++ // worker w alone touches its key
+		// The object half of the floor's publish first, so the servers and
+		// this process carry the load the fencepub side's publishes put on
+		// them while the watches deliver.
+		if _, err := st.FloorPut(ctx, pubRes[w], seqs[w], b); err != nil {
+			return 0, err
+		}
 		if _, err := st.Etcd.Put(ctx, bareKeys[pubIdx[w]], strconv.FormatUint(seqs[w], 10)); err != nil {
 			return 0, err
 		}
@@ -389,8 +395,8 @@ func (s *runner) scaleWatch(ctx context.Context, st *stack, res []string) error 
 	mem("Go heap", fp.heap, bw.heap)
 	mem("RSS", fp.rss, bw.rss)
 	lag := bench.NewRow(WorkloadScale, fmt.Sprintf("watch lag: %d watched, %d publishing at once, 1 KiB", len(res), npub), 1<<10, npub,
-		fp.lags.Stats(), "bare put → bare watch, same counts", bw.lags.Stats())
-	s.add(lag.WithTarget("p99 < 20 ms", func(x bench.Row) bool { return x.Subject.P99 < 20*time.Millisecond }).
+		fp.lags.Stats(), "floor PUT + bare put → bare watch, same counts", bw.lags.Stats())
+	s.add(lag.WithTarget("p99 <= 2x the bare watch's", func(x bench.Row) bool { return x.Subject.P99 <= 2*x.Base.P99 }).
 		WithNote(fmt.Sprintf("%d rounds; per round and side %d updates per publishing resource after one warm-up; an update that arrived before the write returned counts as 0; starting every watch took %.2f s (bare %.2f s) per round",
 			rounds, per, fp.setup.Seconds()/float64(rounds), bw.setup.Seconds()/float64(rounds))))
 	return nil

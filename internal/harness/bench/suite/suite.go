@@ -121,7 +121,7 @@ var workloadInfo = []bench.Workload{
 		Name: WorkloadScale, Title: "10. Scale: many resources",
 		About: "Seed: 10k resources (× --scale; quick 200) with 10 versions of 1 KiB each, published through the product by 64 concurrent holders (acquire, 10 publishes, release). " +
 			"gc --all: real passes over every resource (`gc.RunOptions.All`; every object is still in grace, so they delete nothing) vs a bare listing of the keys they read: a paged range (500 keys a page, values included) of every etcd key of the domain while the prepared objects are listed (ListObjects), interleaved; peak RSS of this process during each. " +
-			"Watch: a `reader.Reader` and `Watch` per resource on a second etcd client (as a reader service watching all of them) vs a bare etcd watch per key on the same client: memory per watched resource, and the watch lag (publish applied → update) while 100 of the resources publish at once vs bare puts → bare watches at the same counts. " +
+			"Watch: a `reader.Reader` and `Watch` per resource on a second etcd client (as a reader service watching all of them) vs a bare etcd watch per key on the same client: memory per watched resource, and the watch lag (publish applied → update) while 100 of the resources publish at once vs a floor PUT of 1 KiB and a bare put → bare watches at the same counts (so both sides carry the same store load). " +
 			"Acquire and publish (1 KiB) across 1024 distinct resources at c=64 vs their floors (workloads 1-2 and 4).",
 	},
 }
