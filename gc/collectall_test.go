@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
 )
@@ -111,7 +113,8 @@ func TestRunCollectsResourcesAtOnce(t *testing.T) {
 }
 
 // An All pass lists each window of resources ONCE (one listing of the
-// bucket from the window's first object prefix), collects windows at once,
+// bucket from the window's first object prefix; no window spans the
+// metadata directory), collects windows at once,
 // and attributes every object to its own resource although names sort
 // differently from their object prefixes ("a-b/" < "a/"), with keys of a
 // directory outside the pass and the metadata directory in between: each
@@ -137,7 +140,9 @@ func TestRunAllListsEachWindowOnce(t *testing.T) {
 	st := &countingLists{Store: e.st}
 	c := e.collector(func(cfg *Config) { cfg.Store = st })
 	c.window = 3
-	windows := (len(names) + c.window - 1) / c.window
+	// "Z/" sorts before the metadata directory "_fencepub/", which ends a
+	// window: [Z], then the 7 others in windows of 3.
+	windows := 1 + (len(names)-1+c.window-1)/c.window
 	c.afterState = meeting(t, windows, "windows")
 	rep := e.run(c)
 	if rep.Resources != len(names) || rep.Deleted != int64(len(names)) || rep.Scanned != objects || len(rep.Errors) != 0 {
@@ -196,4 +201,158 @@ func TestRunAllStopsStartingResources(t *testing.T) {
 		}
 	}
 	t.Fatalf("report errors %q name no resource the pass stopped before", rep.Errors)
+}
+
+// listFailsAfter is a store whose listings fail after n keys.
+type listFailsAfter struct {
+	objstore.Store
+	n int
+}
+
+func (s listFailsAfter) List(ctx context.Context, prefix string, opts objstore.ListOptions) iter.Seq2[objstore.ObjectInfo, error] {
+	return func(yield func(objstore.ObjectInfo, error) bool) {
+		i := 0
+		for o, err := range s.Store.List(ctx, prefix, opts) {
+			if err == nil && i == s.n {
+				yield(objstore.ObjectInfo{}, fmt.Errorf("%w: injected", objstore.ErrUnavailable))
+				return
+			}
+			i++
+			if !yield(o, err) {
+				return
+			}
+		}
+	}
+}
+
+// windowOf3 leaves a stale orphan on each of "a", "a-b" and "a.b" (object
+// prefixes in key order: "a-b/" < "a.b/" < "a/") and returns the orphans
+// and a collector whose windows hold all three.
+func windowOf3(e *env, mod func(*Config)) (map[string]string, *Collector) {
+	orphans := map[string]string{}
+	for _, res := range []string{"a", "a-b", "a.b"} {
+		_, orphans[res] = e.staleOrphan(res)
+	}
+	c := e.collector(mod)
+	c.window = 3
+	return orphans, c
+}
+
+// A window whose middle resource's snapshot fails (its pointer does not
+// decode) collects the others and keeps every object of the failed one:
+// its keys are skipped, never handed to a neighbour.
+func TestRunAllWindowSnapshotFails(t *testing.T) {
+	e := newEnv(t)
+	orphans, c := windowOf3(e, nil)
+	if _, err := e.Etcd.Put(ctxT(t, 10*time.Second), e.NS.PointerKey("a.b"), "not a pointer"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true, Verbose: true})
+	if !errors.Is(err, fencepub.ErrCorruptState) || len(rep.Errors) != 1 || !strings.HasPrefix(rep.Errors[0], "a.b: ") {
+		t.Fatalf("err %v, report errors %q; want ErrCorruptState for a.b alone", err, rep.Errors)
+	}
+	for res, orphan := range orphans {
+		if e.Exists(orphan) != (res == "a.b") {
+			t.Fatalf("orphan of %q left: %v; want only a.b's left", res, e.Exists(orphan))
+		}
+	}
+	for _, d := range rep.Decisions {
+		if strings.HasPrefix(d.Key, e.NS.ObjectsPrefix("a.b")) {
+			t.Fatalf("a key of the failed resource was classified: %+v", d)
+		}
+	}
+}
+
+// A window's listing that fails partway fails the resource it was listing
+// and every later one of the window, whose objects all stay, and collects
+// the ones before it.
+func TestRunAllWindowListingFails(t *testing.T) {
+	e := newEnv(t)
+	var first int // the keys of "a-b", the window's first resource
+	for _, res := range []string{"a", "a-b", "a.b"} {
+		e.staleOrphan(res)
+	}
+	for _, err := range e.st.List(ctxT(t, 10*time.Second), e.NS.ObjectsPrefix("a-b"), objstore.ListOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		first++
+	}
+	// Fail after a-b's keys and the first of a.b's.
+	c := e.collector(func(cfg *Config) { cfg.Store = listFailsAfter{Store: e.st, n: first + 1} })
+	c.window = 3
+	var orphans []string
+	for _, res := range []string{"a", "a-b", "a.b"} {
+		for o, err := range e.st.List(ctxT(t, 10*time.Second), e.NS.ObjectsPrefix(res), objstore.ListOptions{}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			orphans = append(orphans, o.Key)
+		}
+	}
+	rep, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true, Verbose: true})
+	if !errors.Is(err, objstore.ErrUnavailable) && !errors.Is(err, fencepub.ErrUnavailable) {
+		t.Fatalf("err %v; want the listing's", err)
+	}
+	failed := map[string]bool{}
+	for _, msg := range rep.Errors {
+		res, _, _ := strings.Cut(msg, ": ")
+		failed[res] = true
+	}
+	if len(failed) != 2 || !failed["a.b"] || !failed["a"] {
+		t.Fatalf("report errors %q; want a.b and a failed, a-b collected", rep.Errors)
+	}
+	if rep.Deleted != 1 || rep.SealRaises != 0 {
+		t.Fatalf("%d deleted, %d seal raises; want 1 (a-b's orphan), 0", rep.Deleted, rep.SealRaises)
+	}
+	left := 0
+	for _, k := range orphans {
+		if e.Exists(k) {
+			left++
+		}
+	}
+	if left != len(orphans)-1 {
+		t.Fatalf("%d of %d objects left; want all but a-b's orphan", left, len(orphans))
+	}
+}
+
+// swapsKeys is a store whose listings swap their first two keys.
+type swapsKeys struct{ objstore.Store }
+
+func (s swapsKeys) List(ctx context.Context, prefix string, opts objstore.ListOptions) iter.Seq2[objstore.ObjectInfo, error] {
+	return func(yield func(objstore.ObjectInfo, error) bool) {
+		var held *objstore.ObjectInfo
+		for o, err := range s.Store.List(ctx, prefix, opts) {
+			switch {
+			case err != nil:
+				yield(o, err)
+				return
+			case held == nil:
+				held = &o
+				continue
+			}
+			if !yield(o, nil) {
+				return
+			}
+			if held != nil && held.Key != "" {
+				if !yield(*held, nil) {
+					return
+				}
+				held.Key = "" // yielded
+			}
+		}
+	}
+}
+
+// A window's listing out of key order is an error for the resource being
+// listed and the later ones, never a silent skip: none of them raises an
+// abandon seal (an unpublishable key already handed out may be deleted; that
+// needs no listing order).
+func TestRunAllWindowListingOutOfOrder(t *testing.T) {
+	e := newEnv(t)
+	_, c := windowOf3(e, func(cfg *Config) { cfg.Store = swapsKeys{Store: e.st} })
+	rep, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true})
+	if err == nil || !strings.Contains(err.Error(), "out of key order") || len(rep.Errors) != 3 || rep.SealRaises != 0 {
+		t.Fatalf("err %v, %d seal raises; want an out-of-order error for each resource and no seal raised", err, rep.SealRaises)
+	}
 }

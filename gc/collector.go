@@ -322,41 +322,41 @@ const (
 	windowConcurrency = 4
 )
 
-// collectAll collects resources in windows (RunOptions.All: allWindow
-// resources in listing order, windowConcurrency windows at once; named
-// resources: one per window, resourceConcurrency at once), with at most
+// collectAll collects resources in windows (RunOptions.All: up to
+// allWindow resources adjacent in object-key order, never spanning the
+// metadata directory, windowConcurrency windows at once; named resources:
+// one per window, resourceConcurrency at once), with at most
+// resourceConcurrency resources finishing (finish) and
 // Config.DeleteConcurrency multi-object deletes in flight across all of
 // them, and returns the per-resource errors in window order. Once ctx ends
-// no window is started; the first resource not started is reported.
+// no window is started; the first resource not started is reported once.
 func (c *Collector) collectAll(ctx context.Context, resources []string, dep string, clk *clockReading, uploads map[string][]entry, opts RunOptions, rep *Report) []error {
-	size, conc := 1, resourceConcurrency
+	windows := c.windows(resources, opts.All)
+	conc := resourceConcurrency
 	if opts.All {
-		size, conc = c.window, windowConcurrency
-		resources = slices.Clone(resources)
-		slices.SortFunc(resources, func(a, b string) int { return strings.Compare(c.ns.ObjectsPrefix(a), c.ns.ObjectsPrefix(b)) })
+		conc = windowConcurrency
 	}
-	windows := slices.Collect(slices.Chunk(resources, size))
 	errs := make([][]error, len(windows))
 	started := make([]bool, len(windows))
-	deletes := make(chan struct{}, c.cfg.DeleteConcurrency)
+	lim := passLimits{deletes: make(chan struct{}, c.cfg.DeleteConcurrency), finishing: make(chan struct{}, resourceConcurrency)}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range min(conc, len(windows)) {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(windows) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
 				started[i] = true
-				errs[i] = c.collectWindow(ctx, windows[i], opts.All, dep, clk, uploads, deletes, opts, rep)
+				errs[i] = c.collectWindow(ctx, windows[i], opts.All, dep, clk, uploads, lim, opts, rep)
 			}
 		})
 	}
 	wg.Wait()
 	var out []error
+	if i := slices.Index(started, false); i >= 0 {
+		err := fmt.Errorf("gc: stopped before %q: %w", windows[i][0], context.Cause(ctx))
+		rep.fail("", err)
+		out = append(out, err)
+	}
 	for i, win := range windows {
-		if !started[i] {
-			err := fmt.Errorf("gc: stopped before %q: %w", win[0], context.Cause(ctx))
-			rep.fail("", err)
-			return append(out, err)
-		}
 		for j, err := range errs[i] {
 			if err != nil {
 				c.log.Warn("gc: resource failed", "resource", win[j], "err", err)
@@ -366,6 +366,31 @@ func (c *Collector) collectAll(ctx context.Context, resources []string, dep stri
 		}
 	}
 	return out
+}
+
+// windows groups resources into a pass's windows: with all, sorted by object
+// prefix, in runs of c.window, a run ending where the prefixes pass the
+// metadata directory (whose keys a window's listing would otherwise read);
+// else one resource each.
+func (c *Collector) windows(resources []string, all bool) [][]string {
+	if !all {
+		return slices.Collect(slices.Chunk(resources, 1))
+	}
+	sorted := slices.Clone(resources)
+	slices.SortFunc(sorted, func(a, b string) int { return strings.Compare(c.ns.ObjectsPrefix(a), c.ns.ObjectsPrefix(b)) })
+	meta := c.ns.MetaPrefix()
+	split, _ := slices.BinarySearchFunc(sorted, meta, func(r, meta string) int { return strings.Compare(c.ns.ObjectsPrefix(r), meta) })
+	var out [][]string
+	for _, part := range [][]string{sorted[:split], sorted[split:]} {
+		out = slices.AppendSeq(out, slices.Chunk(part, c.window))
+	}
+	return out
+}
+
+// passLimits are the slots a pass's resources share: deletes bounds the
+// multi-object deletes in flight, finishing the resources in finish.
+type passLimits struct {
+	deletes, finishing chan struct{}
 }
 
 // checkOwnership returns etcd's deployment id after checking that the
@@ -549,11 +574,12 @@ func (p *resourcePass) classified(d Decision) {
 // then their listings (shared: one listing of the window's key range, the
 // resources sorted in key order; else one per resource), and, as each
 // resource's listing ends, the rest of its collection in a goroutine of its
-// own (finish). Every snapshot is read before any listing starts (DESIGN.md
-// "Garbage collection"). Ages are those of the pass's clock reading clk.
-// Each multi-object delete holds a slot of deletes while in flight. It
-// returns one error (nil: collected) per resource of win.
-func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool, dep string, clk *clockReading, uploads map[string][]entry, deletes chan struct{}, opts RunOptions, rep *Report) []error {
+// own (finish, holding a slot of lim.finishing). Every snapshot is read
+// before any listing starts (DESIGN.md "Garbage collection"). Ages are
+// those of the pass's clock reading clk. Each multi-object delete holds a
+// slot of lim.deletes while in flight. It returns one error (nil:
+// collected) per resource of win.
+func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool, dep string, clk *clockReading, uploads map[string][]entry, lim passLimits, opts RunOptions, rep *Report) []error {
 	states, errs := c.readStates(ctx, win, clk.cutoff(c.cfg.Policy.Grace+c.cfg.Policy.ClockSkew))
 	for i, s := range states {
 		switch {
@@ -568,7 +594,7 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 		}
 	}
 	var window *windowListing
-	if shared {
+	if shared && slices.Contains(errs, nil) {
 		window = c.listWindow(ctx, win)
 		defer window.stop()
 	}
@@ -585,9 +611,13 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 			objs = c.st.List(ctx, prefix, objstore.ListOptions{})
 		}
 		p := &resourcePass{c: c, s: s, rep: rep, opts: opts, now: c.now()}
-		del := c.newDeleter(ctx, opts.DryRun, p, deletes)
+		del := c.newDeleter(ctx, opts.DryRun, p, lim.deletes)
 		abandoned, listErr := p.list(ctx, del, objs)
-		wg.Go(func() { errs[i] = p.finish(ctx, abandoned, listErr, del, uploads[s.Resource], clk) })
+		wg.Go(func() {
+			lim.finishing <- struct{}{}
+			defer func() { <-lim.finishing }()
+			errs[i] = p.finish(ctx, abandoned, listErr, del, uploads[s.Resource], clk)
+		})
 	}
 	wg.Wait()
 	return errs
@@ -631,10 +661,12 @@ func (p *resourcePass) finish(ctx context.Context, abandoned []Decision, listErr
 
 // windowListing is ONE listing of the bucket from the first to the last
 // object prefix of a window of resources (sorted by prefix), handed out
-// resource by resource (objects): every object prefix is a contiguous run of
-// keys, so a resource's objects are the run at its prefix. Keys of other
-// prefixes in between (a resource outside the pass, the metadata directory)
-// are skipped. It is used from one goroutine.
+// resource by resource (objects): the store lists keys in byte order, so
+// every object prefix is a contiguous run of keys, and a resource's objects
+// are the run at its prefix. Keys of other prefixes in between (a resource
+// outside the pass) are skipped. A key out of order is an error, not a
+// skip: a missed in-flight object could let an abandon seal cover it. It is
+// used from one goroutine.
 type windowListing struct {
 	next func() (objstore.ObjectInfo, error, bool)
 	stop func()
@@ -642,7 +674,8 @@ type windowListing struct {
 
 	head    objstore.ObjectInfo // the next key, not yet handed out
 	headErr error
-	done    bool // no more keys (head is unset)
+	done    bool   // no more keys (head is unset)
+	last    string // the key before head
 }
 
 // listWindow starts the listing of win, sorted by object prefix.
@@ -657,9 +690,15 @@ func (c *Collector) listWindow(ctx context.Context, win []string) *windowListing
 
 // advance reads the next key into head.
 func (l *windowListing) advance() {
+	l.last = l.head.Key
 	var ok bool
-	if l.head, l.headErr, ok = l.next(); !ok || (l.headErr == nil && l.head.Key >= l.end) {
+	l.head, l.headErr, ok = l.next()
+	switch {
+	case !ok || (l.headErr == nil && l.head.Key >= l.end):
 		l.done = true
+		l.stop()
+	case l.headErr == nil && l.last != "" && l.head.Key <= l.last:
+		l.headErr = fmt.Errorf("%w: the store listed %q after %q, out of key order", objstore.ErrUnavailable, l.head.Key, l.last)
 		l.stop()
 	}
 }
