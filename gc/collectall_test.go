@@ -128,15 +128,7 @@ func TestRunAllListsEachWindowOnce(t *testing.T) {
 	}
 	stray := e.NS.ObjectsPrefix("b-0") + "stray" // no pointer: outside the pass
 	e.put(stray, "not ours")
-	var objects int64 // under the resources' own prefixes
-	for _, res := range names {
-		for _, err := range e.st.List(ctxT(t, 10*time.Second), e.NS.ObjectsPrefix(res), objstore.ListOptions{}) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			objects++
-		}
-	}
+	objects := int64(len(e.objectKeys(names...))) // under the resources' own prefixes
 	st := &countingLists{Store: e.st}
 	c := e.collector(func(cfg *Config) { cfg.Store = st })
 	c.window = 3
@@ -268,28 +260,12 @@ func TestRunAllWindowSnapshotFails(t *testing.T) {
 // the ones before it.
 func TestRunAllWindowListingFails(t *testing.T) {
 	e := newEnv(t)
-	var first int // the keys of "a-b", the window's first resource
-	for _, res := range []string{"a", "a-b", "a.b"} {
-		e.staleOrphan(res)
-	}
-	for _, err := range e.st.List(ctxT(t, 10*time.Second), e.NS.ObjectsPrefix("a-b"), objstore.ListOptions{}) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		first++
-	}
-	// Fail after a-b's keys and the first of a.b's.
-	c := e.collector(func(cfg *Config) { cfg.Store = listFailsAfter{Store: e.st, n: first + 1} })
-	c.window = 3
-	var orphans []string
-	for _, res := range []string{"a", "a-b", "a.b"} {
-		for o, err := range e.st.List(ctxT(t, 10*time.Second), e.NS.ObjectsPrefix(res), objstore.ListOptions{}) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			orphans = append(orphans, o.Key)
-		}
-	}
+	_, c := windowOf3(e, func(cfg *Config) {
+		// Fail after the keys of "a-b", the window's first resource, and
+		// the first of a.b's.
+		cfg.Store = listFailsAfter{Store: e.st, n: len(e.objectKeys("a-b")) + 1}
+	})
+	orphans := e.objectKeys("a", "a-b", "a.b")
 	rep, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true, Verbose: true})
 	if !errors.Is(err, objstore.ErrUnavailable) && !errors.Is(err, fencepub.ErrUnavailable) {
 		t.Fatalf("err %v; want the listing's", err)
@@ -355,4 +331,19 @@ func TestRunAllWindowListingOutOfOrder(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "out of key order") || len(rep.Errors) != 3 || rep.SealRaises != 0 {
 		t.Fatalf("err %v, %d seal raises; want an out-of-order error for each resource and no seal raised", err, rep.SealRaises)
 	}
+}
+
+// objectKeys lists the object keys under the resources' prefixes.
+func (e *env) objectKeys(resources ...string) []string {
+	e.t.Helper()
+	var keys []string
+	for _, res := range resources {
+		for o, err := range e.st.List(ctxT(e.t, 10*time.Second), e.NS.ObjectsPrefix(res), objstore.ListOptions{}) {
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			keys = append(keys, o.Key)
+		}
+	}
+	return keys
 }

@@ -109,15 +109,46 @@ func (c *Collector) readStates(ctx context.Context, resources []string, graceCut
 	for lo := 0; lo < len(resources); lo += stateBatch {
 		hi := min(lo+stateBatch, len(resources))
 		batch, err := c.readBatch(ctx, resources[lo:hi])
+		var domain *state
+		if err == nil {
+			domain, err = c.decodeDomain(batch)
+		}
 		for i, res := range resources[lo:hi] {
 			if err == nil {
-				states[lo+i], errs[lo+i] = c.decodeState(ctx, res, batch, 3+9*i, graceCutoff)
+				states[lo+i], errs[lo+i] = c.decodeState(ctx, res, domain, batch, 3+9*i, graceCutoff)
 			} else {
 				errs[lo+i] = err
 			}
 		}
 	}
 	return states, errs
+}
+
+// firstKV returns the first key a transaction's range answered, or nil.
+func firstKV(r *etcdserverpb.ResponseOp) *mvccKV {
+	if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
+}
+
+// decodeDomain decodes the shared reads of a snapshot transaction
+// (readBatch): the epoch and its ModRevision, the deployment id and the
+// issued epochs, into a state with no resource.
+func (c *Collector) decodeDomain(resp *clientv3.TxnResponse) (*state, error) {
+	e := firstKV(resp.Responses[0])
+	if e == nil {
+		return nil, fmt.Errorf("%w: no epoch key under %s", fencepub.ErrNotInitialized, c.ns.Root())
+	}
+	epoch, err := layout.DecodeNumber(string(e.Value))
+	if err != nil {
+		return nil, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
+	}
+	s := &state{Epoch: epoch, epochMod: e.ModRevision, Issued: decodeIssued(c.ns.EpochRecordsPrefix(), resp.Responses[2].GetResponseRange().Kvs)}
+	if d := firstKV(resp.Responses[1]); d != nil {
+		s.Deployment = string(d.Value)
+	}
+	return s, nil
 }
 
 // readBatch sends the snapshot transaction of resources (at most
@@ -157,32 +188,17 @@ func (c *Collector) readBatch(ctx context.Context, resources []string) (*clientv
 
 // decodeState decodes res's state from a snapshot transaction whose reads
 // of res start at index at (readBatch), then reads the rest of its history
-// at the transaction's revision.
-func (c *Collector) decodeState(ctx context.Context, res string, resp *clientv3.TxnResponse, at int, graceCutoff int64) (*state, error) {
+// at the transaction's revision. domain holds the batch's shared reads
+// (decodeDomain); its Issued map is shared, read only.
+func (c *Collector) decodeState(ctx context.Context, res string, domain *state, resp *clientv3.TxnResponse, at int, graceCutoff int64) (*state, error) {
 	ns := c.ns
 	rr := func(i int) *etcdserverpb.ResponseOp { return resp.Responses[i] }
-	kv := func(i int) *mvccKV {
-		if kvs := rr(i).GetResponseRange().Kvs; len(kvs) > 0 {
-			return kvs[0]
-		}
-		return nil
-	}
+	kv := func(i int) *mvccKV { return firstKV(rr(i)) }
 	s := &state{NS: ns, Resource: res, Revision: resp.Header.Revision, Policy: c.cfg.Policy,
+		Epoch: domain.Epoch, epochMod: domain.epochMod, Deployment: domain.Deployment, Issued: domain.Issued,
 		historyPage: pageOf(rr(at + 5)), opsPage: pageOf(rr(at + 6)),
 		grantsPage: pageOf(rr(at + 7)), requestsPage: pageOf(rr(at + 8))}
-	e := kv(0)
-	if e == nil {
-		return nil, fmt.Errorf("%w: no epoch key under %s", fencepub.ErrNotInitialized, ns.Root())
-	}
 	var err error
-	if s.Epoch, err = layout.DecodeNumber(string(e.Value)); err != nil {
-		return nil, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
-	}
-	s.epochMod = e.ModRevision
-	if d := kv(1); d != nil {
-		s.Deployment = string(d.Value)
-	}
-	s.Issued = decodeIssued(ns.EpochRecordsPrefix(), rr(2).GetResponseRange().Kvs)
 	if p := kv(at); p != nil {
 		if s.Pointer, err = layout.DecodePointer(p.Value); err != nil {
 			return nil, fmt.Errorf("%w: pointer of %q: %w", fencepub.ErrCorruptState, res, err)
