@@ -197,7 +197,10 @@ func (s *runner) watchLag(ctx context.Context, st *stack, rcli *clientv3.Client)
 	return nil
 }
 
-// openOps is the operation count and concurrency of an Open row.
+// openOps is the operation count and concurrency of an Open row. Large
+// objects still get enough operations for several interleaved rounds
+// (rounds needs 2*conc per round): with one round a burst of load lands on
+// one side only.
 func (s *runner) openOps(size int) (ops, conc int) {
 	switch {
 	case size <= 64<<10:
@@ -205,7 +208,7 @@ func (s *runner) openOps(size int) (ops, conc int) {
 	case size <= 4<<20:
 		return s.n(160, 32), 16
 	default:
-		return s.n(8, 4), 4
+		return s.n(48, 4), 4
 	}
 }
 
