@@ -96,8 +96,8 @@ FENCEPUB_* environment, config file) in a throwaway domain
 the domain on stderr when it starts. While it runs it writes about 145k
 small objects (130k of them in the GC workload: 1.3 x --gc-objects),
 another 100k of 1 KiB in the scale workload (10k resources x 10 versions,
-x --scale) and up to a few GiB of large ones. The default run takes about
-30 minutes on 2 cores; --quick runs in a few minutes (numbers not
+x --scale) and up to a few GiB of large ones. The default run takes 20
+to 30 minutes on 2 cores; --quick runs in a few minutes (numbers not
 meaningful). An interrupted run
 (Ctrl-C) writes no report.
 
