@@ -100,6 +100,15 @@ func StartSeaweedFS(ctx context.Context, dir string, opts SeaweedFSOptions) (*Se
 // before it bound it.
 const portAttempts = 3
 
+// masterNoGrowthFreeze turns off the master's freeze of volume growth when
+// a volume server reports another cluster's topology id (its guard against
+// master state loss). Servers started here are throwaway ones on recycled
+// loopback ports: a volume server of another test's SeaweedFS, still
+// retrying its killed master's port, can reach this master and would freeze
+// its growth for good, so that no write succeeds (CI once met a master
+// frozen this way at its first start).
+const masterNoGrowthFreeze = "WEED_MASTER_VOLUME_GROWTH_FREEZE_ON_TOPOLOGY_MISMATCH=false"
+
 // startSeaweedFS is one start of StartSeaweedFS on fresh free ports.
 func startSeaweedFS(ctx context.Context, dir, bin, data, identPath string, opts SeaweedFSOptions) (*SeaweedFS, error) {
 	var err error
@@ -114,7 +123,8 @@ func startSeaweedFS(ctx context.Context, dir, bin, data, identPath string, opts 
 		}
 	}
 	p := func(i int) string { return strconv.Itoa(ports[i]) }
-	s := &SeaweedFS{Dir: dir, Process: &Process{Name: "seaweedfs", LogPath: filepath.Join(dir, "weed.log"), bin: bin, detached: opts.Detached}}
+	s := &SeaweedFS{Dir: dir, Process: &Process{Name: "seaweedfs", LogPath: filepath.Join(dir, "weed.log"), bin: bin, detached: opts.Detached,
+		env: []string{masterNoGrowthFreeze}}}
 	s.args = []string{"server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir=" + data,
 		"-s3", "-s3.port=" + p(0), "-s3.port.grpc=" + p(1), "-s3.config=" + identPath,
 		"-master.port=" + p(2), "-master.port.grpc=" + p(3),
