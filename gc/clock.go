@@ -135,12 +135,12 @@ func (c *Collector) readClock(ctx context.Context) (*clockState, error) {
 		return nil, err
 	}
 	st := &clockState{rev: resp.Header.Revision}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+	if head := firstKV(resp.Responses[0]); head != nil {
 		var h clockHead
-		if err := json.Unmarshal(kvs[0].Value, &h); err != nil || h.T <= 0 {
-			return nil, fmt.Errorf("%w: clock head %s %.80q does not decode", fencepub.ErrCorruptState, c.ns.ClockHeadKey(), kvs[0].Value)
+		if err := json.Unmarshal(head.Value, &h); err != nil || h.T <= 0 {
+			return nil, fmt.Errorf("%w: clock head %s %.80q does not decode", fencepub.ErrCorruptState, c.ns.ClockHeadKey(), head.Value)
 		}
-		st.head, st.headMod = &h, kvs[0].ModRevision
+		st.head, st.headMod = &h, head.ModRevision
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		var p checkpoint

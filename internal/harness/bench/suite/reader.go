@@ -199,8 +199,8 @@ func (s *runner) watchLag(ctx context.Context, st *stack, rcli *clientv3.Client)
 
 // openOps is the operation count and concurrency of an Open row. Large
 // objects still get enough operations for several interleaved rounds
-// (rounds needs 2*conc per round): with one round a burst of load lands on
-// one side only.
+// (rounds needs 2*conc per round): with one round the sides run one after
+// the other, not interleaved.
 func (s *runner) openOps(size int) (ops, conc int) {
 	switch {
 	case size <= 64<<10:
