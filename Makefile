@@ -45,7 +45,7 @@ build:
 
 ## demo: the main job end to end on real etcd and MinIO (internal/harness/demo)
 demo: deps build
-	$(GO) run ./internal/demo/cmd --bin $(BIN)
+	$(GO) run ./internal/harness/demo/cmd --bin $(BIN)
 
 ## wrk: install wrk (Debian package), which drives the reader-service
 ## benchmark rows, with apt-get (as root, else through sudo) unless it is in PATH.
