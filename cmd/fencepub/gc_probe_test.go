@@ -15,9 +15,9 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -58,8 +58,8 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 	cm, pod := m.configMaps[0], m.deployments[0].Spec.Template.Spec
 	c := pod.Containers[0]
 
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	mi := testenv.StartMinIO(t, localstack.MinIOOptions{})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{})
+	mi := testenv.StartMinIO(t, devstack.MinIOOptions{})
 	secret := map[string]string{"s3-access-key": mi.Config.AccessKey, "s3-secret-key": mi.Config.SecretKey}
 
 	// The ConfigMap, mounted where the pod mounts it.
@@ -98,7 +98,7 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 	}
 	freeAddr := func() string {
 		t.Helper()
-		port, err := localstack.FreePort()
+		port, err := devstack.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := localstack.NewEtcdClient(e.Endpoints())
+	cli, err := devstack.NewEtcdClient(e.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/minio/madmin-go/v3"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -30,7 +30,7 @@ const (
 // the admin API, attached to examples/policies/<policy>.json only, with the
 // example's bucket and domain root replaced by m's bucket and root. It
 // returns the user's keys.
-func policyUser(t *testing.T, m *localstack.MinIO, root, name, policy string) (string, string) {
+func policyUser(t *testing.T, m *devstack.MinIO, root, name, policy string) (string, string) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "policies", policy+".json"))
 	if err != nil {
@@ -53,7 +53,7 @@ func policyUser(t *testing.T, m *localstack.MinIO, root, name, policy string) (s
 }
 
 // minioAdmin is a MinIO admin API client of m with its root keys.
-func minioAdmin(t *testing.T, m *localstack.MinIO) *madmin.AdminClient {
+func minioAdmin(t *testing.T, m *devstack.MinIO) *madmin.AdminClient {
 	t.Helper()
 	host, secure, err := m.Config.HostSecure()
 	if err != nil {
@@ -68,7 +68,7 @@ func minioAdmin(t *testing.T, m *localstack.MinIO) *madmin.AdminClient {
 
 // minioUser creates the MinIO user name with secret, attached to policy
 // only (a policy created before, or a built-in one such as readwrite).
-func minioUser(t *testing.T, m *localstack.MinIO, name, secret, policy string) {
+func minioUser(t *testing.T, m *devstack.MinIO, name, secret, policy string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -83,7 +83,7 @@ func minioUser(t *testing.T, m *localstack.MinIO, name, secret, policy string) {
 
 // assumeRole returns temporary keys of the MinIO user (STS AssumeRole
 // through minio-go), with a session token.
-func assumeRole(t *testing.T, m *localstack.MinIO, user, secret string) credentials.Value {
+func assumeRole(t *testing.T, m *devstack.MinIO, user, secret string) credentials.Value {
 	t.Helper()
 	host, _, err := m.Config.HostSecure()
 	if err != nil {
@@ -104,7 +104,7 @@ func assumeRole(t *testing.T, m *localstack.MinIO, user, secret string) credenti
 }
 
 // s3As returns a minio-go client of m's endpoint with the given keys.
-func s3As(t *testing.T, m *localstack.MinIO, access, secret string) *minio.Client {
+func s3As(t *testing.T, m *devstack.MinIO, access, secret string) *minio.Client {
 	t.Helper()
 	host, secure, err := m.Config.HostSecure()
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 )
 
 // repoRoot is the checkout holding this package (cmd/fencepub).
@@ -48,11 +48,11 @@ var releasePlatforms = []struct{ os, arch string }{
 func TestReleaseSnapshot(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
-	bin, err := localstack.BinDir()
+	bin, err := devstack.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := localstack.Binary("goreleaser"); err != nil {
+	if _, err := devstack.Binary("goreleaser"); err != nil {
 		t.Fatalf("%v (build it with `make goreleaser`; `make test` does)", err)
 	}
 	cfg, err := os.ReadFile(filepath.Join(root, ".goreleaser.yaml"))

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // TestSTSCredentials gets temporary keys from MinIO's STS (AssumeRole for a

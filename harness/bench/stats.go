@@ -9,7 +9,7 @@
 //
 // It imports no fencepub package but layout and objstore, so every
 // package's own benchmarks can use it; the suite of `fencepub-bench` lives
-// in internal/bench/suite.
+// in harness/bench/suite.
 package bench
 
 import (

@@ -11,35 +11,35 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
 	"github.com/fencepub/fencepub/internal/wait"
 )
 
 // Cluster is the servers a run injects faults into: a 3-member etcd cluster
 // and either a 4-node distributed MinIO (MinIO) or one SeaweedFS with its
 // volume server as a process of its own (SeaweedFS; MinIO nil), each member
-// and node a separate process (internal/harness/localstack).
+// and node a separate process (internal/devstack).
 type Cluster struct {
-	Etcd      *localstack.Etcd
-	MinIO     *localstack.MinIO
-	SeaweedFS *localstack.SeaweedFS
+	Etcd      *devstack.Etcd
+	MinIO     *devstack.MinIO
+	SeaweedFS *devstack.SeaweedFS
 
 	mu sync.Mutex // serialises faults that stop or restart servers
 }
 
 // Topology is the servers a chaos run starts: the multi-node topology
-// (localstack.MultiNode: 3 etcd members, 4 MinIO nodes of 2 drives each).
+// (devstack.MultiNode: 3 etcd members, 4 MinIO nodes of 2 drives each).
 // The clients' proxies reach MinIO through its first node; the node faults
 // hit the three others.
-var Topology = localstack.MultiNode()
+var Topology = devstack.MultiNode()
 
 // StartCluster starts the servers of Topology under dir
-// (localstack.StartCluster) and blocks until they answer.
-// Errors: localstack's (a missing binary: run `make deps`).
+// (devstack.StartCluster) and blocks until they answer.
+// Errors: devstack's (a missing binary: run `make deps`).
 func StartCluster(ctx context.Context, dir string) (*Cluster, error) {
-	c, err := localstack.StartCluster(ctx, dir, Topology)
+	c, err := devstack.StartCluster(ctx, dir, Topology)
 	if err != nil {
 		return nil, err
 	}
@@ -50,13 +50,13 @@ func StartCluster(ctx context.Context, dir string) (*Cluster, error) {
 // SeaweedFS with a separate volume server under dir/seaweedfs (the
 // topology of a run on SeaweedFS: SeaweedFSFaults), and blocks until they
 // answer. On error nothing it started is left running. Errors:
-// localstack's (a missing binary: run `make deps`).
+// devstack's (a missing binary: run `make deps`).
 func StartSeaweedFSCluster(ctx context.Context, dir string) (*Cluster, error) {
-	e, err := localstack.StartEtcd(ctx, filepath.Join(dir, "etcd"), Topology.Etcd)
+	e, err := devstack.StartEtcd(ctx, filepath.Join(dir, "etcd"), Topology.Etcd)
 	if err != nil {
 		return nil, err
 	}
-	s, err := localstack.StartSeaweedFS(ctx, filepath.Join(dir, "seaweedfs"), localstack.SeaweedFSOptions{SeparateVolume: true})
+	s, err := devstack.StartSeaweedFS(ctx, filepath.Join(dir, "seaweedfs"), devstack.SeaweedFSOptions{SeparateVolume: true})
 	if err != nil {
 		e.Stop()
 		return nil, err
@@ -64,12 +64,12 @@ func StartSeaweedFSCluster(ctx context.Context, dir string) (*Cluster, error) {
 	return &Cluster{Etcd: e, SeaweedFS: s}, nil
 }
 
-// storeKind returns the object store's kind (localstack.StoreKinds).
+// storeKind returns the object store's kind (devstack.StoreKinds).
 func (c *Cluster) storeKind() string {
 	if c.SeaweedFS != nil {
-		return localstack.StoreSeaweedFS
+		return devstack.StoreSeaweedFS
 	}
-	return localstack.StoreMinIO
+	return devstack.StoreMinIO
 }
 
 // s3Config reaches the object store's bucket directly (no proxy).
@@ -358,7 +358,7 @@ func (c *Cluster) injectServer(ctx context.Context, f Fault, proxies []*proxySet
 // minioNode returns the MinIO node a node fault of target hits: one of the
 // nodes after the first, through which the clients' proxies reach the store
 // (the one node of a single-node MinIO).
-func (c *Cluster) minioNode(target int) *localstack.MinIONode {
+func (c *Cluster) minioNode(target int) *devstack.MinIONode {
 	if len(c.MinIO.Nodes) == 1 {
 		return c.MinIO.Nodes[0]
 	}
@@ -366,7 +366,7 @@ func (c *Cluster) minioNode(target int) *localstack.MinIONode {
 }
 
 // pause stops p (SIGSTOP) for hold, then continues it.
-func pause(ctx context.Context, p *localstack.Process, hold time.Duration) error {
+func pause(ctx context.Context, p *devstack.Process, hold time.Duration) error {
 	if err := p.Pause(); err != nil {
 		return err
 	}
@@ -374,7 +374,7 @@ func pause(ctx context.Context, p *localstack.Process, hold time.Duration) error
 	return p.Resume()
 }
 
-// clusterToken is the --initial-cluster-token localstack starts clusters
+// clusterToken is the --initial-cluster-token devstack starts clusters
 // with (EtcdOptions' default); a restored member must carry it.
 const clusterToken = "fencepub-local"
 
@@ -398,7 +398,7 @@ func (c *Cluster) saveSnapshot(ctx context.Context, target int, path string) (st
 // handed out before and watchers re-sync instead of waiting), and starts
 // the members again on their old URLs, waiting until they answer.
 func (c *Cluster) restore(ctx context.Context, path string) error {
-	bin, err := localstack.Binary("etcdutl")
+	bin, err := devstack.Binary("etcdutl")
 	if err != nil {
 		return err
 	}
@@ -406,7 +406,7 @@ func (c *Cluster) restore(ctx context.Context, path string) error {
 	for _, m := range c.Etcd.Members {
 		initial = append(initial, m.Name+"="+m.PeerURL)
 	}
-	return c.rebuild(ctx, 0, func(m *localstack.EtcdMember) error {
+	return c.rebuild(ctx, 0, func(m *devstack.EtcdMember) error {
 		if err := os.RemoveAll(m.DataDir); err != nil {
 			return err
 		}
@@ -429,13 +429,13 @@ func (c *Cluster) restore(ctx context.Context, path string) error {
 // URLs (they bootstrap a new cluster with the same membership and token),
 // waiting until they answer. Revisions start again from 1.
 func (c *Cluster) replace(ctx context.Context, hold time.Duration) error {
-	return c.rebuild(ctx, hold, func(m *localstack.EtcdMember) error { return os.RemoveAll(m.DataDir) })
+	return c.rebuild(ctx, hold, func(m *devstack.EtcdMember) error { return os.RemoveAll(m.DataDir) })
 }
 
 // rebuild kills every member, runs prepare on each (which writes its new
 // data directory), waits hold and starts the members again, waiting until
 // they answer.
-func (c *Cluster) rebuild(ctx context.Context, hold time.Duration, prepare func(*localstack.EtcdMember) error) error {
+func (c *Cluster) rebuild(ctx context.Context, hold time.Duration, prepare func(*devstack.EtcdMember) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range c.Etcd.Members {

@@ -5,11 +5,11 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 )
 
 // FaultKind names a kind of injected fault, injected against real processes
-// (internal/chaos/README.md lists them).
+// (harness/chaos/README.md lists them).
 type FaultKind string
 
 // Fault kinds. Worker faults hit a worker process; the others hit the
@@ -113,10 +113,10 @@ func SeaweedFSFaults() []FaultKind {
 }
 
 // ServerFaultsOf returns the server-track kinds of a run on the object
-// store of the given kind (localstack.StoreKinds): SeaweedFSFaults for
+// store of the given kind (devstack.StoreKinds): SeaweedFSFaults for
 // SeaweedFS, ServerFaults for MinIO (and for "").
 func ServerFaultsOf(store string) []FaultKind {
-	if store == localstack.StoreSeaweedFS {
+	if store == devstack.StoreSeaweedFS {
 		return SeaweedFSFaults()
 	}
 	return ServerFaults()
@@ -163,7 +163,7 @@ func (f Fault) String() string {
 type Schedule struct {
 	Seed     int64         `json:"seed"`
 	Duration time.Duration `json:"duration"`
-	// Store is the object store's kind (localstack.StoreKinds; empty:
+	// Store is the object store's kind (devstack.StoreKinds; empty:
 	// MinIO), which selects the server track's kinds (ServerFaultsOf).
 	Store string `json:"store,omitempty"`
 	// Workers is the number of worker processes the plan targets.
@@ -183,7 +183,7 @@ func Plan(seed int64, d time.Duration, workers int, ttl time.Duration) Schedule 
 }
 
 // PlanOn is Plan for a run on the object store of the given kind
-// (localstack.StoreKinds, "" for MinIO): the server track cycles through
+// (devstack.StoreKinds, "" for MinIO): the server track cycles through
 // ServerFaultsOf(store), and the schedule records the store.
 func PlanOn(store string, seed int64, d time.Duration, workers int, ttl time.Duration) Schedule {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))

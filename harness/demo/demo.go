@@ -31,7 +31,7 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/reader"
@@ -173,7 +173,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 }
 
 func (r *run) main(ctx context.Context) error {
-	// The servers come from BinDir for this run only (localstack reads
+	// The servers come from BinDir for this run only (devstack reads
 	// FENCEPUB_BIN_DIR); children never see it (childEnv).
 	prev, had := os.LookupEnv("FENCEPUB_BIN_DIR")
 	if err := os.Setenv("FENCEPUB_BIN_DIR", r.o.BinDir); err != nil {
@@ -187,17 +187,17 @@ func (r *run) main(ctx context.Context) error {
 		}
 	}()
 	for _, b := range []string{"batch-publisher", "reader-service"} {
-		if _, err := localstack.Binary(b); err != nil {
+		if _, err := devstack.Binary(b); err != nil {
 			return fmt.Errorf("%w (make demo builds it)", err)
 		}
 	}
 	r.say("== 0. starting real etcd and MinIO on loopback in %s", r.dir)
-	e, err := localstack.StartEtcd(ctx, filepath.Join(r.dir, "etcd"), localstack.EtcdOptions{})
+	e, err := devstack.StartEtcd(ctx, filepath.Join(r.dir, "etcd"), devstack.EtcdOptions{})
 	if err != nil {
 		return err
 	}
 	defer e.Stop()
-	m, err := localstack.StartMinIO(ctx, filepath.Join(r.dir, "minio"), localstack.MinIOOptions{})
+	m, err := devstack.StartMinIO(ctx, filepath.Join(r.dir, "minio"), devstack.MinIOOptions{})
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func (r *run) main(ctx context.Context) error {
 
 	// The reader service, and a client of it that fetches every version it
 	// announces and verifies the bytes against the announced digest.
-	port, err := localstack.FreePort()
+	port, err := devstack.FreePort()
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 )
 
 // userEnv is what a user's shell may hold: settings that would send the
@@ -23,7 +23,7 @@ func serverBins(t *testing.T) string {
 	t.Helper()
 	bin := t.TempDir()
 	for _, s := range []string{"etcd", "minio"} {
-		p, err := localstack.Binary(s)
+		p, err := devstack.Binary(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 	bin := serverBins(t)
 	for _, ex := range []string{"batch-publisher", "reader-service"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, ex), "../../../examples/"+ex).CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, ex), "github.com/fencepub/fencepub/examples/"+ex).CombinedOutput()
 		if err != nil {
 			t.Fatalf("build %s: %v\n%s", ex, err, out)
 		}

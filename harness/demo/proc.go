@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/childproc"
+	"github.com/fencepub/fencepub/internal/testkit/childproc"
 )
 
 // event is one JSON line a batch-publisher printed on stdout.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // TestReaderServiceTLSAndToken runs the service with a certificate and a

@@ -1,13 +1,14 @@
-// Package localstack starts and controls real etcd and MinIO server processes
-// on loopback, from the binaries `make deps` builds into ./bin. Tests (through
-// internal/testenv), `fencepub dev up`, the demo, the lab replay and the
-// benchmarks all use it; nothing here is a mock.
+// Package devstack starts and controls real etcd and MinIO server processes
+// on loopback, from the binaries `make deps` builds into ./bin. It ships in
+// the fencepub binary as `fencepub dev up`; the tests (through
+// internal/testkit/testenv), the demo, the lab replay, the chaos soak and the
+// benchmarks use it too. Nothing here is a mock.
 //
 // Every server is a separate OS process with its own data directory and log
 // file, so one can be stopped, killed, restarted, paused (SIGSTOP) or resumed
 // (SIGCONT) on its own. Readiness is real: etcd answers a read, MinIO answers
 // a bucket call (its health URL answers 200 before the object layer is up).
-package localstack
+package devstack
 
 import (
 	"bytes"
@@ -29,7 +30,7 @@ import (
 
 // ErrNoBinary is returned when a server binary is missing from the bin
 // directory; run `make deps`.
-var ErrNoBinary = errors.New("localstack: server binary not found (run `make deps`)")
+var ErrNoBinary = errors.New("devstack: server binary not found (run `make deps`)")
 
 // BinDir returns the directory holding etcd, etcdctl, etcdutl and minio:
 // $FENCEPUB_BIN_DIR if set, else the directory of the running executable if
@@ -97,7 +98,7 @@ func FreePort() (int, error) {
 		_ = l.Close()
 		return port, nil
 	}
-	return 0, fmt.Errorf("localstack: no free port in [%d, %d) after 100 draws", portLow, portHigh)
+	return 0, fmt.Errorf("devstack: no free port in [%d, %d) after 100 draws", portLow, portHigh)
 }
 
 // Process is one server process. Its methods are safe for concurrent use.
@@ -138,7 +139,7 @@ func (p *Process) Start() error {
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("localstack: start %s: %w", p.Name, err)
+		return fmt.Errorf("devstack: start %s: %w", p.Name, err)
 	}
 	logf.Close()
 	done := make(chan struct{})
@@ -190,7 +191,7 @@ func (p *Process) Pause() error {
 		case stopped:
 			return nil
 		case time.Now().After(deadline):
-			return fmt.Errorf("localstack: process %d not stopped 10 s after SIGSTOP", pid)
+			return fmt.Errorf("devstack: process %d not stopped 10 s after SIGSTOP", pid)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -295,11 +296,11 @@ func waitReady(ctx context.Context, p *Process, timeout time.Duration, check fun
 			return nil
 		}
 		if p.Exited() {
-			return fmt.Errorf("localstack: %s exited during start: %v\n%s", p.Name, last, p.LogTail(4096))
+			return fmt.Errorf("devstack: %s exited during start: %v\n%s", p.Name, last, p.LogTail(4096))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("localstack: %s not ready after %s: %v\n%s", p.Name, timeout, last, p.LogTail(4096))
+			return fmt.Errorf("devstack: %s not ready after %s: %v\n%s", p.Name, timeout, last, p.LogTail(4096))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -1,4 +1,4 @@
-package localstack_test
+package devstack_test
 
 import (
 	"bytes"
@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -48,7 +48,7 @@ func TestSharedServersAnswer(t *testing.T) {
 // writes through the survivors, restarts the killed member and reads every
 // value back through the restarted member alone.
 func TestEtcdClusterSurvivesMemberLoss(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{Members: 3})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{Members: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := testenv.EtcdClient(t, e)
@@ -79,7 +79,7 @@ func TestEtcdClusterSurvivesMemberLoss(t *testing.T) {
 	if err := leader.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	only, err := localstack.NewEtcdClient([]string{leader.ClientURL})
+	only, err := devstack.NewEtcdClient([]string{leader.ClientURL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestEtcdClusterSurvivesMemberLoss(t *testing.T) {
 // TestEtcdPauseResume pauses a single member with SIGSTOP: a read times out,
 // and after SIGCONT it answers again.
 func TestEtcdPauseResume(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{})
 	c := testenv.EtcdClient(t, e)
 	m := e.Members[0]
 	if err := m.Pause(); err != nil {
@@ -119,7 +119,7 @@ func TestEtcdPauseResume(t *testing.T) {
 // TestMinIOErasureSet starts a 4-drive erasure set on one disk, writes,
 // restarts the server and reads the object back.
 func TestMinIOErasureSet(t *testing.T) {
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{Drives: 4})
+	m := testenv.StartMinIO(t, devstack.MinIOOptions{Drives: 4})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st, err := m.Store()
@@ -149,7 +149,7 @@ func errorsIs(err, target error) bool { return err != nil && errors.Is(err, targ
 func TestSeaweedFSServesCreateOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := localstack.StartSeaweedFS(ctx, t.TempDir(), localstack.SeaweedFSOptions{})
+	s, err := devstack.StartSeaweedFS(ctx, t.TempDir(), devstack.SeaweedFSOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestSeaweedFSServesCreateOnly(t *testing.T) {
 func TestSeaweedFSSeparateVolume(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	s, err := localstack.StartSeaweedFS(ctx, t.TempDir(), localstack.SeaweedFSOptions{SeparateVolume: true})
+	s, err := devstack.StartSeaweedFS(ctx, t.TempDir(), devstack.SeaweedFSOptions{SeparateVolume: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package localstack
+package devstack
 
 import (
 	"context"
@@ -178,13 +178,13 @@ func (e *Etcd) enableAuth(ctx context.Context, password string) error {
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := c.UserAdd(actx, "root", password); err != nil {
-		return fmt.Errorf("localstack: etcd user add root: %w", err)
+		return fmt.Errorf("devstack: etcd user add root: %w", err)
 	}
 	if _, err := c.UserGrantRole(actx, "root", "root"); err != nil {
-		return fmt.Errorf("localstack: etcd grant root: %w", err)
+		return fmt.Errorf("devstack: etcd grant root: %w", err)
 	}
 	if _, err := c.AuthEnable(actx); err != nil {
-		return fmt.Errorf("localstack: etcd auth enable: %w", err)
+		return fmt.Errorf("devstack: etcd auth enable: %w", err)
 	}
 	e.access.username, e.access.password = "root", password
 	return nil
@@ -249,7 +249,7 @@ func (e *Etcd) Leader(ctx context.Context) (*EtcdMember, error) {
 			return m, nil
 		}
 	}
-	return nil, fmt.Errorf("localstack: no etcd leader found")
+	return nil, fmt.Errorf("devstack: no etcd leader found")
 }
 
 // Follower returns a running member that is not the raft leader (Leader's
@@ -264,7 +264,7 @@ func (e *Etcd) Follower(ctx context.Context) (*EtcdMember, error) {
 			return m, nil
 		}
 	}
-	return nil, fmt.Errorf("localstack: no running etcd follower")
+	return nil, fmt.Errorf("devstack: no running etcd follower")
 }
 
 // Restart starts a stopped or killed member again on its data directory and

@@ -1,4 +1,4 @@
-package localstack
+package devstack
 
 import (
 	"context"
@@ -18,7 +18,7 @@ func (m *EtcdMember) SaveSnapshot(ctx context.Context, path string) error {
 	}
 	out, err := exec.CommandContext(ctx, bin, "--endpoints", m.ClientURL, "snapshot", "save", path).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("localstack: etcdctl snapshot save: %w\n%s", err, out)
+		return fmt.Errorf("devstack: etcdctl snapshot save: %w\n%s", err, out)
 	}
 	return nil
 }
@@ -42,7 +42,7 @@ type RestoreOptions struct {
 // working against the restored data.
 func (e *Etcd) RestoreSnapshot(ctx context.Context, path string, opts RestoreOptions) error {
 	if len(e.Members) != 1 {
-		return errors.New("localstack: RestoreSnapshot supports single-member clusters only")
+		return errors.New("devstack: RestoreSnapshot supports single-member clusters only")
 	}
 	m := e.Members[0]
 	bin, err := Binary("etcdutl")
@@ -66,7 +66,7 @@ func (e *Etcd) RestoreSnapshot(ctx context.Context, path string, opts RestoreOpt
 		args = append(args, "--bump-revision", strconv.FormatUint(opts.BumpRevision, 10), "--mark-compacted")
 	}
 	if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("localstack: etcdutl snapshot restore: %w\n%s", err, out)
+		return fmt.Errorf("devstack: etcdutl snapshot restore: %w\n%s", err, out)
 	}
 	return m.Restart(ctx)
 }

@@ -1,4 +1,4 @@
-package localstack
+package devstack
 
 import (
 	"cmp"
@@ -230,7 +230,7 @@ func (s *SeaweedFS) WaitReady(ctx context.Context, timeout time.Duration) error 
 // readyPrefix is where WaitReady writes its probe objects: outside every
 // fencepub namespace (those are <prefix>/<domain>/...), so no domain sees
 // them.
-const readyPrefix = "_localstack/ready"
+const readyPrefix = "_devstack/ready"
 
 // Store returns a Store of the bucket.
 func (s *SeaweedFS) Store() (*s3store.Store, error) { return s3store.New(s.Config) }
@@ -281,5 +281,5 @@ func StartStore(ctx context.Context, dir, kind string, detached bool) (ObjectSto
 		}
 		return s, nil
 	}
-	return nil, fmt.Errorf("localstack: unknown object store %q (known: %v)", kind, StoreKinds)
+	return nil, fmt.Errorf("devstack: unknown object store %q (known: %v)", kind, StoreKinds)
 }

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/memstore"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

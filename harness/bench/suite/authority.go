@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/harness/bench"
+	"github.com/fencepub/fencepub/harness/bench"
 )
 
 // authorityWorkload is workload 4: Acquire vs its floor and Renew vs a bare

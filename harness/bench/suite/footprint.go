@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/bench"
+	"github.com/fencepub/fencepub/harness/bench"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
+	"github.com/fencepub/fencepub/harness/bench"
 	"github.com/fencepub/fencepub/internal/cli/config"
-	"github.com/fencepub/fencepub/internal/harness/bench"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,35 +19,35 @@ import (
 // Local is a single-member etcd and one object-store server (a
 // single-drive MinIO or one SeaweedFS `weed server`) started by StartLocal
 // for `fencepub-bench --local`, with their production-like defaults
-// (internal/harness/localstack).
+// (internal/devstack).
 type Local struct {
 	Dir  string
-	Etcd *localstack.Etcd
-	// StoreKind is the object store's kind (localstack.StoreKinds).
+	Etcd *devstack.Etcd
+	// StoreKind is the object store's kind (devstack.StoreKinds).
 	StoreKind string
-	Store     localstack.ObjectStore
+	Store     devstack.ObjectStore
 	cli       *clientv3.Client
 	n         atomic.Int64 // dedicated clusters started
 }
 
 // StartLocal starts etcd and the object store of kind storeKind
-// (localstack.StoreMinIO, the default for "", or StoreSeaweedFS) from the
-// localstack bin directory under dir (which it creates) and blocks until
+// (devstack.StoreMinIO, the default for "", or StoreSeaweedFS) from the
+// devstack bin directory under dir (which it creates) and blocks until
 // both answer or ctx ends. Close stops them. Errors:
-// localstack.ErrNoBinary (run `make deps`), an unknown kind, a server that
+// devstack.ErrNoBinary (run `make deps`), an unknown kind, a server that
 // does not become ready.
 func StartLocal(ctx context.Context, dir, storeKind string) (*Local, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	e, err := localstack.StartEtcd(ctx, filepath.Join(dir, "etcd"), localstack.EtcdOptions{})
+	e, err := devstack.StartEtcd(ctx, filepath.Join(dir, "etcd"), devstack.EtcdOptions{})
 	if err != nil {
 		return nil, err
 	}
 	if storeKind == "" {
-		storeKind = localstack.StoreMinIO
+		storeKind = devstack.StoreMinIO
 	}
-	m, err := localstack.StartStore(ctx, filepath.Join(dir, storeKind), storeKind, false)
+	m, err := devstack.StartStore(ctx, filepath.Join(dir, storeKind), storeKind, false)
 	if err != nil {
 		e.Stop()
 		return nil, err
@@ -77,7 +77,7 @@ func (l *Local) Env(ns layout.Namespace) (Env, error) {
 		NewEtcd: l.Etcd.Client,
 		StartEtcd: func(ctx context.Context, members int) (*clientv3.Client, func(), error) {
 			d := filepath.Join(l.Dir, fmt.Sprintf("cluster-%d-%dm", l.n.Add(1), members))
-			e, err := localstack.StartEtcd(ctx, d, localstack.EtcdOptions{Members: members})
+			e, err := devstack.StartEtcd(ctx, d, devstack.EtcdOptions{Members: members})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -90,10 +90,10 @@ func (l *Local) Env(ns layout.Namespace) (Env, error) {
 		},
 		Servers: "local (fencepub-bench --local --store seaweedfs): etcd 1 member, SeaweedFS 1 `weed server` process, on loopback, data in a temporary directory; no recovery rows (its multi-node topology is MinIO's)",
 	}
-	if l.StoreKind == localstack.StoreMinIO {
-		env.StartCluster = func(ctx context.Context) (*localstack.Cluster, func(), error) {
+	if l.StoreKind == devstack.StoreMinIO {
+		env.StartCluster = func(ctx context.Context) (*devstack.Cluster, func(), error) {
 			d := filepath.Join(l.Dir, fmt.Sprintf("multinode-%d", l.n.Add(1)))
-			c, err := localstack.StartCluster(ctx, d, localstack.MultiNode())
+			c, err := devstack.StartCluster(ctx, d, devstack.MultiNode())
 			if err != nil {
 				return nil, nil, err
 			}

@@ -3,7 +3,7 @@ package suite
 import (
 	"testing"
 
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

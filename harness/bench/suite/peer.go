@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/harness/bench"
+	"github.com/fencepub/fencepub/harness/bench"
 	"github.com/fencepub/fencepub/publisher"
 )
 

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/bench"
+	"github.com/fencepub/fencepub/harness/bench"
 	"github.com/fencepub/fencepub/publisher"
 )
 

@@ -9,9 +9,9 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/harness/bench"
 	"github.com/fencepub/fencepub/internal/cli/config"
-	"github.com/fencepub/fencepub/internal/harness/bench"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
@@ -73,7 +73,7 @@ func (s *runner) recovery(ctx context.Context) error {
 // acquireAfterLeaderStall times Acquire sent right after the raft leader
 // was stopped (SIGSTOP, held leaderStallHold) next to Acquire with every
 // member running.
-func (s *runner) acquireAfterLeaderStall(ctx context.Context, st *stack, cl *localstack.Cluster, samples int) error {
+func (s *runner) acquireAfterLeaderStall(ctx context.Context, st *stack, cl *devstack.Cluster, samples int) error {
 	var fault, base bench.Recorder
 	acquire := func(rec *bench.Recorder, i int, kind string) error {
 		var g authority.Grant
@@ -119,7 +119,7 @@ func (s *runner) acquireAfterLeaderStall(ctx context.Context, st *stack, cl *loc
 // node of four (not the one the client talks to) was killed (kill -9),
 // next to a publish with every node running; the node is restarted
 // between samples.
-func (s *runner) publishAfterNodeLoss(ctx context.Context, st *stack, cl *localstack.Cluster, samples int) error {
+func (s *runner) publishAfterNodeLoss(ctx context.Context, st *stack, cl *devstack.Cluster, samples int) error {
 	p, g, err := st.bind(ctx, "node-loss")
 	if err != nil {
 		return err
@@ -161,7 +161,7 @@ func (s *runner) publishAfterNodeLoss(ctx context.Context, st *stack, cl *locals
 // raft leader was killed (kill -9; a new leader is elected, and a watch on
 // the dead member moves to another), next to the lag with a steady leader.
 // The member is restarted between samples.
-func (s *runner) watchLagAcrossLeaderChange(ctx context.Context, st *stack, cl *localstack.Cluster,
+func (s *runner) watchLagAcrossLeaderChange(ctx context.Context, st *stack, cl *devstack.Cluster,
 	newClient func([]string) (*clientv3.Client, error), samples int) error {
 	p, g, err := st.bind(ctx, "lag-leader")
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fencepub/fencepub/internal/harness/bench"
+	"github.com/fencepub/fencepub/harness/bench"
 	"github.com/fencepub/fencepub/publisher"
 )
 

@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/bench"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/harness/bench"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/publisher"
 
 	"github.com/fencepub/fencepub/internal/sysproc"
@@ -62,7 +62,7 @@ func (s *runner) service(ctx context.Context, st *stack) error {
 	svcBin := s.opts.ReaderService
 	if svcBin == "" {
 		var err error
-		if svcBin, err = localstack.Binary("reader-service"); err != nil {
+		if svcBin, err = devstack.Binary("reader-service"); err != nil {
 			return skip("reader-service binary not found (run `make build`, or pass its path)")
 		}
 	}
@@ -144,7 +144,7 @@ func (s *runner) startService(ctx context.Context, st *stack, bin, dir, resource
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
 		return "", nil, err
 	}
-	port, err := localstack.FreePort()
+	port, err := devstack.FreePort()
 	if err != nil {
 		return "", nil, err
 	}

@@ -25,9 +25,9 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
+	"github.com/fencepub/fencepub/harness/bench"
 	"github.com/fencepub/fencepub/internal/cli/config"
-	"github.com/fencepub/fencepub/internal/harness/bench"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
@@ -107,7 +107,7 @@ var workloadInfo = []bench.Workload{
 	},
 	{
 		Name: WorkloadRecovery, Title: "8. Recovery on the multi-node topology",
-		About: "On a dedicated 3-member etcd and 4-node distributed MinIO (`localstack.MultiNode`), with the CLI's etcd defaults (keepalive 10 s + 3 s, etcd.request_timeout 5 s): an operation sent right after a fault vs the same operation with no fault, alternating, one sample per fault. " +
+		About: "On a dedicated 3-member etcd and 4-node distributed MinIO (`devstack.MultiNode`), with the CLI's etcd defaults (keepalive 10 s + 3 s, etcd.request_timeout 5 s): an operation sent right after a fault vs the same operation with no fault, alternating, one sample per fault. " +
 			"Acquire sent as the raft leader is stopped (SIGSTOP, held 8 s); a 1 KiB publish sent as one MinIO node (not the client's) is killed (kill -9; restarted between samples); the watch lag of a publish sent as the raft leader is killed (kill -9; restarted between samples). Needs a dedicated cluster (`fencepub-bench --local`).",
 	},
 	{
@@ -160,7 +160,7 @@ type Options struct {
 	// WrkDuration is the length of one wrk run (default 3 s; quick 1 s).
 	WrkDuration time.Duration
 	// ReaderService is the path of the examples/reader-service binary;
-	// empty looks for "reader-service" in the localstack bin directory.
+	// empty looks for "reader-service" in the devstack bin directory.
 	ReaderService string
 	// Wrk is the path of wrk; empty looks it up in PATH.
 	Wrk string
@@ -261,9 +261,9 @@ type Env struct {
 	// the scaling workload.
 	StartEtcd func(ctx context.Context, members int) (*clientv3.Client, func(), error)
 	// StartCluster starts a dedicated multi-node cluster
-	// (localstack.MultiNode) and returns it with a stop function; nil
+	// (devstack.MultiNode) and returns it with a stop function; nil
 	// skips the recovery workload.
-	StartCluster func(ctx context.Context) (*localstack.Cluster, func(), error)
+	StartCluster func(ctx context.Context) (*devstack.Cluster, func(), error)
 	// Servers describes the servers for the report.
 	Servers string
 }

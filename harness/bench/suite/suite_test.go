@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/harness/bench"
 	"github.com/fencepub/fencepub/internal/cli/config"
-	"github.com/fencepub/fencepub/internal/harness/bench"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -33,8 +33,8 @@ func TestSuiteQuick(t *testing.T) {
 		t.Fatalf("build reader-service: %v\n%s", err, out)
 	}
 	env := testEnv(t)
-	env.StartCluster = func(ctx context.Context) (*localstack.Cluster, func(), error) {
-		return testenv.StartCluster(t, localstack.MultiNode()), func() {}, nil
+	env.StartCluster = func(ctx context.Context) (*devstack.Cluster, func(), error) {
+		return testenv.StartCluster(t, devstack.MultiNode()), func() {}, nil
 	}
 	start := time.Now()
 	rep, err := Run(ctx, env, Options{Quick: true, ReaderService: svc, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
@@ -111,7 +111,7 @@ func testEnv(t *testing.T) Env {
 		Config:  config.Config{Etcd: config.Etcd{Endpoints: shared.Etcd.Endpoints()}, S3: shared.S3.S3Config()},
 		NewEtcd: shared.Etcd.Client,
 		StartEtcd: func(ctx context.Context, members int) (*clientv3.Client, func(), error) {
-			e := testenv.StartEtcd(t, localstack.EtcdOptions{Members: members})
+			e := testenv.StartEtcd(t, devstack.EtcdOptions{Members: members})
 			cli, err := e.Client()
 			if err != nil {
 				return nil, nil, err

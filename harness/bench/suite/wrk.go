@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/bench"
+	"github.com/fencepub/fencepub/harness/bench"
 )
 
 // wrkResult is what one wrk run reports.

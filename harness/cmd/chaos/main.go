@@ -2,7 +2,7 @@
 // the multi-node topology from ./bin (a 3-member etcd cluster and a 4-node
 // distributed MinIO; with -store seaweedfs the etcd cluster and one
 // SeaweedFS whose volume server is its own process, under the faults that
-// apply to it, chaos.SeaweedFSFaults), runs one chaos run (internal/harness/chaos.Run) for
+// apply to it, chaos.SeaweedFSFaults), runs one chaos run (harness/chaos.Run) for
 // -duration with the fault schedule of -seed, prints the operations, the
 // faults injected by kind, the liveness figures and the violations, and exits
 // 1 when there was a violation (the failure file is in -out) and 2 when the
@@ -30,8 +30,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/chaos"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/harness/chaos"
+	"github.com/fencepub/fencepub/internal/devstack"
 )
 
 func main() {
@@ -42,7 +42,7 @@ func main() {
 }
 
 func run() int {
-	store := flag.String("store", localstack.StoreMinIO, "object store: "+strings.Join(localstack.StoreKinds, "|"))
+	store := flag.String("store", devstack.StoreMinIO, "object store: "+strings.Join(devstack.StoreKinds, "|"))
 	seedFlag := flag.String("seed", "", "seed of the fault schedule and the workload (empty: random, printed)")
 	duration := flag.Duration("duration", 5*time.Minute, "how long the workload and the faults run")
 	dir := flag.String("dir", "", "run directory: server data and worker logs (default: a new temporary directory)")
@@ -53,11 +53,11 @@ func run() int {
 	flag.Parse()
 	start := chaos.StartCluster
 	switch *store {
-	case localstack.StoreMinIO:
-	case localstack.StoreSeaweedFS:
+	case devstack.StoreMinIO:
+	case devstack.StoreSeaweedFS:
 		start = chaos.StartSeaweedFSCluster
 	default:
-		fmt.Fprintf(os.Stderr, "chaos: -store %q: want one of %s\n", *store, strings.Join(localstack.StoreKinds, ", "))
+		fmt.Fprintf(os.Stderr, "chaos: -store %q: want one of %s\n", *store, strings.Join(devstack.StoreKinds, ", "))
 		return 2
 	}
 	seed := time.Now().UnixNano() % 1_000_000_000

@@ -1,5 +1,5 @@
 // Command demo runs fencepub's main job end to end on real etcd and MinIO
-// (package internal/harness/demo): three batch-publisher replicas compete, the holder
+// (package harness/demo): three batch-publisher replicas compete, the holder
 // is paused past its lease, a replica with a larger fence takes over, the
 // paused one's late publish is stale, the reader service serves each version
 // in order with verified bytes, and a GC pass removes the orphan. `make demo`
@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/demo"
+	"github.com/fencepub/fencepub/harness/demo"
 )
 
 func main() {

@@ -14,11 +14,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub/harness/bench"
+	"github.com/fencepub/fencepub/harness/bench/suite"
 	"github.com/fencepub/fencepub/internal/cli"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/bench"
-	"github.com/fencepub/fencepub/internal/harness/bench/suite"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/spf13/cobra"
 )
@@ -46,7 +46,7 @@ const (
 const maxWrkDuration = 10 * time.Minute
 
 // newBenchCmd builds the fencepub-bench command: the benchmark suite
-// (internal/bench/suite; bench/README.md), against the configured servers or, with --local, a
+// (harness/bench/suite; bench/README.md), against the configured servers or, with --local, a
 // single-member etcd and a single-drive MinIO or one SeaweedFS (--store) it
 // starts itself. Flags and
 // --out are checked before any server is started or contacted; an
@@ -125,7 +125,7 @@ reached, 130 when interrupted.`,
 func (o *benchCmdOptions) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&o.local, "local", false, "start a local etcd and object store (--store) from ./bin (make deps) instead of using the configured servers")
-	f.StringVar(&o.store, "store", localstack.StoreMinIO, "object store --local starts: "+strings.Join(localstack.StoreKinds, "|")+" (seaweedfs: default --workloads publish,reader)")
+	f.StringVar(&o.store, "store", devstack.StoreMinIO, "object store --local starts: "+strings.Join(devstack.StoreKinds, "|")+" (seaweedfs: default --workloads publish,reader)")
 	f.BoolVar(&o.quick, "quick", false, "tiny counts: a smoke run in seconds (numbers not meaningful)")
 	f.StringVar(&o.out, "out", defaultBenchOut, "directory for latest.json, latest.md and latest.png (created if missing)")
 	f.StringSliceVar(&o.workloads, "workloads", nil, "workloads to run, comma-separated (default all: "+strings.Join(suite.Workloads(), ",")+")")
@@ -146,7 +146,7 @@ func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
 	var binDir string
 	if o.local { // a missing binary fails now, not after --out is made
 		for _, name := range []string{"etcd", storeBinary(o.store)} {
-			p, err := localstack.Binary(name)
+			p, err := devstack.Binary(name)
 			if err != nil {
 				return exitcode.With(exitcode.Usage, err)
 			}
@@ -182,7 +182,7 @@ func (o *benchCmdOptions) Run(c *cobra.Command, opts suite.Options) error {
 			switch {
 			case ctx.Err() != nil:
 				return benchInterrupted(ctx, o.out)
-			case errors.Is(err, localstack.ErrNoBinary):
+			case errors.Is(err, devstack.ErrNoBinary):
 				return exitcode.With(exitcode.Usage, err)
 			}
 			return exitcode.With(exitcode.Unavailable, err)
@@ -290,8 +290,8 @@ func (o *benchCmdOptions) Validate() (suite.Options, error) {
 	scale, gcObjects, wrkDuration, readerService := o.scale, o.gcObjects, o.wrkDuration, o.readerService
 	quick, workloads := o.quick, o.workloads
 	switch {
-	case !slices.Contains(localstack.StoreKinds, o.store):
-		return suite.Options{}, exitcode.Usagef("--store %q: want one of %s", o.store, strings.Join(localstack.StoreKinds, ", "))
+	case !slices.Contains(devstack.StoreKinds, o.store):
+		return suite.Options{}, exitcode.Usagef("--store %q: want one of %s", o.store, strings.Join(devstack.StoreKinds, ", "))
 	case changed("store") && !o.local:
 		return suite.Options{}, exitcode.Usagef("--store is for --local; without it the suite runs on the configured S3 store")
 	case !(scale > 0 && scale <= maxBenchScale): // NaN fails too
@@ -301,7 +301,7 @@ func (o *benchCmdOptions) Validate() (suite.Options, error) {
 	case wrkDuration < time.Second || wrkDuration > maxWrkDuration:
 		return suite.Options{}, exitcode.Usagef("--wrk-duration %s: want 1s to %s (wrk runs whole seconds)", wrkDuration, maxWrkDuration)
 	}
-	if o.store == localstack.StoreSeaweedFS && !changed("workloads") {
+	if o.store == devstack.StoreSeaweedFS && !changed("workloads") {
 		workloads = seaweedFSWorkloads
 	}
 	if quick && !changed("gc-objects") {
@@ -336,11 +336,11 @@ func (o *benchCmdOptions) Validate() (suite.Options, error) {
 var seaweedFSWorkloads = []string{suite.WorkloadPublish, suite.WorkloadReader}
 
 // storeNames are the object stores' names as the start line gives them.
-var storeNames = map[string]string{localstack.StoreMinIO: "MinIO", localstack.StoreSeaweedFS: "SeaweedFS"}
+var storeNames = map[string]string{devstack.StoreMinIO: "MinIO", devstack.StoreSeaweedFS: "SeaweedFS"}
 
 // storeBinary returns the server binary of the object store kind.
 func storeBinary(kind string) string {
-	if kind == localstack.StoreSeaweedFS {
+	if kind == devstack.StoreSeaweedFS {
 		return "weed"
 	}
 	return "minio"

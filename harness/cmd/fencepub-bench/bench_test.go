@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/harness/bench"
 	"github.com/fencepub/fencepub/internal/cli"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/bench"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -124,7 +124,7 @@ func TestBenchCLI(t *testing.T) {
 	}
 
 	// Nothing left behind, in etcd or in the bucket.
-	cli, err := localstack.NewEtcdClient(e.Endpoints())
+	cli, err := devstack.NewEtcdClient(e.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestBenchHelp(t *testing.T) {
 // line and report, and measures its rows next to their baselines on it.
 // Without --workloads that store runs publish and reader.
 func TestBenchLocalSeaweedFS(t *testing.T) {
-	o := &benchCmdOptions{local: true, store: localstack.StoreSeaweedFS, scale: 1, gcObjects: minBenchGCObjects, wrkDuration: time.Second, changed: func(string) bool { return false }}
+	o := &benchCmdOptions{local: true, store: devstack.StoreSeaweedFS, scale: 1, gcObjects: minBenchGCObjects, wrkDuration: time.Second, changed: func(string) bool { return false }}
 	opts, err := o.Validate()
 	if err != nil || strings.Join(opts.Workloads, ",") != "publish,reader" {
 		t.Fatalf("Validate with --store seaweedfs: workloads %v, %v; want publish,reader", opts.Workloads, err)

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/childproc"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/testkit/childproc"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -84,7 +84,7 @@ func ConnectSpec(specJSON []byte, spec any) (*clientv3.Client, *s3store.Store, e
 	if err := json.Unmarshal(specJSON, &sv); err != nil {
 		return nil, nil, fmt.Errorf("child spec: %w", err)
 	}
-	cli, err := localstack.NewEtcdClient(sv.Etcd)
+	cli, err := devstack.NewEtcdClient(sv.Etcd)
 	if err != nil {
 		return nil, nil, err
 	}

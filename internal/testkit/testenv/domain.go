@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
@@ -37,7 +37,7 @@ func NewDomain(t testing.TB) *Domain {
 
 // ClusterDomain returns a fresh Domain on cluster c (StartCluster) for t:
 // its etcd client reaches every member, its Store the first MinIO node.
-func ClusterDomain(t testing.TB, c *localstack.Cluster) *Domain {
+func ClusterDomain(t testing.TB, c *devstack.Cluster) *Domain {
 	t.Helper()
 	st, err := c.MinIO.Store()
 	if err != nil {

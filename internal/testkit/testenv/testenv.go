@@ -1,5 +1,5 @@
 // Package testenv gives tests real etcd and MinIO servers (through
-// internal/localstack) on free loopback ports in temporary directories. A
+// internal/devstack) on free loopback ports in temporary directories. A
 // test never skips because a server is missing: a missing binary fails the
 // test and says to run `make deps`.
 //
@@ -23,22 +23,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Shared is the per-binary environment started by Main.
 type Shared struct {
-	Etcd *localstack.Etcd
+	Etcd *devstack.Etcd
 	// S3 is the shared object store, of the kind StoreKind names.
-	S3 localstack.ObjectStore
+	S3 devstack.ObjectStore
 }
 
 // StoreEnv is the environment variable that chooses the shared object
-// store: one of localstack.StoreKinds, default localstack.StoreMinIO.
+// store: one of devstack.StoreKinds, default devstack.StoreMinIO.
 const StoreEnv = "FENCEPUB_TEST_STORE"
 
 // StoreKind returns the kind of object store Main starts (StoreEnv).
@@ -46,7 +46,7 @@ func StoreKind() string {
 	if k := os.Getenv(StoreEnv); k != "" {
 		return k
 	}
-	return localstack.StoreMinIO
+	return devstack.StoreMinIO
 }
 
 var shared *Shared
@@ -61,13 +61,13 @@ func Main(m *testing.M) {
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	e, err := localstack.StartEtcd(ctx, dir+"/etcd", localstack.EtcdOptions{})
+	e, err := devstack.StartEtcd(ctx, dir+"/etcd", devstack.EtcdOptions{})
 	if err != nil {
 		cancel()
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		os.Exit(1)
 	}
-	mi, err := localstack.StartStore(ctx, dir+"/store", StoreKind(), false)
+	mi, err := devstack.StartStore(ctx, dir+"/store", StoreKind(), false)
 	cancel()
 	if err != nil {
 		e.Stop()
@@ -107,7 +107,7 @@ func (s *Shared) EtcdClient(t testing.TB) *clientv3.Client {
 
 // EtcdClient returns a client of e (the shared etcd or one from StartEtcd),
 // closed when t ends. It fails t if the client cannot be made.
-func EtcdClient(t testing.TB, e *localstack.Etcd) *clientv3.Client {
+func EtcdClient(t testing.TB, e *devstack.Etcd) *clientv3.Client {
 	t.Helper()
 	c, err := e.Client()
 	if err != nil {
@@ -128,7 +128,7 @@ func (s *Shared) EtcdProxy(t testing.TB) (*faultproxy.Proxy, *clientv3.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = px.Close() })
-	cli, err := localstack.NewEtcdClient([]string{px.URL()})
+	cli, err := devstack.NewEtcdClient([]string{px.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,11 +181,11 @@ func Namespace(t testing.TB) layout.Namespace {
 
 // StartEtcd starts a dedicated etcd cluster for t (members = 1 or 3, ...),
 // stopped when t ends; its logs are printed if t failed.
-func StartEtcd(t testing.TB, opts localstack.EtcdOptions) *localstack.Etcd {
+func StartEtcd(t testing.TB, opts devstack.EtcdOptions) *devstack.Etcd {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e, err := localstack.StartEtcd(ctx, t.TempDir(), opts)
+	e, err := devstack.StartEtcd(ctx, t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,11 +202,11 @@ func StartEtcd(t testing.TB, opts localstack.EtcdOptions) *localstack.Etcd {
 
 // StartMinIO starts a dedicated MinIO for t (Drives = 1 or 4), stopped when t
 // ends; its log is printed if t failed.
-func StartMinIO(t testing.TB, opts localstack.MinIOOptions) *localstack.MinIO {
+func StartMinIO(t testing.TB, opts devstack.MinIOOptions) *devstack.MinIO {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	m, err := localstack.StartMinIO(ctx, t.TempDir(), opts)
+	m, err := devstack.StartMinIO(ctx, t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,13 +220,13 @@ func StartMinIO(t testing.TB, opts localstack.MinIOOptions) *localstack.MinIO {
 }
 
 // StartCluster starts a dedicated etcd cluster and MinIO deployment for t
-// (localstack.StartCluster: Etcd.Members members, MinIO.Nodes nodes),
+// (devstack.StartCluster: Etcd.Members members, MinIO.Nodes nodes),
 // stopped when t ends; every server's log is printed if t failed.
-func StartCluster(t testing.TB, opts localstack.ClusterOptions) *localstack.Cluster {
+func StartCluster(t testing.TB, opts devstack.ClusterOptions) *devstack.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := localstack.StartCluster(ctx, t.TempDir(), opts)
+	c, err := devstack.StartCluster(ctx, t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func StartCluster(t testing.TB, opts localstack.ClusterOptions) *localstack.Clus
 // PauseFollower stops (SIGSTOP) a member of e that is not the raft
 // leader and returns it; it is continued when t ends. It fails t when no
 // follower is found or the member cannot be stopped.
-func PauseFollower(t testing.TB, e *localstack.Etcd) *localstack.EtcdMember {
+func PauseFollower(t testing.TB, e *devstack.Etcd) *devstack.EtcdMember {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -265,10 +265,10 @@ func PauseFollower(t testing.TB, e *localstack.Etcd) *localstack.EtcdMember {
 // FENCEPUB_S3_SECRET_KEY: secrets have no flags) and returns the
 // connection flags of the fencepub binaries for domain d1 under prefix,
 // plus the servers. It calls t.Setenv, so t must not be parallel.
-func CLIStack(t testing.TB, prefix string) ([]string, *localstack.Etcd, *localstack.MinIO) {
+func CLIStack(t testing.TB, prefix string) ([]string, *devstack.Etcd, *devstack.MinIO) {
 	t.Helper()
-	e := StartEtcd(t, localstack.EtcdOptions{})
-	m := StartMinIO(t, localstack.MinIOOptions{})
+	e := StartEtcd(t, devstack.EtcdOptions{})
+	m := StartMinIO(t, devstack.MinIOOptions{})
 	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
 	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
 	return []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
