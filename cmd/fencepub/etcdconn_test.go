@@ -13,8 +13,9 @@ import (
 )
 
 // secureServers starts an etcd serving TLS with --client-cert-auth and
-// authentication enabled (user root, password "root-pw"), and a MinIO. It
-// returns the CA, a valid client certificate and both servers.
+// authentication enabled (user root, password "root-pw"), and a MinIO whose
+// root secret key is random (secretValue). It returns the CA, a valid
+// client certificate and both servers.
 func secureServers(t *testing.T) (*testenv.CA, testenv.CertPair, *devstack.Etcd, *devstack.MinIO) {
 	t.Helper()
 	ca := testenv.NewCA(t, "etcd")
@@ -28,7 +29,7 @@ func secureServers(t *testing.T) (*testenv.CA, testenv.CertPair, *devstack.Etcd,
 	if !strings.HasPrefix(e.Endpoints()[0], "https://") {
 		t.Fatalf("etcd endpoint %s is not https", e.Endpoints()[0])
 	}
-	return ca, client, e, testenv.StartMinIO(t, devstack.MinIOOptions{})
+	return ca, client, e, testenv.StartMinIO(t, devstack.MinIOOptions{AccessKey: "fencepub", SecretKey: secretValue(t, "s3-secret")})
 }
 
 // secureStack is secureServers that puts the store's credentials and
