@@ -18,14 +18,13 @@ import (
 	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // kubeletProbe GETs path on addr as a kubelet's httpGet probe does: the
 // probe's timeoutSeconds (default 1 s) bounds the request, and a status of
 // 200-399 is success. It returns the status (0 when the request failed) and
 // the body or the error.
-func kubeletProbe(p *corev1.Probe, addr string) (int, string) {
+func kubeletProbe(p *k8sProbe, addr string) (int, string) {
 	timeout := time.Duration(p.TimeoutSeconds) * time.Second
 	if timeout == 0 {
 		timeout = time.Second
