@@ -1,3 +1,5 @@
+//go:build !unit
+
 package publisher
 
 // Object upload: lying sizes, failing and changing bodies, lost responses,

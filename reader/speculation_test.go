@@ -1,3 +1,5 @@
+//go:build !unit
+
 package reader
 
 // Open's speculation, OpenPointer, WriteTo and ErrWentBack while the

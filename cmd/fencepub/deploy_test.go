@@ -19,6 +19,16 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// repoRoot is the checkout holding this package (cmd/fencepub).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 // deployFile reads a file of the checkout's deploy/ directory.
 func deployFile(t *testing.T, rel string) []byte {
 	t.Helper()

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package chaos
 
 import (
@@ -23,16 +25,6 @@ func TestMain(m *testing.M) {
 	}
 	testenv.Main(m)
 }
-
-// The bounded CI run: these seeds plus one random seed, each for
-// ciDuration, on the multi-node topology (Topology). Together they plan
-// every fault kind (TestCISeedsCoverEveryFault).
-var ciSeeds = []int64{1, 17, 25}
-
-const (
-	ciDuration  = 30 * time.Second
-	ciProcesses = 3
-)
 
 // livenessGoal is the fault kinds during which no operation may fail: an
 // etcd member stalled, one MinIO node of four killed (DESIGN.md invariant

@@ -1,3 +1,5 @@
+//go:build !unit
+
 // Package testenv gives tests real etcd and MinIO servers (through
 // internal/devstack) on free loopback ports in temporary directories. A
 // test never skips because a server is missing: a missing binary fails the
