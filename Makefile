@@ -1,20 +1,35 @@
 # fencepub — see README.md. The two commands a new machine needs:
 #   make demo   runs the main job end to end on real etcd and MinIO
 #   make test   runs every test against real etcd and MinIO
-# Both build the pinned servers into ./bin first (make deps).
+# Both build the pinned servers into ./bin first (make deps). While changing
+# code, make test-unit runs every test that needs no server, in seconds.
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
-PKGS      := ./...
 TEST_FLAGS ?= -count=1 -timeout 28m
+# The modules with Go code to vet and lint: fencepub itself, the harness
+# (the chaos soak, the benchmark suite, the demo and the tests that need
+# more than fencepub's go.mod: ARCHITECTURE.md, "Modules") and the
+# monitoring rules' test. tools/ only pins build tools.
+GO_MODULES := . harness deploy/monitoring
 # make test runs every package under the race detector except NORACE_PKGS:
 # the suite waits on real servers far more than it computes, so -race costs
 # it little (README, "Development"), but the lab's model checker is
 # single-goroutine CPU work that -race slows eightfold and cannot find
-# anything in. Should the suite outgrow CI, move packages to NORACE_PKGS,
-# keeping -race at least for reader, publisher, gc and authority.
+# anything in. Keep -race at least for reader, publisher, gc and authority.
 NORACE_PKGS := ./internal/lab
-RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS)),$(shell $(GO) list $(PKGS)))
+# cmd/fencepub runs its tests one after another (they set the process
+# environment), which made it the suite's longest package. Its tests run in
+# three processes at once: CLI_SHARD_1, CLI_SHARD_2 and the rest; a new
+# test lands in the rest, so nothing is left out. The shards hold the
+# slowest tests (go test -json timings).
+CLI_SHARD_1 := ^(TestRunSurvivesLeaderStall|TestReplacementEtcdRecoverFromBucket|TestDevUpCluster|TestGCDaemonProbesThroughEtcdOutage)$$
+CLI_SHARD_2 := ^(TestSecretsStayOutOfOutput|TestSplitBrainAfterFromBucket|TestRestoreRecoverRepublish|TestDevUpSeaweedFS|TestBucketPolicies)$$
+RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS) ./cmd/fencepub),$(shell $(GO) list ./...))
+# TEST_PARALLEL: how many of the suite's go test processes (SUITE) run at
+# once; each runs up to GOMAXPROCS packages.
+TEST_PARALLEL ?= 4
+SUITE := suite-cli-1 suite-cli-2 suite-cli-rest suite-harness suite-race suite-seaweedfs suite-norace
 # fuzz: every Fuzz target of FUZZ_PKGS runs for FUZZTIME (one at a time, as
 # go test requires); the seed corpus is in each package's testdata/fuzz, where
 # go test also writes any failing input it finds. FUZZTIME counts inputs
@@ -26,8 +41,12 @@ RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS)),$(shell $(GO) lis
 STORE_PKGS := ./internal/objstore/s3store ./publisher ./reader ./gc ./internal/lab/replay
 FUZZ_PKGS ?= ./internal/layout ./internal/cli/config ./publisher
 FUZZTIME  ?= 200000x
+# The unit tier points the dev stack at a directory with no server in it, so
+# a test that would start one fails instead of running.
+NO_SERVERS := $(BIN)/no-servers-in-the-unit-tier
 
-.PHONY: all deps build test examples-module monitoring cross fuzz wrk lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
+.PHONY: all deps build test test-unit test-servers $(SUITE) release-check examples-module monitoring cross fuzz wrk \
+	lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
 
 all: build
 
@@ -35,17 +54,17 @@ all: build
 deps:
 	@./tools/build-servers.sh
 
-## build: build the fencepub CLI, the fencepub-bench suite and the example
-## programs into ./bin
+## build: build the fencepub CLI, the fencepub-bench suite (harness module)
+## and the example programs into ./bin
 build:
 	$(GO) build -buildvcs=auto -o $(BIN)/fencepub ./cmd/fencepub
-	$(GO) build -o $(BIN)/fencepub-bench ./cmd/fencepub-bench
+	cd harness && $(GO) build -o $(BIN)/fencepub-bench ./cmd/fencepub-bench
 	$(GO) build -o $(BIN)/batch-publisher ./examples/batch-publisher
 	$(GO) build -o $(BIN)/reader-service ./examples/reader-service
 
-## demo: the main job end to end on real etcd and MinIO (internal/harness/demo)
+## demo: the main job end to end on real etcd and MinIO (harness/demo)
 demo: deps build
-	$(GO) run ./internal/harness/demo/cmd --bin $(BIN)
+	cd harness && $(GO) run ./cmd/demo --bin $(BIN)
 
 ## wrk: install wrk (Debian package), which drives the reader-service
 ## benchmark rows, with apt-get (as root, else through sudo) unless it is in PATH.
@@ -65,15 +84,52 @@ bench: deps build
 	$(GO) test -run '^$$' -bench Classify -benchmem ./gc >> bench/results/micro.txt
 	@cat bench/results/micro.txt
 
-## test: every test (under the race detector but for NORACE_PKGS), against real servers started by
-## internal/harness/testenv, then STORE_PKGS again on SeaweedFS (wrk installed
-## for the reader-service bench rows, which must run), after the cross-compile check (goreleaser: for the release
-## check), then every fuzz target for FUZZTIME
-test: deps wrk goreleaser cross examples-module monitoring
-	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
-	$(GO) test $(TEST_FLAGS) $(NORACE_PKGS)
-	FENCEPUB_TEST_STORE=seaweedfs $(GO) test $(TEST_FLAGS) -race $(STORE_PKGS)
+## test-unit: every test that needs no server (go test -tags unit: the files
+## that start servers are built //go:build !unit), in every module, without
+## -race: the layout, the model checker, the in-memory and fault-injecting
+## stores, classification, configuration, the CLI's own checks. In addition
+## to make test, never instead: the protocol's tests need etcd.
+test-unit:
+	FENCEPUB_BIN_DIR=$(NO_SERVERS) $(GO) test -tags unit -count=1 ./...
+	cd harness && FENCEPUB_BIN_DIR=$(NO_SERVERS) $(GO) test -tags unit -count=1 ./...
+
+## test: the whole suite, as CI runs it: the release and packaging checks
+## (release-check), then every test of every module against real servers
+## started by internal/testkit/testenv (test-servers), then every fuzz target
+## for FUZZTIME (fuzz)
+test: deps wrk
+	@$(MAKE) --no-print-directory release-check
+	@$(MAKE) --no-print-directory test-servers
 	@$(MAKE) --no-print-directory fuzz
+
+## test-servers: every test of fencepub and of the harness module on real
+## servers, under the race detector but for NORACE_PKGS, then STORE_PKGS
+## again on SeaweedFS: SUITE's go test processes, TEST_PARALLEL at a time
+## (wrk installed for the reader-service bench rows, which must run)
+test-servers: deps wrk
+	@$(MAKE) --no-print-directory -k -j$(TEST_PARALLEL) -O $(SUITE)
+
+suite-cli-1:
+	$(GO) test $(TEST_FLAGS) -race -run '$(CLI_SHARD_1)' ./cmd/fencepub
+suite-cli-2:
+	$(GO) test $(TEST_FLAGS) -race -run '$(CLI_SHARD_2)' ./cmd/fencepub
+suite-cli-rest:
+	$(GO) test $(TEST_FLAGS) -race -skip '$(CLI_SHARD_1)|$(CLI_SHARD_2)' ./cmd/fencepub
+suite-harness:
+	cd harness && $(GO) test $(TEST_FLAGS) -race ./...
+suite-race:
+	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
+suite-seaweedfs:
+	FENCEPUB_TEST_STORE=seaweedfs $(GO) test $(TEST_FLAGS) -race $(STORE_PKGS)
+suite-norace:
+	$(GO) test $(TEST_FLAGS) $(NORACE_PKGS)
+
+## release-check: the release and packaging checks: the release archives
+## (goreleaser snapshot, checked by cmd/fencepub's release-tagged test), the
+## cross-compile check, the examples in a module of their own, the
+## monitoring rules
+release-check: goreleaser cross examples-module monitoring
+	$(GO) test $(TEST_FLAGS) -tags release -run '^TestReleaseSnapshot$$' ./cmd/fencepub
 
 ## monitoring: the Prometheus rules and Grafana dashboard of deploy/monitoring
 ## parse with Prometheus's own parsers; a module of its own, so that
@@ -103,7 +159,7 @@ fuzz:
 
 ## cross: the library packages build for darwin, windows and freebsd, and
 ##        the CLI for darwin (cross-compilation only; nothing runs there)
-LIBS = $(shell $(GO) list ./... | grep -v -E '/(internal|cmd|examples|tools|bench)(/|$$)')
+LIBS = $(shell $(GO) list ./... | grep -v -E '/(internal|cmd|examples)(/|$$)')
 cross:
 	GOOS=darwin GOARCH=arm64 $(GO) build $(LIBS)
 	GOOS=windows GOARCH=amd64 $(GO) build $(LIBS)
@@ -131,7 +187,10 @@ release-snapshot: goreleaser
 		GIT_CONFIG_VALUE_0=https://github.com/fencepub/fencepub.git; fi; \
 	$(BIN)/goreleaser release --snapshot --clean --config $(GORELEASER_CONFIG)
 
-## lint: gofmt check, go vet and staticcheck (pinned in tools/go.mod)
+## lint: gofmt check, go vet and staticcheck (pinned in tools/go.mod), in
+##       every module of GO_MODULES, of the files of every build: the default
+##       one with the release-tagged test (-tags release) and the unit tier's
+##       (-tags unit)
 lint: fmt vet staticcheck
 
 fmt:
@@ -139,21 +198,27 @@ fmt:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
-	$(GO) vet $(PKGS)
+	@for m in $(GO_MODULES); do \
+		echo "go vet $$m"; \
+		(cd $$m && $(GO) vet -tags release ./... && $(GO) vet -tags unit ./...) || exit 1; \
+	done
 
 staticcheck:
 	@cd tools && $(GO) build -o $(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
-	$(BIN)/staticcheck $(PKGS)
+	@for m in $(GO_MODULES); do \
+		echo "staticcheck $$m"; \
+		(cd $$m && $(BIN)/staticcheck -tags release ./...) || exit 1; \
+	done
 
 ## chaos: fault-injection soak against real etcd (3 members) and a distributed MinIO (4 nodes),
-##        judged by the linearizability and invariant checker (internal/harness/chaos).
+##        judged by the linearizability and invariant checker (harness/chaos).
 ##        SEED= replays a schedule (empty: random, printed); DURATION= e.g. 30m;
 ##        STORE=seaweedfs runs it on etcd and one SeaweedFS (its own faults) instead of MinIO.
 SEED     ?=
 DURATION ?= 5m
 STORE    ?= minio
 chaos: deps
-	$(GO) build -o $(BIN)/chaos ./internal/harness/chaos/cmd/chaos
+	cd harness && $(GO) build -o $(BIN)/chaos ./cmd/chaos
 	$(BIN)/chaos -store=$(STORE) -seed=$(SEED) -duration=$(DURATION)
 
 clean:

@@ -1,7 +1,9 @@
 package fencepub_test
 
 import (
+	"encoding/json"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,8 +21,9 @@ var neverImports = []struct {
 }{
 	// The core and the foundations sit below the product.
 	{
-		from:  []string{".", "internal/layout", "internal/objstore", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/lab"},
-		never: []string{"authority", "publisher", "reader", "gc", "internal/cli/...", "internal/harness/...", "cmd/..."},
+		from: []string{".", "internal/layout", "internal/objstore", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/lab"},
+		never: []string{"authority", "publisher", "reader", "gc", "config", "internal/cli/...", "internal/devstack",
+			"internal/testkit/...", "cmd/..."},
 	},
 	// A reader-only program links no authority, publisher or GC.
 	{from: []string{"reader"}, never: []string{"authority", "publisher", "gc"}},
@@ -29,13 +32,25 @@ var neverImports = []struct {
 	// Writers and the collector are independent of each other and of reads.
 	{from: []string{"publisher"}, never: []string{"reader", "gc"}},
 	{from: []string{"gc"}, never: []string{"publisher", "reader"}},
-	// No library package depends on the CLI, the harnesses or a binary.
+	// No library package depends on the configuration loader, the CLI, the
+	// dev stack, the test fixtures or a binary.
 	{
-		from:  []string{"authority", "publisher", "reader", "gc"},
-		never: []string{"internal/cli/...", "internal/harness/...", "internal/lab/...", "cmd/...", "github.com/spf13/cobra", "github.com/spf13/viper"},
+		from: []string{"authority", "publisher", "reader", "gc"},
+		never: []string{"config", "internal/cli/...", "internal/devstack", "internal/testkit/...", "internal/lab/...", "cmd/...",
+			"github.com/spf13/cobra", "github.com/spf13/viper"},
 	},
-	// The worker binary does not link the benchmark suite.
-	{from: []string{"cmd/fencepub"}, never: []string{"internal/harness/bench/...", "gonum.org/v1/plot"}},
+	// config is the configuration loader only: no command tree, no writer
+	// or reader, nothing that starts servers.
+	{
+		from: []string{"config"},
+		never: []string{"publisher", "reader", "internal/cli", "internal/devstack", "internal/testkit/...", "internal/lab/...", "cmd/...",
+			"github.com/spf13/cobra"},
+	},
+	// What ships in fencepub links no test fixture.
+	{from: []string{"cmd/fencepub", "internal/devstack"}, never: []string{"internal/testkit/..."}},
+	// The dev stack starts servers; it knows nothing of the protocol above
+	// the store.
+	{from: []string{"internal/devstack"}, never: []string{"authority", "publisher", "reader", "gc", "config", "internal/cli/..."}},
 }
 
 // matches reports whether import path p matches pattern pat: a path
@@ -55,20 +70,30 @@ func matches(p, pat string) bool {
 	return p == full
 }
 
+// goOut runs the go command with args in this module and returns its
+// standard output.
+func goOut(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
+		}
+		t.Fatalf("go %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
+
 // TestArchitecture checks the "never imports" rules on the build graph of
 // every package of the module (go list: non-test dependencies).
 func TestArchitecture(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "./...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
 	deps := map[string][]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(goOut(t, "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "./...")), "\n") {
 		f := strings.Fields(line)
 		deps[f[0]] = f[1:]
 	}
-	checked := 0
 	for _, r := range neverImports {
+		checked := 0
 		for pkg, ds := range deps {
 			if !matchesAny(pkg, r.from) {
 				continue
@@ -80,9 +105,9 @@ func TestArchitecture(t *testing.T) {
 				}
 			}
 		}
-	}
-	if checked < len(neverImports) {
-		t.Fatalf("the rules matched %d packages; each rule should match at least one", checked)
+		if checked == 0 {
+			t.Errorf("the rule for %v matched no package", r.from)
+		}
 	}
 }
 
@@ -93,4 +118,115 @@ func matchesAny(p string, pats []string) bool {
 		}
 	}
 	return false
+}
+
+// shipped returns the import paths of what a user builds: the public
+// packages of the module and cmd/fencepub.
+func shipped(t *testing.T) []string {
+	t.Helper()
+	pkgs := []string{module + "/cmd/fencepub"}
+	for _, p := range strings.Fields(goOut(t, "list", "./...")) {
+		if !matchesAny(p, []string{"internal/...", "cmd/...", "examples/..."}) {
+			pkgs = append(pkgs, p)
+		}
+	}
+	return pkgs
+}
+
+// linkedModules returns the modules providing the packages that pkgs
+// depend on (go list -deps; test dependencies too when test is set).
+func linkedModules(t *testing.T, test bool, pkgs ...string) map[string]bool {
+	t.Helper()
+	args := []string{"list", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}"}
+	if test {
+		args = append(args, "-test")
+	}
+	mods := map[string]bool{}
+	for _, m := range strings.Fields(goOut(t, append(args, pkgs...)...)) {
+		mods[m] = true
+	}
+	return mods
+}
+
+// The module's go.mod holds only what the library and fencepub need: every
+// module that any package of the module links, its tests included, is one
+// that the public packages or cmd/fencepub link, and so is every module
+// go.mod requires directly. The programs and tests that need more (the
+// chaos soak's checker, the benchmark suite's charts, the Kubernetes API
+// types) live in the harness module, the build tools in the tools module.
+func TestGoModNeedsOnlyWhatShips(t *testing.T) {
+	need := linkedModules(t, false, shipped(t)...)
+	all := linkedModules(t, true, "./...")
+	for m := range all {
+		if !need[m] {
+			t.Errorf("a package or test of this module links %s, which neither the library nor fencepub needs: move its user to the harness module", m)
+		}
+	}
+	var gomod struct {
+		Require []struct {
+			Path     string
+			Indirect bool
+		}
+	}
+	if err := json.Unmarshal([]byte(goOut(t, "mod", "edit", "-json")), &gomod); err != nil {
+		t.Fatal(err)
+	}
+	direct := 0
+	for _, r := range gomod.Require {
+		if r.Indirect {
+			continue
+		}
+		direct++
+		if !need[r.Path] {
+			t.Errorf("go.mod requires %s, which neither the library nor fencepub links", r.Path)
+		}
+	}
+	if direct == 0 || !need["go.etcd.io/etcd/client/v3"] {
+		t.Fatalf("%d direct requirements, linked modules %v: the check saw nothing", direct, need)
+	}
+}
+
+// config costs a program the configuration loader: beyond the modules the
+// four product packages link, it links github.com/spf13/viper and modules
+// viper requires, nothing else (ARCHITECTURE.md, "config").
+func TestConfigDependencyCost(t *testing.T) {
+	product := linkedModules(t, false, "./authority", "./publisher", "./reader", "./gc")
+	cfg := linkedModules(t, false, "./config")
+	// viperReq: viper and the modules it requires, transitively, by path.
+	viperReq := map[string]bool{}
+	graph := map[string][]string{}
+	var viper []string
+	for _, line := range strings.Split(strings.TrimSpace(goOut(t, "mod", "graph")), "\n") {
+		from, to, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		graph[from] = append(graph[from], to)
+		if strings.HasPrefix(from, "github.com/spf13/viper@") && !slices.Contains(viper, from) {
+			viper = append(viper, from)
+		}
+	}
+	for len(viper) > 0 {
+		n := viper[len(viper)-1]
+		viper = viper[:len(viper)-1]
+		path, _, _ := strings.Cut(n, "@")
+		if viperReq[n] {
+			continue
+		}
+		viperReq[n], viperReq[path] = true, true
+		viper = append(viper, graph[n]...)
+	}
+	extra := 0
+	for m := range cfg {
+		if product[m] {
+			continue
+		}
+		extra++
+		if !viperReq[m] {
+			t.Errorf("config links %s, which neither the product packages nor viper need", m)
+		}
+	}
+	if !cfg["github.com/spf13/viper"] || extra == 0 {
+		t.Fatalf("config links %v: the check saw no viper", cfg)
+	}
 }

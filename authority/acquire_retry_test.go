@@ -1,3 +1,5 @@
+//go:build !unit
+
 package authority
 
 import (
@@ -9,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/faultstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -115,7 +117,7 @@ func TestGrantResponseLost(t *testing.T) {
 // leases are revoked, so one lease per grant is left. A caller with another
 // owner and the same request id never gets a second grant.
 func TestRetriedAcquireRacesOriginal(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{})
 	cli := testenv.EtcdClient(t, e)
 	st := testenv.Get(t).Store(t)
 	ns := testenv.Namespace(t)

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package authority
 
 import (
@@ -10,10 +12,10 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/ownership"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -286,11 +288,11 @@ func TestBadInputWritesNothing(t *testing.T) {
 
 func TestUnreachableEtcd(t *testing.T) {
 	env := testenv.Get(t)
-	port, err := localstack.FreePort() // nothing listens there
+	port, err := devstack.FreePort() // nothing listens there
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := localstack.NewEtcdClient([]string{"http://127.0.0.1:" + strconv.Itoa(port)})
+	cli, err := devstack.NewEtcdClient([]string{"http://127.0.0.1:" + strconv.Itoa(port)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package authority
 
 import (
@@ -6,8 +8,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // TestCorruptAuthorityState writes corrupt values under every key

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package authority
 
 import (
@@ -9,8 +11,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -37,7 +39,7 @@ func TestGenerationSurvivesLeaseExpiry(t *testing.T) {
 // TestGenerationSurvivesEtcdRestart restarts a dedicated etcd, gracefully and
 // with SIGKILL, between grants.
 func TestGenerationSurvivesEtcdRestart(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{})
 	cli := testenv.EtcdClient(t, e)
 	a := newAuthority(t, cli, testenv.Get(t).Store(t), testenv.Namespace(t))
 	ctx := ctxT(t, 2*time.Minute)
@@ -68,7 +70,7 @@ func TestGenerationSurvivesEtcdRestart(t *testing.T) {
 // the two survivors. Unavailable answers are retried with the same request
 // id, so a grant whose response was lost is returned, not minted again.
 func TestKillLeaderMidAcquireLoop(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{Members: 3})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{Members: 3})
 	cli := testenv.EtcdClient(t, e)
 	st := testenv.Get(t).Store(t)
 	ns := testenv.Namespace(t)
@@ -176,7 +178,7 @@ func TestKillLeaderMidAcquireLoop(t *testing.T) {
 // than its TTL; a revoke from outside closes Lost at its next renewal; a
 // paused etcd closes Lost before the local deadline.
 func TestSessionRenewsAndLoses(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{})
 	cli := testenv.EtcdClient(t, e)
 	a := newAuthority(t, cli, testenv.Get(t).Store(t), testenv.Namespace(t), func(c *Config) { c.RequestTimeout = time.Second })
 	ctx := ctxT(t, time.Minute)

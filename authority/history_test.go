@@ -1,3 +1,5 @@
+//go:build !unit
+
 package authority
 
 import (
@@ -6,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/ownership"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // TestInitRefusesForeignHistory: an etcd with no epoch for the domain never
@@ -46,7 +48,7 @@ func TestInitRefusesForeignHistory(t *testing.T) {
 			}
 		}},
 	}
-	fresh := testenv.EtcdClient(t, testenv.StartEtcd(t, localstack.EtcdOptions{}))
+	fresh := testenv.EtcdClient(t, testenv.StartEtcd(t, devstack.EtcdOptions{}))
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ns := testenv.Namespace(t)
@@ -137,7 +139,7 @@ func TestRecoverFromBucket(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cli := testenv.EtcdClient(t, testenv.StartEtcd(t, localstack.EtcdOptions{}))
+	cli := testenv.EtcdClient(t, testenv.StartEtcd(t, devstack.EtcdOptions{}))
 	a := newAuthority(t, cli, st, ns)
 	before := listObjects(t, st, ns.Root())
 	dry, err := a.Recover(ctx, RecoverOptions{FromBucket: true, DryRun: true})

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package authority
 
 import (
@@ -6,9 +8,9 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

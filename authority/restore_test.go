@@ -1,3 +1,5 @@
+//go:build !unit
+
 package authority
 
 import (
@@ -7,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -28,7 +30,7 @@ func TestRestoreRollback(t *testing.T) {
 }
 
 func testRestoreRollback(t *testing.T, bump uint64) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{})
 	cli := testenv.EtcdClient(t, e)
 	st := testenv.Get(t).Store(t)
 	ns := testenv.Namespace(t)
@@ -87,7 +89,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 	}
 	preRestoreRev := pre.Header.Revision
 
-	if err := e.RestoreSnapshot(ctx, snap, localstack.RestoreOptions{BumpRevision: bump}); err != nil {
+	if err := e.RestoreSnapshot(ctx, snap, devstack.RestoreOptions{BumpRevision: bump}); err != nil {
 		t.Fatal(err)
 	}
 	if gen := generation(t, a, "r"); gen != 2 {
@@ -255,7 +257,7 @@ var rpcCompacted = rpctypes.ErrCompacted
 // moves above the lost epoch and records the restored pointer for both the
 // restored and the lost epoch, so GC quarantines the lost epoch's objects.
 func TestRestoreUndoesRecover(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{})
 	cli := testenv.EtcdClient(t, e)
 	st := testenv.Get(t).Store(t)
 	ns := testenv.Namespace(t)
@@ -290,7 +292,7 @@ func TestRestoreUndoesRecover(t *testing.T) {
 	if g2.Epoch != 2 || g2.Generation != 2 {
 		t.Fatalf("grant after the first recover %d.%d; want 2.2", g2.Epoch, g2.Generation)
 	}
-	if err := e.RestoreSnapshot(ctx, snap, localstack.RestoreOptions{BumpRevision: 1_000_000}); err != nil {
+	if err := e.RestoreSnapshot(ctx, snap, devstack.RestoreOptions{BumpRevision: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	if ep, err := a.Epoch(ctx); err != nil || ep != 1 {

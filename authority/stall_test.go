@@ -1,3 +1,5 @@
+//go:build !unit
+
 package authority
 
 import (
@@ -6,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/internal/wait"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -16,7 +18,7 @@ import (
 // keepaliveClient is a client of every member of e with the CLI's default
 // keepalive (etcd.dial_keepalive_time 10 s, etcd.dial_keepalive_timeout
 // 3 s), closed when t ends.
-func keepaliveClient(t *testing.T, e *localstack.Etcd) *clientv3.Client {
+func keepaliveClient(t *testing.T, e *devstack.Etcd) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second,
 		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 3 * time.Second, Logger: zap.NewNop()})
@@ -28,7 +30,7 @@ func keepaliveClient(t *testing.T, e *localstack.Etcd) *clientv3.Client {
 }
 
 // follower returns a member of e that is not the leader.
-func follower(t *testing.T, e *localstack.Etcd) *localstack.EtcdMember {
+func follower(t *testing.T, e *devstack.Etcd) *devstack.EtcdMember {
 	t.Helper()
 	m, err := e.Follower(ctxT(t, 10*time.Second))
 	if err != nil {
@@ -43,7 +45,7 @@ func follower(t *testing.T, e *localstack.Etcd) *localstack.EtcdMember {
 // one, so every Recover succeeds and moves the epoch (DESIGN.md invariant
 // 12).
 func TestRecoverThroughStalledFollower(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{Members: 3})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{Members: 3})
 	cli := testenv.EtcdClient(t, e)
 	a := newAuthority(t, cli, testenv.Get(t).Store(t), testenv.Namespace(t), func(c *Config) { c.RequestTimeout = 500 * time.Millisecond })
 	ctx := ctxT(t, 2*time.Minute)
@@ -76,7 +78,7 @@ func TestRecoverThroughStalledFollower(t *testing.T) {
 // a short RequestTimeout) succeeds, and once keepalive closed the stalled
 // member's connection the balancer stops sending it anything.
 func TestRetryLeavesStalledMember(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{Members: 3})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{Members: 3})
 	cli := keepaliveClient(t, e)
 	a := newAuthority(t, cli, testenv.Get(t).Store(t), testenv.Namespace(t), func(c *Config) { c.RequestTimeout = 500 * time.Millisecond })
 	ctx := ctxT(t, 2*time.Minute)
@@ -140,7 +142,7 @@ func TestRetryLeavesStalledMember(t *testing.T) {
 // renewal that waits for it; the Session's give way to ones that reach
 // the new leader.
 func TestSessionKeepsLeaseThroughLeaderStall(t *testing.T) {
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{Members: 3})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{Members: 3})
 	cli := keepaliveClient(t, e)
 	a := newAuthority(t, cli, testenv.Get(t).Store(t), testenv.Namespace(t))
 	ctx := ctxT(t, 2*time.Minute)

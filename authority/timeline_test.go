@@ -1,3 +1,5 @@
+//go:build !unit
+
 package authority
 
 import (
@@ -10,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // The helper process: the test binary re-executed (testenv.StartChild) to

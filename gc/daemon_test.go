@@ -1,3 +1,5 @@
+//go:build !unit
+
 package gc
 
 import (
@@ -13,8 +15,8 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package gc
 
 import (
@@ -11,9 +13,9 @@ import (
 	"github.com/fencepub/fencepub/internal/objstore"
 
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package gc
 
 import (
@@ -5,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
 )
 

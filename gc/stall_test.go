@@ -1,3 +1,5 @@
+//go:build !unit
+
 package gc
 
 import (
@@ -5,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // TestDecommissionThroughStalledFollower stops (SIGSTOP) an etcd follower of
@@ -17,7 +19,7 @@ import (
 // (DESIGN.md invariant 12); a pass over the retired resources then
 // succeeds too.
 func TestDecommissionThroughStalledFollower(t *testing.T) {
-	cl := testenv.StartCluster(t, localstack.MultiNode())
+	cl := testenv.StartCluster(t, devstack.MultiNode())
 	e := newDomainEnv(t, testenv.ClusterDomain(t, cl))
 	c := e.collector(func(c *Config) { c.RequestTimeout = 500 * time.Millisecond })
 	const n = 6

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package gc
 
 import (
@@ -6,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/faultstore"
 	"github.com/fencepub/fencepub/internal/objstore/memstore"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
 )
 

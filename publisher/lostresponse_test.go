@@ -1,3 +1,5 @@
+//go:build !unit
+
 package publisher
 
 import (
@@ -18,11 +20,11 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -149,7 +151,7 @@ func (w *pausedWorker) stop() {
 	w.t.Helper()
 	w.signal(syscall.SIGSTOP)
 	testenv.Eventually(w.t, fmt.Sprintf("every thread of process %d stopped", w.child.Pid()), 10*time.Second, func() bool {
-		stopped, err := localstack.ThreadsStopped(w.child.Pid())
+		stopped, err := devstack.ThreadsStopped(w.child.Pid())
 		if err != nil {
 			w.t.Fatal(err)
 		}

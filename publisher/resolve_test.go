@@ -1,3 +1,5 @@
+//go:build !unit
+
 package publisher
 
 import (
@@ -10,8 +12,8 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
-	"github.com/fencepub/fencepub/internal/harness/faultproxy"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/minio/minio-go/v7"
 )

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package publisher
 
 import (
@@ -7,9 +9,9 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // TestRestoreLostSkipsResolvedAttempt: an attempt whose transaction never
@@ -19,7 +21,7 @@ import (
 // (DESIGN.md invariant 8). Without the settled marker in the bucket the
 // attempt, the newest object above the restored pointer, came back.
 func TestRestoreLostSkipsResolvedAttempt(t *testing.T) {
-	etcd := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	etcd := testenv.StartEtcd(t, devstack.EtcdOptions{})
 	d := testenv.NewDomain(t)
 	d.Etcd = testenv.EtcdClient(t, etcd)
 	e := newDomainEnv(t, d, nil)
@@ -55,7 +57,7 @@ func TestRestoreLostSkipsResolvedAttempt(t *testing.T) {
 	again, err := e.pub.Resolve(ctx, res, "k3", v, AttemptID{ObjectKey: obj.Key})
 	mustOutcome(t, "resolve k3 again", again, err, Stale, ReasonSeal)
 
-	if err := etcd.RestoreSnapshot(ctx, snap, localstack.RestoreOptions{BumpRevision: 1_000_000}); err != nil {
+	if err := etcd.RestoreSnapshot(ctx, snap, devstack.RestoreOptions{BumpRevision: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := e.auth.Recover(ctx, authority.RecoverOptions{})

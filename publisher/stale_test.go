@@ -1,3 +1,5 @@
+//go:build !unit
+
 package publisher
 
 import (
@@ -10,8 +12,8 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // TestPausedWorkerBetweenWriteAndPublish pauses real worker

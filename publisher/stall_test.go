@@ -1,3 +1,5 @@
+//go:build !unit
+
 package publisher
 
 import (
@@ -6,8 +8,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // TestPublishThroughStalledFollower stops (SIGSTOP) an etcd follower of the
@@ -16,7 +18,7 @@ import (
 // acquire, bind, publish and release must still succeed within its
 // deadline, retrying on another member (DESIGN.md invariant 12).
 func TestPublishThroughStalledFollower(t *testing.T) {
-	cl := testenv.StartCluster(t, localstack.MultiNode())
+	cl := testenv.StartCluster(t, devstack.MultiNode())
 	const attempt = time.Second
 	e := newDomainEnv(t, testenv.ClusterDomain(t, cl),
 		func(c *authority.Config) { c.RequestTimeout = attempt },

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package reader
 
 import (
@@ -13,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencepub/fencepub"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // slowKV is the real etcd KV whose Get answers reach the caller delay after

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package reader
 
 import (
@@ -17,10 +19,10 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
 )
 
@@ -135,7 +137,7 @@ func unreachableEtcd(t *testing.T) *clientv3.Client {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	cli, err := localstack.NewEtcdClient([]string{"http://" + addr})
+	cli, err := devstack.NewEtcdClient([]string{"http://" + addr})
 	if err != nil {
 		t.Fatal(err)
 	}

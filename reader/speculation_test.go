@@ -1,3 +1,5 @@
+//go:build !unit
+
 package reader
 
 // Open's speculation, OpenPointer, WriteTo and ErrWentBack while the
@@ -19,9 +21,9 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/fencepub/fencepub"
-	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
 )
 

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package reader
 
 import (
@@ -9,9 +11,9 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
-	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // Config.StallTimeout ends a read that gets no byte for that long — no
@@ -78,7 +80,7 @@ func TestStallTimeout(t *testing.T) {
 // each Current and Open must still succeed within its RequestTimeout,
 // retrying on another member (DESIGN.md invariant 12).
 func TestOpenThroughStalledFollower(t *testing.T) {
-	cl := testenv.StartCluster(t, localstack.MultiNode())
+	cl := testenv.StartCluster(t, devstack.MultiNode())
 	e := newDomainEnv(t, testenv.ClusterDomain(t, cl))
 	const body = "published before the stall"
 	want := e.publish("k1", body)

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package reader
 
 import (
@@ -8,9 +10,9 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // A pointer below a version the reader already returned (etcd's history
@@ -72,7 +74,7 @@ func TestWentBack(t *testing.T) {
 // pointer lower than a version it sent, or missing, reports ErrWentBack
 // instead of going on silently with the old version.
 func TestWatchWentBackAfterRestore(t *testing.T) {
-	etcd := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	etcd := testenv.StartEtcd(t, devstack.EtcdOptions{})
 	cli := testenv.EtcdClient(t, etcd)
 	ns := testenv.Namespace(t)
 	ctx := ctxT(t, 2*time.Minute)
@@ -107,7 +109,7 @@ func TestWatchWentBackAfterRestore(t *testing.T) {
 		}
 		watches[res] = ch
 	}
-	if err := etcd.RestoreSnapshot(ctx, snap, localstack.RestoreOptions{BumpRevision: 1_000_000}); err != nil {
+	if err := etcd.RestoreSnapshot(ctx, snap, devstack.RestoreOptions{BumpRevision: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	for res, ch := range watches {

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -6,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // TestAuthorityCLI drives `fencepub authority` against real etcd and MinIO:
@@ -92,7 +94,7 @@ func TestAuthorityCLI(t *testing.T) {
 		t.Fatalf("acquire after recover %v", g2)
 	}
 
-	port, err := localstack.FreePort()
+	port, err := devstack.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -7,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // completions runs `fencepub __complete args...` and returns the offered

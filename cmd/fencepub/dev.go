@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/cli"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/spf13/cobra"
 )
 
@@ -32,7 +32,7 @@ type devProc struct {
 
 // devState is what `dev up` records in <dir>/state.json for `dev down` and
 // `dev status`: every etcd member and object-store process. Store is the
-// object store's kind (localstack.StoreKinds; empty in a state file from
+// object store's kind (devstack.StoreKinds; empty in a state file from
 // before SeaweedFS, which is MinIO); its processes are under MinIO or
 // SeaweedFS accordingly.
 type devState struct {
@@ -50,7 +50,7 @@ type devState struct {
 // that names none.
 func (st devState) storeKind() string {
 	if st.Store == "" {
-		return localstack.StoreMinIO
+		return devstack.StoreMinIO
 	}
 	return st.Store
 }
@@ -141,7 +141,7 @@ func portOr(want int) (int, error) {
 		l.Close()
 		return want, nil
 	}
-	return localstack.FreePort()
+	return devstack.FreePort()
 }
 
 // devPorts returns n ports, the i-th base+i*step if free, else a free one.
@@ -193,8 +193,8 @@ namespace:
 // of kind kind, with the store's processes as state.json records them.
 type devStack struct {
 	kind       string
-	etcd       *localstack.Etcd
-	store      localstack.ObjectStore
+	etcd       *devstack.Etcd
+	store      devstack.ObjectStore
 	storeProcs []devProc
 }
 
@@ -202,23 +202,23 @@ type devStack struct {
 // ports cports, pports) and the object store of o.store under
 // dir/<kind> (S3 ports sports, one per MinIO node; SeaweedFS takes the
 // first), detached, and blocks until all of them are ready. On error
-// nothing it started is left running. Errors: localstack's start errors.
+// nothing it started is left running. Errors: devstack's start errors.
 func (o *devUpOptions) startDevStack(ctx context.Context, dir string, cports, pports, sports []int) (*devStack, error) {
-	e, err := localstack.StartEtcd(ctx, filepath.Join(dir, "etcd"), localstack.EtcdOptions{Members: o.members, Detached: true, ListenClientPorts: cports, ListenPeerPorts: pports})
+	e, err := devstack.StartEtcd(ctx, filepath.Join(dir, "etcd"), devstack.EtcdOptions{Members: o.members, Detached: true, ListenClientPorts: cports, ListenPeerPorts: pports})
 	if err != nil {
 		return nil, err
 	}
 	s := &devStack{kind: o.storeKind(), etcd: e}
 	switch s.kind {
-	case localstack.StoreSeaweedFS:
-		w, err := localstack.StartSeaweedFS(ctx, filepath.Join(dir, "seaweedfs"), localstack.SeaweedFSOptions{Detached: true, Port: sports[0]})
+	case devstack.StoreSeaweedFS:
+		w, err := devstack.StartSeaweedFS(ctx, filepath.Join(dir, "seaweedfs"), devstack.SeaweedFSOptions{Detached: true, Port: sports[0]})
 		if err != nil {
 			e.Stop()
 			return nil, err
 		}
 		s.store, s.storeProcs = w, []devProc{{Name: w.Name, PID: w.PID(), Endpoint: w.Config.Endpoint, Log: w.LogPath}}
 	default:
-		m, err := localstack.StartMinIO(ctx, filepath.Join(dir, "minio"), localstack.MinIOOptions{Nodes: o.minioNodes, Detached: true, Ports: sports})
+		m, err := devstack.StartMinIO(ctx, filepath.Join(dir, "minio"), devstack.MinIOOptions{Nodes: o.minioNodes, Detached: true, Ports: sports})
 		if err != nil {
 			e.Stop()
 			return nil, err
@@ -243,7 +243,7 @@ func (s *devStack) state(dir, cfgFile string) devState {
 	for _, m := range s.etcd.Members {
 		st.Etcd = append(st.Etcd, devProc{Name: m.Name, PID: m.PID(), Endpoint: m.ClientURL, Log: m.LogPath})
 	}
-	if s.kind == localstack.StoreSeaweedFS {
+	if s.kind == devstack.StoreSeaweedFS {
 		st.SeaweedFS = s.storeProcs
 	} else {
 		st.MinIO = s.storeProcs
@@ -258,13 +258,13 @@ type devUpOptions struct {
 	dir                 *string
 	configPath          string
 	members, minioNodes int
-	store               string // a localstack.StoreKinds name; empty is MinIO
+	store               string // a devstack.StoreKinds name; empty is MinIO
 }
 
 // storeKind returns the object store to start, MinIO when unset.
 func (o *devUpOptions) storeKind() string {
 	if o.store == "" {
-		return localstack.StoreMinIO
+		return devstack.StoreMinIO
 	}
 	return o.store
 }
@@ -291,17 +291,17 @@ func (o *devUpOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.configPath, "write-config", "fencepub.yaml", "where to write the config file for the local stack")
 	cmd.Flags().IntVar(&o.members, "etcd-members", 1, "etcd cluster members, each its own process (3 tolerates one lost member)")
 	cmd.Flags().IntVar(&o.minioNodes, "minio-nodes", 1, "MinIO server processes; more than 1 is a distributed MinIO with two drives per node (minio only)")
-	cmd.Flags().StringVar(&o.store, "store", localstack.StoreMinIO, "object store to start: "+strings.Join(localstack.StoreKinds, "|"))
+	cmd.Flags().StringVar(&o.store, "store", devstack.StoreMinIO, "object store to start: "+strings.Join(devstack.StoreKinds, "|"))
 }
 
 // Validate checks the store kind and the stack's size: --minio-nodes above
 // 1 needs --store minio (SeaweedFS runs as one process). Errors: usage
 // errors (exit 2).
 func (o *devUpOptions) Validate() error {
-	if !slices.Contains(localstack.StoreKinds, o.storeKind()) {
-		return exitcode.Usagef("--store %q: want one of %s", o.store, strings.Join(localstack.StoreKinds, ", "))
+	if !slices.Contains(devstack.StoreKinds, o.storeKind()) {
+		return exitcode.Usagef("--store %q: want one of %s", o.store, strings.Join(devstack.StoreKinds, ", "))
 	}
-	if o.storeKind() != localstack.StoreMinIO && o.minioNodes > 1 {
+	if o.storeKind() != devstack.StoreMinIO && o.minioNodes > 1 {
 		return exitcode.Usagef("--minio-nodes %d: only with --store minio (--store %s runs one process)", o.minioNodes, o.store)
 	}
 	if o.members < 1 || o.members > maxDevEtcdMembers {
@@ -333,7 +333,7 @@ func (o *devUpOptions) Run(c *cobra.Command) error {
 		switch n := st.runningCount(); {
 		case n == len(st.procs()) && n > 0:
 			log.Info(fmt.Sprintf("dev: already running (%d etcd members, %d %s processes); config %s", len(st.Etcd), len(st.storeProcs()), st.storeKind(), st.ConfigFile))
-			if len(st.Etcd) != o.members || st.storeKind() != o.storeKind() || st.storeKind() == localstack.StoreMinIO && len(st.MinIO) != o.minioNodes {
+			if len(st.Etcd) != o.members || st.storeKind() != o.storeKind() || st.storeKind() == devstack.StoreMinIO && len(st.MinIO) != o.minioNodes {
 				log.Warn(fmt.Sprintf("dev: not changing it to %d etcd members and %s; run 'fencepub dev down' and start it in a fresh --dir", o.members, o.storeKind()))
 			}
 			if !c.Flags().Changed("write-config") || cfgAbs == st.ConfigFile {
@@ -428,7 +428,7 @@ func checkWritable(path, stackDir string) error {
 // devErr maps a server start failure to its exit code: a missing binary is
 // a usage problem (run make deps), anything else an unavailable service.
 func devErr(err error) error {
-	if errors.Is(err, localstack.ErrNoBinary) {
+	if errors.Is(err, devstack.ErrNoBinary) {
 		return exitcode.With(exitcode.Usage, err)
 	}
 	return exitcode.With(exitcode.Unavailable, err)

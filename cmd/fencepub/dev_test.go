@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -10,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/cli/config"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
 )
 
@@ -60,7 +62,7 @@ func TestDevUpDown(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := localstack.NewEtcdClient(cfg.Etcd.Endpoints)
+	c, err := devstack.NewEtcdClient(cfg.Etcd.Endpoints)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +185,7 @@ func TestDevUpCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, ep := range cfg.Etcd.Endpoints {
-		c, err := localstack.NewEtcdClient([]string{ep})
+		c, err := devstack.NewEtcdClient([]string{ep})
 		if err != nil {
 			t.Fatal(err)
 		}

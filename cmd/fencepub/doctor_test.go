@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -9,7 +11,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/minio/minio-go/v7/pkg/lifecycle"
 )
 

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -7,28 +9,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // secureServers starts an etcd serving TLS with --client-cert-auth and
-// authentication enabled (user root, password "root-pw"), and a MinIO. It
-// returns the CA, a valid client certificate and both servers.
-func secureServers(t *testing.T) (*testenv.CA, testenv.CertPair, *localstack.Etcd, *localstack.MinIO) {
+// authentication enabled (user root, password "root-pw"), and a MinIO whose
+// root secret key is random (secretValue). It returns the CA, a valid
+// client certificate and both servers.
+func secureServers(t *testing.T) (*testenv.CA, testenv.CertPair, *devstack.Etcd, *devstack.MinIO) {
 	t.Helper()
 	ca := testenv.NewCA(t, "etcd")
 	srv := ca.Server(t, "etcd-server")
 	client := ca.Client(t, "fencepub-client", time.Now().Add(24*time.Hour))
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{
-		TLS: &localstack.EtcdTLS{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: ca.CertFile,
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{
+		TLS: &devstack.EtcdTLS{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: ca.CertFile,
 			ClientCertAuth: true, Client: ca.ClientTLS(t, client)},
 		RootPassword: "root-pw",
 	})
 	if !strings.HasPrefix(e.Endpoints()[0], "https://") {
 		t.Fatalf("etcd endpoint %s is not https", e.Endpoints()[0])
 	}
-	return ca, client, e, testenv.StartMinIO(t, localstack.MinIOOptions{})
+	return ca, client, e, testenv.StartMinIO(t, devstack.MinIOOptions{AccessKey: "fencepub", SecretKey: secretValue(t, "s3-secret")})
 }
 
 // secureStack is secureServers that puts the store's credentials and

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -11,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -32,8 +34,8 @@ type cliRig struct {
 
 func newCLIRig(t *testing.T, domain string) *cliRig {
 	t.Helper()
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{})
+	m := testenv.StartMinIO(t, devstack.MinIOOptions{})
 	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
 	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
 	cli := testenv.EtcdClient(t, e)
@@ -290,10 +292,10 @@ func TestCLIContract(t *testing.T) {
 // connection probe now answers first; the reader's timeout still bounds an
 // etcd lost after the probe.)
 func TestCLIUnreachableEtcd(t *testing.T) {
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
+	m := testenv.StartMinIO(t, devstack.MinIOOptions{})
 	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
 	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
-	port, err := localstack.FreePort()
+	port, err := devstack.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

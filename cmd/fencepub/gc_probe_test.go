@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -15,17 +17,16 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
-	corev1 "k8s.io/api/core/v1"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // kubeletProbe GETs path on addr as a kubelet's httpGet probe does: the
 // probe's timeoutSeconds (default 1 s) bounds the request, and a status of
 // 200-399 is success. It returns the status (0 when the request failed) and
 // the body or the error.
-func kubeletProbe(p *corev1.Probe, addr string) (int, string) {
+func kubeletProbe(p *k8sProbe, addr string) (int, string) {
 	timeout := time.Duration(p.TimeoutSeconds) * time.Second
 	if timeout == 0 {
 		timeout = time.Second
@@ -58,8 +59,8 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 	cm, pod := m.configMaps[0], m.deployments[0].Spec.Template.Spec
 	c := pod.Containers[0]
 
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	mi := testenv.StartMinIO(t, localstack.MinIOOptions{})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{})
+	mi := testenv.StartMinIO(t, devstack.MinIOOptions{})
 	secret := map[string]string{"s3-access-key": mi.Config.AccessKey, "s3-secret-key": mi.Config.SecretKey}
 
 	// The ConfigMap, mounted where the pod mounts it.
@@ -98,7 +99,7 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 	}
 	freeAddr := func() string {
 		t.Helper()
-		port, err := localstack.FreePort()
+		port, err := devstack.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +117,7 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := localstack.NewEtcdClient(e.Endpoints())
+	cli, err := devstack.NewEtcdClient(e.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}

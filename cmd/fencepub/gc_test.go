@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -12,10 +14,10 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
 )
 
@@ -40,7 +42,7 @@ func TestGCCLI(t *testing.T) {
 	}
 
 	// A stale worker's orphan, made with the library.
-	cli, err := localstack.NewEtcdClient(e.Endpoints())
+	cli, err := devstack.NewEtcdClient(e.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -10,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -84,7 +86,7 @@ func (h *historyCLI) mustRead(res, want string) {
 }
 
 // bucketKeys lists every key of the bucket.
-func bucketKeys(t *testing.T, m *localstack.MinIO) []string {
+func bucketKeys(t *testing.T, m *devstack.MinIO) []string {
 	t.Helper()
 	st, err := m.Store()
 	if err != nil {
@@ -101,7 +103,7 @@ func bucketKeys(t *testing.T, m *localstack.MinIO) []string {
 }
 
 // etcdKeys counts the keys of etcd e.
-func etcdKeys(t *testing.T, e *localstack.Etcd) int64 {
+func etcdKeys(t *testing.T, e *devstack.Etcd) int64 {
 	t.Helper()
 	cli := testenv.EtcdClient(t, e)
 	resp, err := cli.Get(context.Background(), "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
@@ -114,7 +116,7 @@ func etcdKeys(t *testing.T, e *localstack.Etcd) int64 {
 // refusesForeignHistory checks that an etcd without the bucket's history
 // refuses to publish, run, acquire, collect and read (exit 116, naming the way out)
 // and writes nothing to itself or the bucket.
-func refusesForeignHistory(t *testing.T, h *historyCLI, e *localstack.Etcd, m *localstack.MinIO) {
+func refusesForeignHistory(t *testing.T, h *historyCLI, e *devstack.Etcd, m *devstack.MinIO) {
 	t.Helper()
 	before, etcdBefore := bucketKeys(t, m), etcdKeys(t, e)
 	for _, args := range [][]string{
@@ -156,7 +158,7 @@ func TestSecondEtcdSameBucket(t *testing.T) {
 	conn, e1, m := testenv.CLIStack(t, "hist")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e2 := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	e2 := testenv.StartEtcd(t, devstack.EtcdOptions{})
 	h1 := newHistoryCLI(t, ctx, conn, e1.Endpoints()[0])
 	h2 := newHistoryCLI(t, ctx, conn, e2.Endpoints()[0])
 	h1.publish(0, "r", "one")
@@ -338,7 +340,7 @@ func TestSplitBrainAfterFromBucket(t *testing.T) {
 	conn, e1, _ := testenv.CLIStack(t, "hist")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e2 := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	e2 := testenv.StartEtcd(t, devstack.EtcdOptions{})
 	h1 := newHistoryCLI(t, ctx, conn, e1.Endpoints()[0])
 	h2 := newHistoryCLI(t, ctx, conn, e2.Endpoints()[0])
 	h1.publish(0, "a", "a by 1")

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -10,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // decodeDoc decodes out as one JSON object that starts with schema_version

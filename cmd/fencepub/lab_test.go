@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -5,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/lab"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 func TestLabFencingText(t *testing.T) {

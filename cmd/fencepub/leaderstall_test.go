@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -11,8 +13,8 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/cli"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/internal/wait"
 )
 
@@ -84,14 +86,14 @@ func (r *cliRun) result(t *testing.T, timeout time.Duration) (runOutput, bool) {
 }
 
 // TestRunSurvivesLeaderStall is the leader stall on the multi-node topology
-// (localstack.MultiNode: a 3-member etcd, a 4-node distributed MinIO): worker
+// (devstack.MultiNode: a 3-member etcd, a 4-node distributed MinIO): worker
 // A holds a resource through `fencepub run --ttl 3s`, worker B waits for it
 // with `--wait 150s`, and the raft leader is stopped (SIGSTOP) for 8 s while
 // the two other members keep a quorum; A's command finishes one second into
 // the stall. B must never give up while a quorum serves: it publishes, with
 // a fence above A's, every time.
 func TestRunSurvivesLeaderStall(t *testing.T) {
-	cl := testenv.StartCluster(t, localstack.MultiNode())
+	cl := testenv.StartCluster(t, devstack.MultiNode())
 	t.Setenv("FENCEPUB_S3_ACCESS_KEY", cl.MinIO.Config.AccessKey)
 	t.Setenv("FENCEPUB_S3_SECRET_KEY", cl.MinIO.Config.SecretKey)
 	conn := []string{"--etcd-endpoints", strings.Join(cl.Etcd.Endpoints(), ","), "--s3-endpoint", cl.MinIO.Config.Endpoint,

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -10,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // jsonLines decodes every line of stderr as one JSON log record and returns

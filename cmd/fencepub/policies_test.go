@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -11,26 +13,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/minio/madmin-go/v3"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // The example policies are written for bucket "results" and the domain root
-// "fencepub/nightly/" (README "Security"); policyUser substitutes both.
+// "fencepub/nightly/" (README "Security"); policyKeys substitutes both.
 const (
 	examplePolicyBucket = "arn:aws:s3:::results"
 	examplePolicyRoot   = "fencepub/nightly/"
 )
 
-// policyUser creates the MinIO user name (secret name+"-secret") through
-// the admin API, attached to examples/policies/<policy>.json only, with the
-// example's bucket and domain root replaced by m's bucket and root. It
-// returns the user's keys.
-func policyUser(t *testing.T, m *localstack.MinIO, root, name, policy string) (string, string) {
+// policyKeys returns temporary keys of m (STS AssumeRole with m's root
+// keys, through minio-go) whose session policy is
+// examples/policies/<policy>.json with the example's bucket and domain root
+// replaced by m's bucket and root. MinIO grants temporary keys the
+// intersection of the session policy and the caller's, so keys assumed by
+// the root hold exactly the example policy.
+func policyKeys(t *testing.T, m *devstack.MinIO, root, policy string) credentials.Value {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "policies", policy+".json"))
 	if err != nil {
@@ -40,91 +43,59 @@ func policyUser(t *testing.T, m *localstack.MinIO, root, name, policy string) (s
 		t.Fatalf("examples/policies/%s.json is not JSON naming %s", policy, examplePolicyBucket)
 	}
 	doc := strings.ReplaceAll(string(raw), examplePolicyBucket, "arn:aws:s3:::"+m.Config.Bucket)
-	doc = strings.ReplaceAll(doc, examplePolicyRoot, root)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pname := "fencepub-" + policy
-	if err := minioAdmin(t, m).AddCannedPolicy(ctx, pname, []byte(doc)); err != nil {
-		t.Fatalf("add policy %s: %v", pname, err)
-	}
-	secret := name + "-secret"
-	minioUser(t, m, name, secret, pname)
-	return name, secret
+	return assumeRole(t, m, strings.ReplaceAll(doc, examplePolicyRoot, root))
 }
 
-// minioAdmin is a MinIO admin API client of m with its root keys.
-func minioAdmin(t *testing.T, m *localstack.MinIO) *madmin.AdminClient {
-	t.Helper()
-	host, secure, err := m.Config.HostSecure()
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm, err := madmin.NewWithOptions(host, &madmin.Options{Creds: credentials.NewStaticV4(m.Config.AccessKey, m.Config.SecretKey, ""), Secure: secure})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return adm
-}
-
-// minioUser creates the MinIO user name with secret, attached to policy
-// only (a policy created before, or a built-in one such as readwrite).
-func minioUser(t *testing.T, m *localstack.MinIO, name, secret, policy string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	adm := minioAdmin(t, m)
-	if err := adm.AddUser(ctx, name, secret); err != nil {
-		t.Fatalf("add user %s: %v", name, err)
-	}
-	if _, err := adm.AttachPolicy(ctx, madmin.PolicyAssociationReq{Policies: []string{policy}, User: name}); err != nil {
-		t.Fatalf("attach %s to %s: %v", policy, name, err)
-	}
-}
-
-// assumeRole returns temporary keys of the MinIO user (STS AssumeRole
-// through minio-go), with a session token.
-func assumeRole(t *testing.T, m *localstack.MinIO, user, secret string) credentials.Value {
+// assumeRole returns temporary keys of m's root user (STS AssumeRole
+// through minio-go), with a session token, limited to the session policy
+// doc when it is not "".
+func assumeRole(t *testing.T, m *devstack.MinIO, doc string) credentials.Value {
 	t.Helper()
 	host, _, err := m.Config.HostSecure()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sts, err := credentials.NewSTSAssumeRole("http://"+host, credentials.STSAssumeRoleOptions{AccessKey: user, SecretKey: secret, DurationSeconds: 900})
+	sts, err := credentials.NewSTSAssumeRole("http://"+host, credentials.STSAssumeRoleOptions{
+		AccessKey: m.Config.AccessKey, SecretKey: m.Config.SecretKey, Policy: doc, DurationSeconds: 900})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmp, err := sts.GetWithContext(&credentials.CredContext{Client: http.DefaultClient})
 	if err != nil {
-		t.Fatalf("AssumeRole as %s: %v", user, err)
+		t.Fatalf("AssumeRole: %v", err)
 	}
-	if tmp.SessionToken == "" || tmp.AccessKeyID == user {
+	if tmp.SessionToken == "" || tmp.AccessKeyID == m.Config.AccessKey {
 		t.Fatalf("AssumeRole gave no temporary keys: access key %q, token set %v", tmp.AccessKeyID, tmp.SessionToken != "")
 	}
 	return tmp
 }
 
 // s3As returns a minio-go client of m's endpoint with the given keys.
-func s3As(t *testing.T, m *localstack.MinIO, access, secret string) *minio.Client {
+func s3As(t *testing.T, m *devstack.MinIO, keys credentials.Value) *minio.Client {
 	t.Helper()
 	host, secure, err := m.Config.HostSecure()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := minio.New(host, &minio.Options{Creds: credentials.NewStaticV4(access, secret, ""), Secure: secure})
+	c, err := minio.New(host, &minio.Options{Creds: credentials.NewStaticV4(keys.AccessKeyID, keys.SecretAccessKey, keys.SessionToken), Secure: secure})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-// useKeys makes the CLI's s3.access_key and s3.secret_key these keys.
-func useKeys(t *testing.T, access, secret string) {
-	t.Setenv("FENCEPUB_S3_ACCESS_KEY", access)
-	t.Setenv("FENCEPUB_S3_SECRET_KEY", secret)
+// useKeys makes temporary keys the CLI's only credential source: the
+// environment's AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+// AWS_SESSION_TOKEN under s3.credentials: auto.
+func useKeys(t *testing.T, keys credentials.Value) {
+	clearS3Env(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", keys.AccessKeyID)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", keys.SecretAccessKey)
+	t.Setenv("AWS_SESSION_TOKEN", keys.SessionToken)
 }
 
-// TestBucketPolicies runs the protocol with MinIO users holding only the
-// example policies of examples/policies: a worker publishes (a single PUT
+// TestBucketPolicies runs the protocol with keys holding only the example
+// policies of examples/policies: a worker publishes (a single PUT
 // and a multipart upload) and cannot delete what it published, a reader
 // reads and can neither write nor delete, and GC deletes superseded
 // versions with only its own policy.
@@ -134,9 +105,9 @@ func TestBucketPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wKey, wSecret := policyUser(t, m, ns.Root(), "worker", "worker")
-	rKey, rSecret := policyUser(t, m, ns.Root(), "reader", "reader")
-	gKey, gSecret := policyUser(t, m, ns.Root(), "collector", "gc")
+	wKeys := policyKeys(t, m, ns.Root(), "worker")
+	rKeys := policyKeys(t, m, ns.Root(), "reader")
+	gKeys := policyKeys(t, m, ns.Root(), "gc")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	run := func(want int, stdin string, args ...string) string {
@@ -151,7 +122,7 @@ func TestBucketPolicies(t *testing.T) {
 	// The worker initialises the domain and publishes: v1 in one PUT, v2
 	// in a multipart upload (a body of unknown length above the part size),
 	// v3 in one PUT.
-	useKeys(t, wKey, wSecret)
+	useKeys(t, wKeys)
 	publish := func(key, stdin string) {
 		t.Helper()
 		run(0, stdin, "publish", "--resource", "job", "--owner", "w", "--ttl", "10s", "--key", key, "-")
@@ -166,7 +137,7 @@ func TestBucketPolicies(t *testing.T) {
 	multipart := ptr.Object.Key
 	publish("k3", "v3")
 
-	worker := s3As(t, m, wKey, wSecret)
+	worker := s3As(t, m, wKeys)
 	if err := worker.RemoveObject(ctx, m.Config.Bucket, multipart, minio.RemoveObjectOptions{}); minio.ToErrorResponse(err).Code != "AccessDenied" {
 		t.Fatalf("worker deleting published %s: %v; want AccessDenied", multipart, err)
 	}
@@ -175,11 +146,11 @@ func TestBucketPolicies(t *testing.T) {
 	}
 
 	// The reader reads; it may not write or delete.
-	useKeys(t, rKey, rSecret)
+	useKeys(t, rKeys)
 	if out := run(0, "", "read", "--resource", "job"); !strings.Contains(out, "v3") {
 		t.Fatalf("reader read: %q", out)
 	}
-	reader := s3As(t, m, rKey, rSecret)
+	reader := s3As(t, m, rKeys)
 	if _, err := reader.PutObject(ctx, m.Config.Bucket, ns.Root()+"job/x", strings.NewReader("x"), 1, minio.PutObjectOptions{}); minio.ToErrorResponse(err).Code != "AccessDenied" {
 		t.Fatalf("reader writing: %v; want AccessDenied", err)
 	}
@@ -190,15 +161,15 @@ func TestBucketPolicies(t *testing.T) {
 	// GC with only its policy deletes v1 and v2 once they are past a 1ms
 	// grace (no clock skew) on the domain clock the first pass starts, and
 	// keeps v3.
-	useKeys(t, gKey, gSecret)
+	useKeys(t, gKeys)
 	run(0, "", "gc", "run", "--all")
-	root := s3As(t, m, m.Config.AccessKey, m.Config.SecretKey)
+	root := s3As(t, m, credentials.Value{AccessKeyID: m.Config.AccessKey, SecretAccessKey: m.Config.SecretKey})
 	testenv.Eventually(t, "gc deletes the superseded multipart object", 30*time.Second, func() bool {
 		run(0, "", "gc", "run", "--all", "--retain", "1", "--grace", "1ms", "--clock-skew", "0s")
 		_, err := root.StatObject(ctx, m.Config.Bucket, multipart, minio.StatObjectOptions{})
 		return minio.ToErrorResponse(err).Code == "NoSuchKey"
 	})
-	useKeys(t, rKey, rSecret)
+	useKeys(t, rKeys)
 	if out := run(0, "", "read", "--resource", "job"); !strings.Contains(out, "v3") {
 		t.Fatalf("reader read after gc: %q", out)
 	}

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -10,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // TestRestoreRecoverRepublish restores etcd from a snapshot taken before a
@@ -61,7 +63,7 @@ func TestRestoreRecoverRepublish(t *testing.T) {
 	decode(fp(0, "authority", "acquire", "--resource", "r", "--owner", "old", "--ttl", "60s", "-o", "json"), &grant)
 	fp(0, "publish", "--resource", "r", "--owner", "old", "--epoch", itoa(grant.Epoch), "--fence", itoa(grant.Generation), "--seq", "1",
 		"--key", "k2", "--file", file("v2", "version two"))
-	if err := e.RestoreSnapshot(ctx, snap, localstack.RestoreOptions{BumpRevision: 1_000_000}); err != nil {
+	if err := e.RestoreSnapshot(ctx, snap, devstack.RestoreOptions{BumpRevision: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -1,3 +1,5 @@
+//go:build release
+
 package main
 
 import (
@@ -20,18 +22,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencepub/fencepub/internal/harness/localstack"
+	"github.com/fencepub/fencepub/internal/devstack"
 )
-
-// repoRoot is the checkout holding this package (cmd/fencepub).
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
 
 // releasePlatforms are the os/arch pairs .goreleaser.yaml builds.
 var releasePlatforms = []struct{ os, arch string }{
@@ -44,15 +36,16 @@ var releasePlatforms = []struct{ os, arch string }{
 // their sha256; the host's binary reports the snapshot version and the
 // checkout's commit through --version and `version -o json`. It runs into
 // its own dist directory (a copy of the config with dist: set), so the
-// checkout's ./dist is never touched.
+// checkout's ./dist is never touched. A packaging check, built with the
+// release tag: `make release-check` runs it (and `make test` runs that).
 func TestReleaseSnapshot(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
-	bin, err := localstack.BinDir()
+	bin, err := devstack.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := localstack.Binary("goreleaser"); err != nil {
+	if _, err := devstack.Binary("goreleaser"); err != nil {
 		t.Fatalf("%v (build it with `make goreleaser`; `make test` does)", err)
 	}
 	cfg, err := os.ReadFile(filepath.Join(root, ".goreleaser.yaml"))

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -14,10 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/minio/minio-go/v7"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -30,7 +32,7 @@ import (
 // exit code.
 func gcDaemon(t *testing.T, ctx context.Context, args ...string) (get func(path string) (int, string), stop func() (string, int)) {
 	t.Helper()
-	port, err := localstack.FreePort()
+	port, err := devstack.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -12,7 +14,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"

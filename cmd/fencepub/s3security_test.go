@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -7,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // clearS3Env removes every credential source of s3.credentials: auto from
@@ -31,16 +33,16 @@ func clearS3Env(t *testing.T) {
 // a new CA, and returns the CA, the MinIO and the etcd connection flags
 // with bucket and namespace (no s3 endpoint, which each case chooses).
 // The store's keys are in no source yet.
-func tlsMinIO(t *testing.T) (*testenv.CA, *localstack.MinIO, []string) {
+func tlsMinIO(t *testing.T) (*testenv.CA, *devstack.MinIO, []string) {
 	t.Helper()
 	clearS3Env(t)
 	ca := testenv.NewCA(t, "s3")
 	srv := ca.Server(t, "minio-server")
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{TLS: &localstack.MinIOTLS{CertFile: srv.CertFile, KeyFile: srv.KeyFile, CAFile: ca.CertFile}})
+	m := testenv.StartMinIO(t, devstack.MinIOOptions{TLS: &devstack.MinIOTLS{CertFile: srv.CertFile, KeyFile: srv.KeyFile, CAFile: ca.CertFile}})
 	if !strings.HasPrefix(m.Config.Endpoint, "https://") || m.Config.TLS.CA != ca.CertFile {
 		t.Fatalf("MinIO config %+v does not serve TLS with the CA", m.Config)
 	}
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
+	e := testenv.StartEtcd(t, devstack.EtcdOptions{})
 	return ca, m, []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-bucket", m.Config.Bucket, "--prefix", "s3sec", "--domain", "d1"}
 }
 

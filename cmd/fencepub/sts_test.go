@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -7,27 +9,22 @@ import (
 	"testing"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
-// TestSTSCredentials gets temporary keys from MinIO's STS (AssumeRole for a
-// MinIO user holding the worker policy, through minio-go) and publishes and
-// reads with them from the environment under s3.credentials: auto. Without
-// AWS_SESSION_TOKEN the same keys are refused (exit 2), so the session token
-// is what the requests carry.
+// TestSTSCredentials gets temporary keys from MinIO's STS (AssumeRole,
+// through minio-go, with the worker policy as the session policy) and
+// publishes and reads with them from the environment under
+// s3.credentials: auto. Without AWS_SESSION_TOKEN the same keys are refused
+// (exit 2), so the session token is what the requests carry.
 func TestSTSCredentials(t *testing.T) {
 	conn, _, m := testenv.CLIStack(t, "fencepub")
 	ns, err := layout.NewNamespace("fencepub", "d1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	user, secret := policyUser(t, m, ns.Root(), "sts-worker", "worker")
-	tmp := assumeRole(t, m, user, secret)
-	clearS3Env(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", tmp.AccessKeyID)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", tmp.SecretAccessKey)
-	t.Setenv("AWS_SESSION_TOKEN", tmp.SessionToken)
+	useKeys(t, policyKeys(t, m, ns.Root(), "worker"))
 	if out := runWant(t, 0, append([]string{"config", "show"}, conn...)...); !strings.Contains(out, "auto (from environment AWS_ACCESS_KEY_ID)") {
 		t.Fatalf("config show does not name the environment as the key source:\n%s", out)
 	}

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package main
 
 import (
@@ -11,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // Mistakes a user makes are exit 2 with a message naming what to fix, and

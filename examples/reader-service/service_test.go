@@ -3,7 +3,7 @@ package main
 import "testing"
 
 // The service itself is tested from outside, as a user runs it, by
-// internal/exampletest (real etcd and MinIO), so this example imports only
+// harness/exampletest (real etcd and MinIO), so this example imports only
 // public packages and can be copied into another module.
 
 // --resource adds names, whether repeated or comma-separated.

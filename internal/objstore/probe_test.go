@@ -1,3 +1,5 @@
+//go:build !unit
+
 package objstore_test
 
 import (
@@ -8,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/memstore"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

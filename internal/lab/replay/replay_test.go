@@ -1,3 +1,5 @@
+//go:build !unit
+
 package replay
 
 import (
@@ -6,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/lab"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package s3store_test
 
 import (
@@ -6,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/fencepub/fencepub/internal/objstore/storetest"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,0 +1,188 @@
+//go:build !unit
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
+)
+
+// TestMain runs the binary as a worker process when the harness started it
+// as one, and otherwise starts the shared servers and the tests.
+func TestMain(m *testing.M) {
+	if IsWorker() {
+		os.Exit(WorkerMain())
+	}
+	testenv.Main(m)
+}
+
+// livenessGoal is the fault kinds during which no operation may fail: an
+// etcd member stalled, one MinIO node of four killed (DESIGN.md invariant
+// 12).
+var livenessGoal = map[FaultKind]bool{
+	EtcdPauseMember: true, EtcdPauseLeader: true, EtcdPauseFollower: true, MinIOKillNode: true,
+}
+
+// logWriter passes each write to t.Log.
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestChaos is the bounded chaos run: for every seed, the
+// full workload and fault schedule against real servers, judged by Verify.
+// Any violation fails the test and leaves chaos-failure-<seed>.json in
+// $TMPDIR/fencepub-chaos; `make chaos SEED=<seed> DURATION=30s` replays the
+// schedule. It also checks that the runs made progress, that every fault was
+// injected and healed, and (on the first seed's real history) that Verify
+// rejects histories a broken implementation would have produced.
+func TestChaos(t *testing.T) {
+	lc := testenv.StartCluster(t, Topology)
+	cl := &Cluster{Etcd: lc.Etcd, MinIO: lc.MinIO}
+	random := rand.Int64N(1_000_000_000)
+	t.Logf("random seed %d (replay: make chaos SEED=%d DURATION=%s)", random, random, ciDuration)
+	failures := filepath.Join(os.TempDir(), "fencepub-chaos")
+	injected := map[FaultKind]int{}
+	for i, seed := range append(slices.Clone(ciSeeds), random) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			res, err := Run(ctx, Config{
+				Cluster: cl, Seed: seed, Duration: ciDuration, Processes: ciProcesses,
+				Dir: t.TempDir(), FailureDir: failures, Progress: logWriter{t},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRun(t, res, fmt.Sprintf("make chaos SEED=%d DURATION=%s", seed, ciDuration))
+			s := res.Summary
+			for _, k := range ServerFaults() {
+				if l, ok := s.Liveness[k]; ok {
+					t.Logf("liveness %s: %+v", k, l)
+					if livenessGoal[k] && l.Failed > 0 {
+						t.Errorf("%d of %d operations failed during %s while a quorum of etcd and MinIO was up (DESIGN.md invariant 12)", l.Failed, l.Attempted, k)
+					}
+				}
+			}
+			for _, f := range res.History.Faults {
+				injected[f.Kind]++
+				if f.Err != "" {
+					t.Errorf("fault %s on %s failed: %s", f.Kind, f.Target, f.Err)
+				}
+			}
+			if i == 0 {
+				checkMutations(t, res.History)
+			}
+		})
+	}
+	for _, k := range append(ServerFaults(), WorkerFaults()...) {
+		if injected[k] == 0 {
+			t.Errorf("no %s was injected", k)
+		}
+	}
+}
+
+// checkRun fails t for a run with violations (naming the failure file and
+// replay, the command that replays it) or with too little progress.
+func checkRun(t *testing.T, res *Result, replay string) {
+	t.Helper()
+	for _, v := range res.Violations {
+		t.Errorf("violation: %s", v)
+	}
+	if res.FailureFile != "" {
+		t.Errorf("failure file %s (replay: %s)", res.FailureFile, replay)
+	}
+	s := res.Summary
+	if s.Publishes[Applied] == 0 || s.Publishes[Stale] == 0 || s.Reads == 0 || s.Grants == 0 || s.GCPasses == 0 {
+		t.Errorf("the run made too little progress: %+v", s)
+	}
+}
+
+// checkMutations feeds Verify copies of a real run's history, each changed
+// the way a broken implementation would have changed it, and requires a
+// violation of the expected invariant for each.
+func checkMutations(t *testing.T, h *History) {
+	t.Helper()
+	if vs := Verify(h, VerifyOptions{}); len(vs) > 0 {
+		t.Fatalf("the real history itself has violations: %v", vs)
+	}
+	// The resource with the most applied publishes that a reader saw.
+	seen := map[versionID]bool{}
+	for _, r := range h.Reads {
+		seen[versionID{r.Resource, r.Version}] = true
+	}
+	var target *PublishOp
+	count := map[string]int{}
+	for i := range h.Publishes {
+		p := &h.Publishes[i]
+		if p.Outcome == Applied && !p.Forged && seen[versionID{p.Resource, p.Version}] {
+			if count[p.Resource]++; target == nil || count[p.Resource] > count[target.Resource] {
+				target = p
+			}
+		}
+	}
+	if target == nil || count[target.Resource] < 2 {
+		t.Fatalf("no resource with two applied publishes seen by readers")
+	}
+	var first, last layout.Version
+	var end int64
+	for _, p := range h.Publishes {
+		end = max(end, p.Return)
+		if p.Resource == target.Resource && p.Outcome == Applied {
+			if first.IsZero() || p.Version.Less(first) {
+				first = p.Version
+			}
+			last = last.Max(p.Version)
+		}
+	}
+	mutations := []struct {
+		name   string
+		mutate func(h *History)
+		want   string
+	}{
+		{"an applied publish reported stale", func(h *History) {
+			for i := range h.Publishes {
+				if h.Publishes[i].ID == target.ID {
+					h.Publishes[i].Outcome = Stale
+				}
+			}
+		}, InvLinearizable},
+		{"a read after the end returns the first version", func(h *History) {
+			h.Reads = append(h.Reads, ReadOp{Client: "late", Resource: target.Resource, Call: end + 1, Return: end + 2, Version: first})
+		}, InvLinearizable},
+		{"the grant of an applied publish forgotten", func(h *History) {
+			h.Grants = slices.DeleteFunc(h.Grants, func(g GrantEvent) bool {
+				return g.Resource == target.Resource && g.Fence == target.Version.Fence
+			})
+		}, InvUnauthorized},
+		{"the pointer went back in etcd", func(h *History) {
+			h.Changes = append(h.Changes, Change{Kind: ChangePointer, Resource: target.Resource, Version: first, Revision: 1 << 62, KVVersion: 99, Seen: end + 1})
+		}, InvPointerMonotonic},
+	}
+	if first == last {
+		t.Fatalf("resource %s has one applied version", target.Resource)
+	}
+	for _, m := range mutations {
+		c := *h
+		c.Publishes = slices.Clone(h.Publishes)
+		c.Reads = slices.Clone(h.Reads)
+		c.Grants = slices.Clone(h.Grants)
+		c.Changes = slices.Clone(h.Changes)
+		m.mutate(&c)
+		if got := invariants(Verify(&c, VerifyOptions{})); !slices.Contains(got, m.want) {
+			t.Errorf("mutation %q of the real history: violations %v, want %s", m.name, got, m.want)
+		}
+	}
+}
