@@ -8,7 +8,7 @@ import (
 
 // heavyDeps are the import paths the benchmark suite links (internal/bench,
 // its plotting and PDF libraries) and the worker binary must not: they
-// belong to cmd/fencepub-bench (README "Layout").
+// belong to cmd/fencepub-bench (ARCHITECTURE.md "Layout").
 var heavyDeps = []string{
 	"github.com/fencepub/fencepub/internal/harness/bench",
 	"gonum.org/",

@@ -20,7 +20,7 @@ import (
 )
 
 // The example policies are written for bucket "results" and the domain root
-// "fencepub/nightly/" (README "Security"); policyUser substitutes both.
+// "fencepub/nightly/" (docs/security.md); policyUser substitutes both.
 const (
 	examplePolicyBucket = "arn:aws:s3:::results"
 	examplePolicyRoot   = "fencepub/nightly/"
