@@ -14,7 +14,7 @@ TEST_FLAGS ?= -count=1 -timeout 28m
 GO_MODULES := . harness deploy/monitoring
 # make test runs every package under the race detector except NORACE_PKGS:
 # the suite waits on real servers far more than it computes, so -race costs
-# it little (README, "Development"), but the lab's model checker is
+# it little (docs/development.md), but the lab's model checker is
 # single-goroutine CPU work that -race slows eightfold and cannot find
 # anything in. Keep -race at least for reader, publisher, gc and authority.
 NORACE_PKGS := ./internal/lab
@@ -37,7 +37,7 @@ SUITE := suite-cli-1 suite-cli-2 suite-cli-rest suite-harness suite-race suite-s
 # "context deadline exceeded" failure while a worker is mid-input.
 # STORE_PKGS: the suites that exercise the object store, which make test runs
 # a second time with SeaweedFS as the shared store (FENCEPUB_TEST_STORE;
-# README, "Object stores"); the first pass runs everything on MinIO.
+# docs/object-stores.md); the first pass runs everything on MinIO.
 STORE_PKGS := ./internal/objstore/s3store ./publisher ./reader ./gc ./internal/lab/replay
 FUZZ_PKGS ?= ./internal/layout ./internal/cli/config ./publisher
 FUZZTIME  ?= 200000x
@@ -74,7 +74,7 @@ wrk:
 		$$sudo apt-get install -y wrk || { $$sudo apt-get update && $$sudo apt-get install -y wrk; }; }
 
 ## bench: the benchmark suite (./bin/fencepub-bench) on local etcd and MinIO, plus the Go
-## micro-benchmarks; results and chart in bench/results (bench/README.md).
+## micro-benchmarks; results and chart in bench/results (docs/benchmarks.md).
 ## wrk (Debian package) drives the reader-service rows; without it they are
 ## skipped with a note.
 bench: deps build

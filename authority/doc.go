@@ -20,7 +20,7 @@
 //   - Epochs survive an etcd restore: each is reserved by a create-only
 //     marker object in the bucket before etcd uses it. A history that went
 //     back makes every grant fail with ErrRolledBack until Recover moves the
-//     domain to a new epoch (`fencepub authority recover`, README runbook).
+//     domain to a new epoch (`fencepub authority recover`, docs/operations.md runbook).
 //   - Init refuses a bucket that holds another etcd history
 //     (ErrForeignHistory); Recover with FromBucket takes it over.
 //   - Errors are this package's sentinels and fencepub's shared ones

@@ -3,6 +3,7 @@ package authority_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -13,17 +14,21 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Example is the README's "Using the libraries": everything it needs is
-// public (this file imports no internal package), so it builds from other
-// modules too. It is compiled, not run (it needs etcd and MinIO).
+// Example is the program of docs/library.md, "Using the libraries":
+// everything it needs is public (this file imports no internal package), so
+// it builds from other modules too. Its settings are those `fencepub dev up`
+// writes to fencepub.yaml (domain "dev"), the keys taken from the CLI's
+// FENCEPUB_S3_ACCESS_KEY and FENCEPUB_S3_SECRET_KEY. It is compiled, not run
+// (it needs etcd and MinIO).
 func Example() {
 	ctx := context.Background()
-	ns, err := fencepub.NewNamespace("fencepub", "default") // namespace.prefix, namespace.domain
+	ns, err := fencepub.NewNamespace("fencepub", "dev") // namespace.prefix, namespace.domain
 	if err != nil {
 		panic(err)
 	}
 	store, err := fencepub.NewStore(fencepub.StoreConfig{
-		Endpoint: "127.0.0.1:9000", AccessKey: "minioadmin", SecretKey: "minioadmin", Bucket: "fencepub",
+		Endpoint: "127.0.0.1:9000", Bucket: "fencepub", // s3.endpoint, s3.bucket
+		AccessKey: os.Getenv("FENCEPUB_S3_ACCESS_KEY"), SecretKey: os.Getenv("FENCEPUB_S3_SECRET_KEY"),
 	})
 	if err != nil {
 		panic(err)
@@ -38,7 +43,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	g, err := auth.Acquire(ctx, authority.AcquireRequest{Resource: "report", Owner: "worker-1", TTL: 15 * time.Second, Wait: true})
+	g, err := auth.Acquire(ctx, authority.AcquireRequest{Resource: "report", Owner: authority.NewID(), TTL: 15 * time.Second, Wait: true})
 	if err != nil {
 		panic(err)
 	}

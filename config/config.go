@@ -1,6 +1,6 @@
 // Package config connects a program to a fencepub domain the way the
 // fencepub CLI does: from the same YAML configuration file (the keys the
-// README's "Configuration" section lists) and FENCEPUB_* environment
+// docs/configuration.md lists) and FENCEPUB_* environment
 // variables, so a program and the CLI share one fencepub.yaml.
 package config
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/fencepub/fencepub"
@@ -18,11 +19,14 @@ import (
 // MinIO).
 func ExamplePublisher_Rollback() {
 	ctx := context.Background()
-	ns, err := fencepub.NewNamespace("fencepub", "default")
+	ns, err := fencepub.NewNamespace("fencepub", "dev") // as `fencepub dev up` writes it
 	if err != nil {
 		panic(err)
 	}
-	store, err := fencepub.NewStore(fencepub.StoreConfig{Endpoint: "127.0.0.1:9000", AccessKey: "minioadmin", SecretKey: "minioadmin", Bucket: "fencepub"})
+	store, err := fencepub.NewStore(fencepub.StoreConfig{
+		Endpoint: "127.0.0.1:9000", Bucket: "fencepub",
+		AccessKey: os.Getenv("FENCEPUB_S3_ACCESS_KEY"), SecretKey: os.Getenv("FENCEPUB_S3_SECRET_KEY"),
+	})
 	if err != nil {
 		panic(err)
 	}

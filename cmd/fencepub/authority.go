@@ -381,7 +381,7 @@ func newAuthorityRecoverCmd() *cobra.Command {
 		Use:   "recover [--from-bucket] [--dry-run] [--republish]",
 		Short: "Move the domain to a new epoch after an etcd restore or loss",
 		Long: `recover makes the domain safe again after etcd was restored from a snapshot
-(see the restore runbook in README.md). Run it while workers cannot reach the
+(see the restore runbook in docs/operations.md). Run it while workers cannot reach the
 restored etcd. It reserves a new epoch above every epoch found in the bucket's
 markers, pointers and object keys (create-only, so the number survives any
 later restore), records each resource's restored pointer for the old epoch
@@ -393,7 +393,7 @@ failure, run it again. --dry-run reports without changing anything.
 
 --from-bucket is the one explicit way to take over a bucket whose etcd is
 lost with no snapshot (an empty replacement etcd; see "etcd lost with no
-snapshot" in README.md). An etcd that holds no epoch for the domain never
+snapshot" in docs/operations.md). An etcd that holds no epoch for the domain never
 initialises itself over a bucket that already holds its markers or objects:
 publish, acquire and gc exit 116 until this runs. With --from-bucket,
 recover adopts the deployment id of the bucket's ownership marker, reserves

@@ -14,7 +14,7 @@ const completionTimeout = 2 * time.Second
 
 // addCompletions makes every --resource flag under root, and the RESOURCE
 // argument of `resource delete`, complete the names of the domain's
-// resources from etcd (README "Shell completion"); the -o/--output and
+// resources from etcd (docs/cli.md "Shell completion"); the -o/--output and
 // --format values complete in addFormatFlag.
 func addCompletions(root *cobra.Command) {
 	var walk func(c *cobra.Command)

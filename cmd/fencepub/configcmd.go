@@ -62,7 +62,7 @@ func (c *choice) Type() string { return "string" }
 
 // jsonSchemaVersion is the schema_version of every JSON document the CLI
 // prints: raised when a field changes meaning or type or goes away (adding
-// a field does not raise it). README "JSON output".
+// a field does not raise it). docs/cli.md "JSON output".
 const jsonSchemaVersion = 1
 
 // printJSON writes v, which must encode as a JSON object, as one indented

@@ -266,7 +266,7 @@ func (d *doctor) checkDomain(ctx context.Context) {
 	if err := a.CheckHistory(dctx); err != nil {
 		fix := ""
 		if errors.Is(err, authority.ErrForeignHistory) {
-			fix = "the bucket holds another etcd history: 'fencepub authority recover --from-bucket' takes it over (README runbook), or use another namespace.prefix / namespace.domain"
+			fix = "the bucket holds another etcd history: 'fencepub authority recover --from-bucket' takes it over (docs/operations.md), or use another namespace.prefix / namespace.domain"
 		}
 		d.add("domain", checkFail, err.Error(), fix)
 		return
@@ -287,7 +287,7 @@ func (d *doctor) checkDomain(ctx context.Context) {
 	}
 	if resp.Count > 0 {
 		d.add("domain", checkFail, fmt.Sprintf("%s, epoch %d, needs recover: a grant found the authority's counters rolled back (an etcd restore)", root, epoch),
-			"fencepub authority recover (README \"Restore runbook\")")
+			"fencepub authority recover (docs/operations.md, \"Restore runbook\")")
 		return
 	}
 	d.add("domain", checkPass, fmt.Sprintf("%s initialised, epoch %d", root, epoch), "")

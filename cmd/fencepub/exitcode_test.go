@@ -233,8 +233,8 @@ func TestCLIBadInput(t *testing.T) {
 	r.run("", 0, append([]string{"publish", "--resource", "job", "--seq", "2", "--key", "k2", "--file", a}, raw...)...)
 }
 
-// TestCLIContract checks the JSON names and exit codes the README
-// promises, exactly as written there.
+// TestCLIContract checks the JSON names and exit codes the docs promise
+// (README "Exit codes", docs/cli.md), exactly as written there.
 func TestCLIContract(t *testing.T) {
 	r := newCLIRig(t, "contract")
 	a := r.file("a.txt", "alpha")

@@ -323,7 +323,7 @@ down), /readyz (readiness: 503 with the reason while etcd or the object store
 does not answer, while the leader's last successful pass is older than 2x
 --interval, or before this replica finished a pass as the leader or found
 another replica leading; a standby is ready with reason "standby") and
-/metrics (Prometheus; every metric: README "Monitoring"). SIGTERM or SIGINT
+/metrics (Prometheus; every metric: docs/monitoring.md). SIGTERM or SIGINT
 stops it: the running pass is cancelled (each deletion is safe on its own)
 and the lease released.`,
 		Args: cobra.NoArgs,
@@ -387,8 +387,8 @@ and the lease released.`,
 	return cmd
 }
 
-// newGCRegistry returns the GC daemon's /metrics registry (README
-// "Monitoring"): the Go runtime and process collectors, gc.NewMetrics,
+// newGCRegistry returns the GC daemon's /metrics registry
+// (docs/monitoring.md): the Go runtime and process collectors, gc.NewMetrics,
 // fencepub_build_info{version,goversion} (always 1, labelled as `fencepub
 // version` prints the build), fencepub_gc_interval_seconds, the pass interval, so that an alert can
 // count missed passes in intervals (deploy/monitoring), and

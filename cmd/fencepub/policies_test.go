@@ -21,7 +21,7 @@ import (
 )
 
 // The example policies are written for bucket "results" and the domain root
-// "fencepub/nightly/" (README "Security"); policyKeys substitutes both.
+// "fencepub/nightly/" (docs/security.md); policyKeys substitutes both.
 const (
 	examplePolicyBucket = "arn:aws:s3:::results"
 	examplePolicyRoot   = "fencepub/nightly/"

@@ -30,9 +30,17 @@ var releasePlatforms = []struct{ os, arch string }{
 	{"linux", "amd64"}, {"linux", "arm64"}, {"darwin", "amd64"}, {"darwin", "arm64"},
 }
 
+// archivedDocs are files every release archive carries as they are in the
+// checkout: the license, the front page, the changelog, a manual and the
+// deploy files (.goreleaser.yaml `archives.files`).
+var archivedDocs = []string{
+	"LICENSE", "README.md", "CHANGELOG.md", "docs/operations.md",
+	"deploy/kubernetes/gc-daemon.yaml", "deploy/systemd/fencepub-gc.service",
+}
+
 // `make release-snapshot` (goreleaser, offline: GOPROXY=off) builds one
 // archive per platform, each with a static fencepub binary of its os/arch,
-// README.md and deploy/; checksums.txt lists exactly those archives with
+// the files of archivedDocs; checksums.txt lists exactly those archives with
 // their sha256; the host's binary reports the snapshot version and the
 // checkout's commit through --version and `version -o json`. It runs into
 // its own dist directory (a copy of the config with dist: set), so the
@@ -89,9 +97,17 @@ func TestReleaseSnapshot(t *testing.T) {
 			t.Fatalf("%s: sha256 %x, checksums.txt says %s", name, got, want)
 		}
 		files := untar(t, body)
-		for _, f := range []string{"README.md", "deploy/kubernetes/gc-daemon.yaml", "deploy/systemd/fencepub-gc.service"} {
-			if _, ok := files[f]; !ok {
+		for _, f := range archivedDocs {
+			want, err := os.ReadFile(filepath.Join(root, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := files[f]
+			if !ok {
 				t.Fatalf("%s lacks %s", name, f)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s: %s differs from the checkout's", name, f)
 			}
 		}
 		checkBinary(t, name, files["fencepub"], p.os, p.arch)

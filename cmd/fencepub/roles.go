@@ -159,7 +159,7 @@ func newAuthoritySetupRolesCmd() *cobra.Command {
 		Short: "Create the etcd roles of the domain: worker, reader, gc, operator",
 		Long: `setup-roles creates the etcd roles fencepub-worker, fencepub-reader,
 fencepub-gc and fencepub-operator, each restricted to the key ranges of the
-configured domain its commands use (README "Security"), and initialises the
+configured domain its commands use (docs/security.md), and initialises the
 domain (its epoch), which workers may then only read. It is idempotent: it
 adds only the roles and permissions that are missing, and prints the etcdctl
 commands it ran (with --dry-run: would run, and changes nothing). Run it as an

@@ -252,7 +252,7 @@ func (r *runner) say(format string, a ...any) {
 
 // childOutput returns the writer of CMD's stderr (and, with --output, its
 // stdout): stderr itself, or in JSON log mode a lineLogger, so that
-// fencepub's stderr stays JSON lines (README "Logs"). The caller flushes
+// fencepub's stderr stays JSON lines (docs/cli.md "Logs"). The caller flushes
 // a lineLogger once CMD's output is closed.
 func (r *runner) childOutput() io.Writer {
 	if cli.LogsJSON(r.c) {

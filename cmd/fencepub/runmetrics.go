@@ -24,7 +24,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Metrics of a `run` or `publish` (README "Monitoring"), written with
+// Metrics of a `run` or `publish` (docs/monitoring.md), written with
 // --metrics-textfile and --pushgateway.
 const (
 	metricRunLastSuccess = "fencepub_run_last_success_timestamp_seconds"

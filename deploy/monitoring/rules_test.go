@@ -19,7 +19,7 @@ import (
 
 // TestAlertRules parses fencepub-alerts.yaml as Prometheus does (unknown
 // fields are errors, every expression must parse) and checks that the
-// alerts README "Monitoring" promises are there, each with a summary.
+// alerts docs/monitoring.md promises are there, each with a summary.
 func TestAlertRules(t *testing.T) {
 	groups, errs := rulefmt.ParseFile("fencepub-alerts.yaml", false)
 	if len(errs) > 0 {

@@ -9,7 +9,7 @@ import (
 )
 
 // FaultKind names a kind of injected fault, injected against real processes
-// (harness/chaos/README.md lists them).
+// (docs/fault-injection.md lists them).
 type FaultKind string
 
 // Fault kinds. Worker faults hit a worker process; the others hit the

@@ -1,6 +1,6 @@
 // Package cli holds what the fencepub and fencepub-bench command trees
 // share: the connection flags, configuration loading (flag > env > file >
-// default; README "Configuration"), the connection to etcd and the object
+// default; docs/configuration.md), the connection to etcd and the object
 // store with its exit-code classification, and the conventions of their
 // root commands (exit codes, README "Exit codes"). Nothing here keeps
 // state between commands: each command owns its own viper and clients.

@@ -86,7 +86,7 @@ func logSettings(c *cobra.Command) (config.Log, bool) {
 }
 
 // Logger returns the logger on c's stderr of the running command c
-// (log.format, log.level; README "Logs"). Outside a command run by a tree
+// (log.format, log.level; docs/cli.md "Logs"). Outside a command run by a tree
 // that Prepare set up, it is a text logger at info level.
 func Logger(c *cobra.Command) *slog.Logger { return LoggerTo(c, c.ErrOrStderr()) }
 

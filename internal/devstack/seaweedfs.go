@@ -235,7 +235,7 @@ const readyPrefix = "_devstack/ready"
 // Store returns a Store of the bucket.
 func (s *SeaweedFS) Store() (*s3store.Store, error) { return s3store.New(s.Config) }
 
-// The object stores StartStore can start (README, "Object stores").
+// The object stores StartStore can start (docs/object-stores.md).
 const (
 	StoreMinIO     = "minio"
 	StoreSeaweedFS = "seaweedfs"

@@ -23,7 +23,7 @@
 //     with state hashing, and stops at the first violation.
 //
 // The model has no network, clocks, storage faults or epochs, and does not
-// model the publish transaction's grant-record compare. lab/README.md
+// model the publish transaction's grant-record compare. internal/lab/README.md
 // explains each scenario's interleaving count and how it relates to the
 // protocol source's.
 package lab

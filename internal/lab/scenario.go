@@ -44,7 +44,7 @@ type Scenario struct {
 
 // NewScenario builds case c of the protocol source's experiment for variant
 // v. The authority's issuer starts at issuer, so the first grant mints
-// issuer+1. lab/README.md lists the steps, and explains where the counts
+// issuer+1. internal/lab/README.md lists the steps, and explains where the counts
 // differ from the protocol source's.
 //
 // It returns an error wrapping ErrInvalid if issuer is outside

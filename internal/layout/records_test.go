@@ -65,7 +65,7 @@ func TestOldFormsDecode(t *testing.T) {
 
 // TestCompactSizes bounds the values a publish writes, for a typical
 // publish (benchPtr): the op record below 64 bytes (the target is 200
-// bytes of etcd state with key and etcd's own overhead, bench/README.md
+// bytes of etcd state with key and etcd's own overhead, docs/benchmarks.md
 // "footprint"), the pointer and history value below half of its JSON form.
 func TestCompactSizes(t *testing.T) {
 	op, _ := EncodeOp(benchOpKey, benchOp)

@@ -20,8 +20,7 @@ import (
 )
 
 // leaderStallHold is how long the recovery workload keeps the raft leader
-// stopped: the stall of the leader-stall scenario (README "Running on a
-// cluster").
+// stopped: the stall of the leader-stall scenario (docs/cluster.md).
 const leaderStallHold = 8 * time.Second
 
 // recovery is workload 8: on a dedicated multi-node cluster

@@ -44,7 +44,7 @@ var (
 	ErrInvalid = errors.New("suite: invalid options")
 )
 
-// Workload names, in the order Run runs them (bench/README.md describes
+// Workload names, in the order Run runs them (docs/benchmarks.md describes
 // each).
 const (
 	WorkloadPublish   = "publish"

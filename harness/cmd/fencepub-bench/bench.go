@@ -46,7 +46,7 @@ const (
 const maxWrkDuration = 10 * time.Minute
 
 // newBenchCmd builds the fencepub-bench command: the benchmark suite
-// (harness/bench/suite; bench/README.md), against the configured servers or, with --local, a
+// (harness/bench/suite; docs/benchmarks.md), against the configured servers or, with --local, a
 // single-member etcd and a single-drive MinIO or one SeaweedFS (--store) it
 // starts itself. Flags and
 // --out are checked before any server is started or contacted; an
@@ -332,7 +332,7 @@ func (o *benchCmdOptions) Validate() (suite.Options, error) {
 
 // seaweedFSWorkloads are the workloads `--store seaweedfs` runs unless
 // --workloads says otherwise: the object store's share of fencepub's cost
-// (README "Object stores").
+// (docs/object-stores.md).
 var seaweedFSWorkloads = []string{suite.WorkloadPublish, suite.WorkloadReader}
 
 // storeNames are the object stores' names as the start line gives them.

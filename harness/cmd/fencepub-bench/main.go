@@ -1,4 +1,4 @@
-// Command fencepub-bench runs fencepub's benchmark suite (bench/README.md)
+// Command fencepub-bench runs fencepub's benchmark suite (docs/benchmarks.md)
 // against the configured etcd and object store, or with --local against a
 // single-member etcd and single-drive MinIO it starts itself. It is a
 // separate binary from fencepub so that workers do not link the suite's

@@ -45,7 +45,7 @@ type Config struct {
 
 // Log holds the CLI's logging settings (log.format, log.level; flags
 // --log-format, --log-level): every message of every command goes through
-// log/slog on stderr (README "Logs").
+// log/slog on stderr (docs/cli.md "Logs").
 type Log struct {
 	// Format is "text" (one human line per message) or "json" (one JSON
 	// object per line, nothing else on stderr).
@@ -375,7 +375,7 @@ func checkTypes(v *viper.Viper) error {
 // ParseDuration returns the duration of a duration key's raw value: a
 // time.Duration as is; a string in Go's form ("90s", "1h30m"); a bare
 // number, in a string or not ("300", 300, 2.5), as seconds, the unit in
-// which the CLI prints durations (README "JSON output"), so a value `config
+// which the CLI prints durations (docs/cli.md "JSON output"), so a value `config
 // show -o json` printed reads back the same. Errors: a string that is
 // neither, or another type.
 func ParseDuration(raw any) (time.Duration, error) {
