@@ -13,9 +13,9 @@ import (
 	"github.com/minio/minio-go/v7/pkg/lifecycle"
 )
 
-// doctorChecks runs `fencepub doctor -o json` with args, wants exit code
-// want, and returns the checks by name.
-func doctorChecks(t *testing.T, want int, args ...string) map[string]doctorCheck {
+// doctorJSON runs `fencepub doctor -o json` with args, wants exit code
+// want, and returns its output.
+func doctorJSON(t *testing.T, want int, args ...string) doctorOutput {
 	t.Helper()
 	out, errs, code := runCLI(t, append([]string{"doctor", "-o", "json"}, args...)...)
 	if code != want {
@@ -25,14 +25,25 @@ func doctorChecks(t *testing.T, want int, args ...string) map[string]doctorCheck
 	if err := json.Unmarshal([]byte(out), &o); err != nil {
 		t.Fatalf("doctor JSON: %v\n%s", err, out)
 	}
-	byName := map[string]doctorCheck{}
-	for _, c := range o.Checks {
-		byName[c.Name] = c
-	}
 	if o.OK != (want == 0) {
 		t.Fatalf("doctor ok=%v with exit %d: %s", o.OK, code, out)
 	}
-	return byName
+	return o
+}
+
+// byName returns o's checks by name.
+func byName(o doctorOutput) map[string]doctorCheck {
+	m := map[string]doctorCheck{}
+	for _, c := range o.Checks {
+		m[c.Name] = c
+	}
+	return m
+}
+
+// doctorChecks is doctorJSON's checks by name.
+func doctorChecks(t *testing.T, want int, args ...string) map[string]doctorCheck {
+	t.Helper()
+	return byName(doctorJSON(t, want, args...))
 }
 
 // wantStatus fails t unless check name has status and, when given, a
@@ -46,16 +57,25 @@ func wantStatus(t *testing.T, checks map[string]doctorCheck, name, status, text 
 }
 
 // TestDoctorAndInit runs doctor and init on a real etcd and MinIO: every
-// check passes on a healthy stack (the domain warns until `init`), a
-// missing bucket fails with its fix and `init --create-bucket` creates it,
-// versioning and lifecycle rules warn, and a store that ignores
-// If-None-Match fails doctor's create-only probe and is refused by init
-// (exit 2, naming the endpoint).
+// check passes on a healthy stack but the overwrite check, which warns that
+// the keys can overwrite an object in an unversioned bucket (and the domain
+// until `init`); a missing bucket fails with its fix and `init
+// --create-bucket` creates it; versioning without a noncurrent expiry rule
+// and a rule expiring current objects warn, and the overwrite check then
+// passes (versioning keeps the bytes); behind a proxy refusing PUTs without
+// If-None-Match (AWS S3 under worker-aws.json) the overwrite check reports
+// create-only enforced; a store that ignores If-None-Match fails doctor's
+// create-only probe and is refused by init (exit 2, naming the endpoint).
 func TestDoctorAndInit(t *testing.T) {
 	conn, _, m := testenv.CLIStack(t, "doctor")
-	checks := doctorChecks(t, 0, conn...)
+	o := doctorJSON(t, 0, conn...)
+	checks := byName(o)
 	for _, name := range []string{"etcd", "bucket", "create-only", "if-match", "versioning", "lifecycle"} {
 		wantStatus(t, checks, name, checkPass, "")
+	}
+	wantStatus(t, checks, "overwrite", checkWarn, "published bytes are lost")
+	if p := o.Protection; p == nil || p.Versioning != "off" || p.NoncurrentExpiryRule != "" || p.CreateOnlyEnforced == nil || *p.CreateOnlyEnforced {
+		t.Fatalf("doctor protection on a plain MinIO bucket: %+v", p)
 	}
 	wantStatus(t, checks, "domain", checkWarn, "fencepub init")
 	if c := checks["clock"]; c.Status != checkPass || !strings.Contains(c.Detail, "etcd's leader") {
@@ -111,6 +131,16 @@ func TestDoctorAndInit(t *testing.T) {
 	checks = doctorChecks(t, 0, other...)
 	wantStatus(t, checks, "versioning", checkWarn, "noncurrent")
 	wantStatus(t, checks, "lifecycle", checkWarn, "1 lifecycle rule")
+	wantStatus(t, checks, "overwrite", checkPass, "noncurrent version")
+
+	// A store that refuses a PUT without If-None-Match to these keys.
+	guarded := slices.Clone(conn)
+	guarded[slices.Index(guarded, "--s3-endpoint")+1] = testenv.RefuseOverwrite(t, m.Config).Endpoint
+	o = doctorJSON(t, 0, guarded...)
+	wantStatus(t, byName(o), "overwrite", checkPass, "can only create objects")
+	if p := o.Protection; p == nil || p.CreateOnlyEnforced == nil || !*p.CreateOnlyEnforced {
+		t.Fatalf("doctor protection behind a store refusing overwrites: %+v", p)
+	}
 
 	// A store that ignores If-None-Match.
 	bad := testenv.IgnoreCreateOnly(t, m.Config)
