@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/lifecycle"
 )
@@ -251,5 +253,56 @@ func TestWorkerOverwrite(t *testing.T) {
 	readServes("published-3")
 	if _, err := root.StatObject(ctx, m.Config.Bucket, v3.Object.Key, minio.StatObjectOptions{}); err != nil {
 		t.Fatalf("the published v3: %v", err)
+	}
+}
+
+// TestCreateOnlyEnforced runs fencepub through a store that refuses every
+// object creation without If-None-Match, as AWS S3 does under
+// examples/policies/worker-aws.json (testenv.RefuseOverwrite in front of
+// MinIO): the domain's first acquire (its markers), publish in one PUT and
+// in a multipart upload, read, rollback (part copies into a create-only
+// upload) and gc all work, so every object fencepub writes carries
+// If-None-Match; a PUT without it is refused.
+func TestCreateOnlyEnforced(t *testing.T) {
+	conn, _, m := testenv.CLIStack(t, "fencepub")
+	guarded := testenv.RefuseOverwrite(t, m.Config)
+	conn[slices.Index(conn, "--s3-endpoint")+1] = guarded.Endpoint
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		out, errs, code := publishCLI(t, ctx, stdin, append(args, conn...)...)
+		if code != 0 {
+			t.Fatalf("fencepub %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errs)
+		}
+		return out
+	}
+	pointer := func() layout.Pointer {
+		t.Helper()
+		var ptr layout.Pointer
+		if err := json.Unmarshal([]byte(run("", "pointer", "--resource", "job", "-o", "json")), &ptr); err != nil || ptr.Object.Key == "" {
+			t.Fatalf("pointer: %+v %v", ptr, err)
+		}
+		return ptr
+	}
+	publish := func(key, body string) {
+		t.Helper()
+		run(body, "publish", "--resource", "job", "--owner", "w", "--ttl", "10s", "--key", key, "-")
+	}
+	publish("k1", "first")
+	first := pointer()
+	publish("k2", strings.Repeat("m", 17<<20)) // above the part size: multipart
+	run("", "rollback", "--resource", "job", "--to", first.Version.String(), "--owner", "w", "--ttl", "10s")
+	if got := run("", "read", "--resource", "job"); got != "first" {
+		t.Fatalf("read after the rollback: %.40q", got)
+	}
+	run("", "gc", "run", "--all")
+
+	st, err := s3store.New(guarded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Client.PutObject(ctx, m.Config.Bucket, pointer().Object.Key, strings.NewReader("x"), 1, minio.PutObjectOptions{}); minio.ToErrorResponse(err).Code != "AccessDenied" {
+		t.Fatalf("a PUT without If-None-Match through the proxy: %v; want AccessDenied", err)
 	}
 }
