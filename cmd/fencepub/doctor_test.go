@@ -105,7 +105,11 @@ func TestDoctorAndInit(t *testing.T) {
 	other := slices.Clone(conn)
 	other[slices.Index(other, "--s3-bucket")+1] = "doctor-other"
 	other[slices.Index(other, "--domain")+1] = "d2"
-	wantStatus(t, doctorChecks(t, exitcode.Internal, other...), "bucket", checkFail, "fencepub init --create-bucket")
+	o = doctorJSON(t, exitcode.Internal, other...)
+	wantStatus(t, byName(o), "bucket", checkFail, "fencepub init --create-bucket")
+	if o.Protection != nil {
+		t.Fatalf("doctor protection for a missing bucket: %+v", o.Protection)
+	}
 	if _, errs, code := publishCLI(t, context.Background(), "body", append([]string{"publish", "--resource", "r", "--owner", "o", "--ttl", "10s", "--key", "k", "-"}, other...)...); code != exitcode.Usage || !strings.Contains(errs, "fencepub init --create-bucket") {
 		t.Fatalf("publish to a missing bucket: exit %d, %s", code, errs)
 	}
@@ -132,6 +136,15 @@ func TestDoctorAndInit(t *testing.T) {
 	wantStatus(t, checks, "versioning", checkWarn, "noncurrent")
 	wantStatus(t, checks, "lifecycle", checkWarn, "1 lifecycle rule")
 	wantStatus(t, checks, "overwrite", checkPass, "noncurrent version")
+	if err := st.Client.SuspendVersioning(ctx, "doctor-other"); err != nil {
+		t.Fatal(err)
+	}
+	o = doctorJSON(t, 0, other...)
+	wantStatus(t, byName(o), "versioning", checkWarn, "suspended")
+	wantStatus(t, byName(o), "overwrite", checkWarn, "versioning is suspended")
+	if p := o.Protection; p == nil || p.Versioning != "suspended" {
+		t.Fatalf("doctor protection with versioning suspended: %+v", p)
+	}
 
 	// A store that refuses a PUT without If-None-Match to these keys.
 	guarded := slices.Clone(conn)
@@ -147,7 +160,12 @@ func TestDoctorAndInit(t *testing.T) {
 	ignoring := slices.Clone(conn)
 	ignoring[slices.Index(ignoring, "--s3-endpoint")+1] = bad.Endpoint
 	ignoring[slices.Index(ignoring, "--domain")+1] = "d3"
-	wantStatus(t, doctorChecks(t, exitcode.Internal, ignoring...), "create-only", checkFail, "If-None-Match")
+	o = doctorJSON(t, exitcode.Internal, ignoring...)
+	wantStatus(t, byName(o), "create-only", checkFail, "If-None-Match")
+	wantStatus(t, byName(o), "overwrite", checkWarn, "not checked")
+	if p := o.Protection; p == nil || p.CreateOnlyEnforced != nil {
+		t.Fatalf("doctor protection when the create-only probe failed: %+v", p)
+	}
 	if out := runWant(t, exitcode.Usage, append([]string{"init"}, ignoring...)...); !strings.Contains(out, bad.Endpoint) || !strings.Contains(out, "If-None-Match") {
 		t.Fatalf("init on a store ignoring If-None-Match: %s", out)
 	}

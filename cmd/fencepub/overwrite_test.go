@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -82,6 +83,31 @@ func versionWithETag(t *testing.T, m *localstack.MinIO, key, etag string) (minio
 	return minio.ObjectInfo{}, false
 }
 
+// docProtection returns the `"protection": {...}` line that
+// docs/security-object-store.md shows, decoded strictly.
+func docProtection(t *testing.T) doctorProtection {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "security-object-store.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for l := range strings.Lines(string(raw)) {
+		if strings.HasPrefix(l, `"protection": {`) {
+			line = l
+		}
+	}
+	var doc struct {
+		Protection *doctorProtection `json:"protection"`
+	}
+	dec := json.NewDecoder(strings.NewReader("{" + line + "}"))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil || doc.Protection == nil {
+		t.Fatalf("docs/security-object-store.md: the protection example %q: %v", line, err)
+	}
+	return *doc.Protection
+}
+
 // TestWorkerOverwrite shows, on MinIO with users holding exactly the
 // example policies, what a worker's S3 key can do to a published object and
 // what the deployment keeps (docs/security-object-store.md):
@@ -137,7 +163,7 @@ func TestWorkerOverwrite(t *testing.T) {
 	// absent, and stdout holds none of the forged bytes.
 	readRefused := func(forged string) {
 		t.Helper()
-		out := filepath.Join(dir, "read.out")
+		out := filepath.Join(dir, "refused-"+forged)
 		if msg := cli(exitcode.Internal, "read", "--resource", "job", "--out", out); !strings.Contains(msg, "changed") {
 			t.Fatalf("read of an overwritten object: %s; want the object named changed", msg)
 		}
@@ -197,11 +223,15 @@ func TestWorkerOverwrite(t *testing.T) {
 		p.NoncurrentExpiryDays != int(rules.Rules[0].NoncurrentVersionExpiration.NoncurrentDays) || p.CreateOnlyEnforced == nil || *p.CreateOnlyEnforced {
 		t.Fatalf("doctor protection with versioning and the example rule: %+v", p)
 	}
+	if shown := docProtection(t); !reflect.DeepEqual(shown, *o.Protection) {
+		t.Fatalf("docs/security-object-store.md shows protection %+v; doctor reports %+v", shown, *o.Protection)
+	}
 
 	// Versioned: the worker's overwrite is refused by readers again; the
 	// published bytes are a noncurrent version, which the worker cannot
 	// delete, nor its own forged version.
 	v2 := publish("k2", "published-2")
+	readServes("published-2") // a new publish brings readers back
 	overwrite(v2.Object.Key, "forged-2")
 	readRefused("forged-2")
 	kept, ok := versionWithETag(t, m, v2.Object.Key, v2.Object.ETag)
@@ -230,12 +260,18 @@ func TestWorkerOverwrite(t *testing.T) {
 	// the example rule expires the noncurrent versions.
 	v3 := publish("k3", "published-3")
 	useKeys(t, gKey, gSecret)
-	var rep gc.Report
-	testenv.Eventually(t, "gc deletes the superseded v2", 30*time.Second, func() bool {
+	gcPass := func() *gc.Report {
+		t.Helper()
+		rep := &gc.Report{}
 		out, errs, code := runCLI(t, append([]string{"gc", "run", "--all", "--retain", "1", "--grace", "1ms", "--clock-skew", "0s", "-o", "json"}, conn...)...)
-		if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil {
+		if err := json.Unmarshal([]byte(out), rep); code != 0 || err != nil {
 			t.Fatalf("gc run: exit %d, %v\n%s\n%s", code, err, out, errs)
 		}
+		return rep
+	}
+	var rep *gc.Report
+	testenv.Eventually(t, "gc deletes the superseded v2", 30*time.Second, func() bool {
+		rep = gcPass()
 		vs := objectVersions(t, m, v2.Object.Key)
 		return len(vs) > 0 && vs[0].IsDeleteMarker && vs[0].IsLatest
 	})
@@ -248,6 +284,10 @@ func TestWorkerOverwrite(t *testing.T) {
 		t.Fatal(err)
 	} else if got, err := io.ReadAll(body); err != nil || string(got) != "published-2" {
 		t.Fatalf("the kept version of %s: %q, %v", v2.Object.Key, got, err)
+	}
+	// The next pass no longer lists the deleted keys: it scans v3 only.
+	if rep = gcPass(); rep.Scanned != 1 || rep.Deleted != 0 || len(rep.Errors) != 0 {
+		t.Fatalf("gc pass after the deletes under versioning: scanned %d, deleted %d, errors %v", rep.Scanned, rep.Deleted, rep.Errors)
 	}
 	useKeys(t, wKey, wSecret)
 	readServes("published-3")
