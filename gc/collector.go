@@ -432,8 +432,12 @@ func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
 }
 
 // bucketWarnings reports bucket settings that defeat or bypass GC: with
-// versioning, a delete only adds a delete marker (the bytes stay); a
-// lifecycle rule may expire objects GC keeps, or keep what GC deletes.
+// versioning and no lifecycle rule expiring the noncurrent versions under
+// the domain root, a delete only adds a delete marker (the bytes stay for
+// ever); a lifecycle rule that acts on current objects or uploads may
+// expire objects GC keeps. A rule that only expires noncurrent versions
+// (and expired delete markers) is the recommended companion of versioning
+// (docs/security-object-store.md) and is not reported.
 func (c *Collector) bucketWarnings(ctx context.Context) []string {
 	var out []string
 	rctx, cancel := c.rctx(ctx)
@@ -443,11 +447,11 @@ func (c *Collector) bucketWarnings(ctx context.Context) []string {
 	if err != nil {
 		out = append(out, fmt.Sprintf("could not %v", err))
 	}
-	if set.Versioning == "Enabled" || set.Versioning == "Suspended" {
-		out = append(out, fmt.Sprintf("bucket %q has versioning %s: deletes only add delete markers and the old versions keep their space; expire noncurrent versions with a lifecycle rule", b, set.Versioning))
+	if _, expiring := set.NoncurrentExpiry(c.ns.Root()); !expiring && (set.Versioning == "Enabled" || set.Versioning == "Suspended") {
+		out = append(out, fmt.Sprintf("bucket %q has versioning %s and no lifecycle rule expiring noncurrent versions under %s: deletes only add delete markers and the old versions keep their space; expire noncurrent versions with a lifecycle rule", b, set.Versioning, c.ns.Root()))
 	}
-	if set.LifecycleRules > 0 {
-		out = append(out, fmt.Sprintf("bucket %q has %d lifecycle rule(s): they may expire published, retained or in-flight objects behind GC's back (invariant 7 no longer holds for them)", b, set.LifecycleRules))
+	if n := len(set.BypassingRules()); n > 0 {
+		out = append(out, fmt.Sprintf("bucket %q has %d lifecycle rule(s) acting on current objects or uploads: they may expire published, retained or in-flight objects behind GC's back (invariant 7 no longer holds for them)", b, n))
 	}
 	return out
 }

@@ -233,7 +233,10 @@ func TestOtherDeploymentRefused(t *testing.T) {
 }
 
 // A pass warns when bucket versioning (deletes only add delete markers) or
-// lifecycle rules (which bypass GC's rules) are on, and still runs.
+// lifecycle rules acting on current objects (which bypass GC's rules) are
+// on, and still runs. Versioning with a rule that only expires the
+// noncurrent versions under the domain root does not warn; one for another
+// prefix does.
 func TestBucketWarnings(t *testing.T) {
 	e := newEnv(t)
 	cfg := testenv.Get(t).S3.S3Config()
@@ -279,5 +282,25 @@ func TestBucketWarnings(t *testing.T) {
 	}
 	if rep.Scanned != 1 || rep.Kept.Published != 1 {
 		t.Fatalf("the pass did not run: %+v", rep)
+	}
+
+	noncurrent := func(prefix string) lifecycle.Rule {
+		return lifecycle.Rule{ID: "expire-noncurrent", Status: "Enabled", RuleFilter: lifecycle.Filter{Prefix: prefix},
+			NoncurrentVersionExpiration: lifecycle.NoncurrentVersionExpiration{NoncurrentDays: 30},
+			Expiration:                  lifecycle.Expiration{DeleteMarker: true}}
+	}
+	lc.Rules = []lifecycle.Rule{noncurrent(e.NS.Prefix + "/")}
+	if err := st.Client.SetBucketLifecycle(ctx, st.Bucket, lc); err != nil {
+		t.Fatal(err)
+	}
+	if rep = e.run(e.collector(nil), "v"); len(rep.Warnings) != 0 {
+		t.Fatalf("warnings with versioning and a noncurrent expiry rule: %v", rep.Warnings)
+	}
+	lc.Rules = []lifecycle.Rule{noncurrent("elsewhere/")}
+	if err := st.Client.SetBucketLifecycle(ctx, st.Bucket, lc); err != nil {
+		t.Fatal(err)
+	}
+	if rep = e.run(e.collector(nil), "v"); len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "versioning Enabled") {
+		t.Fatalf("warnings with a noncurrent expiry rule for another prefix: %v", rep.Warnings)
 	}
 }

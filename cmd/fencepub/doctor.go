@@ -46,6 +46,25 @@ type doctorCheck struct {
 type doctorOutput struct {
 	OK     bool          `json:"ok"` // no check failed
 	Checks []doctorCheck `json:"checks"`
+	// Protection is absent when the bucket could not be checked.
+	Protection *doctorProtection `json:"protection,omitempty"`
+}
+
+// doctorProtection is what keeps a published object's bytes from an
+// overwrite by the credentials doctor ran with (docs/security-object-store.md).
+type doctorProtection struct {
+	// Versioning is "on", "suspended", "off", or "unknown" when the
+	// bucket's settings could not be read.
+	Versioning string `json:"versioning"`
+	// NoncurrentExpiryRule and NoncurrentExpiryDays name the enabled
+	// lifecycle rule that expires the noncurrent versions of every key
+	// under the domain root soonest, and its days; "" and 0 when none does.
+	NoncurrentExpiryRule string `json:"noncurrent_expiry_rule"`
+	NoncurrentExpiryDays int    `json:"noncurrent_expiry_days"`
+	// CreateOnlyEnforced is true when the store refused these credentials
+	// a PUT without If-None-Match onto an existing key, false when it let
+	// it through, null when not checked.
+	CreateOnlyEnforced *bool `json:"create_only_enforced"`
 }
 
 // doctor runs the checks of one configuration.
@@ -54,6 +73,7 @@ type doctor struct {
 	env    *cli.Env // nil when etcd could not be reached
 	store  objstore.Store
 	checks []doctorCheck
+	prot   *doctorProtection // set once the bucket exists
 }
 
 func (d *doctor) add(name, status, detail, fix string) {
@@ -70,9 +90,12 @@ pass, warn or fail with the fix: etcd reachability, credentials and version;
 that the bucket exists; that the store refuses a create-only PUT onto an
 existing key (a store that does not is refused: fencing's defence in depth
 and its markers rely on it); that If-Match GETs are honoured; bucket
-versioning and lifecycle rules (warn); the domain's state (initialised,
-epoch, another etcd history, needs recover); and the clock offset to etcd's
-leader. It writes only the probe object <prefix>/_fencepub/probe/create-only.
+versioning and lifecycle rules; whether these credentials can overwrite an
+existing object and whether versioning keeps the replaced bytes; the
+domain's state (initialised, epoch, another etcd history, needs recover);
+and the clock offset to etcd's leader. It writes only the probe object
+<prefix>/_fencepub/probe/create-only: create-only, then once without
+If-None-Match with the same bytes.
 Exit codes: 0 when no check fails (warnings allowed), 1 when one does, 2 for
 a configuration that does not load.`,
 		Args: cobra.NoArgs,
@@ -89,7 +112,7 @@ a configuration that does not load.`,
 		if d.env != nil {
 			defer d.env.Close()
 		}
-		o := doctorOutput{OK: true, Checks: d.checks}
+		o := doctorOutput{OK: true, Checks: d.checks, Protection: d.prot}
 		failed := 0
 		for _, ch := range d.checks {
 			if ch.Status == checkFail {
@@ -130,9 +153,11 @@ func (d *doctor) run(c *cobra.Command, lc cli.LoadedConfig) {
 		d.checkEtcd(ctx)
 	}
 	if d.checkBucket(ctx) {
-		d.checkCreateOnly(ctx)
+		d.prot = &doctorProtection{Versioning: "unknown"}
+		createOnly := d.checkCreateOnly(ctx)
 		d.checkIfMatch(ctx)
 		d.checkSettings(ctx)
+		d.checkOverwrite(ctx, createOnly)
 	}
 	if d.env == nil {
 		d.add("domain", checkWarn, "not checked: etcd unreachable", "")
@@ -187,18 +212,22 @@ func (d *doctor) probeKey() string {
 	return ns.CreateOnlyProbeObject()
 }
 
-func (d *doctor) checkCreateOnly(ctx context.Context) {
+// checkCreateOnly reports whether the store refuses a create-only PUT
+// onto an existing key.
+func (d *doctor) checkCreateOnly(ctx context.Context) bool {
 	pctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	err := objstore.ProbeCreateOnly(pctx, d.store, d.probeKey())
 	switch {
 	case err == nil:
 		d.add("create-only", checkPass, "a create-only PUT (If-None-Match: *) onto an existing key is refused with 412", "")
+		return true
 	case errors.Is(err, objstore.ErrCreateOnlyIgnored):
 		d.add("create-only", checkFail, err.Error(), "fencepub refuses this store: use one that honours If-None-Match (MinIO, AWS S3)")
 	default:
 		d.add("create-only", checkFail, "the probe could not write: "+err.Error(), "the credentials need s3:PutObject on the bucket (a reader's do not: run doctor with a worker's)")
 	}
+	return false
 }
 
 func (d *doctor) checkIfMatch(ctx context.Context) {
@@ -230,28 +259,88 @@ func (d *doctor) checkIfMatch(ctx context.Context) {
 	d.add("if-match", checkPass, "GETs honour If-Match (the object's ETag reads, another answers 412)", "")
 }
 
-// checkSettings warns about bucket versioning and lifecycle rules, which
-// keep deleted bytes or delete objects behind GC's back.
+// checkSettings reports bucket versioning and lifecycle rules: versioning
+// without a rule expiring noncurrent versions keeps deleted bytes for ever,
+// and a rule acting on current objects deletes behind GC's back. It fills
+// d.prot's versioning and noncurrent expiry.
 func (d *doctor) checkSettings(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	set, err := d.store.Settings(sctx)
 	if err != nil {
-		d.add("versioning", checkWarn, "could not read the bucket's versioning and lifecycle rules: "+err.Error(), "")
+		d.add("versioning", checkWarn, "could not read the bucket's versioning and lifecycle rules: "+err.Error(),
+			"the credentials need s3:GetBucketVersioning and s3:GetLifecycleConfiguration on the bucket (examples/policies grant them)")
 		return
 	}
-	if set.Versioning == "Enabled" {
-		d.add("versioning", checkWarn, "bucket versioning is on: GC's deletes leave noncurrent versions, so space is not freed",
-			"suspend versioning, or add a lifecycle rule that expires noncurrent versions")
-	} else {
-		d.add("versioning", checkPass, "bucket versioning is off", "")
+	ns, _ := d.cfg.NS() // validated by LoadConfig
+	root := ns.Root()
+	rule, expiring := set.NoncurrentExpiry(root)
+	expiry := fmt.Sprintf("no enabled lifecycle rule expires the noncurrent versions under %s", root)
+	if expiring {
+		d.prot.NoncurrentExpiryRule, d.prot.NoncurrentExpiryDays = rule.ID, rule.NoncurrentDays
+		expiry = fmt.Sprintf("lifecycle rule %q expires the noncurrent versions under %s %d day(s) after they stop being current", rule.ID, root, rule.NoncurrentDays)
 	}
-	if set.LifecycleRules == 0 {
+	switch set.Versioning {
+	case "Enabled":
+		d.prot.Versioning = "on"
+		if expiring {
+			d.add("versioning", checkPass, "bucket versioning is on and "+expiry+": the bytes of an overwritten or deleted object stay that long", "")
+		} else {
+			d.add("versioning", checkWarn, "bucket versioning is on and "+expiry+": GC's deletes leave noncurrent versions, so space is never freed",
+				"add a lifecycle rule that expires noncurrent versions (examples/policies/lifecycle-noncurrent.json), or suspend versioning")
+		}
+	case "Suspended":
+		d.prot.Versioning = "suspended"
+		d.add("versioning", checkWarn, "bucket versioning is suspended ("+expiry+"): a write or a delete replaces an object's null version, so the bytes of an overwritten object are not kept",
+			"enable versioning with a lifecycle rule that expires noncurrent versions (docs/security-object-store.md)")
+	default:
+		d.prot.Versioning = "off"
+		d.add("versioning", checkPass, "bucket versioning is off: GC's deletes free space at once, and the bytes of an overwritten object are not kept (see the overwrite check)", "")
+	}
+	bypass := set.BypassingRules()
+	switch {
+	case len(set.LifecycleRules) == 0:
 		d.add("lifecycle", checkPass, "no lifecycle rules", "")
+	case len(bypass) == 0:
+		d.add("lifecycle", checkPass, fmt.Sprintf("%d lifecycle rule(s), each only expiring noncurrent versions or expired delete markers: none removes a current object", len(set.LifecycleRules)), "")
+	default:
+		d.add("lifecycle", checkWarn, fmt.Sprintf("%d lifecycle rule(s) acting on current objects or uploads: one that covers %s/ could delete a published object (GC is the only deleter)", len(bypass), d.cfg.Namespace.Prefix),
+			"limit the rules to other prefixes, or to noncurrent versions")
+	}
+}
+
+// checkOverwrite reports whether these credentials can overwrite an
+// existing object (objstore.ProbeOverwrite on the probe object, after the
+// create-only probe passed) and whether versioning keeps the bytes it
+// replaces. It fills d.prot's CreateOnlyEnforced.
+func (d *doctor) checkOverwrite(ctx context.Context, createOnly bool) {
+	ow, ok := d.store.(objstore.Overwriter)
+	switch {
+	case !createOnly:
+		d.add("overwrite", checkWarn, "not checked: the create-only probe did not pass", "")
+		return
+	case !ok:
+		d.add("overwrite", checkWarn, "not checked: this store sends no PUT without If-None-Match", "")
 		return
 	}
-	d.add("lifecycle", checkWarn, fmt.Sprintf("%d lifecycle rule(s): one that expires objects under %s/ could delete a published object (GC is the only deleter)", set.LifecycleRules, d.cfg.Namespace.Prefix),
-		"limit the rules to other prefixes, or to noncurrent versions and incomplete uploads")
+	octx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	refused, err := objstore.ProbeOverwrite(octx, ow, d.probeKey())
+	if err != nil {
+		d.add("overwrite", checkWarn, "not checked: a PUT without If-None-Match onto the probe object failed: "+err.Error(), "")
+		return
+	}
+	d.prot.CreateOnlyEnforced = &refused
+	const can = "these credentials can overwrite an existing object (the store let a PUT without If-None-Match onto the probe object through)"
+	switch {
+	case refused:
+		d.add("overwrite", checkPass, "the store refuses these credentials a PUT without If-None-Match onto an existing object (access denied): they can only create objects", "")
+	case d.prot.Versioning == "on":
+		d.add("overwrite", checkPass, can+"; bucket versioning keeps the replaced bytes as a noncurrent version (see the versioning check)", "")
+	default:
+		d.add("overwrite", checkWarn, can+" and bucket versioning is "+d.prot.Versioning+": readers refuse an overwritten object (If-Match, sha256), but its published bytes are lost",
+			"enable bucket versioning with a lifecycle rule that expires noncurrent versions (examples/policies/lifecycle-noncurrent.json); on AWS S3, give workers examples/policies/worker-aws.json (docs/security-object-store.md)")
+	}
 }
 
 func (d *doctor) checkDomain(ctx context.Context) {

@@ -51,16 +51,7 @@ func policyKeys(t *testing.T, m *devstack.MinIO, root, policy string) credential
 // doc when it is not "".
 func assumeRole(t *testing.T, m *devstack.MinIO, doc string) credentials.Value {
 	t.Helper()
-	host, _, err := m.Config.HostSecure()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sts, err := credentials.NewSTSAssumeRole("http://"+host, credentials.STSAssumeRoleOptions{
-		AccessKey: m.Config.AccessKey, SecretKey: m.Config.SecretKey, Policy: doc, DurationSeconds: 900})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp, err := sts.GetWithContext(&credentials.CredContext{Client: http.DefaultClient})
+	tmp, err := stsAssumeRole(m, doc)
 	if err != nil {
 		t.Fatalf("AssumeRole: %v", err)
 	}
@@ -68,6 +59,21 @@ func assumeRole(t *testing.T, m *devstack.MinIO, doc string) credentials.Value {
 		t.Fatalf("AssumeRole gave no temporary keys: access key %q, token set %v", tmp.AccessKeyID, tmp.SessionToken != "")
 	}
 	return tmp
+}
+
+// stsAssumeRole asks m's STS for temporary keys of its root user limited to
+// the session policy doc, and returns them or the refusal.
+func stsAssumeRole(m *devstack.MinIO, doc string) (credentials.Value, error) {
+	host, _, err := m.Config.HostSecure()
+	if err != nil {
+		return credentials.Value{}, err
+	}
+	sts, err := credentials.NewSTSAssumeRole("http://"+host, credentials.STSAssumeRoleOptions{
+		AccessKey: m.Config.AccessKey, SecretKey: m.Config.SecretKey, Policy: doc, DurationSeconds: 900})
+	if err != nil {
+		return credentials.Value{}, err
+	}
+	return sts.GetWithContext(&credentials.CredContext{Client: http.DefaultClient})
 }
 
 // s3As returns a minio-go client of m's endpoint with the given keys.

@@ -120,15 +120,6 @@ type ListOptions struct {
 	PageSize   int
 }
 
-// BucketSettings are the bucket's settings that defeat or bypass GC
-// (DESIGN.md "Garbage collection").
-type BucketSettings struct {
-	// Versioning is "" (never enabled), "Enabled" or "Suspended".
-	Versioning string
-	// LifecycleRules counts the bucket's lifecycle rules.
-	LifecycleRules int
-}
-
 // Store is one bucket of an object store, the way fencepub uses it. Every
 // method is safe for concurrent use, honours ctx (a cancelled or expired
 // ctx ends the call with ctx's error, unwrapped into the sentinels) and

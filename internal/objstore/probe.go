@@ -19,6 +19,11 @@ var ErrCreateOnlyIgnored = errors.New("objstore: create-only writes ignored")
 // ConditionalRequestConflict (a concurrent probe).
 const probeConflictRetries = 5
 
+// probeBody and probeContentType are the probe object's bytes and type.
+var probeBody = []byte(`{"probe":"create-only"}`)
+
+const probeContentType = "application/json"
+
 // ProbeCreateOnly checks that st refuses a create-only write onto an
 // existing key: it writes key create-only (created now, or already there
 // from an earlier probe), then again, and that second write must fail with
@@ -31,10 +36,9 @@ const probeConflictRetries = 5
 // when it has one, and the key) when the second write succeeded; the store's error (ErrUnavailable,
 // ErrAccessDenied, ...) for a write that failed otherwise.
 func ProbeCreateOnly(ctx context.Context, st Store, key string) error {
-	body := []byte(`{"probe":"create-only"}`)
 	put := func() error {
 		for i := 0; ; i++ {
-			_, err := PutSmallCreateOnly(ctx, st, key, body, "application/json")
+			_, err := PutSmallCreateOnly(ctx, st, key, probeBody, probeContentType)
 			if !errors.Is(err, ErrConditionConflict) || i == probeConflictRetries {
 				return err
 			}
@@ -63,4 +67,37 @@ func name(st Store) string {
 		return n.String()
 	}
 	return fmt.Sprintf("bucket %q", st.BucketName())
+}
+
+// Overwriter is a Store that can also write without a condition (s3store
+// is one). Only ProbeOverwrite uses it: fencepub writes no data this way.
+type Overwriter interface {
+	// PutOverwrite writes body to key in one PUT without If-None-Match,
+	// replacing an object at key (in a versioned bucket: adding a version).
+	// ErrAccessDenied when the store refuses it for these credentials.
+	PutOverwrite(ctx context.Context, key string, body []byte, contentType string) error
+}
+
+// ProbeOverwrite tells whether the store lets st's credentials overwrite an
+// existing object: it writes key once more, without If-None-Match, with the
+// probe's own 23 bytes, so the probe object's content never changes (a
+// versioned bucket gains a version of it). Call it on a key that
+// ProbeCreateOnly has just probed with the same credentials. It returns
+// true when the store refused the write with ErrAccessDenied (AWS S3 under
+// a policy that admits object creation only with an If-None-Match header,
+// docs/security-object-store.md), false when the write went through
+// (MinIO and SeaweedFS, which have no such policy condition). It blocks
+// for one write, bounded by ctx.
+//
+// Errors: the store's error (ErrUnavailable, ...) for a write that failed
+// otherwise.
+func ProbeOverwrite(ctx context.Context, st Overwriter, key string) (refused bool, err error) {
+	err = st.PutOverwrite(ctx, key, probeBody, probeContentType)
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, ErrAccessDenied):
+		return true, nil
+	}
+	return false, err
 }

@@ -1,6 +1,7 @@
 package s3store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/lifecycle"
 )
 
 // BucketName implements objstore.Store.
@@ -51,7 +53,7 @@ func (s *Store) EnsureBucket(ctx context.Context) error {
 
 // Settings implements objstore.Store: one GetBucketVersioning and one
 // GetBucketLifecycle call (a bucket without lifecycle configuration has
-// no rules).
+// no rules). Each rule is read as objstore.LifecycleRule.
 func (s *Store) Settings(ctx context.Context) (objstore.BucketSettings, error) {
 	v, err := s.Client.GetBucketVersioning(ctx, s.Bucket)
 	if err != nil {
@@ -63,9 +65,47 @@ func (s *Store) Settings(ctx context.Context) (objstore.BucketSettings, error) {
 	case err != nil && minio.ToErrorResponse(err).Code != "NoSuchLifecycleConfiguration":
 		return out, fmt.Errorf("read the lifecycle rules of bucket %q: %w", s.Bucket, Classify(err))
 	case err == nil && lc != nil:
-		out.LifecycleRules = len(lc.Rules)
+		for _, r := range lc.Rules {
+			out.LifecycleRules = append(out.LifecycleRules, lifecycleRule(r))
+		}
 	}
 	return out, nil
+}
+
+// lifecycleRule returns what fencepub reads of r: its filter's prefix (the
+// rule's own Prefix when it has no filter), whether tags or sizes narrow
+// it, its noncurrent-version expiration, and whether it does anything else.
+func lifecycleRule(r lifecycle.Rule) objstore.LifecycleRule {
+	f := r.RuleFilter
+	out := objstore.LifecycleRule{
+		ID:             r.ID,
+		Enabled:        r.Status == "Enabled",
+		Prefix:         r.Prefix,
+		NoncurrentDays: int(r.NoncurrentVersionExpiration.NoncurrentDays),
+		Narrowed: !f.Tag.IsEmpty() || f.ObjectSizeLessThan > 0 || f.ObjectSizeGreaterThan > 0 ||
+			len(f.And.Tags) > 0 || f.And.ObjectSizeLessThan > 0 || f.And.ObjectSizeGreaterThan > 0,
+		OtherActions: !r.Expiration.IsDaysNull() || !r.Expiration.IsDateNull() || bool(r.Expiration.DeleteAll) ||
+			!r.AbortIncompleteMultipartUpload.IsDaysNull() || !r.Transition.IsNull() ||
+			!r.NoncurrentVersionTransition.IsDaysNull() || !r.NoncurrentVersionTransition.IsStorageClassEmpty() ||
+			!r.DelMarkerExpiration.IsNull() || !r.AllVersionsExpiration.IsNull() ||
+			r.Compression != nil || r.NoncurrentVersionCompression != nil,
+	}
+	switch {
+	case f.And.Prefix != "":
+		out.Prefix = f.And.Prefix
+	case f.Prefix != "":
+		out.Prefix = f.Prefix
+	}
+	return out
+}
+
+// PutOverwrite implements objstore.Overwriter with one PUT without
+// If-None-Match, which replaces an object at key (or, in a versioned
+// bucket, adds a version of it). fencepub writes no data this way: only
+// objstore.ProbeOverwrite calls it, on its probe object.
+func (s *Store) PutOverwrite(ctx context.Context, key string, body []byte, contentType string) error {
+	_, err := s.Client.PutObject(ctx, s.Bucket, key, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{ContentType: contentType})
+	return Classify(err)
 }
 
 // putOptions returns minio's create-only options for opts.
