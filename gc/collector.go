@@ -612,11 +612,11 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 		}
 		p := &resourcePass{c: c, s: s, rep: rep, opts: opts, now: c.now()}
 		del := c.newDeleter(ctx, opts.DryRun, p, lim.deletes)
-		abandoned, listErr := p.list(ctx, del, objs)
+		abandoned, aborts, listErr := p.list(ctx, del, objs, uploads[s.Resource])
 		wg.Go(func() {
 			lim.finishing <- struct{}{}
 			defer func() { <-lim.finishing }()
-			errs[i] = p.finish(ctx, abandoned, listErr, del, uploads[s.Resource], clk)
+			errs[i] = p.finish(ctx, abandoned, aborts, listErr, del, clk)
 		})
 	}
 	wg.Wait()
@@ -624,10 +624,11 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 }
 
 // finish completes a resource's collection once its listing ended:
-// seal-then-delete of abandoned objects, the deletions queued on del,
-// uploads, then etcd records (only when every object step succeeded, so
-// records go after the objects they name).
-func (p *resourcePass) finish(ctx context.Context, abandoned []Decision, listErr error, del *deleter, uploads []entry, clk *clockReading) error {
+// seal-then-delete of abandoned objects, the deletions queued on del, the
+// aborts of the uploads list classified (aborts), then etcd records (only
+// when every object step succeeded, so records go after the objects they
+// name).
+func (p *resourcePass) finish(ctx context.Context, abandoned, aborts []Decision, listErr error, del *deleter, clk *clockReading) error {
 	c, s, opts := p.c, p.s, p.opts
 	if listErr == nil {
 		if err := p.abandon(ctx, abandoned, del); err != nil {
@@ -639,7 +640,7 @@ func (p *resourcePass) finish(ctx context.Context, abandoned []Decision, listErr
 		}
 	}
 	del.close()
-	p.uploads(ctx, uploads)
+	p.abortUploads(ctx, aborts)
 	if listErr != nil {
 		return listErr
 	}
@@ -726,18 +727,29 @@ func (l *windowListing) objects(prefix string) iter.Seq2[objstore.ObjectInfo, er
 	}
 }
 
-// list streams objs, the listing of the resource's prefix, classifies each
-// key, queues the unpublishable ones for deletion and returns the abandoned
-// candidates that lie below every kept in-flight object (an abandoned
-// candidate above one is kept: raising the seal over it would also seal the
-// kept one).
-func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[objstore.ObjectInfo, error]) ([]Decision, error) {
+// list streams objs, the listing of the resource's prefix, and classifies
+// each key, then each of uploads, the resource's incomplete multipart
+// uploads (DESIGN.md "Garbage collection": uploads follow the rules of
+// objects). It queues the unpublishable objects for deletion and returns
+// the abandoned objects that lie below every kept in-flight object or
+// upload (an abandoned object at or above one is kept: raising the seal
+// over it would also seal the kept one), and the uploads to abort
+// (unpublishable or abandoned: an aborted upload can never be completed,
+// so no seal is needed). Every upload is classified here, before any seal
+// is raised, so a pass never reports an upload kept in flight that its own
+// seal made unpublishable.
+func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[objstore.ObjectInfo, error], uploads []entry) (abandoned, aborts []Decision, listErr error) {
 	c, s := p.c, p.s
 	var (
 		candidates []Decision
 		minKept    *layout.Version // lowest kept in-flight version of the current epoch
-		listErr    error
 	)
+	keep := func(d Decision) {
+		if v := d.Version; d.Kind == kindInFlight && v.Epoch == s.Epoch && (minKept == nil || v.Less(*minKept)) {
+			minKept = v
+		}
+		p.record(d, "kept", nil)
+	}
 	for obj, err := range objs {
 		if err != nil {
 			listErr = storeErr(ctx, "list "+c.ns.ObjectsPrefix(s.Resource), err)
@@ -750,16 +762,19 @@ func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[ob
 			del.add(d)
 		case kindAbandoned:
 			candidates = append(candidates, d)
-		case kindInFlight:
-			if v := d.Version; v.Epoch == s.Epoch && (minKept == nil || v.Less(*minKept)) {
-				minKept = v
-			}
-			p.record(d, "kept", nil)
 		default:
-			p.record(d, "kept", nil)
+			keep(d)
 		}
 	}
-	var out []Decision
+	for _, e := range uploads {
+		d := classify(s, e, p.now)
+		p.classified(d)
+		if deletes(d.Kind) {
+			aborts = append(aborts, d)
+			continue
+		}
+		keep(d)
+	}
 	for _, d := range candidates {
 		if minKept != nil && !d.Version.Less(*minKept) {
 			d.Kind = kindInFlight
@@ -767,9 +782,9 @@ func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[ob
 			p.record(d, "kept", nil)
 			continue
 		}
-		out = append(out, d)
+		abandoned = append(abandoned, d)
 	}
-	return out, listErr
+	return abandoned, aborts, listErr
 }
 
 // abandon raises the seal to the highest abandoned version, then queues the
@@ -809,23 +824,16 @@ func (p *resourcePass) abandon(ctx context.Context, ds []Decision, del *deleter)
 	return nil
 }
 
-// uploads classifies the resource's incomplete multipart uploads by the
-// same rules as objects and aborts the unpublishable and abandoned ones (an
-// upload of a live grant is in flight however old).
-func (p *resourcePass) uploads(ctx context.Context, entries []entry) {
-	for _, e := range entries {
-		d := classify(p.s, e, p.now)
-		p.classified(d)
-		if !deletes(d.Kind) {
-			p.record(d, "kept", nil)
-			continue
-		}
+// abortUploads aborts the incomplete multipart uploads list classified
+// unpublishable or abandoned (a dry run only counts them).
+func (p *resourcePass) abortUploads(ctx context.Context, ds []Decision) {
+	for _, d := range ds {
 		if p.opts.DryRun {
 			p.record(d, "would_delete", nil)
 			continue
 		}
 		rctx, cancel := p.c.rctx(ctx)
-		err := p.c.st.AbortUpload(rctx, e.Key, e.UploadID)
+		err := p.c.st.AbortUpload(rctx, d.Key, d.UploadID)
 		cancel()
 		if errors.Is(err, objstore.ErrNotFound) {
 			err = nil // completed or aborted meanwhile
