@@ -205,8 +205,9 @@ func (c *Collector) call(ctx context.Context, what string, op func(context.Conte
 
 // RunOptions selects what a pass covers.
 type RunOptions struct {
-	// Resources to collect; with All, every resource that has a pointer.
-	// Exactly one of the two must be given.
+	// Resources to collect; with All, every resource that has a pointer or
+	// a restored-pointer record (listResources). Exactly one of the two
+	// must be given.
 	Resources []string
 	All       bool
 	// DryRun classifies and reports without deleting, sealing or aborting
@@ -452,24 +453,39 @@ func (c *Collector) bucketWarnings(ctx context.Context) []string {
 	return out
 }
 
-// listResources returns every resource with a pointer key, in key order.
-// Names that do not decode or validate are reported as warnings.
+// listResources returns every resource that has a pointer key or a
+// restored-pointer record, sorted, each once. A resource whose creation a
+// restore lost, and every resource `recover --from-bucket` found, has only
+// the latter; its quarantined objects are still classified, counted and
+// reported (DESIGN.md "Garbage collection"). Names that do not decode or
+// validate are reported as warnings.
 func (c *Collector) listResources(ctx context.Context, rep *Report) ([]string, error) {
+	seen := map[string]bool{}
 	var out []string
-	prefix := c.ns.PointersPrefix()
-	err := c.scan(ctx, prefix, 0, true, func(kv *mvccKV) error {
-		name, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), prefix))
-		if err == nil {
-			err = layout.ValidateResource(name, false)
-		}
-		if err != nil {
-			rep.warn(fmt.Sprintf("skipping pointer key %q: %v", kv.Key, err))
+	for _, src := range []struct{ prefix, what string }{
+		{c.ns.PointersPrefix(), "pointer key"}, {c.ns.RestoredRecordsPrefix(), "restored-pointer record"},
+	} {
+		err := c.scan(ctx, src.prefix, 0, true, func(kv *mvccKV) error {
+			seg, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), src.prefix), "/")
+			name, err := url.PathUnescape(seg)
+			if err == nil {
+				err = layout.ValidateResource(name, false)
+			}
+			switch {
+			case err != nil:
+				rep.warn(fmt.Sprintf("skipping %s %q: %v", src.what, kv.Key, err))
+			case !seen[name]:
+				seen[name] = true
+				out = append(out, name)
+			}
 			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, name)
-		return nil
-	})
-	return out, err
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // listUploads lists the bucket's incomplete multipart uploads once and
@@ -586,8 +602,8 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 		case errs[i] != nil:
 		case s.Deployment != dep:
 			errs[i] = fmt.Errorf("%w: etcd's deployment changed from %s to %s during the pass", authority.ErrForeignDeployment, dep, s.Deployment)
-		case !opts.All && s.Generation == 0 && !s.HasPointer && !s.HasSeal:
-			rep.warn(fmt.Sprintf("resource %q was never granted in domain %q (no generation, pointer or seal): a typo?", s.Resource, c.ns.Domain))
+		case !opts.All && s.Generation == 0 && !s.HasPointer && !s.HasSeal && len(s.Restored) == 0 && len(s.RestoredBad) == 0 && !s.RestoredUnreadable:
+			rep.warn(fmt.Sprintf("resource %q was never granted in domain %q (no generation, pointer, seal or restored-pointer record): a typo?", s.Resource, c.ns.Domain))
 		}
 		if errs[i] == nil && c.afterState != nil {
 			c.afterState(s.Resource)

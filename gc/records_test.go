@@ -16,6 +16,7 @@ import (
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // etcd stays bounded: history entries past retention, op records past their
@@ -100,6 +101,51 @@ func TestQuarantineAfterRecover(t *testing.T) {
 	mustDecide(t, rep, first.Object.Key, kindUnpublishable, "deleted", "older than the current epoch")
 	if rep.Kept.Quarantined != 1 || !e.Exists(lost.Attempt.Object.Key) {
 		t.Fatalf("report %+v", rep.Kept)
+	}
+}
+
+// A resource whose creation a restore lost has no pointer, only the
+// restored-pointer records recover wrote (as every resource has after
+// recover --from-bucket). An --all pass, the daemon's, still classifies its
+// objects: the quarantined one is kept, counted, reported and exported.
+func TestQuarantineWithoutPointer(t *testing.T) {
+	e := newEnv(t)
+	const res = "creation-lost"
+	// The only copy of a publish of epoch 1 that the restore took from etcd,
+	// with the grant, pointer and seal of the resource.
+	lost := e.NS.ObjectKey(res, layout.Version{Epoch: 1, Fence: 1, Seq: 1}, layout.NewNonce())
+	e.put(lost, "the only copy of a lost publish")
+	_, p := e.worker("known", "a")
+	e.publish(p, "k1", publisher.Applied)
+	rrep, err := e.auth.Recover(ctxT(t, time.Minute), authority.RecoverOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, r := range rrep.Resources {
+		found = found || r.Resource == res && !r.HasPointer && len(r.Recorded) == 1
+	}
+	if !found || e.get(e.NS.PointerKey(res)) != nil || e.get(e.NS.RestoredKey(res, 1)) == nil {
+		t.Fatalf("recover %+v: want %q recorded as restored for epoch 1, with no pointer", rrep.Resources, res)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.collector(func(c *Config) { later(3 * time.Hour)(c); c.Metrics = m })
+	d, err := NewDaemon(DaemonConfig{Collector: c, Owner: "gc-quarantine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := e.run(c) // every resource
+	mustDecide(t, rep, lost, kindQuarantined, "kept", "recover recorded")
+	if rep.Kept.Quarantined != 1 || rep.Resources != 2 || !e.Exists(lost) {
+		t.Fatalf("report: %d resources, kept %+v; want 2 resources and the lost publish quarantined", rep.Resources, rep.Kept)
+	}
+	got := scrape(t, d.Handler(reg))
+	if q := got["fencepub_gc_quarantined_objects"]; q != 1 {
+		t.Fatalf("fencepub_gc_quarantined_objects = %v; want 1", q)
 	}
 }
 
