@@ -233,6 +233,52 @@ func TestDecommission(t *testing.T) {
 	}
 }
 
+// `resource delete` ends the resource's idempotency keys: GC prunes every
+// op record at or below the decommission (the seal's Retired, which later
+// seals keep) at its next pass, whatever its age, so a re-created resource
+// publishes under an old key anew instead of answering duplicate with a
+// version whose object GC collected. Until that pass an old key is still
+// duplicate; the keys of the new life are kept for the op retention.
+func TestRecreatedResourceStartsWithNoKeys(t *testing.T) {
+	e := newEnv(t)
+	const res = "reborn"
+	a, pa := e.worker(res, "a")
+	old := e.publish(pa, "k1", publisher.Applied)
+	e.publish(pa, "k2", publisher.Applied)
+	e.release(a)
+	c := e.collector(nil)
+	e.run(c, res) // starts the domain clock: k1 superseded before its first checkpoint
+	d, err := c.Decommission(ctxT(t, time.Minute), res, false)
+	if err != nil || e.seal(res).Retired != d.Seal {
+		t.Fatalf("decommission: %+v, %v; seal %+v: want Retired at the decommission", d, err, e.seal(res))
+	}
+	// Re-created before GC's pass: the old key is still answered.
+	b, pb := e.worker(res, "b")
+	if r := e.publish(pb, "k1", publisher.Duplicate); r.Version != old.Version {
+		t.Fatalf("k1 before the pass: duplicate of %s; want %s", r.Version, old.Version)
+	}
+	reborn := e.publish(pb, "k3", publisher.Applied)
+	e.release(b) // its seal replaces the decommission's reason, not Retired
+	if s := e.seal(res); s.Reason == sealReasonDecommissioned || s.Retired != d.Seal {
+		t.Fatalf("seal after the new life's release %+v; want its own reason, Retired %s", s, d.Seal)
+	}
+
+	rep := e.run(e.collector(later(12*time.Minute)), res)
+	if rep.Records.Ops != 2 || e.get(e.NS.OpKey(res, "k1")) != nil || e.get(e.NS.OpKey(res, "k3")) == nil {
+		t.Fatalf("ops pruned %d; want the 2 of the retired life, k3's kept", rep.Records.Ops)
+	}
+	if e.Exists(old.Object.Key) {
+		t.Fatalf("%s not collected", old.Object.Key)
+	}
+	_, pc := e.worker(res, "c")
+	if r := e.publish(pc, "k1", publisher.Applied); !reborn.Version.Less(r.Version) {
+		t.Fatalf("k1 applied at %s; want above %s", r.Version, reborn.Version)
+	}
+	if r := e.publish(pc, "k3", publisher.Duplicate); r.Version != reborn.Version || !e.Exists(r.Object.Key) {
+		t.Fatalf("k3: duplicate of %s (object there: %v); want %s", r.Version, e.Exists(r.Object.Key), reborn.Version)
+	}
+}
+
 // blockingBody yields left zero bytes, then blocks until release is closed
 // and fails (io.ErrUnexpectedEOF), or ends (io.EOF) when ends is set: a
 // worker paused in the middle of a multipart upload.
