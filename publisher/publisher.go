@@ -416,9 +416,10 @@ func (p *Publisher) giveBack(c claim) {
 // outcomes; otherwise a zero Result and an error (fencepub.ErrInvalid, ErrBody,
 // ErrObjectMismatch, ErrUploadAborted, objstore errors,
 // layout.ErrCorruptRecord, fencepub.ErrNotInitialized), in which case
-// nothing was published; when the transaction was not sent or definitely
-// not applied the seq is given back, so the next publish takes it and a
-// contiguous term sees no gap (DESIGN.md "Publish" step 6). A re-send that finds the resource gone (etcd restored or replaced since an
+// nothing was published and, unless the transaction was re-sent (an earlier
+// send may still be on its way), the seq is given back, so the next publish
+// takes it and a contiguous term sees no gap (DESIGN.md "Publish" step 6).
+// A re-send that finds the resource gone (etcd restored or replaced since an
 // earlier send) is ErrUnknown, not fencepub.ErrNotInitialized.
 func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
 	return p.publish(ctx, 0, op)
