@@ -292,9 +292,12 @@ func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error
 	rep.Resources = len(resources)
 	uploads, upErr := c.listUploads(ctx, resources)
 	if upErr != nil {
-		// Objects are still collected; uploads wait for the next pass.
+		// Objects are still collected, but no abandon seal is raised: it
+		// could cover an upload the failed listing did not show. Uploads
+		// and abandoned objects wait for the next pass.
 		upErr = fmt.Errorf("listing incomplete uploads: %w", upErr)
 		rep.fail("", upErr)
+		uploads = nil
 	}
 	errs := c.collectAll(ctx, resources, dep, clk, uploads, opts, rep)
 	if upErr != nil {
@@ -527,6 +530,9 @@ type resourcePass struct {
 	rep  *Report
 	opts RunOptions
 	now  time.Time
+	// uploadsListed is false when the pass could not list the incomplete
+	// uploads: no abandon seal is raised then (list).
+	uploadsListed bool
 
 	mu     sync.Mutex
 	failed int // deletions that failed
@@ -626,7 +632,7 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 		} else {
 			objs = c.st.List(ctx, prefix, objstore.ListOptions{})
 		}
-		p := &resourcePass{c: c, s: s, rep: rep, opts: opts, now: c.now()}
+		p := &resourcePass{c: c, s: s, rep: rep, opts: opts, now: c.now(), uploadsListed: uploads != nil}
 		del := c.newDeleter(ctx, opts.DryRun, p, lim.deletes)
 		abandoned, aborts, listErr := p.list(ctx, del, objs, uploads[s.Resource])
 		wg.Go(func() {
@@ -646,13 +652,19 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 // name).
 func (p *resourcePass) finish(ctx context.Context, abandoned, aborts []Decision, listErr error, del *deleter, clk *clockReading) error {
 	c, s, opts := p.c, p.s, p.opts
-	if listErr == nil {
-		if err := p.abandon(ctx, abandoned, del); err != nil {
-			listErr = err
-		}
-	} else {
+	switch {
+	case listErr != nil:
 		for _, d := range abandoned {
 			p.record(d, "skipped", nil)
+		}
+	case !p.uploadsListed:
+		for _, d := range abandoned {
+			d.Reason += "; the pass could not list the incomplete uploads, and the seal could cover a kept one: kept until the next pass"
+			p.record(d, "skipped", nil)
+		}
+	default:
+		if err := p.abandon(ctx, abandoned, del); err != nil {
+			listErr = err
 		}
 	}
 	del.close()
