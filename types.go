@@ -88,10 +88,11 @@ const SealReasonDecommissioned = layout.SealReasonDecommissioned
 // needed to use the library.
 type Namespace = layout.Namespace
 
-// NewNamespace validates prefix ("fencepub", or name components joined by
-// '/', no leading or trailing '/') and domain (a name) and returns their
-// Namespace. It makes no network call. Errors: ErrInvalidName naming the
-// part that is refused (empty, too long, a character outside letters,
+// NewNamespace validates prefix (one name, such as "fencepub": no '/') and
+// domain (a name) and returns their Namespace, whose keys can never lie
+// inside another namespace's (DESIGN.md "etcd layout"). It makes no network
+// call. Errors: ErrInvalidName naming the part that is refused (empty, too
+// long, a prefix of several components, a character outside letters,
 // digits, '-', '_' and '.', or a name of one of a domain's key subtrees,
 // such as "history").
 func NewNamespace(prefix, domain string) (Namespace, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -37,5 +38,31 @@ func TestInitRefusesStoreIgnoringCreateOnly(t *testing.T) {
 	}
 	if _, err := newAuthority(t, cli, sh.Store(t), ns).Init(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatalf("Init on MinIO: %v", err)
+	}
+}
+
+// TestNestedNamespaceRefused: a namespace whose prefix is another's root
+// (prefix "<p>/<d>") is refused before any I/O, so the outer domain stays
+// usable. Before, the nested domain's Init wrote its create-only probe and
+// its markers inside domain d of prefix p, whose own Init then met another
+// history there (ErrForeignHistory), and so did every acquire, for good.
+func TestNestedNamespaceRefused(t *testing.T) {
+	sh := testenv.Get(t)
+	cli, st := sh.EtcdClient(t), sh.Store(t)
+	outer := testenv.Namespace(t)
+	nested := layout.Namespace{Prefix: outer.Prefix + "/" + outer.Domain, Domain: "inner"}
+	ctx := ctxT(t, time.Minute)
+	a, err := New(Config{Env: fencepub.Env{Namespace: nested, Etcd: cli, Store: st}})
+	switch {
+	case err == nil:
+		t.Errorf("New accepted %+v, whose keys lie inside %+v", nested, outer)
+		if _, err := a.Init(ctx); err != nil {
+			t.Fatalf("Init of the nested namespace: %v", err)
+		}
+	case !errors.Is(err, layout.ErrInvalidName) || !strings.Contains(err.Error(), "namespace.prefix"):
+		t.Fatalf("New of a nested namespace: %v; want layout.ErrInvalidName naming namespace.prefix", err)
+	}
+	if _, err := newAuthority(t, cli, st, outer).Init(ctx); err != nil {
+		t.Fatalf("Init of %+v: %v", outer, err)
 	}
 }

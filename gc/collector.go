@@ -205,8 +205,9 @@ func (c *Collector) call(ctx context.Context, what string, op func(context.Conte
 
 // RunOptions selects what a pass covers.
 type RunOptions struct {
-	// Resources to collect; with All, every resource that has a pointer.
-	// Exactly one of the two must be given.
+	// Resources to collect; with All, every resource that has a pointer or
+	// a restored-pointer record (listResources). Exactly one of the two
+	// must be given.
 	Resources []string
 	All       bool
 	// DryRun classifies and reports without deleting, sealing or aborting
@@ -291,9 +292,12 @@ func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error
 	rep.Resources = len(resources)
 	uploads, upErr := c.listUploads(ctx, resources)
 	if upErr != nil {
-		// Objects are still collected; uploads wait for the next pass.
+		// Objects are still collected, but no abandon seal is raised: it
+		// could cover an upload the failed listing did not show. Uploads
+		// and abandoned objects wait for the next pass.
 		upErr = fmt.Errorf("listing incomplete uploads: %w", upErr)
 		rep.fail("", upErr)
+		uploads = nil
 	}
 	errs := c.collectAll(ctx, resources, dep, clk, uploads, opts, rep)
 	if upErr != nil {
@@ -456,24 +460,39 @@ func (c *Collector) bucketWarnings(ctx context.Context) []string {
 	return out
 }
 
-// listResources returns every resource with a pointer key, in key order.
-// Names that do not decode or validate are reported as warnings.
+// listResources returns every resource that has a pointer key or a
+// restored-pointer record, sorted, each once. A resource whose creation a
+// restore lost, and every resource `recover --from-bucket` found, has only
+// the latter; its quarantined objects are still classified, counted and
+// reported (DESIGN.md "Garbage collection"). Names that do not decode or
+// validate are reported as warnings.
 func (c *Collector) listResources(ctx context.Context, rep *Report) ([]string, error) {
+	seen := map[string]bool{}
 	var out []string
-	prefix := c.ns.PointersPrefix()
-	err := c.scan(ctx, prefix, 0, true, func(kv *mvccKV) error {
-		name, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), prefix))
-		if err == nil {
-			err = layout.ValidateResource(name, false)
-		}
-		if err != nil {
-			rep.warn(fmt.Sprintf("skipping pointer key %q: %v", kv.Key, err))
+	for _, src := range []struct{ prefix, what string }{
+		{c.ns.PointersPrefix(), "pointer key"}, {c.ns.RestoredRecordsPrefix(), "restored-pointer record"},
+	} {
+		err := c.scan(ctx, src.prefix, 0, true, func(kv *mvccKV) error {
+			seg, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), src.prefix), "/")
+			name, err := url.PathUnescape(seg)
+			if err == nil {
+				err = layout.ValidateResource(name, false)
+			}
+			switch {
+			case err != nil:
+				rep.warn(fmt.Sprintf("skipping %s %q: %v", src.what, kv.Key, err))
+			case !seen[name]:
+				seen[name] = true
+				out = append(out, name)
+			}
 			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, name)
-		return nil
-	})
-	return out, err
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // listUploads lists the bucket's incomplete multipart uploads once and
@@ -515,6 +534,9 @@ type resourcePass struct {
 	rep  *Report
 	opts RunOptions
 	now  time.Time
+	// uploadsListed is false when the pass could not list the incomplete
+	// uploads: no abandon seal is raised then (list).
+	uploadsListed bool
 
 	mu     sync.Mutex
 	failed int // deletions that failed
@@ -590,8 +612,8 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 		case errs[i] != nil:
 		case s.Deployment != dep:
 			errs[i] = fmt.Errorf("%w: etcd's deployment changed from %s to %s during the pass", authority.ErrForeignDeployment, dep, s.Deployment)
-		case !opts.All && s.Generation == 0 && !s.HasPointer && !s.HasSeal:
-			rep.warn(fmt.Sprintf("resource %q was never granted in domain %q (no generation, pointer or seal): a typo?", s.Resource, c.ns.Domain))
+		case !opts.All && s.Generation == 0 && !s.HasPointer && !s.HasSeal && len(s.Restored) == 0 && len(s.RestoredBad) == 0 && !s.RestoredUnreadable:
+			rep.warn(fmt.Sprintf("resource %q was never granted in domain %q (no generation, pointer, seal or restored-pointer record): a typo?", s.Resource, c.ns.Domain))
 		}
 		if errs[i] == nil && c.afterState != nil {
 			c.afterState(s.Resource)
@@ -614,13 +636,13 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 		} else {
 			objs = c.st.List(ctx, prefix, objstore.ListOptions{})
 		}
-		p := &resourcePass{c: c, s: s, rep: rep, opts: opts, now: c.now()}
+		p := &resourcePass{c: c, s: s, rep: rep, opts: opts, now: c.now(), uploadsListed: uploads != nil}
 		del := c.newDeleter(ctx, opts.DryRun, p, lim.deletes)
-		abandoned, listErr := p.list(ctx, del, objs)
+		abandoned, aborts, listErr := p.list(ctx, del, objs, uploads[s.Resource])
 		wg.Go(func() {
 			lim.finishing <- struct{}{}
 			defer func() { <-lim.finishing }()
-			errs[i] = p.finish(ctx, abandoned, listErr, del, uploads[s.Resource], clk)
+			errs[i] = p.finish(ctx, abandoned, aborts, listErr, del, clk)
 		})
 	}
 	wg.Wait()
@@ -628,22 +650,29 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 }
 
 // finish completes a resource's collection once its listing ended:
-// seal-then-delete of abandoned objects, the deletions queued on del,
-// uploads, then etcd records (only when every object step succeeded, so
-// records go after the objects they name).
-func (p *resourcePass) finish(ctx context.Context, abandoned []Decision, listErr error, del *deleter, uploads []entry, clk *clockReading) error {
+// seal-then-delete of abandoned objects, the deletions queued on del, the
+// aborts of the uploads list classified (aborts), then etcd records (only
+// when every object step succeeded, so records go after the objects they
+// name).
+func (p *resourcePass) finish(ctx context.Context, abandoned, aborts []Decision, listErr error, del *deleter, clk *clockReading) error {
 	c, s, opts := p.c, p.s, p.opts
-	if listErr == nil {
-		if err := p.abandon(ctx, abandoned, del); err != nil {
-			listErr = err
-		}
-	} else {
+	switch {
+	case listErr != nil:
 		for _, d := range abandoned {
 			p.record(d, "skipped", nil)
 		}
+	case !p.uploadsListed:
+		for _, d := range abandoned {
+			d.Reason += "; the pass could not list the incomplete uploads, and the seal could cover a kept one: kept until the next pass"
+			p.record(d, "skipped", nil)
+		}
+	default:
+		if err := p.abandon(ctx, abandoned, del); err != nil {
+			listErr = err
+		}
 	}
 	del.close()
-	p.uploads(ctx, uploads)
+	p.abortUploads(ctx, aborts)
 	if listErr != nil {
 		return listErr
 	}
@@ -730,18 +759,29 @@ func (l *windowListing) objects(prefix string) iter.Seq2[objstore.ObjectInfo, er
 	}
 }
 
-// list streams objs, the listing of the resource's prefix, classifies each
-// key, queues the unpublishable ones for deletion and returns the abandoned
-// candidates that lie below every kept in-flight object (an abandoned
-// candidate above one is kept: raising the seal over it would also seal the
-// kept one).
-func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[objstore.ObjectInfo, error]) ([]Decision, error) {
+// list streams objs, the listing of the resource's prefix, and classifies
+// each key, then each of uploads, the resource's incomplete multipart
+// uploads (DESIGN.md "Garbage collection": uploads follow the rules of
+// objects). It queues the unpublishable objects for deletion and returns
+// the abandoned objects that lie below every kept in-flight object or
+// upload (an abandoned object at or above one is kept: raising the seal
+// over it would also seal the kept one), and the uploads to abort
+// (unpublishable or abandoned: an aborted upload can never be completed,
+// so no seal is needed). Every upload is classified here, before any seal
+// is raised, so a pass never reports an upload kept in flight that its own
+// seal made unpublishable.
+func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[objstore.ObjectInfo, error], uploads []entry) (abandoned, aborts []Decision, listErr error) {
 	c, s := p.c, p.s
 	var (
 		candidates []Decision
 		minKept    *layout.Version // lowest kept in-flight version of the current epoch
-		listErr    error
 	)
+	keep := func(d Decision) {
+		if v := d.Version; d.Kind == kindInFlight && v.Epoch == s.Epoch && (minKept == nil || v.Less(*minKept)) {
+			minKept = v
+		}
+		p.record(d, "kept", nil)
+	}
 	for obj, err := range objs {
 		if err != nil {
 			listErr = storeErr(ctx, "list "+c.ns.ObjectsPrefix(s.Resource), err)
@@ -754,16 +794,19 @@ func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[ob
 			del.add(d)
 		case kindAbandoned:
 			candidates = append(candidates, d)
-		case kindInFlight:
-			if v := d.Version; v.Epoch == s.Epoch && (minKept == nil || v.Less(*minKept)) {
-				minKept = v
-			}
-			p.record(d, "kept", nil)
 		default:
-			p.record(d, "kept", nil)
+			keep(d)
 		}
 	}
-	var out []Decision
+	for _, e := range uploads {
+		d := classify(s, e, p.now)
+		p.classified(d)
+		if deletes(d.Kind) {
+			aborts = append(aborts, d)
+			continue
+		}
+		keep(d)
+	}
 	for _, d := range candidates {
 		if minKept != nil && !d.Version.Less(*minKept) {
 			d.Kind = kindInFlight
@@ -771,9 +814,9 @@ func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[ob
 			p.record(d, "kept", nil)
 			continue
 		}
-		out = append(out, d)
+		abandoned = append(abandoned, d)
 	}
-	return out, listErr
+	return abandoned, aborts, listErr
 }
 
 // abandon raises the seal to the highest abandoned version, then queues the
@@ -813,23 +856,16 @@ func (p *resourcePass) abandon(ctx context.Context, ds []Decision, del *deleter)
 	return nil
 }
 
-// uploads classifies the resource's incomplete multipart uploads by the
-// same rules as objects and aborts the unpublishable and abandoned ones (an
-// upload of a live grant is in flight however old).
-func (p *resourcePass) uploads(ctx context.Context, entries []entry) {
-	for _, e := range entries {
-		d := classify(p.s, e, p.now)
-		p.classified(d)
-		if !deletes(d.Kind) {
-			p.record(d, "kept", nil)
-			continue
-		}
+// abortUploads aborts the incomplete multipart uploads list classified
+// unpublishable or abandoned (a dry run only counts them).
+func (p *resourcePass) abortUploads(ctx context.Context, ds []Decision) {
+	for _, d := range ds {
 		if p.opts.DryRun {
 			p.record(d, "would_delete", nil)
 			continue
 		}
 		rctx, cancel := p.c.rctx(ctx)
-		err := p.c.st.AbortUpload(rctx, e.Key, e.UploadID)
+		err := p.c.st.AbortUpload(rctx, d.Key, d.UploadID)
 		cancel()
 		if errors.Is(err, objstore.ErrNotFound) {
 			err = nil // completed or aborted meanwhile

@@ -10,7 +10,9 @@
 //     revision, then classifies every listed key as published, retained,
 //     unpublishable, quarantined, in_flight, abandoned or foreign (Decision,
 //     DESIGN.md for the rules). Only unpublishable and abandoned keys are
-//     deleted; abandoned ones only after a seal raised over them. A
+//     deleted; abandoned ones only after a seal raised over them (an
+//     abandoned upload is aborted without one: it can never complete), and
+//     the seal stays below every in-flight object or upload the pass keeps. A
 //     released term's objects are unpublishable at once: authority Release
 //     seals the term (DESIGN.md "Leftovers of finished work"), so only the
 //     leftovers of a term that ended without a release wait for the abandon

@@ -17,8 +17,9 @@ const pruneBatch = 50
 // pruneRecords deletes the etcd records of s.Resource that nothing needs any
 // more, after the pass dealt with the objects they name (DESIGN.md "Garbage
 // collection": keep etcd bounded): history entries retention no longer keeps (read at
-// s.Revision), op records last modified before clk's OpRetention cutoff,
-// grant records whose fence can no longer publish, and acquire request
+// s.Revision), op records last modified before clk's OpRetention cutoff or
+// at or below the seal's Retired version (a retired life of the resource:
+// `resource delete` ends its idempotency keys), grant records whose fence can no longer publish, and acquire request
 // records before the cutoff of RequestRetention (pruneRequests). Ages are on the domain clock, never a
 // CommittedAt or CreatedAt (DESIGN.md "Ages come from one clock").
 // Each deletion is guarded by its own compare (the record's ModRevision
@@ -36,12 +37,17 @@ func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReadin
 		return out, err
 	}
 	cutoff := clk.cutoff(c.cfg.OpRetention)
+	retired := s.Seal.Retired
 	out.Ops, err = c.pruneRange(ctx, ns.OpsPrefix(res), s.opsPage, s.Revision, dry, func(kv *mvccKV) bool {
-		if _, err := layout.DecodeOp(kv.Key, kv.Value); err != nil {
+		rec, err := layout.DecodeOp(kv.Key, kv.Value)
+		if err != nil {
 			c.log.Warn("gc: keeping an op record that does not decode", "key", string(kv.Key), "err", err)
 			return false
 		}
-		return kv.ModRevision < cutoff
+		// A record of a retired life of the resource goes at once: the seal
+		// (at or above retired) already refuses every version it could
+		// answer for, and a re-created resource starts with no keys.
+		return kv.ModRevision < cutoff || !retired.IsZero() && rec.Version.Compare(retired) <= 0
 	}, nil)
 	if err != nil {
 		return out, err

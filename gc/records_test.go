@@ -15,7 +15,10 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
+	"github.com/minio/minio-go/v7"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // etcd stays bounded: history entries past retention, op records past their
@@ -103,6 +106,51 @@ func TestQuarantineAfterRecover(t *testing.T) {
 	}
 }
 
+// A resource whose creation a restore lost has no pointer, only the
+// restored-pointer records recover wrote (as every resource has after
+// recover --from-bucket). An --all pass, the daemon's, still classifies its
+// objects: the quarantined one is kept, counted, reported and exported.
+func TestQuarantineWithoutPointer(t *testing.T) {
+	e := newEnv(t)
+	const res = "creation-lost"
+	// The only copy of a publish of epoch 1 that the restore took from etcd,
+	// with the grant, pointer and seal of the resource.
+	lost := e.NS.ObjectKey(res, layout.Version{Epoch: 1, Fence: 1, Seq: 1}, layout.NewNonce())
+	e.put(lost, "the only copy of a lost publish")
+	_, p := e.worker("known", "a")
+	e.publish(p, "k1", publisher.Applied)
+	rrep, err := e.auth.Recover(ctxT(t, time.Minute), authority.RecoverOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, r := range rrep.Resources {
+		found = found || r.Resource == res && !r.HasPointer && len(r.Recorded) == 1
+	}
+	if !found || e.get(e.NS.PointerKey(res)) != nil || e.get(e.NS.RestoredKey(res, 1)) == nil {
+		t.Fatalf("recover %+v: want %q recorded as restored for epoch 1, with no pointer", rrep.Resources, res)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.collector(func(c *Config) { later(3 * time.Hour)(c); c.Metrics = m })
+	d, err := NewDaemon(DaemonConfig{Collector: c, Owner: "gc-quarantine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := e.run(c) // every resource
+	mustDecide(t, rep, lost, kindQuarantined, "kept", "recover recorded")
+	if rep.Kept.Quarantined != 1 || rep.Resources != 2 || !e.Exists(lost) {
+		t.Fatalf("report: %d resources, kept %+v; want 2 resources and the lost publish quarantined", rep.Resources, rep.Kept)
+	}
+	got := scrape(t, d.Handler(reg))
+	if q := got["fencepub_gc_quarantined_objects"]; q != 1 {
+		t.Fatalf("fencepub_gc_quarantined_objects = %v; want 1", q)
+	}
+}
+
 // `resource delete`: refused while a lease is live unless forced; the seal
 // goes to (epoch, generation, max), so the holder's next publish is stale;
 // GC removes the objects (the published one after the reader grace) and the
@@ -187,10 +235,58 @@ func TestDecommission(t *testing.T) {
 	}
 }
 
-// blockingBody yields size zero bytes, then blocks until release is closed
-// and fails: a worker paused in the middle of a multipart upload.
+// `resource delete` ends the resource's idempotency keys: GC prunes every
+// op record at or below the decommission (the seal's Retired, which later
+// seals keep) at its next pass, whatever its age, so a re-created resource
+// publishes under an old key anew instead of answering duplicate with a
+// version whose object GC collected. Until that pass an old key is still
+// duplicate; the keys of the new life are kept for the op retention.
+func TestRecreatedResourceStartsWithNoKeys(t *testing.T) {
+	e := newEnv(t)
+	const res = "reborn"
+	a, pa := e.worker(res, "a")
+	old := e.publish(pa, "k1", publisher.Applied)
+	e.publish(pa, "k2", publisher.Applied)
+	e.release(a)
+	c := e.collector(nil)
+	e.run(c, res) // starts the domain clock: k1 superseded before its first checkpoint
+	d, err := c.Decommission(ctxT(t, time.Minute), res, false)
+	if err != nil || e.seal(res).Retired != d.Seal {
+		t.Fatalf("decommission: %+v, %v; seal %+v: want Retired at the decommission", d, err, e.seal(res))
+	}
+	// Re-created before GC's pass: the old key is still answered.
+	b, pb := e.worker(res, "b")
+	if r := e.publish(pb, "k1", publisher.Duplicate); r.Version != old.Version {
+		t.Fatalf("k1 before the pass: duplicate of %s; want %s", r.Version, old.Version)
+	}
+	reborn := e.publish(pb, "k3", publisher.Applied)
+	e.release(b) // its seal replaces the decommission's reason, not Retired
+	if s := e.seal(res); s.Reason == sealReasonDecommissioned || s.Retired != d.Seal {
+		t.Fatalf("seal after the new life's release %+v; want its own reason, Retired %s", s, d.Seal)
+	}
+
+	rep := e.run(e.collector(later(12*time.Minute)), res)
+	if rep.Records.Ops != 2 || e.get(e.NS.OpKey(res, "k1")) != nil || e.get(e.NS.OpKey(res, "k3")) == nil {
+		t.Fatalf("ops pruned %d; want the 2 of the retired life, k3's kept", rep.Records.Ops)
+	}
+	if e.Exists(old.Object.Key) {
+		t.Fatalf("%s not collected", old.Object.Key)
+	}
+	_, pc := e.worker(res, "c")
+	if r := e.publish(pc, "k1", publisher.Applied); !reborn.Version.Less(r.Version) {
+		t.Fatalf("k1 applied at %s; want above %s", r.Version, reborn.Version)
+	}
+	if r := e.publish(pc, "k3", publisher.Duplicate); r.Version != reborn.Version || !e.Exists(r.Object.Key) {
+		t.Fatalf("k3: duplicate of %s (object there: %v); want %s", r.Version, e.Exists(r.Object.Key), reborn.Version)
+	}
+}
+
+// blockingBody yields left zero bytes, then blocks until release is closed
+// and fails (io.ErrUnexpectedEOF), or ends (io.EOF) when ends is set: a
+// worker paused in the middle of a multipart upload.
 type blockingBody struct {
 	left    int
+	ends    bool
 	release chan struct{}
 	started chan struct{}
 	once    sync.Once
@@ -200,6 +296,9 @@ func (b *blockingBody) Read(p []byte) (int, error) {
 	if b.left == 0 {
 		b.once.Do(func() { close(b.started) })
 		<-b.release
+		if b.ends {
+			return 0, io.EOF
+		}
 		return 0, io.ErrUnexpectedEOF
 	}
 	n := min(len(p), b.left)
@@ -208,38 +307,68 @@ func (b *blockingBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// pausedUpload starts a Publish with p of a body of unknown length
+// (p's client must have publisher.MinPartSize parts) that pauses after its
+// first part, so its multipart upload is open. resume lets the body go on
+// — it ends when ends is set, else it fails — and returns the publish's
+// answer; it is safe to call more than once.
+func (e *env) pausedUpload(p *publisher.Publisher, ends bool) (resume func() (publisher.Result, error)) {
+	e.t.Helper()
+	body := &blockingBody{left: publisher.MinPartSize + 1, ends: ends, release: make(chan struct{}), started: make(chan struct{})}
+	var (
+		res  publisher.Result
+		err  error
+		once sync.Once
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, err = p.Publish(context.Background(), publisher.Operation{IdempotencyKey: "big-" + layout.NewNonce(), Body: body})
+	}()
+	select {
+	case <-body.started:
+	case <-done:
+		e.t.Fatalf("the multipart publish ended before its upload paused: %v", err)
+	case <-time.After(30 * time.Second):
+		e.t.Fatal("the multipart upload did not start")
+	}
+	return func() (publisher.Result, error) {
+		once.Do(func() { close(body.release) })
+		<-done
+		return res, err
+	}
+}
+
+// uploadsOf returns the incomplete multipart uploads of res, read from the
+// store directly, sorted by key.
+func (e *env) uploadsOf(res string) []minio.ObjectMultipartInfo {
+	e.t.Helper()
+	var out []minio.ObjectMultipartInfo
+	for u := range e.Store.Client.ListIncompleteUploads(ctxT(e.t, 10*time.Second), e.Store.Bucket, "", true) {
+		if u.Err != nil {
+			e.t.Fatal(u.Err)
+		}
+		if strings.HasPrefix(u.Key, e.NS.ObjectsPrefix(res)) {
+			out = append(out, u)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
 // Incomplete multipart uploads follow the object rules: an upload of a live
 // grant is in flight however old; once its version is below the pointer it
-// is aborted; an old upload of a dead grant is abandoned and aborted.
+// is aborted; an old upload of a dead grant is abandoned and aborted. A
+// publisher whose upload GC aborted is told so (ErrUploadAborted).
 func TestUploadsAborted(t *testing.T) {
 	e := newEnv(t)
 	const res = "big"
 	pc := e.publisher(e.Etcd, func(c *publisher.Config) { c.PartSize = publisher.MinPartSize })
-	upload := func(p *publisher.Publisher) (stop func()) {
-		body := &blockingBody{left: publisher.MinPartSize + 1, release: make(chan struct{}), started: make(chan struct{})}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_, _ = p.Publish(context.Background(), publisher.Operation{IdempotencyKey: "big-" + layout.NewNonce(), Body: body})
-		}()
-		select {
-		case <-body.started:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the multipart upload did not start")
-		}
-		return func() { close(body.release); <-done }
-	}
 	uploads := func() []string {
 		var out []string
-		for u := range e.Store.Client.ListIncompleteUploads(ctxT(t, 10*time.Second), e.Store.Bucket, "", true) {
-			if u.Err != nil {
-				t.Fatal(u.Err)
-			}
-			if strings.HasPrefix(u.Key, e.NS.ObjectsPrefix(res)) {
-				out = append(out, u.Key)
-			}
+		for _, u := range e.uploadsOf(res) {
+			out = append(out, u.Key)
 		}
-		sort.Strings(out)
 		return out
 	}
 	aged := e.collector(later(3 * time.Hour))
@@ -247,7 +376,7 @@ func TestUploadsAborted(t *testing.T) {
 	a := e.acquire(res, "a", 0)
 	pa := e.bind(pc, a)
 	e.publish(pa, "small", publisher.Applied)
-	stopA := upload(pa)
+	stopA := e.pausedUpload(pa, false)
 	defer stopA()
 	ua := uploads()
 	if len(ua) != 1 {
@@ -263,7 +392,7 @@ func TestUploadsAborted(t *testing.T) {
 	b := e.acquire(res, "b", 0)
 	pb := e.bind(pc, b)
 	e.publish(pb, "b-small", publisher.Applied)
-	stopB := upload(pb)
+	stopB := e.pausedUpload(pb, true)
 	defer stopB()
 	e.expire(b) // no release: a release would seal B's term, its upload with it
 	rep = e.run(e.collector(nil), res)
@@ -277,6 +406,71 @@ func TestUploadsAborted(t *testing.T) {
 	rep = e.run(aged, res)
 	if rep.Uploads.Aborted != 1 || len(uploads()) != 0 {
 		t.Fatalf("abandoned upload: %+v, left %v", rep.Uploads, uploads())
+	}
+	// The paused worker resumes: its next part finds the upload gone.
+	if r, err := stopB(); !errors.Is(err, publisher.ErrUploadAborted) || r.Outcome != "" {
+		t.Fatalf("publish after GC aborted its upload: %q, %v; want publisher.ErrUploadAborted", r.Outcome, err)
+	}
+}
+
+// A young incomplete upload of a dead grant counts as a kept in-flight
+// version, as a young object does: an old abandoned object of the same
+// grant at or above it is kept, not sealed (the seal would make the upload
+// unpublishable although the pass reports it kept), and the upload's
+// publish applies once the worker resumes. This arises when a seq is given
+// back after a failed write and taken again.
+func TestYoungUploadBlocksAbandonSeal(t *testing.T) {
+	e := newEnv(t)
+	const res = "reused"
+	pc := e.publisher(e.Etcd, func(c *publisher.Config) { c.PartSize = publisher.MinPartSize })
+	g := e.acquire(res, "a", 0)
+	p := e.bind(pc, g)
+	first := e.publish(p, "first", publisher.Applied)
+	// An earlier attempt at the next seq wrote its object and failed (its
+	// seq was given back): an orphan at the version the upload takes.
+	next := layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: first.Version.Seq + 1}
+	orphan := e.NS.ObjectKey(res, next, layout.NewNonce())
+	e.put(orphan, "an attempt whose write failed")
+	resume := e.pausedUpload(p, true)
+	defer resume()
+	e.expire(g) // the worker is paused past its lease
+
+	var orphanTime time.Time
+	for o, err := range e.st.List(ctxT(t, 10*time.Second), e.NS.ObjectsPrefix(res), objstore.ListOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Key == orphan {
+			orphanTime = o.LastModified // as GC's listing sees it
+		}
+	}
+	ups := e.uploadsOf(res)
+	if len(ups) != 1 || orphanTime.IsZero() || !ups[0].Initiated.After(orphanTime) {
+		t.Fatalf("uploads %+v, orphan written at %v: want one upload started after the orphan", ups, orphanTime)
+	}
+	if v, _, _ := e.NS.ParseObjectKey(res, ups[0].Key); v != next {
+		t.Fatalf("the upload is at %s; want %s", v, next)
+	}
+	// GC's clock: the orphan is exactly the abandon period old, the upload
+	// younger.
+	pol := DefaultConfig().Policy
+	at := orphanTime.Add(pol.AbandonAfter + pol.ClockSkew)
+	rep := e.run(e.collector(func(c *Config) { c.Now = func() time.Time { return at } }), res)
+	mustDecide(t, rep, orphan, kindInFlight, "kept", "not below the kept in-flight version")
+	var up *Decision
+	for i, d := range rep.Decisions {
+		if d.UploadID != "" {
+			up = &rep.Decisions[i]
+		}
+	}
+	if up == nil || up.Kind != kindInFlight || up.Action != "kept" || !strings.Contains(up.Reason, "younger than the abandon period") {
+		t.Fatalf("upload decision %+v; want in_flight, kept, younger than the abandon period", up)
+	}
+	if rep.SealRaises != 0 || !e.seal(res).Version.Less(next) {
+		t.Fatalf("seal raised to %s (%d raises) over the kept upload at %s", e.seal(res).Version, rep.SealRaises, next)
+	}
+	if r, err := resume(); r.Outcome != publisher.Applied || err != nil || r.Version != next {
+		t.Fatalf("the kept upload's publish: %q %q at %s, %v; want applied at %s", r.Outcome, r.Reason, r.Version, err, next)
 	}
 }
 

@@ -98,10 +98,13 @@ const decommissionAttempts = 8
 // raises the seal instead of deleting the pointer): in ONE transaction that requires
 // the epoch, generation, pointer and seal unchanged since it read them (and,
 // unless force, no holder), it raises the seal to (epoch, generation,
-// layout.MaxNumber) with reason SealReasonDecommissioned. GC then deletes
-// the resource's objects (the published and retained ones after the reader
-// grace) and prunes its records; the generation counter, pointer and seal
-// stay, so a later grant (generation+1) re-creates the resource above them.
+// layout.MaxNumber) with reason SealReasonDecommissioned, and records that
+// version as the seal's Retired. GC then deletes the resource's objects
+// (the published and retained ones after the reader grace) and prunes its
+// records, the op records at its next pass (every one at or below Retired,
+// whatever its age), so the resource's idempotency keys end with it; the
+// generation counter, pointer and seal stay, so a later grant
+// (generation+1) re-creates the resource above them, with no keys.
 // The seal never goes down: when it is already at or above the target,
 // nothing is written — except that a seal at the target from Release
 // (authority.Authority.Release seals each finished term at (epoch, fence,
@@ -156,7 +159,7 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 		if (kvs[2] == nil) != (kvs[3] == nil) {
 			return out, fmt.Errorf("%w: %q has a pointer or a seal but not both", fencepub.ErrCorruptState, res)
 		}
-		sealVal, err := layout.EncodeSeal(layout.Seal{Version: target, Reason: sealReasonDecommissioned, At: c.now().UTC()})
+		sealVal, err := layout.EncodeSeal(layout.Seal{Version: target, Reason: sealReasonDecommissioned, At: c.now().UTC(), Retired: target})
 		if err != nil {
 			return out, err
 		}

@@ -76,3 +76,34 @@ func TestStoreFaultsRecordedPerObject(t *testing.T) {
 		t.Fatalf("second pass left the stale object: %v", err)
 	}
 }
+
+// A pass that cannot list the incomplete uploads raises no abandon seal
+// (it could cover a young upload the pass did not see and would keep) and
+// keeps the abandoned objects; the next pass seals and deletes them.
+func TestUploadListingFailureRaisesNoSeal(t *testing.T) {
+	e, fs, mem := newMemEnv(t)
+	ctx := ctxT(t, time.Minute)
+	const res = "logs"
+	g, p := e.worker(res, "worker")
+	e.publish(p, "p1", publisher.Applied)
+	orphan := e.NS.ObjectKey(res, layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: 2}, layout.NewNonce())
+	if _, err := objstore.PutSmallCreateOnly(ctx, mem, orphan, []byte("orphan"), ""); err != nil {
+		t.Fatal(err)
+	}
+	e.expire(g)
+	aged := e.collector(later(3 * time.Hour))
+	fs.Inject(faultstore.ListUploads, 1, faultstore.Fault{Before: fmt.Errorf("%w: injected", objstore.ErrUnavailable)})
+	rep, err := aged.Run(ctx, RunOptions{Resources: []string{res}, Verbose: true})
+	if !errors.Is(err, ErrIncomplete) {
+		t.Fatalf("pass whose upload listing failed: %v; want ErrIncomplete", err)
+	}
+	mustDecide(t, rep, orphan, kindAbandoned, "skipped", "could not list the incomplete uploads")
+	if rep.SealRaises != 0 || !e.seal(res).Version.IsZero() {
+		t.Fatalf("seal %+v raised (%d raises) without the upload listing", e.seal(res), rep.SealRaises)
+	}
+	rep = e.run(aged, res)
+	mustDecide(t, rep, orphan, kindAbandoned, "deleted", "not live")
+	if _, err := mem.Stat(ctx, orphan); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("the abandoned object is still there: %v", err)
+	}
+}

@@ -97,7 +97,7 @@ func runPausedWorker(specJSON []byte) error {
 	if err != nil {
 		return err
 	}
-	v := p.take(0)
+	v := p.take(0).v
 	obj, sum, err := c.writeObject(ctx, c.ns.ObjectKey(spec.Resource, v, layout.NewNonce()), op.Body, bodySize(op.Body, op.Size), op.ContentType, op.Metadata)
 	if err != nil {
 		return err

@@ -53,6 +53,20 @@ const (
 	abortTimeout = 10 * time.Second
 )
 
+// ErrUploadAborted: the multipart upload of an attempt's object was
+// aborted before it completed, so nothing was stored under the attempt's
+// key and nothing was published; publish again. GC aborts the uploads of a
+// grant that is no longer live once they are older than the abandon
+// period, and those at or below the pointer or the seal (DESIGN.md "Garbage
+// collection"). It is returned together with objstore's not-found error.
+var ErrUploadAborted = errors.New("publisher: the multipart upload was aborted by GC before it completed")
+
+// uploadAborted is the error of an attempt whose upload id of key is gone
+// with no object at key; err is the store's.
+func uploadAborted(key, id string, err error) error {
+	return fmt.Errorf("%w: %s (upload %s); nothing was stored or published: %w", ErrUploadAborted, key, id, err)
+}
+
 // putOpts returns the write options with content type and user metadata,
 // plus metaSHA256 when sha is non-empty.
 func putOpts(contentType string, meta map[string]string, sha string) objstore.PutOptions {
@@ -484,7 +498,10 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 		ch := make(chan sent, 1)
 		go func() {
 			p, err := st.UploadPart(ctx, key, id, n, bytes.NewReader(data), int64(len(data)))
-			if err != nil {
+			switch {
+			case errors.Is(err, objstore.ErrNotFound):
+				err = uploadAborted(key, id, fmt.Errorf("upload part %d: %w", n, err))
+			case err != nil:
 				err = fmt.Errorf("publisher: upload part %d of %s: %w", n, key, err)
 			}
 			ch <- sent{p, err}
@@ -537,7 +554,8 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 
 // complete completes upload id create-only, retrying a 409. A 412 or a
 // vanished upload (ErrNotFound: our earlier completion whose response was
-// lost) is accepted after verifyOwn.
+// lost) is accepted after verifyOwn. A vanished upload with no object at
+// key was aborted: ErrUploadAborted.
 func (c *Client) complete(ctx context.Context, key, id string, parts []objstore.Part, obj layout.Object) (layout.Object, error) {
 	var info objstore.ObjectInfo
 	err := c.storeRetry(ctx, func(ctx context.Context) error {
@@ -549,8 +567,14 @@ func (c *Client) complete(ctx context.Context, key, id string, parts []objstore.
 	case err == nil:
 		obj.ETag = info.ETag
 		return obj, nil
-	case errors.Is(err, objstore.ErrExists) || errors.Is(err, objstore.ErrNotFound):
+	case errors.Is(err, objstore.ErrExists):
 		return c.verifyOwn(ctx, obj)
+	case errors.Is(err, objstore.ErrNotFound):
+		own, verr := c.verifyOwn(ctx, obj)
+		if errors.Is(verr, errNoObject) {
+			return layout.Object{}, uploadAborted(key, id, fmt.Errorf("complete: %w", err))
+		}
+		return own, verr
 	}
 	return layout.Object{}, fmt.Errorf("publisher: complete %s: %w", key, err)
 }
@@ -567,6 +591,9 @@ func (c *Client) storeRetry(ctx context.Context, op func(context.Context) error)
 	}, func(err error) bool { return sends < conflictRetries && retry.StoreConflict(err) })
 }
 
+// errNoObject marks verifyOwn's error when no object is at the key.
+var errNoObject = errors.New("no object under the key")
+
 // verifyOwn checks that the object at obj.Key is the one this attempt wrote
 // (a create-only write met 412 on the attempt's own key): the same size and
 // the same sha256, taken from its metaSHA256 metadata (copies carry it) or
@@ -575,6 +602,9 @@ func (c *Client) storeRetry(ctx context.Context, op func(context.Context) error)
 // costs one GET of the object, only on this path (a lost response).
 func (c *Client) verifyOwn(ctx context.Context, obj layout.Object) (layout.Object, error) {
 	info, err := c.cfg.Store.Stat(ctx, obj.Key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		err = fmt.Errorf("%w: %w", errNoObject, err)
+	}
 	if err != nil {
 		return layout.Object{}, fmt.Errorf("publisher: stat %s after a create-only conflict: %w", obj.Key, err)
 	}

@@ -148,3 +148,24 @@ func TestFailedPartAbortsTheUpload(t *testing.T) {
 		t.Fatalf("a failed upload left an object: %v", err)
 	}
 }
+
+// A completion that finds its upload gone with no object under the key
+// (GC aborted the upload of a dead grant) is ErrUploadAborted, not a
+// failed check of an earlier completion's object.
+func TestCompleteOfAbortedUpload(t *testing.T) {
+	c, fs, mem := memClient(t)
+	ctx := ctxT(t, time.Minute)
+	body := bytes.Repeat([]byte("a"), MinPartSize+10)
+	key := objectKey(c, 1)
+	fs.Inject(faultstore.CompleteUpload, 1, faultstore.Fault{Before: fmt.Errorf("%w: NoSuchUpload (injected)", objstore.ErrNotFound)})
+	_, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil)
+	if !errors.Is(err, ErrUploadAborted) || !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("completion of an aborted upload: %v; want ErrUploadAborted", err)
+	}
+	if n := fs.Calls(faultstore.Stat); n != 1 {
+		t.Fatalf("%d stats; want 1 (looking for an earlier completion's object)", n)
+	}
+	if _, err := mem.Stat(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("an object under the key: %v", err)
+	}
+}

@@ -42,8 +42,9 @@ type PipelineResult struct {
 // write), or the end of the Pipeline's context, stops it: that operation
 // gets its own answer, every later one gets ErrPipelineStopped, and later
 // Submits too. The seqs of the operations that were not sent (and the
-// stopping one's, when its object write failed, as Publish does) are given
-// back to the Publisher, so a contiguous term goes on without a gap.
+// stopping one's, when nothing of it that can apply was sent, as Publish
+// does) are given back to the Publisher, so a contiguous term goes on
+// without a gap.
 //
 // Submit and Close are safe for concurrent use. While a Pipeline is open,
 // other publishes of its Publisher are safe but race with it: whichever
@@ -66,7 +67,7 @@ type Pipeline struct {
 
 // pending is one submitted operation.
 type pending struct {
-	v     layout.Version
+	c     claim // its seq
 	w     written
 	err   error         // the object write's
 	wrote chan struct{} // closed when the object write ended
@@ -135,12 +136,12 @@ func (pl *Pipeline) Submit(op Operation) <-chan PipelineResult {
 		it.answer(Result{}, err)
 		return it.out
 	}
-	it.v = pl.p.take(0)
+	it.c = pl.p.take(0)
 	pl.queue <- it // never blocks: it holds a slot
 	pl.mu.Unlock()
 	go func() {
 		defer close(it.wrote)
-		it.w, it.err = pl.p.write(pl.wctx, it.v, op)
+		it.w, it.err = pl.p.write(pl.wctx, it.c.v, op)
 	}()
 	return it.out
 }
@@ -210,7 +211,7 @@ func (pl *Pipeline) handle(it *pending) bool {
 	<-it.wrote
 	res, err := Result{}, it.err
 	if err == nil {
-		res, err = pl.p.commit(pl.ctx, it.w)
+		res, err = pl.p.c.commit(pl.ctx, pl.p.prepare(it.w))
 	}
 	if err != nil && res.Outcome != Conflict {
 		pl.halt(it, res, err)
@@ -223,13 +224,13 @@ func (pl *Pipeline) handle(it *pending) bool {
 
 // halt stops the pipeline at it (nil: between operations) whose answer is
 // (res, err): it refuses new operations, cancels the object writes, gives
-// back the seqs of the operations not sent (and it's, when its object write
-// failed, as Publish does), then answers it and them.
+// back the seqs of the operations not sent (and it's, when nothing of it
+// that can apply was sent, as Publish does), then answers it and them.
 func (pl *Pipeline) halt(it *pending, res Result, err error) {
 	pl.mu.Lock()
 	pl.cause = err
 	if it != nil {
-		pl.at = it.v
+		pl.at = it.c.v
 	}
 	close(pl.halted)
 	pl.mu.Unlock()
@@ -248,12 +249,12 @@ func (pl *Pipeline) halt(it *pending, res Result, err error) {
 	for _, r := range rest {
 		<-r.wrote
 	}
-	for i := len(rest) - 1; i >= 0; i-- { // giveBack returns only the last seq taken
-		pl.p.giveBack(rest[i].v)
+	for i := len(rest) - 1; i >= 0; i-- { // giveBack returns a seq only while no later one is out
+		pl.p.giveBack(rest[i].c)
 	}
 	if it != nil {
-		if it.err != nil {
-			pl.p.giveBack(it.v)
+		if it.err != nil || notApplied(res, err) {
+			pl.p.giveBack(it.c)
 		}
 		it.answer(res, err)
 	}

@@ -359,33 +359,47 @@ func (p *Publisher) NextSeq() uint64 {
 	return min(p.next, layout.MaxNumber)
 }
 
+// claim is a seq a publish took (take): its version, and what giveBack
+// needs to return it.
+type claim struct {
+	v layout.Version
+	// prev and after are the Publisher's next seq before and after the take.
+	prev, after uint64
+}
+
 // take reserves seq (0: the next one) and moves next above it. A term
 // whose seq space is closed — a seal at its last seq (`resource delete`
 // of a live holder) or a pointer there — takes the last seq again: the
 // transaction refuses that version as stale (reason seal or pointer)
 // after checking the idempotency key, so a retried publish is still told
 // duplicate.
-func (p *Publisher) take(seq uint64) layout.Version {
+func (p *Publisher) take(seq uint64) claim {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if seq == 0 {
 		seq = min(p.next, layout.MaxNumber)
 	}
+	c := claim{v: layout.Version{Epoch: p.term.Epoch, Fence: p.term.Fence, Seq: seq}, prev: p.next}
 	p.next = max(p.next, seq+1)
-	return layout.Version{Epoch: p.term.Epoch, Fence: p.term.Fence, Seq: seq}
+	c.after = p.next
+	return c
 }
 
-// giveBack returns v's seq, taken for a publish whose object write failed
-// (nothing was published), when no later seq was taken since: the next
-// Publish uses it, so a contiguous term does not see a gap that no
-// publish made. An object already written under v (a body longer than its
-// Size) stays an orphan that can never be published: its key differs from
-// the next attempt's, and GC collects it once the pointer passes v.
-func (p *Publisher) giveBack(v layout.Version) {
+// giveBack returns c's seq, taken for a publish that sent nothing that can
+// apply (its object write failed, or its transaction was never sent or
+// definitely not applied: notApplied), when no later take moved next since:
+// next goes back to what it was before c, so the next Publish uses that seq
+// and a contiguous term does not see a gap that no publish made. Claims
+// taken one after another are given back in the reverse order. An object
+// already written under c (a body longer than its Size, a copy whose
+// completion answer was lost) stays an orphan that can never be published:
+// its key differs from the next attempt's, and GC collects it once the
+// pointer passes it.
+func (p *Publisher) giveBack(c claim) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.next == v.Seq+1 {
-		p.next = v.Seq
+	if p.next == c.after {
+		p.next = c.prev
 	}
 }
 
@@ -400,16 +414,20 @@ func (p *Publisher) giveBack(v layout.Version) {
 // It returns the Result and nil for applied and duplicate; the Result and
 // ErrStale, ErrConflict or ErrUnknown (wrapped, with details) for those
 // outcomes; otherwise a zero Result and an error (fencepub.ErrInvalid, ErrBody,
-// ErrObjectMismatch, objstore errors, layout.ErrCorruptRecord,
-// fencepub.ErrNotInitialized), in which case nothing was published. A
-// re-send that finds the resource gone (etcd restored or replaced since an
+// ErrObjectMismatch, ErrUploadAborted, objstore errors,
+// layout.ErrCorruptRecord, fencepub.ErrNotInitialized), in which case
+// nothing was published and, unless the transaction was re-sent (an earlier
+// send may still be on its way), the seq is given back, so the next publish
+// takes it and a contiguous term sees no gap (DESIGN.md "Publish" step 6).
+// A re-send that finds the resource gone (etcd restored or replaced since an
 // earlier send) is ErrUnknown, not fencepub.ErrNotInitialized.
 func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
 	return p.publish(ctx, 0, op)
 }
 
 // PublishSeq is Publish with an explicit seq, 1..layout.MaxNumber (the CLI's
-// --seq). Later Publish calls continue above it. A seq at or below one
+// --seq). Later Publish calls continue above it, unless nothing that can
+// apply was sent (as Publish gives its seq back). A seq at or below one
 // already published or sealed is stale. Errors: as Publish; fencepub.ErrInvalid for
 // seq 0 or above layout.MaxNumber (bad input, not exhaustion).
 func (p *Publisher) PublishSeq(ctx context.Context, seq uint64, op Operation) (Result, error) {
@@ -420,21 +438,30 @@ func (p *Publisher) PublishSeq(ctx context.Context, seq uint64, op Operation) (R
 	return p.publish(ctx, seq, op)
 }
 
-// publish publishes op at seq (0: the next one).
+// publish publishes op at seq (0: the next one). The seq goes back to the
+// Publisher when nothing that can apply was sent (giveBack).
 func (p *Publisher) publish(ctx context.Context, seq uint64, op Operation) (Result, error) {
 	op, err := p.check(op)
 	if err != nil {
 		return Result{}, err
 	}
-	v := p.take(seq)
-	w, err := p.write(ctx, v, op)
+	c := p.take(seq)
+	w, err := p.write(ctx, c.v, op)
 	if err != nil {
-		if seq == 0 {
-			p.giveBack(v)
-		}
+		p.giveBack(c)
 		return Result{}, err
 	}
-	return p.commit(ctx, w)
+	return p.send(ctx, c, p.prepare(w))
+}
+
+// send commits pr, the transaction of claim c, and gives c back when the
+// answer is that nothing applied and nothing can (notApplied).
+func (p *Publisher) send(ctx context.Context, c claim, pr *prepared) (Result, error) {
+	res, err := p.c.commit(ctx, pr)
+	if notApplied(res, err) {
+		p.giveBack(c)
+	}
+	return res, err
 }
 
 // check normalizes op (normalize), counting a refusal in the metrics.
@@ -469,7 +496,7 @@ func (p *Publisher) write(ctx context.Context, v layout.Version, op Operation) (
 	return written{v: v, op: op, obj: obj, digest: requestDigest(bodySHA, op.ContentType, op.Metadata)}, nil
 }
 
-// commit builds w's transaction, stamped now, and sends it (Client.commit).
-func (p *Publisher) commit(ctx context.Context, w written) (Result, error) {
-	return p.c.commit(ctx, p.c.prepare(p.term, w.v, w.op.IdempotencyKey, w.digest, w.obj, w.op.ContentType))
+// prepare builds w's transaction, stamped now (Client.prepare).
+func (p *Publisher) prepare(w written) *prepared {
+	return p.c.prepare(p.term, w.v, w.op.IdempotencyKey, w.digest, w.obj, w.op.ContentType)
 }

@@ -42,7 +42,7 @@ func TestRestoreLostSkipsResolvedAttempt(t *testing.T) {
 	p2 := e.bind(e.acquire(authority.AcquireRequest{Resource: res, Owner: "w1"}), false)
 	lost, err := p2.Publish(ctx, op("k2", "version two"))
 	mustOutcome(t, "publish k2", lost, err, Applied, reasonNone)
-	v := p2.take(0)
+	v := p2.take(0).v
 	o, err := normalize(op("k3", "never applied"))
 	if err != nil {
 		t.Fatal(err)

@@ -71,19 +71,19 @@ func (p *Publisher) Rollback(ctx context.Context, to layout.Version, key string)
 // contentType, meta): the shared tail of Rollback and Republish.
 func (p *Publisher) republish(ctx context.Context, src layout.Object, contentType string, meta map[string]string, bodySHA []byte, key string) (Result, error) {
 	c, res := p.c, p.term.Resource
-	v := p.take(0)
+	cl := p.take(0)
 	if contentType == "" {
 		contentType = defaultContentType
 	}
 	start := time.Now()
-	obj, err := c.copyObject(ctx, src, c.ns.ObjectKey(res, v, layout.NewNonce()), contentType, meta)
+	obj, err := c.copyObject(ctx, src, c.ns.ObjectKey(res, cl.v, layout.NewNonce()), contentType, meta)
 	if err != nil {
 		c.m.failure("object")
+		p.giveBack(cl)
 		return Result{}, err
 	}
 	c.m.objectWritten(time.Since(start), 0)
-	pr := c.prepare(p.term, v, key, requestDigest(bodySHA, contentType, meta), obj, contentType)
-	return c.commit(ctx, pr)
+	return p.send(ctx, cl, c.prepare(p.term, cl.v, key, requestDigest(bodySHA, contentType, meta), obj, contentType))
 }
 
 // sourceMetadata returns the user metadata of obj without fencepub's own

@@ -181,6 +181,18 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 	return c.unknown(pr, start, attempt, err)
 }
 
+// notApplied reports whether commit's answer (res, err) means that the
+// transaction did not apply and never will, with no outcome: it was never
+// sent (ctx ended first), etcd refused it before applying it
+// (retry.EtcdNotApplied), or its one send was answered by the Else branch
+// with an error (a record that does not decode, a resource not
+// initialised). Unknown and every outcome (stale and conflict included,
+// which spend their seq) are not; nor is an error after a re-send, since an
+// earlier send may still be on its way.
+func notApplied(res Result, err error) bool {
+	return err != nil && res.Outcome == "" && res.Attempts <= 1
+}
+
 // unknown is commit's Unknown result after attempt sends, the last of which
 // failed with last.
 func (c *Client) unknown(pr *prepared, start time.Time, attempt int, last error) (Result, error) {

@@ -106,9 +106,15 @@ func (n Namespace) HistoryPrefix(res string) string { return n.Root() + "history
 // HistoryKey is the history entry of version v of res.
 func (n Namespace) HistoryKey(res string, v Version) string { return n.HistoryPrefix(res) + v.Encode() }
 
+// RestoredRecordsPrefix ends with '/'; every resource's restored-pointer
+// records live under it (RestoredPrefix).
+func (n Namespace) RestoredRecordsPrefix() string { return n.Root() + "restored/" }
+
 // RestoredPrefix ends with '/'; `recover` records under it, per old epoch, the
 // pointer a restore left for res, so GC quarantines old-epoch objects above it.
-func (n Namespace) RestoredPrefix(res string) string { return n.Root() + "restored/" + esc(res) + "/" }
+func (n Namespace) RestoredPrefix(res string) string {
+	return n.RestoredRecordsPrefix() + esc(res) + "/"
+}
 
 // RestoredKey is the restored-pointer record of res for epoch.
 func (n Namespace) RestoredKey(res string, epoch uint64) string {

@@ -126,8 +126,9 @@ func ValidateKey(field, key string) error {
 }
 
 // Namespace locates one fencepub domain: every etcd key lives under
-// "<Prefix>/<Domain>/" and every object key too. The zero value is not valid;
-// use NewNamespace.
+// "<Prefix>/<Domain>/" and every object key too, but the create-only probe
+// beside it (CreateOnlyProbeObject). The zero value is not valid; use
+// NewNamespace.
 type Namespace struct {
 	Prefix string
 	Domain string
@@ -135,41 +136,42 @@ type Namespace struct {
 
 // subtrees are the first key components under a domain's root that its
 // range reads and deletes cover (authority/, pointers/, seals/, ops/,
-// history/, restored/, epochs/, clock/ in etcd; _fencepub/ in the bucket). No prefix
-// component or domain may be one of them: otherwise one domain nests inside
-// another's subtree — prefix "p/d/history" with domain "r" has the root
-// "p/d/history/r/", which is the history prefix of resource "r" of domain
-// "d" under "p" — and the outer domain's range reads and deletes (GC's
-// history pruning, recover's holder revocation) would reach the inner
-// domain's epoch, generation, pointer and seal keys.
+// history/, restored/, epochs/, clock/ in etcd; _fencepub/ in the bucket).
+// Neither a prefix nor a domain may be one of them, so a root never reads
+// as a key subtree; for the domain, "_fencepub" is also where the
+// create-only probe sits beside the roots of a prefix.
 var subtrees = map[string]bool{
 	"authority": true, "pointers": true, "seals": true, "ops": true, "history": true, "restored": true,
 	"epochs": true, "clock": true, strings.TrimSuffix(metaDir, "/"): true,
 }
 
-// NewNamespace validates prefix (one or more '/'-separated name components,
-// no leading or trailing '/') and domain (a name) and returns the Namespace.
-// No component may name one of a domain's key subtrees ("authority",
-// "pointers", "seals", "ops", "history", "restored", "epochs", "clock",
-// "_fencepub"), so no two namespaces' keys ever overlap unless their roots
-// are equal.
+// NewNamespace validates prefix and domain, each one name (letters,
+// digits, '.', '_', '-'; no '/'), neither naming one of a domain's key
+// subtrees ("authority", "pointers", "seals", "ops", "history",
+// "restored", "epochs", "clock", "_fencepub"), and returns the Namespace.
+//
+// So every root is exactly two components, "<prefix>/<domain>/", and no
+// two namespaces nest: their roots are equal or neither is a prefix of the
+// other, and every key of a namespace — etcd key, object key, marker —
+// starts with its root, except the create-only probe, which sits beside
+// the roots under "<prefix>/_fencepub/" where no root can be (DESIGN.md
+// "etcd layout", "Object layout"). A prefix of several components was
+// refused for that reason: prefix "results/prod" put its domains' keys,
+// probe included, inside domain "prod" of prefix "results", whose init then
+// found another history there (ErrForeignHistory) for good. Errors:
+// ErrInvalidName naming the field.
 func NewNamespace(prefix, domain string) (Namespace, error) {
-	if prefix == "" {
-		return Namespace{}, nameErr("namespace.prefix", prefix, "is empty")
+	if strings.Contains(prefix, "/") {
+		return Namespace{}, nameErr("namespace.prefix", prefix,
+			"has several components; it must be one name, so that no domain's keys can lie inside another domain's")
 	}
-	for _, part := range strings.Split(prefix, "/") {
-		if err := checkName("namespace.prefix component", part, MaxResourceLen, false); err != nil {
+	for _, f := range []struct{ field, name string }{{"namespace.prefix", prefix}, {"namespace.domain", domain}} {
+		if err := checkName(f.field, f.name, MaxResourceLen, false); err != nil {
 			return Namespace{}, err
 		}
-		if subtrees[part] {
-			return Namespace{}, nameErr("namespace.prefix component", part, "is reserved: it names a key subtree of a domain")
+		if subtrees[f.name] {
+			return Namespace{}, nameErr(f.field, f.name, "is reserved: it names a key subtree of a domain")
 		}
-	}
-	if err := checkName("namespace.domain", domain, MaxResourceLen, false); err != nil {
-		return Namespace{}, err
-	}
-	if subtrees[domain] {
-		return Namespace{}, nameErr("namespace.domain", domain, "is reserved: it names a key subtree of a domain")
 	}
 	return Namespace{Prefix: prefix, Domain: domain}, nil
 }

@@ -73,6 +73,13 @@ type Seal struct {
 	// At is the writer's clock: informative only. A decommission's reader
 	// grace is measured from the seal's ModRevision on GC's domain clock.
 	At time.Time `json:"at,omitzero"`
+	// Retired is the version the last decommission raised the seal to (zero:
+	// never decommissioned), kept by every later raise (RaisedTo). Every op
+	// record at or below it is of a retired life of the resource: GC prunes
+	// it, so a re-created resource starts with no idempotency keys (DESIGN.md
+	// "etcd layout"). Seals written without it (before it existed) read as
+	// never decommissioned.
+	Retired Version `json:"retired,omitzero"`
 }
 
 // OpRecord is the idempotency record of one applied operation: the request

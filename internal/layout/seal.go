@@ -14,11 +14,11 @@ func (s Seal) Retires(ptr Version) bool {
 // resource (Retires), the raised seal keeps the decommission reason and its
 // time, so readers still see a retired resource (reader.ErrDecommissioned,
 // not a missing object) and GC keeps collecting it after the reader grace
-// counted from the retirement. It does not check that v is above s: the
-// caller's transaction does.
+// counted from the retirement. It always keeps s.Retired. It does not check
+// that v is above s: the caller's transaction does.
 func (s Seal) RaisedTo(v Version, reason string, at time.Time, ptr Version) Seal {
 	if s.Retires(ptr) {
-		return Seal{Version: v, Reason: SealReasonDecommissioned, At: s.At}
+		return Seal{Version: v, Reason: SealReasonDecommissioned, At: s.At, Retired: s.Retired}
 	}
-	return Seal{Version: v, Reason: reason, At: at}
+	return Seal{Version: v, Reason: reason, At: at, Retired: s.Retired}
 }
