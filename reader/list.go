@@ -217,11 +217,14 @@ func (r *Reader) historyEntry(ctx context.Context, v layout.Version) (layout.Poi
 	return ptr, nil
 }
 
-// known returns nil when the resource's pointer or generation counter
-// exists, and an error wrapping ErrUnknownResource when neither does: the
-// resource was never granted in the domain. Both are read in one etcd
-// transaction, retried as the pointer's reads are. Errors also
-// fencepub.ErrUnavailable and ctx's error.
+// known returns nil when etcd holds any durable trace of the resource —
+// its pointer, its generation counter, or a restore record that `authority
+// recover` wrote for it (a resource of the bucket's history, taken over or
+// restored, whose grants this etcd lost) — and an error wrapping
+// ErrUnknownResource when it holds none: the resource was never granted in
+// the domain. The three are read in one etcd transaction, retried as the
+// pointer's reads are. Errors also fencepub.ErrUnavailable and ctx's
+// error.
 func (r *Reader) known(ctx context.Context) error {
 	ns := r.cfg.Namespace
 	var resp *clientv3.TxnResponse
@@ -229,16 +232,19 @@ func (r *Reader) known(ctx context.Context) error {
 		resp, err = r.cfg.Etcd.Txn(ctx).Then(
 			clientv3.OpGet(r.key, clientv3.WithCountOnly()),
 			clientv3.OpGet(ns.GenerationKey(r.res), clientv3.WithCountOnly()),
+			clientv3.OpGet(ns.RestoredPrefix(r.res), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		).Commit()
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if resp.Responses[0].GetResponseRange().Count+resp.Responses[1].GetResponseRange().Count == 0 {
-		return fmt.Errorf("%w: %q has no pointer and was never granted in domain %q", ErrUnknownResource, r.res, ns.Domain)
+	for _, op := range resp.Responses {
+		if op.GetResponseRange().Count > 0 {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("%w: %q has no pointer and was never granted in domain %q", ErrUnknownResource, r.res, ns.Domain)
 }
 
 // scan calls fn for every key under prefix in key order, reading

@@ -46,10 +46,10 @@ import (
 var (
 	// ErrNotPublished: the resource has no published version yet.
 	ErrNotPublished = errors.New("reader: nothing published")
-	// ErrUnknownResource: the resource has no pointer and no generation
-	// counter: it was never granted in the domain (a misspelt name, or
-	// another domain's resource), as opposed to granted and not yet
-	// published (ErrNotPublished alone). An error wrapping it also
+	// ErrUnknownResource: etcd holds no pointer, no generation counter
+	// and no restore record of the resource: it was never granted in the
+	// domain (a misspelt name, or another domain's resource), as opposed
+	// to granted and not yet published (ErrNotPublished alone). An error wrapping it also
 	// wraps ErrNotPublished, so errors.Is(err, ErrNotPublished) holds for
 	// both. Both keys are durable and never deleted, so the answer does
 	// not flip back (DESIGN.md "Reading").
