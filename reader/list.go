@@ -38,7 +38,7 @@ const listPage = 1000
 // reads it.
 //
 // It reads the pointers, then the seals, at one etcd revision
-// (linearizable), listPage (1000) keys per read, each read retried as
+// (linearizable), 1000 keys per read, each read retried as
 // Current's are within Config.RequestTimeout; the result holds every
 // resource in memory. It blocks until the listing is read or ctx ends.
 // It does not read objects. Errors: fencepub.ErrInvalid (cfg),
@@ -125,8 +125,8 @@ func (r *Reader) State(ctx context.Context) (ResourceState, error) {
 // transaction writes together with its entry. OpenVersion reads any of
 // them (DESIGN.md "Reading").
 //
-// It reads the entries at one etcd revision (linearizable), listPage
-// (1000) per read, each read retried as Current's are within
+// It reads the entries at one etcd revision (linearizable), 1000 per
+// read, each read retried as Current's are within
 // Config.RequestTimeout. It does not take part in Current's rule against
 // going back. Errors: ErrUnknownResource (no entry, no pointer and never
 // granted), fencepub.ErrUnavailable, fencepub.ErrCorruptRecord (an entry

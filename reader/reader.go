@@ -49,10 +49,10 @@ var (
 	// ErrUnknownResource: etcd holds no pointer, no generation counter
 	// and no restore record of the resource: it was never granted in the
 	// domain (a misspelt name, or another domain's resource), as opposed
-	// to granted and not yet published (ErrNotPublished alone). An error wrapping it also
-	// wraps ErrNotPublished, so errors.Is(err, ErrNotPublished) holds for
-	// both. Both keys are durable and never deleted, so the answer does
-	// not flip back (DESIGN.md "Reading").
+	// to granted and not yet published (ErrNotPublished alone). An error
+	// wrapping it also wraps ErrNotPublished, so errors.Is(err,
+	// ErrNotPublished) holds for both. These keys are durable and never
+	// deleted, so the answer does not flip back (DESIGN.md "Reading").
 	ErrUnknownResource error = &subError{msg: "reader: unknown resource", parent: ErrNotPublished}
 	// ErrNotRetained: OpenVersion's version has no history entry: it was
 	// never published, or GC pruned it once it was no longer retained
