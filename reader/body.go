@@ -46,7 +46,7 @@ type Body struct {
 //
 // Blocks for one etcd read (shared with concurrent calls, as Current's) and
 // one GET (the body streams as it is read).
-// Errors: ErrNotPublished, ErrWentBack, ErrObjectMissing, ErrDecommissioned,
+// Errors: ErrNotPublished, ErrUnknownResource, ErrWentBack, ErrObjectMissing, ErrDecommissioned,
 // ErrObjectChanged, ErrDigestMismatch (the store reports another size),
 // fencepub.ErrUnavailable, layout.ErrCorruptRecord.
 func (r *Reader) Open(ctx context.Context) (*Body, error) {
@@ -160,9 +160,21 @@ func (r *Reader) decommissioned(ctx context.Context, ptr layout.Pointer) error {
 		ErrDecommissioned, r.res, seal.At.Format(time.RFC3339), seal.Version, ptr.Version)
 }
 
-// open sends one GET of ptr's object (If-Match on its ETag) and returns a
-// verifying Body over the response.
+// open fetches ptr's object and records ptr as the pointer opened last,
+// the guess of Open's next speculative GET.
 func (r *Reader) open(ctx context.Context, ptr layout.Pointer) (*Body, error) {
+	b, err := r.fetch(ctx, ptr)
+	if err == nil {
+		r.mu.Lock()
+		r.opened = ptr
+		r.mu.Unlock()
+	}
+	return b, err
+}
+
+// fetch sends one GET of ptr's object (If-Match on its ETag) and returns a
+// verifying Body over the response.
+func (r *Reader) fetch(ctx context.Context, ptr layout.Pointer) (*Body, error) {
 	// The bucket the pointer names, even when it is not the configured one.
 	store, err := objstore.InBucket(r.cfg.Store, ptr.Object.Bucket)
 	if err != nil {
@@ -185,9 +197,6 @@ func (r *Reader) open(ctx context.Context, ptr layout.Pointer) (*Body, error) {
 		return nil, fmt.Errorf("%w: %s holds %d bytes; the pointer %s says %d",
 			ErrDigestMismatch, ptr.Object.Key, info.Size, ptr.Version, ptr.Object.Size)
 	}
-	r.mu.Lock()
-	r.opened = ptr
-	r.mu.Unlock()
 	return &Body{Pointer: ptr, obj: obj, h: sha256.New(), stall: st}, nil
 }
 

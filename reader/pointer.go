@@ -16,7 +16,10 @@ import (
 // if a serializable read went back); concurrent calls on one Reader share
 // reads, each call getting a read sent after it began (pointerRead), so a
 // call may also wait for the read already in flight. It never returns a version below one
-// this Reader already returned (invariant 6). Errors: ErrNotPublished,
+// this Reader already returned (invariant 6). When nothing is published
+// and the pointer key does not exist, one more etcd read tells a resource
+// that was granted (ErrNotPublished) from one never granted
+// (ErrUnknownResource). Errors: ErrNotPublished, ErrUnknownResource,
 // ErrWentBack, fencepub.ErrUnavailable, layout.ErrCorruptRecord.
 func (r *Reader) Current(ctx context.Context) (layout.Pointer, error) {
 	ptr, _, err := r.current(ctx, r.cfg.Serializable)
@@ -35,6 +38,11 @@ func (r *Reader) current(ctx context.Context, serializable bool) (layout.Pointer
 		return ptr, rev, err
 	}
 	if ptr.Version.IsZero() {
+		if mod == 0 { // no pointer key: never bound by a publisher
+			if err := r.known(ctx); err != nil {
+				return layout.Pointer{}, rev, err
+			}
+		}
 		return layout.Pointer{}, rev, fmt.Errorf("%w: %q", ErrNotPublished, r.res)
 	}
 	r.mu.Lock()

@@ -17,6 +17,12 @@
 // per request). A Reader never returns a version below one it returned
 // before: if etcd's history went back, it says so (ErrWentBack).
 //
+// History lists a resource's retained versions and OpenVersion reads one,
+// verified as Open verifies the current one; Resources lists the domain's
+// resources and State reads one resource's pointer and seal. A resource
+// never granted in the domain is ErrUnknownResource, told apart from one
+// granted and not yet published (ErrNotPublished).
+//
 // An object may be collected by GC once it has been superseded and its
 // retention passed; Open then re-reads the pointer and retries with the newer
 // object (bounded). A pointer whose object is missing while it is still the
@@ -40,6 +46,19 @@ import (
 var (
 	// ErrNotPublished: the resource has no published version yet.
 	ErrNotPublished = errors.New("reader: nothing published")
+	// ErrUnknownResource: etcd holds no pointer, no generation counter
+	// and no restore record of the resource: it was never granted in the
+	// domain (a misspelt name, or another domain's resource), as opposed
+	// to granted and not yet published (ErrNotPublished alone). An error
+	// wrapping it also wraps ErrNotPublished, so errors.Is(err,
+	// ErrNotPublished) holds for both. These keys are durable and never
+	// deleted, so the answer does not flip back (DESIGN.md "Reading").
+	ErrUnknownResource error = &subError{msg: "reader: unknown resource", parent: ErrNotPublished}
+	// ErrNotRetained: OpenVersion's version has no history entry: it was
+	// never published, or GC pruned it once it was no longer retained
+	// (DESIGN.md "Reading", "Garbage collection"). History lists the
+	// retained ones.
+	ErrNotRetained = errors.New("reader: version not retained")
 	// ErrObjectMissing: the current pointer's object does not exist. Loud on
 	// purpose: a published object must never be deleted (invariant 7).
 	ErrObjectMissing = errors.New("reader: the published object is missing")
@@ -125,26 +144,46 @@ type Reader struct {
 
 // New returns a Reader of resource. Errors: fencepub.ErrInvalid.
 func New(cfg Config, resource string) (*Reader, error) {
-	switch {
-	case cfg.Namespace.Prefix == "" || cfg.Namespace.Domain == "":
-		return nil, fmt.Errorf("%w: Config.Namespace is empty", fencepub.ErrInvalid)
-	case cfg.Etcd == nil:
-		return nil, fmt.Errorf("%w: Config.Etcd is nil", fencepub.ErrInvalid)
-	case cfg.OpenRetries < 0:
-		return nil, fmt.Errorf("%w: negative OpenRetries", fencepub.ErrInvalid)
-	case cfg.RequestTimeout < 0:
-		return nil, fmt.Errorf("%w: negative RequestTimeout", fencepub.ErrInvalid)
-	case cfg.StallTimeout < 0:
-		return nil, fmt.Errorf("%w: negative StallTimeout", fencepub.ErrInvalid)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	if err := layout.ValidateResource(resource, false); err != nil {
 		return nil, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
-	cfg.OpenRetries = cmp.Or(cfg.OpenRetries, defaultOpenRetries)
-	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Reader{cfg: cfg, res: resource, key: cfg.Namespace.PointerKey(resource), log: log}, nil
 }
+
+// withDefaults checks cfg and fills in the defaults of OpenRetries and
+// RequestTimeout. Errors: fencepub.ErrInvalid naming the field.
+func (cfg Config) withDefaults() (Config, error) {
+	switch {
+	case cfg.Namespace.Prefix == "" || cfg.Namespace.Domain == "":
+		return cfg, fmt.Errorf("%w: Config.Namespace is empty", fencepub.ErrInvalid)
+	case cfg.Etcd == nil:
+		return cfg, fmt.Errorf("%w: Config.Etcd is nil", fencepub.ErrInvalid)
+	case cfg.OpenRetries < 0:
+		return cfg, fmt.Errorf("%w: negative OpenRetries", fencepub.ErrInvalid)
+	case cfg.RequestTimeout < 0:
+		return cfg, fmt.Errorf("%w: negative RequestTimeout", fencepub.ErrInvalid)
+	case cfg.StallTimeout < 0:
+		return cfg, fmt.Errorf("%w: negative StallTimeout", fencepub.ErrInvalid)
+	}
+	cfg.OpenRetries = cmp.Or(cfg.OpenRetries, defaultOpenRetries)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
+	return cfg, nil
+}
+
+// subError is a sentinel error that is also its parent kind: errors.Is of
+// it, or of an error wrapping it, holds for parent too.
+type subError struct {
+	msg    string
+	parent error
+}
+
+func (e *subError) Error() string { return e.msg }
+func (e *subError) Unwrap() error { return e.parent }

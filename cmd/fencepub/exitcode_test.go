@@ -319,6 +319,9 @@ func TestCLIUnreachableEtcd(t *testing.T) {
 		{"publish", "--resource", "r", "--owner", "o", "--epoch", "1", "--fence", "1", "--seq", "1", "--key", "k", "--file", a},
 		{"pointer", "--resource", "r"},
 		{"read", "--resource", "r"},
+		{"read", "--resource", "r", "--version", "1.1.1"},
+		{"ls", "-o", "json"},
+		{"history", "--resource", "r"},
 		{"resolve", "--sha256", zeroDigest, "--resource", "r", "--key", "k", "--epoch", "1", "--fence", "1", "--seq", "1"},
 		{"rollback", "--resource", "r", "--to", "1.1.1", "--owner", "o", "--epoch", "1", "--fence", "1"},
 	} {

@@ -77,6 +77,8 @@ func TestJSONOutputStability(t *testing.T) {
 		t.Fatalf("run duration_seconds %v: %v", ran["duration_seconds"], err)
 	}
 	run("pointer", "--resource", "doc", "-o", "json")
+	run("ls", "-o", "json")
+	run("history", "--resource", "doc", "-o", "json")
 	gcRep := run("gc", "run", "--all", "-o", "json")
 	if gcRep["duration_seconds"] == nil {
 		t.Fatalf("gc run JSON lacks duration_seconds: %v", gcRep)

@@ -16,12 +16,16 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// readerExitHelp is the exit-code table of pointer, read and watch.
+// readerExitHelp is the exit-code table of pointer, read, watch, ls and
+// history.
 const readerExitHelp = `Exit codes: 0 success, 1 internal error or a data problem (a corrupt pointer;
 for read also: nothing published, the object missing, bytes not matching the
-pointer's sha256), 2 usage, 115 etcd or the object store unavailable, 116
-nothing published because etcd holds none of the bucket's history (an empty
-replacement etcd: see authority recover --from-bucket).`
+pointer's sha256), or a resource never granted in the domain (a misspelt
+name; --allow-missing accepts it where the command has the flag), 2 usage
+(for read --version also: a version that is not retained), 115 etcd or the
+object store unavailable, 116 nothing published because etcd holds none of
+the bucket's history (an empty replacement etcd: see authority recover
+--from-bucket).`
 
 // pointerOutput is the JSON of `fencepub pointer` and of each `fencepub
 // watch` line: the resource, whether anything is published, and the pointer
@@ -29,6 +33,9 @@ replacement etcd: see authority recover --from-bucket).`
 type pointerOutput struct {
 	Resource  string `json:"resource"`
 	Published bool   `json:"published"`
+	// NeverGranted is true, with --allow-missing, for a resource never
+	// granted in the domain (reader.ErrUnknownResource).
+	NeverGranted bool `json:"never_granted,omitempty"`
 	layout.Pointer
 	Revision int64  `json:"revision,omitempty"`
 	Resync   bool   `json:"resync,omitempty"`
@@ -42,12 +49,20 @@ func openReader(cmd *cobra.Command, resource string, serializable bool, stall ti
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := reader.New(reader.Config{Env: env.Domain(), Logger: env.Log, Serializable: serializable, StallTimeout: stall, RequestTimeout: env.Config.Etcd.RequestTimeout}, resource)
+	cfg := readerConfig(env)
+	cfg.Serializable, cfg.StallTimeout = serializable, stall
+	r, err := reader.New(cfg, resource)
 	if err != nil {
 		env.Close()
 		return nil, nil, readerExit(err)
 	}
 	return r, env, nil
+}
+
+// readerConfig is the reader.Config of env (its domain, logger and
+// etcd.request_timeout).
+func readerConfig(env *cli.Env) reader.Config {
+	return reader.Config{Env: env.Domain(), Logger: env.Log, RequestTimeout: env.Config.Etcd.RequestTimeout}
 }
 
 // explainNotPublished returns, for a resource with nothing published, the
@@ -96,10 +111,15 @@ func newPointerCmd() *cobra.Command {
 		Use:   "pointer --resource R",
 		Short: "Show a resource's published pointer",
 		Long: `pointer prints the resource's published version and object (bucket, key,
-sha256, ETag, size). "published" is false, with exit code 0, while nothing has
-been published. The read is linearizable unless --serializable.
+sha256, ETag, size). "published" is false, with exit code 0, while a granted
+resource has nothing published yet. A resource never granted in the domain
+(a misspelt name) is an error, exit 1, unless --allow-missing, which prints
+it as not published ("never_granted": true). The read is linearizable unless
+--serializable.
 
 ` + readerExitHelp,
+		Example: `  fencepub pointer --resource nightly-report
+  fencepub pointer --resource nightly-report -o json | jq -r .version`,
 		Args: noArgs,
 	}
 	cmd.Flags().StringVar(&resource, "resource", "", "resource name (required)")
@@ -107,6 +127,7 @@ been published. The read is linearizable unless --serializable.
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "deadline")
 	_ = cmd.MarkFlagRequired("resource")
 	out := addOutputFlag(cmd)
+	allowMissing := addAllowMissing(cmd)
 	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
@@ -121,20 +142,22 @@ been published. The read is linearizable unless --serializable.
 		ctx, cancel := context.WithTimeout(c.Context(), timeout)
 		defer cancel()
 		ptr, err := r.Current(ctx)
+		if merr := missingResource(ctx, env, err, *allowMissing); merr != nil {
+			return merr
+		}
 		if err != nil && !errors.Is(err, reader.ErrNotPublished) {
 			return readerExit(err)
 		}
-		if err != nil {
-			if herr := explainNotPublished(ctx, env); herr != nil {
-				return herr
-			}
-		}
-		o := pointerOutput{Resource: resource, Published: err == nil, Pointer: ptr}
+		o := pointerOutput{Resource: resource, Published: err == nil, NeverGranted: errors.Is(err, reader.ErrUnknownResource), Pointer: ptr}
 		if *out == "json" {
 			return printJSON(c.OutOrStdout(), o)
 		}
-		if !o.Published {
-			fmt.Fprintf(c.OutOrStdout(), "%s: nothing published\n", resource)
+		switch {
+		case o.NeverGranted:
+			fmt.Fprintf(c.OutOrStdout(), "%s: never granted or published\n", resource)
+			return nil
+		case !o.Published:
+			fmt.Fprintf(c.OutOrStdout(), "%s: granted, nothing published yet\n", resource)
 			return nil
 		}
 		fmt.Fprintf(c.OutOrStdout(), "%s %s %s/%s sha256=%s size=%d key=%q committed_at=%s\n", resource, ptr.Version,

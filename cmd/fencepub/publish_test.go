@@ -124,7 +124,8 @@ func TestPublishCLI(t *testing.T) {
 	if p := decode(out); !p.Published || p.Version.Fence != 4 || p.Version.Seq != 2 {
 		t.Fatalf("pointer: %s", out)
 	}
-	out, _ = run("", 0, "pointer", "--resource", "nothing-yet", "-o", "json")
+	run("", exitcode.NotFound, "pointer", "--resource", "nothing-yet", "-o", "json")
+	out, _ = run("", 0, "pointer", "--resource", "nothing-yet", "--allow-missing", "-o", "json")
 	if p := decode(out); p.Published {
 		t.Fatalf("an unpublished resource reported as published: %s", out)
 	}

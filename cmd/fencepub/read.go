@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/reader"
@@ -19,12 +20,12 @@ import (
 // newReadCmd builds `fencepub read`.
 func newReadCmd() *cobra.Command {
 	var (
-		resource, out  string
-		serializable   bool
-		timeout, stall time.Duration
+		resource, out, version string
+		serializable           bool
+		timeout, stall         time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "read --resource R [--out FILE]",
+		Use:   "read --resource R [--version V] [--out FILE]",
 		Short: "Read a resource's published object, verified against the pointer",
 		Long: `read fetches the object the resource's pointer names (GET conditioned on the
 pointer's ETag) and checks its sha256 and size while streaming. The bucket is
@@ -37,7 +38,15 @@ symlink is written through, not replaced. Without
 --out the bytes stream to stdout as they arrive; on a mismatch the command fails
 after writing them, so a consumer of stdout must check the exit code.
 
+With --version V ("epoch.fence.seq", as 'fencepub history' lists them) it
+reads that retained version instead of the current one, verified the same
+way: GET conditioned on the ETag its history entry names, sha256 and size
+checked. A version that is not retained (never published, or collected by GC)
+is refused with exit 2, naming the versions that are.
+
 ` + readerExitHelp,
+		Example: `  fencepub read --resource nightly-report --out report.csv
+  fencepub read --resource nightly-report --version 1.4.1 > report-1.4.1.csv`,
 		Args: noArgs,
 	}
 	cmd.Flags().StringVar(&resource, "resource", "", "resource name (required)")
@@ -45,6 +54,7 @@ after writing them, so a consumer of stdout must check the exit code.
 	cmd.Flags().BoolVar(&serializable, "serializable", false, "read the pointer from the local etcd member without a quorum round")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline for the whole read, transfer included (0: none)")
 	cmd.Flags().DurationVar(&stall, "stall-timeout", time.Minute, "give up (exit 115) when the store sends no bytes for this long (0: wait for ever)")
+	cmd.Flags().StringVar(&version, "version", "", "read this retained version, epoch.fence.seq (see 'fencepub history'), instead of the current one")
 	_ = cmd.MarkFlagRequired("resource")
 	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
@@ -58,6 +68,14 @@ after writing them, so a consumer of stdout must check the exit code.
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
+		var v fencepub.Version
+		if c.Flags().Changed("version") {
+			parsed, err := parseVersion(version)
+			if err != nil {
+				return err
+			}
+			v = parsed
+		}
 		if out != "" && out != "-" {
 			if err := checkOutPath(out); err != nil {
 				return err
@@ -68,11 +86,17 @@ after writing them, so a consumer of stdout must check the exit code.
 			return err
 		}
 		defer env.Close()
-		body, err := r.Open(ctx)
-		if errors.Is(err, reader.ErrNotPublished) {
-			if herr := explainNotPublished(ctx, env); herr != nil {
-				return herr
-			}
+		var body *reader.Body
+		if v.IsZero() {
+			body, err = r.Open(ctx)
+		} else {
+			body, err = r.OpenVersion(ctx, v)
+		}
+		if merr := missingResource(ctx, env, err, false); merr != nil {
+			return merr
+		}
+		if errors.Is(err, reader.ErrNotRetained) {
+			return notRetained(ctx, r, resource, err)
 		}
 		if err != nil {
 			return readerExit(err)

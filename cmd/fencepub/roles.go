@@ -38,7 +38,10 @@ type roleSpec struct {
 //     rolled-back-counter alarm (an acquire raises it), on the authority keys of every resource but the reserved ones starting with
 //     '_' (the GC lease "_gc"), on pointers/, seals/ (release and resolve
 //     raise seals), ops/ and history/;
-//   - reader (pointer, read, watch): read on pointers/ and seals/;
+//   - reader (pointer, read, watch, ls, history): read on pointers/,
+//     seals/, history/ (history, read --version), authority/ and
+//     restored/ (a generation counter or a restore record tells a
+//     resource never granted from one not yet published);
 //   - gc (gc run, gc daemon): read on epochs/ and restored/; readwrite on
 //     the rollback alarm (acquiring the _gc lease requires it absent and
 //     raises it, as a worker's acquire does), authority/ (the _gc lease;
@@ -81,7 +84,8 @@ func domainRoles(ns layout.Namespace, prefix string) []roleSpec {
 	}
 	return []roleSpec{
 		{prefix + "-worker", cat(common, []rolePerm{alarm}, workerAuth, publish)},
-		{prefix + "-reader", cat(common, []rolePerm{under("read", ns.PointersPrefix()), under("read", root+"seals/")})},
+		{prefix + "-reader", cat(common, []rolePerm{under("read", ns.PointersPrefix()), under("read", ns.SealsPrefix()),
+			under("read", root+"history/"), under("read", auth), under("read", root+"restored/")})},
 		{prefix + "-gc", cat(common, []rolePerm{alarm}, gcOwn, publish)},
 		{prefix + "-operator", []rolePerm{under("readwrite", root)}},
 	}

@@ -248,12 +248,24 @@ func TestSetupRoles(t *testing.T) {
 		}
 	}
 
-	// Reader: pointer, read, watch; nothing that writes.
+	// Reader: pointer, read, watch, ls, history, read --version, and a
+	// misspelt name told from one not yet published; nothing that writes.
 	as("reader", 0, "pointer", "--resource", "job")
 	if out := as("reader", 0, "read", "--resource", "job"); !strings.Contains(out, "from run") {
 		t.Fatalf("reader read: %q", out)
 	}
 	as("reader", 0, "watch", "--resource", "job", "--count", "1")
+	if out := as("reader", 0, "ls"); !strings.Contains(out, "job") {
+		t.Fatalf("reader ls: %q", out)
+	}
+	as("reader", 0, "history", "--resource", "job")
+	as("reader", 0, "read", "--resource", "job", "--version", "1.1.1")
+	as("reader", exitcode.NotFound, "pointer", "--resource", "nothing-here")
+	as("worker", 0, "authority", "acquire", "--resource", "pending", "--owner", "w5", "--ttl", "10s")
+	if out := as("reader", 0, "pointer", "--resource", "pending"); !strings.Contains(out, "granted, nothing published yet") {
+		t.Fatalf("reader pointer of a granted resource: %q", out)
+	}
+	as("worker", 0, "authority", "release", "--resource", "pending", "--owner", "w5", "--generation", "1")
 	for _, a := range [][]string{
 		{"publish", "--resource", "job", "--owner", "r1", "--ttl", "10s", "--key", "k2", "--file", body},
 		{"run", "--resource", "job", "--owner", "r1", "--ttl", "10s", "--run-id", "r2", "--", "echo", "x"},

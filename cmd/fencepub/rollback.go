@@ -10,6 +10,7 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
+	"github.com/fencepub/fencepub/reader"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -29,13 +30,17 @@ copies that version's object server-side, create-only, to a fresh key under a
 new version (the grant's next seq) and publishes it normally; the pointer never
 names an old key, which GC may already have judged garbage.
 
-VERSION is "epoch.fence.seq" (as 'fencepub pointer' prints it). The grant comes
+VERSION is "epoch.fence.seq" (as 'fencepub pointer' prints it): a retained
+version, as 'fencepub history' lists them; for any other, rollback exits 2
+naming the retained ones, before it acquires a grant. The grant comes
 from --owner and --ttl (acquired, renewed and released around the rollback) or
 names an existing one with --epoch, --fence and --owner. --key is the rollback's
 idempotency key (default: a random one); a retry with the same key is a
 duplicate.
 
 ` + publishExitHelp,
+		Example: `  fencepub history --resource nightly-report
+  fencepub rollback --resource nightly-report --to 1.4.1 --owner ops --ttl 30s`,
 		Args: noArgs,
 	}
 	g.add(cmd)
@@ -94,8 +99,10 @@ duplicate.
 }
 
 // historyExists checks, before a grant is acquired, that v is in
-// resource's history. Rollback checks it again under the grant; this read
-// only spares a generation when the version does not exist.
+// resource's history; when it is not, the error (exit 2) names the
+// versions that are retained (notRetained). Rollback checks it again under
+// the grant; this read only spares a generation when the version does not
+// exist.
 func historyExists(ctx context.Context, env *cli.Env, resource string, v layout.Version) error {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -104,7 +111,11 @@ func historyExists(ctx context.Context, env *cli.Env, resource string, v layout.
 	case err != nil:
 		return exitcode.With(exitcode.Unavailable, fmt.Errorf("etcd: read history of %q: %w", resource, err))
 	case resp.Count == 0:
-		return exitcode.With(exitcode.Usage, fmt.Errorf("%w: %q has no history entry for %s", publisher.ErrNoSuchVersion, resource, v))
+		r, rerr := reader.New(readerConfig(env), resource)
+		if rerr != nil {
+			return readerExit(rerr)
+		}
+		return notRetained(ctx, r, resource, fmt.Errorf("%w: %q has no history entry for %s", publisher.ErrNoSuchVersion, resource, v))
 	}
 	return nil
 }

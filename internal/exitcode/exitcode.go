@@ -17,6 +17,7 @@ const (
 	Internal    = 1   // an internal error; a bug or an unexpected condition
 	Usage       = 2   // bad flags, bad configuration or bad input
 	Violation   = 1   // `fencepub lab`: the model found a property violation
+	NotFound    = 1   // `read`: nothing published; `pointer`, `watch`, `history`, `ls --resource`: a resource never granted (unless --allow-missing)
 	Stale       = 110 // publish rejected: the pointer, seal, epoch or grant is newer or wrong
 	Conflict    = 111 // idempotency key already used with a different request digest
 	Unknown     = 112 // outcome not learned before the deadline; settle it with `fencepub resolve`

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"strings"
 )
 
@@ -90,8 +91,30 @@ func (n Namespace) PointersPrefix() string { return n.Root() + "pointers/" }
 // PointerKey is the published pointer of res (EncodeVersioned value).
 func (n Namespace) PointerKey(res string) string { return n.PointersPrefix() + esc(res) }
 
+// PointerResource returns the resource whose pointer key is key: the rest
+// of key after PointersPrefix, unescaped. Errors: ErrInvalidName when key
+// is not under PointersPrefix or the rest is not a valid resource name
+// (ValidateResource; reserved names included).
+func (n Namespace) PointerResource(key string) (string, error) {
+	rest, ok := strings.CutPrefix(key, n.PointersPrefix())
+	if !ok {
+		return "", fmt.Errorf("%w: key %.80q is not under %q", ErrInvalidName, key, n.PointersPrefix())
+	}
+	res, err := url.PathUnescape(rest)
+	if err != nil {
+		return "", fmt.Errorf("%w: pointer key %.80q: %w", ErrInvalidName, key, err)
+	}
+	if err := ValidateResource(res, false); err != nil {
+		return "", fmt.Errorf("pointer key %.80q: %w", key, err)
+	}
+	return res, nil
+}
+
+// SealsPrefix ends with '/'; every resource's seal lives under it.
+func (n Namespace) SealsPrefix() string { return n.Root() + "seals/" }
+
 // SealKey is the seal of res: no version at or below it can be published.
-func (n Namespace) SealKey(res string) string { return n.Root() + "seals/" + esc(res) }
+func (n Namespace) SealKey(res string) string { return n.SealsPrefix() + esc(res) }
 
 // OpsPrefix ends with '/'; the idempotency records of res live under it.
 func (n Namespace) OpsPrefix(res string) string { return n.Root() + "ops/" + esc(res) + "/" }

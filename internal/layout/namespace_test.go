@@ -142,3 +142,33 @@ func FuzzNamespacesNeverNest(f *testing.F) {
 		}
 	})
 }
+
+// PointerResource is PointerKey's inverse, and refuses a key outside the
+// pointers, a reserved name and one that is not a resource name.
+func TestPointerResource(t *testing.T) {
+	ns, err := NewNamespace("pq", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range []string{"r", "nightly-report", "a.b_c-9", strings.Repeat("x", MaxResourceLen)} {
+		if got, err := ns.PointerResource(ns.PointerKey(res)); err != nil || got != res {
+			t.Errorf("PointerResource(PointerKey(%q)) = %q, %v", res, got, err)
+		}
+	}
+	other, err := NewNamespace("pq", "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{
+		other.PointerKey("r"),       // another domain
+		ns.SealKey("r"),             // not a pointer
+		ns.PointersPrefix(),         // no name
+		ns.PointersPrefix() + "_gc", // reserved
+		ns.PointersPrefix() + "a%2Fb",
+		ns.PointersPrefix() + "%zz",
+	} {
+		if got, err := ns.PointerResource(key); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("PointerResource(%q) = %q, %v; want ErrInvalidName", key, got, err)
+		}
+	}
+}
