@@ -45,13 +45,22 @@ func (d *datasets) publish(writer, version string) *finding {
 		return nil
 	}
 	d.published[version] = true
-	for _, f := range d.manifests[version] {
-		if !d.files[f] {
-			return &finding{MissingFile, fmt.Sprintf(
-				"%s's manifest %s is now published and names %s, which GC deleted", writer, version, f)}
-		}
+	if f := d.missing(version); f != "" {
+		return &finding{MissingFile, fmt.Sprintf(
+			"%s's manifest %s is now published and names %s, which GC deleted", writer, version, f)}
 	}
 	return nil
+}
+
+// missing returns the first file version's manifest names that does not
+// exist, or "".
+func (d *datasets) missing(version string) string {
+	for _, f := range d.manifests[version] {
+		if !d.files[f] {
+			return f
+		}
+	}
+	return ""
 }
 
 // readBase makes the pointer's version c's base: c's next write reuses every
@@ -65,8 +74,9 @@ func (w *world) readBase(c *client) string {
 // collect is one GC pass. Retained is the pointer's version (the model has no
 // reader grace period: a grace only delays deletion). Every file under the
 // prefix of a published, no longer retained version is deleted unless the
-// retained manifest names it. It returns a note naming the deleted files.
-func (w *world) collect() string {
+// retained manifest names it. It returns a note naming the deleted files, and
+// a MissingFile finding if the retained manifest names a deleted file.
+func (w *world) collect() (string, *finding) {
 	d := w.data
 	keep := d.manifests[w.res.Version]
 	var gone []string
@@ -77,11 +87,16 @@ func (w *world) collect() string {
 			gone = append(gone, f)
 		}
 	}
-	if len(gone) == 0 {
-		return "deletes nothing"
+	note := "deletes nothing"
+	if len(gone) > 0 {
+		slices.Sort(gone)
+		note = "deletes " + strings.Join(gone, ", ")
 	}
-	slices.Sort(gone)
-	return "deletes " + strings.Join(gone, ", ")
+	if f := d.missing(w.res.Version); f != "" {
+		return note, &finding{MissingFile, fmt.Sprintf(
+			"GC deleted %s, which the published manifest %s names", f, w.res.Version)}
+	}
+	return note, nil
 }
 
 // member is one resource of a group: the (fence, op_seq) pair it compares and

@@ -403,7 +403,7 @@ func (w *world) apply(s Step) (Event, *finding) {
 		_, c := w.client(s.Actor)
 		ev.Note = w.readBase(c)
 	case Collect:
-		ev.Note = w.collect()
+		ev.Note, f = w.collect()
 	case Read:
 		ev.Note, f = w.readGroup()
 	default:
