@@ -100,7 +100,8 @@ func (w *world) collect() (string, *finding) {
 }
 
 // member is one resource of a group: the (fence, op_seq) pair it compares and
-// the version its pointer names.
+// the version its pointer names. In case group, Resource counts only the
+// applied writes (Effects).
 type member struct {
 	name    string
 	fence   int
@@ -127,6 +128,7 @@ func (w *world) writeGroup(c *client, s Step) Outcome {
 			m.fence, m.seq, m.version = t.fence, s.Seq, s.Version
 		}
 	}
+	w.res.Effects++
 	return Applied
 }
 
