@@ -76,7 +76,9 @@ type Action string
 
 // The actions. Acquire and Mint are authority transitions requested by a
 // client, Write is a resource transaction, Expire and Recover are the
-// authority's own events, and Pause and Resume change only the client.
+// authority's own events, Pause and Resume change only the client, and Base,
+// Collect and Read are the pointer reads and GC passes of cases dataset and
+// group.
 const (
 	// Acquire asks the authority for the lease and records a new grant. In
 	// every variant except SplitAuthority, the same transition also mints
@@ -122,7 +124,7 @@ type Outcome string
 
 // The outcomes. Granted, Minted and Applied are accepted requests; Stale and
 // Conflict are rejected writes; Duplicate returns the original result without
-// an effect; Done marks pause, resume, expire and recover.
+// an effect; Done marks pause, resume, expire, recover, base, gc and read.
 const (
 	Granted   Outcome = "granted"
 	Minted    Outcome = "minted"
