@@ -22,11 +22,15 @@ func newLabCmd() *cobra.Command {
 		Short: "Model-check the lease/fence protocol and its deliberate defects",
 		Long: `lab runs fencepub's event model of the lease/fence protocol. The model does not
 use etcd or MinIO. It enumerates the orders in which clients, the authority and
-the resource can act, and checks two properties in every history:
+the resource can act, and checks these properties in every history:
 
   revoked_generation_overwrite  a write from an older grant overwrites the state
                                 that a newer grant already committed
   unauthorized_accept           a token bound to no valid grant takes effect
+  missing_file                  a published dataset manifest names a file that
+                                GC deleted (case dataset)
+  torn_read                     a reader sees the members of a group from two
+                                different group publishes (case group)
 
 Run 'fencepub lab fencing --help' for the scenarios and variants, and
 'fencepub lab replay --help' to check the real implementation against the model.`,
@@ -84,12 +88,33 @@ term, a retry of the same key in B's later term, the same key with other
 params, and a new key with A's old seq. Expected: applied, applied, duplicate,
 conflict, stale, and exactly two effects.
 
+Case dataset (--case dataset): A publishes dataset v1, pauses and loses its
+lease; B is granted. Then every interleaving (12) of A's late full publish of
+v2, B's incremental publish of v3 (read the pointer as its base, then publish
+reusing the base's file) and one GC pass, which deletes the files of
+superseded versions that the pointer's manifest does not name.
+  correct          B's publish also compares the pointer to its base: a moved
+                   pointer is stale (reason base). No violation.
+  no-base-compare  B's publish compares (fence, seq) only. When GC runs after
+                   A's v2 superseded v1 and before B publishes, it deletes
+                   v1's file, and B's published v3 names it: missing_file.
+
+Case group (--case group): A publishes g1 to the group {report, breakdown},
+then every interleaving of A's publish of g2 with a reader that reads both
+pointers at one revision.
+  correct          one transaction moves both pointers: 2 interleavings, the
+                   reader sees g1 or g2 whole.
+  split-group      each member moves in its own transaction: 3 interleavings;
+                   a read between them sees report=g2 next to breakdown=g1:
+                   torn_read.
+
 Beyond the protocol source: --clients N and/or --writes W check N clients with W writes
 each by depth-first search with state hashing. The search stops at the first
 violation and prints the number of states explored.
 
 Text output lists every interleaving, one line per event (actor, action, token,
-seq, accepted/rejected, the issuer and the resource after the step), then each
+seq, accepted/rejected, the issuer and the resource after the step, and for
+the new cases what the step chose, deleted or saw), then each
 violation with its counterexample.events. -o json prints the same as one JSON
 object.
 
@@ -97,6 +122,8 @@ Exit codes: 0 the properties hold, 1 a violation was found, 2 bad flags.`,
 		Example: `  fencepub lab fencing
   fencepub lab fencing --variant split-authority --issuer 7
   fencepub lab fencing --case operations -o json
+  fencepub lab fencing --case dataset --variant no-base-compare
+  fencepub lab fencing --case group --variant split-group
   fencepub lab fencing --variant rollback-issuer --clients 3 --writes 2`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -112,8 +139,8 @@ Exit codes: 0 the properties hold, 1 a violation was found, 2 bad flags.`,
 		return runLabFencing(cmd.OutOrStdout(), o, explore)
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.variant, "variant", string(lab.Correct), "protocol variant: correct, no-fence, split-authority or rollback-issuer")
-	f.StringVar(&o.kase, "case", string(lab.Fencing), "scenario: fencing or operations")
+	f.StringVar(&o.variant, "variant", string(lab.Correct), "protocol variant: correct, no-fence, split-authority or rollback-issuer (case fencing); no-base-compare (case dataset); split-group (case group)")
+	f.StringVar(&o.kase, "case", string(lab.Fencing), "scenario: fencing, operations, dataset or group")
 	f.IntVar(&o.issuer, "issuer", 40, "initial issuer value; the first grant mints issuer+1")
 	f.IntVar(&o.clients, "clients", 2, fmt.Sprintf("check this many clients (2-%d) by state-space search ; given (with or without --writes), the search replaces the fixed scenario", lab.MaxClients))
 	f.IntVar(&o.writes, "writes", 2, fmt.Sprintf("writes per client (1-%d) ; given, turns the state-space search on", lab.MaxWrites))
@@ -238,15 +265,32 @@ func (t *labTable) line(format string, args ...any) {
 func (t *labTable) events(evs []lab.Event, first int) {
 	for i, e := range evs {
 		op := ""
-		if e.Key != "" {
+		switch {
+		case e.Key != "":
 			op = "key " + e.Key + " params " + e.Params
+		case e.Member != "":
+			op = e.Version + " to " + e.Member
+		case e.Version != "":
+			op = e.Version
+		case e.Note != "":
+			op = e.Note
 		}
-		res := "empty"
-		if e.Resource.Writer != "" {
-			res = fmt.Sprintf("%d/%d by %s", e.Resource.Fence, e.Resource.Seq, e.Resource.Writer)
+		res := "resource empty"
+		switch {
+		case e.Pointers != "":
+			res = "pointers " + e.Pointers
+		case e.Resource.Writer != "":
+			res = fmt.Sprintf("resource %d/%d by %s", e.Resource.Fence, e.Resource.Seq, e.Resource.Writer)
+			if e.Resource.Version != "" {
+				res += ", " + e.Resource.Version
+			}
+		}
+		verdict := verdictOf(e.Outcome)
+		if e.Reason != "" {
+			verdict = "rejected (" + string(e.Outcome) + ", " + e.Reason + ")"
 		}
 		row := []string{strconv.Itoa(first + i + 1), e.Actor, string(e.Action), labeled("token", e.Token),
-			labeled("seq", e.Seq), op, verdictOf(e.Outcome), "issuer " + strconv.Itoa(e.Issuer), "resource " + res}
+			labeled("seq", e.Seq), op, verdict, "issuer " + strconv.Itoa(e.Issuer), res}
 		for j, c := range row {
 			if j == len(t.widths) {
 				t.widths = append(t.widths, 0)

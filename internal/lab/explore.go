@@ -36,7 +36,8 @@ const (
 //     adjacent in a counterexample), at most once per client, and only while
 //     the client has lost its lease.
 //
-// Explore returns an error wrapping ErrInvalid if v is unknown, if issuer is
+// Explore returns an error wrapping ErrInvalid if v is unknown or not a
+// variant of case fencing, if issuer is
 // outside [0, MaxIssuer], if clients is outside [2, MaxClients], or if writes
 // is outside [1, MaxWrites]. With two clients and one write each,
 // RollbackIssuer shows no violation: both grants of the shared fence carry
@@ -48,6 +49,9 @@ const (
 func Explore(v Variant, issuer, clients, writes int) (Result, error) {
 	if _, err := ParseVariant(string(v)); err != nil {
 		return Result{}, err
+	}
+	if !slices.Contains(Variants(), v) {
+		return Result{}, fmt.Errorf("%w: variant %q has no case fencing to search", ErrInvalid, v)
 	}
 	if err := checkIssuer(issuer); err != nil {
 		return Result{}, err

@@ -38,9 +38,17 @@ const (
 	// RollbackIssuer: recovery restores the issuer from an old backup,
 	// taken before any grant.
 	RollbackIssuer Variant = "rollback-issuer"
+	// NoBaseCompare: a dataset publish that reuses its base's files does not
+	// compare the pointer to that base (DESIGN invariant 15); only
+	// (fence, op_seq) is compared. Case dataset only.
+	NoBaseCompare Variant = "no-base-compare"
+	// SplitGroup: a group publish moves each member's pointer in its own
+	// transaction instead of one transaction for all. Case group only.
+	SplitGroup Variant = "split-group"
 )
 
-// Variants returns every variant, Correct first.
+// Variants returns the variants of case fencing, Correct first. Cases
+// dataset and group have their own defect variants (see CaseVariants).
 func Variants() []Variant {
 	return []Variant{Correct, NoFence, SplitAuthority, RollbackIssuer}
 }
@@ -49,21 +57,28 @@ func Variants() []Variant {
 // ErrInvalid for any other name.
 func ParseVariant(s string) (Variant, error) {
 	v := Variant(s)
-	if !slices.Contains(Variants(), v) {
-		return "", fmt.Errorf("%w: unknown variant %q (want correct, no-fence, split-authority or rollback-issuer)", ErrInvalid, s)
+	if !slices.Contains(Variants(), v) && v != NoBaseCompare && v != SplitGroup {
+		return "", fmt.Errorf("%w: unknown variant %q (want correct, no-fence, split-authority, rollback-issuer, no-base-compare or split-group)", ErrInvalid, s)
 	}
 	return v, nil
 }
 
 // Authority is the actor name of the authority's own steps (Expire, Recover).
-const Authority = "authority"
+// Collector and Reader are the actors of GC passes and of group reads.
+const (
+	Authority = "authority"
+	Collector = "gc"
+	Reader    = "reader"
+)
 
 // Action is the kind of a step.
 type Action string
 
 // The actions. Acquire and Mint are authority transitions requested by a
 // client, Write is a resource transaction, Expire and Recover are the
-// authority's own events, and Pause and Resume change only the client.
+// authority's own events, Pause and Resume change only the client, and Base,
+// Collect and Read are the pointer reads and GC passes of cases dataset and
+// group.
 const (
 	// Acquire asks the authority for the lease and records a new grant. In
 	// every variant except SplitAuthority, the same transition also mints
@@ -92,6 +107,16 @@ const (
 	// Write is one resource transaction carrying the client's current token
 	// and the step's op_seq, key and params.
 	Write Action = "write"
+	// Base is a dataset publisher reading the pointer: the version it names
+	// becomes the publisher's base, whose files its next write reuses
+	// (DESIGN "Dataset versions").
+	Base Action = "base"
+	// Collect is one GC pass: it deletes every file of a superseded version
+	// that the retained manifest does not name. Files of versions never
+	// published are in flight and kept (DESIGN "Dataset versions").
+	Collect Action = "gc"
+	// Read reads every group member's pointer at one revision.
+	Read Action = "read"
 )
 
 // Outcome is what a step returned.
@@ -99,7 +124,7 @@ type Outcome string
 
 // The outcomes. Granted, Minted and Applied are accepted requests; Stale and
 // Conflict are rejected writes; Duplicate returns the original result without
-// an effect; Done marks pause, resume, expire and recover.
+// an effect; Done marks pause, resume, expire, recover, base, gc and read.
 const (
 	Granted   Outcome = "granted"
 	Minted    Outcome = "minted"
@@ -123,6 +148,11 @@ const (
 	// UnauthorizedAccept: a write was applied with a token bound to no
 	// valid grant (DESIGN invariant 2).
 	UnauthorizedAccept Property = "unauthorized_accept"
+	// MissingFile: a published manifest names a file that does not exist
+	// (DESIGN invariant 14).
+	MissingFile Property = "missing_file"
+	// TornRead: a reader saw group members from different group publishes.
+	TornRead Property = "torn_read"
 )
 
 // Step is one event to perform: who does what. A write's token is not part
@@ -133,6 +163,11 @@ type Step struct {
 	Seq    int    `json:"seq,omitempty"`    // Write: op_seq within the term, from 1
 	Key    string `json:"key,omitempty"`    // Write: idempotency key; "" keeps no record
 	Params string `json:"params,omitempty"` // Write: stands for the request digest
+	// Version names the version a write publishes (cases dataset and group).
+	Version string `json:"version,omitempty"`
+	// Member is the one group member a write publishes (SplitGroup); ""
+	// publishes every member in one transaction.
+	Member string `json:"member,omitempty"`
 }
 
 // Resource is the resource's committed state: the (fence, op_seq) pair it
@@ -143,6 +178,8 @@ type Resource struct {
 	Seq     int    `json:"seq"`
 	Writer  string `json:"writer,omitempty"`
 	Effects int    `json:"effects"`
+	// Version is the version the pointer names (case dataset), "" before.
+	Version string `json:"version,omitempty"`
 }
 
 // Event is a step that ran, with the result the model expects from it.
@@ -157,6 +194,15 @@ type Event struct {
 	Issuer int `json:"issuer"`
 	// Resource is the resource's state after the step.
 	Resource Resource `json:"resource"`
+	// Reason says why a write was stale when it was not the (fence, op_seq)
+	// compare: "base", the pointer moved off the write's base.
+	Reason string `json:"reason,omitempty"`
+	// Note says what a base read chose, what a GC pass deleted, or what a
+	// group read saw.
+	Note string `json:"note,omitempty"`
+	// Pointers lists every group member's version after the step (case
+	// group), as "member=version" pairs.
+	Pointers string `json:"pointers,omitempty"`
 }
 
 // token is a fence as the client holds it, with the model's ground truth of
@@ -173,6 +219,8 @@ type client struct {
 	pauses int
 	remint bool // SplitAuthority: mint again before the next write
 	next   int  // op_seq of the client's next write
+	base   string
+	reuse  []string // files of base's manifest, reused by the next dataset write
 }
 
 type opRecord struct {
@@ -191,6 +239,8 @@ type world struct {
 	resGrant int                 // ground truth: newest grant whose write the resource committed
 	ops      map[string]opRecord // by idempotency key; nil until the first keyed write
 	clients  []client
+	data     *datasets // case dataset; nil otherwise
+	members  []member  // case group; nil otherwise
 }
 
 func newWorld(v Variant, issuer int, names []string) *world {
@@ -205,6 +255,8 @@ func (w *world) clone() *world {
 	c := *w
 	c.ops = maps.Clone(w.ops)
 	c.clients = slices.Clone(w.clients)
+	c.data = w.data.clone()
+	c.members = slices.Clone(w.members)
 	return &c
 }
 
@@ -343,47 +395,70 @@ func (w *world) apply(s Step) (Event, *finding) {
 	case Write:
 		_, c := w.client(s.Actor)
 		ev.Token = c.token.fence
-		ev.Outcome, f = w.write(c, s)
+		if w.members != nil {
+			ev.Outcome = w.writeGroup(c, s)
+		} else {
+			ev.Outcome, ev.Reason, f = w.write(c, s)
+		}
 		c.next = s.Seq + 1
+	case Base:
+		_, c := w.client(s.Actor)
+		ev.Note = w.readBase(c)
+	case Collect:
+		ev.Note, f = w.collect()
+	case Read:
+		ev.Note, f = w.readGroup()
 	default:
 		panic(fmt.Sprintf("lab: unknown action %q", s.Action))
 	}
 	ev.Issuer = w.issuer
 	ev.Resource = w.res
+	ev.Pointers = w.pointers()
 	return ev, f
 }
 
 // write is the resource transaction: idempotency record, then the
-// (fence, op_seq) compare, then the effect and the record, all at once
-// (DESIGN invariant 4 and "Publish" step 2).
-func (w *world) write(c *client, s Step) (Outcome, *finding) {
+// (fence, op_seq) compare, then, for a dataset write with a base, the
+// compare of the pointer to that base, then the effect and the record, all
+// at once (DESIGN invariants 4 and 15, and "Publish" step 2). The returned
+// reason is "base" for a stale write whose fence compare passed.
+func (w *world) write(c *client, s Step) (Outcome, string, *finding) {
 	if rec, ok := w.ops[s.Key]; ok {
 		if rec.params == s.Params {
-			return Duplicate, nil
+			return Duplicate, "", nil
 		}
-		return Conflict, nil
+		return Conflict, "", nil
+	}
+	if s.Version != "" {
+		w.data.upload(c, s.Version)
 	}
 	t := c.token
 	newer := t.fence > w.res.Fence || t.fence == w.res.Fence && s.Seq > w.res.Seq
 	if w.variant != NoFence && !newer {
-		return Stale, nil
+		return Stale, "", nil
 	}
-	w.res = Resource{Fence: t.fence, Seq: s.Seq, Writer: c.name, Effects: w.res.Effects + 1}
+	if c.base != "" && w.variant != NoBaseCompare && w.res.Version != c.base {
+		return Stale, "base", nil
+	}
+	w.res = Resource{Fence: t.fence, Seq: s.Seq, Writer: c.name, Effects: w.res.Effects + 1, Version: s.Version}
 	if s.Key != "" {
 		if w.ops == nil {
 			w.ops = map[string]opRecord{}
 		}
 		w.ops[s.Key] = opRecord{params: s.Params}
 	}
+	if f := w.data.publish(c.name, s.Version); f != nil {
+		return Applied, "", f
+	}
 	switch {
 	case t.grant == 0:
-		return Applied, &finding{UnauthorizedAccept, fmt.Sprintf(
+		return Applied, "", &finding{UnauthorizedAccept, fmt.Sprintf(
 			"%s's token %d is bound to no valid grant, and its write was applied", c.name, t.fence)}
 	case t.grant < w.resGrant:
-		return Applied, &finding{RevokedGenerationOverwrite, fmt.Sprintf(
+		return Applied, "", &finding{RevokedGenerationOverwrite, fmt.Sprintf(
 			"%s's write under grant #%d (token %d) was applied after the resource had committed a write under the newer grant #%d",
 			c.name, t.grant, t.fence, w.resGrant)}
 	}
 	w.resGrant = t.grant
-	return Applied, nil
+	return Applied, "", nil
 }

@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Case selects a scenario of the protocol source's experiment (§Lab).
@@ -17,16 +18,41 @@ const (
 	// Operations: several writes in one term, then a retry, a reused key and
 	// a late write of the old term, as one fixed history (Correct only).
 	Operations Case = "operations"
+	// Dataset: A publishes dataset v1, pauses and loses its lease; B is
+	// granted. Then every interleaving of A's late full publish of v2, B's
+	// incremental publish of v3 (read the base, then publish reusing the
+	// base's files) and one GC pass (DESIGN invariants 14 and 15).
+	Dataset Case = "dataset"
+	// Group: A publishes g1 to the group {report, breakdown}, then every
+	// interleaving of A's publish of g2 with a reader reading both
+	// pointers at one revision.
+	Group Case = "group"
 )
 
 // ParseCase returns the case named s. It returns an error wrapping ErrInvalid
 // for any other name.
 func ParseCase(s string) (Case, error) {
 	c := Case(s)
-	if c != Fencing && c != Operations {
-		return "", fmt.Errorf("%w: unknown case %q (want fencing or operations)", ErrInvalid, s)
+	if CaseVariants(c) == nil {
+		return "", fmt.Errorf("%w: unknown case %q (want fencing, operations, dataset or group)", ErrInvalid, s)
 	}
 	return c, nil
+}
+
+// CaseVariants returns the variants case c runs, Correct first, or nil for an
+// unknown case.
+func CaseVariants(c Case) []Variant {
+	switch c {
+	case Fencing:
+		return Variants()
+	case Operations:
+		return []Variant{Correct}
+	case Dataset:
+		return []Variant{Correct, NoBaseCompare}
+	case Group:
+		return []Variant{Correct, SplitGroup}
+	}
+	return nil
 }
 
 // Scenario is a declared partial order of steps. A fixed prefix runs first.
@@ -48,9 +74,9 @@ type Scenario struct {
 // differ from the protocol source's.
 //
 // It returns an error wrapping ErrInvalid if issuer is outside
-// [0, MaxIssuer], if c or v is unknown, or if c is Operations and v is not
-// Correct. The operations case checks business identity in the correct
-// protocol only.
+// [0, MaxIssuer], if c or v is unknown, or if v is not one of
+// CaseVariants(c). The operations case checks business identity in the
+// correct protocol only.
 func NewScenario(c Case, v Variant, issuer int) (Scenario, error) {
 	if _, err := ParseCase(string(c)); err != nil {
 		return Scenario{}, err
@@ -61,11 +87,41 @@ func NewScenario(c Case, v Variant, issuer int) (Scenario, error) {
 	if err := checkIssuer(issuer); err != nil {
 		return Scenario{}, err
 	}
+	if vs := CaseVariants(c); !slices.Contains(vs, v) {
+		return Scenario{}, fmt.Errorf("%w: case %s runs variant %s only, not %q", ErrInvalid, c, joinVariants(vs), v)
+	}
 	s := Scenario{kase: c, variant: v, issuer: issuer, clients: []string{"A", "B"}}
-	if c == Operations {
-		if v != Correct {
-			return Scenario{}, fmt.Errorf("%w: case operations runs the correct protocol only, not %q", ErrInvalid, v)
+	switch c {
+	case Dataset:
+		s.prefix = []Step{
+			{Actor: "A", Action: Acquire},
+			{Actor: "A", Action: Write, Seq: 1, Version: "v1"},
+			{Actor: "A", Action: Pause},
+			{Actor: Authority, Action: Expire},
+			{Actor: "B", Action: Acquire},
+			{Actor: "A", Action: Resume},
 		}
+		s.threads = [][]Step{
+			{{Actor: "A", Action: Write, Seq: 2, Version: "v2"}},
+			{{Actor: "B", Action: Base}, {Actor: "B", Action: Write, Seq: 1, Version: "v3"}},
+			{{Actor: Collector, Action: Collect}},
+		}
+		return s, nil
+	case Group:
+		s.clients = []string{"A"}
+		publish := func(seq int, version string) []Step {
+			if v == SplitGroup {
+				return []Step{
+					{Actor: "A", Action: Write, Seq: seq, Version: version, Member: "report"},
+					{Actor: "A", Action: Write, Seq: seq, Version: version, Member: "breakdown"},
+				}
+			}
+			return []Step{{Actor: "A", Action: Write, Seq: seq, Version: version}}
+		}
+		s.prefix = slices.Concat([]Step{{Actor: "A", Action: Acquire}}, publish(1, "g1"))
+		s.threads = [][]Step{publish(2, "g2"), {{Actor: Reader, Action: Read}}}
+		return s, nil
+	case Operations:
 		s.prefix = []Step{
 			{Actor: "A", Action: Acquire},
 			{Actor: "A", Action: Write, Seq: 1, Key: "op-1", Params: "body-1"},
@@ -101,6 +157,14 @@ func NewScenario(c Case, v Variant, issuer int) (Scenario, error) {
 		{{Actor: "B", Action: Write, Seq: 1}},
 	}
 	return s, nil
+}
+
+func joinVariants(vs []Variant) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = string(v)
+	}
+	return strings.Join(s, " or ")
 }
 
 func when(ok bool, s Step) []Step {
@@ -205,6 +269,12 @@ func (s Scenario) run() ([]History, []Violation) {
 	vs := []Violation{}
 	for i, order := range linearize(s.threads) {
 		w := newWorld(s.variant, s.issuer, s.clients)
+		switch s.kase {
+		case Dataset:
+			w.data = newDatasets()
+		case Group:
+			w.members = []member{{name: "report"}, {name: "breakdown"}}
+		}
 		var h History
 		first := len(vs)
 		for _, st := range slices.Concat(s.prefix, order) {
