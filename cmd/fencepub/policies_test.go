@@ -51,7 +51,14 @@ func policyKeys(t *testing.T, m *devstack.MinIO, root, policy string) credential
 // doc when it is not "".
 func assumeRole(t *testing.T, m *devstack.MinIO, doc string) credentials.Value {
 	t.Helper()
-	tmp, err := stsAssumeRole(m, doc)
+	var tmp credentials.Value
+	var err error
+	// A MinIO just started answers "Server not initialized" until its IAM
+	// subsystem has loaded.
+	testenv.Eventually(t, "MinIO's STS to initialise", time.Minute, func() bool {
+		tmp, err = stsAssumeRole(m, doc)
+		return err == nil || !strings.Contains(err.Error(), "not initialized")
+	})
 	if err != nil {
 		t.Fatalf("AssumeRole: %v", err)
 	}
