@@ -49,12 +49,15 @@ var markdownParser = goldmark.New(goldmark.WithExtensions(extension.GFM)).Parser
 // not ignored (the set `make fmt` takes for Go files), relative to root.
 func markdownFiles(t *testing.T, root string) []mdDoc {
 	t.Helper()
-	out, err := exec.Command("git", "-C", root, "ls-files", "--cached", "--others", "--exclude-standard", "*.md").Output()
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "*.md").Output()
 	if err != nil {
 		t.Fatalf("git ls-files: %v", err)
 	}
 	var docs []mdDoc
-	for _, rel := range strings.Fields(string(out)) {
+	for rel := range strings.SplitSeq(string(out), "\x00") {
+		if rel == "" {
+			continue
+		}
 		src, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(rel)))
 		if os.IsNotExist(err) {
 			continue // deleted in the work tree, not yet in the index
