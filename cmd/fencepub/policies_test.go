@@ -48,7 +48,7 @@ func policyKeys(t *testing.T, m *devstack.MinIO, root, policy string) credential
 
 // assumeRole returns temporary keys of m's root user (STS AssumeRole
 // through minio-go), with a session token, limited to the session policy
-// doc when it is not "".
+// doc when it is not "". It retries for up to 30 s.
 func assumeRole(t *testing.T, m *devstack.MinIO, doc string) credentials.Value {
 	t.Helper()
 	host, _, err := m.Config.HostSecure()
@@ -60,10 +60,18 @@ func assumeRole(t *testing.T, m *devstack.MinIO, doc string) credentials.Value {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmp, err := sts.GetWithContext(&credentials.CredContext{Client: http.DefaultClient})
-	if err != nil {
-		t.Fatalf("AssumeRole: %v", err)
-	}
+	// A MinIO that has just started answers "Server not initialized" until
+	// its IAM subsystem has loaded.
+	var tmp credentials.Value
+	var last string
+	testenv.Eventually(t, "AssumeRole", 30*time.Second, func() bool {
+		tmp, err = sts.GetWithContext(&credentials.CredContext{Client: http.DefaultClient})
+		if err != nil && err.Error() != last {
+			last = err.Error()
+			t.Logf("AssumeRole: %v", err)
+		}
+		return err == nil
+	})
 	if tmp.SessionToken == "" || tmp.AccessKeyID == m.Config.AccessKey {
 		t.Fatalf("AssumeRole gave no temporary keys: access key %q, token set %v", tmp.AccessKeyID, tmp.SessionToken != "")
 	}
