@@ -48,7 +48,7 @@ func policyKeys(t *testing.T, m *devstack.MinIO, root, policy string) credential
 
 // assumeRole returns temporary keys of m's root user (STS AssumeRole
 // through minio-go), with a session token, limited to the session policy
-// doc when it is not "".
+// doc when it is not "". It waits up to a minute for MinIO's STS.
 func assumeRole(t *testing.T, m *devstack.MinIO, doc string) credentials.Value {
 	t.Helper()
 	var tmp credentials.Value
