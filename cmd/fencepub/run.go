@@ -66,8 +66,10 @@ func newRunCmd() *cobra.Command {
      holds it) and mint its fence in the same etcd transaction;
   2. run CMD with FENCEPUB_RESOURCE, FENCEPUB_EPOCH, FENCEPUB_FENCE and
      FENCEPUB_OWNER in its environment, renewing the lease meanwhile;
-  3. capture its result: its stdout, or the regular file it wrote at --output
-     (then CMD's stdout goes to stderr: fencepub's stdout is its own output).
+  3. capture its result: its stdout, streamed into the object store while CMD
+     runs (no file is written: run needs no writable directory), or the
+     regular file it wrote at --output, read once CMD ended (then CMD's
+     stdout goes to stderr: fencepub's stdout is its own output).
      An existing --output is moved to FILE.fencepub-prev before CMD starts, so
      only what CMD writes in this run can be published; it is removed once
      the new result is published, and put back whenever nothing is
@@ -79,8 +81,9 @@ func newRunCmd() *cobra.Command {
      --allow-empty, so a job that silently produced nothing does not replace
      the last good result. CMD's leftover background processes (its process
      group) are killed when it exits, before the result is read;
-  4. publish the result with the grant's fence, in one etcd transaction that
-     rejects it if a newer state is already published;
+  4. once CMD exited 0 with the lease held, publish the result with the
+     grant's fence, in one etcd transaction that rejects it if a newer state
+     is already published (an upload of a CMD that failed is aborted);
   5. release the lease.
 
 If the lease is lost while CMD runs (a pause, a partition, a revoke), CMD gets
@@ -143,7 +146,7 @@ func (o *runOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.contentType, "content-type", "", "content type of the result (default application/octet-stream)")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) result instead of refusing it")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
-	f.DurationVar(&o.timeout, "publish-timeout", 5*time.Minute, "deadline for writing and publishing the result; an unanswered transaction is then unknown (112)")
+	f.DurationVar(&o.timeout, "publish-timeout", 5*time.Minute, "deadline, from CMD's end, for writing and publishing the result; an unanswered transaction is then unknown (112)")
 	_ = cmd.MarkFlagRequired("resource")
 	o.format = addFormatFlag(cmd, "format") // --output names the result file
 }
@@ -348,50 +351,30 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 
 	published := false
 	defer func() { r.settleOutput(published) }()
-	result, cleanup, err := r.execute(sess, g)
-	defer cleanup()
-	if err != nil {
-		return err
-	}
-	// One handle, checked and published: the file cannot be swapped
-	// between the check and the upload. (Stat first: opening a FIFO would
-	// block.)
-	if fi, err := os.Lstat(result); err == nil && !fi.Mode().IsRegular() {
-		return exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
-	}
-	body, err := os.Open(result)
-	if err != nil {
-		return exitcode.With(exitcode.Usage, fmt.Errorf("the command succeeded but wrote no result at --output %s: %w; nothing published", r.output, err))
-	}
-	defer body.Close()
-	fi, err := body.Stat()
-	switch {
-	case err != nil:
-		return exitcode.With(exitcode.Usage, fmt.Errorf("result %s: %w", result, err))
-	case !fi.Mode().IsRegular():
-		return exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
-	case fi.Size() == 0 && !r.allowEmpty:
-		return exitcode.Usagef("the command succeeded but its result (%s) is empty; nothing published (pass --allow-empty to publish an empty result)", resultName(r.output))
-	}
-	select {
-	case <-sess.Lost():
-		return exitcode.With(exitcode.LeaseLost, fmt.Errorf("lease lost after the command finished; not publishing: %w", sess.Err()))
-	default:
-	}
-
-	pctx, pcancel := context.WithTimeout(ctx, timeout)
-	defer pcancel()
-	client, err := publisher.New(env.PublisherConfig())
+	// Bound before CMD starts: its stdout streams into the store while it
+	// runs. Re-sends of the transaction go on until --publish-timeout.
+	cfg := env.PublisherConfig()
+	cfg.ResendTimeout = timeout
+	client, err := publisher.New(cfg)
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
-	p, err := client.Bind(pctx, publisher.GrantTerm(g, false))
+	bctx, bcancel := context.WithTimeout(ctx, timeout)
+	p, err := client.Bind(bctx, publisher.GrantTerm(g, false))
+	bcancel()
 	if err != nil {
 		return publishExit(publisher.Result{}, err)
 	}
-	r.say("publishing the result with fence %d (key %s)", g.Generation, key)
-	res, err := p.Publish(pctx, publisher.Operation{IdempotencyKey: key, Body: body, ContentType: contentType})
-	r.res.Outcome, r.res.Reason, r.res.Version, r.res.Object, r.res.Digest = string(res.Outcome), string(res.Reason), res.Version, res.Object, res.Digest
+	op := publisher.Operation{IdempotencyKey: key, ContentType: contentType}
+	var res publisher.Result
+	if r.output == "" {
+		res, err = r.publishStdout(sess, g, p, op, timeout)
+	} else {
+		res, err = r.publishOutput(sess, g, p, op, timeout)
+	}
+	if res.Outcome != "" { // else not_published: the publish never reached etcd
+		r.res.Outcome, r.res.Reason, r.res.Version, r.res.Object, r.res.Digest = string(res.Outcome), string(res.Reason), res.Version, res.Object, res.Digest
+	}
 	published = res.Outcome == publisher.Applied || res.Outcome == publisher.Duplicate
 	switch res.Outcome {
 	case publisher.Applied:
@@ -409,12 +392,73 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	return publishExit(res, err)
 }
 
-// execute runs the command with the grant in its environment and returns the
-// path of its result. If the lease is lost meanwhile the command gets SIGTERM
-// (its process group), then SIGKILL after the grace period. A failing
-// command's exit status is passed through. cleanup removes temporary files.
-func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, func(), error) {
-	noop := func() {}
+// publishOutput runs CMD to its end and then publishes the regular file it
+// wrote at --output, within timeout.
+func (r *runner) publishOutput(sess *authority.Session, g authority.Grant, p *publisher.Publisher, op publisher.Operation, timeout time.Duration) (publisher.Result, error) {
+	cmd, childOut, err := r.start(g, nil)
+	if err != nil {
+		return publisher.Result{}, err
+	}
+	if err := r.wait(sess, g, cmd, childOut); err != nil {
+		return publisher.Result{}, err
+	}
+	// One handle, checked and published: the file cannot be swapped
+	// between the check and the upload. (Stat first: opening a FIFO would
+	// block.)
+	if fi, err := os.Lstat(r.output); err == nil && !fi.Mode().IsRegular() {
+		return publisher.Result{}, exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
+	}
+	body, err := os.Open(r.output)
+	if err != nil {
+		return publisher.Result{}, exitcode.With(exitcode.Usage, fmt.Errorf("the command succeeded but wrote no result at --output %s: %w; nothing published", r.output, err))
+	}
+	defer body.Close()
+	fi, err := body.Stat()
+	switch {
+	case err != nil:
+		return publisher.Result{}, exitcode.With(exitcode.Usage, fmt.Errorf("result %s: %w", r.output, err))
+	case !fi.Mode().IsRegular():
+		return publisher.Result{}, exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
+	case fi.Size() == 0 && !r.allowEmpty:
+		return publisher.Result{}, errEmptyResult(r.output)
+	}
+	if err := leaseHeld(sess); err != nil {
+		return publisher.Result{}, err
+	}
+	pctx, pcancel := context.WithTimeout(r.c.Context(), timeout)
+	defer pcancel()
+	r.say("publishing the result with fence %d (key %s)", g.Generation, op.IdempotencyKey)
+	op.Body = body
+	return p.Publish(pctx, op)
+}
+
+// errEmptyResult refuses an empty result (exit 2) unless --allow-empty.
+func errEmptyResult(output string) error {
+	return exitcode.Usagef("the command succeeded but its result (%s) is empty; nothing published (pass --allow-empty to publish an empty result)", resultName(output))
+}
+
+// leaseHeld returns the lease-lost error (exit 114) once sess has lost the
+// lease, else nil: checked after CMD's end, right before the result is
+// published.
+func leaseHeld(sess *authority.Session) error {
+	select {
+	case <-sess.Lost():
+		return exitcode.With(exitcode.LeaseLost, fmt.Errorf("lease lost after the command finished; not publishing: %w", sess.Err()))
+	default:
+		return nil
+	}
+}
+
+// leftoverWait is how long run waits, once CMD has exited, for the
+// processes CMD left behind to close the stdin and stderr pipes fencepub
+// copies (a writer that is not a file, such as the JSON log of CMD's
+// lines); then fencepub closes them and kills CMD's process group (wait).
+const leftoverWait = 2 * time.Second
+
+// start starts CMD with the grant in its environment, its stdout on stdout
+// (nil: the writer of CMD's stderr, as with --output, since fencepub's
+// stdout is its own), and returns it with the writer of its stderr.
+func (r *runner) start(g authority.Grant, stdout io.Writer) (*exec.Cmd, io.Writer, error) {
 	cmd := exec.Command(r.args[0], r.args[1:]...)
 	cmd.Env = append(os.Environ(),
 		"FENCEPUB_RESOURCE="+g.Resource, "FENCEPUB_EPOCH="+strconv.FormatUint(g.Epoch, 10),
@@ -422,31 +466,28 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	cmd.Stdin = r.c.InOrStdin()
 	childOut := r.childOutput()
 	cmd.Stderr = childOut
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	result, cleanup := r.output, noop
-	var stdout *os.File
-	if r.output == "" {
-		f, err := os.CreateTemp("", "fencepub-run-stdout-")
-		if err != nil {
-			return "", noop, err
-		}
-		stdout, result = f, f.Name()
-		cleanup = func() { _ = f.Close(); _ = os.Remove(f.Name()) }
-		cmd.Stdout = f
-	} else {
-		// fencepub's stdout carries its own output (-o json).
+	cmd.Stdout = stdout
+	if stdout == nil {
 		cmd.Stdout = childOut
 	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = leftoverWait
 	if err := r.setAsideOutput(); err != nil {
-		return "", cleanup, err
+		return nil, nil, err
 	}
 	r.say("running %s", shellescape.QuoteCommand(r.args))
 	if err := cmd.Start(); err != nil {
-		if stdout != nil {
-			stdout.Close()
-		}
-		return "", cleanup, exitcode.With(exitcode.Usage, fmt.Errorf("start %s: %w", r.args[0], err))
+		return nil, nil, exitcode.With(exitcode.Usage, fmt.Errorf("start %s: %w", r.args[0], err))
 	}
+	return cmd, childOut, nil
+}
+
+// wait waits for CMD, started by start, and returns nil when it exited 0.
+// If the lease is lost meanwhile CMD gets SIGTERM (its process group), then
+// SIGKILL after the grace period (exit 114); so it does on Ctrl-C. A
+// failing command's exit status is passed through. CMD's leftover
+// background processes (its process group) are killed once it ended.
+func (r *runner) wait(sess *authority.Session, g authority.Grant, cmd *exec.Cmd, childOut io.Writer) error {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var waitErr error
@@ -481,32 +522,30 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	if ll, ok := childOut.(*lineLogger); ok {
 		ll.flush() // CMD's Wait returned: its output is copied
 	}
-	if interrupted {
-		return "", cleanup, exitcode.With(exitcode.Internal, fmt.Errorf("interrupted; nothing published: %w", r.c.Context().Err()))
-	}
-	if stdout != nil {
-		if err := stdout.Close(); err != nil && waitErr == nil {
-			waitErr = err
-		}
-	}
-	if lost {
-		return "", cleanup, exitcode.With(exitcode.LeaseLost, fmt.Errorf("lease on %q lost while the command ran; command terminated, nothing published: %w", g.Resource, sess.Err()))
+	switch {
+	case interrupted:
+		return exitcode.With(exitcode.Internal, fmt.Errorf("interrupted; nothing published: %w", r.c.Context().Err()))
+	case lost:
+		return exitcode.With(exitcode.LeaseLost, fmt.Errorf("lease on %q lost while the command ran; command terminated, nothing published: %w", g.Resource, sess.Err()))
 	}
 	code := 0
 	var ee *exec.ExitError
+	if errors.Is(waitErr, exec.ErrWaitDelay) { // CMD exited 0; what it left behind held its output
+		waitErr = nil
+	}
 	if errors.As(waitErr, &ee) {
 		code = ee.ExitCode()
 		if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() {
 			code = 128 + int(st.Signal())
 		}
 	} else if waitErr != nil {
-		return "", cleanup, waitErr
+		return waitErr
 	}
 	r.res.CommandExit = code
 	if code != 0 {
-		return "", cleanup, &exitcode.Error{Code: code, Err: fmt.Errorf("command %s exited with %d; nothing published", r.args[0], code)}
+		return &exitcode.Error{Code: code, Err: fmt.Errorf("command %s exited with %d; nothing published", r.args[0], code)}
 	}
-	return result, cleanup, nil
+	return nil
 }
 
 // resultName names where a run's result came from.
