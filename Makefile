@@ -27,7 +27,7 @@ STORE_PKGS := ./internal/objstore/s3store ./publisher ./reader ./gc ./internal/l
 FUZZ_PKGS ?= ./internal/layout ./internal/cli/config ./publisher
 FUZZTIME  ?= 200000x
 
-.PHONY: all deps build test examples-module monitoring cross fuzz wrk lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
+.PHONY: all deps build test examples-module monitoring cross fuzz wrk systemd-analyze lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
 
 all: build
 
@@ -54,6 +54,14 @@ wrk:
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get install -y wrk || { $$sudo apt-get update && $$sudo apt-get install -y wrk; }; }
 
+## systemd-analyze: install systemd-analyze (Debian package systemd), which
+## the checks of deploy/systemd need (verify, security --offline), with apt-get
+## (as root, else through sudo) unless it is in PATH.
+systemd-analyze:
+	@command -v systemd-analyze >/dev/null 2>&1 || { echo "installing systemd (for systemd-analyze)"; \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get install -y --no-install-recommends systemd || { $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends systemd; }; }
+
 ## bench: the benchmark suite (./bin/fencepub-bench) on local etcd and MinIO, plus the Go
 ## micro-benchmarks; results and chart in bench/results (bench/README.md).
 ## wrk (Debian package) drives the reader-service rows; without it they are
@@ -67,9 +75,10 @@ bench: deps build
 
 ## test: every test (under the race detector but for NORACE_PKGS), against real servers started by
 ## internal/harness/testenv, then STORE_PKGS again on SeaweedFS (wrk installed
-## for the reader-service bench rows, which must run), after the cross-compile check (goreleaser: for the release
+## for the reader-service bench rows, which must run; systemd-analyze for the
+## systemd unit checks), after the cross-compile check (goreleaser: for the release
 ## check), then every fuzz target for FUZZTIME
-test: deps wrk goreleaser cross examples-module monitoring
+test: deps wrk systemd-analyze goreleaser cross examples-module monitoring
 	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
 	$(GO) test $(TEST_FLAGS) $(NORACE_PKGS)
 	FENCEPUB_TEST_STORE=seaweedfs $(GO) test $(TEST_FLAGS) -race $(STORE_PKGS)
