@@ -250,7 +250,7 @@ func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
 		case <-lctx.Done():
 		}
 	}()
-	d.log.Info("gc daemon: holding the GC lease", "owner", g.Owner, "generation", g.Generation)
+	d.log.Info("gc daemon: holding the GC lease", "owner", g.Owner, "fence", g.Generation)
 	d.update(func(s *daemonStatus) { s.Leader, s.Standby, s.Generation = true, false, g.Generation })
 	if d.cfg.Metrics != nil {
 		d.cfg.Metrics.leader.Set(1)
@@ -274,12 +274,16 @@ func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
 // prunes the GC lease's own grant and request records. A pass cut short by
 // ctx is not recorded.
 func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
+	start := time.Now()
 	rep, err := d.c.Run(ctx, d.cfg.Run)
 	if err == nil {
 		_, err = d.c.pruneLease(ctx, d.cfg.LeaseResource, g.Generation)
 	}
 	if ctx.Err() != nil {
 		return // cut short by shutdown or a lost lease: not a pass result
+	}
+	if err != nil {
+		d.log.Warn("gc daemon: pass failed", "fence", g.Generation, "outcome", passOutcome(err), "duration_ms", time.Since(start).Milliseconds(), "err", err)
 	}
 	now := time.Now()
 	d.update(func(s *daemonStatus) {

@@ -249,10 +249,6 @@ type runner struct {
 	res        runOutput
 }
 
-func (r *runner) say(format string, a ...any) {
-	r.log.Info(fmt.Sprintf("run: "+format, a...))
-}
-
 // childOutput returns the writer of CMD's stderr (and, with --output, its
 // stdout): stderr itself, or in JSON log mode a lineLogger, so that
 // fencepub's stderr stays JSON lines (README "Logs"). The caller flushes
@@ -328,7 +324,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
-	r.say("acquiring the lease on %q as %q (ttl %s, wait %s)", resource, owner, ttl, wait)
+	r.log.Info("run: acquiring the lease", "resource", resource, "owner", owner, "ttl", ttl, "wait", wait)
 	// MaxWait bounds only the wait for another holder: a grant in progress
 	// when it passes is finished, never cut in half.
 	g, err := a.Acquire(ctx, authority.AcquireRequest{Resource: resource, Owner: owner, TTL: ttl, Wait: wait > 0, MaxWait: wait})
@@ -336,7 +332,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 		return authorityExit(err)
 	}
 	r.res.Epoch, r.res.Fence = g.Epoch, g.Generation
-	r.say("granted: epoch %d, fence %d", g.Epoch, g.Generation)
+	r.log.Info("run: granted", "resource", resource, "epoch", g.Epoch, "fence", g.Generation)
 	// Renewed until closed, not until Ctrl-C: an interrupted command is
 	// stopped (execute) before the lease is released.
 	sess, err := a.NewSession(context.WithoutCancel(ctx), g)
@@ -376,18 +372,20 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 		r.res.Outcome, r.res.Reason, r.res.Version, r.res.Object, r.res.Digest = string(res.Outcome), string(res.Reason), res.Version, res.Object, res.Digest
 	}
 	published = res.Outcome == publisher.Applied || res.Outcome == publisher.Duplicate
+	attrs := []any{"resource", resource, "version", res.Version.String(), "key", key, "outcome", res.Outcome}
 	switch res.Outcome {
 	case publisher.Applied:
-		r.say("applied: %s is at %s", resource, res.Version)
+		r.log.Info("run: applied", attrs...)
 	case publisher.Duplicate:
-		r.say("duplicate: this run (key %s) was already published at %s; the pointer did not move", key, res.Version)
+		r.log.Info("run: duplicate: this run was already published; the pointer did not move", attrs...)
 	case publisher.Unknown:
-		r.say("unknown; settle it with: %s (or pass this command's -o json output to: fencepub resolve --from -)", resolveHint(res, key))
+		r.log.Info("run: unknown: settle it with the resolve command given (or pass this command's -o json output to: fencepub resolve --from -)",
+			append(attrs, "resolve", resolveHint(res, key))...)
 	case "":
 	case publisher.Conflict:
-		r.say("conflict: key %s was already published with a different result; nothing published (is the job's output deterministic?)", key)
+		r.log.Info("run: conflict: the key was already published with a different result; nothing published (is the job's output deterministic?)", attrs...)
 	default:
-		r.say("%s (reason %s): nothing published", res.Outcome, res.Reason)
+		r.log.Info("run: nothing published", append(attrs, "reason", res.Reason)...)
 	}
 	return publishExit(res, err)
 }
@@ -427,7 +425,7 @@ func (r *runner) publishOutput(sess *authority.Session, g authority.Grant, p *pu
 	}
 	pctx, pcancel := context.WithTimeout(r.c.Context(), timeout)
 	defer pcancel()
-	r.say("publishing the result with fence %d (key %s)", g.Generation, op.IdempotencyKey)
+	r.log.Info("run: publishing the result", "resource", g.Resource, "fence", g.Generation, "key", op.IdempotencyKey)
 	op.Body = body
 	return p.Publish(pctx, op)
 }
@@ -475,7 +473,7 @@ func (r *runner) start(g authority.Grant, stdout io.Writer) (*exec.Cmd, io.Write
 	if err := r.setAsideOutput(); err != nil {
 		return nil, nil, err
 	}
-	r.say("running %s", shellescape.QuoteCommand(r.args))
+	r.log.Info("run: running the command", "command", shellescape.QuoteCommand(r.args))
 	if err := cmd.Start(); err != nil {
 		return nil, nil, exitcode.With(exitcode.Usage, fmt.Errorf("start %s: %w", r.args[0], err))
 	}
@@ -506,14 +504,14 @@ func (r *runner) wait(sess *authority.Session, g authority.Grant, cmd *exec.Cmd,
 	case waitErr = <-done:
 	case <-sess.Lost():
 		lost = true
-		r.say("lease lost while the command runs (%v): SIGTERM, SIGKILL after %s", sess.Err(), r.grace)
+		r.log.Info("run: lease lost while the command runs: SIGTERM, then SIGKILL after the grace period", "resource", g.Resource, "fence", g.Generation, "grace", r.grace, "err", sess.Err())
 		stop()
 	case <-r.c.Context().Done():
 		// The lease is still renewed (the session's context is not the
 		// command's) until CMD is gone, so no other holder's command
 		// overlaps with it.
 		interrupted = true
-		r.say("interrupted: SIGTERM to the command, SIGKILL after %s", r.grace)
+		r.log.Info("run: interrupted: SIGTERM to the command, then SIGKILL after the grace period", "grace", r.grace)
 		stop()
 	}
 	// Leftover background processes must not write the result (or anything
@@ -626,7 +624,7 @@ func (r *runner) setAsideOutput() error {
 		return exitcode.Usagef("--output %s: cannot set the existing file aside: %v", r.output, err)
 	}
 	r.saved = saved
-	r.say("--output %s existed: set aside as %s while the command runs", r.output, saved)
+	r.log.Info("run: --output existed: set aside while the command runs", "output", r.output, "saved", saved)
 	return nil
 }
 
@@ -644,7 +642,7 @@ func (r *runner) settleOutput(published bool) {
 		return
 	}
 	if !exists(r.saved) {
-		r.say("nothing published; the previous --output (set aside as %s) was removed during the run", r.saved)
+		r.log.Info("run: nothing published; the previous --output, set aside, was removed during the run", "output", r.output, "saved", r.saved)
 		return
 	}
 	failed := ""
@@ -655,17 +653,17 @@ func (r *runner) settleOutput(published bool) {
 			err = os.Rename(r.output, failed)
 		}
 		if err != nil {
-			r.say("could not put the previous --output back: %v; it is at %s", err, r.saved)
+			r.log.Info("run: could not put the previous --output back", "output", r.output, "saved", r.saved, "err", err)
 			return
 		}
 	}
 	if err := os.Rename(r.saved, r.output); err != nil {
-		r.say("could not put the previous --output back: %v; it is at %s", err, r.saved)
+		r.log.Info("run: could not put the previous --output back", "output", r.output, "saved", r.saved, "err", err)
 		return
 	}
 	if failed != "" {
-		r.say("nothing published; the previous %s is back in place, the command's output is at %s", r.output, failed)
+		r.log.Info("run: nothing published; the previous --output is back in place", "output", r.output, "command_output", failed)
 	} else {
-		r.say("nothing published; the previous %s is back in place", r.output)
+		r.log.Info("run: nothing published; the previous --output is back in place", "output", r.output)
 	}
 }

@@ -53,7 +53,7 @@ func (r *runner) publishStdout(sess *authority.Session, g authority.Grant, p *pu
 	if err != nil {
 		return publisher.Result{}, err
 	}
-	r.say("publishing its stdout with fence %d (key %s) as it is written", g.Generation, op.IdempotencyKey)
+	r.log.Info("run: publishing its stdout as it is written", "resource", g.Resource, "fence", g.Generation, "key", op.IdempotencyKey)
 	op.Body = out
 	go func() {
 		res, err := p.Publish(pctx, op)
