@@ -6,6 +6,7 @@ require (
 	al.essio.dev/pkg/shellescape v1.6.1
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/cenkalti/backoff/v5 v5.0.3
+	github.com/creack/pty v1.1.24 // tests only: a terminal for the progress bars (cmd/fencepub)
 	github.com/go-viper/mapstructure/v2 v2.5.0
 	github.com/google/renameio/v2 v2.0.2
 	github.com/minio/madmin-go/v3 v3.0.109 // tests only: MinIO users and bucket policies (cmd/fencepub)
