@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -199,18 +198,7 @@ func (sb *podSandbox) run(t *testing.T, ctx context.Context, pod corev1.PodSpec,
 	cmd.Env = env
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return stdout.String(), stderr.String(), 0
-	case errors.As(err, &ee):
-		return stdout.String(), stderr.String(), ee.ExitCode()
-	}
-	t.Fatalf("container %s: %v\n%s", c.Name, err, stderr.String())
-	return "", "", -1
+	return runCmd(t, cmd)
 }
 
 // copyFile copies src to dst with mode perm.

@@ -127,6 +127,14 @@ func (t *loggedTxn) first(key []byte) {
 	}
 }
 
+// note records the first key of ops and returns how many there are.
+func (t *loggedTxn) note(ops []clientv3.Op) int {
+	for _, op := range ops {
+		t.first(op.KeyBytes())
+	}
+	return len(ops)
+}
+
 func (t *loggedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
 	for i := range cs {
 		t.first(cs[i].KeyBytes())
@@ -137,19 +145,13 @@ func (t *loggedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
 }
 
 func (t *loggedTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		t.first(op.KeyBytes())
-	}
-	t.thens += len(ops)
+	t.thens += t.note(ops)
 	t.Txn = t.Txn.Then(ops...)
 	return t
 }
 
 func (t *loggedTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		t.first(op.KeyBytes())
-	}
-	t.elss += len(ops)
+	t.elss += t.note(ops)
 	t.Txn = t.Txn.Else(ops...)
 	return t
 }
