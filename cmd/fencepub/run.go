@@ -334,7 +334,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	r.res.Epoch, r.res.Fence = g.Epoch, g.Generation
 	r.log.Info("run: granted", "resource", resource, "epoch", g.Epoch, "fence", g.Generation)
 	// Renewed until closed, not until Ctrl-C: an interrupted command is
-	// stopped (execute) before the lease is released.
+	// stopped (wait) before the lease is released.
 	sess, err := a.NewSession(context.WithoutCancel(ctx), g)
 	if err != nil {
 		return authorityExit(err)

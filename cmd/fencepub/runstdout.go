@@ -16,11 +16,12 @@ import (
 
 // publishStdout runs CMD with its stdout on a pipe that is the body of the
 // publish, so the result streams into the object store while CMD runs and
-// nothing is spooled to disk: `run` needs no writable directory (a
+// nothing is written to disk: `run` needs no writable directory (a
 // container with a read-only root filesystem). The publisher hashes the
-// bytes as they pass (the request digest is the same as for the spooled
-// file it replaces) and sends them in one PUT up to its part size, else in
-// a multipart upload, two parts in memory at most.
+// bytes as they pass (the request digest is the one of the same bytes in
+// a file) and sends them in one PUT up to its part size, else in a
+// multipart upload, two parts in memory at most (DESIGN.md "Publish"
+// step 1).
 //
 // The fencing rules are those of a run that publishes after CMD's end: the
 // body ends (io.EOF) only once CMD exited 0 with the lease still held and,
@@ -30,10 +31,10 @@ import (
 // own outcome. --publish-timeout counts from CMD's end: it bounds the rest
 // of the upload and the transaction's re-sends.
 //
-// If the upload fails while CMD runs (the store is down), CMD runs on with
-// its stdout drained and discarded, as it would have run to its end before
-// a publish that then failed; run returns CMD's failure if it failed, else
-// the store's error.
+// If the upload fails while CMD runs (the store is down), CMD runs on to
+// its end with its stdout drained and discarded (a store outage does not
+// cut a job short); run then returns CMD's failure if it failed, else the
+// store's error.
 func (r *runner) publishStdout(sess *authority.Session, g authority.Grant, p *publisher.Publisher, op publisher.Operation, timeout time.Duration) (publisher.Result, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
