@@ -41,7 +41,7 @@ func (r *runner) publishStdout(sess *authority.Session, g authority.Grant, p *pu
 		return publisher.Result{}, err
 	}
 	defer pr.Close()
-	out := newCommandOutput(pr, r.allowEmpty, sess)
+	out := newCommandOutput(pr, r.allowEmpty, func() error { return leaseHeld(sess) })
 	pctx, pcancel := context.WithCancelCause(r.c.Context())
 	defer pcancel(nil)
 	type outcome struct {
@@ -88,7 +88,7 @@ type commandOutput struct {
 	mu         sync.Mutex
 	pipe       *os.File
 	allowEmpty bool
-	sess       *authority.Session
+	held       func() error // nil while the lease is held (leaseHeld)
 
 	n int64 // bytes read
 	// left is the number of bytes the pipe still holds of CMD's output
@@ -101,8 +101,10 @@ type commandOutput struct {
 	refused error // why the body failed although CMD succeeded (empty, lease lost)
 }
 
-func newCommandOutput(pipe *os.File, allowEmpty bool, sess *authority.Session) *commandOutput {
-	return &commandOutput{pipe: pipe, allowEmpty: allowEmpty, sess: sess, left: -1, settled: make(chan struct{})}
+// newCommandOutput returns the body reading pipe; held says whether the
+// lease is still held when the output ends.
+func newCommandOutput(pipe *os.File, allowEmpty bool, held func() error) *commandOutput {
+	return &commandOutput{pipe: pipe, allowEmpty: allowEmpty, held: held, left: -1, settled: make(chan struct{})}
 }
 
 // errCommandFailed is the body's error when CMD did not succeed: the
@@ -161,7 +163,7 @@ func (o *commandOutput) end() error {
 	case o.refused != nil:
 		return o.refused
 	}
-	if err := leaseHeld(o.sess); err != nil {
+	if err := o.held(); err != nil {
 		o.refused = err
 		return err
 	}

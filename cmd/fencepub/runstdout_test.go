@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -83,4 +85,95 @@ func TestRunStdoutStreams(t *testing.T) {
 	if got := readFile(t, out); got != "first\nsecond\n" {
 		t.Fatalf("published %q, want what CMD wrote", got)
 	}
+}
+
+// commandOutput, the body of a streamed run, on a real pipe without
+// servers: it ends (io.EOF) only once settled with CMD's success, fails
+// for a failed CMD, a lost lease and an empty output, lets a writer that
+// nobody reads any more finish (drain), and ends with what the pipe holds
+// when a process outside CMD's group keeps the pipe open.
+func TestCommandOutput(t *testing.T) {
+	held := func() error { return nil }
+	cases := []struct {
+		name       string
+		write      string
+		cmdErr     error
+		held       func() error
+		allowEmpty bool
+		want       string // the error's text; "": the output, then io.EOF
+	}{
+		{"success", "result\n", nil, held, false, ""},
+		{"command failed", "partial", errors.New("exit 3"), held, false, errCommandFailed.Error()},
+		{"lease lost", "result\n", nil, func() error { return errors.New("lease lost") }, false, "lease lost"},
+		{"empty", "", nil, held, false, "is empty"},
+		{"empty allowed", "", nil, held, true, ""},
+	}
+	for _, tc := range cases {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := newCommandOutput(pr, tc.allowEmpty, tc.held)
+		go func() {
+			_, _ = pw.Write([]byte(tc.write))
+			pw.Close()
+			o.settle(tc.cmdErr)
+		}()
+		got, err := io.ReadAll(o)
+		pr.Close()
+		switch {
+		case tc.want == "" && (err != nil || string(got) != tc.write):
+			t.Fatalf("%s: read %q, %v; want %q and io.EOF", tc.name, got, err, tc.write)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Fatalf("%s: %v; want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+
+	// The publisher stopped reading: drain lets the writer finish 4 MiB,
+	// far more than a pipe holds.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := newCommandOutput(pr, false, held)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := pw.Write(make([]byte, 4<<20))
+		pw.Close()
+		o.settle(nil)
+		wrote <- err
+	}()
+	o.drain()
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+
+	// A writer outside CMD's group holds the pipe open: the output ends
+	// with what the pipe held at settle.
+	pr, pw, err = os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	o = newCommandOutput(pr, false, held)
+	if _, err := pw.Write([]byte("before the end\n")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var got []byte
+	go func() {
+		got, err = io.ReadAll(o)
+		close(done)
+	}()
+	o.settle(nil) // before or while ReadAll waits on the pipe: either ends it
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the output did not end while another writer holds the pipe")
+	}
+	if err != nil || string(got) != "before the end\n" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	pr.Close()
 }
