@@ -521,7 +521,7 @@ func reportResult(cmd *cobra.Command, format, verb string, res publisher.Result,
 		case publisher.Duplicate:
 			cli.Logger(cmd).Info(verb+" duplicate: the key was already applied; the pointer did not move", attrs...)
 		case publisher.Unknown:
-			cli.Logger(cmd).Warn("unknown: settle it with the resolve command given (or pass this command's -o json output to: fencepub resolve --from -)",
+			cli.Logger(cmd).Warn(verb+" unknown: settle it with the command in resolve (or pass this command's -o json output to: fencepub resolve --from -)",
 				append(attrs, "resolve", resolveHint(res, res.IdempotencyKey))...)
 		}
 	}

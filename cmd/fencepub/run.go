@@ -379,7 +379,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	case publisher.Duplicate:
 		r.log.Info("run: duplicate: this run was already published; the pointer did not move", attrs...)
 	case publisher.Unknown:
-		r.log.Info("run: unknown: settle it with the resolve command given (or pass this command's -o json output to: fencepub resolve --from -)",
+		r.log.Info("run: unknown: settle it with the command in resolve (or pass this command's -o json output to: fencepub resolve --from -)",
 			append(attrs, "resolve", resolveHint(res, key))...)
 	case "":
 	case publisher.Conflict:
