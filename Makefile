@@ -46,7 +46,7 @@ FUZZTIME  ?= 200000x
 # a test that would start one fails instead of running.
 NO_SERVERS := $(BIN)/no-servers-in-the-unit-tier
 
-.PHONY: all deps build test test-unit test-servers $(SUITE) release-check examples-module monitoring cross fuzz wrk \
+.PHONY: all deps build test test-unit test-servers $(SUITE) release-check examples-module monitoring cross fuzz wrk systemd-analyze \
 	lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
 
 all: build
@@ -74,6 +74,14 @@ wrk:
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get install -y wrk || { $$sudo apt-get update && $$sudo apt-get install -y wrk; }; }
 
+## systemd-analyze: install systemd-analyze (Debian package systemd), which
+## the checks of deploy/systemd need (verify, security --offline), with apt-get
+## (as root, else through sudo) unless it is in PATH.
+systemd-analyze:
+	@command -v systemd-analyze >/dev/null 2>&1 || { echo "installing systemd (for systemd-analyze)"; \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get install -y --no-install-recommends systemd || { $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends systemd; }; }
+
 ## bench: the benchmark suite (./bin/fencepub-bench) on local etcd and MinIO, plus the Go
 ## micro-benchmarks; results and chart in bench/results (docs/benchmarks.md).
 ## wrk (Debian package) drives the reader-service rows; without it they are
@@ -98,7 +106,7 @@ test-unit:
 ## (release-check), then every test of every module against real servers
 ## started by internal/testkit/testenv (test-servers), then every fuzz target
 ## for FUZZTIME (fuzz)
-test: deps wrk
+test: deps wrk systemd-analyze
 	@$(MAKE) --no-print-directory release-check
 	@$(MAKE) --no-print-directory test-servers
 	@$(MAKE) --no-print-directory fuzz
@@ -106,8 +114,9 @@ test: deps wrk
 ## test-servers: every test of fencepub and of the harness module on real
 ## servers, under the race detector but for NORACE_PKGS, then STORE_PKGS
 ## again on SeaweedFS: SUITE's go test processes, TEST_PARALLEL at a time
-## (wrk installed for the reader-service bench rows, which must run)
-test-servers: deps wrk
+## (wrk installed for the reader-service bench rows, which must run;
+## systemd-analyze for the systemd unit checks)
+test-servers: deps wrk systemd-analyze
 	@$(MAKE) --no-print-directory -k -j$(TEST_PARALLEL) -O $(SUITE)
 
 suite-cli-1:

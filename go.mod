@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	al.essio.dev/pkg/shellescape v1.6.1
 	github.com/cenkalti/backoff/v5 v5.0.3
+	github.com/creack/pty v1.1.24 // tests only: a terminal for the progress bars (cmd/fencepub)
 	github.com/go-viper/mapstructure/v2 v2.5.0
 	github.com/google/renameio/v2 v2.0.2
 	github.com/minio/minio-go/v7 v7.4.1

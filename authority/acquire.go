@@ -286,7 +286,7 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 	// as the request's own grant (duplicate).
 	var resp *clientv3.TxnResponse
 	err = a.call(ctx, "grant transaction", q.attempt(), func(rctx context.Context) (err error) {
-		resp, err = a.cli.Txn(rctx).If(
+		resp, err = a.kv.Txn(rctx).If(
 			clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(res)), "=", 0),
 			clientv3.Compare(clientv3.Value(ns.EpochKey()), "=", layout.EncodeNumber(s.epoch)),
 			genCmp,
@@ -406,7 +406,7 @@ func (q *acquisition) grantLease(ctx context.Context) error {
 	)
 	err := q.a.call(ctx, "lease grant", q.attempt(), func(rctx context.Context) (err error) {
 		sent = time.Now()
-		resp, err = q.a.cli.Grant(rctx, q.ttl)
+		resp, err = q.a.lease.Grant(rctx, q.ttl)
 		return err
 	})
 	if err != nil {
@@ -435,7 +435,7 @@ func (q *acquisition) dropLease() {
 func (a *Authority) revoke(ctx context.Context, lease clientv3.LeaseID) {
 	rctx, cancel := a.rctx(context.WithoutCancel(ctx))
 	defer cancel()
-	if _, err := a.cli.Revoke(rctx, lease); err != nil && !isLeaseNotFound(err) {
+	if _, err := a.lease.Revoke(rctx, lease); err != nil && !isLeaseNotFound(err) {
 		a.log.Warn("authority: lease revoke failed; it expires by its TTL", "lease", int64(lease), "err", err)
 	}
 }
@@ -449,7 +449,7 @@ func (a *Authority) markRolledBack(ctx context.Context, g Grant, cause error) {
 	})
 	rctx, cancel := a.rctx(context.WithoutCancel(ctx))
 	defer cancel()
-	_, err := a.cli.Txn(rctx).
+	_, err := a.kv.Txn(rctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.ns.RollbackKey()), "=", 0)).
 		Then(clientv3.OpPut(a.ns.RollbackKey(), string(val))).
 		Commit()
@@ -473,7 +473,7 @@ func (a *Authority) stateOps(res, requestID string) []clientv3.Op {
 func (a *Authority) readState(ctx context.Context, res, requestID string) (resState, error) {
 	var resp *clientv3.TxnResponse
 	err := a.call(ctx, "read state", 0, func(rctx context.Context) (err error) {
-		resp, err = a.cli.Txn(rctx).Then(a.stateOps(res, requestID)...).Commit()
+		resp, err = a.kv.Txn(rctx).Then(a.stateOps(res, requestID)...).Commit()
 		return err
 	})
 	if err != nil {
@@ -543,7 +543,7 @@ func (a *Authority) heldBy(ctx context.Context, res string, holder Grant) error 
 	e := &heldError{Resource: res, Holder: holder}
 	rctx, cancel := a.rctx(ctx)
 	defer cancel()
-	if ttl, err := a.cli.TimeToLive(rctx, holder.LeaseID); err == nil && ttl.TTL >= 0 {
+	if ttl, err := a.lease.TimeToLive(rctx, holder.LeaseID); err == nil && ttl.TTL >= 0 {
 		e.Until = time.Now().Add(time.Duration(ttl.TTL) * time.Second).Truncate(time.Second)
 	}
 	return e

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/debuglog"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
@@ -70,8 +71,11 @@ type Authority struct {
 	cfg Config
 	ns  layout.Namespace
 	cli *clientv3.Client
-	st  objstore.Store
-	log *slog.Logger
+	// kv and lease are cli's, their round trips logged at debug level.
+	kv    clientv3.KV
+	lease clientv3.Lease
+	st    objstore.Store
+	log   *slog.Logger
 
 	mu    sync.Mutex
 	known map[string]counter // last (epoch, generation) seen per resource
@@ -109,7 +113,8 @@ func New(cfg Config) (*Authority, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Authority{
-		cfg: cfg, ns: cfg.Namespace, cli: cfg.Etcd, st: cfg.Store, log: cfg.Logger,
+		cfg: cfg, ns: cfg.Namespace, cli: cfg.Etcd, st: debuglog.Store(cfg.Store, cfg.Logger), log: cfg.Logger,
+		kv: debuglog.KV(cfg.Etcd, cfg.Logger), lease: debuglog.Lease(cfg.Etcd, cfg.Logger),
 		known: make(map[string]counter),
 	}, nil
 }
@@ -205,7 +210,7 @@ func NewID() string {
 func (a *Authority) readDomain(ctx context.Context) (d Domain, ok bool, err error) {
 	var resp *clientv3.TxnResponse
 	err = a.call(ctx, "read domain", 0, func(rctx context.Context) (err error) {
-		resp, err = a.cli.Txn(rctx).Then(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey())).Commit()
+		resp, err = a.kv.Txn(rctx).Then(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey())).Commit()
 		return err
 	})
 	if err != nil {
@@ -307,7 +312,7 @@ func (a *Authority) Init(ctx context.Context) (Domain, error) {
 		// compare and reads the epoch back (Else).
 		var resp *clientv3.TxnResponse
 		err = a.call(ctx, "init domain", 0, func(rctx context.Context) (err error) {
-			resp, err = a.cli.Txn(rctx).
+			resp, err = a.kv.Txn(rctx).
 				If(clientv3.Compare(clientv3.CreateRevision(a.ns.EpochKey()), "=", 0), clientv3.Compare(clientv3.Value(a.ns.DeploymentKey()), "=", dep)).
 				Then(append(a.epochRecordOps(dep, "init", epoch), clientv3.OpPut(a.ns.EpochKey(), layout.EncodeNumber(epoch)))...).
 				Else(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey())).

@@ -119,7 +119,7 @@ func (a *Authority) foreignHistory(ctx context.Context, dep, found string) error
 func (a *Authority) readClaim(ctx context.Context) (string, error) {
 	var resp *clientv3.GetResponse
 	err := a.call(ctx, "read deployment", 0, func(rctx context.Context) (err error) {
-		resp, err = a.cli.Get(rctx, a.ns.DeploymentKey())
+		resp, err = a.kv.Get(rctx, a.ns.DeploymentKey())
 		return err
 	})
 	if err != nil {
@@ -139,7 +139,7 @@ func (a *Authority) readClaim(ctx context.Context) (string, error) {
 func (a *Authority) claimOwnership(ctx context.Context) (string, error) {
 	key, dep := a.ns.DeploymentKey(), NewID()
 	rctx, cancel := a.rctx(ctx)
-	resp, err := a.cli.Txn(rctx).
+	resp, err := a.kv.Txn(rctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, dep)).
 		Else(clientv3.OpGet(key)).
@@ -167,7 +167,7 @@ func (a *Authority) claimOwnership(ctx context.Context) (string, error) {
 		return dep, nil
 	}
 	rctx, cancel = a.rctx(ctx)
-	_, err = a.cli.Txn(rctx).
+	_, err = a.kv.Txn(rctx).
 		If(clientv3.Compare(clientv3.Value(key), "=", dep), clientv3.Compare(clientv3.CreateRevision(a.ns.EpochKey()), "=", 0)).
 		Then(clientv3.OpDelete(key)).
 		Commit()

@@ -60,7 +60,7 @@ func (a *Authority) renew(ctx context.Context, g Grant, attempt time.Duration) (
 	}
 	var ka *clientv3.LeaseKeepAliveResponse
 	err := a.call(ctx, "lease keepalive", attempt, func(rctx context.Context) (err error) {
-		ka, err = a.cli.KeepAliveOnce(rctx, g.LeaseID)
+		ka, err = a.lease.KeepAliveOnce(rctx, g.LeaseID)
 		return err
 	})
 	switch {
@@ -128,7 +128,7 @@ func (a *Authority) Release(ctx context.Context, g Grant) error {
 	reads := a.releaseReads(g, seals)
 	var resp *clientv3.TxnResponse
 	err := a.call(ctx, "release", 0, func(rctx context.Context) (err error) {
-		resp, err = a.cli.Txn(rctx).
+		resp, err = a.kv.Txn(rctx).
 			If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.grantCmp(a.ns)).
 			Then(reads...).
 			Else(reads...).
@@ -148,7 +148,7 @@ func (a *Authority) Release(ctx context.Context, g Grant) error {
 	}
 	// A revoke re-sent after a lost answer finds the lease gone: done.
 	err = a.call(ctx, "release: revoke", 0, func(rctx context.Context) error {
-		_, err := a.cli.Revoke(rctx, g.LeaseID)
+		_, err := a.lease.Revoke(rctx, g.LeaseID)
 		return err
 	})
 	if err != nil && !isLeaseNotFound(err) {
@@ -192,7 +192,7 @@ func (a *Authority) Inspect(ctx context.Context, res string) (ResourceState, err
 		h := &Holder{Grant: *s.holder}
 		var ttl *clientv3.LeaseTimeToLiveResponse
 		err := a.call(ctx, "lease time-to-live", 0, func(rctx context.Context) (err error) {
-			ttl, err = a.cli.TimeToLive(rctx, s.holder.LeaseID)
+			ttl, err = a.lease.TimeToLive(rctx, s.holder.LeaseID)
 			return err
 		})
 		if err != nil && !isLeaseNotFound(err) {

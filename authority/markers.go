@@ -325,7 +325,7 @@ func (a *Authority) confirmGrant(ctx context.Context, g Grant, early *aboveScan)
 func (a *Authority) readCounter(ctx context.Context, res string) (counter, error) {
 	rctx, cancel := a.rctx(ctx)
 	defer cancel()
-	resp, err := a.cli.Txn(rctx).Then(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.GenerationKey(res))).Commit()
+	resp, err := a.kv.Txn(rctx).Then(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.GenerationKey(res))).Commit()
 	if err != nil {
 		return counter{}, etcdErr(ctx, "read counter", err)
 	}

@@ -162,7 +162,7 @@ func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverRe
 	// refused here, before recover reserves an epoch in the bucket.
 	var resp *clientv3.TxnResponse
 	if err := a.call(ctx, "read domain", 0, func(ctx context.Context) (err error) {
-		resp, err = a.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(a.ns.EpochKey()), "<", 0)).
+		resp, err = a.kv.Txn(ctx).If(clientv3.Compare(clientv3.Version(a.ns.EpochKey()), "<", 0)).
 			Then(clientv3.OpPut(a.ns.EpochKey(), "")).
 			Else(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey()), clientv3.OpGet(a.ns.RollbackKey())).
 			Commit()
@@ -308,7 +308,7 @@ func (a *Authority) readPointers(ctx context.Context) (map[string]restoredPointe
 		}
 		var resp *clientv3.GetResponse
 		if err := a.call(ctx, "read pointers", 0, func(ctx context.Context) (err error) {
-			resp, err = a.cli.Get(ctx, key, opts...)
+			resp, err = a.kv.Get(ctx, key, opts...)
 			return err
 		}); err != nil {
 			return nil, err
@@ -464,7 +464,7 @@ func (a *Authority) recordRestored(ctx context.Context, pointers map[string]rest
 	for len(ops) > 0 {
 		n := min(len(ops), pruneBatch)
 		if err := a.call(ctx, "record restored pointers", 0, func(ctx context.Context) error {
-			_, err := a.cli.Txn(ctx).Then(ops[:n]...).Commit()
+			_, err := a.kv.Txn(ctx).Then(ops[:n]...).Commit()
 			return err
 		}); err != nil {
 			return err
@@ -492,7 +492,7 @@ func (a *Authority) switchEpoch(ctx context.Context, old []byte, initialised boo
 	newValue := layout.EncodeNumber(epoch)
 	var resp *clientv3.TxnResponse
 	if err := a.call(ctx, "switch epoch", 0, func(ctx context.Context) (err error) {
-		resp, err = a.cli.Txn(ctx).If(cmp).Then(append(records,
+		resp, err = a.kv.Txn(ctx).If(cmp).Then(append(records,
 			clientv3.OpPut(a.ns.EpochKey(), newValue),
 			clientv3.OpPut(a.ns.DeploymentKey(), dep),
 			clientv3.OpDelete(a.ns.RollbackKey()),
@@ -519,7 +519,7 @@ func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]RevokedHold
 	for {
 		var resp *clientv3.GetResponse
 		if err := a.call(ctx, "list holders", 0, func(ctx context.Context) (err error) {
-			resp, err = a.cli.Get(ctx, key, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1000))
+			resp, err = a.kv.Get(ctx, key, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1000))
 			return err
 		}); err != nil {
 			return nil, err
@@ -538,7 +538,7 @@ func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]RevokedHold
 	for _, k := range holders {
 		var resp *clientv3.GetResponse
 		if err := a.call(ctx, "read holder", 0, func(ctx context.Context) (err error) {
-			resp, err = a.cli.Get(ctx, k)
+			resp, err = a.kv.Get(ctx, k)
 			return err
 		}); err != nil {
 			return out, err
@@ -572,7 +572,7 @@ func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]RevokedHold
 func (a *Authority) endHolder(ctx context.Context, kv *mvccKV) error {
 	if kv.Lease != 0 {
 		return a.call(ctx, "revoke lease", 0, func(ctx context.Context) error {
-			if _, err := a.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !isLeaseNotFound(err) {
+			if _, err := a.lease.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !isLeaseNotFound(err) {
 				return err
 			}
 			return nil
@@ -580,7 +580,7 @@ func (a *Authority) endHolder(ctx context.Context, kv *mvccKV) error {
 	}
 	key := string(kv.Key)
 	return a.call(ctx, "delete a holder without lease", 0, func(ctx context.Context) error {
-		_, err := a.cli.Txn(ctx).
+		_, err := a.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
 			Then(clientv3.OpDelete(key)).
 			Commit()

@@ -116,7 +116,7 @@ func (a *Authority) sealTerm(ctx context.Context, g Grant, read *clientv3.TxnRes
 		}
 		var resp *clientv3.TxnResponse
 		if err := a.call(ctx, "release: seal", 0, func(rctx context.Context) (err error) {
-			resp, err = a.cli.Txn(rctx).If(cmps...).Then(clientv3.OpPut(sk, plan.value)).Else(reads...).Commit()
+			resp, err = a.kv.Txn(rctx).If(cmps...).Then(clientv3.OpPut(sk, plan.value)).Else(reads...).Commit()
 			return err
 		}); err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/debuglog"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/ownership"
@@ -100,7 +101,7 @@ type Config struct {
 type Collector struct {
 	cfg  Config
 	ns   layout.Namespace
-	cli  *clientv3.Client
+	cli  clientv3.KV // Config.Etcd, its round trips logged at debug level
 	st   objstore.Store
 	auth *authority.Authority
 	log  *slog.Logger
@@ -165,7 +166,7 @@ func New(cfg Config) (*Collector, error) {
 		cfg.leases = cfg.Etcd
 	}
 	return &Collector{
-		cfg: cfg, ns: cfg.Namespace, cli: cfg.Etcd, st: cfg.Store, auth: cfg.Authority,
+		cfg: cfg, ns: cfg.Namespace, cli: debuglog.KV(cfg.Etcd, cfg.Logger), st: debuglog.Store(cfg.Store, cfg.Logger), auth: cfg.Authority,
 		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now, leases: cfg.leases, window: allWindow,
 	}, nil
 }
@@ -257,8 +258,19 @@ func (c *Collector) Run(ctx context.Context, opts RunOptions) (*Report, error) {
 		c.m.pass(time.Since(start), rep, err)
 	}
 	c.log.Info("gc: pass done", "dry_run", opts.DryRun, "resources", rep.Resources, "scanned", rep.Scanned,
-		"deleted", rep.Deleted, "sealed", rep.Sealed, "errors", len(rep.Errors), "seconds", rep.Duration)
+		"deleted", rep.Deleted, "sealed", rep.Sealed, "errors", len(rep.Errors), "outcome", passOutcome(err), "duration_ms", time.Since(start).Milliseconds())
 	return rep, err
+}
+
+// passOutcome is the outcome attribute of a pass that ended with err.
+func passOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrIncomplete):
+		return "incomplete"
+	}
+	return "error"
 }
 
 func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error {
@@ -629,6 +641,7 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 		if errs[i] != nil {
 			continue
 		}
+		ctx := debuglog.With(ctx, c.log, "resource", s.Resource)
 		prefix := c.ns.ObjectsPrefix(s.Resource)
 		var objs iter.Seq2[objstore.ObjectInfo, error]
 		if shared {

@@ -76,8 +76,8 @@ type DaemonConfig struct {
 	OnPass func(*Report, error)
 }
 
-// daemonStatus is a Daemon's state, served by its /healthz and /readyz
-// endpoints.
+// daemonStatus is a Daemon's state: the body of /healthz, and of /readyz
+// within readyStatus.
 type daemonStatus struct {
 	Owner      string    `json:"owner"`
 	Running    bool      `json:"running"`
@@ -87,11 +87,17 @@ type daemonStatus struct {
 	Passes     int64     `json:"passes"`
 	LastPass   time.Time `json:"last_pass,omitzero"`
 	LastOK     time.Time `json:"last_success,omitzero"`
-	LastError  string    `json:"last_error,omitempty"`
-	// Ready and Reason are set by /readyz only: whether this replica is
-	// ready, and why not (or "standby" for a ready standby).
+	// LastError is the error of this replica's last pass as leader, ""
+	// when that pass had none (or none ran).
+	LastError string `json:"last_error"`
+}
+
+// readyStatus is the body of /readyz: the state, whether this replica is
+// ready, and why not (or "standby" for a ready standby).
+type readyStatus struct {
+	daemonStatus
 	Ready  bool   `json:"ready"`
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason"` // "" for a ready leader
 }
 
 // Daemon runs GC passes on a schedule. Several replicas may run; only the
@@ -244,7 +250,7 @@ func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
 		case <-lctx.Done():
 		}
 	}()
-	d.log.Info("gc daemon: holding the GC lease", "owner", g.Owner, "generation", g.Generation)
+	d.log.Info("gc daemon: holding the GC lease", "owner", g.Owner, "fence", g.Generation)
 	d.update(func(s *daemonStatus) { s.Leader, s.Standby, s.Generation = true, false, g.Generation })
 	if d.cfg.Metrics != nil {
 		d.cfg.Metrics.leader.Set(1)
@@ -268,12 +274,16 @@ func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
 // prunes the GC lease's own grant and request records. A pass cut short by
 // ctx is not recorded.
 func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
+	start := time.Now()
 	rep, err := d.c.Run(ctx, d.cfg.Run)
 	if err == nil {
 		_, err = d.c.pruneLease(ctx, d.cfg.LeaseResource, g.Generation)
 	}
 	if ctx.Err() != nil {
 		return // cut short by shutdown or a lost lease: not a pass result
+	}
+	if err != nil {
+		d.log.Warn("gc daemon: pass failed", "fence", g.Generation, "outcome", passOutcome(err), "duration_ms", time.Since(start).Milliseconds(), "err", err)
 	}
 	now := time.Now()
 	d.update(func(s *daemonStatus) {
@@ -340,22 +350,24 @@ func (d *Daemon) checkDeps(ctx context.Context) error {
 }
 
 // Handler serves /healthz, /readyz and /metrics (g in the Prometheus text
-// format). Both probes answer the DaemonStatus as JSON:
+// format). Both probes answer the daemon's state as JSON (owner, running,
+// leader, standby, generation, passes, last_pass, last_success and
+// last_error, "" after a pass without errors):
 //
 //   - /healthz (liveness): 200 while Run is running, else 503; it never
 //     contacts etcd or the store, so an etcd outage does not restart the
-//     daemon;
+//     daemon; it says nothing about readiness;
 //   - /readyz (readiness): 503 when etcd or the object store does not
 //     answer (checkDeps: bounded and cached), when this replica leads and
 //     its last pass without errors is older than 2x the interval, or while
 //     it has not settled into a role; 200 for a fresh leader and for a
-//     standby (reason "standby"). Ready and Reason say which.
+//     standby (reason "standby"). Its fields ready and reason say which.
 //
 // Handlers are safe for concurrent use; a /readyz check takes at most
 // readyCheckTimeout (800 ms) and outlives a request that gives up.
 func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	write := func(w http.ResponseWriter, st daemonStatus, ok bool) {
+	write := func(w http.ResponseWriter, st any, ok bool) {
 		w.Header().Set("Content-Type", "application/json")
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -367,7 +379,7 @@ func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
 		write(w, st, st.Running)
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		st := d.snapshot()
+		st := readyStatus{daemonStatus: d.snapshot()}
 		st.Ready, st.Reason = st.readiness(time.Now(), d.cfg.Interval)
 		if st.Running {
 			if err := d.checkDeps(r.Context()); err != nil {

@@ -73,15 +73,16 @@ func (e *env) readyDaemon(owner string) *readyDaemon {
 	return r
 }
 
-// get returns the status code and the DaemonStatus of path.
-func (r *readyDaemon) get(t testing.TB, path string) (int, daemonStatus) {
+// get returns the status code and the body of path (/healthz's has no
+// readiness fields).
+func (r *readyDaemon) get(t testing.TB, path string) (int, readyStatus) {
 	t.Helper()
 	resp, err := http.Get(r.srv.URL + path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st daemonStatus
+	var st readyStatus
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -89,9 +90,9 @@ func (r *readyDaemon) get(t testing.TB, path string) (int, daemonStatus) {
 }
 
 // waitReady polls path until it answers 200 and returns that status.
-func (r *readyDaemon) waitReady(t *testing.T, what string) daemonStatus {
+func (r *readyDaemon) waitReady(t *testing.T, what string) readyStatus {
 	t.Helper()
-	var st daemonStatus
+	var st readyStatus
 	waitFor(t, what, 30*time.Second, func() bool {
 		var code int
 		code, st = r.get(t, "/readyz")

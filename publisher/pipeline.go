@@ -211,7 +211,7 @@ func (pl *Pipeline) handle(it *pending) bool {
 	<-it.wrote
 	res, err := Result{}, it.err
 	if err == nil {
-		res, err = pl.p.c.commit(pl.ctx, pl.p.prepare(it.w))
+		res, err = pl.p.c.commit(pl.p.logContext(pl.ctx, it.w), pl.p.prepare(it.w))
 	}
 	if err != nil && res.Outcome != Conflict {
 		pl.halt(it, res, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/debuglog"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -117,6 +118,7 @@ type Client struct {
 	cfg Config
 	ns  layout.Namespace
 	log *slog.Logger
+	kv  clientv3.KV // cfg.Etcd, its round trips logged at debug level
 	m   *metrics
 }
 
@@ -141,7 +143,8 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, ns: cfg.Namespace, log: log, m: m}, nil
+	cfg.Store = debuglog.Store(cfg.Store, log)
+	return &Client{cfg: cfg, ns: cfg.Namespace, log: log, kv: debuglog.KV(cfg.Etcd, log), m: m}, nil
 }
 
 // Term is what a Publisher is bound to: one grant of a resource, as the
@@ -338,6 +341,7 @@ func (c *Client) Bind(ctx context.Context, t Term) (*Publisher, error) {
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
+	ctx = debuglog.With(ctx, c.log, "resource", t.Resource, "fence", t.Fence)
 	ptr, seal, err := c.initResource(ctx, t.Resource)
 	if err != nil {
 		return nil, err
@@ -451,7 +455,7 @@ func (p *Publisher) publish(ctx context.Context, seq uint64, op Operation) (Resu
 		p.giveBack(c)
 		return Result{}, err
 	}
-	return p.send(ctx, c, p.prepare(w))
+	return p.send(p.logContext(ctx, w), c, p.prepare(w))
 }
 
 // send commits pr, the transaction of claim c, and gives c back when the
@@ -485,6 +489,7 @@ type written struct {
 // write stores op's body (op normalized) as the object of a fresh attempt
 // at v. Errors: writeObject's; nothing was published.
 func (p *Publisher) write(ctx context.Context, v layout.Version, op Operation) (written, error) {
+	ctx = debuglog.With(ctx, p.c.log, "resource", p.term.Resource, "version", v.String(), "key", op.IdempotencyKey)
 	key := p.c.ns.ObjectKey(p.term.Resource, v, layout.NewNonce())
 	start := time.Now()
 	obj, bodySHA, err := p.c.writeObject(ctx, key, op.Body, bodySize(op.Body, op.Size), op.ContentType, op.Metadata)
@@ -494,6 +499,12 @@ func (p *Publisher) write(ctx context.Context, v layout.Version, op Operation) (
 	}
 	p.c.m.objectWritten(time.Since(start), obj.Size)
 	return written{v: v, op: op, obj: obj, digest: requestDigest(bodySHA, op.ContentType, op.Metadata)}, nil
+}
+
+// logContext returns ctx carrying w's resource, version and idempotency key
+// for the debug records of its round trips (internal/debuglog).
+func (p *Publisher) logContext(ctx context.Context, w written) context.Context {
+	return debuglog.With(ctx, p.c.log, "resource", p.term.Resource, "version", w.v.String(), "key", w.op.IdempotencyKey)
 }
 
 // prepare builds w's transaction, stamped now (Client.prepare).

@@ -251,7 +251,7 @@ func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, ag
 		actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		defer cancel()
 		var err error
-		resp, err = c.cfg.Etcd.Txn(actx).
+		resp, err = c.kv.Txn(actx).
 			If(cmps...).
 			Then(clientv3.OpPut(sealKey, r.sealVal), clientv3.OpGet(ptrKey)).
 			Else(clientv3.OpGet(opKey), clientv3.OpGet(sealKey), clientv3.OpGet(ptrKey), clientv3.OpGet(epochKey), clientv3.OpGet(genKey)).

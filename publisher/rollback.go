@@ -37,7 +37,7 @@ func (p *Publisher) Rollback(ctx context.Context, to layout.Version, key string)
 	var resp *clientv3.GetResponse
 	err := c.retry(ctx, "read history of "+res, func(ctx context.Context) error {
 		var err error
-		resp, err = c.cfg.Etcd.Get(ctx, hk)
+		resp, err = c.kv.Get(ctx, hk)
 		return err
 	})
 	if err != nil {

@@ -105,7 +105,7 @@ func (c *Client) send(ctx context.Context, pr *prepared) (*clientv3.TxnResponse,
 	}
 	actx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	return c.cfg.Etcd.Txn(actx).If(pr.cmps...).Then(pr.then...).Else(pr.els...).Commit()
+	return c.kv.Txn(actx).If(pr.cmps...).Then(pr.then...).Else(pr.els...).Commit()
 }
 
 // commit sends pr and classifies the answer. A first send that etcd
@@ -215,7 +215,7 @@ func (c *Client) recordedObject(ctx context.Context, res string, v layout.Versio
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	resp, err := c.cfg.Etcd.Get(rctx, c.ns.HistoryKey(res, v))
+	resp, err := c.kv.Get(rctx, c.ns.HistoryKey(res, v))
 	if err != nil || len(resp.Kvs) == 0 {
 		return obj
 	}
@@ -393,7 +393,7 @@ func (c *Client) createResource(ctx context.Context, res string) (*clientv3.TxnR
 	var resp *clientv3.TxnResponse
 	err := c.retry(ctx, "init resource "+res, func(ctx context.Context) error {
 		var err error
-		resp, err = c.cfg.Etcd.Txn(ctx).
+		resp, err = c.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0), clientv3.Compare(clientv3.CreateRevision(sk), "=", 0)).
 			Then(clientv3.OpPut(pk, zeroPtr), clientv3.OpPut(sk, zeroSeal)).
 			Else(clientv3.OpGet(pk), clientv3.OpGet(sk)).

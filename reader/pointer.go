@@ -190,7 +190,7 @@ func (r *Reader) read(ctx context.Context, serializable bool) (ptr layout.Pointe
 	if serializable {
 		opts = append(opts, clientv3.WithSerializable())
 	}
-	resp, err := r.cfg.Etcd.Get(ctx, r.key, opts...)
+	resp, err := r.kv.Get(ctx, r.key, opts...)
 	if err != nil {
 		return layout.Pointer{}, 0, 0, fmt.Errorf("%w: get pointer of %q: %w", fencepub.ErrUnavailable, r.res, err)
 	}

@@ -38,7 +38,9 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/debuglog"
 	"github.com/fencepub/fencepub/internal/layout"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Errors returned (wrapped) by Reader methods and in Update.Err; test with
@@ -134,6 +136,7 @@ type Reader struct {
 	res string
 	key string // the pointer's etcd key
 	log *slog.Logger
+	kv  clientv3.KV // cfg.Etcd, its round trips logged at debug level
 
 	mu     sync.Mutex
 	seen   layout.Version // highest version returned so far
@@ -155,7 +158,9 @@ func New(cfg Config, resource string) (*Reader, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Reader{cfg: cfg, res: resource, key: cfg.Namespace.PointerKey(resource), log: log}, nil
+	rlog := log.With("resource", resource)
+	cfg.Store = debuglog.Store(cfg.Store, rlog)
+	return &Reader{cfg: cfg, res: resource, key: cfg.Namespace.PointerKey(resource), log: log, kv: debuglog.KV(cfg.Etcd, rlog)}, nil
 }
 
 // withDefaults checks cfg and fills in the defaults of OpenRetries and

@@ -103,6 +103,7 @@ func (r *Reader) follow(ctx context.Context, rev int64, emit func(ptr layout.Poi
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for resp := range r.cfg.Etcd.Watch(wctx, r.key, clientv3.WithRev(rev)) {
+		r.log.Debug("etcd watch response", "resource", r.res, "events", len(resp.Events), "revision", resp.Header.Revision, "err", resp.Err())
 		if err := resp.Err(); err != nil {
 			if resp.CompactRevision != 0 {
 				r.log.Info("pointer watch compacted", "resource", r.res, "compact_revision", resp.CompactRevision)

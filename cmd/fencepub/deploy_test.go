@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -64,24 +65,42 @@ type (
 		Spec k8sPod `yaml:"spec"`
 	}
 	k8sPod struct {
-		Containers []k8sContainer `yaml:"containers"`
-		Volumes    []struct {
-			Name      string                 `yaml:"name"`
-			ConfigMap *struct{ Name string } `yaml:"configMap"`
-		} `yaml:"volumes"`
-		TerminationGracePeriodSeconds *int64 `yaml:"terminationGracePeriodSeconds"`
+		Containers                    []k8sContainer      `yaml:"containers"`
+		Volumes                       []k8sVolume         `yaml:"volumes"`
+		SecurityContext               *k8sSecurityContext `yaml:"securityContext"`
+		TerminationGracePeriodSeconds *int64              `yaml:"terminationGracePeriodSeconds"`
+	}
+	k8sVolume struct {
+		Name      string                 `yaml:"name"`
+		ConfigMap *struct{ Name string } `yaml:"configMap"`
+		EmptyDir  *struct{}              `yaml:"emptyDir"`
+	}
+	// k8sSecurityContext is both a pod's and a container's (the fields
+	// either may set).
+	k8sSecurityContext struct {
+		RunAsUser                *int64 `yaml:"runAsUser"`
+		RunAsGroup               *int64 `yaml:"runAsGroup"`
+		ReadOnlyRootFilesystem   *bool  `yaml:"readOnlyRootFilesystem"`
+		AllowPrivilegeEscalation *bool  `yaml:"allowPrivilegeEscalation"`
+		Capabilities             *struct {
+			Add  []string `yaml:"add"`
+			Drop []string `yaml:"drop"`
+		} `yaml:"capabilities"`
 	}
 	k8sContainer struct {
+		Name         string      `yaml:"name"`
 		Command      []string    `yaml:"command"`
 		Args         []string    `yaml:"args"`
 		Env          []k8sEnvVar `yaml:"env"`
 		VolumeMounts []struct {
 			Name      string `yaml:"name"`
 			MountPath string `yaml:"mountPath"`
+			ReadOnly  bool   `yaml:"readOnly"`
 		} `yaml:"volumeMounts"`
-		Ports          []k8sPort `yaml:"ports"`
-		LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
-		ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
+		Ports           []k8sPort           `yaml:"ports"`
+		SecurityContext *k8sSecurityContext `yaml:"securityContext"`
+		LivenessProbe   *k8sProbe           `yaml:"livenessProbe"`
+		ReadinessProbe  *k8sProbe           `yaml:"readinessProbe"`
 	}
 	k8sPort struct {
 		ContainerPort int32 `yaml:"containerPort"`
@@ -91,16 +110,22 @@ type (
 		Value     string `yaml:"value"`
 		ValueFrom *struct {
 			SecretKeyRef *struct {
+				Name     string `yaml:"name"`
 				Key      string `yaml:"key"`
 				Optional *bool  `yaml:"optional"`
 			} `yaml:"secretKeyRef"`
+			FieldRef *struct {
+				FieldPath string `yaml:"fieldPath"`
+			} `yaml:"fieldRef"`
 		} `yaml:"valueFrom"`
 	}
 	k8sProbe struct {
 		HTTPGet *struct {
 			Path string `yaml:"path"`
 		} `yaml:"httpGet"`
-		TimeoutSeconds int32 `yaml:"timeoutSeconds"`
+		TimeoutSeconds   int32 `yaml:"timeoutSeconds"`
+		PeriodSeconds    int32 `yaml:"periodSeconds"`
+		FailureThreshold int32 `yaml:"failureThreshold"`
 	}
 )
 
@@ -369,7 +394,10 @@ var systemdDirectives = map[string][]string{
 		"TimeoutStartSec", "TimeoutStopSec", "Restart", "RestartSec", "RestartPreventExitStatus", "SuccessExitStatus",
 		"NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices", "ProtectKernelTunables",
 		"ProtectKernelModules", "ProtectControlGroups", "RestrictAddressFamilies", "LockPersonality",
-		"MemoryDenyWriteExecute", "ReadWritePaths", "LimitNOFILE"},
+		"MemoryDenyWriteExecute", "ReadWritePaths", "LimitNOFILE", "CapabilityBoundingSet", "AmbientCapabilities",
+		"PrivateUsers", "DevicePolicy", "PrivateMounts", "ProtectKernelLogs", "ProtectClock", "ProtectHostname",
+		"ProtectProc", "ProcSubset", "RestrictNamespaces", "RestrictRealtime", "RestrictSUIDSGID", "RemoveIPC", "UMask",
+		"SystemCallArchitectures", "SystemCallFilter", "SystemCallErrorNumber"},
 	"Timer":   {"OnCalendar", "OnBootSec", "OnUnitActiveSec", "Persistent", "RandomizedDelaySec", "AccuracySec", "Unit"},
 	"Install": {"WantedBy", "RequiredBy", "Alias"},
 }
@@ -456,8 +484,8 @@ func systemdSeconds(t *testing.T, name, v string) time.Duration {
 // fencepub commands and flags that exist, read config keys and variables
 // fencepub knows, give `fencepub run` a stop timeout longer than --grace
 // with only fencepub signalled first, and pass `systemd-analyze verify`
-// where systemd-analyze is installed (with ExecStart's binary pointed at an
-// existing executable, since verify checks that it exists).
+// (with ExecStart's binary pointed at an existing executable, since verify
+// checks that it exists; `make test` installs systemd-analyze).
 func TestDeploySystemd(t *testing.T) {
 	t.Parallel()
 	known := knownEnv(t)
@@ -492,11 +520,7 @@ func TestDeploySystemd(t *testing.T) {
 	timer := parseUnit(t, "fencepub-run@.timer", files["fencepub-run@.timer"])
 	calendar := timer.one(t, "fencepub-run@.timer", "Timer", "OnCalendar")
 
-	sa, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Logf("systemd-analyze not installed: the parse check above is the only check")
-		return
-	}
+	sa := systemdAnalyze(t)
 	if out, err := exec.Command(sa, "calendar", calendar).CombinedOutput(); err != nil {
 		t.Fatalf("systemd-analyze calendar %q: %v\n%s", calendar, err, out)
 	}
@@ -516,6 +540,51 @@ func TestDeploySystemd(t *testing.T) {
 	out, err := v.CombinedOutput()
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// systemdAnalyze returns the path of systemd-analyze (Debian package
+// systemd; `make systemd-analyze` installs it) or fails t.
+func systemdAnalyze(t *testing.T) string {
+	t.Helper()
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatalf("systemd-analyze is not installed (make systemd-analyze installs Debian's systemd package): %v", err)
+	}
+	return sa
+}
+
+// maxExposure is the highest `systemd-analyze security` exposure the units
+// may have (0 to 10; 4.0 and below is rated OK).
+const maxExposure = 4.0
+
+// `systemd-analyze security --offline=true` rates each service unit at most
+// maxExposure, and the exposure its comment states ("rates it N.N") is the
+// one measured. It needs no running systemd (systemd 250 and later).
+func TestDeploySystemdSecurity(t *testing.T) {
+	t.Parallel()
+	sa := systemdAnalyze(t)
+	dir := t.TempDir()
+	for file, unit := range map[string]string{"fencepub-gc.service": "fencepub-gc.service", "fencepub-run@.service": "fencepub-run@nightly-report.service"} {
+		b := deployFile(t, "systemd/"+file)
+		if err := os.WriteFile(filepath.Join(dir, unit), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(sa, "security", "--offline=true", "--no-pager", fmt.Sprintf("--threshold=%d", int(maxExposure*10)), "./"+unit)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		m := regexp.MustCompile(`Overall exposure level for ` + regexp.QuoteMeta(unit) + `: (\d+\.\d)`).FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("systemd-analyze security %s: no overall exposure (%v; --offline needs systemd 250 or later)\n%s", unit, err, out)
+		}
+		exposure, perr := strconv.ParseFloat(string(m[1]), 64)
+		if perr != nil || exposure > maxExposure || err != nil {
+			t.Fatalf("%s: systemd-analyze security rates it %s, above %.1f (%v)\n%s", file, m[1], maxExposure, err, out)
+		}
+		stated := regexp.MustCompile(`rates it\s+(?:#\s*)?(\d+\.\d)`).FindSubmatch(b)
+		if stated == nil || string(stated[1]) != string(m[1]) {
+			t.Fatalf("%s: its comment must state the exposure systemd-analyze measures, %s (\"rates it %s\")", file, m[1], m[1])
+		}
 	}
 }
 

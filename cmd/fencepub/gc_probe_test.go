@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
+	"go.yaml.in/yaml/v3"
 )
 
 // kubeletProbe GETs path on addr as a kubelet's httpGet probe does: the
@@ -232,6 +235,8 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 		}
 	}
 	live("leading")
+	leaderBodies(t, c, addr)
+	etcdHiccup(t, c.ReadinessProbe, addr, e.Members[0])
 
 	e.Members[0].Stop()
 	until("not ready, saying etcd", func(code int, st status, body string) bool {
@@ -266,4 +271,93 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 			return code == http.StatusOK && st.Ready && (st.Standby || st.Leader)
 		})
 	}
+}
+
+// leaderBodies checks the probe bodies of a healthy leader at addr: /healthz
+// says nothing about readiness (it does not check it), and every field
+// that an alert of deploy/monitoring/fencepub-alerts.yaml sends operators
+// to ("/healthz field F", "/readyz field F") is in that endpoint's body,
+// FencepubGCNotSucceeding naming at least one.
+func leaderBodies(t *testing.T, c k8sContainer, addr string) {
+	t.Helper()
+	bodies := map[string]map[string]any{}
+	for path, p := range map[string]*k8sProbe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
+		code, body := kubeletProbe(p, addr)
+		var m map[string]any
+		if err := json.Unmarshal([]byte(body), &m); code != http.StatusOK || err != nil {
+			t.Fatalf("healthy leader %s: %d %s", path, code, body)
+		}
+		bodies[path] = m
+	}
+	if r, ok := bodies["/healthz"]["ready"]; ok {
+		t.Fatalf("a healthy leader's /healthz says ready: %v (readiness is /readyz's)", r)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(deployFile(t, "monitoring/fencepub-alerts.yaml"), &rules); err != nil {
+		t.Fatal(err)
+	}
+	field := regexp.MustCompile(`(/healthz|/readyz)\s+field\s+(\w+)`)
+	named := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			for _, text := range r.Annotations {
+				for _, m := range field.FindAllStringSubmatch(text, -1) {
+					if _, ok := bodies[m[1]][m[2]]; !ok {
+						t.Errorf("alert %s points at %s field %s, which a healthy leader's body %v does not have", r.Alert, m[1], m[2], bodies[m[1]])
+					}
+					if r.Alert == "FencepubGCNotSucceeding" {
+						named++
+					}
+				}
+			}
+		}
+	}
+	if named == 0 {
+		t.Error("FencepubGCNotSucceeding names no /healthz or /readyz field")
+	}
+}
+
+// etcdHiccup freezes etcd's only member (SIGSTOP) across one period of
+// the readiness probe rp, so that one probe of the daemon at addr fails
+// saying etcd, then thaws it, and probes on at rp's period as a kubelet
+// does until one succeeds. The kubelet marks a pod unready after
+// failureThreshold failures in a row: one hiccup must not do that, or both
+// replicas turn unready together and block node drains.
+func etcdHiccup(t *testing.T, rp *k8sProbe, addr string, m *devstack.EtcdMember) {
+	t.Helper()
+	period := time.Duration(cmp.Or(rp.PeriodSeconds, 10)) * time.Second
+	threshold := int(cmp.Or(rp.FailureThreshold, 3))
+	next := time.Now()
+	probe := func() (int, string) {
+		time.Sleep(time.Until(next))
+		next = next.Add(period)
+		return kubeletProbe(rp, addr)
+	}
+	if code, body := probe(); code != http.StatusOK {
+		t.Fatalf("before the hiccup: readiness %d %s", code, body)
+	}
+	if err := m.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	code, body := probe() // the cached check has expired: readyCheckTTL < period
+	if err := m.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "etcd") {
+		t.Fatalf("etcd frozen: readiness %d %s, want 503 saying etcd", code, body)
+	}
+	failures := 1
+	for ; failures < threshold; failures++ {
+		if code, _ := probe(); code == http.StatusOK {
+			return
+		}
+	}
+	t.Fatalf("one etcd hiccup (frozen for one probe period, %s) failed %d readiness probes in a row: failureThreshold %d makes the pod unready", period, failures, threshold)
 }

@@ -108,7 +108,7 @@ func TestRunSurvivesLeaderStall(t *testing.T) {
 		release := filepath.Join(dir, res+".release")
 		a := startRun(t, ctx, append(append([]string{"run", "--resource", res, "--ttl", "3s", "--wait", "150s", "--key", "a", "-o", "json"}, conn...),
 			"--", "sh", "-c", "while [ ! -e "+release+" ]; do sleep 0.05; done; echo a")...)
-		a.waitStderr(t, "granted:", 30*time.Second)
+		a.waitStderr(t, "run: granted", 30*time.Second)
 		b := startRun(t, ctx, append(append([]string{"run", "--resource", res, "--ttl", "3s", "--wait", "150s", "--key", "b", "-o", "json"}, conn...),
 			"--", "echo", "b")...)
 		b.waitStderr(t, "acquiring the lease", 30*time.Second)

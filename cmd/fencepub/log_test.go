@@ -71,7 +71,7 @@ func TestJSONLogs(t *testing.T) {
 		// stdout must contain this.
 		stdout string
 	}{
-		{"publish", append(append([]string{"--log-format", "json"}, publish...), append([]string{"--key", "k1"}, conn...)...), 0, []string{"publish applied: job is at"}, "applied job"},
+		{"publish", append(append([]string{"--log-format", "json"}, publish...), append([]string{"--key", "k1"}, conn...)...), 0, []string{"publish applied"}, "applied job"},
 		{"duplicate", append(append([]string{"--log-format=json"}, publish...), append([]string{"--key", "k1"}, conn...)...), 0, []string{"duplicate"}, "duplicate job"},
 		{"read", append([]string{"read", "--resource", "job", "--log-format", "json"}, conn...), 0, []string{"sha256"}, "logged"},
 		{"run", append([]string{"run", "--log-format", "json", "--resource", "job2", "--owner", "me", "--ttl", "10s"}, append(conn, "--", "sh", "-c", "echo result; echo from-the-command >&2; printf unterminated >&2")...), 0,
@@ -98,6 +98,15 @@ func TestJSONLogs(t *testing.T) {
 			}
 			if !found {
 				t.Fatalf("%s: no record with %q:\n%s", tc.name, want, errs)
+			}
+		}
+		for _, r := range recs {
+			msg := r["msg"].(string)
+			for _, m := range []string{"publish applied", "run: applied", "run: granted"} {
+				// The values are attributes, never in the message.
+				if strings.HasPrefix(msg, m) && (msg != m || r["resource"] == nil || (r["fence"] == nil && r["version"] == nil)) {
+					t.Fatalf("%s: record %v: want message %q with resource and version or fence attributes", tc.name, r, m)
+				}
 			}
 		}
 		last := recs[len(recs)-1]
@@ -134,5 +143,59 @@ func TestTextLogs(t *testing.T) {
 	}
 	if _, errs, code := runCLI(t, "version", "--log-format", "xml"); code != exitcode.Usage || !strings.Contains(errs, "log.format") {
 		t.Fatalf("--log-format xml: exit %d, stderr %q", code, errs)
+	}
+}
+
+// --log-level debug adds one record per etcd and object-store round trip
+// of publish, read and gc run ("etcd txn", "store put", ...), each with
+// duration_ms and outcome, and, on publish's, the resource, version and
+// idempotency key it serves; at the default level there are none.
+func TestDebugLogs(t *testing.T) {
+	conn, _, _ := testenv.CLIStack(t, "debuglogs")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	body := filepath.Join(t.TempDir(), "body.txt")
+	if err := os.WriteFile(body, []byte("debugged"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	commands := map[string][]string{
+		"publish": {"publish", "--resource", "job", "--owner", "me", "--ttl", "10s", "--key", "k1", "--file", body},
+		"read":    {"read", "--resource", "job"},
+		"gc run":  {"gc", "run", "--resource", "job"},
+	}
+	for _, name := range []string{"publish", "read", "gc run"} {
+		for _, level := range []string{"info", "debug"} {
+			args := append(append(append([]string{}, commands[name]...), "--log-format", "json", "--log-level", level), conn...)
+			out, errs, code := publishCLI(t, ctx, "", args...)
+			if code != 0 {
+				t.Fatalf("%s at %s: exit %d\nstdout: %s\nstderr: %s", name, level, code, out, errs)
+			}
+			trips := map[string]int{}
+			for _, r := range jsonLines(t, name, errs) {
+				if r["level"] != "DEBUG" {
+					continue
+				}
+				msg, _ := r["msg"].(string)
+				kind, _, _ := strings.Cut(msg, " ")
+				if kind != "etcd" && kind != "store" {
+					continue
+				}
+				if _, ok := r["duration_ms"].(float64); !ok || (r["outcome"] != "ok" && r["outcome"] != "error") {
+					t.Fatalf("%s: round trip record %v lacks duration_ms or outcome", name, r)
+				}
+				trips[kind]++
+				if msg == "etcd txn" && r["resource"] == "job" && r["key"] == "k1" && r["version"] != nil {
+					trips["publish txn"]++
+				}
+			}
+			switch {
+			case level == "info" && len(trips) > 0:
+				t.Fatalf("%s at info: round trip records %v\n%s", name, trips, errs)
+			case level == "debug" && (trips["etcd"] == 0 || trips["store"] == 0):
+				t.Fatalf("%s at debug: round trip records %v, want etcd and store ones\n%s", name, trips, errs)
+			case level == "debug" && name == "publish" && trips["publish txn"] == 0:
+				t.Fatalf("publish at debug: no etcd txn record with the resource, version and key\n%s", errs)
+			}
+		}
 	}
 }

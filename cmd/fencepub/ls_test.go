@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/devstack"
-	"github.com/fencepub/fencepub/internal/testkit/testenv"
+	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/minio/minio-go/v7"
 )
 

@@ -339,7 +339,12 @@ func (o *publishOptions) Run(c *cobra.Command) error {
 	defer env.Close()
 	ctx, cancel := context.WithTimeout(c.Context(), o.timeout)
 	defer cancel()
-	client, err := publisher.New(env.PublisherConfig())
+	cfg := env.PublisherConfig()
+	bar := transferBar(c, c.ErrOrStderr(), "publish", knownSize(rc))
+	if bar != nil {
+		cfg.Store = progressStore{Store: cfg.Store, bar: bar}
+	}
+	client, err := publisher.New(cfg)
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
@@ -352,6 +357,9 @@ func (o *publishOptions) Run(c *cobra.Command) error {
 		res, err = p.PublishSeq(ctx, o.seq, op)
 	} else {
 		res, err = p.Publish(ctx, op)
+	}
+	if bar != nil {
+		_ = bar.Finish() // cleared before the outcome is logged
 	}
 	return reportResult(c, *o.format, "publish", res, err)
 }
@@ -448,6 +456,17 @@ func openBodyNow(stdin io.Reader, file string, allowEmpty bool) (io.ReadCloser, 
 	}{in, fh}, nil
 }
 
+// knownSize returns the size in bytes of body when it is a regular file
+// that says it (the progress bar's total), else -1.
+func knownSize(body io.Reader) int64 {
+	if f, ok := body.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+			return fi.Size()
+		}
+	}
+	return -1
+}
+
 // peekEmpty waits for r's first byte and returns a reader of all of r and
 // whether r was empty.
 func peekEmpty(r io.Reader) (io.Reader, bool) {
@@ -495,15 +514,15 @@ func reportResult(cmd *cobra.Command, format, verb string, res publisher.Result,
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), line)
 		}
+		attrs := []any{"resource", res.Resource, "version", res.Version.String(), "key", res.IdempotencyKey, "outcome", res.Outcome}
 		switch res.Outcome {
 		case publisher.Applied:
-			cli.Logger(cmd).Info(fmt.Sprintf("%s applied: %s is at %s", verb, res.Resource, res.Version))
+			cli.Logger(cmd).Info(verb+" applied", attrs...)
 		case publisher.Duplicate:
-			cli.Logger(cmd).Info(fmt.Sprintf("%s duplicate: key %q was already applied at %s; the pointer did not move",
-				verb, res.IdempotencyKey, res.Version))
+			cli.Logger(cmd).Info(verb+" duplicate: the key was already applied; the pointer did not move", attrs...)
 		case publisher.Unknown:
-			cli.Logger(cmd).Warn(fmt.Sprintf("settle it with: %s (or pass this command's -o json output to: fencepub resolve --from -)",
-				resolveHint(res, res.IdempotencyKey)))
+			cli.Logger(cmd).Warn(verb+" unknown: settle it with the command in resolve (or pass this command's -o json output to: fencepub resolve --from -)",
+				append(attrs, "resolve", resolveHint(res, res.IdempotencyKey))...)
 		}
 	}
 	return publishExit(res, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/google/renameio/v2"
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 )
 
@@ -102,17 +103,29 @@ is refused with exit 2, naming the versions that are.
 			return readerExit(err)
 		}
 		defer body.Close()
+		var src io.Reader = body
+		toStdout := out == "" || out == "-"
+		var bar *progressbar.ProgressBar
+		// No bar while the bytes themselves go to the terminal.
+		if _, tty := progressTerminal(c, c.OutOrStdout()); !toStdout || !tty {
+			if bar = transferBar(c, c.ErrOrStderr(), "read", body.Pointer.Object.Size); bar != nil {
+				src = io.TeeReader(body, bar)
+			}
+		}
 		var n int64
-		if out == "" || out == "-" {
-			n, err = io.Copy(c.OutOrStdout(), body)
+		if toStdout {
+			n, err = io.Copy(c.OutOrStdout(), src)
 		} else {
-			n, err = copyToFile(out, body)
+			n, err = copyToFile(out, src)
+		}
+		if bar != nil {
+			_ = bar.Finish() // cleared before the outcome is logged
 		}
 		if err != nil {
 			return readerExit(err)
 		}
-		cli.Logger(c).Info(fmt.Sprintf("read %s at %s: %d bytes, sha256 %s verified",
-			resource, body.Pointer.Version, n, body.Pointer.Object.SHA256))
+		cli.Logger(c).Info("read: sha256 verified", "resource", resource, "version", body.Pointer.Version.String(),
+			"bytes", n, "sha256", body.Pointer.Object.SHA256)
 		return nil
 	}
 	return cmd

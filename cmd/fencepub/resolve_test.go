@@ -40,8 +40,16 @@ func buildCLI(t *testing.T) string {
 func child(t *testing.T, ctx context.Context, bin string, stdin io.Reader, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdin = stdin
+	return runCmd(t, cmd)
+}
+
+// runCmd runs cmd and returns its stdout, stderr and exit code; it fails
+// t when cmd cannot run.
+func runCmd(t *testing.T, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &errb
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
@@ -50,7 +58,7 @@ func child(t *testing.T, ctx context.Context, bin string, stdin io.Reader, args 
 	case errors.As(err, &ee):
 		return out.String(), errb.String(), ee.ExitCode()
 	}
-	t.Fatalf("fencepub %s: %v", strings.Join(args, " "), err)
+	t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, errb.String())
 	return "", "", -1
 }
 

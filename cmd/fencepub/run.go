@@ -66,8 +66,10 @@ func newRunCmd() *cobra.Command {
      holds it) and mint its fence in the same etcd transaction;
   2. run CMD with FENCEPUB_RESOURCE, FENCEPUB_EPOCH, FENCEPUB_FENCE and
      FENCEPUB_OWNER in its environment, renewing the lease meanwhile;
-  3. capture its result: its stdout, or the regular file it wrote at --output
-     (then CMD's stdout goes to stderr: fencepub's stdout is its own output).
+  3. capture its result: its stdout, streamed into the object store while CMD
+     runs (no file is written: run needs no writable directory), or the
+     regular file it wrote at --output, read once CMD ended (then CMD's
+     stdout goes to stderr: fencepub's stdout is its own output).
      An existing --output is moved to FILE.fencepub-prev before CMD starts, so
      only what CMD writes in this run can be published; it is removed once
      the new result is published, and put back whenever nothing is
@@ -79,8 +81,9 @@ func newRunCmd() *cobra.Command {
      --allow-empty, so a job that silently produced nothing does not replace
      the last good result. CMD's leftover background processes (its process
      group) are killed when it exits, before the result is read;
-  4. publish the result with the grant's fence, in one etcd transaction that
-     rejects it if a newer state is already published;
+  4. once CMD exited 0 with the lease held, publish the result with the
+     grant's fence, in one etcd transaction that rejects it if a newer state
+     is already published (an upload of a CMD that failed is aborted);
   5. release the lease.
 
 If the lease is lost while CMD runs (a pause, a partition, a revoke), CMD gets
@@ -143,7 +146,7 @@ func (o *runOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.contentType, "content-type", "", "content type of the result (default application/octet-stream)")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) result instead of refusing it")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
-	f.DurationVar(&o.timeout, "publish-timeout", 5*time.Minute, "deadline for writing and publishing the result; an unanswered transaction is then unknown (112)")
+	f.DurationVar(&o.timeout, "publish-timeout", 5*time.Minute, "deadline, from CMD's end, for writing and publishing the result; an unanswered transaction is then unknown (112)")
 	_ = cmd.MarkFlagRequired("resource")
 	o.format = addFormatFlag(cmd, "format") // --output names the result file
 }
@@ -246,10 +249,6 @@ type runner struct {
 	res        runOutput
 }
 
-func (r *runner) say(format string, a ...any) {
-	r.log.Info(fmt.Sprintf("run: "+format, a...))
-}
-
 // childOutput returns the writer of CMD's stderr (and, with --output, its
 // stdout): stderr itself, or in JSON log mode a lineLogger, so that
 // fencepub's stderr stays JSON lines (docs/cli.md "Logs"). The caller flushes
@@ -325,7 +324,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
-	r.say("acquiring the lease on %q as %q (ttl %s, wait %s)", resource, owner, ttl, wait)
+	r.log.Info("run: acquiring the lease", "resource", resource, "owner", owner, "ttl", ttl, "wait", wait)
 	// MaxWait bounds only the wait for another holder: a grant in progress
 	// when it passes is finished, never cut in half.
 	g, err := a.Acquire(ctx, authority.AcquireRequest{Resource: resource, Owner: owner, TTL: ttl, Wait: wait > 0, MaxWait: wait})
@@ -333,9 +332,9 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 		return authorityExit(err)
 	}
 	r.res.Epoch, r.res.Fence = g.Epoch, g.Generation
-	r.say("granted: epoch %d, fence %d", g.Epoch, g.Generation)
+	r.log.Info("run: granted", "resource", resource, "epoch", g.Epoch, "fence", g.Generation)
 	// Renewed until closed, not until Ctrl-C: an interrupted command is
-	// stopped (execute) before the lease is released.
+	// stopped (wait) before the lease is released.
 	sess, err := a.NewSession(context.WithoutCancel(ctx), g)
 	if err != nil {
 		return authorityExit(err)
@@ -348,73 +347,116 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 
 	published := false
 	defer func() { r.settleOutput(published) }()
-	result, cleanup, err := r.execute(sess, g)
-	defer cleanup()
+	// Bound before CMD starts: its stdout streams into the store while it
+	// runs. Re-sends of the transaction go on until --publish-timeout.
+	cfg := env.PublisherConfig()
+	cfg.ResendTimeout = timeout
+	client, err := publisher.New(cfg)
 	if err != nil {
-		return err
+		return exitcode.With(exitcode.Usage, err)
+	}
+	bctx, bcancel := context.WithTimeout(ctx, timeout)
+	p, err := client.Bind(bctx, publisher.GrantTerm(g, false))
+	bcancel()
+	if err != nil {
+		return publishExit(publisher.Result{}, err)
+	}
+	op := publisher.Operation{IdempotencyKey: key, ContentType: contentType}
+	var res publisher.Result
+	if r.output == "" {
+		res, err = r.publishStdout(sess, g, p, op, timeout)
+	} else {
+		res, err = r.publishOutput(sess, g, p, op, timeout)
+	}
+	if res.Outcome != "" { // else not_published: the publish never reached etcd
+		r.res.Outcome, r.res.Reason, r.res.Version, r.res.Object, r.res.Digest = string(res.Outcome), string(res.Reason), res.Version, res.Object, res.Digest
+	}
+	published = res.Outcome == publisher.Applied || res.Outcome == publisher.Duplicate
+	attrs := []any{"resource", resource, "version", res.Version.String(), "key", key, "outcome", res.Outcome}
+	switch res.Outcome {
+	case publisher.Applied:
+		r.log.Info("run: applied", attrs...)
+	case publisher.Duplicate:
+		r.log.Info("run: duplicate: this run was already published; the pointer did not move", attrs...)
+	case publisher.Unknown:
+		r.log.Info("run: unknown: settle it with the command in resolve (or pass this command's -o json output to: fencepub resolve --from -)",
+			append(attrs, "resolve", resolveHint(res, key))...)
+	case "":
+	case publisher.Conflict:
+		r.log.Info("run: conflict: the key was already published with a different result; nothing published (is the job's output deterministic?)", attrs...)
+	default:
+		r.log.Info("run: nothing published", append(attrs, "reason", res.Reason)...)
+	}
+	return publishExit(res, err)
+}
+
+// publishOutput runs CMD to its end and then publishes the regular file it
+// wrote at --output, within timeout.
+func (r *runner) publishOutput(sess *authority.Session, g authority.Grant, p *publisher.Publisher, op publisher.Operation, timeout time.Duration) (publisher.Result, error) {
+	cmd, childOut, err := r.start(g, nil)
+	if err != nil {
+		return publisher.Result{}, err
+	}
+	if err := r.wait(sess, g, cmd, childOut); err != nil {
+		return publisher.Result{}, err
 	}
 	// One handle, checked and published: the file cannot be swapped
 	// between the check and the upload. (Stat first: opening a FIFO would
 	// block.)
-	if fi, err := os.Lstat(result); err == nil && !fi.Mode().IsRegular() {
-		return exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
+	if fi, err := os.Lstat(r.output); err == nil && !fi.Mode().IsRegular() {
+		return publisher.Result{}, exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
 	}
-	body, err := os.Open(result)
+	body, err := os.Open(r.output)
 	if err != nil {
-		return exitcode.With(exitcode.Usage, fmt.Errorf("the command succeeded but wrote no result at --output %s: %w; nothing published", r.output, err))
+		return publisher.Result{}, exitcode.With(exitcode.Usage, fmt.Errorf("the command succeeded but wrote no result at --output %s: %w; nothing published", r.output, err))
 	}
 	defer body.Close()
 	fi, err := body.Stat()
 	switch {
 	case err != nil:
-		return exitcode.With(exitcode.Usage, fmt.Errorf("result %s: %w", result, err))
+		return publisher.Result{}, exitcode.With(exitcode.Usage, fmt.Errorf("result %s: %w", r.output, err))
 	case !fi.Mode().IsRegular():
-		return exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
+		return publisher.Result{}, exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
 	case fi.Size() == 0 && !r.allowEmpty:
-		return exitcode.Usagef("the command succeeded but its result (%s) is empty; nothing published (pass --allow-empty to publish an empty result)", resultName(r.output))
+		return publisher.Result{}, errEmptyResult(r.output)
 	}
+	if err := leaseHeld(sess); err != nil {
+		return publisher.Result{}, err
+	}
+	pctx, pcancel := context.WithTimeout(r.c.Context(), timeout)
+	defer pcancel()
+	r.log.Info("run: publishing the result", "resource", g.Resource, "fence", g.Generation, "key", op.IdempotencyKey)
+	op.Body = body
+	return p.Publish(pctx, op)
+}
+
+// errEmptyResult refuses an empty result (exit 2) unless --allow-empty.
+func errEmptyResult(output string) error {
+	return exitcode.Usagef("the command succeeded but its result (%s) is empty; nothing published (pass --allow-empty to publish an empty result)", resultName(output))
+}
+
+// leaseHeld returns the lease-lost error (exit 114) once sess has lost the
+// lease, else nil: checked after CMD's end, right before the result is
+// published.
+func leaseHeld(sess *authority.Session) error {
 	select {
 	case <-sess.Lost():
 		return exitcode.With(exitcode.LeaseLost, fmt.Errorf("lease lost after the command finished; not publishing: %w", sess.Err()))
 	default:
+		return nil
 	}
-
-	pctx, pcancel := context.WithTimeout(ctx, timeout)
-	defer pcancel()
-	client, err := publisher.New(env.PublisherConfig())
-	if err != nil {
-		return exitcode.With(exitcode.Usage, err)
-	}
-	p, err := client.Bind(pctx, publisher.GrantTerm(g, false))
-	if err != nil {
-		return publishExit(publisher.Result{}, err)
-	}
-	r.say("publishing the result with fence %d (key %s)", g.Generation, key)
-	res, err := p.Publish(pctx, publisher.Operation{IdempotencyKey: key, Body: body, ContentType: contentType})
-	r.res.Outcome, r.res.Reason, r.res.Version, r.res.Object, r.res.Digest = string(res.Outcome), string(res.Reason), res.Version, res.Object, res.Digest
-	published = res.Outcome == publisher.Applied || res.Outcome == publisher.Duplicate
-	switch res.Outcome {
-	case publisher.Applied:
-		r.say("applied: %s is at %s", resource, res.Version)
-	case publisher.Duplicate:
-		r.say("duplicate: this run (key %s) was already published at %s; the pointer did not move", key, res.Version)
-	case publisher.Unknown:
-		r.say("unknown; settle it with: %s (or pass this command's -o json output to: fencepub resolve --from -)", resolveHint(res, key))
-	case "":
-	case publisher.Conflict:
-		r.say("conflict: key %s was already published with a different result; nothing published (is the job's output deterministic?)", key)
-	default:
-		r.say("%s (reason %s): nothing published", res.Outcome, res.Reason)
-	}
-	return publishExit(res, err)
 }
 
-// execute runs the command with the grant in its environment and returns the
-// path of its result. If the lease is lost meanwhile the command gets SIGTERM
-// (its process group), then SIGKILL after the grace period. A failing
-// command's exit status is passed through. cleanup removes temporary files.
-func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, func(), error) {
-	noop := func() {}
+// leftoverWait is how long run waits, once CMD has exited, for the
+// processes CMD left behind to close the stdin and stderr pipes fencepub
+// copies (a writer that is not a file, such as the JSON log of CMD's
+// lines); then fencepub closes them and kills CMD's process group (wait).
+const leftoverWait = 2 * time.Second
+
+// start starts CMD with the grant in its environment, its stdout on stdout
+// (nil: the writer of CMD's stderr, as with --output, since fencepub's
+// stdout is its own), and returns it with the writer of its stderr.
+func (r *runner) start(g authority.Grant, stdout io.Writer) (*exec.Cmd, io.Writer, error) {
 	cmd := exec.Command(r.args[0], r.args[1:]...)
 	cmd.Env = append(os.Environ(),
 		"FENCEPUB_RESOURCE="+g.Resource, "FENCEPUB_EPOCH="+strconv.FormatUint(g.Epoch, 10),
@@ -422,31 +464,28 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	cmd.Stdin = r.c.InOrStdin()
 	childOut := r.childOutput()
 	cmd.Stderr = childOut
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	result, cleanup := r.output, noop
-	var stdout *os.File
-	if r.output == "" {
-		f, err := os.CreateTemp("", "fencepub-run-stdout-")
-		if err != nil {
-			return "", noop, err
-		}
-		stdout, result = f, f.Name()
-		cleanup = func() { _ = f.Close(); _ = os.Remove(f.Name()) }
-		cmd.Stdout = f
-	} else {
-		// fencepub's stdout carries its own output (-o json).
+	cmd.Stdout = stdout
+	if stdout == nil {
 		cmd.Stdout = childOut
 	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = leftoverWait
 	if err := r.setAsideOutput(); err != nil {
-		return "", cleanup, err
+		return nil, nil, err
 	}
-	r.say("running %s", shellescape.QuoteCommand(r.args))
+	r.log.Info("run: running the command", "command", shellescape.QuoteCommand(r.args))
 	if err := cmd.Start(); err != nil {
-		if stdout != nil {
-			stdout.Close()
-		}
-		return "", cleanup, exitcode.With(exitcode.Usage, fmt.Errorf("start %s: %w", r.args[0], err))
+		return nil, nil, exitcode.With(exitcode.Usage, fmt.Errorf("start %s: %w", r.args[0], err))
 	}
+	return cmd, childOut, nil
+}
+
+// wait waits for CMD, started by start, and returns nil when it exited 0.
+// If the lease is lost meanwhile CMD gets SIGTERM (its process group), then
+// SIGKILL after the grace period (exit 114); so it does on Ctrl-C. A
+// failing command's exit status is passed through. CMD's leftover
+// background processes (its process group) are killed once it ended.
+func (r *runner) wait(sess *authority.Session, g authority.Grant, cmd *exec.Cmd, childOut io.Writer) error {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var waitErr error
@@ -465,14 +504,14 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	case waitErr = <-done:
 	case <-sess.Lost():
 		lost = true
-		r.say("lease lost while the command runs (%v): SIGTERM, SIGKILL after %s", sess.Err(), r.grace)
+		r.log.Info("run: lease lost while the command runs: SIGTERM, then SIGKILL after the grace period", "resource", g.Resource, "fence", g.Generation, "grace", r.grace, "err", sess.Err())
 		stop()
 	case <-r.c.Context().Done():
 		// The lease is still renewed (the session's context is not the
 		// command's) until CMD is gone, so no other holder's command
 		// overlaps with it.
 		interrupted = true
-		r.say("interrupted: SIGTERM to the command, SIGKILL after %s", r.grace)
+		r.log.Info("run: interrupted: SIGTERM to the command, then SIGKILL after the grace period", "grace", r.grace)
 		stop()
 	}
 	// Leftover background processes must not write the result (or anything
@@ -481,32 +520,30 @@ func (r *runner) execute(sess *authority.Session, g authority.Grant) (string, fu
 	if ll, ok := childOut.(*lineLogger); ok {
 		ll.flush() // CMD's Wait returned: its output is copied
 	}
-	if interrupted {
-		return "", cleanup, exitcode.With(exitcode.Internal, fmt.Errorf("interrupted; nothing published: %w", r.c.Context().Err()))
-	}
-	if stdout != nil {
-		if err := stdout.Close(); err != nil && waitErr == nil {
-			waitErr = err
-		}
-	}
-	if lost {
-		return "", cleanup, exitcode.With(exitcode.LeaseLost, fmt.Errorf("lease on %q lost while the command ran; command terminated, nothing published: %w", g.Resource, sess.Err()))
+	switch {
+	case interrupted:
+		return exitcode.With(exitcode.Internal, fmt.Errorf("interrupted; nothing published: %w", r.c.Context().Err()))
+	case lost:
+		return exitcode.With(exitcode.LeaseLost, fmt.Errorf("lease on %q lost while the command ran; command terminated, nothing published: %w", g.Resource, sess.Err()))
 	}
 	code := 0
 	var ee *exec.ExitError
+	if errors.Is(waitErr, exec.ErrWaitDelay) { // CMD exited 0; what it left behind held its output
+		waitErr = nil
+	}
 	if errors.As(waitErr, &ee) {
 		code = ee.ExitCode()
 		if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() {
 			code = 128 + int(st.Signal())
 		}
 	} else if waitErr != nil {
-		return "", cleanup, waitErr
+		return waitErr
 	}
 	r.res.CommandExit = code
 	if code != 0 {
-		return "", cleanup, &exitcode.Error{Code: code, Err: fmt.Errorf("command %s exited with %d; nothing published", r.args[0], code)}
+		return &exitcode.Error{Code: code, Err: fmt.Errorf("command %s exited with %d; nothing published", r.args[0], code)}
 	}
-	return result, cleanup, nil
+	return nil
 }
 
 // resultName names where a run's result came from.
@@ -587,7 +624,7 @@ func (r *runner) setAsideOutput() error {
 		return exitcode.Usagef("--output %s: cannot set the existing file aside: %v", r.output, err)
 	}
 	r.saved = saved
-	r.say("--output %s existed: set aside as %s while the command runs", r.output, saved)
+	r.log.Info("run: --output existed: set aside while the command runs", "output", r.output, "saved", saved)
 	return nil
 }
 
@@ -605,7 +642,7 @@ func (r *runner) settleOutput(published bool) {
 		return
 	}
 	if !exists(r.saved) {
-		r.say("nothing published; the previous --output (set aside as %s) was removed during the run", r.saved)
+		r.log.Info("run: nothing published; the previous --output, set aside, was removed during the run", "output", r.output, "saved", r.saved)
 		return
 	}
 	failed := ""
@@ -616,17 +653,17 @@ func (r *runner) settleOutput(published bool) {
 			err = os.Rename(r.output, failed)
 		}
 		if err != nil {
-			r.say("could not put the previous --output back: %v; it is at %s", err, r.saved)
+			r.log.Info("run: could not put the previous --output back", "output", r.output, "saved", r.saved, "err", err)
 			return
 		}
 	}
 	if err := os.Rename(r.saved, r.output); err != nil {
-		r.say("could not put the previous --output back: %v; it is at %s", err, r.saved)
+		r.log.Info("run: could not put the previous --output back", "output", r.output, "saved", r.saved, "err", err)
 		return
 	}
 	if failed != "" {
-		r.say("nothing published; the previous %s is back in place, the command's output is at %s", r.output, failed)
+		r.log.Info("run: nothing published; the previous --output is back in place", "output", r.output, "command_output", failed)
 	} else {
-		r.say("nothing published; the previous %s is back in place", r.output)
+		r.log.Info("run: nothing published; the previous --output is back in place", "output", r.output)
 	}
 }
