@@ -1,3 +1,5 @@
+//go:build !unit
+
 package debuglog_test
 
 import (
@@ -10,9 +12,9 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/debuglog"
-	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/memstore"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
