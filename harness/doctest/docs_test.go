@@ -1,4 +1,6 @@
-package main
+//go:build !unit
+
+package doctest
 
 import (
 	"bytes"
@@ -636,4 +638,14 @@ func TestMakeGoPackages(t *testing.T) {
 	if !slices.Equal(got["x"], []string{"./cmd/a", "./b/cmd"}) || !slices.Equal(got["z"], []string{"./x/c"}) {
 		t.Fatalf("makeGoPackages = %v", got)
 	}
+}
+
+// repoRoot is the checkout's root: this package is harness/doctest.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
 }
