@@ -523,7 +523,7 @@ func TestReadmeOnDevStack(t *testing.T) {
 		return stdout.String()
 	}
 	fencepub := filepath.Join(work, "bin", "fencepub")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", fencepub, "github.com/fencepub/fencepub/cmd/fencepub").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "go", "-C", root, "build", "-o", fencepub, "./cmd/fencepub").CombinedOutput(); err != nil {
 		t.Fatalf("go build fencepub: %v\n%s", err, out)
 	}
 	m := newDocModule(t, root, program)

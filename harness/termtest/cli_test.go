@@ -13,12 +13,12 @@ import (
 	"testing"
 )
 
-// buildCLI builds fencepub from this checkout into a temporary directory
+// buildCLI builds fencepub in its own module (two levels up) from this checkout into a temporary directory
 // and returns its path.
 func buildCLI(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "fencepub")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/fencepub/fencepub/cmd/fencepub").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "-C", filepath.Join("..", ".."), "build", "-o", bin, "./cmd/fencepub").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
