@@ -61,13 +61,13 @@ deps:
 ## and the example programs into ./bin
 build:
 	$(GO) build -buildvcs=auto -o $(BIN)/fencepub ./cmd/fencepub
-	cd harness && $(GO) build -o $(BIN)/fencepub-bench ./cmd/fencepub-bench
+	$(GO) -C harness build -o $(BIN)/fencepub-bench github.com/fencepub/fencepub/harness/cmd/fencepub-bench
 	$(GO) build -o $(BIN)/batch-publisher ./examples/batch-publisher
 	$(GO) build -o $(BIN)/reader-service ./examples/reader-service
 
 ## demo: the main job end to end on real etcd and MinIO (harness/demo)
 demo: deps build
-	cd harness && $(GO) run ./cmd/demo --bin $(BIN)
+	$(GO) -C harness run github.com/fencepub/fencepub/harness/cmd/demo --bin $(BIN)
 
 ## wrk: install wrk (Debian package), which drives the reader-service
 ## benchmark rows, with apt-get (as root, else through sudo) unless it is in PATH.
@@ -230,7 +230,7 @@ SEED     ?=
 DURATION ?= 5m
 STORE    ?= minio
 chaos: deps
-	cd harness && $(GO) build -o $(BIN)/chaos ./cmd/chaos
+	$(GO) -C harness build -o $(BIN)/chaos github.com/fencepub/fencepub/harness/cmd/chaos
 	$(BIN)/chaos -store=$(STORE) -seed=$(SEED) -duration=$(DURATION)
 
 clean:

@@ -199,7 +199,7 @@ func (sb *podSandbox) run(t *testing.T, ctx context.Context, pod k8sPod, c k8sCo
 	cmd.Env = env
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	return runCmd(t, cmd)
+	return testenv.RunCmd(t, cmd)
 }
 
 // copyFile copies src to dst with mode perm.

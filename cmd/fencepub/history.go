@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
-	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/spf13/cobra"
@@ -29,10 +28,6 @@ type historyOutput struct {
 
 // newHistoryCmd builds `fencepub history`.
 func newHistoryCmd() *cobra.Command {
-	var (
-		resource string
-		timeout  time.Duration
-	)
 	cmd := &cobra.Command{
 		Use:   "history --resource R",
 		Short: "List a resource's retained versions: those read --version and rollback --to take",
@@ -54,33 +49,21 @@ A resource never granted in the domain is an error, exit 1, unless
   fencepub history --resource nightly-report -o json | jq -r '.versions[].version | "\(.epoch).\(.fence).\(.seq)"'`,
 		Args: noArgs,
 	}
-	cmd.Flags().StringVar(&resource, "resource", "", "resource name (required)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "deadline")
-	_ = cmd.MarkFlagRequired("resource")
-	out := addOutputFlag(cmd)
-	allowMissing := addAllowMissing(cmd)
-	cli.AddConnFlags(cmd)
-	usageErrors(cmd)
+	f := addResourceRead(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
-		if err := positive("timeout", timeout); err != nil {
+		var hist []fencepub.Pointer
+		err, ferr := f.read(c, false, func(ctx context.Context, r *reader.Reader) (err error) {
+			hist, err = r.History(ctx)
 			return err
+		})
+		if ferr != nil {
+			return ferr
 		}
-		r, env, err := openReader(c, resource, false, 0)
-		if err != nil {
-			return err
-		}
-		defer env.Close()
-		ctx, cancel := context.WithTimeout(c.Context(), timeout)
-		defer cancel()
-		hist, err := r.History(ctx)
-		if merr := missingResource(ctx, env, err, *allowMissing); merr != nil {
-			return merr
-		}
-		o := historyOutput{Resource: resource, NeverGranted: errors.Is(err, reader.ErrUnknownResource), Versions: hist}
+		o := historyOutput{Resource: f.resource, NeverGranted: errors.Is(err, reader.ErrUnknownResource), Versions: hist}
 		if err != nil && !o.NeverGranted {
 			return readerExit(err)
 		}
-		if *out == "json" {
+		if *f.out == "json" {
 			return printJSON(c.OutOrStdout(), o)
 		}
 		return printHistory(c.OutOrStdout(), o)

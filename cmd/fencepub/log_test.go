@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,29 +13,6 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
-
-// jsonLines decodes every line of stderr as one JSON log record and returns
-// them; a line that is not a JSON object with time, level and msg fails t.
-func jsonLines(t *testing.T, what, stderr string) []map[string]any {
-	t.Helper()
-	var recs []map[string]any
-	for _, line := range strings.Split(strings.TrimSuffix(stderr, "\n"), "\n") {
-		if line == "" && stderr == "" {
-			break
-		}
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("%s: stderr line is not JSON (%v): %q\nstderr:\n%s", what, err, line, stderr)
-		}
-		for _, k := range []string{"time", "level", "msg"} {
-			if _, ok := r[k]; !ok {
-				t.Fatalf("%s: record without %q: %q", what, k, line)
-			}
-		}
-		recs = append(recs, r)
-	}
-	return recs
-}
 
 // TestJSONLogs runs the fencepub binary in JSON log mode (flag, environment
 // and config file) through succeeding and failing commands and decodes
@@ -90,7 +66,7 @@ func TestJSONLogs(t *testing.T) {
 		if !strings.Contains(out, tc.stdout) {
 			t.Fatalf("%s: stdout %q lacks %q", tc.name, out, tc.stdout)
 		}
-		recs := jsonLines(t, tc.name, errs)
+		recs := testenv.JSONLines(t, tc.name, errs)
 		for _, want := range tc.msgs {
 			found := false
 			for _, r := range recs {
@@ -171,7 +147,7 @@ func TestDebugLogs(t *testing.T) {
 				t.Fatalf("%s at %s: exit %d\nstdout: %s\nstderr: %s", name, level, code, out, errs)
 			}
 			trips := map[string]int{}
-			for _, r := range jsonLines(t, name, errs) {
+			for _, r := range testenv.JSONLines(t, name, errs) {
 				if r["level"] != "DEBUG" {
 					continue
 				}

@@ -167,3 +167,45 @@ func missingResource(ctx context.Context, env *cli.Env, err error, allowMissing 
 	}
 	return nil
 }
+
+// resourceRead holds the flags of a command that reads one resource once
+// (pointer, history): --resource, --timeout, -o and --allow-missing, with
+// the connection flags.
+type resourceRead struct {
+	resource     string
+	timeout      time.Duration
+	out          *string
+	allowMissing *bool
+}
+
+// addResourceRead registers resourceRead's flags on cmd.
+func addResourceRead(cmd *cobra.Command) *resourceRead {
+	o := &resourceRead{}
+	cmd.Flags().StringVar(&o.resource, "resource", "", "resource name (required)")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline")
+	_ = cmd.MarkFlagRequired("resource")
+	o.out = addOutputFlag(cmd)
+	o.allowMissing = addAllowMissing(cmd)
+	cli.AddConnFlags(cmd)
+	usageErrors(cmd)
+	return o
+}
+
+// read connects, and calls get with the resource's Reader under --timeout.
+// It returns get's error as got, for the caller to classify, and as err
+// the command's own failure: a bad --timeout, a failed connection, or a
+// resource the command must not report (missingResource).
+func (o *resourceRead) read(c *cobra.Command, serializable bool, get func(context.Context, *reader.Reader) error) (got, err error) {
+	if err := positive("timeout", o.timeout); err != nil {
+		return nil, err
+	}
+	r, env, err := openReader(c, o.resource, serializable, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer env.Close()
+	ctx, cancel := context.WithTimeout(c.Context(), o.timeout)
+	defer cancel()
+	got = get(ctx, r)
+	return got, missingResource(ctx, env, got, *o.allowMissing)
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 )
 
-// pipeUnread is not implemented here: the output of `run` is then read to
-// the pipe's end (see commandOutput.Read).
+// pipeUnread reports errors.ErrUnsupported: only Linux says how many bytes
+// a pipe holds, so elsewhere `run` reads the command's output to the
+// pipe's end (commandOutput.Read).
 func pipeUnread(*os.File) (int, error) { return 0, errors.ErrUnsupported }

@@ -102,11 +102,7 @@ func readerExit(err error) error {
 
 // newPointerCmd builds `fencepub pointer`.
 func newPointerCmd() *cobra.Command {
-	var (
-		resource     string
-		serializable bool
-		timeout      time.Duration
-	)
+	var serializable bool
 	cmd := &cobra.Command{
 		Use:   "pointer --resource R",
 		Short: "Show a resource's published pointer",
@@ -122,45 +118,33 @@ it as not published ("never_granted": true). The read is linearizable unless
   fencepub pointer --resource nightly-report -o json | jq -r .version`,
 		Args: noArgs,
 	}
-	cmd.Flags().StringVar(&resource, "resource", "", "resource name (required)")
+	f := addResourceRead(cmd)
 	cmd.Flags().BoolVar(&serializable, "serializable", false, "read from the local etcd member without a quorum round (may be stale)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "deadline")
-	_ = cmd.MarkFlagRequired("resource")
-	out := addOutputFlag(cmd)
-	allowMissing := addAllowMissing(cmd)
-	cli.AddConnFlags(cmd)
-	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
-		if err := positive("timeout", timeout); err != nil {
+		var ptr fencepub.Pointer
+		err, ferr := f.read(c, serializable, func(ctx context.Context, r *reader.Reader) (err error) {
+			ptr, err = r.Current(ctx)
 			return err
-		}
-		r, env, err := openReader(c, resource, serializable, 0)
-		if err != nil {
-			return err
-		}
-		defer env.Close()
-		ctx, cancel := context.WithTimeout(c.Context(), timeout)
-		defer cancel()
-		ptr, err := r.Current(ctx)
-		if merr := missingResource(ctx, env, err, *allowMissing); merr != nil {
-			return merr
+		})
+		if ferr != nil {
+			return ferr
 		}
 		if err != nil && !errors.Is(err, reader.ErrNotPublished) {
 			return readerExit(err)
 		}
-		o := pointerOutput{Resource: resource, Published: err == nil, NeverGranted: errors.Is(err, reader.ErrUnknownResource), Pointer: ptr}
-		if *out == "json" {
+		o := pointerOutput{Resource: f.resource, Published: err == nil, NeverGranted: errors.Is(err, reader.ErrUnknownResource), Pointer: ptr}
+		if *f.out == "json" {
 			return printJSON(c.OutOrStdout(), o)
 		}
 		switch {
 		case o.NeverGranted:
-			fmt.Fprintf(c.OutOrStdout(), "%s: never granted or published\n", resource)
+			fmt.Fprintf(c.OutOrStdout(), "%s: never granted or published\n", f.resource)
 			return nil
 		case !o.Published:
-			fmt.Fprintf(c.OutOrStdout(), "%s: granted, nothing published yet\n", resource)
+			fmt.Fprintf(c.OutOrStdout(), "%s: granted, nothing published yet\n", f.resource)
 			return nil
 		}
-		fmt.Fprintf(c.OutOrStdout(), "%s %s %s/%s sha256=%s size=%d key=%q committed_at=%s\n", resource, ptr.Version,
+		fmt.Fprintf(c.OutOrStdout(), "%s %s %s/%s sha256=%s size=%d key=%q committed_at=%s\n", f.resource, ptr.Version,
 			ptr.Object.Bucket, ptr.Object.Key, ptr.Object.SHA256, ptr.Object.Size, ptr.IdempotencyKey, ptr.CommittedAt.Format(time.RFC3339Nano))
 		return nil
 	}

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -41,25 +40,7 @@ func child(t *testing.T, ctx context.Context, bin string, stdin io.Reader, args 
 	t.Helper()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdin = stdin
-	return runCmd(t, cmd)
-}
-
-// runCmd runs cmd and returns its stdout, stderr and exit code; it fails
-// t when cmd cannot run.
-func runCmd(t *testing.T, cmd *exec.Cmd) (string, string, int) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return out.String(), errb.String(), 0
-	case errors.As(err, &ee):
-		return out.String(), errb.String(), ee.ExitCode()
-	}
-	t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, errb.String())
-	return "", "", -1
+	return testenv.RunCmd(t, cmd)
 }
 
 // TestResolveCLI runs publish and resolve as child processes on real etcd

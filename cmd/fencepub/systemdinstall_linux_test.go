@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // systemdInstallBlock returns the sh block of the docs (README.md or a page
@@ -73,7 +75,7 @@ cp -a /etc /usr/local/bin "$OUT/"
 	cmd := exec.Command("/bin/sh", "-c", script)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "WORK=" + work, "OUT=" + out, "ACCESS_KEY=ak-test", "SECRET_KEY=sk-test"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	if stdout, stderr, code := runCmd(t, cmd); code != 0 {
+	if stdout, stderr, code := testenv.RunCmd(t, cmd); code != 0 {
 		t.Fatalf("install steps: exit %d\n%s\n%s\nsteps:\n%s", code, stdout, stderr, steps)
 	}
 

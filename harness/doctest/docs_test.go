@@ -568,28 +568,36 @@ func TestReadmeOnDevStack(t *testing.T) {
 // makeGoPackages returns the package arguments of every `$(GO) run` and
 // `$(GO) build` in the Makefile text mk that name a directory of the
 // checkout (./path, relative to the root, or to the directory of a `cd DIR &&`
-// before it), by the make target whose recipe holds them.
+// before it or of `-C DIR`; or an import path under the module's path), as
+// ./paths from the root, by the make target whose recipe holds them.
 func makeGoPackages(mk string) map[string][]string {
 	mk = strings.ReplaceAll(mk, "\\\n", " ")
 	out := map[string][]string{}
 	target := ""
-	goCmd := regexp.MustCompile(`\$\(GO\)\s+(?:run|build)\s`)
+	goCmd := regexp.MustCompile(`\$\(GO\)\s+(?:-C\s+(\S+)\s+)?(?:run|build)\s`)
 	end := regexp.MustCompile(`;|&&|\|\||\||>`)
 	cd := regexp.MustCompile(`cd\s+(\S+)\s*&&\s*$`)
 	for _, ln := range strings.Split(mk, "\n") {
 		if t, _, ok := strings.Cut(ln, ":"); ok && t != "" && !strings.HasPrefix(ln, "\t") && !strings.ContainsAny(t, " =$#") {
 			target = t
 		}
-		for _, loc := range goCmd.FindAllStringIndex(ln, -1) {
+		for _, loc := range goCmd.FindAllStringSubmatchIndex(ln, -1) {
 			args := ln[loc[1]:]
 			if e := end.FindStringIndex(args); e != nil {
 				args = args[:e[0]]
 			}
 			for _, f := range strings.Fields(args) {
-				if f = strings.TrimRight(f, ")"); !strings.HasPrefix(f, "./") && !strings.HasPrefix(f, "../") {
+				f = strings.TrimRight(f, ")")
+				if rel, ok := strings.CutPrefix(f, "github.com/fencepub/fencepub/"); ok {
+					out[target] = append(out[target], "./"+rel)
 					continue
 				}
-				if c := cd.FindStringSubmatch(ln[:loc[0]]); c != nil {
+				if !strings.HasPrefix(f, "./") && !strings.HasPrefix(f, "../") {
+					continue
+				}
+				if loc[2] >= 0 {
+					f = "./" + path.Join(ln[loc[2]:loc[3]], f) // relative to -C DIR
+				} else if c := cd.FindStringSubmatch(ln[:loc[0]]); c != nil {
 					f = "./" + path.Join(c[1], f) // relative to the directory the recipe changed to
 				}
 				out[target] = append(out[target], f)
@@ -634,8 +642,8 @@ func TestMakefileGoPaths(t *testing.T) {
 
 func TestMakeGoPackages(t *testing.T) {
 	t.Parallel()
-	got := makeGoPackages("x: y\n\t$(GO) build -o $(BIN)/a ./cmd/a && \\\n\t$(GO) run ./b/cmd --bin $(BIN)\n## z: doc\nz:\n\t(cd tools && $(GO) build -o x example.com/y)\n\t(cd x && $(GO) build ./c)\n")
-	if !slices.Equal(got["x"], []string{"./cmd/a", "./b/cmd"}) || !slices.Equal(got["z"], []string{"./x/c"}) {
+	got := makeGoPackages("x: y\n\t$(GO) build -o $(BIN)/a ./cmd/a && \\\n\t$(GO) run ./b/cmd --bin $(BIN)\n## z: doc\nz:\n\t(cd tools && $(GO) build -o x example.com/y)\n\t(cd x && $(GO) build ./c)\n\t$(GO) -C h build ./d\n\t$(GO) -C h run github.com/fencepub/fencepub/h/e --bin x\n")
+	if !slices.Equal(got["x"], []string{"./cmd/a", "./b/cmd"}) || !slices.Equal(got["z"], []string{"./x/c", "./h/d", "./h/e"}) {
 		t.Fatalf("makeGoPackages = %v", got)
 	}
 }

@@ -91,7 +91,7 @@ func TestProgressBars(t *testing.T) {
 		t.Fatalf("read: %d bytes, %v", len(got), err)
 	}
 	screen, code = onTerminal(t, ctx, bin, false, publish("k2", "--log-format", "json")...)
-	if code != 0 || strings.Contains(screen, "%") || len(jsonLines(t, "publish --log-format json", strings.ReplaceAll(screen, "\r\n", "\n"))) == 0 {
+	if code != 0 || strings.Contains(screen, "%") || len(testenv.JSONLines(t, "publish --log-format json", strings.ReplaceAll(screen, "\r\n", "\n"))) == 0 {
 		t.Fatalf("publish with JSON logs on a terminal: exit %d, want JSON lines only:\n%q", code, screen)
 	}
 	screen, code = onTerminal(t, ctx, bin, true, read()...)
