@@ -431,10 +431,6 @@ func TestYoungUploadBlocksAbandonSeal(t *testing.T) {
 	next := layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: first.Version.Seq + 1}
 	orphan := e.NS.ObjectKey(res, next, layout.NewNonce())
 	e.put(orphan, "an attempt whose write failed")
-	resume := e.pausedUpload(p, true)
-	defer resume()
-	e.expire(g) // the worker is paused past its lease
-
 	var orphanTime time.Time
 	for o, err := range e.st.List(ctxT(t, 10*time.Second), e.NS.ObjectsPrefix(res), objstore.ListOptions{}) {
 		if err != nil {
@@ -444,6 +440,13 @@ func TestYoungUploadBlocksAbandonSeal(t *testing.T) {
 			orphanTime = o.LastModified // as GC's listing sees it
 		}
 	}
+	// Some stores keep times to the second: start the upload in a later
+	// second than the orphan, so that it is younger on every store.
+	time.Sleep(time.Until(orphanTime.Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
+	resume := e.pausedUpload(p, true)
+	defer resume()
+	e.expire(g) // the worker is paused past its lease
+
 	ups := e.uploadsOf(res)
 	if len(ups) != 1 || orphanTime.IsZero() || !ups[0].Initiated.After(orphanTime) {
 		t.Fatalf("uploads %+v, orphan written at %v: want one upload started after the orphan", ups, orphanTime)
