@@ -92,6 +92,9 @@ func (c Config) Validate() error {
 type Store struct {
 	Client *minio.Client
 	Bucket string
+	// tr is the client's transport, for the unsigned request of notS3
+	// (nil: http.DefaultTransport).
+	tr http.RoundTripper
 }
 
 var _ objstore.Store = (*Store)(nil)
@@ -141,5 +144,5 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: s3.endpoint %q: %w", objstore.ErrInvalidConfig, cfg.Endpoint, err)
 	}
-	return &Store{Client: c, Bucket: cfg.Bucket}, nil
+	return &Store{Client: c, Bucket: cfg.Bucket, tr: tr}, nil
 }
