@@ -14,7 +14,7 @@ import (
 )
 
 // decodeDoc decodes out as one JSON object that starts with schema_version
-// jsonSchemaVersion, using json.Number so that large integers are seen as
+// cli.SchemaVersion, using json.Number so that large integers are seen as
 // printed.
 func decodeDoc(t *testing.T, what, out string) map[string]any {
 	t.Helper()
@@ -70,7 +70,7 @@ func TestJSONOutputStability(t *testing.T) {
 	}
 	run("authority", "release", "--resource", "job", "--owner", "alice", "--generation", acq["generation"].(json.Number).String(), "-o", "json")
 	run("publish", "--resource", "doc", "--owner", "me", "--ttl", "10s", "--key", "k1", "--file", body, "-o", "json")
-	ran := run("run", "--resource", "ran", "--owner", "me", "--ttl", "10s", "--format", "json", "--", "echo", "hi")
+	ran := run("run", "--resource", "ran", "--owner", "me", "--ttl", "10s", "-o", "json", "--", "echo", "hi")
 	if _, err := ran["duration_seconds"].(json.Number).Float64(); err != nil {
 		t.Fatalf("run duration_seconds %v: %v", ran["duration_seconds"], err)
 	}

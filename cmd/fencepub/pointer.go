@@ -36,9 +36,15 @@ type pointerOutput struct {
 }
 
 // openReader connects and builds a Reader of resource (stall: its
-// Config.StallTimeout; pointer reads need none).
-func openReader(cmd *cobra.Command, resource string, serializable bool, stall time.Duration) (*reader.Reader, *cli.Env, error) {
-	env, err := cli.OpenEnv(cmd)
+// Config.StallTimeout; pointer reads need none). ctx is the command's
+// deadline, which connecting counts against (cli.OpenEnvContext), or cmd's
+// own context for a command without one (cli.OpenEnv).
+func openReader(ctx context.Context, cmd *cobra.Command, resource string, serializable bool, stall time.Duration) (*reader.Reader, *cli.Env, error) {
+	open := func() (*cli.Env, error) { return cli.OpenEnvContext(ctx, cmd) }
+	if ctx == cmd.Context() {
+		open = func() (*cli.Env, error) { return cli.OpenEnv(cmd) }
+	}
+	env, err := open()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -104,7 +110,7 @@ been published. The read is linearizable unless --serializable.
 	}
 	cmd.Flags().StringVar(&resource, "resource", "", "resource name (required)")
 	cmd.Flags().BoolVar(&serializable, "serializable", false, "read from the local etcd member without a quorum round (may be stale)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "deadline")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "deadline for the whole command, connecting included")
 	_ = cmd.MarkFlagRequired("resource")
 	out := addOutputFlag(cmd)
 	cli.AddConnFlags(cmd)
@@ -113,13 +119,13 @@ been published. The read is linearizable unless --serializable.
 		if err := positive("timeout", timeout); err != nil {
 			return err
 		}
-		r, env, err := openReader(c, resource, serializable, 0)
+		ctx, cancel := context.WithTimeout(c.Context(), timeout)
+		defer cancel()
+		r, env, err := openReader(ctx, c, resource, serializable, 0)
 		if err != nil {
 			return err
 		}
 		defer env.Close()
-		ctx, cancel := context.WithTimeout(c.Context(), timeout)
-		defer cancel()
 		ptr, err := r.Current(ctx)
 		if err != nil && !errors.Is(err, reader.ErrNotPublished) {
 			return readerExit(err)

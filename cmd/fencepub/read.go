@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
@@ -24,7 +25,7 @@ func newReadCmd() *cobra.Command {
 		timeout, stall time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "read --resource R [--out FILE]",
+		Use:   "read --resource R [--out FILE [-o json]]",
 		Short: "Read a resource's published object, verified against the pointer",
 		Long: `read fetches the object the resource's pointer names (GET conditioned on the
 pointer's ETag) and checks its sha256 and size while streaming. The bucket is
@@ -37,6 +38,11 @@ symlink is written through, not replaced. Without
 --out the bytes stream to stdout as they arrive; on a mismatch the command fails
 after writing them, so a consumer of stdout must check the exit code.
 
+With -o json (which needs --out: stdout carries the document) it prints what
+was read: the resource, the pointer (version, object, sha256, size) and the
+bytes written, or on failure {"error", "exit_code"}. --timeout bounds the
+whole command, connecting included.
+
 ` + readerExitHelp,
 		Args: noArgs,
 	}
@@ -46,11 +52,15 @@ after writing them, so a consumer of stdout must check the exit code.
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline for the whole read, transfer included (0: none)")
 	cmd.Flags().DurationVar(&stall, "stall-timeout", time.Minute, "give up (exit 115) when the store sends no bytes for this long (0: wait for ever)")
 	_ = cmd.MarkFlagRequired("resource")
+	format := addOutputFlag(cmd)
 	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		if timeout < 0 || stall < 0 {
 			return exitcode.Usagef("--timeout %s, --stall-timeout %s: want positive durations, or 0 for none", timeout, stall)
+		}
+		if *format == "json" && (out == "" || out == "-") {
+			return exitcode.Usagef("-o json prints the read's JSON on stdout: give --out FILE for the bytes")
 		}
 		ctx := c.Context()
 		if timeout > 0 {
@@ -63,7 +73,7 @@ after writing them, so a consumer of stdout must check the exit code.
 				return err
 			}
 		}
-		r, env, err := openReader(c, resource, serializable, stall)
+		r, env, err := openReader(ctx, c, resource, serializable, stall)
 		if err != nil {
 			return err
 		}
@@ -89,9 +99,21 @@ after writing them, so a consumer of stdout must check the exit code.
 		}
 		cli.Logger(c).Info(fmt.Sprintf("read %s at %s: %d bytes, sha256 %s verified",
 			resource, body.Pointer.Version, n, body.Pointer.Object.SHA256))
+		if *format == "json" {
+			return printJSON(c.OutOrStdout(), readOutput{Resource: resource, Pointer: body.Pointer, Bytes: n, File: out})
+		}
 		return nil
 	}
 	return cmd
+}
+
+// readOutput is `fencepub read -o json`: the resource, the pointer it
+// followed, and the verified bytes written to File.
+type readOutput struct {
+	Resource string `json:"resource"`
+	layout.Pointer
+	Bytes int64  `json:"bytes"`
+	File  string `json:"file"`
 }
 
 // checkOutPath refuses, before anything is read, an --out path that cannot

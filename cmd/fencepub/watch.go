@@ -33,6 +33,7 @@ versions were printed.
 	}
 	cmd.Flags().StringVar(&resource, "resource", "", "resource name (required)")
 	cmd.Flags().IntVar(&count, "count", 0, "exit after printing this many versions (0: run until interrupted)")
+	cmd.Flags().VarP(&choice{value: new(string), allowed: []string{"json"}, def: "json"}, cli.OutputFlag, "o", "output format: json (watch prints JSON lines only)")
 	_ = cmd.MarkFlagRequired("resource")
 	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
@@ -40,7 +41,7 @@ versions were printed.
 		if count < 0 {
 			return exitcode.Usagef("--count %d: want 0 (run until interrupted) or more", count)
 		}
-		r, env, err := openReader(c, resource, false, 0)
+		r, env, err := openReader(c.Context(), c, resource, false, 0)
 		if err != nil {
 			return err
 		}
