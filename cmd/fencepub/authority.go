@@ -101,12 +101,13 @@ func authorityExit(err error) error {
 // retryHint adds to an Acquire error whose outcome etcd may have applied
 // (fencepub.ErrUnavailable: the grant transaction unanswered, or the grant
 // made but not yet confirmed) the command-line way to get that grant back
-// instead of minting another: the same command with --request-id.
-func retryHint(err error, requestID string) error {
+// instead of minting another: the same command with --owner and
+// --request-id.
+func retryHint(err error, owner, requestID string) error {
 	if !errors.Is(err, fencepub.ErrUnavailable) {
 		return err
 	}
-	return fmt.Errorf("%w (to get that grant back rather than mint another, run the command again with --request-id %s)", err, requestID)
+	return fmt.Errorf("%w (to get that grant back rather than mint another, run the command again with --owner %s --request-id %s)", err, owner, requestID)
 }
 
 // releaseReserve is the part of a command's deadline (timeout) kept for

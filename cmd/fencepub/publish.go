@@ -143,7 +143,7 @@ func (g *grantFlags) bind(ctx, release context.Context, cmd *cobra.Command, env 
 	gr, err := a.Acquire(ctx, authority.AcquireRequest{Resource: g.resource, Owner: g.owner, RequestID: reqID, TTL: g.ttl,
 		Wait: g.wait || g.maxWait > 0, MaxWait: g.maxWait})
 	if err != nil {
-		return nil, noop, publisher.Result{}, authorityExit(retryHint(err, reqID))
+		return nil, noop, publisher.Result{}, authorityExit(retryHint(err, g.owner, reqID))
 	}
 	sess, err := a.NewSession(ctx, gr)
 	if err != nil {

@@ -104,7 +104,9 @@ in time is left, and said so on stderr: the lease expires by itself within
 
 --request-id names the acquire: when etcd or the store could not confirm a
 grant (exit 115, "retry with request id"), run the same command again with
---request-id and it gets that grant back instead of minting another.
+that --request-id and --owner (both printed) and it gets that grant back
+instead of minting another. Given from the start (say, the scheduler's run
+id), --request-id alone suffices: the default owner is derived from it.
 
 The idempotency key (--key) names the job run. Its default is
 run-<first 16 hex digits of sha256(resource, CMD ARGS..., run id)>, where the run
@@ -157,7 +159,7 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 func (o *runOptions) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.resource, "resource", "", "resource to publish (required)")
-	f.StringVar(&o.owner, "owner", "", "owner id of this run (default <hostname>-<pid>-<random>)")
+	f.StringVar(&o.owner, "owner", "", "owner id of this run (default <hostname>-<pid>-<random>; with --request-id, derived from it)")
 	f.DurationVar(&o.ttl, "ttl", 15*time.Second, "lease TTL (whole seconds, at least 2s); renewed while CMD runs")
 	f.DurationVar(&o.maxWait, "max-wait", time.Minute, "how long to wait for the lease while another owner holds it (0: fail at once with 113)")
 	f.DurationVar(&o.wait, "wait", time.Minute, "how long to wait for the lease while another owner holds it")
@@ -208,7 +210,8 @@ func (v *runOutputValue) Type() string { return "string" }
 
 // Complete takes CMD ARGS, the deprecated spellings (--wait, --output
 // FILE: warned about on c's log) and fills the default owner
-// (<hostname>-<pid>-<random>) and key (defaultRunKey). Errors: usage, for a
+// (<hostname>-<pid>-<random>, or run-<16 hex of sha256(--request-id)> when
+// a request id is given), key (defaultRunKey) and request id (random). Errors: usage, for a
 // former and a current spelling given together.
 func (o *runOptions) Complete(c *cobra.Command, args []string) error {
 	o.args = args
@@ -226,7 +229,12 @@ func (o *runOptions) Complete(c *cobra.Command, args []string) error {
 		cli.Logger(c).Warn(fmt.Sprintf("--output FILE is deprecated and will be removed: use --file %s (-o/--output is the output format, as in every command)", o.outputFile))
 		o.file = o.outputFile
 	}
-	if o.owner == "" {
+	switch {
+	case o.owner == "" && o.requestID != "":
+		// A retry with the request id is the same lease request: the same
+		// owner, or the authority refuses it (ErrRequestConflict).
+		o.owner = "run-" + hexDigest(o.requestID)
+	case o.owner == "":
 		host, _ := os.Hostname()
 		o.owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), authority.NewID()[:8])
 	}
@@ -302,11 +310,17 @@ func defaultRunKey(resource string, argv []string, id string) string {
 	if id == "" {
 		id = time.Now().UTC().Format("2006-01-02T15")
 	}
+	return "run-" + hexDigest(append([]string{resource, id}, argv...)...)
+}
+
+// hexDigest is the first 16 hex digits of sha256 over parts, each
+// length-prefixed so that no two lists collide.
+func hexDigest(parts ...string) string {
 	h := sha256.New()
-	for _, s := range append([]string{resource, id}, argv...) {
-		fmt.Fprintf(h, "%d:%s", len(s), s) // length-prefixed: no two lists collide
+	for _, s := range parts {
+		fmt.Fprintf(h, "%d:%s", len(s), s)
 	}
-	return "run-" + hex.EncodeToString(h.Sum(nil))[:16]
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 type runner struct {
@@ -415,7 +429,7 @@ func (r *runner) run(o *runOptions) error {
 	// when it passes is finished, never cut in half.
 	g, err := a.Acquire(ctx, authority.AcquireRequest{Resource: resource, Owner: owner, RequestID: o.requestID, TTL: o.ttl, Wait: o.maxWait > 0, MaxWait: o.maxWait})
 	if err != nil {
-		return authorityExit(retryHint(err, o.requestID))
+		return authorityExit(retryHint(err, owner, o.requestID))
 	}
 	r.res.Epoch, r.res.Fence = g.Epoch, g.Generation
 	r.say("granted: epoch %d, fence %d", g.Epoch, g.Generation)

@@ -346,3 +346,40 @@ func processAlive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }
+
+// TestRunRequestID: run --request-id names the acquire, as publish's and
+// authority acquire's do, so running the same command again after an
+// unconfirmed grant gets that grant back rather than minting another. Here
+// the first run ends normally (its grant released), so the retry gets the
+// same generation back, no longer live: exit 114 and nothing run; a run
+// without the id mints the next generation.
+func TestRunRequestID(t *testing.T) {
+	conn, _, _ := testenv.CLIStack(t, "runreqid")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	marker := filepath.Join(t.TempDir(), "ran")
+	run := func(want int, extra ...string) runOutput {
+		t.Helper()
+		args := append(append(append([]string{"run", "--resource", "job", "--ttl", "5s", "-o", "json"}, extra...), conn...), "--", "sh", "-c", "echo x; echo run >> "+marker)
+		out, errs, code := publishCLI(t, ctx, "", args...)
+		if code != want {
+			t.Fatalf("run %q: exit %d, want %d\nstdout: %s\nstderr: %s", extra, code, want, out, errs)
+		}
+		var o runOutput
+		if err := json.Unmarshal([]byte(out), &o); err != nil {
+			t.Fatalf("run %q: %v\n%s", extra, err, out)
+		}
+		return o
+	}
+	first := run(0, "--request-id", "job-slot-1")
+	again := run(exitcode.LeaseLost, "--request-id", "job-slot-1", "--key", "other")
+	if again.Fence != 0 && again.Fence != first.Fence {
+		t.Fatalf("a retry with the request id got fence %d, want the original %d (or none)", again.Fence, first.Fence)
+	}
+	if b, _ := os.ReadFile(marker); string(b) != "run\n" {
+		t.Fatalf("the command ran %q times; want once (not under the retried, expired grant)", b)
+	}
+	if next := run(0, "--key", "third"); next.Fence != first.Fence+1 {
+		t.Fatalf("a run without the id got fence %d, want %d", next.Fence, first.Fence+1)
+	}
+}

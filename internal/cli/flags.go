@@ -78,6 +78,9 @@ func suggestFlag(c *cobra.Command, name string) string {
 // unknownCommand is the usage error of a command group given an unknown
 // subcommand, with cobra's suggestions for it.
 func unknownCommand(c *cobra.Command, name string) error {
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = maxSuggestDistance // cobra's own default, set where it suggests
+	}
 	hint := ""
 	if s := c.SuggestionsFor(name); len(s) > 0 {
 		hint = fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))

@@ -33,7 +33,7 @@ func explainStore(cmd *cobra.Command) {
 			return err
 		}
 		s3 := lc.Config.S3
-		return exitcode.With(exitcode.Unavailable, fmt.Errorf("the object store at %s (bucket %q) is unavailable: is it up, and are s3.endpoint (--s3-endpoint) and s3.secure right? %w",
+		return exitcode.With(exitcode.Unavailable, fmt.Errorf("the object store at %s (bucket %q) is unavailable (%w); is it up, and are s3.endpoint (--s3-endpoint) and s3.secure right?",
 			s3.Endpoint, s3.Bucket, err))
 	}
 }
