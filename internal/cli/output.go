@@ -98,12 +98,13 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 // wantsJSON reports whether the run of c asked for JSON output: c's
-// -o/--output flag says json, or, when its flags did not parse (c may be
-// nil), args hold -o json, --output json or --output=json before a "--".
+// -o/--output flag says json (also when a former spelling sharing its value
+// set it), or, when c's flags did not parse that far (c may be nil), args
+// hold -o json, --output json or --output=json before a "--".
 func wantsJSON(c *cobra.Command, args []string) bool {
 	if c != nil {
-		if fl := c.Flags().Lookup(OutputFlag); fl != nil && fl.Changed {
-			return fl.Value.String() == "json"
+		if fl := c.Flags().Lookup(OutputFlag); fl != nil && fl.Value.String() == "json" {
+			return true
 		}
 	}
 	fs := pflag.NewFlagSet("output", pflag.ContinueOnError)
