@@ -25,7 +25,7 @@ func TestConnectOverLossyLink(t *testing.T) {
 	}
 	g := jsonKeys(t, acq)
 	epoch, fence := strconv.Itoa(int(g["epoch"].(float64))), strconv.Itoa(int(g["generation"].(float64)))
-	r.etcd.Set(faultproxy.Faults{ConnectDelay: 3500 * time.Millisecond, Latency: 200 * time.Millisecond})
+	r.etcdProxy.Set(faultproxy.Faults{ConnectDelay: 3500 * time.Millisecond, Latency: 200 * time.Millisecond})
 	out, errs, code, took := timedCLI(t, bytes.NewReader(nil), append([]string{"resolve", "--resource", "job", "--key", "k", "--epoch", epoch,
 		"--fence", fence, "--seq", "1", "--sha256", zeroDigest, "-o", "json"}, r.conn...)...)
 	t.Logf("resolve over the lossy link: exit %d after %s", code, took.Round(10*time.Millisecond))

@@ -3,15 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/harness/faultproxy"
-	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
 	"github.com/fencepub/fencepub/internal/layout"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,46 +26,36 @@ import (
 // rigRequestTimeout is etcd.request_timeout in these tests.
 const rigRequestTimeout = 2 * time.Second
 
-// proxiedRig is an etcd and a MinIO, each behind a fault proxy, and the
-// connection flags that go through the proxies.
+// proxiedRig is a cliRig whose connection flags go through a fault proxy
+// in front of etcd and one in front of MinIO; r.etcd still reaches etcd
+// directly.
 type proxiedRig struct {
-	conn         []string
-	etcd, store  *faultproxy.Proxy
-	direct       *clientv3.Client // etcd without the proxy
-	ns           layout.Namespace
-	bucket, body string
+	*cliRig
+	etcdProxy, storeProxy *faultproxy.Proxy
+	ns                    layout.Namespace
+	body                  string
 }
 
-func newProxiedRig(t *testing.T, prefix string) *proxiedRig {
+func newProxiedRig(t *testing.T, domain string) *proxiedRig {
 	t.Helper()
-	e := testenv.StartEtcd(t, localstack.EtcdOptions{})
-	m := testenv.StartMinIO(t, localstack.MinIOOptions{})
-	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
-	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
+	r := newCLIRig(t, domain)
 	t.Setenv("FENCEPUB_ETCD_REQUEST_TIMEOUT", rigRequestTimeout.String())
-	ep, err := faultproxy.Start(strings.TrimPrefix(e.Members[0].ClientURL, "http://"))
+	start := func(target string) *faultproxy.Proxy {
+		p, err := faultproxy.Start(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		return p
+	}
+	ep := start(strings.TrimPrefix(r.conn[slices.Index(r.conn, "--etcd-endpoints")+1], "http://"))
+	sp := start(r.s3.Endpoint)
+	ns, err := layout.NewNamespace("adv", domain)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ep.Close() })
-	sp, err := faultproxy.Start(m.Config.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sp.Close() })
-	ns, err := layout.NewNamespace(prefix, "d1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := filepath.Join(t.TempDir(), "body.txt")
-	if err := os.WriteFile(body, []byte("deadline"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return &proxiedRig{
-		conn: []string{"--etcd-endpoints", ep.URL(), "--s3-endpoint", sp.Addr(), "--s3-bucket", m.Config.Bucket,
-			"--prefix", prefix, "--domain", "d1"},
-		etcd: ep, store: sp, direct: testenv.EtcdClient(t, e), ns: ns, bucket: m.Config.Bucket, body: body,
-	}
+	r.conn = withFlag(withFlag(r.conn, "--etcd-endpoints", ep.URL()), "--s3-endpoint", sp.Addr())
+	return &proxiedRig{cliRig: r, etcdProxy: ep, storeProxy: sp, ns: ns, body: r.file("body.txt", "deadline")}
 }
 
 // cut makes p a black hole: bytes in both directions are dropped, and the
@@ -92,15 +81,15 @@ func TestPublishTimeoutBoundsRelease(t *testing.T) {
 	r := newProxiedRig(t, "release")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	now, err := r.direct.Get(ctx, r.ns.HistoryPrefix("job"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	now, err := r.etcd.Get(ctx, r.ns.HistoryPrefix("job"), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
-	committed := r.direct.Watch(ctx, r.ns.HistoryPrefix("job"), clientv3.WithPrefix(), clientv3.WithRev(now.Header.Revision+1))
+	committed := r.etcd.Watch(ctx, r.ns.HistoryPrefix("job"), clientv3.WithPrefix(), clientv3.WithRev(now.Header.Revision+1))
 	go func() {
 		for resp := range committed {
 			if len(resp.Events) > 0 {
-				cut(r.etcd)
+				cut(r.etcdProxy)
 				return
 			}
 		}
@@ -131,10 +120,10 @@ func TestPublishTimeoutBoundsAbort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	go func() {
-		for ctx.Err() == nil && r.store.Stats().BytesUp < 20<<20 {
+		for ctx.Err() == nil && r.storeProxy.Stats().BytesUp < 20<<20 {
 			time.Sleep(5 * time.Millisecond)
 		}
-		cut(r.store)
+		cut(r.storeProxy)
 	}()
 	const timeout = 12 * time.Second
 	out, errs, code, took := timedCLI(t, bytes.NewReader(body), append([]string{"publish", "--resource", "big", "--owner", "w", "--ttl", "10s",
@@ -178,7 +167,7 @@ func TestRunExitsSoonAfterLosingEtcd(t *testing.T) {
 	}()
 	testenv.Eventually(t, "the command started", time.Minute, func() bool { return exists(started) })
 	cutAt := time.Now()
-	cut(r.etcd)
+	cut(r.etcdProxy)
 	res := <-done
 	took := res.end.Sub(cutAt)
 	t.Logf("run: exit %d, %s after the cut", res.code, took.Round(10*time.Millisecond))

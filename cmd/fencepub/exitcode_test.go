@@ -16,6 +16,7 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/harness/localstack"
 	"github.com/fencepub/fencepub/internal/harness/testenv"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,6 +30,7 @@ type cliRig struct {
 	ctx  context.Context
 	conn []string
 	etcd *clientv3.Client
+	s3   s3store.Config // the MinIO's
 	dir  string
 }
 
@@ -41,7 +43,7 @@ func newCLIRig(t *testing.T, domain string) *cliRig {
 	cli := testenv.EtcdClient(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	return &cliRig{t: t, ctx: ctx, etcd: cli, dir: t.TempDir(),
+	return &cliRig{t: t, ctx: ctx, etcd: cli, s3: m.Config, dir: t.TempDir(),
 		conn: []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
 			"--s3-bucket", m.Config.Bucket, "--prefix", "adv", "--domain", domain}}
 }
@@ -55,6 +57,26 @@ func (r *cliRig) run(stdin string, want int, args ...string) string {
 		r.t.Errorf("fencepub %q: exit %d, want %d\nstdout: %s\nstderr: %s", args, code, want, out, errs)
 	}
 	return out
+}
+
+// withFlag returns a copy of args in which the value of flag (given as
+// "--flag value") is value.
+func withFlag(args []string, flag, value string) []string {
+	out := slices.Clone(args)
+	if i := slices.Index(out, flag); i >= 0 && i+1 < len(out) {
+		out[i+1] = value
+	}
+	return out
+}
+
+// withConn returns args with the connection flags conn added: at the end,
+// or before a "--" that starts run's CMD.
+func withConn(args, conn []string) []string {
+	i := slices.Index(args, "--")
+	if i < 0 {
+		i = len(args)
+	}
+	return append(append(slices.Clone(args[:i]), conn...), args[i:]...)
 }
 
 // keys returns every etcd key and its mod revision under the rig's prefix.
@@ -334,11 +356,7 @@ func TestCLIUnreachableEtcd(t *testing.T) {
 	} {
 		wg.Go(func() {
 			start := time.Now()
-			argv := append(append(slices.Clone(args), "-o", "json"), conn...)
-			if i := slices.Index(args, "--"); i >= 0 { // run: CMD goes last
-				argv = append(append(append(slices.Clone(args[:i]), "-o", "json"), conn...), args[i:]...)
-			}
-			out, errs, code := publishCLI(t, ctx, "", argv...)
+			out, errs, code := publishCLI(t, ctx, "", withConn(args, append([]string{"-o", "json"}, conn...))...)
 			took := time.Since(start)
 			t.Logf("%q: exit %d after %s", args[:2], code, took.Round(10*time.Millisecond))
 			if code != exitcode.Unavailable || took > bound {

@@ -263,7 +263,7 @@ is acquired or written, since GC would never see what is published there.
 
 With -o json, stdout gets one JSON document: the result (with "error" and
 "exit_code" when it is not applied or duplicate), or, when the command failed
-before an outcome, {"error", "exit_code"} (nothing was published).
+before an outcome, {"command", "error", "exit_code"} (nothing was published).
 
 ` + publishExitHelp,
 		Args: func(_ *cobra.Command, args []string) error {

@@ -40,7 +40,7 @@ after writing them, so a consumer of stdout must check the exit code.
 
 With -o json (which needs --out: stdout carries the document) it prints what
 was read: the resource, the pointer (version, object, sha256, size) and the
-bytes written, or on failure {"error", "exit_code"}. --timeout bounds the
+bytes written, or on failure {"command", "error", "exit_code"}. --timeout bounds the
 whole command, connecting included.
 
 ` + readerExitHelp,

@@ -81,7 +81,7 @@ an older epoch is reported stale with reason "epoch" without a seal.
 	f.StringVar(&o.digest, "sha256", "", `the attempt's request digest (the "digest" of publish's JSON; not the file's sha256sum)`)
 	f.StringVar(&o.objectKey, "object-key", "", `the attempt's object key (the "object.key" of publish's JSON)`)
 	f.StringVar(&o.from, "from", "", "the JSON the unknown publish or run printed, from FILE or - for stdin; names the whole attempt")
-	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline; etcd unreachable until then exits 115")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "upper bound on the whole command, connecting included; etcd unreachable until then exits 115")
 	out := addOutputFlag(cmd)
 	cli.AddConnFlags(cmd)
 	usageErrors(cmd)

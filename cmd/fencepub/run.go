@@ -80,9 +80,9 @@ func newRunCmd() *cobra.Command {
      what CMD wrote kept as FILE.fencepub-failed. --file must be a regular
      file or missing (not a symlink, directory, FIFO or device). A
      FILE.fencepub-prev found once the lease is held (fencepub itself was
-     killed mid-run) stops the run (exit 2) until you restore or remove it. An empty result is refused unless
-     --allow-empty, so a job that silently produced nothing does not replace
-     the last good result. CMD's leftover background processes (its process
+     killed mid-run) stops the run (exit 2) until you restore or remove it.
+     An empty result is refused unless --allow-empty, so a job that silently
+     produced nothing does not replace the last good result. CMD's leftover background processes (its process
      group) are killed when it exits, before the result is read;
   4. publish the result with the grant's fence, in one etcd transaction that
      rejects it if a newer state is already published;
@@ -96,11 +96,12 @@ travels with it.
 Time bounds. CMD runs as long as it takes. Everything after it has a bound:
 when CMD succeeded, --publish-timeout bounds writing and publishing the
 result and releasing the lease (the release keeps the last
-etcd.request_timeout of it, at most a quarter); otherwise (CMD failed, the lease was lost,
-an interrupt) the release gets etcd.request_timeout. So run exits at most
---grace + etcd.request_timeout after it notices a lost lease. What is not done
-in time is left, and said so on stderr: the lease expires by itself within
---ttl, and GC aborts an unfinished upload.
+etcd.request_timeout of it, at most a quarter); otherwise (CMD failed, the
+lease was lost, an interrupt) the release gets etcd.request_timeout. So run
+exits at most --grace + etcd.request_timeout after it notices a lost lease
+(plus the --pushgateway push, if any, at most 10s). What is not done in time
+is left, and said so on stderr: the lease expires by itself within --ttl,
+and GC aborts an unfinished upload.
 
 --request-id names the acquire: when etcd or the store could not confirm a
 grant (exit 115, "retry with request id"), run the same command again with
@@ -125,7 +126,7 @@ with a warning.
 Exit codes: 0 published (applied or duplicate; stderr and the JSON tell which),
 CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 111 conflict, 112 unknown (settle with 'fencepub resolve'), 113 lease held past
---wait, 114 lease lost, 115 etcd or the object store unavailable.`,
+--max-wait, 114 lease lost, 115 etcd or the object store unavailable.`,
 		Args: func(c *cobra.Command, args []string) error {
 			if c.ArgsLenAtDash() != 0 || len(args) == 0 {
 				return exitcode.Usagef("give the command after --: fencepub run --resource R -- CMD ARGS...")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,15 +30,6 @@ func TestStoreErrorsSayWhatToCheck(t *testing.T) {
 	if err := os.WriteFile(body, []byte("published"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	with := func(endpoint string) []string {
-		c := append([]string{}, conn...)
-		for i, a := range c {
-			if a == "--s3-endpoint" {
-				c[i+1] = endpoint
-			}
-		}
-		return c
-	}
 	if out, errs, code := child(t, ctx, bin, nil, append([]string{"publish", "--resource", "job", "--owner", "w", "--ttl", "10s", "--key", "k1", "--file", body, "-o", "json"}, conn...)...); code != 0 {
 		t.Fatalf("publish: exit %d\n%s%s", code, out, errs)
 	}
@@ -50,18 +40,14 @@ func TestStoreErrorsSayWhatToCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 		dead := "127.0.0.1:" + strconv.Itoa(port)
-		down := with(dead)
+		down := withFlag(conn, "--s3-endpoint", dead)
 		for _, args := range [][]string{
 			{"read", "--resource", "job", "--timeout", "20s"},
 			{"run", "--resource", "job2", "--", "echo", "x"},
 			{"gc", "run", "--all"},
 			{"resolve", "--resource", "job", "--key", "k9", "--epoch", "1", "--fence", "1", "--seq", "9", "--sha256", zeroDigest, "--timeout", "20s"},
 		} {
-			argv := append(append([]string{}, args...), down...)
-			if i := slices.Index(args, "--"); i >= 0 {
-				argv = append(append(append([]string{}, args[:i]...), down...), args[i:]...)
-			}
-			_, errs, code := child(t, ctx, bin, nil, argv...)
+			_, errs, code := child(t, ctx, bin, nil, withConn(args, down)...)
 			t.Logf("%s: exit %d\n%s", args[0], code, errs)
 			if code != exitcode.Unavailable {
 				t.Errorf("%s with the store down: exit %d, want 115\n%s", args[0], code, errs)
@@ -79,7 +65,7 @@ func TestStoreErrorsSayWhatToCheck(t *testing.T) {
 
 	t.Run("not S3", func(t *testing.T) {
 		etcdPort := strings.TrimPrefix(e.Members[0].ClientURL, "http://") // answers HTTP, not S3
-		notS3 := with(etcdPort)
+		notS3 := withFlag(conn, "--s3-endpoint", etcdPort)
 		for _, args := range [][]string{
 			{"publish", "--resource", "job", "--owner", "w", "--ttl", "10s", "--key", "k2", "--file", body},
 			{"init"},

@@ -145,25 +145,36 @@ func orNone(s string) string {
 	return s
 }
 
-// explainPermissions wraps the RunE of cmd and every subcommand so that an
-// etcd permission error anywhere in a command's error chain exits 2 with
-// "permission denied", the user and the setup-roles hint (DESIGN.md
-// "Security"), rather than as an internal or unknown outcome: etcd checks
-// permissions before it applies a request, so nothing was written.
+// explainPermissions makes an etcd permission error anywhere in a
+// command's error chain (explainErrors) exit 2 with "permission denied",
+// the user and the setup-roles hint (DESIGN.md "Security"), rather than as
+// an internal or unknown outcome: etcd checks permissions before it
+// applies a request, so nothing was written.
 func explainPermissions(cmd *cobra.Command) {
+	explainErrors(cmd, func(c *cobra.Command, err error) error {
+		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			return err
+		}
+		lc, _ := LoadConfig(c) // it loaded before the command could reach etcd
+		return etcdAuthError(lc.Config, err)
+	})
+}
+
+// explainErrors wraps the RunE of cmd and every subcommand so that the
+// error it returns, when not nil, goes through explain, which may replace
+// it with one that says more.
+func explainErrors(cmd *cobra.Command, explain func(c *cobra.Command, err error) error) {
 	for _, c := range cmd.Commands() {
-		explainPermissions(c)
+		explainErrors(c, explain)
 	}
 	run := cmd.RunE
 	if run == nil {
 		return
 	}
 	cmd.RunE = func(c *cobra.Command, args []string) error {
-		err := run(c, args)
-		if err != nil && errors.Is(err, rpctypes.ErrPermissionDenied) {
-			lc, _ := LoadConfig(c) // it loaded before the command could reach etcd
-			return etcdAuthError(lc.Config, err)
+		if err := run(c, args); err != nil {
+			return explain(c, err)
 		}
-		return err
+		return nil
 	}
 }
