@@ -212,8 +212,8 @@ func ConnectContext(ctx context.Context, cmd *cobra.Command, lc LoadedConfig) (*
 // probeEtcd makes one serializable count-only read of key, each attempt
 // bounded by etcd.request_timeout, and sends it again (jittered backoff,
 // usually to another member) while etcd does not answer, until ctx's
-// deadline, or for probeBudget when ctx has none (read --timeout 0): a slow or lossy link
-// that a quorum is reachable over costs attempts, not the command (DESIGN.md
+// deadline, or for probeBudget when ctx has none: a slow or lossy link that
+// a quorum is reachable over costs attempts, not the command (DESIGN.md
 // invariant 12). After the first unanswered attempt it logs a warning with
 // the endpoints, so an etcd that is down is reported at once while the
 // probe keeps trying. It stops at the first answer that is not "no
@@ -242,12 +242,9 @@ func probeEtcd(ctx context.Context, log *slog.Logger, cfg config.Config, cli *cl
 				return permanent
 			}
 		}
-		until := "until the command's deadline"
-		if dl, ok := bctx.Deadline(); ok {
-			until = fmt.Sprintf("for up to %s more", time.Until(dl).Round(100*time.Millisecond))
-		}
-		log.Warn(fmt.Sprintf("etcd at %s did not answer within %s; retrying %s (is it up, and is etcd.endpoints / --etcd-endpoints right?)",
-			strings.Join(cfg.Etcd.Endpoints, ","), cfg.Etcd.RequestTimeout, until), "err", err)
+		dl, _ := bctx.Deadline() // bctx has one
+		log.Warn(fmt.Sprintf("etcd at %s did not answer within %s; retrying for up to %s more (is it up, and is etcd.endpoints / --etcd-endpoints right?)",
+			strings.Join(cfg.Etcd.Endpoints, ","), cfg.Etcd.RequestTimeout, time.Until(dl).Round(100*time.Millisecond)), "err", err)
 		return err
 	}, func(err error) bool { return err != permanent && retry.EtcdUnavailable(err) })
 	switch {
