@@ -1,7 +1,13 @@
 package fencepub_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -19,7 +25,7 @@ var neverImports = []struct {
 }{
 	// The core and the foundations sit below the product.
 	{
-		from:  []string{".", "internal/layout", "internal/objstore", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/lab"},
+		from:  []string{".", "internal/errkind", "internal/layout", "internal/objstore", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/lab"},
 		never: []string{"authority", "publisher", "reader", "gc", "internal/cli/...", "internal/harness/...", "cmd/..."},
 	},
 	// A reader-only program links no authority, publisher or GC.
@@ -93,4 +99,70 @@ func matchesAny(p string, pats []string) bool {
 		}
 	}
 	return false
+}
+
+// The CLI's packages, and the internal packages below the public library
+// packages, whose sentinels the CLI must not classify with.
+var (
+	cliPackages     = []string{"./cmd/...", "./internal/cli/..."}
+	libraryInternal = []string{"internal/errkind", "internal/layout", "internal/objstore/...", "internal/ownership", "internal/retry", "internal/wait"}
+)
+
+// TestCLIClassifiesWithPublicErrors checks that the CLI picks its exit
+// codes the way a program outside the module can: no non-test file of
+// cmd/ or internal/cli names an Err* identifier of a package below the
+// public library packages (libraryInternal), so every error it classifies
+// matches a public sentinel (fencepub.ErrUnavailable, ...).
+func TestCLIClassifiesWithPublicErrors(t *testing.T) {
+	args := append([]string{"list", "-f", `{{.Dir}}{{range .GoFiles}} {{.}}{{end}}`}, cliPackages...)
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	fset := token.NewFileSet()
+	files := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		for _, name := range f[1:] {
+			file, err := parser.ParseFile(fset, filepath.Join(f[0], name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files++
+			for _, use := range internalSentinels(file) {
+				t.Errorf("%s: %s classifies with an internal sentinel; use the public one (fencepub, authority, publisher, reader, gc)",
+					fset.Position(use.Pos()), use.X.(*ast.Ident).Name+"."+use.Sel.Name)
+			}
+		}
+	}
+	if files == 0 {
+		t.Fatal("no CLI source file found")
+	}
+}
+
+// internalSentinels returns file's selector expressions pkg.ErrX whose pkg
+// is an import of a library-internal package (libraryInternal).
+func internalSentinels(file *ast.File) []*ast.SelectorExpr {
+	internal := map[string]bool{} // local import names of libraryInternal packages
+	for _, im := range file.Imports {
+		p, _ := strconv.Unquote(im.Path.Value)
+		if !matchesAny(p, libraryInternal) {
+			continue
+		}
+		name := path.Base(p)
+		if im.Name != nil {
+			name = im.Name.Name
+		}
+		internal[name] = true
+	}
+	var uses []*ast.SelectorExpr
+	ast.Inspect(file, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && internal[id.Name] && strings.HasPrefix(sel.Sel.Name, "Err") {
+				uses = append(uses, sel)
+			}
+		}
+		return true
+	})
+	return uses
 }

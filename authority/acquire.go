@@ -36,7 +36,8 @@ type AcquireRequest struct {
 	// (gc.Config.RequestRetention, default 24 h). Empty:
 	// a random id is generated (and returned in Grant.RequestID).
 	RequestID string
-	// TTL is the lease's time to live: whole seconds, 2 s (etcd's minimum) to etcd's maximum (9e9 s).
+	// TTL is the lease's time to live: whole seconds, 2 s (etcd's minimum) to
+	// etcd's maximum (9e9 s).
 	TTL time.Duration
 	// Wait blocks while another grant holds the resource (watching its
 	// holder key, not polling) until this request wins or ctx ends. Without
@@ -87,7 +88,8 @@ func checkTTL(ttl time.Duration) (int64, error) {
 }
 
 // Acquire grants req.Owner a lease on req.Resource and returns the grant with
-// its fencing token (DESIGN.md invariant 2; protocol source, §Mint, acquire pseudocode).
+// its fencing token (DESIGN.md invariant 2; protocol source, §Mint, acquire
+// pseudocode).
 //
 // One etcd transaction checks that no live holder exists, that the domain
 // epoch and the resource's durable generation are the ones it read, that
@@ -125,11 +127,12 @@ func checkTTL(ttl time.Duration) (int64, error) {
 // ends the wait is an ErrHeld error naming the holder that also wraps ctx's
 // error (errors.Is matches both ErrHeld and context.DeadlineExceeded).
 //
-// Errors: layout.ErrInvalidName and ErrBadTTL (nothing written); ErrHeld
-// (naming the holder and its expected expiry); ErrExpired; ErrRequestConflict; ErrRolledBack; ErrLeaseLost
-// (the grant was superseded before it could be confirmed: the caller was
-// paused past its TTL); fencepub.ErrUnavailable (the grant may have been made: retry
-// with the same request id); ErrExhausted; ctx's error.
+// Errors: fencepub.ErrInvalidName and ErrBadTTL (nothing written); ErrHeld
+// (naming the holder and its expected expiry); ErrExpired;
+// ErrRequestConflict; ErrRolledBack; ErrLeaseLost (the grant was superseded
+// before it could be confirmed: the caller was paused past its TTL);
+// fencepub.ErrUnavailable (the grant may have been made: retry with the same
+// request id); ErrExhausted; ctx's error.
 func (a *Authority) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
 	if err := layout.ValidateResource(req.Resource, layout.ReservedNames(ctx)); err != nil {
 		return Grant{}, err

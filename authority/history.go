@@ -60,8 +60,8 @@ func (e *foreignHistoryError) Is(target error) bool { return target == ErrForeig
 // it to explain an uninitialised domain.
 //
 // Errors: ErrForeignHistory, fencepub.ErrUnavailable,
-// fencepub.ErrCorruptState (an ownership marker that does not decode). The rule:
-// DESIGN.md invariant 9.
+// fencepub.ErrCorruptState (an ownership marker that does not decode). The
+// rule: DESIGN.md invariant 9.
 func (a *Authority) CheckHistory(ctx context.Context) error {
 	if _, ok, err := a.readDomain(ctx); err != nil || ok {
 		return err

@@ -109,9 +109,9 @@ type restoredPointer struct {
 }
 
 // Recover moves the domain to a new epoch after an etcd restore (DESIGN.md
-// invariant 3; protocol source, §Monotonic: a new epoch guaranteed never
-// to be reused). Run it while
-// workers cannot reach etcd (see the restore runbook in README.md). In order, it:
+// invariant 3; protocol source, §Monotonic: a new epoch guaranteed never to
+// be reused). Run it while workers cannot reach etcd (see the restore runbook
+// in README.md). In order, it:
 //
 //  1. reads etcd's epoch, deployment and rollback flag, checks the bucket's
 //     ownership marker names the same deployment, and reads every pointer.

@@ -12,8 +12,8 @@ import (
 // Decision.Kind and Report.ByDecision spell it.
 type kind = string
 
-// Decisions. kindUnpublishable and kindAbandoned delete (abort, for an upload); the
-// others keep.
+// Decisions. kindUnpublishable and kindAbandoned delete (abort, for an
+// upload); the others keep.
 const (
 	kindPublished     kind = "published"     // the key the pointer names
 	kindRetained      kind = "retained"      // last N versions or within the reader grace

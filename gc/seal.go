@@ -33,8 +33,8 @@ const (
 // resource init would. ok is false when the compare failed (nothing
 // written). target must be above s.Top().
 //
-// Errors: fencepub.ErrUnavailable (the outcome is unknown: do not delete), ctx's
-// error.
+// Errors: fencepub.ErrUnavailable (the outcome is unknown: do not delete),
+// ctx's error.
 func (c *Collector) raiseSeal(ctx context.Context, s *state, target layout.Version, reason string) (ok bool, err error) {
 	if !s.Top().Less(target) {
 		return false, fmt.Errorf("gc: refusing to set the seal of %q to %s, not above %s", s.Resource, target, s.Top())
@@ -95,21 +95,22 @@ const decommissionAttempts = 8
 
 // Decommission retires res so that no fence of its past can ever publish
 // (`fencepub resource delete`; DESIGN.md "etcd layout": decommissioning
-// raises the seal instead of deleting the pointer): in ONE transaction that requires
-// the epoch, generation, pointer and seal unchanged since it read them (and,
-// unless force, no holder), it raises the seal to (epoch, generation,
-// layout.MaxNumber) with reason SealReasonDecommissioned. GC then deletes
-// the resource's objects (the published and retained ones after the reader
-// grace) and prunes its records; the generation counter, pointer and seal
-// stay, so a later grant (generation+1) re-creates the resource above them.
-// The seal never goes down: when it is already at or above the target,
+// raises the seal instead of deleting the pointer): in ONE transaction that
+// requires the epoch, generation, pointer and seal unchanged since it read
+// them (and, unless force, no holder), it raises the seal to (epoch,
+// generation, layout.MaxNumber) with reason SealReasonDecommissioned. GC then
+// deletes the resource's objects (the published and retained ones after the
+// reader grace) and prunes its records; the generation counter, pointer and
+// seal stay, so a later grant (generation+1) re-creates the resource above
+// them. The seal never goes down: when it is already at or above the target,
 // nothing is written — except that a seal at the target from Release
 // (authority.Authority.Release seals each finished term at (epoch, fence,
 // max)) is rewritten with the decommission reason, at the same version.
 //
-// Errors: fencepub.ErrInvalid (bad name), ErrUnknownResource (never granted: a
-// typo), authority.ErrHeld (a live lease and !force; wraps the holder), fencepub.ErrNotInitialized, fencepub.ErrCorruptState, ErrRaceLost, fencepub.ErrUnavailable,
-// ctx's error.
+// Errors: fencepub.ErrInvalid (bad name), ErrUnknownResource (never granted:
+// a typo), authority.ErrHeld (a live lease and !force; wraps the holder),
+// fencepub.ErrNotInitialized, fencepub.ErrCorruptState, ErrRaceLost,
+// fencepub.ErrUnavailable, ctx's error.
 func (c *Collector) Decommission(ctx context.Context, res string, force bool) (Decommissioned, error) {
 	if err := layout.ValidateResource(res, false); err != nil {
 		return Decommissioned{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)

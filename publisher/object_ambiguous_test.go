@@ -108,7 +108,7 @@ func TestAmbiguousCompleteAcceptedAfterVerify(t *testing.T) {
 	key := objectKey(c, 1)
 	// The completion is applied, but the answer says 409: the re-send
 	// finds the upload gone (ErrNotFound), and the object is read back.
-	conflict := fmt.Errorf("%w: injected", objstore.ErrConditionConflict)
+	conflict := fmt.Errorf("%w: injected", objstore.ErrConditionFailed)
 	fs.Inject(faultstore.CompleteUpload, 1, faultstore.Fault{After: conflict})
 	obj, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil)
 	if err != nil {

@@ -399,8 +399,8 @@ func TestLostResponseOfUnseekableBody(t *testing.T) {
 		return Operation{IdempotencyKey: "k", Body: io.MultiReader(strings.NewReader(body)), Size: int64(len(body))}
 	}
 	px.DropResponse(1, time.Second)
-	if _, err := p.Publish(ctx, unseekable()); !errors.Is(err, objstore.ErrUnavailable) {
-		t.Fatalf("publish whose PUT response was lost: %v; want objstore.ErrUnavailable", err)
+	if _, err := p.Publish(ctx, unseekable()); !errors.Is(err, fencepub.ErrUnavailable) {
+		t.Fatalf("publish whose PUT response was lost: %v; want fencepub.ErrUnavailable", err)
 	}
 	if v := e.Pointer("r").Version; v != r0.Version {
 		t.Fatalf("pointer moved to %s after a failed object write", v)

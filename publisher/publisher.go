@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -53,13 +54,20 @@ var (
 	ErrSourceGone = errors.New("publisher: rollback source object is gone")
 )
 
-// Defaults of Config.
+// Defaults of Config (DefaultConfig).
 const (
 	defaultPartSize       = 16 << 20 // bytes
 	MinPartSize           = 5 << 20  // bytes; S3's minimum for all parts but the last
 	defaultRequestTimeout = 5 * time.Second
 	defaultResendTimeout  = time.Minute
 )
+
+// DefaultConfig returns the values New gives Config's tunables when they
+// are zero: PartSize 16 MiB, RequestTimeout 5 s, ResendTimeout 1 min, Now
+// time.Now. Env, Logger and Registerer are left zero.
+func DefaultConfig() Config {
+	return Config{PartSize: defaultPartSize, RequestTimeout: defaultRequestTimeout, ResendTimeout: defaultResendTimeout, Now: time.Now}
+}
 
 // Config holds a Client's dependencies and tunables. Zero tunables take the
 // defaults each field states; the live clients are required.
@@ -92,22 +100,23 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Validate checks the required fields and the tunables' ranges. Errors:
-// fencepub.ErrInvalid naming the field.
+// Validate checks c without a network call: Namespace as
+// fencepub.NewNamespace checks it, Etcd and Store set, PartSize 0 or at
+// least MinPartSize, no negative timeout. Errors: fencepub.ErrInvalid
+// naming the field.
 func (c Config) Validate() error {
-	switch {
-	case c.Namespace.Prefix == "" || c.Namespace.Domain == "":
-		return fmt.Errorf("%w: Config.Namespace is empty (use layout.NewNamespace)", fencepub.ErrInvalid)
-	case c.Etcd == nil:
-		return fmt.Errorf("%w: Config.Etcd is nil", fencepub.ErrInvalid)
-	case c.Store == nil:
-		return fmt.Errorf("%w: Config.Store is nil", fencepub.ErrInvalid)
-	case c.PartSize != 0 && c.PartSize < MinPartSize:
-		return fmt.Errorf("%w: Config.PartSize %d is below the S3 minimum %d", fencepub.ErrInvalid, c.PartSize, MinPartSize)
-	case c.RequestTimeout < 0 || c.ResendTimeout < 0:
-		return fmt.Errorf("%w: negative timeout", fencepub.ErrInvalid)
+	if _, err := fencepub.NewNamespace(c.Namespace.Prefix, c.Namespace.Domain); err != nil {
+		return fmt.Errorf("publisher.Config.Namespace: %w", err)
 	}
-	return nil
+	if c.PartSize != 0 && c.PartSize < MinPartSize {
+		return fmt.Errorf("%w: publisher.Config.PartSize %d is below the S3 minimum %d", fencepub.ErrInvalid, c.PartSize, MinPartSize)
+	}
+	return cmp.Or(
+		errkind.Nil("publisher.Config.Etcd", c.Etcd == nil),
+		errkind.Nil("publisher.Config.Store", c.Store == nil),
+		errkind.Negative("publisher.Config.RequestTimeout", c.RequestTimeout),
+		errkind.Negative("publisher.Config.ResendTimeout", c.ResendTimeout),
+	)
 }
 
 // Client publishes through etcd and the object store. It holds the metrics
@@ -120,18 +129,20 @@ type Client struct {
 	m   *metrics
 }
 
-// New validates cfg, applies defaults and registers the metrics with
-// cfg.Registerer. Errors: fencepub.ErrInvalid; a registration error (e.g. a second
-// Client on the same registry).
+// New checks cfg (Validate), gives its zero tunables their defaults
+// (DefaultConfig) and registers the metrics with cfg.Registerer. It makes
+// no network call. Errors: fencepub.ErrInvalid naming the field; a
+// registration error (e.g. a second Client on the same registry).
 func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.PartSize = cmp.Or(cfg.PartSize, defaultPartSize)
-	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
-	cfg.ResendTimeout = cmp.Or(cfg.ResendTimeout, defaultResendTimeout)
+	d := DefaultConfig()
+	cfg.PartSize = cmp.Or(cfg.PartSize, d.PartSize)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, d.RequestTimeout)
+	cfg.ResendTimeout = cmp.Or(cfg.ResendTimeout, d.ResendTimeout)
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = d.Now
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -169,11 +180,12 @@ type Term struct {
 	// Contiguous requires every publish with seq > 1 to follow seq-1 of the
 	// same term exactly: the pointer must be at (Epoch, Fence, seq-1). A
 	// publish after a gap is refused as stale with reason "gap" and can be
-	// retried once the missing seq is published; when an earlier send of
-	// the same transaction went unanswered, the refusal is unknown instead
-	// (that send may still apply once the gap closes; Resolve settles it). For operations where every
-	// increment must take effect; a seq that can never be published (sealed
-	// by Resolve) stops the term, and the worker must acquire a new grant.
+	// retried once the missing seq is published; when an earlier send of the
+	// same transaction went unanswered, the refusal is unknown instead (that
+	// send may still apply once the gap closes; Resolve settles it). For
+	// operations where every increment must take effect; a seq that can never
+	// be published (sealed by Resolve) stops the term, and the worker must
+	// acquire a new grant.
 	Contiguous bool
 }
 
@@ -328,12 +340,12 @@ type Publisher struct {
 }
 
 // Bind returns a Publisher for t. In one etcd transaction it creates the
-// resource's pointer and seal with zero versions if both are absent, or
-// reads them; the first seq is one above the highest seq of t's (epoch,
-// fence) in either, so a Publisher rebuilt for a grant it got back through a
-// retried request id never reuses a seq (DESIGN.md "Publish" step 4).
-// Errors: fencepub.ErrInvalid, fencepub.ErrUnavailable, fencepub.ErrNotInitialized, a corrupt pointer or
-// seal (layout.ErrCorruptRecord).
+// resource's pointer and seal with zero versions if both are absent, or reads
+// them; the first seq is one above the highest seq of t's (epoch, fence) in
+// either, so a Publisher rebuilt for a grant it got back through a retried
+// request id never reuses a seq (DESIGN.md "Publish" step 4). Errors:
+// fencepub.ErrInvalid, fencepub.ErrUnavailable, fencepub.ErrNotInitialized, a
+// corrupt pointer or seal (fencepub.ErrCorruptRecord).
 func (c *Client) Bind(ctx context.Context, t Term) (*Publisher, error) {
 	if err := t.validate(); err != nil {
 		return nil, err
@@ -400,7 +412,7 @@ func (p *Publisher) giveBack(v layout.Version) {
 // It returns the Result and nil for applied and duplicate; the Result and
 // ErrStale, ErrConflict or ErrUnknown (wrapped, with details) for those
 // outcomes; otherwise a zero Result and an error (fencepub.ErrInvalid, ErrBody,
-// ErrObjectMismatch, objstore errors, layout.ErrCorruptRecord,
+// ErrObjectMismatch, fencepub.ErrUnavailable, fencepub.ErrCorruptRecord,
 // fencepub.ErrNotInitialized), in which case nothing was published. A
 // re-send that finds the resource gone (etcd restored or replaced since an
 // earlier send) is ErrUnknown, not fencepub.ErrNotInitialized.
@@ -410,8 +422,9 @@ func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
 
 // PublishSeq is Publish with an explicit seq, 1..layout.MaxNumber (the CLI's
 // --seq). Later Publish calls continue above it. A seq at or below one
-// already published or sealed is stale. Errors: as Publish; fencepub.ErrInvalid for
-// seq 0 or above layout.MaxNumber (bad input, not exhaustion).
+// already published or sealed is stale. Errors: as Publish;
+// fencepub.ErrInvalid for seq 0 or above layout.MaxNumber (bad input, not
+// exhaustion).
 func (p *Publisher) PublishSeq(ctx context.Context, seq uint64, op Operation) (Result, error) {
 	if seq == 0 || seq > layout.MaxNumber {
 		p.c.m.failure("validate")

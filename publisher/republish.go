@@ -97,12 +97,12 @@ func (c *Client) hashObject(ctx context.Context, key string, info objstore.Objec
 }
 
 // sourceErr classifies an error reading a republish source: gone (404),
-// changed (ErrConditionConflict on the ETag condition), or the store's error.
+// changed (ErrConditionFailed on the ETag condition), or the store's error.
 func sourceErr(key string, err error) error {
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return fmt.Errorf("%w: %s: %w", ErrSourceGone, key, err)
-	case errors.Is(err, objstore.ErrConditionConflict):
+	case errors.Is(err, objstore.ErrConditionFailed):
 		return fmt.Errorf("%w: %s changed while being read: %w", ErrObjectMismatch, key, err)
 	}
 	return fmt.Errorf("publisher: read republish source %s: %w", key, err)

@@ -44,9 +44,10 @@ const (
 // after recover), never a lost publish, so it is skipped; both times are the
 // object store's own clock. So is every object at a version with a settled
 // marker: an attempt Resolve settled as never applied, which must stay so
-// although etcd's seal was lost (DESIGN.md invariant 8). Run a.Recover with DryRun first: the newest
-// object above a restored pointer is normally a publish the restore lost,
-// but it may also be an attempt that failed for another reason.
+// although etcd's seal was lost (DESIGN.md invariant 8). Run a.Recover with
+// DryRun first: the newest object above a restored pointer is normally a
+// publish the restore lost, but it may also be an attempt that failed for
+// another reason.
 //
 // It returns one Restored per resource it tried, in rep's order; a
 // resource's failure (listing its settled markers, acquire, bind or

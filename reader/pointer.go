@@ -12,12 +12,12 @@ import (
 	"github.com/fencepub/fencepub/internal/retry"
 )
 
-// Current returns the published pointer. It blocks for one etcd read (two
-// if a serializable read went back); concurrent calls on one Reader share
-// reads, each call getting a read sent after it began (pointerRead), so a
-// call may also wait for the read already in flight. It never returns a version below one
-// this Reader already returned (invariant 6). Errors: ErrNotPublished,
-// ErrWentBack, fencepub.ErrUnavailable, layout.ErrCorruptRecord.
+// Current returns the published pointer. It blocks for one etcd read (two if
+// a serializable read went back); concurrent calls on one Reader share reads,
+// each call getting a read sent after it began (pointerRead), so a call may
+// also wait for the read already in flight. It never returns a version below
+// one this Reader already returned (invariant 6). Errors: ErrNotPublished,
+// ErrWentBack, fencepub.ErrUnavailable, fencepub.ErrCorruptRecord.
 func (r *Reader) Current(ctx context.Context) (layout.Pointer, error) {
 	ptr, _, err := r.current(ctx, r.cfg.Serializable)
 	return ptr, err

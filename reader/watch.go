@@ -32,11 +32,11 @@ const resyncDelay = 200 * time.Millisecond
 // increasing versions: a Get, then an etcd watch from the Get's header
 // revision + 1 (DESIGN.md "Reading"); when the watch is compacted, loses its
 // leader or breaks, a fresh Get re-syncs and the watch restarts from there.
-// Errors (a corrupt pointer value, an unreachable etcd, a pointer missing
-// or below the last version sent — a re-sync after an etcd restore:
-// ErrWentBack) are sent as Updates with Err set and do not end the watch. The goroutine behind it ends when
-// ctx ends; the caller must cancel ctx when done, and should keep receiving
-// until the channel is closed.
+// Errors (a corrupt pointer value, an unreachable etcd, a pointer missing or
+// below the last version sent — a re-sync after an etcd restore: ErrWentBack)
+// are sent as Updates with Err set and do not end the watch. The goroutine
+// behind it ends when ctx ends; the caller must cancel ctx when done, and
+// should keep receiving until the channel is closed.
 func (r *Reader) Watch(ctx context.Context) <-chan Update {
 	ch := make(chan Update)
 	go r.watch(ctx, ch)

@@ -142,9 +142,9 @@ func StoreUnavailable(err error) bool {
 }
 
 // StoreConflict reports whether err, from one objstore.Store write, is a
-// 409 ConditionalRequestConflict (objstore.ErrConditionConflict): another
+// 409 ConditionalRequestConflict (objstore.ErrConditionFailed): another
 // conditional write to the same key was in progress, this one was not
 // applied, and it may be sent again.
 func StoreConflict(err error) bool {
-	return errors.Is(err, objstore.ErrConditionConflict)
+	return errors.Is(err, objstore.ErrConditionFailed)
 }
