@@ -339,9 +339,9 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 	a.remember(res, counter{epoch: s.epoch, gen: gen})
 	if err := q.confirm(ctx, g, early, true); err != nil {
 		// Unless a retry with the request id may still confirm it
-		// (fencepub.ErrUnavailable), nobody will get this grant: end its lease now
-		// rather than let it block the resource for its TTL (a missing
-		// bucket, a corrupt marker).
+		// (fencepub.ErrUnavailable), nobody will get this grant: end its
+		// lease now rather than let it block the resource for its TTL (a
+		// missing bucket, a corrupt marker).
 		q.keepLease = errors.Is(err, fencepub.ErrUnavailable)
 		return Grant{}, resState{}, true, err
 	}

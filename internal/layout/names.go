@@ -135,15 +135,15 @@ type Namespace struct {
 	Domain string
 }
 
-// subtrees are the first key components under a domain's root that its
-// range reads and deletes cover (authority/, pointers/, seals/, ops/,
-// history/, restored/, epochs/, clock/ in etcd; _fencepub/ in the bucket). No prefix
+// subtrees are the first key components under a domain's root that its range
+// reads and deletes cover (authority/, pointers/, seals/, ops/, history/,
+// restored/, epochs/, clock/ in etcd; _fencepub/ in the bucket). No prefix
 // component or domain may be one of them: otherwise one domain nests inside
 // another's subtree — prefix "p/d/history" with domain "r" has the root
-// "p/d/history/r/", which is the history prefix of resource "r" of domain
-// "d" under "p" — and the outer domain's range reads and deletes (GC's
-// history pruning, recover's holder revocation) would reach the inner
-// domain's epoch, generation, pointer and seal keys.
+// "p/d/history/r/", which is the history prefix of resource "r" of domain "d"
+// under "p" — and the outer domain's range reads and deletes (GC's history
+// pruning, recover's holder revocation) would reach the inner domain's epoch,
+// generation, pointer and seal keys.
 var subtrees = map[string]bool{
 	"authority": true, "pointers": true, "seals": true, "ops": true, "history": true, "restored": true,
 	"epochs": true, "clock": true, strings.TrimSuffix(metaDir, "/"): true,
