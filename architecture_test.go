@@ -25,7 +25,7 @@ var neverImports = []struct {
 }{
 	// The core and the foundations sit below the product.
 	{
-		from:  []string{".", "internal/errkind", "internal/layout", "internal/objstore", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/lab"},
+		from:  []string{".", "internal/errkind", "internal/fence", "internal/layout", "internal/objstore", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/lab"},
 		never: []string{"authority", "publisher", "reader", "gc", "internal/cli/...", "internal/harness/...", "cmd/..."},
 	},
 	// A reader-only program links no authority, publisher or GC.
@@ -105,7 +105,7 @@ func matchesAny(p string, pats []string) bool {
 // packages, whose sentinels the CLI must not classify with.
 var (
 	cliPackages     = []string{"./cmd/...", "./internal/cli/..."}
-	libraryInternal = []string{"internal/errkind", "internal/layout", "internal/objstore/...", "internal/ownership", "internal/retry", "internal/wait"}
+	libraryInternal = []string{"internal/errkind", "internal/fence", "internal/layout", "internal/objstore/...", "internal/ownership", "internal/retry", "internal/wait"}
 )
 
 // TestCLIClassifiesWithPublicErrors checks that the CLI picks its exit
@@ -165,4 +165,51 @@ func internalSentinels(file *ast.File) []*ast.SelectorExpr {
 		return true
 	})
 	return uses
+}
+
+// goDocLeaks bounds, per public package, the lines of `go doc -all` that
+// name an internal package ("internal/") or the storage layout ("layout."),
+// which a program outside the module can neither import nor read. The root
+// package's aliases (Version = layout.Version, ...) and the constants and
+// errors defined by the layout still show; every other public package shows
+// none. A bound only ever falls: the test fails when a package shows more,
+// and when it shows fewer (lower the bound).
+var goDocLeaks = map[string]int{".": 10}
+
+// TestGoDocShowsNoInternals runs `go doc -all` on every public package
+// (every package of the module outside internal/, cmd/ and examples/) and
+// checks its lines naming internal packages against goDocLeaks.
+func TestGoDocShowsNoInternals(t *testing.T) {
+	out, err := exec.Command("go", "list", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	public := 0
+	for _, p := range strings.Fields(string(out)) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+		if rel == "" {
+			rel = "."
+		}
+		if matchesAny(p, []string{"internal/...", "cmd/...", "examples/..."}) {
+			continue
+		}
+		public++
+		doc, err := exec.Command("go", "doc", "-all", p).Output()
+		if err != nil {
+			t.Fatalf("go doc -all %s: %v", p, err)
+		}
+		var leaks []string
+		for _, line := range strings.Split(string(doc), "\n") {
+			if strings.Contains(line, "internal/") || strings.Contains(line, "layout.") {
+				leaks = append(leaks, strings.TrimSpace(line))
+			}
+		}
+		if bound := goDocLeaks[rel]; len(leaks) != bound {
+			t.Errorf("go doc -all %s: %d lines name internal packages, the bound is %d:\n\t%s",
+				rel, len(leaks), bound, strings.Join(leaks, "\n\t"))
+		}
+	}
+	if public < 5 {
+		t.Fatalf("found %d public packages; want the root, authority, publisher, reader and gc at least", public)
+	}
 }

@@ -115,17 +115,17 @@ type StoreConfig = s3store.Config
 // writes (PutCreateOnly, and CompleteUpload of a multipart upload), reads
 // conditioned on an ETag (Get), Stat, listings of objects and of
 // incomplete uploads, AbortUpload and batch Delete, plus CheckBucket and
-// EnsureBucket. Each method's contract (idempotence, the consistency
-// fencepub assumes, the errors) is documented on the interface in
-// internal/objstore. NewStore returns the S3 implementation; any other
-// implementation must pass the conformance suite of
-// internal/objstore/storetest.
+// EnsureBucket. Every method is safe for concurrent use, ends with ctx, and
+// returns errors that wrap ErrObjectExists, ErrObjectNotFound,
+// ErrConditionFailed, ErrUnavailable (retried where the request is safe to
+// send again) or ErrInvalid. What fencepub assumes of a store is in
+// DESIGN.md "What the object store must provide". NewStore returns the S3
+// implementation, which passes fencepub's store conformance suite on MinIO
+// and SeaweedFS; a wrapper of it must keep the same contract.
 type Store = objstore.Store
 
-// The types of Store's methods, so that a program can implement Store (a
-// wrapper, another backend) without importing internal packages. Their
-// fields and the error each method returns are documented in
-// internal/objstore.
+// The types of Store's methods, so that a program can wrap a Store without
+// importing internal packages.
 type (
 	// ObjectInfo describes one object: key, size in bytes, ETag,
 	// modification time, content type and user metadata.

@@ -24,11 +24,12 @@ const (
 
 // AcquireRequest asks for a lease on Resource.
 type AcquireRequest struct {
-	// Resource is the name to lease (layout.ValidateResource): 1–200 bytes
+	// Resource is the name to lease: 1–200 bytes
 	// of letters, digits, '.', '_' and '-'. Names starting with '_' are
 	// reserved for fencepub itself (its GC's lease).
 	Resource string
-	// Owner identifies this lease request (layout.ValidateOwner); Release
+	// Owner identifies this lease request (1–128 bytes of letters, digits,
+	// '.', '_', '-', ':' and '@'); Release
 	// compares it. Use a fresh random id per request.
 	Owner string
 	// RequestID makes the acquire idempotent: a retry with the same id gets
@@ -96,8 +97,8 @@ func checkTTL(ttl time.Duration) (int64, error) {
 // no grant record exists for the next generation, that the request id is
 // unused and that no rollback was detected; it then writes generation+1
 // (its own key: never leased, never deleted), the holder key attached to a
-// fresh lease, the durable grant record grants/<generation> =
-// layout.GrantRecordValue(epoch, owner) and the request record. A failed
+// fresh lease, the durable grant record grants/<generation> (the epoch and
+// the owner) and the request record. A failed
 // compare returns the current state in the same round trip (Else branch), as
 // etcd's concurrency package does. On an uninitialised domain Acquire runs
 // Init first.

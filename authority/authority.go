@@ -46,7 +46,7 @@ func DefaultConfig() Config {
 type Config struct {
 	// Env locates the domain: every key the authority touches lives under
 	// its Namespace, in its etcd; the authority keeps its epoch and grant
-	// markers in its Store too (layout.MetaPrefix), because they must
+	// markers in its Store too (under _fencepub/), because they must
 	// survive an etcd restore. The Authority closes neither client.
 	fencepub.Env
 	// RequestTimeout bounds each single etcd or object-store request; a
@@ -271,7 +271,7 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // etcd's deployment key with a fresh id (or the id another init of this etcd
 // claimed), writes the bucket's ownership marker create-only, reserves epoch
 // 1 + the highest epoch marker by writing that marker create-only, then
-// creates the epoch key and the epoch's record (layout.EpochRecord) in one
+// creates the epoch key and the epoch's record (DESIGN.md "etcd layout") in one
 // transaction that requires the epoch key absent. A bucket that already holds
 // an ownership marker of another deployment, epoch or grant markers, or
 // objects belongs to another etcd history: Init refuses and writes nothing

@@ -60,7 +60,7 @@ var (
 	// holds the domain's history (a snapshot restore is recovered without
 	// FromBucket).
 	ErrInitialized = errors.New("authority: etcd already holds the domain's history")
-	// ErrExhausted: minting would pass layout.MaxNumber; fencepub refuses to
+	// ErrExhausted: minting would pass fencepub.MaxNumber; fencepub refuses to
 	// wrap (DESIGN.md "Object layout").
 	ErrExhausted = errors.New("authority: number space exhausted")
 )

@@ -96,7 +96,7 @@ func describeLoss(g Grant, resp *clientv3.TxnResponse) string {
 // (protocol source, §Owner: release and renew compare the owner
 // atomically) — and reads the resource's pointer and seal at the same
 // revision. Then, for an ordinary resource, the seal is raised over the
-// term, (g.Epoch, g.Generation, layout.MaxNumber), in a transaction of its
+// term, (g.Epoch, g.Generation, fencepub.MaxNumber), in a transaction of its
 // own that requires the grant record unchanged: every object the term left
 // above the pointer is unpublishable from then on, so GC collects it at its
 // next pass instead of after the abandon period, and a later publish of the
@@ -129,7 +129,7 @@ func (a *Authority) Release(ctx context.Context, g Grant) error {
 	var resp *clientv3.TxnResponse
 	err := a.call(ctx, "release", 0, func(rctx context.Context) (err error) {
 		resp, err = a.cli.Txn(rctx).
-			If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.grantCmp(a.ns)).
+			If(g.holderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.grantCmp(a.ns)).
 			Then(reads...).
 			Else(reads...).
 			Commit()

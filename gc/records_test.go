@@ -212,9 +212,10 @@ func (b *blockingBody) Read(p []byte) (int, error) {
 func TestUploadsAborted(t *testing.T) {
 	e := newEnv(t)
 	const res = "big"
-	pc := e.publisher(e.Etcd, func(c *publisher.Config) { c.PartSize = publisher.MinPartSize })
+	const partSize = 5 << 20 // S3's minimum part size, the smallest publisher.Config.PartSize
+	pc := e.publisher(e.Etcd, func(c *publisher.Config) { c.PartSize = partSize })
 	upload := func(p *publisher.Publisher) (stop func()) {
-		body := &blockingBody{left: publisher.MinPartSize + 1, release: make(chan struct{}), started: make(chan struct{})}
+		body := &blockingBody{left: partSize + 1, release: make(chan struct{}), started: make(chan struct{})}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)

@@ -77,9 +77,9 @@ type Decommissioned struct {
 	Resource string `json:"resource"`
 	// Seal is the seal after the call: (epoch, generation, max) or the
 	// higher seal that was already there.
-	Seal layout.Version `json:"seal"`
+	Seal fencepub.Version `json:"seal"`
 	// Previous is max(pointer, seal) before the call.
-	Previous layout.Version `json:"previous"`
+	Previous fencepub.Version `json:"previous"`
 	// Already is true when the resource was already retired at or above
 	// the target, or its pointer is there (nothing written).
 	Already bool `json:"already"`
@@ -98,7 +98,7 @@ const decommissionAttempts = 8
 // raises the seal instead of deleting the pointer): in ONE transaction that
 // requires the epoch, generation, pointer and seal unchanged since it read
 // them (and, unless force, no holder), it raises the seal to (epoch,
-// generation, layout.MaxNumber) with reason SealReasonDecommissioned. GC then
+// generation, fencepub.MaxNumber) with reason SealReasonDecommissioned. GC then
 // deletes the resource's objects (the published and retained ones after the
 // reader grace) and prunes its records; the generation counter, pointer and
 // seal stay, so a later grant (generation+1) re-creates the resource above

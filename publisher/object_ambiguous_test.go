@@ -30,7 +30,7 @@ func memClient(t *testing.T) (*Client, *faultstore.Store, *memstore.Store) {
 	t.Helper()
 	mem := memstore.New("fencepub", nil)
 	fs := faultstore.New(mem)
-	c, err := New(Config{Env: fencepub.Env{Namespace: testenv.Namespace(t), Etcd: clientv3.NewCtxClient(context.Background()), Store: fs}, PartSize: MinPartSize})
+	c, err := New(Config{Env: fencepub.Env{Namespace: testenv.Namespace(t), Etcd: clientv3.NewCtxClient(context.Background()), Store: fs}, PartSize: minPartSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestAmbiguousPutOfUnseekableBodyIsNotResent(t *testing.T) {
 func TestAmbiguousCompleteAcceptedAfterVerify(t *testing.T) {
 	c, fs, mem := memClient(t)
 	ctx := ctxT(t, time.Minute)
-	body := bytes.Repeat([]byte("m"), 2*MinPartSize+10)
+	body := bytes.Repeat([]byte("m"), 2*minPartSize+10)
 	key := objectKey(c, 1)
 	// The completion is applied, but the answer says 409: the re-send
 	// finds the upload gone (ErrNotFound), and the object is read back.
@@ -129,7 +129,7 @@ func TestAmbiguousCompleteAcceptedAfterVerify(t *testing.T) {
 func TestFailedPartAbortsTheUpload(t *testing.T) {
 	c, fs, mem := memClient(t)
 	ctx := ctxT(t, time.Minute)
-	body := bytes.Repeat([]byte("p"), 2*MinPartSize+10)
+	body := bytes.Repeat([]byte("p"), 2*minPartSize+10)
 	key := objectKey(c, 1)
 	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{})
 	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{Before: errLost})

@@ -13,6 +13,7 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/errkind"
+	"github.com/fencepub/fencepub/internal/fence"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -57,7 +58,7 @@ var (
 // Defaults of Config (DefaultConfig).
 const (
 	defaultPartSize       = 16 << 20 // bytes
-	MinPartSize           = 5 << 20  // bytes; S3's minimum for all parts but the last
+	minPartSize           = 5 << 20  // bytes; S3's minimum for all parts but the last
 	defaultRequestTimeout = 5 * time.Second
 	defaultResendTimeout  = time.Minute
 )
@@ -81,9 +82,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// PartSize, in bytes, is for bodies of unknown length: the largest one
 	// sent in one PUT from memory, and the multipart part size above it; at
-	// least MinPartSize; default 16 MiB. Such a publish holds at most two
-	// parts in memory (one filling, one sending). A body of known length
-	// (see Operation.Size) up to 5 GiB is streamed in one PUT instead.
+	// least 5 MiB (S3's minimum part size); default 16 MiB. Such a publish
+	// holds at most two parts in memory (one filling, one sending). A body of
+	// known length (see Operation.Size) up to 5 GiB is streamed in one PUT
+	// instead.
 	PartSize int64
 	// RequestTimeout bounds one etcd request. A publish transaction that gets
 	// no answer in time is re-sent, unchanged. Default 5 s.
@@ -102,14 +104,14 @@ type Config struct {
 
 // Validate checks c without a network call: Namespace as
 // fencepub.NewNamespace checks it, Etcd and Store set, PartSize 0 or at
-// least MinPartSize, no negative timeout. Errors: fencepub.ErrInvalid
+// least 5 MiB, no negative timeout. Errors: fencepub.ErrInvalid
 // naming the field.
 func (c Config) Validate() error {
 	if _, err := fencepub.NewNamespace(c.Namespace.Prefix, c.Namespace.Domain); err != nil {
 		return fmt.Errorf("publisher.Config.Namespace: %w", err)
 	}
-	if c.PartSize != 0 && c.PartSize < MinPartSize {
-		return fmt.Errorf("%w: publisher.Config.PartSize %d is below the S3 minimum %d", fencepub.ErrInvalid, c.PartSize, MinPartSize)
+	if c.PartSize != 0 && c.PartSize < minPartSize {
+		return fmt.Errorf("%w: publisher.Config.PartSize %d is below the S3 minimum %d", fencepub.ErrInvalid, c.PartSize, minPartSize)
 	}
 	return cmp.Or(
 		errkind.Nil("publisher.Config.Etcd", c.Etcd == nil),
@@ -157,7 +159,7 @@ func New(cfg Config) (*Client, error) {
 
 // Term is what a Publisher is bound to: one grant of a resource, as the
 // publish transaction checks it — the grant record grants/<Fence> must hold
-// layout.GrantRecordValue(Epoch, Owner) and Epoch must be the domain's
+// Epoch and Owner, and Epoch must be the domain's
 // current epoch (DESIGN.md invariant 2).
 type Term struct {
 	Resource string
@@ -224,9 +226,10 @@ func (t Term) validate() error {
 	return nil
 }
 
-// holderCmp is the strict-mode compare, built by the authority's own rule.
+// holderCmp is the strict-mode compare (fence.Holder), the one the
+// authority renews and releases under.
 func (t Term) holderCmp(ns layout.Namespace) clientv3.Cmp {
-	return authority.Grant{Resource: t.Resource, HolderRevision: t.HolderRevision}.HolderCmp(ns)
+	return fence.Holder(ns, t.Resource, t.HolderRevision)
 }
 
 // Operation is one logical publish. IdempotencyKey names it across retries
@@ -294,8 +297,8 @@ const (
 // Attempt is what one call wrote: its version and object. When the outcome
 // is not applied the object is an orphan, which GC removes.
 type Attempt struct {
-	Version layout.Version `json:"version"`
-	Object  layout.Object  `json:"object"`
+	Version fencepub.Version `json:"version"`
+	Object  fencepub.Object  `json:"object"`
 }
 
 // Result describes how a publish, rollback or resolve ended.
@@ -310,14 +313,14 @@ type Result struct {
 	// Version and Object are the result: this call's for applied, stale,
 	// conflict and unknown; the original publish's for duplicate. For
 	// Resolve, the op record's when one exists (the winner's for conflict).
-	Version layout.Version `json:"version"`
-	Object  layout.Object  `json:"object"`
+	Version fencepub.Version `json:"version"`
+	Object  fencepub.Object  `json:"object"`
 	// Attempt is what this call wrote (equal to Version/Object unless
 	// duplicate). Absent for Resolve.
 	Attempt *Attempt `json:"attempt,omitempty"`
 	// Pointer is the resource's pointer as the deciding transaction saw it
 	// (for applied: the pointer it wrote). Nil when unknown.
-	Pointer *layout.Pointer `json:"pointer,omitempty"`
+	Pointer *fencepub.Pointer `json:"pointer,omitempty"`
 	// Revision is the etcd revision of the deciding transaction.
 	Revision int64 `json:"revision,omitempty"`
 	// Attempts counts transaction sends; more than 1 means re-sends after
@@ -363,7 +366,7 @@ func (c *Client) Bind(ctx context.Context, t Term) (*Publisher, error) {
 	return &Publisher{c: c, term: t, next: next}, nil
 }
 
-// NextSeq returns the seq the next Publish will use (layout.MaxNumber
+// NextSeq returns the seq the next Publish will use (fencepub.MaxNumber
 // again once the term's seq space is closed; see take).
 func (p *Publisher) NextSeq() uint64 {
 	p.mu.Lock()
@@ -420,10 +423,10 @@ func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
 	return p.publish(ctx, 0, op)
 }
 
-// PublishSeq is Publish with an explicit seq, 1..layout.MaxNumber (the CLI's
+// PublishSeq is Publish with an explicit seq, 1..fencepub.MaxNumber (the CLI's
 // --seq). Later Publish calls continue above it. A seq at or below one
 // already published or sealed is stale. Errors: as Publish;
-// fencepub.ErrInvalid for seq 0 or above layout.MaxNumber (bad input, not
+// fencepub.ErrInvalid for seq 0 or above fencepub.MaxNumber (bad input, not
 // exhaustion).
 func (p *Publisher) PublishSeq(ctx context.Context, seq uint64, op Operation) (Result, error) {
 	if seq == 0 || seq > layout.MaxNumber {

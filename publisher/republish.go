@@ -27,8 +27,8 @@ import (
 // sent); Republish then reads the object once, conditioned on its ETag, to
 // compute it.
 //
-// objectKey must be a fencepub object key of this resource
-// (layout.ParseObjectKey). Errors and outcomes are those of Publish, plus
+// objectKey must be a fencepub object key of this resource (it names the
+// resource and a version). Errors and outcomes are those of Publish, plus
 // fencepub.ErrInvalid (a foreign key), ErrSourceGone (the object is gone) and
 // ErrObjectMismatch (its metadata carries an invalid sha256, or it changed
 // while being read).

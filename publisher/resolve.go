@@ -83,7 +83,7 @@ func (id AttemptID) String() string {
 //     it, in the same transaction that saw the record absent. The attempt is
 //     then definitely not applied and never will be: Stale with reason
 //     "seal", returned with ErrStale. A retired resource's seal keeps its
-//     decommission reason and time (layout.Seal.RaisedTo), so its readers
+//     decommission reason and time, so its readers
 //     still get reader.ErrDecommissioned; the transaction then also requires
 //     the pointer and the seal unchanged since Resolve read them;
 //   - it is absent and v's epoch is older than the domain's: no publish of v
@@ -103,7 +103,7 @@ func (id AttemptID) String() string {
 // block that fence's later seqs.
 //
 // A Stale answer is then also written to the bucket, after etcd settled it:
-// a create-only settled marker (layout.SettledMarker at v), because the seal
+// a create-only settled marker of v, because the seal
 // is lost with etcd and RestoreLost must never republish the attempt after a
 // restore or a recover from the bucket (DESIGN.md invariant 8). When that
 // write fails, Resolve returns the Stale Result with fencepub.ErrUnavailable
@@ -116,7 +116,7 @@ func (id AttemptID) String() string {
 // Errors: fencepub.ErrInvalid (also when id names no attempt, or one of another
 // resource or version), ErrConflict, ErrStale, fencepub.ErrUnavailable,
 // fencepub.ErrNotInitialized, fencepub.ErrCorruptRecord.
-func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Version, id AttemptID) (Result, error) {
+func (c *Client) Resolve(ctx context.Context, resource, key string, v fencepub.Version, id AttemptID) (Result, error) {
 	if err := layout.ValidateResource(resource, false); err != nil {
 		return Result{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}

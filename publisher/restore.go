@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -14,11 +15,11 @@ import (
 
 // Restored is one resource's outcome of RestoreLost.
 type Restored struct {
-	Resource string         `json:"resource"`
-	From     layout.Version `json:"from"` // the lost object's old-epoch version
-	Key      string         `json:"key"`  // the object republished
-	Result   Result         `json:"result"`
-	Error    string         `json:"error,omitempty"`
+	Resource string           `json:"resource"`
+	From     fencepub.Version `json:"from"` // the lost object's old-epoch version
+	Key      string           `json:"key"`  // the object republished
+	Result   Result           `json:"result"`
+	Error    string           `json:"error,omitempty"`
 }
 
 // Timeouts of RestoreLost: the wait for a resource's grant, and the

@@ -22,7 +22,7 @@ import (
 // using the bytes, and must Close the body.
 type Body struct {
 	// Pointer is the pointer the object was opened through.
-	Pointer layout.Pointer
+	Pointer fencepub.Pointer
 	obj     io.ReadCloser // the GET's response body
 	h       hash.Hash
 	n       int64
@@ -104,7 +104,7 @@ func (r *Reader) Open(ctx context.Context) (*Body, error) {
 // the bytes are verified against it. If the object is gone, OpenPointer
 // re-reads the pointer and follows a newer one as Open does. Errors: those of
 // Open, and fencepub.ErrInvalid for a zero pointer.
-func (r *Reader) OpenPointer(ctx context.Context, ptr layout.Pointer) (*Body, error) {
+func (r *Reader) OpenPointer(ctx context.Context, ptr fencepub.Pointer) (*Body, error) {
 	switch {
 	case r.cfg.Store == nil:
 		return nil, fmt.Errorf("%w: reader.Config.Store is nil", fencepub.ErrInvalid)

@@ -18,7 +18,7 @@ import (
 // also wait for the read already in flight. It never returns a version below
 // one this Reader already returned (invariant 6). Errors: ErrNotPublished,
 // ErrWentBack, fencepub.ErrUnavailable, fencepub.ErrCorruptRecord.
-func (r *Reader) Current(ctx context.Context) (layout.Pointer, error) {
+func (r *Reader) Current(ctx context.Context) (fencepub.Pointer, error) {
 	ptr, _, err := r.current(ctx, r.cfg.Serializable)
 	return ptr, err
 }

@@ -58,7 +58,7 @@ var (
 	ErrWentBack = errors.New("reader: the pointer went back below a version already read")
 	// ErrDecommissioned: the current pointer's object is gone because the
 	// resource was retired (`fencepub resource delete`: a seal with
-	// layout.SealReasonDecommissioned at or above the pointer) and GC
+	// fencepub.SealReasonDecommissioned at or above the pointer) and GC
 	// collected its objects; not data loss.
 	ErrDecommissioned = errors.New("reader: the resource was decommissioned")
 )

@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/wait"
 )
@@ -14,7 +15,7 @@ import (
 // Update is one item of Watch: a newer pointer, or an error that did not
 // stop the watch (Err set, Pointer zero).
 type Update struct {
-	Pointer layout.Pointer
+	Pointer fencepub.Pointer
 	// Revision is the etcd revision at which the pointer was written (events)
 	// or read (syncs).
 	Revision int64

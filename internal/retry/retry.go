@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -133,12 +134,13 @@ func EtcdNotApplied(err error) bool {
 }
 
 // StoreUnavailable reports whether err, from one objstore.Store request,
-// means the store did not serve it now (objstore.ErrUnavailable: a
-// transport failure, a lost response, a 5xx answer).
-// The request may or may not have been applied; only a request that is safe
-// to send twice (a create-only write, a read) is retried on it.
+// means the store did not serve it now: it is a fencepub.ErrUnavailable
+// (objstore.ErrUnavailable: a transport failure, a lost response, a 5xx
+// answer; or the same kind from another Store implementation). The request
+// may or may not have been applied; only a request that is safe to send
+// twice (a create-only write, a read) is retried on it.
 func StoreUnavailable(err error) bool {
-	return errors.Is(err, objstore.ErrUnavailable)
+	return errors.Is(err, errkind.ErrUnavailable)
 }
 
 // StoreConflict reports whether err, from one objstore.Store write, is a
