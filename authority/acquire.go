@@ -74,8 +74,8 @@ type resState struct {
 }
 
 // checkTTL returns ttl in whole seconds, or ErrBadTTL: etcd would stretch a
-// TTL below minTTL and round a fractional one (the issue: "say so, do not
-// silently stretch").
+// TTL below minTTL and round a fractional one, so the authority refuses them
+// rather than grant another TTL than asked.
 func checkTTL(ttl time.Duration) (int64, error) {
 	switch {
 	case ttl < minTTL:
