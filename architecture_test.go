@@ -2,8 +2,14 @@ package fencepub_test
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -21,7 +27,7 @@ var neverImports = []struct {
 }{
 	// The core and the foundations sit below the product.
 	{
-		from: []string{".", "internal/layout", "internal/objstore", "internal/debuglog", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/lab"},
+		from: []string{".", "internal/errkind", "internal/fence", "internal/layout", "internal/objstore", "internal/debuglog", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/lab"},
 		never: []string{"authority", "publisher", "reader", "gc", "config", "internal/cli/...", "internal/devstack",
 			"internal/testkit/...", "cmd/..."},
 	},
@@ -120,17 +126,24 @@ func matchesAny(p string, pats []string) bool {
 	return false
 }
 
-// shipped returns the import paths of what a user builds: the public
-// packages of the module and cmd/fencepub.
-func shipped(t *testing.T) []string {
+// publicPackages returns the import paths of the module's public
+// packages: every package outside internal/, cmd/ and examples/.
+func publicPackages(t *testing.T) []string {
 	t.Helper()
-	pkgs := []string{module + "/cmd/fencepub"}
+	var pkgs []string
 	for _, p := range strings.Fields(goOut(t, "list", "./...")) {
 		if !matchesAny(p, []string{"internal/...", "cmd/...", "examples/..."}) {
 			pkgs = append(pkgs, p)
 		}
 	}
 	return pkgs
+}
+
+// shipped returns the import paths of what a user builds: the public
+// packages of the module and cmd/fencepub.
+func shipped(t *testing.T) []string {
+	t.Helper()
+	return append([]string{module + "/cmd/fencepub"}, publicPackages(t)...)
 }
 
 // linkedModules returns the modules providing the packages that pkgs
@@ -228,5 +241,102 @@ func TestConfigDependencyCost(t *testing.T) {
 	}
 	if !cfg["github.com/spf13/viper"] || extra == 0 {
 		t.Fatalf("config links %v: the check saw no viper", cfg)
+	}
+}
+
+// The CLI's packages, and the internal packages below the public library
+// packages, whose sentinels the CLI must not classify with.
+var (
+	cliPackages     = []string{"./cmd/...", "./internal/cli/..."}
+	libraryInternal = []string{"internal/debuglog", "internal/errkind", "internal/fence", "internal/layout", "internal/objstore/...", "internal/ownership", "internal/retry", "internal/wait"}
+)
+
+// TestCLIClassifiesWithPublicErrors checks that the CLI picks its exit
+// codes the way a program outside the module can: no non-test file of
+// cmd/ or internal/cli names an Err* identifier of a package below the
+// public library packages (libraryInternal), so every error it classifies
+// matches a public sentinel (fencepub.ErrUnavailable, ...).
+func TestCLIClassifiesWithPublicErrors(t *testing.T) {
+	out := goOut(t, append([]string{"list", "-f", `{{.Dir}}{{range .GoFiles}} {{.}}{{end}}`}, cliPackages...)...)
+	fset := token.NewFileSet()
+	files := 0
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		for _, name := range f[1:] {
+			file, err := parser.ParseFile(fset, filepath.Join(f[0], name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files++
+			for _, use := range internalSentinels(file) {
+				t.Errorf("%s: %s classifies with an internal sentinel; use the public one (fencepub, authority, publisher, reader, gc)",
+					fset.Position(use.Pos()), use.X.(*ast.Ident).Name+"."+use.Sel.Name)
+			}
+		}
+	}
+	if files == 0 {
+		t.Fatal("no CLI source file found")
+	}
+}
+
+// internalSentinels returns file's selector expressions pkg.ErrX whose pkg
+// is an import of a library-internal package (libraryInternal).
+func internalSentinels(file *ast.File) []*ast.SelectorExpr {
+	internal := map[string]bool{} // local import names of libraryInternal packages
+	for _, im := range file.Imports {
+		p, _ := strconv.Unquote(im.Path.Value)
+		if !matchesAny(p, libraryInternal) {
+			continue
+		}
+		name := path.Base(p)
+		if im.Name != nil {
+			name = im.Name.Name
+		}
+		internal[name] = true
+	}
+	var uses []*ast.SelectorExpr
+	ast.Inspect(file, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && internal[id.Name] && strings.HasPrefix(sel.Sel.Name, "Err") {
+				uses = append(uses, sel)
+			}
+		}
+		return true
+	})
+	return uses
+}
+
+// goDocLeaks bounds, per public package, the lines of `go doc -all` that
+// name an internal package ("internal/") or the storage layout ("layout."),
+// which a program outside the module can neither import nor read. The root
+// package's aliases (Version = layout.Version, ...) and the constants and
+// errors defined by the layout still show; every other public package shows
+// none. A bound only ever falls: the test fails when a package shows more,
+// and when it shows fewer (lower the bound).
+var goDocLeaks = map[string]int{".": 10}
+
+// TestGoDocShowsNoInternals runs `go doc -all` on every public package
+// (every package of the module outside internal/, cmd/ and examples/) and
+// checks its lines naming internal packages against goDocLeaks.
+func TestGoDocShowsNoInternals(t *testing.T) {
+	pkgs := publicPackages(t)
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+		if rel == "" {
+			rel = "."
+		}
+		var leaks []string
+		for _, line := range strings.Split(goOut(t, "doc", "-all", p), "\n") {
+			if strings.Contains(line, "internal/") || strings.Contains(line, "layout.") {
+				leaks = append(leaks, strings.TrimSpace(line))
+			}
+		}
+		if bound := goDocLeaks[rel]; len(leaks) != bound {
+			t.Errorf("go doc -all %s: %d lines name internal packages, the bound is %d:\n\t%s",
+				rel, len(leaks), bound, strings.Join(leaks, "\n\t"))
+		}
+	}
+	if len(pkgs) < 5 {
+		t.Fatalf("found %d public packages; want the root, authority, publisher, reader and gc at least", len(pkgs))
 	}
 }

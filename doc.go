@@ -8,9 +8,13 @@
 //     an etcd client;
 //   - the records those packages take and return: Version (ParseVersion),
 //     Object, Pointer and Seal;
-//   - the error kinds every package shares (ErrUnavailable, ErrInvalid,
-//     ErrNotInitialized, ErrCorruptState, ErrInvalidName,
-//     ErrCorruptRecord), so one errors.Is check covers every package.
+//   - the errors every package shares, so one errors.Is check covers every
+//     package and Store: the kinds ErrUnavailable (retry later) and
+//     ErrInvalid (fix the input or configuration), ErrNotInitialized and
+//     ErrCorruptState; ErrInvalidName, ErrCorruptRecord and ErrBadVersion
+//     for names and records; ErrCreateOnlyIgnored for a store fencepub
+//     refuses; and Store's own ErrObjectExists, ErrObjectNotFound,
+//     ErrConditionFailed and ErrStoreUnavailable (an ErrUnavailable).
 //
 // The types are aliases of the ones the storage layout (DESIGN.md "etcd
 // layout", "Object layout") is written with. They are aliases rather than

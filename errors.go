@@ -3,27 +3,27 @@ package fencepub
 import (
 	"errors"
 
+	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 )
 
-// Error kinds shared by every fencepub package. Each package's own name for
-// a kind (fencepub.ErrUnavailable, fencepub.ErrUnavailable,
-// fencepub.ErrUnavailable, fencepub.ErrUnavailable, ...) is the same value, and the
-// errors they return wrap it with the package's context, so
-// errors.Is(err, fencepub.ErrUnavailable) answers "retry later" for any of
-// them.
+// Error kinds shared by every fencepub package and by Store: every package
+// wraps these values, with its own context, in the errors it returns, so
+// one errors.Is(err, fencepub.ErrUnavailable) answers "retry later"
+// whichever package or server the failure came from.
 var (
-	// ErrUnavailable: etcd (or, where the package says so, the object
-	// store) did not answer in time. The operation may or may not have
-	// taken effect; each package's documentation says how to retry it (an
+	// ErrUnavailable: etcd or the object store could not be reached or
+	// did not answer in time. The operation may or may not have taken
+	// effect; each package's documentation says how to retry it (an
 	// acquire with the same request id, a publish with the same
 	// idempotency key).
-	ErrUnavailable = errors.New("fencepub: service unavailable")
+	ErrUnavailable = errkind.ErrUnavailable
 	// ErrInvalid: a bad configuration value or argument (a name, a key, a
-	// version, a negative duration); the error names the field. Retrying
-	// does not help.
-	ErrInvalid = errors.New("fencepub: invalid input")
+	// version, a negative duration), or a store configuration the store
+	// refuses (credentials, a TLS handshake, a missing bucket); the error
+	// names the field or the configuration key. Retrying does not help.
+	ErrInvalid = errkind.ErrInvalid
 	// ErrNotInitialized: the domain has no epoch key: `fencepub authority
 	// init` (authority.Authority.Init) has not run, or etcd lost it.
 	ErrNotInitialized = errors.New("fencepub: domain not initialised")
@@ -33,8 +33,8 @@ var (
 	ErrCorruptState = errors.New("fencepub: corrupt state")
 )
 
-// Errors about names and records. They are distinct from the kinds above:
-// an error may carry ErrInvalidName together with ErrInvalid.
+// Errors about names and records. ErrInvalidName is an ErrInvalid too;
+// ParseVersion returns ErrBadVersion together with ErrInvalid.
 var (
 	// ErrInvalidName: a resource, owner, request id, idempotency key or
 	// namespace that fencepub refuses; the error names the field and why.

@@ -91,34 +91,42 @@ type Namespace = layout.Namespace
 // NewNamespace validates prefix (one name, such as "fencepub": no '/') and
 // domain (a name) and returns their Namespace, whose keys can never lie
 // inside another namespace's (DESIGN.md "etcd layout"). It makes no network
-// call. Errors: ErrInvalidName naming the part that is refused (empty, too
-// long, a prefix of several components, a character outside letters,
-// digits, '-', '_' and '.', or a name of one of a domain's key subtrees,
-// such as "history").
+// call. Errors: ErrInvalid and ErrInvalidName naming the part that is
+// refused (empty, too long, a prefix of several components, a character
+// outside letters, digits, '-', '_' and '.', or a name of one of a domain's
+// key subtrees, such as "history").
 func NewNamespace(prefix, domain string) (Namespace, error) {
-	return layout.NewNamespace(prefix, domain)
+	ns, err := layout.NewNamespace(prefix, domain)
+	if err != nil {
+		return Namespace{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return ns, nil
 }
 
 // StoreConfig describes a bucket of an S3-compatible store (the s3.*
-// configuration keys): Endpoint (host:port, no scheme), AccessKey,
-// SecretKey, Bucket, Secure (HTTPS) and Region.
+// configuration keys). Fields: Endpoint (host:port, HTTPS when Secure, or
+// a URL http://host[:port] or https://host[:port] whose scheme decides),
+// Credentials ("static", or "auto" and "" for the environment's credential
+// chain), AccessKey and SecretKey (for "static"), Bucket, Secure, Region
+// and TLS (CA, Cert and Key file paths: a private CA and a client
+// certificate for HTTPS).
 type StoreConfig = s3store.Config
 
 // Store is one bucket of an object store as fencepub uses it: create-only
 // writes (PutCreateOnly, and CompleteUpload of a multipart upload), reads
 // conditioned on an ETag (Get), Stat, listings of objects and of
 // incomplete uploads, AbortUpload and batch Delete, plus CheckBucket and
-// EnsureBucket. Each method's contract (idempotence, the consistency
-// fencepub assumes, the errors) is documented on the interface in
-// internal/objstore. NewStore returns the S3 implementation; any other
-// implementation must pass the conformance suite of
-// internal/objstore/storetest.
+// EnsureBucket. Every method is safe for concurrent use, ends with ctx, and
+// returns errors that wrap ErrObjectExists, ErrObjectNotFound,
+// ErrConditionFailed, ErrUnavailable (retried where the request is safe to
+// send again) or ErrInvalid. What fencepub assumes of a store is in
+// DESIGN.md "What the object store must provide". NewStore returns the S3
+// implementation, which passes fencepub's store conformance suite on MinIO
+// and SeaweedFS; a wrapper of it must keep the same contract.
 type Store = objstore.Store
 
-// The types of Store's methods, so that a program can implement Store (a
-// wrapper, another backend) without importing internal packages. Their
-// fields and the error each method returns are documented in
-// internal/objstore.
+// The types of Store's methods, so that a program can wrap a Store without
+// importing internal packages.
 type (
 	// ObjectInfo describes one object: key, size in bytes, ETag,
 	// modification time, content type and user metadata.
@@ -137,22 +145,35 @@ type (
 	BucketSettings = objstore.BucketSettings
 )
 
-// The typed errors a Store's methods return (wrapped), which fencepub's
-// packages act on.
+// The typed errors a Store's methods return (wrapped), besides
+// ErrUnavailable (the store could not be reached or answered 5xx; the
+// request may or may not have been applied) and ErrInvalid (the store
+// refused the credentials, the TLS handshake failed, or the bucket does not
+// exist, which is also an ErrObjectNotFound).
 var (
-	// ErrObjectExists: a create-only write found an object at the key.
+	// ErrObjectExists: a create-only write found an object at the key
+	// (HTTP 412 on If-None-Match: *).
 	ErrObjectExists = objstore.ErrExists
 	// ErrObjectNotFound: no such object (or upload, or bucket).
 	ErrObjectNotFound = objstore.ErrNotFound
-	// ErrConditionFailed: an If-Match did not hold, or a concurrent
-	// conditional write won (409).
-	ErrConditionFailed = objstore.ErrConditionConflict
+	// ErrConditionFailed: a condition on an existing object did not hold:
+	// an If-Match whose ETag the object no longer has (HTTP 412 on a Get or
+	// on a copy's source), or a concurrent conditional write to the same
+	// key (HTTP 409 ConditionalRequestConflict; that write was not applied
+	// and is safe to send again).
+	ErrConditionFailed = objstore.ErrConditionFailed
+	// ErrStoreUnavailable: the store could not be reached or answered 5xx;
+	// the request may or may not have been applied. It is an
+	// ErrUnavailable, which is all a caller that only retries needs; the
+	// name tells a store outage from etcd's (the CLI's hint names the
+	// store's endpoint and bucket).
+	ErrStoreUnavailable = objstore.ErrUnavailable
 )
 
 // NewStore returns the S3-compatible Store of cfg (minio-go) without
 // contacting the server (the first request that fails says why; use
-// CheckBucket to ask). Errors: an empty endpoint or bucket, a malformed
-// endpoint.
+// CheckBucket to ask). Errors: ErrInvalid naming the configuration key (an
+// empty endpoint or bucket, a malformed endpoint, an unreadable TLS file).
 func NewStore(cfg StoreConfig) (Store, error) {
 	st, err := s3store.New(cfg)
 	if err != nil {

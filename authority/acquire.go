@@ -24,11 +24,12 @@ const (
 
 // AcquireRequest asks for a lease on Resource.
 type AcquireRequest struct {
-	// Resource is the name to lease (layout.ValidateResource): 1–200 bytes
+	// Resource is the name to lease: 1–200 bytes
 	// of letters, digits, '.', '_' and '-'. Names starting with '_' are
 	// reserved for fencepub itself (its GC's lease).
 	Resource string
-	// Owner identifies this lease request (layout.ValidateOwner); Release
+	// Owner identifies this lease request (1–128 bytes of letters, digits,
+	// '.', '_', '-', ':' and '@'); Release
 	// compares it. Use a fresh random id per request.
 	Owner string
 	// RequestID makes the acquire idempotent: a retry with the same id gets
@@ -36,7 +37,8 @@ type AcquireRequest struct {
 	// (gc.Config.RequestRetention, default 24 h). Empty:
 	// a random id is generated (and returned in Grant.RequestID).
 	RequestID string
-	// TTL is the lease's time to live: whole seconds, 2 s (etcd's minimum) to etcd's maximum (9e9 s).
+	// TTL is the lease's time to live: whole seconds, 2 s (etcd's minimum) to
+	// etcd's maximum (9e9 s).
 	TTL time.Duration
 	// Wait blocks while another grant holds the resource (watching its
 	// holder key, not polling) until this request wins or ctx ends. Without
@@ -72,8 +74,8 @@ type resState struct {
 }
 
 // checkTTL returns ttl in whole seconds, or ErrBadTTL: etcd would stretch a
-// TTL below minTTL and round a fractional one (the issue: "say so, do not
-// silently stretch").
+// TTL below minTTL and round a fractional one, so the authority refuses them
+// rather than grant another TTL than asked.
 func checkTTL(ttl time.Duration) (int64, error) {
 	switch {
 	case ttl < minTTL:
@@ -87,15 +89,16 @@ func checkTTL(ttl time.Duration) (int64, error) {
 }
 
 // Acquire grants req.Owner a lease on req.Resource and returns the grant with
-// its fencing token (DESIGN.md invariant 2; protocol source, §Mint, acquire pseudocode).
+// its fencing token (DESIGN.md invariant 2; protocol source, §Mint, acquire
+// pseudocode).
 //
 // One etcd transaction checks that no live holder exists, that the domain
 // epoch and the resource's durable generation are the ones it read, that
 // no grant record exists for the next generation, that the request id is
 // unused and that no rollback was detected; it then writes generation+1
 // (its own key: never leased, never deleted), the holder key attached to a
-// fresh lease, the durable grant record grants/<generation> =
-// layout.GrantRecordValue(epoch, owner) and the request record. A failed
+// fresh lease, the durable grant record grants/<generation> (the epoch and
+// the owner) and the request record. A failed
 // compare returns the current state in the same round trip (Else branch), as
 // etcd's concurrency package does. On an uninitialised domain Acquire runs
 // Init first.
@@ -125,11 +128,12 @@ func checkTTL(ttl time.Duration) (int64, error) {
 // ends the wait is an ErrHeld error naming the holder that also wraps ctx's
 // error (errors.Is matches both ErrHeld and context.DeadlineExceeded).
 //
-// Errors: layout.ErrInvalidName and ErrBadTTL (nothing written); ErrHeld
-// (naming the holder and its expected expiry); ErrExpired; ErrRequestConflict; ErrRolledBack; ErrLeaseLost
-// (the grant was superseded before it could be confirmed: the caller was
-// paused past its TTL); fencepub.ErrUnavailable (the grant may have been made: retry
-// with the same request id); ErrExhausted; ctx's error.
+// Errors: fencepub.ErrInvalidName and ErrBadTTL (nothing written); ErrHeld
+// (naming the holder and its expected expiry); ErrExpired;
+// ErrRequestConflict; ErrRolledBack; ErrLeaseLost (the grant was superseded
+// before it could be confirmed: the caller was paused past its TTL);
+// fencepub.ErrUnavailable (the grant may have been made: retry with the same
+// request id); ErrExhausted; ctx's error.
 func (a *Authority) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
 	if err := layout.ValidateResource(req.Resource, layout.ReservedNames(ctx)); err != nil {
 		return Grant{}, err
@@ -336,9 +340,9 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 	a.remember(res, counter{epoch: s.epoch, gen: gen})
 	if err := q.confirm(ctx, g, early, true); err != nil {
 		// Unless a retry with the request id may still confirm it
-		// (fencepub.ErrUnavailable), nobody will get this grant: end its lease now
-		// rather than let it block the resource for its TTL (a missing
-		// bucket, a corrupt marker).
+		// (fencepub.ErrUnavailable), nobody will get this grant: end its
+		// lease now rather than let it block the resource for its TTL (a
+		// missing bucket, a corrupt marker).
 		q.keepLease = errors.Is(err, fencepub.ErrUnavailable)
 		return Grant{}, resState{}, true, err
 	}

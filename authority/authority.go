@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/debuglog"
+	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
@@ -26,12 +27,19 @@ type (
 	responseOp = pb.ResponseOp
 )
 
-// Defaults of Config's optional fields.
+// Defaults of Config's optional fields (DefaultConfig).
 const (
 	defaultRequestTimeout = 5 * time.Second
 	defaultRetryTimeout   = 30 * time.Second
 	defaultMarkerKeep     = 16
 )
+
+// DefaultConfig returns the values New gives Config's optional fields when
+// they are zero: RequestTimeout 5 s, RetryTimeout 30 s, MarkerKeep 16. Env
+// and Logger are left zero.
+func DefaultConfig() Config {
+	return Config{RequestTimeout: defaultRequestTimeout, RetryTimeout: defaultRetryTimeout, MarkerKeep: defaultMarkerKeep}
+}
 
 // Config is the runtime configuration of an Authority: live clients and
 // policy. Namespace, Etcd and Store are required; zero values of the others
@@ -39,12 +47,12 @@ const (
 type Config struct {
 	// Env locates the domain: every key the authority touches lives under
 	// its Namespace, in its etcd; the authority keeps its epoch and grant
-	// markers in its Store too (layout.MetaPrefix), because they must
+	// markers in its Store too (under _fencepub/), because they must
 	// survive an etcd restore. The Authority closes neither client.
 	fencepub.Env
 	// RequestTimeout bounds each single etcd or object-store request; a
-	// request that gets no answer in time fails with fencepub.ErrUnavailable rather
-	// than blocking until the caller's context ends. Default 5 s.
+	// request that gets no answer in time fails with fencepub.ErrUnavailable
+	// rather than blocking until the caller's context ends. Default 5 s.
 	RequestTimeout time.Duration
 	// RetryTimeout bounds the retries of one etcd request whose caller's
 	// context has no deadline: an attempt that gets no answer within
@@ -91,24 +99,33 @@ type Domain struct {
 	DeploymentID string `json:"deployment_id"`
 }
 
-// New checks cfg and returns an Authority. It makes no network call.
-// Errors: a description of the missing or invalid field.
+// Validate checks c without a network call: Namespace as
+// fencepub.NewNamespace checks it, Etcd and Store set, no negative
+// tunable. Errors: fencepub.ErrInvalid naming the field.
+func (c Config) Validate() error {
+	if _, err := fencepub.NewNamespace(c.Namespace.Prefix, c.Namespace.Domain); err != nil {
+		return fmt.Errorf("authority.Config.Namespace: %w", err)
+	}
+	return cmp.Or(
+		errkind.Nil("authority.Config.Etcd", c.Etcd == nil),
+		errkind.Nil("authority.Config.Store", c.Store == nil),
+		errkind.Negative("authority.Config.RequestTimeout", c.RequestTimeout),
+		errkind.Negative("authority.Config.RetryTimeout", c.RetryTimeout),
+		errkind.Negative("authority.Config.MarkerKeep", c.MarkerKeep),
+	)
+}
+
+// New checks cfg (Validate), gives its zero tunables their defaults
+// (DefaultConfig) and returns an Authority. It makes no network call.
+// Errors: fencepub.ErrInvalid naming the field.
 func New(cfg Config) (*Authority, error) {
-	if _, err := layout.NewNamespace(cfg.Namespace.Prefix, cfg.Namespace.Domain); err != nil {
-		return nil, fmt.Errorf("authority: config: %w", err)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Etcd == nil {
-		return nil, errors.New("authority: config: Etcd client is nil")
-	}
-	if cfg.Store == nil {
-		return nil, errors.New("authority: config: Store is nil (epoch and grant markers live in the bucket)")
-	}
-	if cfg.RequestTimeout < 0 || cfg.RetryTimeout < 0 || cfg.MarkerKeep < 0 {
-		return nil, errors.New("authority: config: RequestTimeout, RetryTimeout and MarkerKeep must not be negative")
-	}
-	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
-	cfg.RetryTimeout = cmp.Or(cfg.RetryTimeout, defaultRetryTimeout)
-	cfg.MarkerKeep = cmp.Or(cfg.MarkerKeep, defaultMarkerKeep)
+	d := DefaultConfig()
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, d.RequestTimeout)
+	cfg.RetryTimeout = cmp.Or(cfg.RetryTimeout, d.RetryTimeout)
+	cfg.MarkerKeep = cmp.Or(cfg.MarkerKeep, d.MarkerKeep)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -125,12 +142,12 @@ func (a *Authority) rctx(ctx context.Context) (context.Context, context.CancelFu
 }
 
 // call runs op, one etcd request that is safe to send twice, retrying it
-// while it fails with fencepub.ErrUnavailable (retry.Do, jittered backoff): each
-// attempt is bounded by attempt (RequestTimeout when 0), all of them by
+// while it fails with fencepub.ErrUnavailable (retry.Do, jittered backoff):
+// each attempt is bounded by attempt (RequestTimeout when 0), all of them by
 // ctx's deadline or, when ctx has none, RetryTimeout. op's error is
 // classified by etcdErr against the caller's ctx, so the caller's own
-// cancellation ends the retries at once and passes through; when the
-// caller's deadline ends them, the error wraps both fencepub.ErrUnavailable and
+// cancellation ends the retries at once and passes through; when the caller's
+// deadline ends them, the error wraps both fencepub.ErrUnavailable and
 // context.DeadlineExceeded.
 func (a *Authority) call(ctx context.Context, what string, attempt time.Duration, op func(context.Context) error) error {
 	return a.retried(ctx, attempt, op, func(err error) error { return etcdErr(ctx, what, err) },
@@ -142,13 +159,13 @@ func (a *Authority) call(ctx context.Context, what string, attempt time.Duration
 // a re-send finds it existing), the way call runs an etcd request: retried
 // while it fails with ErrUnavailable (objstore.ErrUnavailable, no answer
 // within RequestTimeout) or a 409 conflict of a concurrent conditional
-// write (objstore.ErrConditionConflict), within ctx's deadline or
+// write (objstore.ErrConditionFailed), within ctx's deadline or
 // RetryTimeout (DESIGN.md invariant 12). op's error is classified by
 // storeErr.
 func (a *Authority) storeCall(ctx context.Context, what string, op func(context.Context) error) error {
 	return a.retried(ctx, 0, op, func(err error) error { return storeErr(ctx, what, err) },
 		func(err error) bool {
-			return errors.Is(err, fencepub.ErrUnavailable) || errors.Is(err, objstore.ErrConditionConflict)
+			return errors.Is(err, fencepub.ErrUnavailable) || errors.Is(err, objstore.ErrConditionFailed)
 		})
 }
 
@@ -234,8 +251,9 @@ func decodeDomain(epochKVs, depKVs []*mvccKV) (Domain, bool, error) {
 	return d, true, nil
 }
 
-// Epoch returns the domain's current epoch (one linearizable read).
-// Errors: fencepub.ErrNotInitialized, fencepub.ErrUnavailable, fencepub.ErrCorruptState.
+// Epoch returns the domain's current epoch (one linearizable read). Errors:
+// fencepub.ErrNotInitialized, fencepub.ErrUnavailable,
+// fencepub.ErrCorruptState.
 func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil {
@@ -253,17 +271,17 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // etcd.
 //
 // A first init first checks that the store honours create-only writes
-// (objstore.ProbeCreateOnly), then (DESIGN.md "etcd layout", invariants 3 and 9)
-// requires the bucket to hold nothing under the domain's root: it claims etcd's
-// deployment key with a fresh id (or the id another init of this etcd
-// claimed), writes the bucket's ownership marker create-only, reserves
-// epoch 1 + the highest epoch marker by writing that marker create-only,
-// then creates the epoch key and the epoch's record (layout.EpochRecord) in
-// one transaction that requires the epoch key absent. A bucket that already
-// holds an ownership marker of another deployment, epoch or grant markers,
-// or objects belongs to another etcd history: Init refuses and writes
-// nothing (Recover with FromBucket takes such a bucket over). Etcd is read
-// first, so an unreachable etcd writes nothing.
+// (objstore.ProbeCreateOnly), then (DESIGN.md "etcd layout", invariants 3 and
+// 9) requires the bucket to hold nothing under the domain's root: it claims
+// etcd's deployment key with a fresh id (or the id another init of this etcd
+// claimed), writes the bucket's ownership marker create-only, reserves epoch
+// 1 + the highest epoch marker by writing that marker create-only, then
+// creates the epoch key and the epoch's record (DESIGN.md "etcd layout") in one
+// transaction that requires the epoch key absent. A bucket that already holds
+// an ownership marker of another deployment, epoch or grant markers, or
+// objects belongs to another etcd history: Init refuses and writes nothing
+// (Recover with FromBucket takes such a bucket over). Etcd is read first, so
+// an unreachable etcd writes nothing.
 //
 // Errors: fencepub.ErrCreateOnlyIgnored (wrapped, naming the store) for a
 // store that ignores If-None-Match, ErrForeignHistory,

@@ -35,7 +35,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 	// The grant transaction wrote the durable grant record the publisher
 	// compares, and the holder the strict mode compares.
-	if !cmpHolds(t, a, g.grantCmp(a.ns), g.HolderCmp(a.ns), g.epochCmp(a.ns)) {
+	if !cmpHolds(t, a, g.grantCmp(a.ns), g.holderCmp(a.ns), g.epochCmp(a.ns)) {
 		t.Fatal("grant, holder or epoch compare fails right after acquire")
 	}
 	h, ok, err := a.Holder(ctx, "res")

@@ -13,7 +13,7 @@
 //     Neither gives wall-clock revocation; fencing at the publish is what
 //     protects a resource from a paused worker.
 //   - Release (and Session.Close) ends a term for good: it raises the
-//     resource's seal to (epoch, fence, layout.MaxNumber) in a fenced
+//     resource's seal to (epoch, fence, fencepub.MaxNumber) in a fenced
 //     transaction of its own, so GC collects every object the term left
 //     above the pointer at its next pass and a later publish of the term is
 //     stale (DESIGN.md "Leftovers of finished work").

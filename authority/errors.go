@@ -13,7 +13,7 @@ import (
 )
 
 // Errors returned (wrapped) by Authority and Session methods; test with
-// errors.Is. Bad names are reported with layout.ErrInvalidName.
+// errors.Is. Bad names are reported with fencepub.ErrInvalidName.
 var (
 	// ErrHeld: another grant holds the resource's lease. Its message names
 	// the holder (owner, generation, epoch) and an estimate of its expiry.
@@ -65,7 +65,7 @@ var (
 	// holds the domain's history (a snapshot restore is recovered without
 	// FromBucket).
 	ErrInitialized = errors.New("authority: etcd already holds the domain's history")
-	// ErrExhausted: minting would pass layout.MaxNumber; fencepub refuses to
+	// ErrExhausted: minting would pass fencepub.MaxNumber; fencepub refuses to
 	// wrap (DESIGN.md "Object layout").
 	ErrExhausted = errors.New("authority: number space exhausted")
 )
@@ -94,8 +94,8 @@ func (e *heldError) Is(target error) bool { return target == ErrHeld }
 // etcdErr classifies err from an etcd call made with a per-request timeout
 // derived from ctx: the caller's own cancellation or deadline passes through;
 // a per-request timeout, an unreachable endpoint or a lost leader
-// (retry.EtcdUnavailable) become fencepub.ErrUnavailable; anything else is wrapped
-// naming what.
+// (retry.EtcdUnavailable) become fencepub.ErrUnavailable; anything else is
+// wrapped naming what.
 func etcdErr(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
@@ -110,8 +110,8 @@ func etcdErr(ctx context.Context, what string, err error) error {
 }
 
 // storeErr classifies err from an object-store call the way etcdErr does;
-// objstore.ErrUnavailable and a per-request timeout become fencepub.ErrUnavailable
-// (the objstore sentinel stays in the chain).
+// objstore.ErrUnavailable and a per-request timeout become
+// fencepub.ErrUnavailable (the objstore sentinel stays in the chain).
 func storeErr(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil

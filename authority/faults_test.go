@@ -16,9 +16,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// TestGenerationSurvivesLeaseExpiry is the regression test for the protocol source's
-// "generation stored with the lease resets to 0" bug: grants expire on the
-// server (nobody releases them) and the next grant still continues the
+// TestGenerationSurvivesLeaseExpiry is the regression test for the protocol
+// source's "generation stored with the lease resets to 0" bug: grants expire
+// on the server (nobody releases them) and the next grant still continues the
 // count.
 func TestGenerationSurvivesLeaseExpiry(t *testing.T) {
 	a := shared(t)
@@ -194,7 +194,7 @@ func TestSessionRenewsAndLoses(t *testing.T) {
 		t.Fatalf("session lost while renewing: %v", s.Err())
 	default:
 	}
-	if !cmpHolds(t, a, g.HolderCmp(a.ns)) {
+	if !cmpHolds(t, a, g.holderCmp(a.ns)) {
 		t.Fatal("holder gone although the session renews")
 	}
 	if until := time.Until(s.Deadline()); until <= 0 || until > 2*time.Second {
@@ -266,7 +266,7 @@ func TestSessionRenewsAndLoses(t *testing.T) {
 	if !errors.Is(s3.Err(), ErrSessionClosed) {
 		t.Fatalf("Err after Close = %v", s3.Err())
 	}
-	if cmpHolds(t, a, g3.HolderCmp(a.ns)) {
+	if cmpHolds(t, a, g3.holderCmp(a.ns)) {
 		t.Fatal("Close did not release the grant")
 	}
 	resp, err := cli.Get(ctx, a.ns.GenerationKey("s3"))

@@ -3,6 +3,8 @@ package authority
 import (
 	"time"
 
+	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/fence"
 	"github.com/fencepub/fencepub/internal/layout"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -41,7 +43,7 @@ type Grant struct {
 
 // Version returns the version of the grant's seq-th publish:
 // (Epoch, Generation, seq) (DESIGN.md "Words").
-func (g Grant) Version(seq uint64) layout.Version {
+func (g Grant) Version(seq uint64) fencepub.Version {
 	return layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: seq}
 }
 
@@ -50,13 +52,10 @@ func (g Grant) Version(seq uint64) layout.Version {
 // expiry later; a Session tracks that (Session.Deadline).
 func (g Grant) ExpiresAt() time.Time { return g.GrantedAt.Add(g.TTL) }
 
-// HolderCmp returns an etcd compare that holds only while this grant is still
-// the live holder of its resource: CreateRevision(holder) == HolderRevision.
-// A publisher in strict mode adds it to its transaction (like etcd's
-// concurrency.Mutex.IsOwner). Once etcd expires or revokes the lease the
-// holder key is gone and the compare fails.
-func (g Grant) HolderCmp(ns layout.Namespace) clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(g.Resource)), "=", g.HolderRevision)
+// holderCmp returns the compare that holds only while g is still the live
+// holder of its resource (fence.Holder).
+func (g Grant) holderCmp(ns layout.Namespace) clientv3.Cmp {
+	return fence.Holder(ns, g.Resource, g.HolderRevision)
 }
 
 // grantCmp returns the compare the publish transaction makes on the durable

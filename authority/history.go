@@ -60,8 +60,8 @@ func (e *foreignHistoryError) Is(target error) bool { return target == ErrForeig
 // it to explain an uninitialised domain.
 //
 // Errors: ErrForeignHistory, fencepub.ErrUnavailable,
-// fencepub.ErrCorruptState (an ownership marker that does not decode). The rule:
-// DESIGN.md invariant 9.
+// fencepub.ErrCorruptState (an ownership marker that does not decode). The
+// rule: DESIGN.md invariant 9.
 func (a *Authority) CheckHistory(ctx context.Context) error {
 	if _, ok, err := a.readDomain(ctx); err != nil || ok {
 		return err
@@ -85,7 +85,8 @@ func (a *Authority) CheckHistory(ctx context.Context) error {
 // or the bucket has no ownership marker (s3.bucket names another bucket
 // than the one the domain was initialised with), or the marker does not
 // decode; ErrForeignDeployment when the marker names another deployment;
-// objstore.ErrNoBucket; fencepub.ErrUnavailable; fencepub.ErrCorruptState.
+// fencepub.ErrInvalid and fencepub.ErrObjectNotFound for a missing bucket;
+// fencepub.ErrUnavailable; fencepub.ErrCorruptState.
 func (a *Authority) CheckOwnership(ctx context.Context) (Domain, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil {

@@ -33,9 +33,9 @@ func checkGrant(g Grant) error {
 
 // Renew extends g's lease by its TTL, only while g is still the live holder
 // of its resource. It never mints anything: a renew of an expired, revoked,
-// released or superseded grant fails and the caller must acquire again (protocol
-// source, §Mint: after a failed renewal a worker may not obtain a larger
-// token to make up for it).
+// released or superseded grant fails and the caller must acquire again
+// (protocol source, §Mint: after a failed renewal a worker may not obtain a
+// larger token to make up for it).
 //
 // It is one lease keepalive, sent again while etcd cannot serve it
 // (Config.RetryTimeout). The holder key is attached to g's lease and is
@@ -44,7 +44,7 @@ func checkGrant(g Grant) error {
 // and the grant transaction never overwrites a present holder, so "g's
 // lease is alive" means "g still holds the resource".
 //
-// Errors: ErrLeaseLost, ErrInvalidGrant, layout.ErrInvalidName,
+// Errors: ErrLeaseLost, ErrInvalidGrant, fencepub.ErrInvalidName,
 // fencepub.ErrUnavailable, ctx's error.
 func (a *Authority) Renew(ctx context.Context, g Grant) error {
 	_, err := a.renew(ctx, g, 0)
@@ -96,7 +96,7 @@ func describeLoss(g Grant, resp *clientv3.TxnResponse) string {
 // (protocol source, §Owner: release and renew compare the owner
 // atomically) — and reads the resource's pointer and seal at the same
 // revision. Then, for an ordinary resource, the seal is raised over the
-// term, (g.Epoch, g.Generation, layout.MaxNumber), in a transaction of its
+// term, (g.Epoch, g.Generation, fencepub.MaxNumber), in a transaction of its
 // own that requires the grant record unchanged: every object the term left
 // above the pointer is unpublishable from then on, so GC collects it at its
 // next pass instead of after the abandon period, and a later publish of the
@@ -129,7 +129,7 @@ func (a *Authority) Release(ctx context.Context, g Grant) error {
 	var resp *clientv3.TxnResponse
 	err := a.call(ctx, "release", 0, func(rctx context.Context) (err error) {
 		resp, err = a.kv.Txn(rctx).
-			If(g.HolderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.grantCmp(a.ns)).
+			If(g.holderCmp(a.ns), clientv3.Compare(clientv3.LeaseValue(hk), "=", g.LeaseID), g.grantCmp(a.ns)).
 			Then(reads...).
 			Else(reads...).
 			Commit()
@@ -177,7 +177,7 @@ type ResourceState struct {
 }
 
 // Inspect reads res's epoch, generation and holder in one transaction, plus
-// the holder lease's remaining TTL. Errors: layout.ErrInvalidName,
+// the holder lease's remaining TTL. Errors: fencepub.ErrInvalidName,
 // fencepub.ErrUnavailable, fencepub.ErrCorruptState.
 func (a *Authority) Inspect(ctx context.Context, res string) (ResourceState, error) {
 	if err := validateResourceName(res); err != nil {

@@ -79,16 +79,16 @@ type RevokedHolder struct {
 type ResourceRecovery struct {
 	Resource string `json:"resource"`
 	// RestoredPointer is the pointer version etcd had (zero when it had no
-	// pointer); Recover records it under layout.RestoredKey(resource,
+	// pointer); Recover records it under the restored key of (resource,
 	// OldEpoch), so GC quarantines old-epoch objects above it.
-	RestoredPointer layout.Version `json:"restored_pointer"`
-	HasPointer      bool           `json:"has_pointer"`
+	RestoredPointer fencepub.Version `json:"restored_pointer"`
+	HasPointer      bool             `json:"has_pointer"`
 	// Above are the objects whose version is above RestoredPointer, in
 	// version order (newest last): publishes the restore may have lost,
 	// or unpublished attempts. `recover --republish` republishes the newest.
 	Above []LostObject `json:"above"`
 	// Recorded lists the old epochs for which Recover recorded
-	// RestoredPointer (layout.RestoredKey): OldEpoch when the resource had a
+	// RestoredPointer (DESIGN.md "etcd layout"): OldEpoch when the resource had a
 	// pointer, and every epoch of an object in Above — GC quarantines an
 	// old-epoch object only through the record of its own epoch.
 	Recorded []uint64 `json:"recorded_epochs"`
@@ -96,10 +96,10 @@ type ResourceRecovery struct {
 
 // LostObject is an object above a restored pointer.
 type LostObject struct {
-	Key          string         `json:"key"`
-	Version      layout.Version `json:"version"`
-	Size         int64          `json:"size"`
-	LastModified time.Time      `json:"last_modified"`
+	Key          string           `json:"key"`
+	Version      fencepub.Version `json:"version"`
+	Size         int64            `json:"size"`
+	LastModified time.Time        `json:"last_modified"`
 }
 
 // restoredPointer is a pointer found by Recover: its version and raw value.
@@ -109,9 +109,9 @@ type restoredPointer struct {
 }
 
 // Recover moves the domain to a new epoch after an etcd restore (DESIGN.md
-// invariant 3; protocol source, §Monotonic: a new epoch guaranteed never
-// to be reused). Run it while
-// workers cannot reach etcd (see the restore runbook in docs/operations.md). In order, it:
+// invariant 3; protocol source, §Monotonic: a new epoch guaranteed never to
+// be reused). Run it while workers cannot reach etcd (see the restore runbook
+// in docs/operations.md). In order, it:
 //
 //  1. reads etcd's epoch, deployment and rollback flag, checks the bucket's
 //     ownership marker names the same deployment, and reads every pointer.
@@ -126,12 +126,12 @@ type restoredPointer struct {
 //  3. reserves NewEpoch = 1 + the highest epoch of all of those and etcd's,
 //     create-only in the bucket (the next free number if taken);
 //  4. records each resource's restored pointer under
-//     layout.RestoredKey(resource, epoch) (create-only) for OldEpoch and for
+//     restored/<resource>/<epoch> (create-only) for OldEpoch and for
 //     every epoch of an object above that pointer, so GC quarantines those
 //     objects (the zero pointer for a resource the restore left without one);
 //  5. sets the epoch in one transaction that requires it unchanged, clears
 //     the rollback flag and records NewEpoch and OldEpoch as epochs this
-//     etcd issued (layout.EpochRecord; GC deletes older-epoch objects only
+//     etcd issued (epoch records; GC deletes older-epoch objects only
 //     of recorded epochs) — from here every publish and grant of an older
 //     epoch is rejected;
 //  6. revokes the lease of every holder created before that transaction;

@@ -122,7 +122,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 	if gen := generation(t, a, "fresh"); gen != 0 {
 		t.Fatalf("the refused grant minted generation %d of another resource", gen)
 	}
-	if !cmpHolds(t, a, gh.HolderCmp(a.ns)) {
+	if !cmpHolds(t, a, gh.holderCmp(a.ns)) {
 		t.Fatal("the snapshot's holder of h should be back before recover")
 	}
 
@@ -170,7 +170,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 	// After recover: restored leases are gone, the old grants cannot renew
 	// or satisfy the epoch compare, and every new grant compares greater
 	// than every grant before the restore, epoch first.
-	if cmpHolds(t, a, gh.HolderCmp(a.ns)) {
+	if cmpHolds(t, a, gh.holderCmp(a.ns)) {
 		t.Fatal("the restored holder of h survived recover")
 	}
 	if ttl, err := cli.TimeToLive(ctx, gh.LeaseID); err != nil || ttl.TTL != -1 {

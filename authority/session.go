@@ -38,8 +38,9 @@ func earlier(a, b time.Time) time.Time {
 // keepalive, which is after the send, so Deadline is never later than the
 // earliest moment etcd may expire the lease (assuming the two clocks advance
 // at the same rate; leader changes only extend leases). Lost closes a small
-// margin (TTL/20, at most 1 s) before that deadline if no renewal confirmed
-// a later one, or at once when a renewal reports ErrLeaseLost. Once lost, a session never recovers: acquire again.
+// margin (TTL/20, at most 1 s) before that deadline if no renewal confirmed a
+// later one, or at once when a renewal reports ErrLeaseLost. Once lost, a
+// session never recovers: acquire again.
 //
 // Worker code stops publishing when Lost closes; fencing still protects the
 // resource if it does not (DESIGN.md "Words": expiry does not stop a paused
@@ -61,7 +62,7 @@ type Session struct {
 // called or the lease is lost. The first deadline is g.ExpiresAt() (the
 // lease request's send time plus TTL). It makes no request itself.
 //
-// Errors: ErrInvalidGrant, layout.ErrInvalidName, ErrLeaseLost when g's
+// Errors: ErrInvalidGrant, fencepub.ErrInvalidName, ErrLeaseLost when g's
 // deadline has already passed.
 func (a *Authority) NewSession(ctx context.Context, g Grant) (*Session, error) {
 	if err := checkGrant(g); err != nil {

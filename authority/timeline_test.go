@@ -15,10 +15,10 @@ import (
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
-// The helper process: the test binary re-executed (testenv.StartChild) to
-// run runHelper with a helperSpec. It acquires, prints its grant, keeps it
-// with a Session, and when the Session reports the loss it tries one
-// explicit Renew and prints both outcomes. It plays worker A of the protocol source's
+// The helper process: the test binary re-executed (testenv.StartChild) to run
+// runHelper with a helperSpec. It acquires, prints its grant, keeps it with a
+// Session, and when the Session reports the loss it tries one explicit Renew
+// and prints both outcomes. It plays worker A of the protocol source's
 // 41/42/41 timeline.
 const helperChild = "authority-timeline-a"
 
@@ -71,9 +71,9 @@ func runHelper(specJSON []byte) error {
 	return nil
 }
 
-// TestTimeline414241 is the protocol source's 41/42/41 grant timeline with a real
-// paused process: A acquires in a child process that keeps its lease with a
-// Session; the test SIGSTOPs A past its TTL; etcd expires the lease; B
+// TestTimeline414241 is the protocol source's 41/42/41 grant timeline with a
+// real paused process: A acquires in a child process that keeps its lease
+// with a Session; the test SIGSTOPs A past its TTL; etcd expires the lease; B
 // acquires a strictly larger generation; A is resumed, its Session reports
 // the loss and its explicit renew fails with ErrLeaseLost; A's fence never
 // grows and B keeps the resource.
@@ -101,7 +101,7 @@ func TestTimeline414241(t *testing.T) {
 	}
 	// Renewals keep A's 2 s lease alive well past its TTL.
 	time.Sleep(3 * time.Second)
-	if !cmpHolds(t, a, ga.HolderCmp(a.ns)) {
+	if !cmpHolds(t, a, ga.holderCmp(a.ns)) {
 		t.Fatal("A's lease expired although its session was renewing")
 	}
 
@@ -118,7 +118,7 @@ func TestTimeline414241(t *testing.T) {
 	if gb.Generation <= ga.Generation || gb.Epoch != ga.Epoch {
 		t.Fatalf("B got epoch %d generation %d; want a generation above A's %d in epoch %d", gb.Epoch, gb.Generation, ga.Generation, ga.Epoch)
 	}
-	if !cmpHolds(t, a, gb.HolderCmp(a.ns), gb.grantCmp(a.ns)) || cmpHolds(t, a, ga.HolderCmp(a.ns)) {
+	if !cmpHolds(t, a, gb.holderCmp(a.ns), gb.grantCmp(a.ns)) || cmpHolds(t, a, ga.holderCmp(a.ns)) {
 		t.Fatal("holder compares: want B live and A not")
 	}
 
@@ -151,7 +151,7 @@ func TestTimeline414241(t *testing.T) {
 	if err := a.Release(ctxT(t, 10*time.Second), ga); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("releasing A's old grant: %v; want ErrLeaseLost (A must not drop B's lease)", err)
 	}
-	if !cmpHolds(t, a, gb.HolderCmp(a.ns)) {
+	if !cmpHolds(t, a, gb.holderCmp(a.ns)) {
 		t.Fatal("B lost the resource to A's release")
 	}
 }

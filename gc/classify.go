@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 )
@@ -12,8 +13,8 @@ import (
 // Decision.Kind and Report.ByDecision spell it.
 type kind = string
 
-// Decisions. kindUnpublishable and kindAbandoned delete (abort, for an upload); the
-// others keep.
+// Decisions. kindUnpublishable and kindAbandoned delete (abort, for an
+// upload); the others keep.
 const (
 	kindPublished     kind = "published"     // the key the pointer names
 	kindRetained      kind = "retained"      // last N versions or within the reader grace
@@ -49,10 +50,10 @@ type Decision struct {
 	// Kind is the decision: "published", "retained", "unpublishable",
 	// "in_flight", "abandoned", "quarantined" or "foreign"; the
 	// unpublishable and abandoned ones delete (abort, for an upload).
-	Kind    string          `json:"decision"`
-	Reason  string          `json:"reason"`
-	Version *layout.Version `json:"version,omitempty"` // nil for a foreign key
-	Size    int64           `json:"size"`
+	Kind    string            `json:"decision"`
+	Reason  string            `json:"reason"`
+	Version *fencepub.Version `json:"version,omitempty"` // nil for a foreign key
+	Size    int64             `json:"size"`
 	// Action is what the pass did: "kept", "deleted", "aborted", "sealed",
 	// "would_delete" (dry run), "skipped" (an abandoned object whose seal
 	// transaction lost a race: kept until the next pass) or "failed".

@@ -121,8 +121,8 @@ type clockState struct {
 
 // readClock reads the head and every checkpoint in one transaction.
 // Undecodable checkpoints are skipped (with a warning): fewer checkpoints
-// only make cutoffs earlier. Errors: fencepub.ErrCorruptState (the head does not
-// decode), fencepub.ErrUnavailable, ctx's error.
+// only make cutoffs earlier. Errors: fencepub.ErrCorruptState (the head does
+// not decode), fencepub.ErrUnavailable, ctx's error.
 func (c *Collector) readClock(ctx context.Context) (*clockState, error) {
 	var resp *clientv3.TxnResponse
 	if err := c.call(ctx, "read the domain clock", func(ctx context.Context) (err error) {
@@ -191,8 +191,8 @@ func (c *Collector) clockNow(ctx context.Context, st *clockState) (t int64, witn
 // safe: the head's ModRevision orders them, and a checkpoint is only ever
 // removed by thinning, which only makes cutoffs earlier.
 //
-// Errors: fencepub.ErrCorruptState (the head does not decode), fencepub.ErrUnavailable, ctx's
-// error.
+// Errors: fencepub.ErrCorruptState (the head does not decode),
+// fencepub.ErrUnavailable, ctx's error.
 func (c *Collector) advanceClock(ctx context.Context, dry bool) (*clockReading, error) {
 	st, err := c.readClock(ctx)
 	if err != nil {

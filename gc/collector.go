@@ -17,6 +17,7 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/debuglog"
+	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
@@ -120,25 +121,34 @@ type Collector struct {
 	beforeClockTxn func()
 }
 
-// New checks cfg, applies the defaults and returns a Collector. It makes no
-// network call. Errors: fencepub.ErrInvalid naming the field.
+// Validate checks c without a network call: Namespace as
+// fencepub.NewNamespace checks it, Etcd and Store set, DeleteBatch 0 or
+// 1–1000, no negative duration, count or Policy field. Errors:
+// fencepub.ErrInvalid naming the field.
+func (c Config) Validate() error {
+	if _, err := fencepub.NewNamespace(c.Namespace.Prefix, c.Namespace.Domain); err != nil {
+		return fmt.Errorf("gc.Config.Namespace: %w", err)
+	}
+	if c.DeleteBatch < 0 || c.DeleteBatch > maxDeleteBatch {
+		return fmt.Errorf("%w: gc.Config.DeleteBatch %d is outside 1..%d", fencepub.ErrInvalid, c.DeleteBatch, maxDeleteBatch)
+	}
+	return cmp.Or(
+		errkind.Nil("gc.Config.Etcd", c.Etcd == nil),
+		errkind.Nil("gc.Config.Store", c.Store == nil),
+		errkind.Negative("gc.Config.OpRetention", c.OpRetention),
+		errkind.Negative("gc.Config.RequestRetention", c.RequestRetention),
+		errkind.Negative("gc.Config.RequestTimeout", c.RequestTimeout),
+		errkind.Negative("gc.Config.DeleteConcurrency", c.DeleteConcurrency),
+		c.Policy.validate(),
+	)
+}
+
+// New checks cfg (Validate), gives its zero fields their defaults
+// (DefaultConfig; an Authority built from Env when Authority is nil) and
+// returns a Collector. It makes no network call. Errors:
+// fencepub.ErrInvalid naming the field.
 func New(cfg Config) (*Collector, error) {
-	if _, err := layout.NewNamespace(cfg.Namespace.Prefix, cfg.Namespace.Domain); err != nil {
-		return nil, fmt.Errorf("%w: config: %w", fencepub.ErrInvalid, err)
-	}
-	switch {
-	case cfg.Etcd == nil:
-		return nil, fmt.Errorf("%w: config: Etcd is nil", fencepub.ErrInvalid)
-	case cfg.Store == nil:
-		return nil, fmt.Errorf("%w: config: Store is nil", fencepub.ErrInvalid)
-	case cfg.OpRetention < 0 || cfg.RequestRetention < 0 || cfg.RequestTimeout < 0:
-		return nil, fmt.Errorf("%w: config: OpRetention, RequestRetention and RequestTimeout must not be negative", fencepub.ErrInvalid)
-	case cfg.DeleteBatch < 0 || cfg.DeleteBatch > maxDeleteBatch:
-		return nil, fmt.Errorf("%w: config: DeleteBatch %d is outside 1..%d", fencepub.ErrInvalid, cfg.DeleteBatch, maxDeleteBatch)
-	case cfg.DeleteConcurrency < 0:
-		return nil, fmt.Errorf("%w: config: DeleteConcurrency %d is negative", fencepub.ErrInvalid, cfg.DeleteConcurrency)
-	}
-	if err := cfg.Policy.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	d := DefaultConfig()
@@ -154,7 +164,7 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Authority == nil {
 		a, err := authority.New(authority.Config{Env: cfg.Env, Logger: cfg.Logger})
 		if err != nil {
-			return nil, fmt.Errorf("%w: config: %w", fencepub.ErrInvalid, err)
+			return nil, err
 		}
 		cfg.Authority = a
 	}
@@ -185,20 +195,30 @@ const retryTimeout = 30 * time.Second
 // (retry.Do, retry.EtcdUnavailable): no leader, a stalled or unreachable
 // member, no answer in time. It retries within ctx's deadline or, when ctx
 // has none, retryTimeout (DESIGN.md invariant 12). The error is op's last,
-// classified by etcdErr naming what.
+// classified by etcdErr naming what; when the caller's deadline ended the
+// retries of an unavailable etcd, it wraps both fencepub.ErrUnavailable and
+// context.DeadlineExceeded.
 func (c *Collector) call(ctx context.Context, what string, op func(context.Context) error) error {
 	bctx, cancel := ctx, context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
 		bctx, cancel = context.WithTimeout(ctx, retryTimeout)
 	}
 	defer cancel()
+	unavailable := false // an attempt met etcd unavailable before ctx ended
 	err := retry.Do(bctx, func(bctx context.Context) error {
 		rctx, cancel := c.rctx(bctx)
 		defer cancel()
-		return op(rctx)
+		err := op(rctx)
+		unavailable = unavailable || ctx.Err() == nil && retry.EtcdUnavailable(err)
+		return err
 	}, retry.EtcdUnavailable)
 	if err == nil {
 		return nil
+	}
+	if unavailable && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The caller's deadline ended the retries: etcd was unavailable
+		// until then, which is what the caller needs to hear.
+		return fmt.Errorf("%w: etcd %s: retried until the caller's deadline: %w", fencepub.ErrUnavailable, what, context.Cause(ctx))
 	}
 	return etcdErr(ctx, what, err)
 }
@@ -223,24 +243,25 @@ type RunOptions struct {
 }
 
 // Run performs one pass and returns its report. It first checks that the
-// bucket's ownership marker names etcd's deployment (else authority.ErrForeignDeployment
-// or ErrNoOwnership, and nothing is touched), advances the domain clock that
-// every record age is measured on (a dry run only reads it; clock.go,
-// DESIGN.md "Ages come from one clock"), warns when bucket versioning or
-// lifecycle rules are on, lists the bucket's incomplete multipart uploads
-// once, then collects the resources (collectAll: with All, in windows of
-// 64 in object-key order, each window's snapshots then ONE listing of its
-// key range, 4 windows at once; named resources 8 at once, each with its
-// own listing; the order of Report.Decisions and Report.Errors across
-// resources is not fixed). A resource that fails does not stop the others.
+// bucket's ownership marker names etcd's deployment (else
+// authority.ErrForeignDeployment or ErrNoOwnership, and nothing is touched),
+// advances the domain clock that every record age is measured on (a dry run
+// only reads it; clock.go, DESIGN.md "Ages come from one clock"), warns when
+// bucket versioning or lifecycle rules are on, lists the bucket's incomplete
+// multipart uploads once, then collects the resources (collectAll: with All,
+// in windows of 64 in object-key order, each window's snapshots then ONE
+// listing of its key range, 4 windows at once; named resources 8 at once,
+// each with its own listing; the order of Report.Decisions and Report.Errors
+// across resources is not fixed). A resource that fails does not stop the
+// others.
 //
 // It blocks until the pass ends or ctx is cancelled (deletions already sent
 // complete or fail on their own; each is safe on its own).
 //
-// Errors: fencepub.ErrInvalid (options), authority.ErrForeignDeployment, ErrNoOwnership,
-// fencepub.ErrNotInitialized, authority.ErrForeignHistory (etcd has no epoch and the
-// bucket holds another etcd's history: DESIGN.md invariant 9),
-// fencepub.ErrUnavailable; ErrIncomplete wrapping the
+// Errors: fencepub.ErrInvalid (options), authority.ErrForeignDeployment,
+// ErrNoOwnership, fencepub.ErrNotInitialized, authority.ErrForeignHistory
+// (etcd has no epoch and the bucket holds another etcd's history: DESIGN.md
+// invariant 9), fencepub.ErrUnavailable; ErrIncomplete wrapping the
 // per-resource errors (joined; errors.Is sees each) when some failed. The
 // report is returned in every case.
 func (c *Collector) Run(ctx context.Context, opts RunOptions) (*Report, error) {

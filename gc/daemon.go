@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/retry"
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,32 +122,50 @@ type Daemon struct {
 	checkErr error
 }
 
-// NewDaemon checks cfg and returns a Daemon. Errors: fencepub.ErrInvalid.
+// Validate checks c without a network call: Collector set, no negative
+// Interval or LeaseTTL, LeaseResource (when set) a reserved resource name,
+// Owner (when set) an owner name, Run not naming resources together with
+// all. Errors: fencepub.ErrInvalid naming the field.
+func (c DaemonConfig) Validate() error {
+	if err := cmp.Or(
+		errkind.Nil("gc.DaemonConfig.Collector", c.Collector == nil),
+		errkind.Negative("gc.DaemonConfig.Interval", c.Interval),
+		errkind.Negative("gc.DaemonConfig.LeaseTTL", c.LeaseTTL),
+	); err != nil {
+		return err
+	}
+	if c.Run.All && len(c.Run.Resources) > 0 {
+		return fmt.Errorf("%w: gc.DaemonConfig.Run names resources and all", fencepub.ErrInvalid)
+	}
+	if c.LeaseResource != "" {
+		if err := layout.ValidateResource(c.LeaseResource, true); err != nil {
+			return fmt.Errorf("%w: gc.DaemonConfig.LeaseResource: %w", fencepub.ErrInvalid, err)
+		}
+	}
+	if c.Owner != "" {
+		if err := layout.ValidateOwner(c.Owner); err != nil {
+			return fmt.Errorf("%w: gc.DaemonConfig.Owner: %w", fencepub.ErrInvalid, err)
+		}
+	}
+	return nil
+}
+
+// NewDaemon gives cfg's zero fields their defaults (DefaultDaemonConfig;
+// an Owner generated per process), checks it (Validate) and returns a
+// Daemon. Errors: fencepub.ErrInvalid naming the field.
 func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
-	if cfg.Collector == nil {
-		return nil, fmt.Errorf("%w: daemon config: Collector is nil", fencepub.ErrInvalid)
-	}
-	if cfg.Interval < 0 || cfg.LeaseTTL < 0 {
-		return nil, fmt.Errorf("%w: daemon config: Interval and LeaseTTL must not be negative", fencepub.ErrInvalid)
-	}
 	d := DefaultDaemonConfig()
 	cfg.Interval = cmp.Or(cfg.Interval, d.Interval)
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, d.LeaseTTL)
 	cfg.LeaseResource = cmp.Or(cfg.LeaseResource, d.LeaseResource)
-	if err := layout.ValidateResource(cfg.LeaseResource, true); err != nil {
-		return nil, fmt.Errorf("%w: daemon config: %w", fencepub.ErrInvalid, err)
-	}
 	if cfg.Owner == "" {
 		host, _ := os.Hostname()
 		var b [4]byte
 		_, _ = rand.Read(b[:])
 		cfg.Owner = fmt.Sprintf("gc-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
-	if err := layout.ValidateOwner(cfg.Owner); err != nil {
-		return nil, fmt.Errorf("%w: daemon config: %w", fencepub.ErrInvalid, err)
-	}
-	if cfg.Run.All && len(cfg.Run.Resources) > 0 {
-		return nil, fmt.Errorf("%w: daemon config: Run names resources and all", fencepub.ErrInvalid)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if len(cfg.Run.Resources) == 0 {
 		cfg.Run.All = true

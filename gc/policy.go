@@ -1,10 +1,10 @@
 package gc
 
 import (
-	"fmt"
+	"cmp"
 	"time"
 
-	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/errkind"
 )
 
 // Defaults of Policy (DESIGN.md "Garbage collection"; DefaultConfig).
@@ -60,15 +60,10 @@ func (p Policy) withDefaults() Policy {
 // validate checks that no field is negative. Errors: fencepub.ErrInvalid
 // naming the field.
 func (p Policy) validate() error {
-	switch {
-	case p.Retain < 0:
-		return fmt.Errorf("%w: retain %d is negative", fencepub.ErrInvalid, p.Retain)
-	case p.Grace < 0:
-		return fmt.Errorf("%w: grace %s is negative", fencepub.ErrInvalid, p.Grace)
-	case p.ClockSkew < 0:
-		return fmt.Errorf("%w: clock skew %s is negative", fencepub.ErrInvalid, p.ClockSkew)
-	case p.AbandonAfter < 0:
-		return fmt.Errorf("%w: abandon period %s is negative", fencepub.ErrInvalid, p.AbandonAfter)
-	}
-	return nil
+	return cmp.Or(
+		errkind.Negative("gc.Config.Policy.Retain", p.Retain),
+		errkind.Negative("gc.Config.Policy.Grace", p.Grace),
+		errkind.Negative("gc.Config.Policy.ClockSkew", p.ClockSkew),
+		errkind.Negative("gc.Config.Policy.AbandonAfter", p.AbandonAfter),
+	)
 }

@@ -16,12 +16,13 @@ const pruneBatch = 50
 
 // pruneRecords deletes the etcd records of s.Resource that nothing needs any
 // more, after the pass dealt with the objects they name (DESIGN.md "Garbage
-// collection": keep etcd bounded): history entries retention no longer keeps (read at
-// s.Revision), op records last modified before clk's OpRetention cutoff or
-// at or below the seal's Retired version (a retired life of the resource:
-// `resource delete` ends its idempotency keys), grant records whose fence can no longer publish, and acquire request
-// records before the cutoff of RequestRetention (pruneRequests). Ages are on the domain clock, never a
-// CommittedAt or CreatedAt (DESIGN.md "Ages come from one clock").
+// collection": keep etcd bounded): history entries retention no longer keeps
+// (read at s.Revision), op records last modified before clk's OpRetention
+// cutoff or at or below the seal's Retired version (a retired life of the
+// resource: `resource delete` ends its idempotency keys), grant records
+// whose fence can no longer publish, and acquire request records before the
+// cutoff of RequestRetention (pruneRequests). Ages are on the domain clock,
+// never a CommittedAt or CreatedAt (DESIGN.md "Ages come from one clock").
 // Each deletion is guarded by its own compare (the record's ModRevision
 // unchanged), so it is safe with other collectors running. With dry, it
 // counts instead (request records are not counted). The epoch, generation,
@@ -116,9 +117,10 @@ func (c *Collector) pruneRequests(ctx context.Context, res string, first *page, 
 }
 
 // pruneRange deletes the keys under prefix, read at rev (from first on:
-// scanFrom), for which expired holds, each in a nested transaction comparing its ModRevision with the one
-// read and, when guard is not nil, guard's compare too; it returns how many were deleted (with dry, how many would be).
-// Each batch is retried (call): its compares make a second copy a no-op,
+// scanFrom), for which expired holds, each in a nested transaction comparing
+// its ModRevision with the one read and, when guard is not nil, guard's
+// compare too; it returns how many were deleted (with dry, how many would
+// be). Each batch is retried (call): its compares make a second copy a no-op,
 // so a batch whose first copy applied unseen counts no deletions.
 func (c *Collector) pruneRange(ctx context.Context, prefix string, first *page, rev int64, dry bool, expired func(*mvccKV) bool, guard func(*mvccKV) clientv3.Cmp) (int64, error) {
 	var n int64

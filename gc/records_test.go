@@ -307,14 +307,18 @@ func (b *blockingBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// minPartSize is S3's minimum part size, the smallest
+// publisher.Config.PartSize.
+const minPartSize = 5 << 20
+
 // pausedUpload starts a Publish with p of a body of unknown length
-// (p's client must have publisher.MinPartSize parts) that pauses after its
+// (p's client must have minPartSize parts) that pauses after its
 // first part, so its multipart upload is open. resume lets the body go on
 // — it ends when ends is set, else it fails — and returns the publish's
 // answer; it is safe to call more than once.
 func (e *env) pausedUpload(p *publisher.Publisher, ends bool) (resume func() (publisher.Result, error)) {
 	e.t.Helper()
-	body := &blockingBody{left: publisher.MinPartSize + 1, ends: ends, release: make(chan struct{}), started: make(chan struct{})}
+	body := &blockingBody{left: minPartSize + 1, ends: ends, release: make(chan struct{}), started: make(chan struct{})}
 	var (
 		res  publisher.Result
 		err  error
@@ -363,7 +367,7 @@ func (e *env) uploadsOf(res string) []minio.ObjectMultipartInfo {
 func TestUploadsAborted(t *testing.T) {
 	e := newEnv(t)
 	const res = "big"
-	pc := e.publisher(e.Etcd, func(c *publisher.Config) { c.PartSize = publisher.MinPartSize })
+	pc := e.publisher(e.Etcd, func(c *publisher.Config) { c.PartSize = minPartSize })
 	uploads := func() []string {
 		var out []string
 		for _, u := range e.uploadsOf(res) {
@@ -422,7 +426,7 @@ func TestUploadsAborted(t *testing.T) {
 func TestYoungUploadBlocksAbandonSeal(t *testing.T) {
 	e := newEnv(t)
 	const res = "reused"
-	pc := e.publisher(e.Etcd, func(c *publisher.Config) { c.PartSize = publisher.MinPartSize })
+	pc := e.publisher(e.Etcd, func(c *publisher.Config) { c.PartSize = minPartSize })
 	g := e.acquire(res, "a", 0)
 	p := e.bind(pc, g)
 	first := e.publish(p, "first", publisher.Applied)

@@ -33,8 +33,8 @@ const (
 // resource init would. ok is false when the compare failed (nothing
 // written). target must be above s.Top().
 //
-// Errors: fencepub.ErrUnavailable (the outcome is unknown: do not delete), ctx's
-// error.
+// Errors: fencepub.ErrUnavailable (the outcome is unknown: do not delete),
+// ctx's error.
 func (c *Collector) raiseSeal(ctx context.Context, s *state, target layout.Version, reason string) (ok bool, err error) {
 	if !s.Top().Less(target) {
 		return false, fmt.Errorf("gc: refusing to set the seal of %q to %s, not above %s", s.Resource, target, s.Top())
@@ -77,9 +77,9 @@ type Decommissioned struct {
 	Resource string `json:"resource"`
 	// Seal is the seal after the call: (epoch, generation, max) or the
 	// higher seal that was already there.
-	Seal layout.Version `json:"seal"`
+	Seal fencepub.Version `json:"seal"`
 	// Previous is max(pointer, seal) before the call.
-	Previous layout.Version `json:"previous"`
+	Previous fencepub.Version `json:"previous"`
 	// Already is true when the resource was already retired at or above
 	// the target, or its pointer is there (nothing written).
 	Already bool `json:"already"`
@@ -95,11 +95,11 @@ const decommissionAttempts = 8
 
 // Decommission retires res so that no fence of its past can ever publish
 // (`fencepub resource delete`; DESIGN.md "etcd layout": decommissioning
-// raises the seal instead of deleting the pointer): in ONE transaction that requires
-// the epoch, generation, pointer and seal unchanged since it read them (and,
-// unless force, no holder), it raises the seal to (epoch, generation,
-// layout.MaxNumber) with reason SealReasonDecommissioned, and records that
-// version as the seal's Retired. GC then deletes the resource's objects
+// raises the seal instead of deleting the pointer): in ONE transaction that
+// requires the epoch, generation, pointer and seal unchanged since it read
+// them (and, unless force, no holder), it raises the seal to (epoch,
+// generation, fencepub.MaxNumber) with reason SealReasonDecommissioned, and
+// records that version as the seal's Retired. GC then deletes the resource's objects
 // (the published and retained ones after the reader grace) and prunes its
 // records, the op records at its next pass (every one at or below Retired,
 // whatever its age), so the resource's idempotency keys end with it; the
@@ -110,9 +110,10 @@ const decommissionAttempts = 8
 // (authority.Authority.Release seals each finished term at (epoch, fence,
 // max)) is rewritten with the decommission reason, at the same version.
 //
-// Errors: fencepub.ErrInvalid (bad name), ErrUnknownResource (never granted: a
-// typo), authority.ErrHeld (a live lease and !force; wraps the holder), fencepub.ErrNotInitialized, fencepub.ErrCorruptState, ErrRaceLost, fencepub.ErrUnavailable,
-// ctx's error.
+// Errors: fencepub.ErrInvalid (bad name), ErrUnknownResource (never granted:
+// a typo), authority.ErrHeld (a live lease and !force; wraps the holder),
+// fencepub.ErrNotInitialized, fencepub.ErrCorruptState, ErrRaceLost,
+// fencepub.ErrUnavailable, ctx's error.
 func (c *Collector) Decommission(ctx context.Context, res string, force bool) (Decommissioned, error) {
 	if err := layout.ValidateResource(res, false); err != nil {
 		return Decommissioned{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)

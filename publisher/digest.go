@@ -33,21 +33,21 @@ const reservedMetaPrefix = "fencepub-"
 // 412 on its own key check that the object there is the one it wrote.
 const metaSHA256 = reservedMetaPrefix + "sha256"
 
-// Validate checks op's idempotency key, content type and metadata as
-// Publish does, without reading Body, so a caller can refuse bad input
-// before it acquires a grant or writes anything. Errors: fencepub.ErrInvalid naming
-// the field.
+// Validate checks op's idempotency key, content type and metadata as Publish
+// does, without reading Body, so a caller can refuse bad input before it
+// acquires a grant or writes anything. Errors: fencepub.ErrInvalid naming the
+// field.
 func (op Operation) Validate() error {
 	_, err := normalize(op)
 	return err
 }
 
 // RequestDigest returns op's request digest, 64 lowercase hex digits, as
-// Publish computes it (requestDigest): it validates op as Publish does,
-// reads op.Body to EOF (nil is an empty body) and hashes it with the content
-// type (defaulted) and the metadata (keys lowercased). It names an attempt
-// for Resolve (AttemptID.Digest). A body that may block is read until ctx
-// ends. Errors: fencepub.ErrInvalid naming the field; ErrBody when the body's read
+// Publish computes it (requestDigest): it validates op as Publish does, reads
+// op.Body to EOF (nil is an empty body) and hashes it with the content type
+// (defaulted) and the metadata (keys lowercased). It names an attempt for
+// Resolve (AttemptID.Digest). A body that may block is read until ctx ends.
+// Errors: fencepub.ErrInvalid naming the field; ErrBody when the body's read
 // fails or its length is not op.Size (when set); ctx's error.
 func RequestDigest(ctx context.Context, op Operation) (string, error) {
 	op, err := normalize(op)
@@ -75,7 +75,8 @@ func RequestDigest(ctx context.Context, op Operation) (string, error) {
 }
 
 // normalize validates op and returns it with defaults applied: content type
-// defaulted, metadata keys lowercased. Errors: fencepub.ErrInvalid naming the field.
+// defaulted, metadata keys lowercased. Errors: fencepub.ErrInvalid naming the
+// field.
 func normalize(op Operation) (Operation, error) {
 	if err := layout.ValidateKey("idempotency key", op.IdempotencyKey); err != nil {
 		return op, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)

@@ -24,9 +24,9 @@ type seqPath struct {
 	run       func(ctx context.Context, p *Publisher, base Result, body func() Operation) (Result, error)
 }
 
-// bigBody is a body of unknown length of two parts of MinPartSize.
+// bigBody is a body of unknown length of two parts of minPartSize.
 func bigBody(key string) Operation {
-	return Operation{IdempotencyKey: key, Body: onlyReader{bytes.NewReader(bytes.Repeat([]byte("b"), MinPartSize+1))}}
+	return Operation{IdempotencyKey: key, Body: onlyReader{bytes.NewReader(bytes.Repeat([]byte("b"), minPartSize+1))}}
 }
 
 func smallBody(key string) Operation {
@@ -89,7 +89,7 @@ func TestSeqGivenBackOnStoreFailure(t *testing.T) {
 			t.Fatalf("base publish: %q %v", base.Outcome, err)
 		}
 		fs := faultstore.New(e.Store)
-		c := e.client(e.Etcd, func(c *Config) { c.Store, c.PartSize = fs, MinPartSize })
+		c := e.client(e.Etcd, func(c *Config) { c.Store, c.PartSize = fs, minPartSize })
 		term := GrantTerm(g, false)
 		term.Contiguous = true
 		p, err := c.Bind(ctx, term)

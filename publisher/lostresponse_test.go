@@ -190,7 +190,7 @@ func (e *env) sealValue(res string) string {
 func (e *env) proxiedStore() (*faultproxy.Proxy, *Client, *s3store.Store) {
 	e.t.Helper()
 	px, st := testenv.Get(e.t).StoreProxy(e.t)
-	return px, e.client(e.Etcd, func(c *Config) { c.Store = st; c.PartSize = MinPartSize }), st
+	return px, e.client(e.Etcd, func(c *Config) { c.Store = st; c.PartSize = minPartSize }), st
 }
 
 // proxiedPublisher binds a grant of res through a proxiedStore client and
@@ -251,7 +251,7 @@ func TestResetMidMultipart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const size = 3*MinPartSize + 12345 // four parts
+	const size = 3*minPartSize + 12345 // four parts
 	applied := 0
 	for i := range 3 {
 		body := make([]byte, size)
@@ -260,7 +260,7 @@ func TestResetMidMultipart(t *testing.T) {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Go(func() { // reset mid-part, at about 1.5 and 2.5 parts
-			for _, at := range []int64{3 * MinPartSize / 2, 5 * MinPartSize / 2} {
+			for _, at := range []int64{3 * minPartSize / 2, 5 * minPartSize / 2} {
 				for px.Stats().BytesUp-before < at {
 					select {
 					case <-stop:

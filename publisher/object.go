@@ -123,8 +123,8 @@ func bodySize(body io.Reader, size int64) int64 {
 // from memory, and a longer one (or one above maxSinglePut) in a multipart
 // upload of PartSize parts, filling the next part while the current one is
 // sent (two parts in memory). Errors: ErrBody (the body's read error,
-// wrapped, or a body whose length is not size), ErrObjectMismatch, objstore
-// errors (fencepub.ErrUnavailable, ErrNotFound for a missing bucket).
+// wrapped, or a body whose length is not size), ErrObjectMismatch, the
+// store's errors (objstore.ErrUnavailable, objstore.ErrNoBucket).
 func (c *Client) writeObject(ctx context.Context, key string, body io.Reader, size int64, contentType string, meta map[string]string) (layout.Object, []byte, error) {
 	if body == nil {
 		body = bytes.NewReader(nil)
@@ -365,8 +365,8 @@ func (b *bodyReader) rest() (int64, error) {
 // putStream streams exactly size bytes of body in one create-only PUT,
 // hashing them on the way, then checks that body has no more bytes. It
 // holds none of the body in memory. When body is an io.Seeker, a request
-// that failed in transit (fencepub.ErrUnavailable, whose response may have been
-// lost) or met a 409 is sent again from the body's start (up to
+// that failed in transit (objstore.ErrUnavailable, whose response may have
+// been lost) or met a 409 is sent again from the body's start (up to
 // conflictRetries sends); the second send meets 412 if the first was
 // stored, and verifyOwn accepts it. A body that cannot seek is sent once:
 // the store's error is returned and nothing is published. A body longer
@@ -663,7 +663,7 @@ func (c *Client) copyObject(ctx context.Context, src layout.Object, key, content
 			switch {
 			case errors.Is(err, objstore.ErrNotFound):
 				return layout.Object{}, fmt.Errorf("%w: %s: %w", ErrSourceGone, src.Key, err)
-			case errors.Is(err, objstore.ErrConditionConflict): // the source condition
+			case errors.Is(err, objstore.ErrConditionFailed): // the source condition
 				return layout.Object{}, fmt.Errorf("%w: source %s no longer has ETag %s: %w", ErrObjectMismatch, src.Key, src.ETag, err)
 			}
 			return layout.Object{}, fmt.Errorf("publisher: copy part %d of %s to %s: %w", n, src.Key, key, err)

@@ -32,7 +32,7 @@ func memClient(t *testing.T) (*Client, *faultstore.Store, *memstore.Store) {
 	t.Helper()
 	mem := memstore.New("fencepub", nil)
 	fs := faultstore.New(mem)
-	c, err := New(Config{Env: fencepub.Env{Namespace: testenv.Namespace(t), Etcd: clientv3.NewCtxClient(context.Background()), Store: fs}, PartSize: MinPartSize})
+	c, err := New(Config{Env: fencepub.Env{Namespace: testenv.Namespace(t), Etcd: clientv3.NewCtxClient(context.Background()), Store: fs}, PartSize: minPartSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,11 +106,11 @@ func TestAmbiguousPutOfUnseekableBodyIsNotResent(t *testing.T) {
 func TestAmbiguousCompleteAcceptedAfterVerify(t *testing.T) {
 	c, fs, mem := memClient(t)
 	ctx := ctxT(t, time.Minute)
-	body := bytes.Repeat([]byte("m"), 2*MinPartSize+10)
+	body := bytes.Repeat([]byte("m"), 2*minPartSize+10)
 	key := objectKey(c, 1)
 	// The completion is applied, but the answer says 409: the re-send
 	// finds the upload gone (ErrNotFound), and the object is read back.
-	conflict := fmt.Errorf("%w: injected", objstore.ErrConditionConflict)
+	conflict := fmt.Errorf("%w: injected", objstore.ErrConditionFailed)
 	fs.Inject(faultstore.CompleteUpload, 1, faultstore.Fault{After: conflict})
 	obj, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil)
 	if err != nil {
@@ -131,7 +131,7 @@ func TestAmbiguousCompleteAcceptedAfterVerify(t *testing.T) {
 func TestFailedPartAbortsTheUpload(t *testing.T) {
 	c, fs, mem := memClient(t)
 	ctx := ctxT(t, time.Minute)
-	body := bytes.Repeat([]byte("p"), 2*MinPartSize+10)
+	body := bytes.Repeat([]byte("p"), 2*minPartSize+10)
 	key := objectKey(c, 1)
 	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{})
 	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{Before: errLost})
@@ -155,7 +155,7 @@ func TestFailedPartAbortsTheUpload(t *testing.T) {
 func TestCompleteOfAbortedUpload(t *testing.T) {
 	c, fs, mem := memClient(t)
 	ctx := ctxT(t, time.Minute)
-	body := bytes.Repeat([]byte("a"), MinPartSize+10)
+	body := bytes.Repeat([]byte("a"), minPartSize+10)
 	key := objectKey(c, 1)
 	fs.Inject(faultstore.CompleteUpload, 1, faultstore.Fault{Before: fmt.Errorf("%w: NoSuchUpload (injected)", objstore.ErrNotFound)})
 	_, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil)

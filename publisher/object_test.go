@@ -28,12 +28,12 @@ import (
 // single PUT and for a multipart upload (at initiation and at completion),
 // and the publisher must accept a 412 only for its own object.
 func TestCreateOnlyWrites(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
+	e := newEnv(t, func(c *Config) { c.PartSize = minPartSize })
 	ctx := ctxT(t, time.Minute)
 	st := e.Store
 	small, other := []byte("small body"), []byte("another body")
 	var key string
-	big := bytes.Repeat([]byte("0123456789abcdef"), (2*MinPartSize+1000)/16)
+	big := bytes.Repeat([]byte("0123456789abcdef"), (2*minPartSize+1000)/16)
 
 	// unknown hides the body's type, so its length is unknown.
 	unknown := func(b []byte) io.Reader { return io.MultiReader(bytes.NewReader(b)) }
@@ -62,7 +62,7 @@ func TestCreateOnlyWrites(t *testing.T) {
 		if !bytes.Equal(sum, want[:]) || obj.SHA256 != hex.EncodeToString(want[:]) || obj.Size != int64(len(tc.body)) || obj.ETag == "" {
 			t.Fatalf("%s: object %+v", tc.name, obj)
 		}
-		if multipart := strings.Contains(obj.ETag, "-"); multipart != (tc.size < 0 && len(tc.body) > MinPartSize) {
+		if multipart := strings.Contains(obj.ETag, "-"); multipart != (tc.size < 0 && len(tc.body) > minPartSize) {
 			t.Fatalf("%s: ETag %s: multipart=%v", tc.name, obj.ETag, multipart)
 		}
 		// The store itself refuses a second create-only PUT with 412.
@@ -78,7 +78,7 @@ func TestCreateOnlyWrites(t *testing.T) {
 		// object. SeaweedFS checks only at Complete, where the same write is
 		// accepted after reading the object back; both are safe.
 		again, _, err := write(tc.body)
-		multipart := tc.size < 0 && len(tc.body) > MinPartSize
+		multipart := tc.size < 0 && len(tc.body) > minPartSize
 		refusedAtInit := multipart && errors.Is(err, ErrObjectMismatch)
 		if (!multipart || !refusedAtInit) && (err != nil || again != obj) {
 			t.Fatalf("%s: the same write again: %+v, %v; want %+v", tc.name, again, err, obj)
@@ -106,7 +106,7 @@ func TestCreateOnlyWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	var parts []objstore.Part
-	for n, chunk := range [][]byte{big[:MinPartSize], big[MinPartSize:]} {
+	for n, chunk := range [][]byte{big[:minPartSize], big[minPartSize:]} {
 		p, err := st.UploadPart(ctx, key, id, n+1, bytes.NewReader(chunk), int64(len(chunk)))
 		if err != nil {
 			t.Fatal(err)
@@ -179,7 +179,7 @@ func (f *failingReader) Read(p []byte) (int, error) {
 // Bad input never publishes: invalid keys and numbers, a missing bucket, a
 // body that fails mid-upload (single and multipart), bad metadata.
 func TestBadInput(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
+	e := newEnv(t, func(c *Config) { c.PartSize = minPartSize })
 	ctx := ctxT(t, time.Minute)
 	const res = "r"
 	g := e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"})
@@ -224,7 +224,7 @@ func TestBadInput(t *testing.T) {
 	// A body that fails mid-upload: single-PUT size and multipart size, of
 	// unknown length (buffered) and of stated length (streamed).
 	boom := errors.New("disk on fire")
-	for _, n := range []int{1000, 2*MinPartSize + 10} {
+	for _, n := range []int{1000, 2*minPartSize + 10} {
 		for _, size := range []int64{0, int64(n) + 100} {
 			_, err := p.Publish(ctx, Operation{IdempotencyKey: "k-body", Body: &failingReader{n: n, err: boom}, Size: size})
 			if !errors.Is(err, ErrBody) || !errors.Is(err, boom) {
@@ -401,8 +401,8 @@ func TestLostResponseOfUnseekableBody(t *testing.T) {
 		return Operation{IdempotencyKey: "k", Body: io.MultiReader(strings.NewReader(body)), Size: int64(len(body))}
 	}
 	px.DropResponse(1, time.Second)
-	if _, err := p.Publish(ctx, unseekable()); !errors.Is(err, objstore.ErrUnavailable) {
-		t.Fatalf("publish whose PUT response was lost: %v; want objstore.ErrUnavailable", err)
+	if _, err := p.Publish(ctx, unseekable()); !errors.Is(err, fencepub.ErrUnavailable) {
+		t.Fatalf("publish whose PUT response was lost: %v; want fencepub.ErrUnavailable", err)
 	}
 	if v := e.Pointer("r").Version; v != r0.Version {
 		t.Fatalf("pointer moved to %s after a failed object write", v)

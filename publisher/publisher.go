@@ -13,6 +13,8 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/debuglog"
+	"github.com/fencepub/fencepub/internal/errkind"
+	"github.com/fencepub/fencepub/internal/fence"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -54,13 +56,20 @@ var (
 	ErrSourceGone = errors.New("publisher: rollback source object is gone")
 )
 
-// Defaults of Config.
+// Defaults of Config (DefaultConfig).
 const (
 	defaultPartSize       = 16 << 20 // bytes
-	MinPartSize           = 5 << 20  // bytes; S3's minimum for all parts but the last
+	minPartSize           = 5 << 20  // bytes; S3's minimum for all parts but the last
 	defaultRequestTimeout = 5 * time.Second
 	defaultResendTimeout  = time.Minute
 )
+
+// DefaultConfig returns the values New gives Config's tunables when they
+// are zero: PartSize 16 MiB, RequestTimeout 5 s, ResendTimeout 1 min, Now
+// time.Now. Env, Logger and Registerer are left zero.
+func DefaultConfig() Config {
+	return Config{PartSize: defaultPartSize, RequestTimeout: defaultRequestTimeout, ResendTimeout: defaultResendTimeout, Now: time.Now}
+}
 
 // Config holds a Client's dependencies and tunables. Zero tunables take the
 // defaults each field states; the live clients are required.
@@ -74,9 +83,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// PartSize, in bytes, is for bodies of unknown length: the largest one
 	// sent in one PUT from memory, and the multipart part size above it; at
-	// least MinPartSize; default 16 MiB. Such a publish holds at most two
-	// parts in memory (one filling, one sending). A body of known length
-	// (see Operation.Size) up to 5 GiB is streamed in one PUT instead.
+	// least 5 MiB (S3's minimum part size); default 16 MiB. Such a publish
+	// holds at most two parts in memory (one filling, one sending). A body of
+	// known length (see Operation.Size) up to 5 GiB is streamed in one PUT
+	// instead.
 	PartSize int64
 	// RequestTimeout bounds one etcd request. A publish transaction that gets
 	// no answer in time is re-sent, unchanged. Default 5 s.
@@ -93,22 +103,23 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Validate checks the required fields and the tunables' ranges. Errors:
-// fencepub.ErrInvalid naming the field.
+// Validate checks c without a network call: Namespace as
+// fencepub.NewNamespace checks it, Etcd and Store set, PartSize 0 or at
+// least 5 MiB, no negative timeout. Errors: fencepub.ErrInvalid
+// naming the field.
 func (c Config) Validate() error {
-	switch {
-	case c.Namespace.Prefix == "" || c.Namespace.Domain == "":
-		return fmt.Errorf("%w: Config.Namespace is empty (use layout.NewNamespace)", fencepub.ErrInvalid)
-	case c.Etcd == nil:
-		return fmt.Errorf("%w: Config.Etcd is nil", fencepub.ErrInvalid)
-	case c.Store == nil:
-		return fmt.Errorf("%w: Config.Store is nil", fencepub.ErrInvalid)
-	case c.PartSize != 0 && c.PartSize < MinPartSize:
-		return fmt.Errorf("%w: Config.PartSize %d is below the S3 minimum %d", fencepub.ErrInvalid, c.PartSize, MinPartSize)
-	case c.RequestTimeout < 0 || c.ResendTimeout < 0:
-		return fmt.Errorf("%w: negative timeout", fencepub.ErrInvalid)
+	if _, err := fencepub.NewNamespace(c.Namespace.Prefix, c.Namespace.Domain); err != nil {
+		return fmt.Errorf("publisher.Config.Namespace: %w", err)
 	}
-	return nil
+	if c.PartSize != 0 && c.PartSize < minPartSize {
+		return fmt.Errorf("%w: publisher.Config.PartSize %d is below the S3 minimum %d", fencepub.ErrInvalid, c.PartSize, minPartSize)
+	}
+	return cmp.Or(
+		errkind.Nil("publisher.Config.Etcd", c.Etcd == nil),
+		errkind.Nil("publisher.Config.Store", c.Store == nil),
+		errkind.Negative("publisher.Config.RequestTimeout", c.RequestTimeout),
+		errkind.Negative("publisher.Config.ResendTimeout", c.ResendTimeout),
+	)
 }
 
 // Client publishes through etcd and the object store. It holds the metrics
@@ -122,18 +133,20 @@ type Client struct {
 	m   *metrics
 }
 
-// New validates cfg, applies defaults and registers the metrics with
-// cfg.Registerer. Errors: fencepub.ErrInvalid; a registration error (e.g. a second
-// Client on the same registry).
+// New checks cfg (Validate), gives its zero tunables their defaults
+// (DefaultConfig) and registers the metrics with cfg.Registerer. It makes
+// no network call. Errors: fencepub.ErrInvalid naming the field; a
+// registration error (e.g. a second Client on the same registry).
 func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.PartSize = cmp.Or(cfg.PartSize, defaultPartSize)
-	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
-	cfg.ResendTimeout = cmp.Or(cfg.ResendTimeout, defaultResendTimeout)
+	d := DefaultConfig()
+	cfg.PartSize = cmp.Or(cfg.PartSize, d.PartSize)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, d.RequestTimeout)
+	cfg.ResendTimeout = cmp.Or(cfg.ResendTimeout, d.ResendTimeout)
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = d.Now
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -149,7 +162,7 @@ func New(cfg Config) (*Client, error) {
 
 // Term is what a Publisher is bound to: one grant of a resource, as the
 // publish transaction checks it — the grant record grants/<Fence> must hold
-// layout.GrantRecordValue(Epoch, Owner) and Epoch must be the domain's
+// Epoch and Owner, and Epoch must be the domain's
 // current epoch (DESIGN.md invariant 2).
 type Term struct {
 	Resource string
@@ -172,11 +185,12 @@ type Term struct {
 	// Contiguous requires every publish with seq > 1 to follow seq-1 of the
 	// same term exactly: the pointer must be at (Epoch, Fence, seq-1). A
 	// publish after a gap is refused as stale with reason "gap" and can be
-	// retried once the missing seq is published; when an earlier send of
-	// the same transaction went unanswered, the refusal is unknown instead
-	// (that send may still apply once the gap closes; Resolve settles it). For operations where every
-	// increment must take effect; a seq that can never be published (sealed
-	// by Resolve) stops the term, and the worker must acquire a new grant.
+	// retried once the missing seq is published; when an earlier send of the
+	// same transaction went unanswered, the refusal is unknown instead (that
+	// send may still apply once the gap closes; Resolve settles it). For
+	// operations where every increment must take effect; a seq that can never
+	// be published (sealed by Resolve) stops the term, and the worker must
+	// acquire a new grant.
 	Contiguous bool
 }
 
@@ -215,9 +229,10 @@ func (t Term) validate() error {
 	return nil
 }
 
-// holderCmp is the strict-mode compare, built by the authority's own rule.
+// holderCmp is the strict-mode compare (fence.Holder), the one the
+// authority renews and releases under.
 func (t Term) holderCmp(ns layout.Namespace) clientv3.Cmp {
-	return authority.Grant{Resource: t.Resource, HolderRevision: t.HolderRevision}.HolderCmp(ns)
+	return fence.Holder(ns, t.Resource, t.HolderRevision)
 }
 
 // Operation is one logical publish. IdempotencyKey names it across retries
@@ -285,8 +300,8 @@ const (
 // Attempt is what one call wrote: its version and object. When the outcome
 // is not applied the object is an orphan, which GC removes.
 type Attempt struct {
-	Version layout.Version `json:"version"`
-	Object  layout.Object  `json:"object"`
+	Version fencepub.Version `json:"version"`
+	Object  fencepub.Object  `json:"object"`
 }
 
 // Result describes how a publish, rollback or resolve ended.
@@ -301,14 +316,14 @@ type Result struct {
 	// Version and Object are the result: this call's for applied, stale,
 	// conflict and unknown; the original publish's for duplicate. For
 	// Resolve, the op record's when one exists (the winner's for conflict).
-	Version layout.Version `json:"version"`
-	Object  layout.Object  `json:"object"`
+	Version fencepub.Version `json:"version"`
+	Object  fencepub.Object  `json:"object"`
 	// Attempt is what this call wrote (equal to Version/Object unless
 	// duplicate). Absent for Resolve.
 	Attempt *Attempt `json:"attempt,omitempty"`
 	// Pointer is the resource's pointer as the deciding transaction saw it
 	// (for applied: the pointer it wrote). Nil when unknown.
-	Pointer *layout.Pointer `json:"pointer,omitempty"`
+	Pointer *fencepub.Pointer `json:"pointer,omitempty"`
 	// Revision is the etcd revision of the deciding transaction.
 	Revision int64 `json:"revision,omitempty"`
 	// Attempts counts transaction sends; more than 1 means re-sends after
@@ -331,12 +346,12 @@ type Publisher struct {
 }
 
 // Bind returns a Publisher for t. In one etcd transaction it creates the
-// resource's pointer and seal with zero versions if both are absent, or
-// reads them; the first seq is one above the highest seq of t's (epoch,
-// fence) in either, so a Publisher rebuilt for a grant it got back through a
-// retried request id never reuses a seq (DESIGN.md "Publish" step 4).
-// Errors: fencepub.ErrInvalid, fencepub.ErrUnavailable, fencepub.ErrNotInitialized, a corrupt pointer or
-// seal (layout.ErrCorruptRecord).
+// resource's pointer and seal with zero versions if both are absent, or reads
+// them; the first seq is one above the highest seq of t's (epoch, fence) in
+// either, so a Publisher rebuilt for a grant it got back through a retried
+// request id never reuses a seq (DESIGN.md "Publish" step 4). Errors:
+// fencepub.ErrInvalid, fencepub.ErrUnavailable, fencepub.ErrNotInitialized, a
+// corrupt pointer or seal (fencepub.ErrCorruptRecord).
 func (c *Client) Bind(ctx context.Context, t Term) (*Publisher, error) {
 	if err := t.validate(); err != nil {
 		return nil, err
@@ -355,7 +370,7 @@ func (c *Client) Bind(ctx context.Context, t Term) (*Publisher, error) {
 	return &Publisher{c: c, term: t, next: next}, nil
 }
 
-// NextSeq returns the seq the next Publish will use (layout.MaxNumber
+// NextSeq returns the seq the next Publish will use (fencepub.MaxNumber
 // again once the term's seq space is closed; see take).
 func (p *Publisher) NextSeq() uint64 {
 	p.mu.Lock()
@@ -418,8 +433,8 @@ func (p *Publisher) giveBack(c claim) {
 // It returns the Result and nil for applied and duplicate; the Result and
 // ErrStale, ErrConflict or ErrUnknown (wrapped, with details) for those
 // outcomes; otherwise a zero Result and an error (fencepub.ErrInvalid, ErrBody,
-// ErrObjectMismatch, ErrUploadAborted, objstore errors,
-// layout.ErrCorruptRecord, fencepub.ErrNotInitialized), in which case
+// ErrObjectMismatch, ErrUploadAborted, fencepub.ErrUnavailable,
+// fencepub.ErrCorruptRecord, fencepub.ErrNotInitialized), in which case
 // nothing was published and, unless the transaction was re-sent (an earlier
 // send may still be on its way), the seq is given back, so the next publish
 // takes it and a contiguous term sees no gap (DESIGN.md "Publish" step 6).
@@ -429,11 +444,12 @@ func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
 	return p.publish(ctx, 0, op)
 }
 
-// PublishSeq is Publish with an explicit seq, 1..layout.MaxNumber (the CLI's
-// --seq). Later Publish calls continue above it, unless nothing that can
-// apply was sent (as Publish gives its seq back). A seq at or below one
-// already published or sealed is stale. Errors: as Publish; fencepub.ErrInvalid for
-// seq 0 or above layout.MaxNumber (bad input, not exhaustion).
+// PublishSeq is Publish with an explicit seq, 1..fencepub.MaxNumber (the
+// CLI's --seq). Later Publish calls continue above it, unless nothing that
+// can apply was sent (as Publish gives its seq back). A seq at or below one
+// already published or sealed is stale. Errors: as Publish;
+// fencepub.ErrInvalid for seq 0 or above fencepub.MaxNumber (bad input, not
+// exhaustion).
 func (p *Publisher) PublishSeq(ctx context.Context, seq uint64, op Operation) (Result, error) {
 	if seq == 0 || seq > layout.MaxNumber {
 		p.c.m.failure("validate")

@@ -27,8 +27,8 @@ import (
 // sent); Republish then reads the object once, conditioned on its ETag, to
 // compute it.
 //
-// objectKey must be a fencepub object key of this resource
-// (layout.ParseObjectKey). Errors and outcomes are those of Publish, plus
+// objectKey must be a fencepub object key of this resource (it names the
+// resource and a version). Errors and outcomes are those of Publish, plus
 // fencepub.ErrInvalid (a foreign key), ErrSourceGone (the object is gone) and
 // ErrObjectMismatch (its metadata carries an invalid sha256, or it changed
 // while being read).
@@ -97,12 +97,12 @@ func (c *Client) hashObject(ctx context.Context, key string, info objstore.Objec
 }
 
 // sourceErr classifies an error reading a republish source: gone (404),
-// changed (ErrConditionConflict on the ETag condition), or the store's error.
+// changed (ErrConditionFailed on the ETag condition), or the store's error.
 func sourceErr(key string, err error) error {
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return fmt.Errorf("%w: %s: %w", ErrSourceGone, key, err)
-	case errors.Is(err, objstore.ErrConditionConflict):
+	case errors.Is(err, objstore.ErrConditionFailed):
 		return fmt.Errorf("%w: %s changed while being read: %w", ErrObjectMismatch, key, err)
 	}
 	return fmt.Errorf("publisher: read republish source %s: %w", key, err)

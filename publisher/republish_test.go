@@ -23,8 +23,8 @@ import (
 func TestRepublishMultipart(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
-	c := e.client(e.Etcd, func(c *Config) { c.PartSize = MinPartSize })
-	body := make([]byte, MinPartSize+4321)
+	c := e.client(e.Etcd, func(c *Config) { c.PartSize = minPartSize })
+	body := make([]byte, minPartSize+4321)
 	_, _ = rand.Read(body)
 	ga := e.acquire(authority.AcquireRequest{Resource: "big", Owner: "A"})
 	pa, err := c.Bind(ctx, GrantTerm(ga, false))

@@ -83,7 +83,7 @@ func (id AttemptID) String() string {
 //     it, in the same transaction that saw the record absent. The attempt is
 //     then definitely not applied and never will be: Stale with reason
 //     "seal", returned with ErrStale. A retired resource's seal keeps its
-//     decommission reason and time (layout.Seal.RaisedTo), so its readers
+//     decommission reason and time, so its readers
 //     still get reader.ErrDecommissioned; the transaction then also requires
 //     the pointer and the seal unchanged since Resolve read them;
 //   - it is absent and v's epoch is older than the domain's: no publish of v
@@ -94,28 +94,29 @@ func (id AttemptID) String() string {
 // its: the winner's for Conflict, so a caller sees what took effect.
 //
 // The same transaction requires that v could have been carried by a real
-// publish: v.Epoch at most the domain's current epoch and v.Fence at most
-// the resource's durable generation. Otherwise nothing is written and
-// Resolve returns fencepub.ErrInvalid: sealing a version of a future epoch or of a
+// publish: v.Epoch at most the domain's current epoch and v.Fence at most the
+// resource's durable generation. Otherwise nothing is written and Resolve
+// returns fencepub.ErrInvalid: sealing a version of a future epoch or of a
 // fence never granted would refuse every later grant's publishes, for good
-// (the seal never goes down). Pass the exact version of the unknown
-// attempt: Resolve seals every version up to v, so a seq from the future
-// would still block that fence's later seqs.
+// (the seal never goes down). Pass the exact version of the unknown attempt:
+// Resolve seals every version up to v, so a seq from the future would still
+// block that fence's later seqs.
 //
 // A Stale answer is then also written to the bucket, after etcd settled it:
-// a create-only settled marker (layout.SettledMarker at v), because the seal
+// a create-only settled marker of v, because the seal
 // is lost with etcd and RestoreLost must never republish the attempt after a
 // restore or a recover from the bucket (DESIGN.md invariant 8). When that
 // write fails, Resolve returns the Stale Result with fencepub.ErrUnavailable
-// instead of ErrStale: call it again, it answers the same and writes the
-// marker.
+// (fencepub.ErrInvalid when the store refused the write: its credentials,
+// its bucket) instead of ErrStale: call it again, it answers the same and
+// writes the marker.
 //
 // Resolve is safe to repeat and re-sends its transaction until an answer or
 // the deadline (ctx's, or Config.ResendTimeout); then fencepub.ErrUnavailable.
 // Errors: fencepub.ErrInvalid (also when id names no attempt, or one of another
 // resource or version), ErrConflict, ErrStale, fencepub.ErrUnavailable,
-// fencepub.ErrNotInitialized, layout.ErrCorruptRecord.
-func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Version, id AttemptID) (Result, error) {
+// fencepub.ErrNotInitialized, fencepub.ErrCorruptRecord.
+func (c *Client) Resolve(ctx context.Context, resource, key string, v fencepub.Version, id AttemptID) (Result, error) {
 	if err := layout.ValidateResource(resource, false); err != nil {
 		return Result{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
@@ -153,8 +154,12 @@ func (c *Client) Resolve(ctx context.Context, resource, key string, v layout.Ver
 	}
 	if res.Outcome == Stale {
 		if merr := c.markSettled(ctx, resource, key, v, res.Reason); merr != nil {
+			kind := fencepub.ErrUnavailable
+			if errors.Is(merr, fencepub.ErrInvalid) { // the store refused it: fix its configuration first
+				kind = fencepub.ErrInvalid
+			}
 			return res, fmt.Errorf("%w: %q of %q at %s is settled in etcd (not applied, reason %s), but its marker in the bucket was not written: %w; resolve it again, or a recover from the bucket could republish it",
-				fencepub.ErrUnavailable, key, resource, v, res.Reason, merr)
+				kind, key, resource, v, res.Reason, merr)
 		}
 	}
 	return res, err

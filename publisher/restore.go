@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -14,11 +15,11 @@ import (
 
 // Restored is one resource's outcome of RestoreLost.
 type Restored struct {
-	Resource string         `json:"resource"`
-	From     layout.Version `json:"from"` // the lost object's old-epoch version
-	Key      string         `json:"key"`  // the object republished
-	Result   Result         `json:"result"`
-	Error    string         `json:"error,omitempty"`
+	Resource string           `json:"resource"`
+	From     fencepub.Version `json:"from"` // the lost object's old-epoch version
+	Key      string           `json:"key"`  // the object republished
+	Result   Result           `json:"result"`
+	Error    string           `json:"error,omitempty"`
 }
 
 // Timeouts of RestoreLost: the wait for a resource's grant, and the
@@ -44,9 +45,10 @@ const (
 // after recover), never a lost publish, so it is skipped; both times are the
 // object store's own clock. So is every object at a version with a settled
 // marker: an attempt Resolve settled as never applied, which must stay so
-// although etcd's seal was lost (DESIGN.md invariant 8). Run a.Recover with DryRun first: the newest
-// object above a restored pointer is normally a publish the restore lost,
-// but it may also be an attempt that failed for another reason.
+// although etcd's seal was lost (DESIGN.md invariant 8). Run a.Recover with
+// DryRun first: the newest object above a restored pointer is normally a
+// publish the restore lost, but it may also be an attempt that failed for
+// another reason.
 //
 // It returns one Restored per resource it tried, in rep's order; a
 // resource's failure (listing its settled markers, acquire, bind or

@@ -27,7 +27,7 @@ import (
 // outcomes are those of Publish, plus ErrNoSuchVersion (to is not in the
 // history), ErrSourceGone (its object was collected) and ErrObjectMismatch
 // (its object changed). Copies are limited by S3 to 10000 parts of 1 GiB.
-func (p *Publisher) Rollback(ctx context.Context, to layout.Version, key string) (Result, error) {
+func (p *Publisher) Rollback(ctx context.Context, to fencepub.Version, key string) (Result, error) {
 	c, res := p.c, p.term.Resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
 		c.m.failure("validate")

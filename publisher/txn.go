@@ -383,9 +383,9 @@ func (c *Client) initResource(ctx context.Context, res string) (layout.Pointer, 
 }
 
 // createResource runs initResource's transaction without decoding what it
-// read: when it did not create the keys, its response holds the pointer
-// (0) and the seal (1), both present. Errors: fencepub.ErrUnavailable, ctx's error,
-// layout.ErrCorruptRecord when only one of the two keys exists.
+// read: when it did not create the keys, its response holds the pointer (0)
+// and the seal (1), both present. Errors: fencepub.ErrUnavailable, ctx's
+// error, layout.ErrCorruptRecord when only one of the two keys exists.
 func (c *Client) createResource(ctx context.Context, res string) (*clientv3.TxnResponse, error) {
 	pk, sk := c.ns.PointerKey(res), c.ns.SealKey(res)
 	zeroPtr, _ := layout.EncodePointer(layout.Pointer{})

@@ -161,7 +161,7 @@ func (f *atkFailingReader) Read(p []byte) (int, error) {
 // (Size known), small unknown length, multipart; a failed multipart upload
 // is aborted and no goroutine is left behind.
 func TestBodyErrors(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
+	e := newEnv(t, func(c *Config) { c.PartSize = minPartSize })
 	ctx := ctxT(t, 2*time.Minute)
 	p := e.atkPublisher("r")
 	boom := errors.New("boom")
@@ -173,9 +173,9 @@ func TestBodyErrors(t *testing.T) {
 		{"streamed, fails at once", 0, 1000},
 		{"streamed, fails after 100 KiB", 100 << 10, 1 << 20},
 		{"unknown small, fails after 1 KiB", 1 << 10, 0},
-		{"multipart, fails in part 2", MinPartSize + 7, 0},
-		{"multipart, fails in part 3", 2*MinPartSize + 7, 0},
-		{"multipart, fails exactly at a part boundary", 2 * MinPartSize, 0},
+		{"multipart, fails in part 2", minPartSize + 7, 0},
+		{"multipart, fails in part 3", 2*minPartSize + 7, 0},
+		{"multipart, fails exactly at a part boundary", 2 * minPartSize, 0},
 	} {
 		before := e.Pointer("r").Object.Key
 		r, err := p.Publish(ctx, Operation{IdempotencyKey: "k", Body: &atkFailingReader{n: tc.n, err: boom}, Size: tc.size})
@@ -302,10 +302,10 @@ func TestFileAtOffset(t *testing.T) {
 // is not regular: its length is unknown, so it goes through the unknown-length
 // path (one PUT below PartSize, multipart above), and its bytes arrive intact.
 func TestPipeBody(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
+	e := newEnv(t, func(c *Config) { c.PartSize = minPartSize })
 	ctx := ctxT(t, 2*time.Minute)
 	p := e.atkPublisher("r")
-	for _, n := range []int{0, 1, MinPartSize, MinPartSize + 1, 2*MinPartSize + 3} {
+	for _, n := range []int{0, 1, minPartSize, minPartSize + 1, 2*minPartSize + 3} {
 		data := randBytes(n)
 		pr, pw, err := os.Pipe()
 		if err != nil {
@@ -378,7 +378,7 @@ func TestStalledStore(t *testing.T) {
 	}{
 		{"streamed", Operation{IdempotencyKey: "k1", Body: bytes.NewReader(randBytes(1 << 20))}},
 		{"small unknown", Operation{IdempotencyKey: "k2", Body: io.MultiReader(bytes.NewReader(randBytes(1 << 10)))}},
-		{"multipart", Operation{IdempotencyKey: "k3", Body: io.MultiReader(bytes.NewReader(randBytes(2*MinPartSize + 1)))}},
+		{"multipart", Operation{IdempotencyKey: "k3", Body: io.MultiReader(bytes.NewReader(randBytes(2*minPartSize + 1)))}},
 	} {
 		px.Set(faultproxy.Faults{DropUpstream: true, DropDownstream: true})
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -430,7 +430,7 @@ func (s *progressReader) Read(p []byte) (int, error) {
 // is sent and part 3 filled) returns promptly with the context's error,
 // publishes nothing, leaves no incomplete upload and no goroutine.
 func TestCancelMidUpload(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
+	e := newEnv(t, func(c *Config) { c.PartSize = minPartSize })
 	ctx := ctxT(t, 2*time.Minute)
 	p := e.atkPublisher("r")
 	for _, tc := range []struct {
@@ -438,13 +438,13 @@ func TestCancelMidUpload(t *testing.T) {
 		size int64
 		at   int
 	}{
-		{"streamed", 4 * MinPartSize, 3 * MinPartSize / 2},
-		{"multipart", 0, 5 * MinPartSize / 2},
+		{"streamed", 4 * minPartSize, 3 * minPartSize / 2},
+		{"multipart", 0, 5 * minPartSize / 2},
 	} {
 		cctx, cancel := context.WithCancel(ctx)
 		start := time.Now()
 		var cancelled time.Time
-		body := &progressReader{n: 4 * MinPartSize, at: tc.at, fire: func() { cancelled = time.Now(); cancel() }}
+		body := &progressReader{n: 4 * minPartSize, at: tc.at, fire: func() { cancelled = time.Now(); cancel() }}
 		r, err := p.Publish(cctx, Operation{IdempotencyKey: "k-" + tc.name, Body: body, Size: tc.size})
 		cancel()
 		e.mustNothingPublished(tc.name, "r", "", r, err)
@@ -546,7 +546,7 @@ func TestLostCompleteResponse(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	px, p, _ := e.proxiedPublisher(ctx, "r")
-	data := randBytes(2*MinPartSize + 1000)
+	data := randBytes(2*minPartSize + 1000)
 	pr, pw := io.Pipe()
 	go func() {
 		_, _ = pw.Write(data)
@@ -639,18 +639,18 @@ func (s *trickleReader) Read(p []byte) (int, error) {
 // the cancel (PartSize / body rate: 16 MiB at 1 MiB/s is 16 s) and consumes
 // body bytes it will never send.
 func TestCancelDuringSlowFill(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.PartSize = MinPartSize })
+	e := newEnv(t, func(c *Config) { c.PartSize = minPartSize })
 	ctx := ctxT(t, 2*time.Minute)
 	p := e.atkPublisher("r")
 	// ~1.6 MiB/s: the rest of part 2 takes 2.5 s, well past the deadline
 	// below, so reading on after the cancel cannot pass for scheduling.
-	body := &trickleReader{n: 6 * MinPartSize, chunk: 32 << 10, tick: 20 * time.Millisecond}
+	body := &trickleReader{n: 6 * minPartSize, chunk: 32 << 10, tick: 20 * time.Millisecond}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var cancelledAt atomic.Int64
 	var cancelTime atomic.Int64
 	go func() {
-		for body.read.Load() < MinPartSize+MinPartSize/5 { // part 1 sent, part 2 a fifth filled
+		for body.read.Load() < minPartSize+minPartSize/5 { // part 1 sent, part 2 a fifth filled
 			time.Sleep(time.Millisecond)
 		}
 		cancelledAt.Store(body.read.Load())

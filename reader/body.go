@@ -22,7 +22,7 @@ import (
 // using the bytes, and must Close the body.
 type Body struct {
 	// Pointer is the pointer the object was opened through.
-	Pointer layout.Pointer
+	Pointer fencepub.Pointer
 	obj     io.ReadCloser // the GET's response body
 	h       hash.Hash
 	n       int64
@@ -48,10 +48,10 @@ type Body struct {
 // one GET (the body streams as it is read).
 // Errors: ErrNotPublished, ErrUnknownResource, ErrWentBack, ErrObjectMissing, ErrDecommissioned,
 // ErrObjectChanged, ErrDigestMismatch (the store reports another size),
-// fencepub.ErrUnavailable, layout.ErrCorruptRecord.
+// fencepub.ErrUnavailable, fencepub.ErrCorruptRecord.
 func (r *Reader) Open(ctx context.Context) (*Body, error) {
 	if r.cfg.Store == nil {
-		return nil, fmt.Errorf("%w: Config.Store is nil", fencepub.ErrInvalid)
+		return nil, fmt.Errorf("%w: reader.Config.Store is nil", fencepub.ErrInvalid)
 	}
 	r.mu.Lock()
 	guess := r.opened
@@ -100,14 +100,14 @@ func (r *Reader) Open(ctx context.Context) (*Body, error) {
 // service that follows the pointer with Watch serves each request with one
 // store round trip this way (DESIGN.md "Reading": readers follow the
 // published pointer alone, by get or watch). It does not check that ptr is
-// still current, nor record it as returned: the caller chose the version,
-// and the bytes are verified against it. If the object is gone, OpenPointer re-reads the pointer and
-// follows a newer one as Open does. Errors: those of Open, and fencepub.ErrInvalid
-// for a zero pointer.
-func (r *Reader) OpenPointer(ctx context.Context, ptr layout.Pointer) (*Body, error) {
+// still current, nor record it as returned: the caller chose the version, and
+// the bytes are verified against it. If the object is gone, OpenPointer
+// re-reads the pointer and follows a newer one as Open does. Errors: those of
+// Open, and fencepub.ErrInvalid for a zero pointer.
+func (r *Reader) OpenPointer(ctx context.Context, ptr fencepub.Pointer) (*Body, error) {
 	switch {
 	case r.cfg.Store == nil:
-		return nil, fmt.Errorf("%w: Config.Store is nil", fencepub.ErrInvalid)
+		return nil, fmt.Errorf("%w: reader.Config.Store is nil", fencepub.ErrInvalid)
 	case ptr.Version.IsZero() || ptr.Object.Key == "":
 		return nil, fmt.Errorf("%w: OpenPointer of %q needs a published pointer, got version %s key %q", fencepub.ErrInvalid, r.res, ptr.Version, ptr.Object.Key)
 	}
@@ -260,7 +260,7 @@ func (st *stallTimer) end() {
 
 // objectErr classifies a GET error of ptr's object.
 func (r *Reader) objectErr(ptr layout.Pointer, err error) error {
-	if errors.Is(err, objstore.ErrConditionConflict) {
+	if errors.Is(err, objstore.ErrConditionFailed) {
 		return fmt.Errorf("%w: %s/%s no longer has ETag %s (pointer %s of %q)",
 			ErrObjectChanged, ptr.Object.Bucket, ptr.Object.Key, ptr.Object.ETag, ptr.Version, r.res)
 	}

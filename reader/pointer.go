@@ -12,16 +12,16 @@ import (
 	"github.com/fencepub/fencepub/internal/retry"
 )
 
-// Current returns the published pointer. It blocks for one etcd read (two
-// if a serializable read went back); concurrent calls on one Reader share
-// reads, each call getting a read sent after it began (pointerRead), so a
-// call may also wait for the read already in flight. It never returns a version below one
-// this Reader already returned (invariant 6). When nothing is published
+// Current returns the published pointer. It blocks for one etcd read (two if
+// a serializable read went back); concurrent calls on one Reader share reads,
+// each call getting a read sent after it began (pointerRead), so a call may
+// also wait for the read already in flight. It never returns a version below
+// one this Reader already returned (invariant 6). When nothing is published
 // and the pointer key does not exist, one more etcd read tells a resource
 // that was granted (ErrNotPublished) from one never granted
 // (ErrUnknownResource). Errors: ErrNotPublished, ErrUnknownResource,
-// ErrWentBack, fencepub.ErrUnavailable, layout.ErrCorruptRecord.
-func (r *Reader) Current(ctx context.Context) (layout.Pointer, error) {
+// ErrWentBack, fencepub.ErrUnavailable, fencepub.ErrCorruptRecord.
+func (r *Reader) Current(ctx context.Context) (fencepub.Pointer, error) {
 	ptr, _, err := r.current(ctx, r.cfg.Serializable)
 	return ptr, err
 }

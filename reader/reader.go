@@ -39,12 +39,13 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/debuglog"
+	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/layout"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Errors returned (wrapped) by Reader methods and in Update.Err; test with
-// errors.Is. A pointer value that does not decode is layout.ErrCorruptRecord.
+// errors.Is. A pointer value that does not decode is fencepub.ErrCorruptRecord.
 var (
 	// ErrNotPublished: the resource has no published version yet.
 	ErrNotPublished = errors.New("reader: nothing published")
@@ -78,7 +79,7 @@ var (
 	ErrWentBack = errors.New("reader: the pointer went back below a version already read")
 	// ErrDecommissioned: the current pointer's object is gone because the
 	// resource was retired (`fencepub resource delete`: a seal with
-	// layout.SealReasonDecommissioned at or above the pointer) and GC
+	// fencepub.SealReasonDecommissioned at or above the pointer) and GC
 	// collected its objects; not data loss.
 	ErrDecommissioned = errors.New("reader: the resource was decommissioned")
 )
@@ -120,11 +121,11 @@ type Config struct {
 	// is retried, usually on another member, within the call's
 	// RequestTimeout. Default 5 s.
 	RequestTimeout time.Duration
-	// StallTimeout, when positive, ends an object read that receives no
-	// byte for that long — no response to the GET, or a body that stops —
-	// with fencepub.ErrUnavailable; only the time spent waiting inside Read counts,
-	// not the caller's pauses between reads. minio-go bounds the wait for
-	// response headers, never a body that stops. 0 waits as long as the
+	// StallTimeout, when positive, ends an object read that receives no byte
+	// for that long — no response to the GET, or a body that stops — with
+	// fencepub.ErrUnavailable; only the time spent waiting inside Read
+	// counts, not the caller's pauses between reads. minio-go bounds the wait
+	// for response headers, never a body that stops. 0 waits as long as the
 	// caller's context.
 	StallTimeout time.Duration
 }
@@ -145,7 +146,33 @@ type Reader struct {
 	reads  [2]readQueue   // pointer reads: [0] linearizable, [1] serializable
 }
 
-// New returns a Reader of resource. Errors: fencepub.ErrInvalid.
+// DefaultConfig returns the values New gives Config's tunables when they
+// are zero: OpenRetries 3, RequestTimeout 5 s; StallTimeout 0 (no stall
+// bound). Env and Logger are left zero.
+func DefaultConfig() Config {
+	return Config{OpenRetries: defaultOpenRetries, RequestTimeout: defaultRequestTimeout}
+}
+
+// Validate checks c without a network call: Namespace as
+// fencepub.NewNamespace checks it, Etcd set, no negative tunable. Store may
+// be nil for a Reader that only calls Current and Watch. Errors:
+// fencepub.ErrInvalid naming the field.
+func (c Config) Validate() error {
+	if _, err := fencepub.NewNamespace(c.Namespace.Prefix, c.Namespace.Domain); err != nil {
+		return fmt.Errorf("reader.Config.Namespace: %w", err)
+	}
+	return cmp.Or(
+		errkind.Nil("reader.Config.Etcd", c.Etcd == nil),
+		errkind.Negative("reader.Config.OpenRetries", c.OpenRetries),
+		errkind.Negative("reader.Config.RequestTimeout", c.RequestTimeout),
+		errkind.Negative("reader.Config.StallTimeout", c.StallTimeout),
+	)
+}
+
+// New checks cfg (Validate) and resource (a resource name), gives cfg's
+// zero tunables their defaults (DefaultConfig) and returns a Reader of
+// resource. It makes no network call. Errors: fencepub.ErrInvalid naming
+// the field; with fencepub.ErrInvalidName for a bad resource name.
 func New(cfg Config, resource string) (*Reader, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -163,23 +190,15 @@ func New(cfg Config, resource string) (*Reader, error) {
 	return &Reader{cfg: cfg, res: resource, key: cfg.Namespace.PointerKey(resource), log: log, kv: debuglog.KV(cfg.Etcd, rlog)}, nil
 }
 
-// withDefaults checks cfg and fills in the defaults of OpenRetries and
-// RequestTimeout. Errors: fencepub.ErrInvalid naming the field.
+// withDefaults checks cfg (Validate) and gives its zero tunables their
+// defaults (DefaultConfig). Errors: as Validate.
 func (cfg Config) withDefaults() (Config, error) {
-	switch {
-	case cfg.Namespace.Prefix == "" || cfg.Namespace.Domain == "":
-		return cfg, fmt.Errorf("%w: Config.Namespace is empty", fencepub.ErrInvalid)
-	case cfg.Etcd == nil:
-		return cfg, fmt.Errorf("%w: Config.Etcd is nil", fencepub.ErrInvalid)
-	case cfg.OpenRetries < 0:
-		return cfg, fmt.Errorf("%w: negative OpenRetries", fencepub.ErrInvalid)
-	case cfg.RequestTimeout < 0:
-		return cfg, fmt.Errorf("%w: negative RequestTimeout", fencepub.ErrInvalid)
-	case cfg.StallTimeout < 0:
-		return cfg, fmt.Errorf("%w: negative StallTimeout", fencepub.ErrInvalid)
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
 	}
-	cfg.OpenRetries = cmp.Or(cfg.OpenRetries, defaultOpenRetries)
-	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, defaultRequestTimeout)
+	d := DefaultConfig()
+	cfg.OpenRetries = cmp.Or(cfg.OpenRetries, d.OpenRetries)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, d.RequestTimeout)
 	return cfg, nil
 }
 

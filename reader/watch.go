@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/wait"
 )
@@ -14,7 +15,7 @@ import (
 // Update is one item of Watch: a newer pointer, or an error that did not
 // stop the watch (Err set, Pointer zero).
 type Update struct {
-	Pointer layout.Pointer
+	Pointer fencepub.Pointer
 	// Revision is the etcd revision at which the pointer was written (events)
 	// or read (syncs).
 	Revision int64
@@ -32,11 +33,11 @@ const resyncDelay = 200 * time.Millisecond
 // increasing versions: a Get, then an etcd watch from the Get's header
 // revision + 1 (DESIGN.md "Reading"); when the watch is compacted, loses its
 // leader or breaks, a fresh Get re-syncs and the watch restarts from there.
-// Errors (a corrupt pointer value, an unreachable etcd, a pointer missing
-// or below the last version sent — a re-sync after an etcd restore:
-// ErrWentBack) are sent as Updates with Err set and do not end the watch. The goroutine behind it ends when
-// ctx ends; the caller must cancel ctx when done, and should keep receiving
-// until the channel is closed.
+// Errors (a corrupt pointer value, an unreachable etcd, a pointer missing or
+// below the last version sent — a re-sync after an etcd restore: ErrWentBack)
+// are sent as Updates with Err set and do not end the watch. The goroutine
+// behind it ends when ctx ends; the caller must cancel ctx when done, and
+// should keep receiving until the channel is closed.
 func (r *Reader) Watch(ctx context.Context) <-chan Update {
 	ch := make(chan Update)
 	go r.watch(ctx, ch)

@@ -13,8 +13,6 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 )
@@ -76,8 +74,8 @@ func authorityExit(err error) error {
 		return nil
 	case errors.As(err, &coded):
 		return err
-	case errors.Is(err, layout.ErrInvalidName), errors.Is(err, authority.ErrBadTTL), errors.Is(err, authority.ErrInvalidGrant),
-		errors.Is(err, authority.ErrInitialized), errors.Is(err, objstore.ErrCreateOnlyIgnored), errors.Is(err, objstore.ErrNoBucket):
+	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, fencepub.ErrInvalidName), errors.Is(err, authority.ErrBadTTL), errors.Is(err, authority.ErrInvalidGrant),
+		errors.Is(err, authority.ErrInitialized), errors.Is(err, fencepub.ErrCreateOnlyIgnored):
 		code = exitcode.Usage
 	case errors.Is(err, authority.ErrRequestConflict):
 		code = exitcode.Conflict

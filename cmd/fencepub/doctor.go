@@ -203,12 +203,10 @@ func (d *doctor) checkBucket(ctx context.Context) bool {
 	case err == nil:
 		d.add("bucket", checkPass, fmt.Sprintf("bucket %q exists at %s", d.store.BucketName(), d.cfg.S3.Endpoint), "")
 		return true
-	case errors.Is(err, objstore.ErrNotS3):
-		d.add("bucket", checkFail, err.Error(), "point s3.endpoint (--s3-endpoint) at the store's S3 API")
-	case errors.Is(err, objstore.ErrNotFound):
+	case errors.Is(err, fencepub.ErrObjectNotFound):
 		d.add("bucket", checkFail, fmt.Sprintf("bucket %q does not exist at %s", d.store.BucketName(), d.cfg.S3.Endpoint), "fencepub init --create-bucket (or fix s3.bucket)")
-	case errors.Is(err, objstore.ErrAccessDenied):
-		d.add("bucket", checkFail, err.Error(), "check s3.credentials, FENCEPUB_S3_ACCESS_KEY / FENCEPUB_S3_SECRET_KEY and the bucket policy")
+	case errors.Is(err, fencepub.ErrInvalid): // keys or TLS refused, an s3.endpoint that is not S3: the message names the key
+		d.add("bucket", checkFail, err.Error(), "fix the configuration the message names (the keys may come from FENCEPUB_S3_ACCESS_KEY / FENCEPUB_S3_SECRET_KEY)")
 	default:
 		d.add("bucket", checkFail, err.Error(), "check s3.endpoint (--s3-endpoint), s3.secure and s3.tls.*, and that the store is up")
 	}
@@ -230,7 +228,7 @@ func (d *doctor) checkCreateOnly(ctx context.Context) bool {
 	case err == nil:
 		d.add("create-only", checkPass, "a create-only PUT (If-None-Match: *) onto an existing key is refused with 412", "")
 		return true
-	case errors.Is(err, objstore.ErrCreateOnlyIgnored):
+	case errors.Is(err, fencepub.ErrCreateOnlyIgnored):
 		d.add("create-only", checkFail, err.Error(), "fencepub refuses this store: use one that honours If-None-Match (MinIO, AWS S3)")
 	default:
 		d.add("create-only", checkFail, "the probe could not write: "+err.Error(), "the credentials need s3:PutObject on the bucket (a reader's do not: run doctor with a worker's)")
@@ -260,7 +258,7 @@ func (d *doctor) checkIfMatch(ctx context.Context) {
 		return
 	}
 	wrong := "00000000000000000000000000000000"
-	if err := get(wrong); !errors.Is(err, objstore.ErrConditionConflict) {
+	if err := get(wrong); !errors.Is(err, fencepub.ErrConditionFailed) {
 		d.add("if-match", checkFail, fmt.Sprintf("a GET with If-Match on another ETag was not refused with 412 (%v)", err), "readers rely on If-Match to detect a replaced object: use a store that honours it")
 		return
 	}

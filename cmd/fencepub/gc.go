@@ -179,7 +179,7 @@ func gcExit(err error) error {
 		code = exitcode.Usage
 	case errors.Is(err, authority.ErrHeld):
 		code = exitcode.Held
-	case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, fencepub.ErrUnavailable):
+	case errors.Is(err, fencepub.ErrUnavailable):
 		code = exitcode.Unavailable
 	}
 	return exitcode.With(code, err)

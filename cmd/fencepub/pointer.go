@@ -11,7 +11,6 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/spf13/cobra"
 )
@@ -98,7 +97,7 @@ func readerExit(err error) error {
 		return nil
 	case errors.As(err, &ee):
 		return err
-	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, layout.ErrInvalidName), errors.Is(err, objstore.ErrNoBucket):
+	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, fencepub.ErrInvalidName):
 		code = exitcode.Usage
 	case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		code = exitcode.Unavailable

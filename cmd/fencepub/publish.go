@@ -16,7 +16,6 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 )
@@ -441,12 +440,12 @@ func bucketError(env *cli.Env, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, objstore.ErrNotS3):
-		return exitcode.With(exitcode.Usage, err)
-	case errors.Is(err, objstore.ErrNotFound):
+	case errors.Is(err, fencepub.ErrObjectNotFound):
 		return exitcode.With(exitcode.Usage, fmt.Errorf("s3.bucket %q does not exist at %s: create it with 'fencepub init --create-bucket' (or the store's own tools), or fix s3.bucket / --s3-bucket: %w",
 			env.Config.S3.Bucket, env.Config.S3.Endpoint, err))
-	case errors.Is(err, objstore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, fencepub.ErrInvalid): // an s3.endpoint that is not S3, refused keys: the message names the key
+		return exitcode.With(exitcode.Usage, err)
+	case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return exitcode.With(exitcode.Unavailable, err)
 	}
 	return exitcode.With(exitcode.Internal, err)
@@ -622,10 +621,10 @@ func publishExit(res publisher.Result, err error) error {
 		code = exitcode.Conflict
 	case errors.Is(err, publisher.ErrUnknown):
 		code = exitcode.Unknown
-	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, layout.ErrInvalidName), errors.Is(err, publisher.ErrBody),
-		errors.Is(err, publisher.ErrNoSuchVersion), errors.Is(err, fencepub.ErrNotInitialized), errors.Is(err, objstore.ErrNotFound):
+	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, fencepub.ErrInvalidName), errors.Is(err, publisher.ErrBody),
+		errors.Is(err, publisher.ErrNoSuchVersion), errors.Is(err, fencepub.ErrNotInitialized), errors.Is(err, fencepub.ErrObjectNotFound):
 		code = exitcode.Usage
-	case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, objstore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, fencepub.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		code = exitcode.Unavailable
 	}
 	return exitcode.With(code, err)

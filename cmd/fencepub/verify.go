@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -264,9 +265,9 @@ func (v *verifier) object(res string, ptr layout.Pointer) int64 {
 		}
 	}
 	switch {
-	case errors.Is(err, objstore.ErrNotFound):
+	case errors.Is(err, fencepub.ErrObjectNotFound):
 		v.find(res, "object", ptr.Object.Key, "the pointer's object %s is missing", ptr.Version)
-	case errors.Is(err, objstore.ErrConditionConflict):
+	case errors.Is(err, fencepub.ErrConditionFailed):
 		v.find(res, "object", ptr.Object.Key, "the pointer's object was replaced: its ETag is not the pointer's %s", ptr.Object.ETag)
 	case err != nil:
 		v.find(res, "object", ptr.Object.Key, "the pointer's object cannot be read: %v", err)

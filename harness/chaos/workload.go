@@ -116,8 +116,9 @@ func (w Workload) resources(from, to int64) []string {
 }
 
 // partSize is the publisher's part size: bodies above it are uploaded in
-// several parts (S3's minimum part size).
-const partSize = publisher.MinPartSize
+// several parts. It is S3's minimum part size, the smallest
+// publisher.Config.PartSize.
+const partSize = 5 << 20
 
 // operation returns the idempotency key and body of a worker's next publish
 // on res. Most are fresh operations; some reuse one of a few keys shared by

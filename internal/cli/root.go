@@ -8,8 +8,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/spf13/cobra"
 )
 
@@ -57,16 +57,16 @@ func Report(c *cobra.Command, w io.Writer, args []string, code int, err error) {
 
 // ExitCode is the process exit code of a command's error: its exitcode
 // (README "Exit codes"), 130 for an internal error after an interrupt
-// (interrupted: the command's context was cancelled), and 2 for
+// (interrupted: the command's context was cancelled), and 2 for any other
+// error that is fencepub.ErrInvalid: bad input or configuration, such as
 // credentials the object store refused, a failed TLS handshake with it or
-// an s3.endpoint that is not an S3 store (configuration problems; the
-// message names the key).
+// an s3.endpoint that is not an S3 store (the message names the key).
 func ExitCode(err error, interrupted bool) int {
 	code := exitcode.Of(err)
 	switch {
 	case interrupted && code == exitcode.Internal:
 		return exitcode.Interrupted
-	case code == exitcode.Internal && (errors.Is(err, objstore.ErrAccessDenied) || errors.Is(err, objstore.ErrTLS) || errors.Is(err, objstore.ErrInvalidConfig)):
+	case code == exitcode.Internal && errors.Is(err, fencepub.ErrInvalid):
 		return exitcode.Usage
 	}
 	return code

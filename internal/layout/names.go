@@ -11,11 +11,12 @@ package layout
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/fencepub/fencepub/internal/errkind"
 )
 
 // Name limits, in bytes.
@@ -27,7 +28,8 @@ const (
 
 // ErrInvalidName is returned (wrapped, naming the field) for a resource,
 // owner, domain, prefix, request id or idempotency key that cannot be used.
-var ErrInvalidName = errors.New("layout: invalid name")
+// It is a fencepub.ErrInvalid (errkind.ErrInvalid): bad input.
+var ErrInvalidName = errkind.New("layout: invalid name", errkind.ErrInvalid)
 
 func nameErr(field, value, why string) error {
 	return fmt.Errorf("%w: %s %.60q %s", ErrInvalidName, field, value, why)

@@ -28,45 +28,52 @@ import (
 	"io"
 	"iter"
 	"time"
+
+	"github.com/fencepub/fencepub/internal/errkind"
 )
 
 // Errors returned (wrapped) by every Store method; test with errors.Is.
 // Implementations classify their client's errors into these before
-// returning, so callers never see a client library's types.
+// returning, so callers never see a client library's types. Some carry a
+// public error kind as well (errkind: fencepub.ErrUnavailable,
+// fencepub.ErrInvalid), so that a program that asks only for the public
+// kinds classifies every store failure; the root package re-exports
+// ErrExists, ErrNotFound and ErrConditionFailed under its own names.
 var (
 	// ErrExists: a create-only write found the key already present (HTTP 412
 	// PreconditionFailed on If-None-Match: *).
 	ErrExists = errors.New("objstore: object already exists")
 	// ErrNotFound: the object, the upload or the bucket does not exist.
 	ErrNotFound = errors.New("objstore: not found")
-	// ErrNoBucket: the bucket does not exist. It wraps ErrNotFound, so a
-	// caller that only asks for ErrNotFound also sees it.
-	ErrNoBucket = fmt.Errorf("%w: no such bucket", ErrNotFound)
-	// ErrConditionConflict: a condition on an existing object did not hold:
+	// ErrNoBucket: the bucket does not exist: a configuration problem
+	// (s3.bucket). It is an ErrNotFound and a fencepub.ErrInvalid.
+	ErrNoBucket = errkind.New("objstore: no such bucket", ErrNotFound, errkind.ErrInvalid)
+	// ErrConditionFailed: a condition on an existing object did not hold:
 	// a concurrent conditional write on the same key (HTTP 409
 	// ConditionalRequestConflict; the write was not applied and is safe to
 	// send again), or an If-Match whose ETag the object no longer has (HTTP
 	// 412 on a Get or on a copy's source).
-	ErrConditionConflict = errors.New("objstore: concurrent conditional request")
+	ErrConditionFailed = errors.New("objstore: condition failed")
 	// ErrAccessDenied: the store refused the credentials or the request
 	// (AccessDenied, InvalidAccessKeyId, SignatureDoesNotMatch): a
-	// configuration problem (s3.credentials, s3.access_key, s3.secret_key, the bucket's
-	// policy), not an outage.
-	ErrAccessDenied = errors.New("objstore: access denied (check s3.credentials, s3.access_key, s3.secret_key and the bucket policy)")
+	// configuration problem (s3.credentials, s3.access_key, s3.secret_key,
+	// the bucket's policy), not an outage. It is a fencepub.ErrInvalid.
+	ErrAccessDenied = errkind.New("objstore: access denied (check s3.credentials, s3.access_key, s3.secret_key and the bucket policy)", errkind.ErrInvalid)
 	// ErrUnavailable: the store could not be reached or answered 5xx. The
-	// request may or may not have been applied.
-	ErrUnavailable = errors.New("objstore: unavailable")
+	// request may or may not have been applied. It is a
+	// fencepub.ErrUnavailable.
+	ErrUnavailable = errkind.New("objstore: unavailable", errkind.ErrUnavailable)
 	// ErrTLS: the TLS handshake with the store failed (an unverified
 	// server certificate, a rejected client certificate): a configuration
 	// problem (s3.tls.ca, s3.tls.cert, s3.endpoint), not an outage, so it
-	// is not retried.
-	ErrTLS = errors.New("objstore: TLS handshake failed")
+	// is not retried. It is a fencepub.ErrInvalid.
+	ErrTLS = errkind.New("objstore: TLS handshake failed", errkind.ErrInvalid)
 	// ErrInvalidConfig: a configuration that cannot be used; the message
-	// names the key.
-	ErrInvalidConfig = errors.New("objstore: invalid configuration")
+	// names the key. It is a fencepub.ErrInvalid.
+	ErrInvalidConfig = errkind.New("objstore: invalid configuration", errkind.ErrInvalid)
 	// ErrNotS3: the endpoint answers HTTP, but not as an S3 store (an
 	// etcd port, a web console): s3.endpoint is wrong. It wraps
-	// ErrInvalidConfig.
+	// ErrInvalidConfig, so it is a fencepub.ErrInvalid too.
 	ErrNotS3 = fmt.Errorf("%w: not an S3 endpoint", ErrInvalidConfig)
 )
 
@@ -164,7 +171,7 @@ type Store interface {
 	UploadPart(ctx context.Context, key, uploadID string, number int, body io.Reader, size int64) (Part, error)
 	// CopyPart copies src server-side as part number of the upload.
 	// Idempotent like UploadPart. ErrNotFound when the source or upload is
-	// gone, ErrConditionConflict when the source no longer has
+	// gone, ErrConditionFailed when the source no longer has
 	// src.IfMatch.
 	CopyPart(ctx context.Context, src CopySource, key, uploadID string, number int) (Part, error)
 	// CompleteUpload assembles parts (in number order) into key, only if no
@@ -172,7 +179,7 @@ type Store interface {
 	// the upload's bytes are then never visible at key. ErrNotFound when
 	// the upload is gone: completed by an earlier send whose response was
 	// lost, or aborted; a caller that retries compares the stored object
-	// with its bytes. ErrConditionConflict on a concurrent completion (safe
+	// with its bytes. ErrConditionFailed on a concurrent completion (safe
 	// to send again). It returns the new object's info (Key, ETag).
 	CompleteUpload(ctx context.Context, key, uploadID string, parts []Part) (ObjectInfo, error)
 	// AbortUpload discards an incomplete upload and its parts. Idempotent:
@@ -192,7 +199,7 @@ type Store interface {
 	// Get opens key for reading, only if its ETag is ifMatch when ifMatch is
 	// not empty, and returns the body and the object's info. The caller
 	// closes the body; read errors are classified too. ErrNotFound when
-	// absent, ErrConditionConflict when the object has another ETag.
+	// absent, ErrConditionFailed when the object has another ETag.
 	// Idempotent.
 	Get(ctx context.Context, key, ifMatch string) (io.ReadCloser, ObjectInfo, error)
 	// List yields the objects whose key starts with prefix, recursively (a

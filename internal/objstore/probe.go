@@ -29,17 +29,17 @@ const probeContentType = "application/json"
 // from an earlier probe), then again, and that second write must fail with
 // ErrExists. The probe object is 23 bytes and left in place (a worker may
 // not delete objects, DESIGN.md invariant 13). A write answered
-// ErrConditionConflict (a concurrent probe) is retried up to 5 times. It
+// ErrConditionFailed (a concurrent probe) is retried up to 5 times. It
 // blocks for at most those writes, each bounded by ctx.
 //
-// Errors: ErrCreateOnlyIgnored (wrapped, naming the store, by its String
-// when it has one, and the key) when the second write succeeded; the store's error (ErrUnavailable,
-// ErrAccessDenied, ...) for a write that failed otherwise.
+// Errors: ErrCreateOnlyIgnored (wrapped, naming the store, by its String when
+// it has one, and the key) when the second write succeeded; the store's error
+// (ErrUnavailable, ErrAccessDenied, ...) for a write that failed otherwise.
 func ProbeCreateOnly(ctx context.Context, st Store, key string) error {
 	put := func() error {
 		for i := 0; ; i++ {
 			_, err := PutSmallCreateOnly(ctx, st, key, probeBody, probeContentType)
-			if !errors.Is(err, ErrConditionConflict) || i == probeConflictRetries {
+			if !errors.Is(err, ErrConditionFailed) || i == probeConflictRetries {
 				return err
 			}
 			time.Sleep(time.Duration(i+1) * 20 * time.Millisecond) // a concurrent probe's write

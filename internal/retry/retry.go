@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -133,18 +134,19 @@ func EtcdNotApplied(err error) bool {
 }
 
 // StoreUnavailable reports whether err, from one objstore.Store request,
-// means the store did not serve it now (objstore.ErrUnavailable: a
-// transport failure, a lost response, a 5xx answer).
-// The request may or may not have been applied; only a request that is safe
-// to send twice (a create-only write, a read) is retried on it.
+// means the store did not serve it now: it is a fencepub.ErrUnavailable
+// (objstore.ErrUnavailable: a transport failure, a lost response, a 5xx
+// answer; or the same kind from another Store implementation). The request
+// may or may not have been applied; only a request that is safe to send
+// twice (a create-only write, a read) is retried on it.
 func StoreUnavailable(err error) bool {
-	return errors.Is(err, objstore.ErrUnavailable)
+	return errors.Is(err, errkind.ErrUnavailable)
 }
 
 // StoreConflict reports whether err, from one objstore.Store write, is a
-// 409 ConditionalRequestConflict (objstore.ErrConditionConflict): another
+// 409 ConditionalRequestConflict (objstore.ErrConditionFailed): another
 // conditional write to the same key was in progress, this one was not
 // applied, and it may be sent again.
 func StoreConflict(err error) bool {
-	return errors.Is(err, objstore.ErrConditionConflict)
+	return errors.Is(err, objstore.ErrConditionFailed)
 }

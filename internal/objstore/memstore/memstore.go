@@ -190,7 +190,7 @@ func (s *Store) CopyPart(ctx context.Context, src objstore.CopySource, key, uplo
 	case !ok:
 		return objstore.Part{}, fmt.Errorf("%w: copy source %s", objstore.ErrNotFound, src.Key)
 	case src.IfMatch != "" && src.IfMatch != o.info.ETag:
-		return objstore.Part{}, fmt.Errorf("%w: copy source %s has ETag %s, not %s", objstore.ErrConditionConflict, src.Key, o.info.ETag, src.IfMatch)
+		return objstore.Part{}, fmt.Errorf("%w: copy source %s has ETag %s, not %s", objstore.ErrConditionFailed, src.Key, o.info.ETag, src.IfMatch)
 	}
 	b := o.body
 	if src.Length >= 0 {
@@ -301,7 +301,7 @@ func (s *Store) Get(ctx context.Context, key, ifMatch string) (io.ReadCloser, ob
 		return nil, objstore.ObjectInfo{}, err
 	}
 	if ifMatch != "" && ifMatch != info.ETag {
-		return nil, objstore.ObjectInfo{}, fmt.Errorf("%w: %s has ETag %s, not %s", objstore.ErrConditionConflict, key, info.ETag, ifMatch)
+		return nil, objstore.ObjectInfo{}, fmt.Errorf("%w: %s has ETag %s, not %s", objstore.ErrConditionFailed, key, info.ETag, ifMatch)
 	}
 	s.mu.Lock()
 	body := s.objects[key].body

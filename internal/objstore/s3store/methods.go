@@ -295,7 +295,7 @@ func (s *Store) Get(ctx context.Context, key, ifMatch string) (io.ReadCloser, ob
 	opts := minio.GetObjectOptions{}
 	if ifMatch != "" {
 		if err := opts.SetMatchETag(ifMatch); err != nil {
-			return nil, objstore.ObjectInfo{}, fmt.Errorf("%w: ETag %q: %w", objstore.ErrConditionConflict, ifMatch, err)
+			return nil, objstore.ObjectInfo{}, fmt.Errorf("%w: ETag %q: %w", objstore.ErrConditionFailed, ifMatch, err)
 		}
 	}
 	body, info, _, err := s.core().GetObject(ctx, s.Bucket, key, opts)
@@ -318,10 +318,10 @@ func (r classifiedReader) Read(p []byte) (int, error) {
 }
 
 // conditionErr turns the 412 of a failed If-Match (classified ErrExists,
-// the answer's meaning on a create-only write) into ErrConditionConflict.
+// the answer's meaning on a create-only write) into ErrConditionFailed.
 func conditionErr(err error) error {
 	if errors.Is(err, objstore.ErrExists) {
-		return fmt.Errorf("%w: the ETag condition does not hold: %w", objstore.ErrConditionConflict, err)
+		return fmt.Errorf("%w: the ETag condition does not hold: %w", objstore.ErrConditionFailed, err)
 	}
 	return err
 }
@@ -395,7 +395,7 @@ func Classify(err error) error {
 	case resp.StatusCode == http.StatusPreconditionFailed || resp.Code == "PreconditionFailed":
 		return fmt.Errorf("%w: %w", objstore.ErrExists, err)
 	case resp.Code == "ConditionalRequestConflict" || resp.StatusCode == http.StatusConflict && resp.Code != "BucketAlreadyOwnedByYou":
-		return fmt.Errorf("%w: %w", objstore.ErrConditionConflict, err)
+		return fmt.Errorf("%w: %w", objstore.ErrConditionFailed, err)
 	case resp.Code == "NoSuchBucket":
 		return fmt.Errorf("%w: %w", objstore.ErrNoBucket, err)
 	case resp.Code == "NoSuchKey" || resp.Code == "NoSuchUpload" || resp.StatusCode == http.StatusNotFound:

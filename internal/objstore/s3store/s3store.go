@@ -63,8 +63,8 @@ func (c Config) HostSecure() (string, bool, error) {
 
 // Validate checks the endpoint (HostSecure), the credential mode (static
 // needs s3.access_key and s3.secret_key) and that TLS files come with an
-// HTTPS endpoint. Errors are objstore.ErrInvalidConfig naming the keys; they never
-// contain a key's value.
+// HTTPS endpoint. Errors are objstore.ErrInvalidConfig naming the keys; they
+// never contain a key's value.
 func (c Config) Validate() error {
 	_, secure, err := c.HostSecure()
 	if err != nil {

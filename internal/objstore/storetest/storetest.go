@@ -309,8 +309,8 @@ func testCopyCreateOnly(t *testing.T, s suite) {
 		t.Fatalf("ranged copy holds %q, want %q", b, "me")
 	}
 	stale := objstore.CopySource{Key: src, IfMatch: strings.Repeat("0", 32), Length: -1}
-	if _, err := copyTo(s.prefix+"stale", stale, objstore.PutOptions{}); !errors.Is(err, objstore.ErrConditionConflict) {
-		t.Fatalf("copy with a wrong If-Match: %v, want ErrConditionConflict", err)
+	if _, err := copyTo(s.prefix+"stale", stale, objstore.PutOptions{}); !errors.Is(err, objstore.ErrConditionFailed) {
+		t.Fatalf("copy with a wrong If-Match: %v, want ErrConditionFailed", err)
 	}
 	gone := objstore.CopySource{Key: s.prefix + "no-such-source", Length: -1}
 	if _, err := copyTo(s.prefix+"from-nothing", gone, objstore.PutOptions{}); !errors.Is(err, objstore.ErrNotFound) {
@@ -336,8 +336,8 @@ func testGetIfMatch(t *testing.T, s suite) {
 	if err != nil || !bytes.Equal(b, body) || got.Size != int64(len(body)) || got.ETag != info.ETag {
 		t.Fatalf("Get: %q %+v %v", b, got, err)
 	}
-	if _, _, err := s.st.Get(s.ctx, key, strings.Repeat("0", 32)); !errors.Is(err, objstore.ErrConditionConflict) {
-		t.Fatalf("Get with a wrong ETag: %v, want ErrConditionConflict", err)
+	if _, _, err := s.st.Get(s.ctx, key, strings.Repeat("0", 32)); !errors.Is(err, objstore.ErrConditionFailed) {
+		t.Fatalf("Get with a wrong ETag: %v, want ErrConditionFailed", err)
 	}
 	missing := s.prefix + "missing"
 	if _, _, err := s.st.Get(s.ctx, missing, ""); !errors.Is(err, objstore.ErrNotFound) {
