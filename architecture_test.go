@@ -340,3 +340,14 @@ func TestGoDocShowsNoInternals(t *testing.T) {
 		t.Fatalf("found %d public packages; want the root, authority, publisher, reader and gc at least", len(pkgs))
 	}
 }
+
+// No tracked file keeps a merge's conflict markers.
+func TestNoConflictMarkers(t *testing.T) {
+	out, err := exec.Command("git", "grep", "-n", "-I", "-E", "^(<{7,}|>{7,})( |$)").CombinedOutput()
+	if err == nil {
+		t.Fatalf("conflict markers:\n%s", out)
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("git grep: %v\n%s", err, out)
+	}
+}
