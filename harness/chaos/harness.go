@@ -75,10 +75,28 @@ type Config struct {
 	// (PlanPartitions), which cuts the network between them. Worker faults
 	// that act through a worker's proxies then only kill.
 	Network Network
+	// Clients are more clients of the run, each started in a goroutine of
+	// its own with the workload and waited for at its end: they log their
+	// grants, publishes and attempts to the run's Recorder (ClientEnv), so
+	// the checker judges them with the rest (the fencepub command in a
+	// partition scenario).
+	Clients []func(ClientEnv)
 	// Schedule, when set, is the run's fault schedule instead of the one
 	// planned from Seed and Duration (a scenario of its own). Its Workers
 	// must not exceed Processes.
 	Schedule *Schedule
+}
+
+// ClientEnv is what a client of Config.Clients gets.
+type ClientEnv struct {
+	Namespace layout.Namespace // the run's domain
+	Epoch     uint64           // the domain's epoch
+	Recorder  *Recorder        // where it logs what it does
+	// Stop closes when the client must stop (finishing what it does).
+	Stop <-chan struct{}
+	// Resource returns a resource of the current window, as the
+	// workers pick them (rng's draws).
+	Resource func(rng *mrand.Rand) string
 }
 
 // Network is the network of a run with partitions (Config.Network). Each
@@ -398,6 +416,13 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 		}
 		l := &gcLoop{id: i, gate: &h.gate, clock: h.clock, col: col, wl: h.wl, rng: h.rng(uint64(400 + i)), rec: h.rec, stop: h.stop}
 		goRun(l.run)
+	}
+	for _, c := range h.cfg.Clients {
+		env := ClientEnv{
+			Namespace: h.ns, Epoch: h.epoch.Load(), Recorder: h.rec, Stop: h.stop,
+			Resource: func(rng *mrand.Rand) string { return h.wl.pick(h.clock.Now(), rng) },
+		}
+		goRun(func() { c(env) })
 	}
 	for _, sl := range h.slots {
 		if err := h.startProcess(sl); err != nil {

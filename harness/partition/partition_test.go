@@ -138,7 +138,7 @@ func TestPartitions(t *testing.T) {
 			if full() {
 				faults = append(faults, sc.fullFaults...)
 			}
-			runScenario(t, sc.net, sc.workload, chaos.Schedule{Seed: int64(sc.net), Workers: 1, Partitions: true, Faults: faults})
+			runScenario(t, sc.net, sc.workload, chaos.Schedule{Seed: int64(sc.net), Workers: 1, Partitions: true, Faults: faults}, nil)
 		})
 	}
 	if full() {
@@ -147,7 +147,7 @@ func TestPartitions(t *testing.T) {
 			t.Logf("seed %d", seed)
 			ttl := 2 * time.Second // the workload's default TTL
 			s := chaos.PlanPartitions(chaos.Plan(seed, soakDuration, 2, ttl), ttl, publishDeadline)
-			runScenario(t, 9, chaos.Workload{}, s)
+			runScenario(t, 9, chaos.Workload{}, s, nil)
 		})
 	}
 }
@@ -156,8 +156,9 @@ func TestPartitions(t *testing.T) {
 const soakDuration = 3 * time.Minute
 
 // runScenario runs schedule s with workload w on a fresh Topology on Net
-// number net and checks the result.
-func runScenario(t *testing.T, net int, w chaos.Workload, s chaos.Schedule) {
+// number net and checks the result. client, if set, is one more client of
+// the run (chaos.Config.Clients), on worker host 2.
+func runScenario(t *testing.T, net int, w chaos.Workload, s chaos.Schedule, client func(*Topology, chaos.ClientEnv)) *chaos.Result {
 	Require(t)
 	if s.Duration == 0 {
 		var end time.Duration
@@ -169,7 +170,7 @@ func runScenario(t *testing.T, net int, w chaos.Workload, s chaos.Schedule) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.Duration+5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	topo, err := Start(ctx, fmt.Sprintf("fpp%d", net), netip.MustParsePrefix(fmt.Sprintf("10.213.%d.0/24", net)), filepath.Join(dir, "servers"), 2)
+	topo, err := Start(ctx, fmt.Sprintf("fpp%d", net), netip.MustParsePrefix(fmt.Sprintf("10.213.%d.0/24", net)), filepath.Join(dir, "servers"), Options{Workers: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,8 +182,12 @@ func runScenario(t *testing.T, net int, w chaos.Workload, s chaos.Schedule) {
 	if err := os.MkdirAll(filepath.Join(dir, "run"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	var clients []func(chaos.ClientEnv)
+	if client != nil {
+		clients = append(clients, func(env chaos.ClientEnv) { client(topo, env) })
+	}
 	res, err := chaos.Run(ctx, chaos.Config{
-		Cluster: topo.Cluster, Network: topo, Schedule: &s, Seed: s.Seed, Duration: s.Duration,
+		Cluster: topo.Cluster, Network: topo, Schedule: &s, Seed: s.Seed, Duration: s.Duration, Clients: clients,
 		Processes: 2, Workers: 2, Readers: 1, Collectors: 1, Workload: w,
 		Dir: filepath.Join(dir, "run"), FailureDir: filepath.Join(os.TempDir(), "fencepub-partitions"),
 		Progress: logWriter{t},
@@ -207,6 +212,7 @@ func runScenario(t *testing.T, net int, w chaos.Workload, s chaos.Schedule) {
 	}
 	checkLiveness(t, h)
 	checkOutcomes(t, h)
+	return res
 }
 
 // checkLiveness asserts the liveness of each partition's majority side and

@@ -13,14 +13,15 @@ import (
 )
 
 // Topology is the partition suite's servers and worker hosts on a Net: a
-// 3-member etcd cluster (hosts e0-e2), one MinIO (host m) and one host per
-// worker process (w0, w1, ...), each host a namespace of its own. It is a
+// 3-member etcd cluster (hosts e0-e2), a MinIO of one or more nodes (hosts
+// m0, m1, ...) and one host per worker process (w0, w1, ...), each host a
+// namespace of its own. It is a
 // chaos.Network: chaos runs on it start their worker processes on the
 // worker hosts and cut the links between them and the servers.
 type Topology struct {
 	Net     *Net
 	Etcd    []Host
-	Store   Host
+	Store   []Host // the MinIO nodes'
 	Workers []Host
 	// Cluster is the servers, for chaos.Config.Cluster.
 	Cluster *chaos.Cluster
@@ -28,12 +29,18 @@ type Topology struct {
 
 var _ chaos.Network = (*Topology)(nil)
 
-// Start builds a Net named prefix on subnet (New), adds the hosts for
-// workers worker processes and starts the servers on theirs through
-// internal/devstack, their data and logs under dir. It blocks until every
-// server answers. On error nothing it made is left behind. Errors: New's,
-// devstack's.
-func Start(ctx context.Context, prefix string, subnet netip.Prefix, dir string, workers int) (*Topology, error) {
+// Options shapes a Topology: how many worker hosts, and how many MinIO
+// nodes (default 1; chaos.Topology's 4 for a distributed MinIO).
+type Options struct {
+	Workers    int
+	MinIONodes int
+}
+
+// Start builds a Net named prefix on subnet (New), adds the hosts of opts
+// and starts the servers on theirs through internal/devstack, their data
+// and logs under dir. It blocks until every server answers. On error
+// nothing it made is left behind. Errors: New's, devstack's.
+func Start(ctx context.Context, prefix string, subnet netip.Prefix, dir string, opts Options) (*Topology, error) {
 	n, err := New(prefix, subnet)
 	if err != nil {
 		return nil, err
@@ -50,8 +57,10 @@ func Start(ctx context.Context, prefix string, subnet netip.Prefix, dir string, 
 	for i := range 3 {
 		t.Etcd = append(t.Etcd, add(fmt.Sprintf("e%d", i)))
 	}
-	t.Store = add("m")
-	for i := range workers {
+	for i := range max(opts.MinIONodes, 1) {
+		t.Store = append(t.Store, add(fmt.Sprintf("m%d", i)))
+	}
+	for i := range opts.Workers {
 		t.Workers = append(t.Workers, add(fmt.Sprintf("w%d", i)))
 	}
 	if err != nil {
@@ -66,9 +75,11 @@ func Start(ctx context.Context, prefix string, subnet netip.Prefix, dir string, 
 		return fail(err)
 	}
 	t.Cluster = &chaos.Cluster{Etcd: e}
-	m, err := devstack.StartMinIO(ctx, filepath.Join(dir, "minio"), devstack.MinIOOptions{
-		Hosts: []devstack.Host{{Addr: t.Store.Addr.String(), Netns: t.Store.Netns}},
-	})
+	var mh []devstack.Host
+	for _, h := range t.Store {
+		mh = append(mh, devstack.Host{Addr: h.Addr.String(), Netns: h.Netns})
+	}
+	m, err := devstack.StartMinIO(ctx, filepath.Join(dir, "minio"), devstack.MinIOOptions{Nodes: len(t.Store), Hosts: mh})
 	if err != nil {
 		return fail(err)
 	}
@@ -93,24 +104,24 @@ func (t *Topology) WorkerCommand(slot int, argv []string) []string {
 }
 
 // CutWorker cuts worker host slot from the etcd hosts (store false) or
-// the store's host; with oneWay only the packets towards the worker are
+// the MinIO nodes' hosts; with oneWay only the packets towards the worker are
 // dropped.
 func (t *Topology) CutWorker(slot int, store, oneWay bool) (func() error, error) {
 	servers := t.Etcd
 	if store {
-		servers = []Host{t.Store}
+		servers = t.Store
 	}
 	return t.Net.Cut(servers, []Host{t.Workers[slot%len(t.Workers)]}, oneWay)
 }
 
 // DegradeWorker makes the link between worker host slot and the etcd
-// hosts (store false) or the store's host lose a share loss of its packets
+// hosts (store false) or the MinIO nodes' hosts lose a share loss of its packets
 // (none for 0) and delay the others by delay (none for 0) each way.
 func (t *Topology) DegradeWorker(slot int, store bool, loss float64, delay time.Duration) (func() error, error) {
 	w := t.Workers[slot%len(t.Workers)]
 	servers := t.Etcd
 	if store {
-		servers = []Host{t.Store}
+		servers = t.Store
 	}
 	var heals []func() error
 	heal := func() error {
