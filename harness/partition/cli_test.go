@@ -379,9 +379,9 @@ func TestPartitionsCLI(t *testing.T) {
 				defer close(faulted)
 				time.Sleep(3 * time.Second)
 				window[0] = time.Now()
-				_ = injectOnCLI(env, chaos.PartitionLossyEtcd, fmt.Sprintf("link to etcd loses %.0f %% and delays %s each way for %s", chaos.LossyShare*100, 2*chaos.LossyDelay, hold), hold,
+				_ = injectOnCLI(env, chaos.PartitionLossyEtcd, fmt.Sprintf("link to etcd loses %.0f %% and delays %s each way for %s", chaos.LossyShare*100, chaos.LossyDelay, hold), hold,
 					func() (func() error, error) {
-						return topo.DegradeWorker(2, false, chaos.LossyShare, 2*chaos.LossyDelay)
+						return topo.DegradeWorker(2, false, chaos.LossyShare, chaos.LossyDelay)
 					})
 				window[1] = time.Now()
 			}()
