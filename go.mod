@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	al.essio.dev/pkg/shellescape v1.6.1
+	github.com/agnivade/levenshtein v1.2.1
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/go-viper/mapstructure/v2 v2.5.0
 	github.com/google/renameio/v2 v2.0.2

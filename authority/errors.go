@@ -47,6 +47,11 @@ var (
 	// ErrForeignDeployment: the bucket's ownership marker names a deployment
 	// other than the one recorded in etcd.
 	ErrForeignDeployment = errors.New("authority: the bucket prefix belongs to another deployment")
+	// ErrNoOwnership: an initialised domain's bucket has no ownership marker
+	// (or etcd has no deployment key), so nothing shows that the bucket's
+	// prefix belongs to this etcd's history: typically s3.bucket names
+	// another bucket than the one the domain was initialised with.
+	ErrNoOwnership = errors.New("authority: ownership of the bucket prefix cannot be established")
 	// ErrForeignHistory: etcd holds no epoch for the domain but the bucket
 	// already holds something under its root (an ownership marker, epoch or
 	// grant markers, objects): the history of another etcd (an empty

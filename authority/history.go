@@ -70,6 +70,56 @@ func (a *Authority) CheckHistory(ctx context.Context) error {
 	return err
 }
 
+// CheckOwnership checks that the bucket belongs to this etcd's history
+// (DESIGN.md invariant 9, "Object layout"): the domain is initialised and
+// the bucket's ownership marker names etcd's deployment id. It returns the
+// domain (epoch and deployment id). It reads etcd once and the marker once
+// (each retried within ctx's deadline, as every call); it writes nothing.
+// GC runs it before a pass; the CLI before a publish and in doctor, so a
+// domain pointed at another bucket is refused instead of publishing where
+// GC never looks.
+//
+// Errors: fencepub.ErrNotInitialized when etcd has no epoch for the domain
+// (ErrForeignHistory instead when the bucket already holds another
+// history, as CheckHistory); ErrNoOwnership when etcd has no deployment id
+// or the bucket has no ownership marker (s3.bucket names another bucket
+// than the one the domain was initialised with), or the marker does not
+// decode; ErrForeignDeployment when the marker names another deployment;
+// objstore.ErrNoBucket; fencepub.ErrUnavailable; fencepub.ErrCorruptState.
+func (a *Authority) CheckOwnership(ctx context.Context) (Domain, error) {
+	d, ok, err := a.readDomain(ctx)
+	if err != nil {
+		return Domain{}, err
+	}
+	if !ok {
+		if _, err := a.checkBucket(ctx); err != nil {
+			return Domain{}, err
+		}
+		return Domain{}, fmt.Errorf("%w: no epoch key under %s", fencepub.ErrNotInitialized, a.ns.Root())
+	}
+	if d.DeploymentID == "" {
+		return d, fmt.Errorf("%w: etcd has no deployment id at %s", ErrNoOwnership, a.ns.DeploymentKey())
+	}
+	var m ownership.Marker
+	err = a.storeCall(ctx, "read ownership marker", func(rctx context.Context) (err error) {
+		m, err = ownership.Read(rctx, a.st, a.ns)
+		return err
+	})
+	switch {
+	case errors.Is(err, objstore.ErrNoBucket):
+		return d, err
+	case errors.Is(err, objstore.ErrNotFound):
+		return d, fmt.Errorf("%w: bucket %q has no ownership marker %s (etcd's deployment is %s)", ErrNoOwnership, a.st.BucketName(), a.ns.OwnershipObject(), d.DeploymentID)
+	case errors.Is(err, fencepub.ErrCorruptState):
+		return d, fmt.Errorf("%w: %w", ErrNoOwnership, err)
+	case err != nil:
+		return d, err
+	case m.DeploymentID != d.DeploymentID:
+		return d, fmt.Errorf("%w: marker %s in bucket %q names deployment %s, etcd's deployment is %s", ErrForeignDeployment, a.ns.OwnershipObject(), a.st.BucketName(), m.DeploymentID, d.DeploymentID)
+	}
+	return d, nil
+}
+
 // checkBucket returns the deployment id an uninitialised domain may use: the
 // ownership marker's when etcd's deployment key already holds the same id
 // (an init of this etcd is in progress), "" when the root holds nothing; a

@@ -107,11 +107,21 @@ func (s *Session) Err() error {
 	return s.err
 }
 
-// Close stops renewing and releases the grant (Release, with a fresh context
-// bounded by RequestTimeout), like etcd's concurrency.Session.Close revokes
-// its lease. It waits for the goroutine to exit. It returns Release's error
-// (ErrLeaseLost if the grant was already lost); later calls return nil.
-func (s *Session) Close() error {
+// Close is CloseContext with a fresh context: the release is retried for
+// up to Config.RetryTimeout while etcd cannot serve it, like etcd's
+// concurrency.Session.Close revokes its lease.
+func (s *Session) Close() error { return s.CloseContext(context.Background()) }
+
+// CloseContext stops renewing and releases the grant (Release) within ctx:
+// its deadline bounds the release's retries (Config.RetryTimeout when it
+// has none), so a caller with a deadline of its own gives up when it
+// passes; the lease then expires by itself within its TTL (renewal stops
+// here), and GC seals the term's leftovers later.
+// It waits for the session's goroutine to exit. It returns Release's
+// error (ErrLeaseLost if the grant was already lost, ctx's error or
+// fencepub.ErrUnavailable when the release did not complete); later calls
+// return nil.
+func (s *Session) CloseContext(ctx context.Context) error {
 	s.mu.Lock()
 	already := s.closed
 	s.closed = true
@@ -121,7 +131,7 @@ func (s *Session) Close() error {
 	}
 	s.cancel()
 	<-s.done
-	return s.a.Release(context.Background(), s.g)
+	return s.a.Release(ctx, s.g)
 }
 
 // lose records err (first one wins) and closes Lost.

@@ -19,7 +19,6 @@ import (
 	"github.com/fencepub/fencepub/internal/debuglog"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
-	"github.com/fencepub/fencepub/internal/ownership"
 	"github.com/fencepub/fencepub/internal/retry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -410,41 +409,12 @@ type passLimits struct {
 }
 
 // checkOwnership returns etcd's deployment id after checking that the
-// bucket's ownership marker names it (DESIGN.md "Object layout": GC refuses
-// to delete under a prefix whose marker names another deployment).
+// bucket's ownership marker names it (authority.CheckOwnership; DESIGN.md
+// "Object layout": GC refuses to delete under a prefix whose marker names
+// another deployment).
 func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
-	var resp *clientv3.TxnResponse
-	if err := c.call(ctx, "read deployment", func(ctx context.Context) (err error) {
-		resp, err = c.cli.Txn(ctx).Then(clientv3.OpGet(c.ns.EpochKey()), clientv3.OpGet(c.ns.DeploymentKey())).Commit()
-		return err
-	}); err != nil {
-		return "", err
-	}
-	if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
-		if err := c.auth.CheckHistory(ctx); err != nil {
-			return "", err
-		}
-		return "", fmt.Errorf("%w: no epoch key under %s", fencepub.ErrNotInitialized, c.ns.Root())
-	}
-	kvs := resp.Responses[1].GetResponseRange().Kvs
-	if len(kvs) == 0 || len(kvs[0].Value) == 0 {
-		return "", fmt.Errorf("%w: etcd has no deployment id at %s", ErrNoOwnership, c.ns.DeploymentKey())
-	}
-	dep := string(kvs[0].Value)
-	rctx, cancel := c.rctx(ctx)
-	m, err := ownership.Read(rctx, c.st, c.ns)
-	cancel()
-	switch {
-	case errors.Is(err, objstore.ErrNotFound):
-		return "", fmt.Errorf("%w: the bucket has no ownership marker %s (etcd's deployment is %s)", ErrNoOwnership, c.ns.OwnershipObject(), dep)
-	case errors.Is(err, fencepub.ErrCorruptState):
-		return "", fmt.Errorf("%w: %w", ErrNoOwnership, err)
-	case err != nil:
-		return "", storeErr(ctx, "read ownership marker", err)
-	case m.DeploymentID != dep:
-		return "", fmt.Errorf("%w: marker %s names deployment %s, etcd's deployment is %s", authority.ErrForeignDeployment, c.ns.OwnershipObject(), m.DeploymentID, dep)
-	}
-	return dep, nil
+	d, err := c.auth.CheckOwnership(ctx)
+	return d.DeploymentID, err
 }
 
 // bucketWarnings reports bucket settings that defeat or bypass GC: with

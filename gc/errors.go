@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
 )
@@ -14,8 +15,8 @@ import (
 var (
 	// ErrNoOwnership: the bucket has no ownership marker for the domain (or
 	// etcd has no deployment key), so GC cannot tell whose objects these are.
-	// Nothing is deleted.
-	ErrNoOwnership = errors.New("gc: ownership of the bucket prefix cannot be established")
+	// Nothing is deleted. It is authority.ErrNoOwnership.
+	ErrNoOwnership = authority.ErrNoOwnership
 	// ErrRaceLost: a seal transaction found the pointer, seal, epoch,
 	// generation or holder changed since it read them, more times than
 	// Decommission retries.

@@ -49,7 +49,8 @@ const (
 	// (S3 allows up to 5 GiB).
 	copyPartSize = 1 << 30
 	// abortTimeout bounds the clean-up of a failed upload, which runs on a
-	// fresh context because the caller's may be cancelled.
+	// context detached from the caller's cancellation but not from its
+	// deadline (abort).
 	abortTimeout = 10 * time.Second
 )
 
@@ -487,7 +488,7 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 	}
 	defer func() {
 		if err != nil {
-			c.abort(key, id)
+			c.abort(ctx, key, id)
 		}
 	}()
 	type sent struct {
@@ -648,7 +649,7 @@ func (c *Client) copyObject(ctx context.Context, src layout.Object, key, content
 	}
 	defer func() {
 		if err != nil {
-			c.abort(key, id)
+			c.abort(ctx, key, id)
 		}
 	}()
 	var parts []objstore.Part
@@ -683,11 +684,25 @@ func (c *Client) createErr(key string, err error) error {
 	return fmt.Errorf("publisher: start upload of %s: %w", key, err)
 }
 
-// abort aborts a failed multipart upload on a fresh, bounded context.
-func (c *Client) abort(key, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
+// abort aborts a failed multipart upload, best effort, within
+// abortTimeout and ctx's deadline, even when ctx was cancelled (an
+// interrupted publish still cleans up). Once ctx's deadline has passed it
+// does not try: the caller's deadline bounds the whole publish, and GC
+// aborts an incomplete upload of a finished term at its next pass (DESIGN.md
+// "Garbage collection"), which it logs.
+func (c *Client) abort(ctx context.Context, key, id string) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
 	defer cancel()
-	if err := c.cfg.Store.AbortUpload(ctx, key, id); err != nil {
+	if dl, ok := ctx.Deadline(); ok {
+		if !time.Now().Before(dl) {
+			c.log.Info("multipart upload not aborted: the deadline has passed; GC aborts it", "key", key, "upload_id", id)
+			return
+		}
+		var dcancel context.CancelFunc
+		actx, dcancel = context.WithDeadline(actx, dl)
+		defer dcancel()
+	}
+	if err := c.cfg.Store.AbortUpload(actx, key, id); err != nil {
 		c.log.Warn("abort multipart upload failed; GC aborts it later", "key", key, "upload_id", id, "err", err)
 	}
 }

@@ -155,7 +155,7 @@ func TestCreateOnlyWrites(t *testing.T) {
 			t.Fatalf("completion %d of interleaved uploads: %v", i+1, err)
 		}
 	}
-	e.pub.abort(key, ids[1])
+	e.pub.abort(ctx, key, ids[1])
 }
 
 // failingReader returns n bytes, then err.

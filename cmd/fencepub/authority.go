@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/cli"
+	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -96,6 +98,63 @@ func authorityExit(err error) error {
 	return exitcode.With(code, err)
 }
 
+// retryHint adds to an Acquire error whose outcome etcd may have applied
+// (fencepub.ErrUnavailable: the grant transaction unanswered, or the grant
+// made but not yet confirmed) the command-line way to get that grant back
+// instead of minting another: the same command with --owner and
+// --request-id.
+func retryHint(err error, owner, requestID string) error {
+	if !errors.Is(err, fencepub.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w (to get that grant back rather than mint another, run the command again with --owner %s --request-id %s)", err, owner, requestID)
+}
+
+// releaseReserve is the part of a command's deadline (timeout) kept for
+// releasing a grant it acquired: etcd.request_timeout, at most a quarter of
+// timeout.
+func releaseReserve(cfg config.Config, timeout time.Duration) time.Duration {
+	return min(cfg.Etcd.RequestTimeout, timeout/4)
+}
+
+// workContext returns the context of a command's work before it releases
+// a grant it acquired: ctx itself when it acquires none (acquires false),
+// else ctx ending releaseReserve(cfg, timeout) earlier, so work that runs
+// into its deadline still leaves the release time inside ctx's
+// (releaseGrant). ctx must have a deadline.
+func workContext(ctx context.Context, cfg config.Config, timeout time.Duration, acquires bool) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !acquires || !ok {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, dl.Add(-releaseReserve(cfg, timeout)))
+}
+
+// releaseGrant ends sess (authority.Session.CloseContext): it stops
+// renewing and releases the grant within ctx's deadline, also when ctx
+// was cancelled (an interrupted command still releases), so a command's
+// deadline bounds its release. A release that did not complete in time is
+// left, with an info line: the lease expires by itself within its TTL, and
+// GC seals the term's leftovers. A grant already gone (expired, released,
+// superseded) needs nothing.
+func releaseGrant(ctx context.Context, log *slog.Logger, sess *authority.Session) {
+	g := sess.Grant()
+	rctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok {
+		rctx, cancel = context.WithDeadline(rctx, dl)
+	}
+	defer cancel()
+	err := sess.CloseContext(rctx)
+	switch {
+	case err == nil, errors.Is(err, authority.ErrLeaseLost):
+	case rctx.Err() != nil:
+		log.Info(fmt.Sprintf("lease not released: the deadline passed; it expires by itself within its TTL (%s)", g.TTL),
+			"resource", g.Resource, "generation", g.Generation, "err", err)
+	default:
+		log.Warn("release failed; the lease expires by itself", "resource", g.Resource, "generation", g.Generation, "err", err)
+	}
+}
+
 // grantOutput is the JSON form of a grant. expires_at is the client's
 // estimate: the lease request's send time plus the TTL, the earliest moment
 // etcd may expire the lease unless it is renewed.
@@ -133,9 +192,12 @@ func printGrant(w io.Writer, format, verb string, o grantOutput) error {
 }
 
 func newAuthorityAcquireCmd() *cobra.Command {
-	var req authority.AcquireRequest
+	var (
+		req  authority.AcquireRequest
+		wait bool // the deprecated boolean --wait
+	)
 	cmd := &cobra.Command{
-		Use:   "acquire --resource NAME [--owner ID] [--ttl 10s] [--request-id ID] [--wait]",
+		Use:   "acquire --resource NAME [--owner ID] [--ttl 10s] [--request-id ID] [--max-wait D]",
 		Short: "Acquire the lease on a resource and print the grant with its fence",
 		Long: `acquire grants a lease on --resource and mints its next generation (the fence)
 in one etcd transaction. The lease lives for --ttl (whole seconds, at least 2s:
@@ -147,9 +209,10 @@ lost answer and you get the original grant, never a second one; if that grant
 has expired meanwhile it is printed with "expired": true and the command exits
 114. Without --request-id and --owner, random ones are generated and printed.
 
-Without --wait a held resource exits 113 naming the holder; with --wait the
-command blocks (watching the holder, not polling) until it wins or is
-interrupted. expires_at in the output is the client's estimate (send time of
+Without --max-wait a held resource exits 113 naming the holder; with
+--max-wait D the command waits (watching the holder, not polling) up to D for
+it to leave, then exits 113 (the deprecated bare --wait waits until
+interrupted). expires_at in the output is the client's estimate (send time of
 the lease request + TTL), never later than etcd's own expiry.`,
 		Args: cobra.NoArgs,
 	}
@@ -158,12 +221,21 @@ the lease request + TTL), never later than etcd's own expiry.`,
 	f.StringVar(&req.Owner, "owner", "", "owner id of this lease request (default: random)")
 	f.DurationVar(&req.TTL, "ttl", 10*time.Second, "lease time to live, whole seconds, at least 2s")
 	f.StringVar(&req.RequestID, "request-id", "", "idempotency key of this acquire (default: random)")
-	f.BoolVar(&req.Wait, "wait", false, "wait until the resource is free instead of failing with 113")
+	f.DurationVar(&req.MaxWait, "max-wait", 0, "wait up to this long while another owner holds the resource instead of failing at once with 113")
+	f.BoolVar(&wait, "wait", false, "wait until the resource is free instead of failing with 113")
+	cli.Deprecate(f, "wait", "use --max-wait DURATION, as publish and run do")
 	out := addOutputFlag(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		if err := requireFlags(c, "resource"); err != nil {
 			return err
 		}
+		switch {
+		case req.MaxWait < 0:
+			return exitcode.Usagef("--max-wait %s: want 0 (fail at once when held) or more", req.MaxWait)
+		case wait && c.Flags().Changed("max-wait"):
+			return exitcode.Usagef("give --max-wait, not also the deprecated --wait")
+		}
+		req.Wait = wait || req.MaxWait > 0
 		for _, name := range []string{"owner", "request-id"} {
 			if c.Flags().Changed(name) && c.Flags().Lookup(name).Value.String() == "" {
 				// An unset shell variable must not silently become a random

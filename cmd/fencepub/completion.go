@@ -14,8 +14,8 @@ const completionTimeout = 2 * time.Second
 
 // addCompletions makes every --resource flag under root, and the RESOURCE
 // argument of `resource delete`, complete the names of the domain's
-// resources from etcd (docs/cli.md "Shell completion"); the -o/--output and
-// --format values complete in addFormatFlag.
+// resources from etcd (docs/cli.md "Shell completion"); the -o/--output
+// values complete in completeOutput.
 func addCompletions(root *cobra.Command) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {

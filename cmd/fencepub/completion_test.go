@@ -53,8 +53,8 @@ func TestCompletion(t *testing.T) {
 	if got := completions(t, "pointer", "-o", ""); !slices.Equal(got, []string{"text", "json"}) {
 		t.Fatalf("pointer -o: %q", got)
 	}
-	if got := completions(t, "run", "--format", ""); !slices.Equal(got, []string{"text", "json"}) {
-		t.Fatalf("run --format: %q", got)
+	if got := completions(t, "run", "-o", ""); !slices.Equal(got, []string{"text", "json"}) {
+		t.Fatalf("run -o: %q", got)
 	}
 	if got := completions(t, "version", "--log-format", ""); !slices.Equal(got, []string{"text", "json"}) {
 		t.Fatalf("--log-format: %q", got)

@@ -25,8 +25,8 @@ func runCLI(t *testing.T, args ...string) (string, string, int) {
 }
 
 // publishCLI runs the fencepub command tree in-process with ctx, stdin and
-// args, and returns stdout, stderr (with the returned error appended, as
-// main prints it) and the exit code main would use.
+// args, as main does (cli.Execute, cli.Report), and returns stdout, stderr
+// (with the error line main logs) and the exit code main would use.
 func publishCLI(t *testing.T, ctx context.Context, stdin string, args ...string) (string, string, int) {
 	t.Helper()
 	return cliIO(t, ctx, strings.NewReader(stdin), args...)
@@ -40,12 +40,9 @@ func cliIO(t *testing.T, ctx context.Context, stdin io.Reader, args ...string) (
 	root.SetIn(stdin)
 	root.SetOut(&out)
 	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	if err != nil {
-		errb.WriteString(err.Error())
-	}
-	return out.String(), errb.String(), cli.ExitCode(err, ctx.Err() != nil)
+	c, code, err := cli.Execute(ctx, root, args)
+	cli.Report(c, &errb, args, code, err)
+	return out.String(), errb.String(), code
 }
 
 func TestConfigPrecedence(t *testing.T) {

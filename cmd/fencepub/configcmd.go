@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -17,19 +15,23 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// addOutputFlag registers -o/--output (text or json) and returns its value.
-func addOutputFlag(cmd *cobra.Command) *string { return addFormatFlag(cmd, "output") }
+// outputFormats are the values of every command's -o/--output.
+var outputFormats = []string{"text", "json"}
 
-// addFormatFlag registers the text|json format flag as -o/--<long>, whose
-// values complete in the shell, and returns its value; `run` uses --format
-// because its --output names a file.
-func addFormatFlag(cmd *cobra.Command, long string) *string {
+// addOutputFlag registers -o/--output (text or json; cli.OutputFlag),
+// whose values complete in the shell, and returns its value.
+func addOutputFlag(cmd *cobra.Command) *string {
 	o := new(string)
-	formats := []string{"text", "json"}
-	cmd.Flags().VarP(&choice{value: o, allowed: formats, def: "text"}, long, "o", "output format: text or json")
-	_ = cmd.RegisterFlagCompletionFunc(long, cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp)) // the flag exists
+	cmd.Flags().VarP(&choice{value: o, allowed: outputFormats, def: "text"}, cli.OutputFlag, "o", "output format: text or json")
+	completeOutput(cmd)
 	*o = "text"
 	return o
+}
+
+// completeOutput makes the values of cmd's -o/--output complete in the
+// shell.
+func completeOutput(cmd *cobra.Command) {
+	_ = cmd.RegisterFlagCompletionFunc(cli.OutputFlag, cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp)) // the flag exists
 }
 
 // choice is a pflag.Value accepting one of a fixed set of words.
@@ -60,43 +62,13 @@ func (c *choice) Set(s string) error {
 
 func (c *choice) Type() string { return "string" }
 
-// jsonSchemaVersion is the schema_version of every JSON document the CLI
-// prints: raised when a field changes meaning or type or goes away (adding
-// a field does not raise it). docs/cli.md "JSON output".
-const jsonSchemaVersion = 1
-
 // printJSON writes v, which must encode as a JSON object, as one indented
-// JSON document and a newline, with "schema_version" first.
-func printJSON(w io.Writer, v any) error { return writeJSON(w, v, "  ") }
+// JSON document and a newline, with "schema_version" first (cli.WriteJSON).
+func printJSON(w io.Writer, v any) error { return cli.WriteJSON(w, v, "  ") }
 
 // writeJSON is printJSON with indent ("" for one line per document, the
 // form of a stream such as `watch`).
-func writeJSON(w io.Writer, v any, indent string) error {
-	var body bytes.Buffer
-	enc := json.NewEncoder(&body)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	b := bytes.TrimSpace(body.Bytes())
-	if len(b) < 2 || b[0] != '{' {
-		return fmt.Errorf("json output: %T is not an object", v)
-	}
-	doc := fmt.Appendf(nil, `{"schema_version":%d`, jsonSchemaVersion)
-	if len(b) > 2 {
-		doc = append(doc, ',')
-	}
-	doc = append(doc, b[1:]...)
-	var out bytes.Buffer
-	if indent == "" {
-		out.Write(doc)
-	} else if err := json.Indent(&out, doc, "", indent); err != nil {
-		return err
-	}
-	out.WriteByte('\n')
-	_, err := w.Write(out.Bytes())
-	return err
-}
+func writeJSON(w io.Writer, v any, indent string) error { return cli.WriteJSON(w, v, indent) }
 
 // newConfigCmd builds `fencepub config show`.
 func newConfigCmd() *cobra.Command {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -168,8 +169,9 @@ func decodeManifests(t *testing.T, name string, b []byte) *manifests {
 
 // checkInvocation parses argv (what follows the fencepub executable) with
 // the real command tree: the subcommand must exist and be runnable, every
-// flag must exist and parse, and the positional arguments must pass the
-// command's own check. It returns the command with its flags parsed.
+// flag must exist, parse and not be a deprecated spelling (hidden:
+// cli.Deprecate), and the positional arguments must pass the command's own
+// check. It returns the command with its flags parsed.
 func checkInvocation(t *testing.T, where string, argv []string) *cobra.Command {
 	t.Helper()
 	root := newRootCmd()
@@ -180,6 +182,11 @@ func checkInvocation(t *testing.T, where string, argv []string) *cobra.Command {
 	if err := cmd.ParseFlags(rest); err != nil {
 		t.Fatalf("%s: %s: %v", where, cmd.CommandPath(), err)
 	}
+	cmd.Flags().Visit(func(fl *pflag.Flag) {
+		if fl.Hidden {
+			t.Errorf("%s: %s uses the deprecated flag --%s", where, cmd.CommandPath(), fl.Name)
+		}
+	})
 	if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
 		t.Fatalf("%s: %s: %v", where, cmd.CommandPath(), err)
 	}

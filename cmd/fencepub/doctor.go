@@ -93,7 +93,10 @@ and its markers rely on it); that If-Match GETs are honoured; bucket
 versioning and lifecycle rules; whether these credentials can overwrite an
 existing object and whether versioning keeps the replaced bytes; the
 domain's state (initialised, epoch, another etcd history, needs recover);
-and the clock offset to etcd's leader. It writes only the probe object
+that the bucket holds the domain's ownership marker (a bucket without it, or
+with another deployment's, fails: s3.bucket is not the domain's bucket); and
+the clock offset to etcd's leader. An s3.endpoint that answers but is not an
+S3 store fails the bucket check saying so. It writes only the probe object
 <prefix>/_fencepub/probe/create-only: create-only, then once without
 If-None-Match with the same bytes.
 Exit codes: 0 when no check fails (warnings allowed), 1 when one does, 2 for
@@ -152,7 +155,8 @@ func (d *doctor) run(c *cobra.Command, lc cli.LoadedConfig) {
 		d.env, d.store = env, env.Store
 		d.checkEtcd(ctx)
 	}
-	if d.checkBucket(ctx) {
+	bucket := d.checkBucket(ctx)
+	if bucket {
 		d.prot = &doctorProtection{Versioning: "unknown"}
 		createOnly := d.checkCreateOnly(ctx)
 		d.checkIfMatch(ctx)
@@ -164,7 +168,9 @@ func (d *doctor) run(c *cobra.Command, lc cli.LoadedConfig) {
 		d.add("clock", checkWarn, "not checked: etcd unreachable", "")
 		return
 	}
-	d.checkDomain(ctx)
+	if d.checkDomain(ctx) && bucket {
+		d.checkOwnership(ctx)
+	}
 	d.checkClock(ctx)
 }
 
@@ -197,6 +203,8 @@ func (d *doctor) checkBucket(ctx context.Context) bool {
 	case err == nil:
 		d.add("bucket", checkPass, fmt.Sprintf("bucket %q exists at %s", d.store.BucketName(), d.cfg.S3.Endpoint), "")
 		return true
+	case errors.Is(err, objstore.ErrNotS3):
+		d.add("bucket", checkFail, err.Error(), "point s3.endpoint (--s3-endpoint) at the store's S3 API")
 	case errors.Is(err, objstore.ErrNotFound):
 		d.add("bucket", checkFail, fmt.Sprintf("bucket %q does not exist at %s", d.store.BucketName(), d.cfg.S3.Endpoint), "fencepub init --create-bucket (or fix s3.bucket)")
 	case errors.Is(err, objstore.ErrAccessDenied):
@@ -343,11 +351,12 @@ func (d *doctor) checkOverwrite(ctx context.Context, createOnly bool) {
 	}
 }
 
-func (d *doctor) checkDomain(ctx context.Context) {
+// checkDomain reports the domain's state; true when it is initialised.
+func (d *doctor) checkDomain(ctx context.Context) bool {
 	a, err := authority.New(d.env.AuthorityConfig())
 	if err != nil {
 		d.add("domain", checkFail, err.Error(), "")
-		return
+		return false
 	}
 	dctx, cancel := context.WithTimeout(ctx, 2*doctorTimeout)
 	defer cancel()
@@ -358,28 +367,53 @@ func (d *doctor) checkDomain(ctx context.Context) {
 			fix = "the bucket holds another etcd history: 'fencepub authority recover --from-bucket' takes it over (docs/operations.md), or use another namespace.prefix / namespace.domain"
 		}
 		d.add("domain", checkFail, err.Error(), fix)
-		return
+		return false
 	}
 	epoch, err := a.Epoch(dctx)
 	if errors.Is(err, fencepub.ErrNotInitialized) {
 		d.add("domain", checkWarn, root+" is not initialised", "fencepub init (the first acquire also initialises it)")
-		return
+		return false
 	}
 	if err != nil {
 		d.add("domain", checkFail, err.Error(), "")
-		return
+		return false
 	}
 	resp, err := d.env.Etcd.Get(dctx, d.env.NS.RollbackKey(), clientv3.WithCountOnly())
 	if err != nil {
 		d.add("domain", checkFail, err.Error(), "")
-		return
+		return false
 	}
 	if resp.Count > 0 {
 		d.add("domain", checkFail, fmt.Sprintf("%s, epoch %d, needs recover: a grant found the authority's counters rolled back (an etcd restore)", root, epoch),
 			"fencepub authority recover (docs/operations.md, \"Restore runbook\")")
-		return
+		return false
 	}
 	d.add("domain", checkPass, fmt.Sprintf("%s initialised, epoch %d", root, epoch), "")
+	return true
+}
+
+// checkOwnership checks that the bucket's ownership marker names etcd's
+// deployment (authority.CheckOwnership, DESIGN.md invariant 9): a bucket
+// without it, or with another deployment's, is not the domain's bucket,
+// and publishes there would never be collected.
+func (d *doctor) checkOwnership(ctx context.Context) {
+	a, err := authority.New(d.env.AuthorityConfig())
+	if err != nil {
+		d.add("ownership", checkFail, err.Error(), "")
+		return
+	}
+	octx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	dom, err := a.CheckOwnership(octx)
+	switch {
+	case err == nil:
+		d.add("ownership", checkPass, fmt.Sprintf("bucket %q holds the ownership marker of this etcd's deployment %s", d.store.BucketName(), dom.DeploymentID), "")
+	case errors.Is(err, authority.ErrNoOwnership), errors.Is(err, authority.ErrForeignDeployment):
+		d.add("ownership", checkFail, err.Error(),
+			"s3.bucket is not the bucket this domain was initialised with: point s3.bucket (--s3-bucket) back at it, or namespace.prefix / namespace.domain at the domain this bucket belongs to")
+	default:
+		d.add("ownership", checkFail, err.Error(), "")
+	}
 }
 
 // checkClock measures this host's clock against etcd's leader from the

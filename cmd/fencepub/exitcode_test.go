@@ -5,8 +5,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -29,6 +32,7 @@ type cliRig struct {
 	ctx  context.Context
 	conn []string
 	etcd *clientv3.Client
+	s3   s3store.Config // the MinIO's
 	dir  string
 }
 
@@ -41,7 +45,7 @@ func newCLIRig(t *testing.T, domain string) *cliRig {
 	cli := testenv.EtcdClient(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	return &cliRig{t: t, ctx: ctx, etcd: cli, dir: t.TempDir(),
+	return &cliRig{t: t, ctx: ctx, etcd: cli, s3: m.Config, dir: t.TempDir(),
 		conn: []string{"--etcd-endpoints", e.Endpoints()[0], "--s3-endpoint", m.Config.Endpoint,
 			"--s3-bucket", m.Config.Bucket, "--prefix", "adv", "--domain", domain}}
 }
@@ -55,6 +59,26 @@ func (r *cliRig) run(stdin string, want int, args ...string) string {
 		r.t.Errorf("fencepub %q: exit %d, want %d\nstdout: %s\nstderr: %s", args, code, want, out, errs)
 	}
 	return out
+}
+
+// withFlag returns a copy of args in which the value of flag (given as
+// "--flag value") is value.
+func withFlag(args []string, flag, value string) []string {
+	out := slices.Clone(args)
+	if i := slices.Index(out, flag); i >= 0 && i+1 < len(out) {
+		out[i+1] = value
+	}
+	return out
+}
+
+// withConn returns args with the connection flags conn added: at the end,
+// or before a "--" that starts run's CMD.
+func withConn(args, conn []string) []string {
+	i := slices.Index(args, "--")
+	if i < 0 {
+		i = len(args)
+	}
+	return append(append(slices.Clone(args[:i]), conn...), args[i:]...)
 }
 
 // keys returns every etcd key and its mod revision under the rig's prefix.
@@ -287,52 +311,76 @@ func TestCLIContract(t *testing.T) {
 
 // TestCLIUnreachableEtcd runs every server command against an
 // address where no etcd listens: each exits 115 (unavailable) within a
-// bound — never a hang, never another code. (`read` has no --timeout flag;
-// before the reader's per-request timeout it hung for ever. openEnv's
-// connection probe now answers first; the reader's timeout still bounds an
-// etcd lost after the probe.)
+// bound — never a hang, never another code — and, asked for -o json,
+// prints a JSON error document with that exit code on stdout (a script that
+// saves the JSON for resolve --from gets a document, which resolve refuses
+// saying nothing was published). A command with a --timeout keeps asking
+// etcd until then; one without, for two etcd.request_timeout attempts.
+// (`read` has no default deadline; before the reader's per-request timeout
+// it hung for ever. The connection probe now answers first; the reader's
+// timeout still bounds an etcd lost after the probe.)
 func TestCLIUnreachableEtcd(t *testing.T) {
 	m := testenv.StartMinIO(t, devstack.MinIOOptions{})
 	t.Setenv("FENCEPUB_S3_ACCESS_KEY", m.Config.AccessKey)
 	t.Setenv("FENCEPUB_S3_SECRET_KEY", m.Config.SecretKey)
+	t.Setenv("FENCEPUB_ETCD_REQUEST_TIMEOUT", "2s")
 	port, err := devstack.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	conn := []string{"--etcd-endpoints", "http://127.0.0.1:" + strconv.Itoa(port), "--s3-endpoint", m.Config.Endpoint,
 		"--s3-bucket", m.Config.Bucket, "--prefix", "adv", "--domain", "dead"}
-	a := filepath.Join(t.TempDir(), "a.txt")
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.txt")
 	if err := os.WriteFile(a, []byte("alpha"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const bound = 25 * time.Second
+	deadline := []string{"--timeout", "6s"}
 	var wg sync.WaitGroup
-	for _, args := range [][]string{
+	for i, args := range [][]string{
 		{"authority", "acquire", "--resource", "r"},
 		{"authority", "show", "--resource", "r"},
 		{"authority", "renew", "--resource", "r", "--owner", "o"},
 		{"authority", "release", "--resource", "r", "--owner", "o", "--generation", "1"},
 		{"authority", "recover", "--dry-run"},
-		{"publish", "--resource", "r", "--owner", "o", "--ttl", "5s", "--key", "k", "--file", a},
-		{"publish", "--resource", "r", "--owner", "o", "--epoch", "1", "--fence", "1", "--seq", "1", "--key", "k", "--file", a},
-		{"pointer", "--resource", "r"},
-		{"read", "--resource", "r"},
-		{"read", "--resource", "r", "--version", "1.1.1"},
-		{"ls", "-o", "json"},
-		{"history", "--resource", "r"},
-		{"resolve", "--sha256", zeroDigest, "--resource", "r", "--key", "k", "--epoch", "1", "--fence", "1", "--seq", "1"},
-		{"rollback", "--resource", "r", "--to", "1.1.1", "--owner", "o", "--epoch", "1", "--fence", "1"},
+		append([]string{"publish", "--resource", "r", "--owner", "o", "--ttl", "5s", "--key", "k", "--file", a}, deadline...),
+		append([]string{"publish", "--resource", "r", "--owner", "o", "--epoch", "1", "--fence", "1", "--seq", "1", "--key", "k", "--file", a}, deadline...),
+		append([]string{"pointer", "--resource", "r"}, deadline...),
+		{"read", "--resource", "r", "--out", filepath.Join(dir, "out")},
+		{"read", "--resource", "r", "--version", "1.1.1", "--out", filepath.Join(dir, "out")},
+		append([]string{"ls"}, deadline...),
+		append([]string{"history", "--resource", "r"}, deadline...),
+		append([]string{"resolve", "--sha256", zeroDigest, "--resource", "r", "--key", "k", "--epoch", "1", "--fence", "1", "--seq", "1"}, deadline...),
+		append([]string{"rollback", "--resource", "r", "--to", "1.1.1", "--owner", "o", "--epoch", "1", "--fence", "1"}, deadline...),
+		{"run", "--resource", "r", "--", "true"},
+		{"gc", "run", "--all"},
+		{"verify", "--all"},
 	} {
 		wg.Go(func() {
 			start := time.Now()
-			_, errs, code := publishCLI(t, ctx, "", append(args, conn...)...)
+			out, errs, code := publishCLI(t, ctx, "", withConn(args, append([]string{"-o", "json"}, conn...))...)
 			took := time.Since(start)
 			t.Logf("%q: exit %d after %s", args[:2], code, took.Round(10*time.Millisecond))
 			if code != exitcode.Unavailable || took > bound {
 				t.Errorf("fencepub %q on an unreachable etcd: exit %d after %s (%s); want %d within %s",
 					args, code, took, errs, exitcode.Unavailable, bound)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal([]byte(out), &doc); err != nil || doc["exit_code"] != float64(code) || !strings.Contains(fmt.Sprint(doc["error"]), "etcd") {
+				t.Errorf("fencepub %q -o json on an unreachable etcd: stdout %q; want a JSON document with exit_code %d and the error", args, out, code)
+			}
+			if args[0] == "publish" {
+				from := filepath.Join(dir, fmt.Sprintf("attempt%d.json", i))
+				if err := os.WriteFile(from, []byte(out), 0o644); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, errs, code := publishCLI(t, ctx, "", append([]string{"resolve", "--from", from}, conn...)...); code != exitcode.Usage || !strings.Contains(errs, "nothing was published") {
+					t.Errorf("resolve --from the failed publish's JSON: exit %d, %s; want 2 saying nothing was published", code, errs)
+				}
 			}
 		})
 	}

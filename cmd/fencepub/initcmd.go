@@ -29,9 +29,12 @@ that the object store refuses a create-only PUT onto an existing key (a store
 that ignores If-None-Match is refused, exit 2), claims the bucket for this
 etcd's deployment and creates the domain's first epoch (DESIGN.md "etcd
 layout"). With --create-bucket a missing bucket is created first; without it a
-missing bucket exits 2. On an initialised domain it changes nothing and
-prints its epoch. A bucket holding another etcd history exits 116
-('fencepub authority recover --from-bucket').`,
+missing bucket exits 2, and so does an endpoint that is not an S3 store. On
+an initialised domain it changes nothing and prints its epoch, after checking
+that the bucket holds the domain's ownership marker (a bucket without it, or
+with another deployment's, exits 2: s3.bucket is not the domain's bucket). A
+bucket holding another etcd history exits 116 ('fencepub authority recover
+--from-bucket').`,
 		Args: cobra.NoArgs,
 	}
 	cmd.Flags().BoolVar(&createBucket, "create-bucket", false, "create the bucket (s3.bucket) if it does not exist")
@@ -51,7 +54,8 @@ prints its epoch. A bucket holding another etcd history exits 116
 				}
 				o.BucketCreated = true
 			}
-		} else if err := checkBucket(c.Context(), env); err != nil {
+		}
+		if err := checkStore(c.Context(), env, a); err != nil {
 			return err
 		}
 		_, err = a.Epoch(c.Context())

@@ -16,7 +16,7 @@ import (
 )
 
 // decodeDoc decodes out as one JSON object that starts with schema_version
-// jsonSchemaVersion, using json.Number so that large integers are seen as
+// cli.SchemaVersion, using json.Number so that large integers are seen as
 // printed.
 func decodeDoc(t *testing.T, what, out string) map[string]any {
 	t.Helper()
@@ -71,10 +71,21 @@ func TestJSONOutputStability(t *testing.T) {
 		t.Fatalf("authority show holder %v: want lease_id %q and remaining_seconds", holder, id)
 	}
 	run("authority", "release", "--resource", "job", "--owner", "alice", "--generation", acq["generation"].(json.Number).String(), "-o", "json")
-	run("publish", "--resource", "doc", "--owner", "me", "--ttl", "10s", "--key", "k1", "--file", body, "-o", "json")
-	ran := run("run", "--resource", "ran", "--owner", "me", "--ttl", "10s", "--format", "json", "--", "echo", "hi")
-	if _, err := ran["duration_seconds"].(json.Number).Float64(); err != nil {
-		t.Fatalf("run duration_seconds %v: %v", ran["duration_seconds"], err)
+	if pub := run("publish", "--resource", "doc", "--owner", "me", "--ttl", "10s", "--key", "k1", "--file", body, "-o", "json"); pub["exit_code"] != json.Number("0") {
+		t.Fatalf("publish JSON exit_code %v, want 0", pub["exit_code"])
+	}
+	ran := run("run", "--resource", "ran", "--owner", "me", "--ttl", "10s", "-o", "json", "--", "echo", "hi")
+	if _, err := ran["duration_seconds"].(json.Number).Float64(); err != nil || ran["exit_code"] != json.Number("0") {
+		t.Fatalf("run duration_seconds %v (%v), exit_code %v", ran["duration_seconds"], err, ran["exit_code"])
+	}
+	// A former spelling (run --format) warns on stderr; stdout stays the
+	// document alone.
+	if old := run("run", "--resource", "ran2", "--owner", "me", "--ttl", "10s", "--format", "json", "--", "echo", "hi"); old["outcome"] != "applied" {
+		t.Fatalf("run --format json: %v", old)
+	}
+	read := run("read", "--resource", "doc", "--out", filepath.Join(t.TempDir(), "doc.out"), "-o", "json")
+	if v, ok := read["version"].(map[string]any); read["bytes"] != json.Number("6") || !ok || v["seq"] != json.Number("1") || read["resource"] != "doc" {
+		t.Fatalf("read -o json: %v; want resource doc, 6 bytes at seq 1", read)
 	}
 	run("pointer", "--resource", "doc", "-o", "json")
 	run("ls", "-o", "json")

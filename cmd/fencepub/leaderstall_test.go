@@ -106,10 +106,10 @@ func TestRunSurvivesLeaderStall(t *testing.T) {
 	for i := range leaderStallRuns {
 		res := fmt.Sprintf("r%d", i)
 		release := filepath.Join(dir, res+".release")
-		a := startRun(t, ctx, append(append([]string{"run", "--resource", res, "--ttl", "3s", "--wait", "150s", "--key", "a", "-o", "json"}, conn...),
+		a := startRun(t, ctx, append(append([]string{"run", "--resource", res, "--ttl", "3s", "--max-wait", "150s", "--key", "a", "-o", "json"}, conn...),
 			"--", "sh", "-c", "while [ ! -e "+release+" ]; do sleep 0.05; done; echo a")...)
 		a.waitStderr(t, "run: granted", 30*time.Second)
-		b := startRun(t, ctx, append(append([]string{"run", "--resource", res, "--ttl", "3s", "--wait", "150s", "--key", "b", "-o", "json"}, conn...),
+		b := startRun(t, ctx, append(append([]string{"run", "--resource", res, "--ttl", "3s", "--max-wait", "150s", "--key", "b", "-o", "json"}, conn...),
 			"--", "echo", "b")...)
 		b.waitStderr(t, "acquiring the lease", 30*time.Second)
 		leader, err := cl.Etcd.Leader(ctx)

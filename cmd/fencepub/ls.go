@@ -56,7 +56,7 @@ then an error, exit 1, unless --allow-missing.
 		Args: noArgs,
 	}
 	cmd.Flags().StringVar(&resource, "resource", "", "show this resource only")
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "deadline")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "deadline for the whole command, connecting included")
 	out := addOutputFlag(cmd)
 	allowMissing := addAllowMissing(cmd)
 	cli.AddConnFlags(cmd)
@@ -68,13 +68,13 @@ then an error, exit 1, unless --allow-missing.
 		if c.Flags().Changed("resource") && resource == "" {
 			return exitcode.Usagef("--resource is empty")
 		}
-		env, err := cli.OpenEnv(c)
+		ctx, cancel := context.WithTimeout(c.Context(), timeout)
+		defer cancel()
+		env, err := cli.OpenEnvContext(ctx, c)
 		if err != nil {
 			return err
 		}
 		defer env.Close()
-		ctx, cancel := context.WithTimeout(c.Context(), timeout)
-		defer cancel()
 		o := lsOutput{Domain: env.NS.Domain, Resources: []lsEntry{}}
 		var states []reader.ResourceState
 		never := false
@@ -182,7 +182,7 @@ type resourceRead struct {
 func addResourceRead(cmd *cobra.Command) *resourceRead {
 	o := &resourceRead{}
 	cmd.Flags().StringVar(&o.resource, "resource", "", "resource name (required)")
-	cmd.Flags().DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline for the whole command, connecting included")
 	_ = cmd.MarkFlagRequired("resource")
 	o.out = addOutputFlag(cmd)
 	o.allowMissing = addAllowMissing(cmd)
@@ -191,7 +191,8 @@ func addResourceRead(cmd *cobra.Command) *resourceRead {
 	return o
 }
 
-// read connects, and calls get with the resource's Reader under --timeout.
+// read connects and calls get with the resource's Reader, both under
+// --timeout.
 // It returns get's error as got, for the caller to classify, and as err
 // the command's own failure: a bad --timeout, a failed connection, or a
 // resource the command must not report (missingResource).
@@ -199,13 +200,13 @@ func (o *resourceRead) read(c *cobra.Command, serializable bool, get func(contex
 	if err := positive("timeout", o.timeout); err != nil {
 		return nil, err
 	}
-	r, env, err := openReader(c, o.resource, serializable, 0)
+	ctx, cancel := context.WithTimeout(c.Context(), o.timeout)
+	defer cancel()
+	r, env, err := openReader(ctx, c, o.resource, serializable, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer env.Close()
-	ctx, cancel := context.WithTimeout(c.Context(), o.timeout)
-	defer cancel()
 	got = get(ctx, r)
 	return got, missingResource(ctx, env, got, *o.allowMissing)
 }

@@ -5,25 +5,42 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/spf13/cobra"
 )
+
+// runOptionsOf returns run's options after parsing flags as the command
+// line would, and Complete with CMD ARGS args.
+func runOptionsOf(t *testing.T, flags []string, args ...string) (*runOptions, error) {
+	t.Helper()
+	o := &runOptions{}
+	c := &cobra.Command{}
+	o.addFlags(c)
+	if err := c.ParseFlags(flags); err != nil {
+		t.Fatalf("flags %q: %v", flags, err)
+	}
+	return o, o.Complete(c, args)
+}
 
 // TestRunOptionsValidate checks run's options without a process or a
 // server: every refusal is a usage error (exit 2) before anything is
 // acquired, and a valid set passes.
 func TestRunOptionsValidate(t *testing.T) {
 	valid := func() *runOptions {
-		o := &runOptions{resource: "report", ttl: 15 * time.Second, wait: time.Minute, grace: 10 * time.Second, timeout: time.Minute}
-		o.Complete([]string{"true"})
+		o, err := runOptionsOf(t, []string{"--resource", "report", "--publish-timeout", "1m"}, "true")
+		if err != nil {
+			t.Fatal(err)
+		}
 		return o
 	}
 	if err := valid().Validate(); err != nil {
 		t.Fatalf("valid options: %v", err)
 	}
+	dir := t.TempDir()
 	for name, mod := range map[string]func(*runOptions){
 		"reserved resource": func(o *runOptions) { o.resource = "_gc" },
 		"bad owner":         func(o *runOptions) { o.owner = "a b" },
-		"output format":     func(o *runOptions) { o.output = "json" },
-		"negative wait":     func(o *runOptions) { o.wait = -time.Second },
+		"file a directory":  func(o *runOptions) { o.file = dir },
+		"negative wait":     func(o *runOptions) { o.maxWait = -time.Second },
 		"negative grace":    func(o *runOptions) { o.grace = -time.Second },
 		"zero timeout":      func(o *runOptions) { o.timeout = 0 },
 		"missing command":   func(o *runOptions) { o.args = []string{"fencepub-no-such-command"} },
@@ -35,10 +52,32 @@ func TestRunOptionsValidate(t *testing.T) {
 			t.Errorf("%s: Validate = %v; want a usage error", name, err)
 		}
 	}
-	o := &runOptions{resource: "report"}
-	o.Complete([]string{"true"})
-	if o.owner == "" || o.key == "" {
-		t.Errorf("Complete left owner %q, key %q; want defaults", o.owner, o.key)
+	o := valid()
+	if o.owner == "" || o.key == "" || o.requestID == "" {
+		t.Errorf("Complete left owner %q, key %q, request id %q; want defaults", o.owner, o.key, o.requestID)
+	}
+}
+
+// TestRunFormerSpellings: run's former flags keep their meaning — --wait
+// is --max-wait, --output FILE is --file, --format is -o — and a former
+// and a current spelling of one flag together are refused.
+func TestRunFormerSpellings(t *testing.T) {
+	o, err := runOptionsOf(t, []string{"--resource", "r", "--wait", "2m", "--output", "res.txt", "--format", "json"}, "true")
+	if err != nil || o.maxWait != 2*time.Minute || o.file != "res.txt" || o.format != "json" {
+		t.Fatalf("former spellings: max wait %s, file %q, format %q, err %v; want 2m0s, res.txt, json", o.maxWait, o.file, o.format, err)
+	}
+	o, err = runOptionsOf(t, []string{"--resource", "r", "--max-wait", "3s", "--file", "f", "-o", "json"}, "true")
+	if err != nil || o.maxWait != 3*time.Second || o.file != "f" || o.format != "json" {
+		t.Fatalf("current spellings: max wait %s, file %q, format %q, err %v", o.maxWait, o.file, o.format, err)
+	}
+	for _, flags := range [][]string{
+		{"--wait", "1s", "--max-wait", "2s"},
+		{"--output", "a", "--file", "b"},
+		{"--request-id", ""},
+	} {
+		if _, err := runOptionsOf(t, append([]string{"--resource", "r"}, flags...), "true"); exitcode.Of(err) != exitcode.Usage {
+			t.Errorf("%q: Complete = %v; want a usage error", flags, err)
+		}
 	}
 }
 

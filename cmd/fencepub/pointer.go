@@ -43,9 +43,15 @@ type pointerOutput struct {
 }
 
 // openReader connects and builds a Reader of resource (stall: its
-// Config.StallTimeout; pointer reads need none).
-func openReader(cmd *cobra.Command, resource string, serializable bool, stall time.Duration) (*reader.Reader, *cli.Env, error) {
-	env, err := cli.OpenEnv(cmd)
+// Config.StallTimeout; pointer reads need none). ctx is the command's
+// deadline, which connecting counts against (cli.OpenEnvContext), or cmd's
+// own context for a command without one (cli.OpenEnv).
+func openReader(ctx context.Context, cmd *cobra.Command, resource string, serializable bool, stall time.Duration) (*reader.Reader, *cli.Env, error) {
+	open := func() (*cli.Env, error) { return cli.OpenEnvContext(ctx, cmd) }
+	if ctx == cmd.Context() {
+		open = func() (*cli.Env, error) { return cli.OpenEnv(cmd) }
+	}
+	env, err := open()
 	if err != nil {
 		return nil, nil, err
 	}

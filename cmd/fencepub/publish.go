@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,11 +29,10 @@ bucket or domain), 110 stale (reason pointer, seal, epoch, grant or gap), 111 co
 'fencepub resolve'), 113 lease held (with --ttl), 114 lease lost (strict mode,
 reason lease), 115 etcd or the object store unavailable.`
 
-// usageErrors makes cobra's own checks exit with the usage code: flag parse
-// errors (a negative --fence, a bad duration) and missing required flags,
-// which cobra otherwise returns as plain errors (exit 1).
+// usageErrors makes missing required flags exit with the usage code,
+// which cobra otherwise returns as a plain error (exit 1). (Flag parse
+// errors are usage errors in every command: cli.Prepare.)
 func usageErrors(cmd *cobra.Command) {
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitcode.With(exitcode.Usage, err) })
 	cmd.PreRunE = func(c *cobra.Command, _ []string) error {
 		if err := c.ValidateRequiredFlags(); err != nil {
 			return exitcode.With(exitcode.Usage, err)
@@ -55,8 +55,8 @@ func noArgs(_ *cobra.Command, args []string) error {
 type grantFlags struct {
 	resource, owner, requestID string
 	epoch, fence               uint64
-	ttl                        time.Duration
-	wait, strict, contiguous   bool
+	ttl, maxWait               time.Duration
+	wait, strict, contiguous   bool // wait: the deprecated boolean --wait
 }
 
 func (g *grantFlags) add(cmd *cobra.Command) {
@@ -67,7 +67,9 @@ func (g *grantFlags) add(cmd *cobra.Command) {
 	f.Uint64Var(&g.fence, "fence", 0, "fence (generation) of an existing grant (with --epoch)")
 	f.DurationVar(&g.ttl, "ttl", 0, "acquire a grant with this lease TTL (whole seconds, >= 2s) for this command, renew it meanwhile and release it after")
 	f.StringVar(&g.requestID, "request-id", "", "acquire request id (with --ttl; default random); a retry with the same id gets the same grant")
-	f.BoolVar(&g.wait, "wait", false, "with --ttl: wait while another owner holds the lease instead of failing with 113")
+	f.DurationVar(&g.maxWait, "max-wait", 0, "with --ttl: wait up to this long while another owner holds the lease (within --timeout) instead of failing at once with 113")
+	f.BoolVar(&g.wait, "wait", false, "with --ttl: wait while another owner holds the lease, until --timeout")
+	cli.Deprecate(f, "wait", "use --max-wait DURATION, as run and authority acquire do")
 	f.BoolVar(&g.strict, "strict", false, "also require that the grant's lease is still live when the transaction runs (etcd's expiry timing, not wall-clock revocation)")
 	f.BoolVar(&g.contiguous, "contiguous", false, "require seq S-1 of the same grant to be the pointer (stale with reason gap otherwise)")
 	_ = cmd.MarkFlagRequired("resource")
@@ -86,8 +88,12 @@ func (g *grantFlags) existing(cmd *cobra.Command) (bool, error) {
 		return false, exitcode.Usagef("name a grant with --epoch and --fence, or acquire one with --ttl")
 	case raw && !(fl.Changed("epoch") && fl.Changed("fence")):
 		return false, exitcode.Usagef("--epoch and --fence go together")
-	case raw && (fl.Changed("request-id") || fl.Changed("wait")):
-		return false, exitcode.Usagef("--request-id and --wait need --ttl")
+	case raw && (fl.Changed("request-id") || fl.Changed("wait") || fl.Changed("max-wait")):
+		return false, exitcode.Usagef("--request-id and --max-wait need --ttl")
+	case g.maxWait < 0:
+		return false, exitcode.Usagef("--max-wait %s: want 0 (fail at once when held) or more", g.maxWait)
+	case fl.Changed("wait") && fl.Changed("max-wait"):
+		return false, exitcode.Usagef("give --max-wait, not also the deprecated --wait")
 	case fl.Changed("request-id") && g.requestID == "":
 		// An unset shell variable must not silently become a random id:
 		// the retry would then mint a second grant.
@@ -97,10 +103,12 @@ func (g *grantFlags) existing(cmd *cobra.Command) (bool, error) {
 }
 
 // bind returns a Publisher for the flags' grant and a function that ends an
-// acquired grant (stops renewing, releases). An existing grant in strict mode
-// must be the resource's live holder; otherwise bind returns a stale/lease
-// Result (nothing written) with an error.
-func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cli.Env, c *publisher.Client) (*publisher.Publisher, func(), publisher.Result, error) {
+// acquired grant (stops renewing, releases within release's deadline:
+// releaseGrant). Its requests run within ctx. First it checks that the
+// bucket exists and belongs to the domain (checkStore). An existing grant
+// in strict mode must be the resource's live holder; otherwise bind returns
+// a stale/lease Result (nothing written) with an error.
+func (g *grantFlags) bind(ctx, release context.Context, cmd *cobra.Command, env *cli.Env, c *publisher.Client) (*publisher.Publisher, func(), publisher.Result, error) {
 	noop := func() {}
 	raw, err := g.existing(cmd)
 	if err != nil {
@@ -109,6 +117,9 @@ func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cli.Env,
 	a, err := authority.New(env.AuthorityConfig())
 	if err != nil {
 		return nil, noop, publisher.Result{}, exitcode.With(exitcode.Usage, err)
+	}
+	if err := checkStore(ctx, env, a); err != nil {
+		return nil, noop, publisher.Result{}, err
 	}
 	if raw {
 		term := publisher.Term{Resource: g.resource, Owner: g.owner, Epoch: g.epoch, Fence: g.fence, Strict: g.strict, Contiguous: g.contiguous}
@@ -128,25 +139,17 @@ func (g *grantFlags) bind(ctx context.Context, cmd *cobra.Command, env *cli.Env,
 		p, err := c.Bind(ctx, term)
 		return p, noop, publisher.Result{}, err
 	}
-	if err := checkBucket(ctx, env); err != nil {
-		return nil, noop, publisher.Result{}, err
-	}
-	gr, err := a.Acquire(ctx, authority.AcquireRequest{Resource: g.resource, Owner: g.owner, RequestID: g.requestID, TTL: g.ttl, Wait: g.wait})
+	reqID := cmp.Or(g.requestID, authority.NewID())
+	gr, err := a.Acquire(ctx, authority.AcquireRequest{Resource: g.resource, Owner: g.owner, RequestID: reqID, TTL: g.ttl,
+		Wait: g.wait || g.maxWait > 0, MaxWait: g.maxWait})
 	if err != nil {
-		return nil, noop, publisher.Result{}, authorityExit(err)
+		return nil, noop, publisher.Result{}, authorityExit(retryHint(err, g.owner, reqID))
 	}
 	sess, err := a.NewSession(ctx, gr)
 	if err != nil {
 		return nil, noop, publisher.Result{}, authorityExit(err)
 	}
-	done := func() {
-		// Close stops renewing and releases the grant (with its own bounded
-		// context, so a cancelled command still releases). A grant already
-		// gone (released by an interrupted session, expired) needs nothing.
-		if err := sess.Close(); err != nil && !errors.Is(err, authority.ErrLeaseLost) {
-			env.Log.Warn("release after publish failed; the lease expires by itself", "resource", gr.Resource, "generation", gr.Generation, "err", err)
-		}
-	}
+	done := func() { releaseGrant(release, env.Log, sess) }
 	term := publisher.GrantTerm(gr, g.strict)
 	term.Contiguous = g.contiguous
 	p, err := c.Bind(ctx, term)
@@ -186,33 +189,33 @@ func (b *bodyFlags) operation(key string) (publisher.Operation, error) {
 	return op, nil
 }
 
-// digest reads the body and returns the request digest of key's publish
-// of it, as Publish computes it. Errors: usage (bad flags, unreadable
-// body), ctx's.
-func (b *bodyFlags) digest(cmd *cobra.Command, key string) (string, error) {
+// digest reads the body (stdin: in) within ctx and returns the request
+// digest of key's publish of it, as Publish computes it. Errors: usage (bad
+// flags, unreadable body), ctx's.
+func (b *bodyFlags) digest(ctx context.Context, in io.Reader, key string) (string, error) {
 	op, err := b.operation(key)
 	if err != nil {
 		return "", err
 	}
-	body, err := openBody(cmd, b.file, true)
+	body, err := openBody(ctx, in, b.file, true)
 	if err != nil {
 		return "", err
 	}
 	defer body.Close()
 	op.Body = body
-	d, err := publisher.RequestDigest(cmd.Context(), op)
+	d, err := publisher.RequestDigest(ctx, op)
 	if err != nil {
 		return "", exitcode.With(exitcode.Usage, fmt.Errorf("--file %s: %w", b.file, err))
 	}
 	return d, nil
 }
 
-// newPublishCmd builds `fencepub publish`.
 // publishOptions are the flags of `fencepub publish` (addFlags); Complete
 // takes the lone '-' argument and what only the command line tells (which
 // flags were given), Validate checks them before any I/O, Run publishes.
 type publishOptions struct {
 	grant      grantFlags
+	existing   bool // the grant is an existing one (set by Validate)
 	seq        uint64
 	key        string
 	body       bodyFlags
@@ -222,6 +225,7 @@ type publishOptions struct {
 	cmd        *cobra.Command // set by Complete: which flags were given
 }
 
+// newPublishCmd builds `fencepub publish`.
 func newPublishCmd() *cobra.Command {
 	o := &publishOptions{}
 	cmd := &cobra.Command{
@@ -242,6 +246,24 @@ last good state.
 --key is the operation's idempotency key: a retry with the same key and the same
 body, content type and metadata gets "duplicate" with the original result.
 Newer state wins: a version at or below the pointer is stale.
+
+--timeout bounds the whole command: waiting for the body, connecting (an
+etcd that does not answer is asked again until then), acquiring, uploading,
+the transaction and the clean-up after it. With --ttl the last part of it
+(etcd.request_timeout, at most a quarter of --timeout) is kept for releasing
+the grant, so the work before ends that much earlier. A multipart upload that
+failed is aborted within the work's deadline (at most 10s). What the clean-up
+cannot finish in time is left, and said so on stderr: the lease expires by
+itself within --ttl, and GC aborts the upload. A transaction still unanswered
+when the work's deadline passes is unknown (exit 112).
+
+The bucket must exist and hold the domain's ownership marker: a bucket
+without it, or with another deployment's, is refused (exit 2) before anything
+is acquired or written, since GC would never see what is published there.
+
+With -o json, stdout gets one JSON document: the result (with "error" and
+"exit_code" when it is not applied or duplicate), or, when the command failed
+before an outcome, {"command", "error", "exit_code"} (nothing was published).
 
 ` + publishExitHelp,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -275,7 +297,7 @@ func (o *publishOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.key, "key", "", "idempotency key of the operation (required)")
 	o.body.add(cmd, "file to publish, or - for stdin")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) body instead of refusing it")
-	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline for the whole publish; a transaction still unanswered then is unknown (exit 112)")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "upper bound on the whole command, release and abort included (see above); a transaction still unanswered then is unknown (exit 112)")
 	_ = cmd.MarkFlagRequired("key")
 	o.format = addOutputFlag(cmd)
 }
@@ -306,6 +328,7 @@ func (o *publishOptions) Validate() error {
 	if err != nil {
 		return err
 	}
+	o.existing = existing
 	seqSet := o.cmd.Flags().Changed("seq")
 	if existing && !seqSet {
 		return exitcode.Usagef("--seq is required with --epoch and --fence")
@@ -318,27 +341,35 @@ func (o *publishOptions) Validate() error {
 
 // Run opens the body (refusing an empty one unless --allow-empty), binds a
 // grant (an existing one, or one acquired for this publish and released
-// after it) and publishes under the --timeout deadline.
+// after it) and publishes, all under the --timeout deadline, which starts
+// now; with an acquired grant the work before the release ends
+// releaseReserve earlier.
 func (o *publishOptions) Run(c *cobra.Command) error {
+	ctx, cancel := context.WithTimeout(c.Context(), o.timeout)
+	defer cancel()
+	lc, err := cli.LoadConfig(c)
+	if err != nil {
+		return err
+	}
+	work, wcancel := workContext(ctx, lc.Config, o.timeout, !o.existing)
+	defer wcancel()
 	// Refuse bad input before a grant is acquired or anything written.
 	op, err := o.body.operation(o.key)
 	if err != nil {
 		return err
 	}
-	rc, err := openBody(c, o.body.file, o.allowEmpty)
+	rc, err := openBody(work, c.InOrStdin(), o.body.file, o.allowEmpty)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
 	op.Body = rc
 
-	env, err := cli.OpenEnv(c)
+	env, err := cli.ConnectContext(work, c, lc)
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	ctx, cancel := context.WithTimeout(c.Context(), o.timeout)
-	defer cancel()
 	cfg := env.PublisherConfig()
 	bar := transferBar(c, c.ErrOrStderr(), "publish", knownSize(rc))
 	if bar != nil {
@@ -348,15 +379,15 @@ func (o *publishOptions) Run(c *cobra.Command) error {
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
-	p, done, res, err := o.grant.bind(ctx, c, env, client)
+	p, done, res, err := o.grant.bind(work, ctx, c, env, client)
 	if err != nil {
 		return reportResult(c, *o.format, "publish", res, err)
 	}
 	defer done()
 	if o.seq != 0 {
-		res, err = p.PublishSeq(ctx, o.seq, op)
+		res, err = p.PublishSeq(work, o.seq, op)
 	} else {
-		res, err = p.Publish(ctx, op)
+		res, err = p.Publish(work, op)
 	}
 	if bar != nil {
 		_ = bar.Finish() // cleared before the outcome is logged
@@ -380,12 +411,38 @@ func checkBucket(ctx context.Context, env *cli.Env) error {
 	return bucketError(env, env.Store.CheckBucket(ctx))
 }
 
+// checkStore runs, before a command acquires a grant or publishes,
+// checkBucket and then the bucket's ownership check
+// (authority.CheckOwnership, DESIGN.md invariant 9): a bucket whose marker
+// is missing or names another deployment is not the domain's, and what is
+// published there GC would never see, so it is refused (exit 2) before
+// anything is written. An uninitialised domain passes: the first acquire
+// initialises it and writes the marker. A bucket holding another etcd
+// history exits 116.
+func checkStore(ctx context.Context, env *cli.Env, a *authority.Authority) error {
+	if err := checkBucket(ctx, env); err != nil {
+		return err
+	}
+	_, err := a.CheckOwnership(ctx)
+	switch {
+	case err == nil, errors.Is(err, fencepub.ErrNotInitialized):
+		return nil
+	case errors.Is(err, authority.ErrNoOwnership), errors.Is(err, authority.ErrForeignDeployment):
+		return exitcode.With(exitcode.Usage, fmt.Errorf("%w; s3.bucket %q is not the bucket domain %s was initialised with, and GC would never see what is published there: "+
+			"fix s3.bucket / --s3-bucket (or namespace.prefix / namespace.domain); nothing was written", err, env.Config.S3.Bucket, env.NS.Root()))
+	}
+	return authorityExit(err)
+}
+
 // bucketError classifies the error of a bucket call: a missing bucket
-// exits 2 with the next step, an unreachable store 115.
+// exits 2 with the next step, an endpoint that is not S3 exits 2 saying
+// so, an unreachable store 115.
 func bucketError(env *cli.Env, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, objstore.ErrNotS3):
+		return exitcode.With(exitcode.Usage, err)
 	case errors.Is(err, objstore.ErrNotFound):
 		return exitcode.With(exitcode.Usage, fmt.Errorf("s3.bucket %q does not exist at %s: create it with 'fencepub init --create-bucket' (or the store's own tools), or fix s3.bucket / --s3-bucket: %w",
 			env.Config.S3.Bucket, env.Config.S3.Endpoint, err))
@@ -395,31 +452,36 @@ func bucketError(env *cli.Env, err error) error {
 	return exitcode.With(exitcode.Internal, err)
 }
 
-// openBody opens the body: stdin for "-", else the file. Unless allowEmpty,
-// an empty body is a usage error, found before anything is acquired: for
-// stdin, a FIFO or a file that states 0 bytes (a /proc file may still have
-// some), after waiting for the first byte. That wait (and opening a FIFO
-// that has no writer yet) ends with cmd's context (Ctrl-C).
-func openBody(cmd *cobra.Command, file string, allowEmpty bool) (io.ReadCloser, error) {
+// openBody opens the body: stdin (in) for "-", else the file. Unless
+// allowEmpty, an empty body is a usage error, found before anything is
+// acquired: for stdin, a FIFO or a file that states 0 bytes (a /proc file
+// may still have some), after waiting for the first byte. That wait (and
+// opening a FIFO that has no writer yet) ends with ctx: Ctrl-C, or the
+// command's deadline (a usage error: the body did not come in time).
+func openBody(ctx context.Context, in io.Reader, file string, allowEmpty bool) (io.ReadCloser, error) {
 	type opened struct {
 		rc  io.ReadCloser
 		err error
 	}
 	ch := make(chan opened, 1)
 	go func() {
-		rc, err := openBodyNow(cmd.InOrStdin(), file, allowEmpty)
+		rc, err := openBodyNow(in, file, allowEmpty)
 		ch <- opened{rc, err}
 	}()
 	select {
 	case o := <-ch:
 		return o.rc, o.err
-	case <-cmd.Context().Done():
+	case <-ctx.Done():
 		go func() { // the open or the first read may still end
 			if o := <-ch; o.rc != nil {
 				_ = o.rc.Close()
 			}
 		}()
-		return nil, fmt.Errorf("waiting for the body (%s): %w", file, context.Cause(cmd.Context()))
+		err := fmt.Errorf("waiting for the body (%s): %w; nothing acquired", file, context.Cause(ctx))
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, exitcode.With(exitcode.Usage, err)
+		}
+		return nil, err
 	}
 }
 
@@ -491,13 +553,28 @@ func parseMeta(kvs []string) (map[string]string, error) {
 	return out, nil
 }
 
+// resultOutput is the JSON document of publish, rollback and resolve: the
+// Result, and for an outcome that is not applied or duplicate the error
+// and the process exit code (the fields of cli.ErrorOutput).
+type resultOutput struct {
+	publisher.Result
+	Error    string `json:"error,omitempty"`
+	ExitCode int    `json:"exit_code"`
+}
+
 // reportResult prints a publish, rollback or resolve Result (JSON or one
 // text line) when the call reached an outcome, tells applied from duplicate
-// on stderr, and returns err with its exit code.
+// on stderr, and returns err with its exit code. Without an outcome it
+// prints nothing: with -o json, cli.Execute prints the error document.
 func reportResult(cmd *cobra.Command, format, verb string, res publisher.Result, err error) error {
+	err = publishExit(res, err)
 	if res.Outcome != "" {
 		if format == "json" {
-			if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
+			o := resultOutput{Result: res, ExitCode: cli.ExitCode(err, cmd.Context().Err() != nil)}
+			if err != nil {
+				o.Error = cli.Message(err)
+			}
+			if perr := printJSON(cmd.OutOrStdout(), o); perr != nil {
 				return perr
 			}
 		} else {
@@ -525,7 +602,7 @@ func reportResult(cmd *cobra.Command, format, verb string, res publisher.Result,
 				append(attrs, "resolve", resolveHint(res, res.IdempotencyKey))...)
 		}
 	}
-	return publishExit(res, err)
+	return err
 }
 
 // publishExit attaches the exit code of a publisher result or error.

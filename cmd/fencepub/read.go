@@ -26,7 +26,7 @@ func newReadCmd() *cobra.Command {
 		timeout, stall         time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "read --resource R [--version V] [--out FILE]",
+		Use:   "read --resource R [--version V] [--out FILE [-o json]]",
 		Short: "Read a resource's published object, verified against the pointer",
 		Long: `read fetches the object the resource's pointer names (GET conditioned on the
 pointer's ETag) and checks its sha256 and size while streaming. The bucket is
@@ -45,6 +45,11 @@ way: GET conditioned on the ETag its history entry names, sha256 and size
 checked. A version that is not retained (never published, or collected by GC)
 is refused with exit 2, naming the versions that are.
 
+With -o json (which needs --out: stdout carries the document) it prints what
+was read: the resource, the pointer (version, object, sha256, size) and the
+bytes written, or on failure {"command", "error", "exit_code"}. --timeout bounds the
+whole command, connecting included.
+
 ` + readerExitHelp,
 		Example: `  fencepub read --resource nightly-report --out report.csv
   fencepub read --resource nightly-report --version 1.4.1 > report-1.4.1.csv`,
@@ -57,11 +62,15 @@ is refused with exit 2, naming the versions that are.
 	cmd.Flags().DurationVar(&stall, "stall-timeout", time.Minute, "give up (exit 115) when the store sends no bytes for this long (0: wait for ever)")
 	cmd.Flags().StringVar(&version, "version", "", "read this retained version, epoch.fence.seq (see 'fencepub history'), instead of the current one")
 	_ = cmd.MarkFlagRequired("resource")
+	format := addOutputFlag(cmd)
 	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		if timeout < 0 || stall < 0 {
 			return exitcode.Usagef("--timeout %s, --stall-timeout %s: want positive durations, or 0 for none", timeout, stall)
+		}
+		if *format == "json" && (out == "" || out == "-") {
+			return exitcode.Usagef("-o json prints the read's JSON on stdout: give --out FILE for the bytes")
 		}
 		ctx := c.Context()
 		if timeout > 0 {
@@ -82,7 +91,7 @@ is refused with exit 2, naming the versions that are.
 				return err
 			}
 		}
-		r, env, err := openReader(c, resource, serializable, stall)
+		r, env, err := openReader(ctx, c, resource, serializable, stall)
 		if err != nil {
 			return err
 		}
@@ -126,9 +135,21 @@ is refused with exit 2, naming the versions that are.
 		}
 		cli.Logger(c).Info("read: sha256 verified", "resource", resource, "version", body.Pointer.Version.String(),
 			"bytes", n, "sha256", body.Pointer.Object.SHA256)
+		if *format == "json" {
+			return printJSON(c.OutOrStdout(), readOutput{Resource: resource, Pointer: body.Pointer, Bytes: n, File: out})
+		}
 		return nil
 	}
 	return cmd
+}
+
+// readOutput is `fencepub read -o json`: the resource, the pointer it
+// followed, and the verified bytes written to File.
+type readOutput struct {
+	Resource string `json:"resource"`
+	fencepub.Pointer
+	Bytes int64  `json:"bytes"`
+	File  string `json:"file"`
 }
 
 // checkOutPath refuses, before anything is read, an --out path that cannot

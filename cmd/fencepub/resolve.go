@@ -81,7 +81,7 @@ an older epoch is reported stale with reason "epoch" without a seal.
 	f.StringVar(&o.digest, "sha256", "", `the attempt's request digest (the "digest" of publish's JSON; not the file's sha256sum)`)
 	f.StringVar(&o.objectKey, "object-key", "", `the attempt's object key (the "object.key" of publish's JSON)`)
 	f.StringVar(&o.from, "from", "", "the JSON the unknown publish or run printed, from FILE or - for stdin; names the whole attempt")
-	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline; etcd unreachable until then exits 115")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "upper bound on the whole command, connecting included; etcd unreachable until then exits 115")
 	out := addOutputFlag(cmd)
 	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
@@ -142,13 +142,13 @@ func (o *resolveOptions) run(c *cobra.Command, format string) error {
 		id = publisher.AttemptID{Digest: a.Digest, ObjectKey: a.Object.Key}
 	}
 	if o.body.file != "" {
-		digest, err := o.body.digest(c, o.key)
+		digest, err := o.body.digest(ctx, c.InOrStdin(), o.key)
 		if err != nil {
 			return err
 		}
 		id.Digest = digest
 	}
-	env, err := cli.OpenEnv(c)
+	env, err := cli.OpenEnvContext(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -173,6 +173,10 @@ type attemptJSON struct {
 	Object         struct {
 		Key string `json:"key"`
 	} `json:"object"`
+	// Error and ExitCode are those of a failure (cli.ErrorOutput, or a
+	// result that was not applied).
+	Error    string `json:"error"`
+	ExitCode int    `json:"exit_code"`
 }
 
 // key is the idempotency key, under publish's name or run's.
@@ -184,7 +188,8 @@ func (a attemptJSON) key() string {
 }
 
 // readAttempt decodes the first JSON document of path ("-": stdin). Errors:
-// usage (unreadable, not JSON, not an unknown outcome).
+// usage (unreadable, not JSON, a failure before any outcome, not an
+// unknown outcome).
 func readAttempt(stdin io.Reader, path string) (attemptJSON, error) {
 	in := stdin
 	if path != "-" {
@@ -199,7 +204,11 @@ func readAttempt(stdin io.Reader, path string) (attemptJSON, error) {
 	if err := json.NewDecoder(in).Decode(&a); err != nil {
 		return attemptJSON{}, exitcode.Usagef("--from %s: not the JSON of a publish (-o json): %v", path, err)
 	}
-	if a.Outcome != string(publisher.Unknown) {
+	switch {
+	case a.Outcome == "" && a.Error != "":
+		return attemptJSON{}, exitcode.Usagef("--from %s: the command failed before a publish outcome (exit %d: %s); nothing was published, so there is nothing to resolve",
+			path, a.ExitCode, a.Error)
+	case a.Outcome != string(publisher.Unknown):
 		return attemptJSON{}, exitcode.Usagef("--from %s: the outcome is %q, already definite; resolve settles an %q one", path, a.Outcome, publisher.Unknown)
 	}
 	return a, nil

@@ -46,7 +46,7 @@ duplicate.
 	g.add(cmd)
 	cmd.Flags().StringVar(&to, "to", "", "version to roll back to, epoch.fence.seq (required)")
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key of the rollback (default rollback-<random>)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "deadline for the whole rollback; a transaction still unanswered then is unknown (exit 112)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "upper bound on the whole command, connecting and releasing an acquired grant included; a transaction still unanswered then is unknown (exit 112)")
 	_ = cmd.MarkFlagRequired("to")
 	out := addOutputFlag(cmd)
 	cli.AddConnFlags(cmd)
@@ -73,26 +73,36 @@ duplicate.
 		if err := layout.ValidateResource(g.resource, false); err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
-		env, err := cli.OpenEnv(c)
+		existing, err := g.existing(c)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(c.Context(), timeout)
+		defer cancel()
+		lc, err := cli.LoadConfig(c)
+		if err != nil {
+			return err
+		}
+		work, wcancel := workContext(ctx, lc.Config, timeout, !existing)
+		defer wcancel()
+		env, err := cli.ConnectContext(work, c, lc)
 		if err != nil {
 			return err
 		}
 		defer env.Close()
-		ctx, cancel := context.WithTimeout(c.Context(), timeout)
-		defer cancel()
-		if err := historyExists(ctx, env, g.resource, v); err != nil {
+		if err := historyExists(work, env, g.resource, v); err != nil {
 			return err
 		}
 		client, err := publisher.New(env.PublisherConfig())
 		if err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
-		p, done, res, err := g.bind(ctx, c, env, client)
+		p, done, res, err := g.bind(work, ctx, c, env, client)
 		if err != nil {
 			return reportResult(c, *out, "rollback", res, err)
 		}
 		defer done()
-		res, err = p.Rollback(ctx, v, key)
+		res, err = p.Rollback(work, v, key)
 		return reportResult(c, *out, "rollback", res, err)
 	}
 	return cmd

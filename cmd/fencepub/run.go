@@ -23,6 +23,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // runOutput is `fencepub run -o json`'s document.
@@ -40,46 +41,50 @@ type runOutput struct {
 	Digest      string         `json:"digest,omitempty"` // request digest; with key, version and object it names the attempt for resolve --from
 	Duration    float64        `json:"duration_seconds"`
 	Error       string         `json:"error,omitempty"`
+	ExitCode    int            `json:"exit_code"` // fencepub's: CMD's own when CMD failed
 }
 
-// newRunCmd builds `fencepub run`: a batch command under a fenced lease whose
-// result is published with the grant's fence.
 // runOptions are the flags of `fencepub run` (addFlags) and the command
 // line after "--"; Complete fills the defaults that need the environment,
 // Validate checks them before anything is acquired, Run does the work.
 type runOptions struct {
-	resource, owner, key, runID, output, contentType string
-	ttl, wait, grace, timeout                        time.Duration
-	allowEmpty                                       bool
-	format                                           *string
-	args                                             []string // CMD ARGS...
+	resource, owner, key, runID, file, contentType, requestID string
+	ttl, maxWait, wait, grace, timeout                        time.Duration
+	allowEmpty                                                bool
+	format                                                    string
+	// outputFile is the result file given in the deprecated form
+	// --output FILE (runOutputValue).
+	outputFile string
+	args       []string // CMD ARGS...
 }
 
+// newRunCmd builds `fencepub run`: a batch command under a fenced lease whose
+// result is published with the grant's fence.
 func newRunCmd() *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
-		Use:   "run --resource R [--owner O] [--ttl 15s] [--wait 1m] [--key K] [--output FILE] -- CMD ARGS...",
+		Use:   "run --resource R [--owner O] [--ttl 15s] [--max-wait 1m] [--key K] [--file FILE] -- CMD ARGS...",
 		Short: "Run a batch command under a fenced lease and publish its result",
 		Long: `run is the fenced replacement for wrapping a cron job in flock or 'etcdctl lock':
 
-  1. acquire the lease on --resource (waiting up to --wait while another owner
-     holds it) and mint its fence in the same etcd transaction;
+  1. acquire the lease on --resource (waiting up to --max-wait while another
+     owner holds it) and mint its fence in the same etcd transaction;
   2. run CMD with FENCEPUB_RESOURCE, FENCEPUB_EPOCH, FENCEPUB_FENCE and
      FENCEPUB_OWNER in its environment, renewing the lease meanwhile;
   3. capture its result: its stdout, streamed into the object store while CMD
      runs (no file is written: run needs no writable directory), or the
-     regular file it wrote at --output, read once CMD ended (then CMD's
+     regular file it wrote at --file, read once CMD ended (then CMD's
      stdout goes to stderr: fencepub's stdout is its own output).
-     An existing --output is moved to FILE.fencepub-prev before CMD starts, so
+     An existing --file is moved to FILE.fencepub-prev before CMD starts, so
      only what CMD writes in this run can be published; it is removed once
      the new result is published, and put back whenever nothing is
      published (CMD failed, wrote nothing, was refused as stale, ...), with
-     what CMD wrote kept as FILE.fencepub-failed. --output must be a regular
+     what CMD wrote kept as FILE.fencepub-failed. --file must be a regular
      file or missing (not a symlink, directory, FIFO or device). A
      FILE.fencepub-prev found once the lease is held (fencepub itself was
-     killed mid-run) stops the run (exit 2) until you restore or remove it. An empty result is refused unless
-     --allow-empty, so a job that silently produced nothing does not replace
-     the last good result. CMD's leftover background processes (its process
+     killed mid-run) stops the run (exit 2) until you restore or remove it.
+     An empty result is refused unless --allow-empty, so a job that silently
+     produced nothing does not replace the last good result. CMD's leftover background processes (its process
      group) are killed when it exits, before the result is read;
   4. once CMD exited 0 with the lease held, publish the result with the
      grant's fence, in one etcd transaction that rejects it if a newer state
@@ -91,6 +96,22 @@ SIGTERM, then SIGKILL after --grace, and nothing is published (exit 114). Even a
 publish that slipped through late would be refused by the pointer: the fence
 travels with it.
 
+Time bounds. CMD runs as long as it takes. Everything after it has a bound:
+when CMD succeeded, --publish-timeout bounds writing and publishing the
+result and releasing the lease (the release keeps the last
+etcd.request_timeout of it, at most a quarter); otherwise (CMD failed, the
+lease was lost, an interrupt) the release gets etcd.request_timeout. So run
+exits at most --grace + etcd.request_timeout after it notices a lost lease
+(plus the --pushgateway push, if any, at most 10s). What is not done in time
+is left, and said so on stderr: the lease expires by itself within --ttl,
+and GC aborts an unfinished upload.
+
+--request-id names the acquire: when etcd or the store could not confirm a
+grant (exit 115, "retry with request id"), run the same command again with
+that --request-id and --owner (both printed) and it gets that grant back
+instead of minting another. Given from the start (say, the scheduler's run
+id), --request-id alone suffices: the default owner is derived from it.
+
 The idempotency key (--key) names the job run. Its default is
 run-<first 16 hex digits of sha256(resource, CMD ARGS..., run id)>, where the run
 id is --run-id, else $FENCEPUB_RUN_ID (set it from your scheduler: the cron slot,
@@ -99,13 +120,16 @@ the same run with the same output is "duplicate" (exit 0); with different
 output it is "conflict" (exit 111) — so jobs should produce deterministic
 output (sorted entries, no timestamps).
 
--o json (or --format json) prints one JSON document with the grant, the
-command's exit status and the publish outcome.
+-o json prints one JSON document with the grant, the command's exit status, the
+publish outcome, "error" and "exit_code" — also when nothing was published.
+-o (--output) is the output format, as in every command; the result file is
+--file. The former spellings --output FILE, --format and --wait still work,
+with a warning.
 
 Exit codes: 0 published (applied or duplicate; stderr and the JSON tell which),
 CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 111 conflict, 112 unknown (settle with 'fencepub resolve'), 113 lease held past
---wait, 114 lease lost, 115 etcd or the object store unavailable.`,
+--max-wait, 114 lease lost, 115 etcd or the object store unavailable.`,
 		Args: func(c *cobra.Command, args []string) error {
 			if c.ArgsLenAtDash() != 0 || len(args) == 0 {
 				return exitcode.Usagef("give the command after --: fencepub run --resource R -- CMD ARGS...")
@@ -123,7 +147,9 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 	}
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		start := time.Now()
-		o.Complete(args)
+		if err := o.Complete(c, args); err != nil {
+			return err
+		}
 		if err := o.Validate(); err != nil {
 			return err
 		}
@@ -137,35 +163,101 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 func (o *runOptions) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.resource, "resource", "", "resource to publish (required)")
-	f.StringVar(&o.owner, "owner", "", "owner id of this run (default <hostname>-<pid>-<random>)")
+	f.StringVar(&o.owner, "owner", "", "owner id of this run (default <hostname>-<pid>-<random>; with --request-id, derived from it)")
 	f.DurationVar(&o.ttl, "ttl", 15*time.Second, "lease TTL (whole seconds, at least 2s); renewed while CMD runs")
-	f.DurationVar(&o.wait, "wait", time.Minute, "how long to wait for the lease while another owner holds it (0: fail at once with 113)")
+	f.DurationVar(&o.maxWait, "max-wait", time.Minute, "how long to wait for the lease while another owner holds it (0: fail at once with 113)")
+	f.DurationVar(&o.wait, "wait", time.Minute, "how long to wait for the lease while another owner holds it")
+	cli.Deprecate(f, "wait", "use --max-wait (the same duration), as publish and authority acquire do")
+	f.StringVar(&o.requestID, "request-id", "", "acquire request id (default random); a retry with the same id gets the same grant")
 	f.StringVar(&o.key, "key", "", "idempotency key of this run's publish (default: see above)")
 	f.StringVar(&o.runID, "run-id", "", "identity of this job run, part of the default key (default $FENCEPUB_RUN_ID, else the UTC hour)")
-	f.StringVar(&o.output, "output", "", "publish the regular file CMD writes here instead of its stdout (an existing one is set aside as FILE.fencepub-prev while CMD runs; see above)")
+	f.StringVar(&o.file, "file", "", "publish the regular file CMD writes here instead of its stdout (an existing one is set aside as FILE.fencepub-prev while CMD runs; see above)")
 	f.StringVar(&o.contentType, "content-type", "", "content type of the result (default application/octet-stream)")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) result instead of refusing it")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
-	f.DurationVar(&o.timeout, "publish-timeout", 5*time.Minute, "deadline, from CMD's end, for writing and publishing the result; an unanswered transaction is then unknown (112)")
+	f.DurationVar(&o.timeout, "publish-timeout", 5*time.Minute, "deadline, from CMD's end, for writing and publishing the result and releasing the lease; an unanswered transaction is then unknown (112)")
 	_ = cmd.MarkFlagRequired("resource")
-	o.format = addFormatFlag(cmd, "format") // --output names the result file
+	o.format = "text"
+	f.VarP(&runOutputValue{format: &o.format, file: &o.outputFile}, cli.OutputFlag, "o", "output format: text or json")
+	completeOutput(cmd)
+	f.Var(&choice{value: &o.format, allowed: outputFormats, def: "text"}, "format", "output format: text or json")
+	cli.Deprecate(f, "format", "use -o/--output, as every command does")
 }
 
-// Complete takes CMD ARGS and fills the default owner
-// (<hostname>-<pid>-<random>) and key (defaultRunKey).
-func (o *runOptions) Complete(args []string) {
+// runOutputValue is run's -o/--output: the output format (text or json),
+// as in every command. Any other value is a result file, the flag's former
+// meaning, kept working as a deprecated spelling of --file (Complete warns).
+type runOutputValue struct{ format, file *string }
+
+var _ pflag.Value = (*runOutputValue)(nil)
+
+func (v *runOutputValue) String() string {
+	if v.format == nil {
+		return "text"
+	}
+	return *v.format
+}
+
+func (v *runOutputValue) Set(s string) error {
+	switch s {
+	case "text", "json":
+		*v.format = s
+	case "":
+		return fmt.Errorf("must be text or json")
+	default:
+		*v.file = s
+	}
+	return nil
+}
+
+func (v *runOutputValue) Type() string { return "string" }
+
+// Complete takes CMD ARGS, the deprecated spellings (--wait, --output
+// FILE: warned about on c's log) and fills the default owner
+// (<hostname>-<pid>-<random>, or run-<16 hex of sha256(--request-id)> when
+// a request id is given), key (defaultRunKey) and request id (random). Errors: usage, for a
+// former and a current spelling given together.
+func (o *runOptions) Complete(c *cobra.Command, args []string) error {
 	o.args = args
-	if o.owner == "" {
+	fl := c.Flags()
+	if fl.Changed("wait") {
+		if fl.Changed("max-wait") {
+			return exitcode.Usagef("give --max-wait, not also the deprecated --wait")
+		}
+		o.maxWait = o.wait
+	}
+	if o.outputFile != "" {
+		if o.file != "" {
+			return exitcode.Usagef("give --file, not also --output FILE (its deprecated spelling)")
+		}
+		cli.Logger(c).Warn(fmt.Sprintf("--output FILE is deprecated and will be removed: use --file %s (-o/--output is the output format, as in every command)", o.outputFile))
+		o.file = o.outputFile
+	}
+	switch {
+	case o.owner == "" && o.requestID != "":
+		// A retry with the request id is the same lease request: the same
+		// owner, or the authority refuses it (ErrRequestConflict).
+		o.owner = "run-" + hexDigest(o.requestID)
+	case o.owner == "":
 		host, _ := os.Hostname()
 		o.owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), authority.NewID()[:8])
 	}
 	if o.key == "" {
 		o.key = defaultRunKey(o.resource, args, o.runID)
 	}
+	if fl.Changed("request-id") && o.requestID == "" {
+		// An unset shell variable must not silently become a random id:
+		// the retry would then mint a second grant.
+		return exitcode.Usagef("--request-id is empty")
+	}
+	if o.requestID == "" {
+		o.requestID = authority.NewID()
+	}
+	return nil
 }
 
 // Validate checks the options before anything is acquired: names, durations,
-// the --output file and CMD's executable. Errors are usage errors (exit 2).
+// the --file and CMD's executable. Errors are usage errors (exit 2).
 func (o *runOptions) Validate() error {
 	if err := layout.ValidateResource(o.resource, false); err != nil {
 		return exitcode.With(exitcode.Usage, err)
@@ -173,17 +265,14 @@ func (o *runOptions) Validate() error {
 	if err := layout.ValidateOwner(o.owner); err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
-	if o.output == "json" || o.output == "text" {
-		return exitcode.Usagef("--output names the file CMD writes its result to; for the output format use -o %s (--format %s)", o.output, o.output)
-	}
 	switch {
-	case o.wait < 0 || o.grace < 0:
-		return exitcode.Usagef("--wait and --grace must not be negative (got %s, %s)", o.wait, o.grace)
+	case o.maxWait < 0 || o.grace < 0:
+		return exitcode.Usagef("--max-wait and --grace must not be negative (got %s, %s)", o.maxWait, o.grace)
 	case o.timeout <= 0:
 		return exitcode.Usagef("--publish-timeout %s: want a positive duration", o.timeout)
 	}
-	if o.output != "" {
-		if err := checkOutput(o.output); err != nil {
+	if o.file != "" {
+		if err := checkOutput(o.file); err != nil {
 			return err
 		}
 	}
@@ -201,13 +290,14 @@ func (o *runOptions) Validate() error {
 // began, for the report's duration.
 func (o *runOptions) Run(c *cobra.Command, start time.Time) error {
 	stderr := shareWriter(c.ErrOrStderr())
-	r := &runner{c: c, stderr: stderr, log: cli.LoggerTo(c, stderr), args: o.args, output: o.output, allowEmpty: o.allowEmpty, grace: o.grace, res: runOutput{Resource: o.resource, Owner: o.owner, Key: o.key, CommandExit: -1, Outcome: "not_published"}}
-	err := r.run(o.resource, o.owner, o.key, o.contentType, o.ttl, o.wait, o.timeout)
+	r := &runner{c: c, stderr: stderr, log: cli.LoggerTo(c, stderr), args: o.args, output: o.file, allowEmpty: o.allowEmpty, grace: o.grace, res: runOutput{Resource: o.resource, Owner: o.owner, Key: o.key, CommandExit: -1, Outcome: "not_published"}}
+	err := r.run(o)
 	r.res.Duration = time.Since(start).Seconds()
+	r.res.ExitCode = cli.ExitCode(err, c.Context().Err() != nil)
 	if err != nil {
-		r.res.Error = err.Error()
+		r.res.Error = cli.Message(err)
 	}
-	if *o.format == "json" {
+	if o.format == "json" {
 		if perr := printJSON(c.OutOrStdout(), r.res); perr != nil && err == nil {
 			err = perr
 		}
@@ -224,32 +314,44 @@ func defaultRunKey(resource string, argv []string, id string) string {
 	if id == "" {
 		id = time.Now().UTC().Format("2006-01-02T15")
 	}
+	return "run-" + hexDigest(append([]string{resource, id}, argv...)...)
+}
+
+// hexDigest is the first 16 hex digits of sha256 over parts, each
+// length-prefixed so that no two lists collide.
+func hexDigest(parts ...string) string {
 	h := sha256.New()
-	for _, s := range append([]string{resource, id}, argv...) {
-		fmt.Fprintf(h, "%d:%s", len(s), s) // length-prefixed: no two lists collide
+	for _, s := range parts {
+		fmt.Fprintf(h, "%d:%s", len(s), s)
 	}
-	return "run-" + hex.EncodeToString(h.Sum(nil))[:16]
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 type runner struct {
 	c *cobra.Command
 	// stderr carries fencepub's messages and CMD's stderr (and, with
-	// --output, its stdout): shareWriter of the command's stderr.
+	// --file, its stdout): shareWriter of the command's stderr.
 	stderr io.Writer
 	// log is the command's logger on stderr.
 	log    *slog.Logger
 	args   []string
 	output string
-	// saved is where an existing --output waits while CMD runs
+	// saved is where an existing --file waits while CMD runs
 	// (settleOutput); "" when there was none.
 	saved string
 	grace time.Duration
 	// allowEmpty publishes a 0-byte result (--allow-empty).
 	allowEmpty bool
-	res        runOutput
+	// requestTimeout is etcd.request_timeout: the release's time after a
+	// CMD that did not succeed. reserve is the part of --publish-timeout
+	// kept for the release (releaseReserve); releaseBy, set once CMD
+	// succeeded (afterCommand), is the release's deadline.
+	requestTimeout, reserve time.Duration
+	releaseBy               time.Time
+	res                     runOutput
 }
 
-// childOutput returns the writer of CMD's stderr (and, with --output, its
+// childOutput returns the writer of CMD's stderr (and, with --file, its
 // stdout): stderr itself, or in JSON log mode a lineLogger, so that
 // fencepub's stderr stays JSON lines (docs/cli.md "Logs"). The caller flushes
 // a lineLogger once CMD's output is closed.
@@ -312,7 +414,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeout time.Duration) error {
+func (r *runner) run(o *runOptions) error {
+	resource, owner, key := o.resource, o.owner, o.key
 	env, err := cli.OpenEnv(r.c)
 	if err != nil {
 		return err
@@ -324,12 +427,15 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
-	r.log.Info("run: acquiring the lease", "resource", resource, "owner", owner, "ttl", ttl, "wait", wait)
+	if err := checkStore(ctx, env, a); err != nil {
+		return err
+	}
+	r.log.Info("run: acquiring the lease", "resource", resource, "owner", owner, "ttl", o.ttl, "max_wait", o.maxWait, "request_id", o.requestID)
 	// MaxWait bounds only the wait for another holder: a grant in progress
 	// when it passes is finished, never cut in half.
-	g, err := a.Acquire(ctx, authority.AcquireRequest{Resource: resource, Owner: owner, TTL: ttl, Wait: wait > 0, MaxWait: wait})
+	g, err := a.Acquire(ctx, authority.AcquireRequest{Resource: resource, Owner: owner, RequestID: o.requestID, TTL: o.ttl, Wait: o.maxWait > 0, MaxWait: o.maxWait})
 	if err != nil {
-		return authorityExit(err)
+		return authorityExit(retryHint(err, owner, o.requestID))
 	}
 	r.res.Epoch, r.res.Fence = g.Epoch, g.Generation
 	r.log.Info("run: granted", "resource", resource, "epoch", g.Epoch, "fence", g.Generation)
@@ -339,10 +445,18 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	if err != nil {
 		return authorityExit(err)
 	}
+	// The release's deadline: the publish's (--publish-timeout from CMD's
+	// end, afterCommand) once CMD succeeded, else etcd.request_timeout
+	// from now.
+	r.requestTimeout, r.reserve = env.Config.Etcd.RequestTimeout, releaseReserve(env.Config, o.timeout)
 	defer func() {
-		if err := sess.Close(); err != nil && !errors.Is(err, authority.ErrLeaseLost) {
-			env.Log.Warn("release failed; the lease expires by itself", "err", err)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.requestTimeout)
+		if !r.releaseBy.IsZero() {
+			cancel()
+			rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), r.releaseBy)
 		}
+		defer cancel()
+		releaseGrant(rctx, env.Log, sess)
 	}()
 
 	published := false
@@ -350,23 +464,23 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	// Bound before CMD starts: its stdout streams into the store while it
 	// runs. Re-sends of the transaction go on until --publish-timeout.
 	cfg := env.PublisherConfig()
-	cfg.ResendTimeout = timeout
+	cfg.ResendTimeout = o.timeout
 	client, err := publisher.New(cfg)
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
-	bctx, bcancel := context.WithTimeout(ctx, timeout)
+	bctx, bcancel := context.WithTimeout(ctx, o.timeout)
 	p, err := client.Bind(bctx, publisher.GrantTerm(g, false))
 	bcancel()
 	if err != nil {
 		return publishExit(publisher.Result{}, err)
 	}
-	op := publisher.Operation{IdempotencyKey: key, ContentType: contentType}
+	op := publisher.Operation{IdempotencyKey: key, ContentType: o.contentType}
 	var res publisher.Result
 	if r.output == "" {
-		res, err = r.publishStdout(sess, g, p, op, timeout)
+		res, err = r.publishStdout(sess, g, p, op, o.timeout)
 	} else {
-		res, err = r.publishOutput(sess, g, p, op, timeout)
+		res, err = r.publishOutput(sess, g, p, op, o.timeout)
 	}
 	if res.Outcome != "" { // else not_published: the publish never reached etcd
 		r.res.Outcome, r.res.Reason, r.res.Version, r.res.Object, r.res.Digest = string(res.Outcome), string(res.Reason), res.Version, res.Object, res.Digest
@@ -391,7 +505,7 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 }
 
 // publishOutput runs CMD to its end and then publishes the regular file it
-// wrote at --output, within timeout.
+// wrote at --file, within timeout.
 func (r *runner) publishOutput(sess *authority.Session, g authority.Grant, p *publisher.Publisher, op publisher.Operation, timeout time.Duration) (publisher.Result, error) {
 	cmd, childOut, err := r.start(g, nil)
 	if err != nil {
@@ -404,11 +518,11 @@ func (r *runner) publishOutput(sess *authority.Session, g authority.Grant, p *pu
 	// between the check and the upload. (Stat first: opening a FIFO would
 	// block.)
 	if fi, err := os.Lstat(r.output); err == nil && !fi.Mode().IsRegular() {
-		return publisher.Result{}, exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
+		return publisher.Result{}, exitcode.Usagef("the command's result at --file %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
 	}
 	body, err := os.Open(r.output)
 	if err != nil {
-		return publisher.Result{}, exitcode.With(exitcode.Usage, fmt.Errorf("the command succeeded but wrote no result at --output %s: %w; nothing published", r.output, err))
+		return publisher.Result{}, exitcode.With(exitcode.Usage, fmt.Errorf("the command succeeded but wrote no result at --file %s: %w; nothing published", r.output, err))
 	}
 	defer body.Close()
 	fi, err := body.Stat()
@@ -416,18 +530,28 @@ func (r *runner) publishOutput(sess *authority.Session, g authority.Grant, p *pu
 	case err != nil:
 		return publisher.Result{}, exitcode.With(exitcode.Usage, fmt.Errorf("result %s: %w", r.output, err))
 	case !fi.Mode().IsRegular():
-		return publisher.Result{}, exitcode.Usagef("the command's result at --output %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
+		return publisher.Result{}, exitcode.Usagef("the command's result at --file %s is %s, not a regular file; nothing published", r.output, fileKind(fi.Mode()))
 	case fi.Size() == 0 && !r.allowEmpty:
 		return publisher.Result{}, errEmptyResult(r.output)
 	}
 	if err := leaseHeld(sess); err != nil {
 		return publisher.Result{}, err
 	}
-	pctx, pcancel := context.WithTimeout(r.c.Context(), timeout)
+	pctx, pcancel := context.WithDeadline(r.c.Context(), r.afterCommand(timeout))
 	defer pcancel()
 	r.log.Info("run: publishing the result", "resource", g.Resource, "fence", g.Generation, "key", op.IdempotencyKey)
 	op.Body = body
 	return p.Publish(pctx, op)
+}
+
+// afterCommand starts the bound on everything after a CMD that exited 0:
+// --publish-timeout (timeout) from now, which the release keeps
+// (releaseBy). It returns the publish's deadline, r.reserve earlier, so
+// that a publish running into the bound still leaves the release its time
+// (as workContext does for publish).
+func (r *runner) afterCommand(timeout time.Duration) time.Time {
+	r.releaseBy = time.Now().Add(timeout)
+	return r.releaseBy.Add(-r.reserve)
 }
 
 // errEmptyResult refuses an empty result (exit 2) unless --allow-empty.
@@ -454,7 +578,7 @@ func leaseHeld(sess *authority.Session) error {
 const leftoverWait = 2 * time.Second
 
 // start starts CMD with the grant in its environment, its stdout on stdout
-// (nil: the writer of CMD's stderr, as with --output, since fencepub's
+// (nil: the writer of CMD's stderr, as with --file, since fencepub's
 // stdout is its own), and returns it with the writer of its stderr.
 func (r *runner) start(g authority.Grant, stdout io.Writer) (*exec.Cmd, io.Writer, error) {
 	cmd := exec.Command(r.args[0], r.args[1:]...)
@@ -551,10 +675,10 @@ func resultName(output string) string {
 	if output == "" {
 		return "its stdout"
 	}
-	return "--output " + output
+	return "--file " + output
 }
 
-// savedSuffix names where an existing --output waits while CMD runs;
+// savedSuffix names where an existing --file waits while CMD runs;
 // failedSuffix where the output of a run that published nothing is kept
 // when the previous file goes back.
 const (
@@ -562,7 +686,7 @@ const (
 	failedSuffix = ".fencepub-failed"
 )
 
-// checkOutput refuses an --output that cannot receive this run's result:
+// checkOutput refuses an --file that cannot receive this run's result:
 // an existing path that is not a regular file (a directory, FIFO, device,
 // or a symlink, whose target a rename would leave behind). Errors carry
 // exit code 2. It runs before the lease and again, with the
@@ -571,9 +695,9 @@ func checkOutput(output string) error {
 	fi, err := os.Lstat(output)
 	switch {
 	case err == nil && !fi.Mode().IsRegular():
-		return exitcode.Usagef("--output %s is %s; give the regular file CMD writes its result to", output, fileKind(fi.Mode()))
+		return exitcode.Usagef("--file %s is %s; give the regular file CMD writes its result to", output, fileKind(fi.Mode()))
 	case err != nil && !errors.Is(err, os.ErrNotExist):
-		return exitcode.Usagef("--output %s: %v", output, err)
+		return exitcode.Usagef("--file %s: %v", output, err)
 	}
 	return nil
 }
@@ -601,7 +725,7 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// setAsideOutput moves an existing --output to FILE.fencepub-prev, after the
+// setAsideOutput moves an existing --file to FILE.fencepub-prev, after the
 // grant and just before CMD starts, so that only what CMD writes in this
 // run can be published (settleOutput ends it). A FILE.fencepub-prev already
 // there was left by a fencepub killed mid-run (a live run of this resource
@@ -615,16 +739,16 @@ func (r *runner) setAsideOutput() error {
 	}
 	saved := r.output + savedSuffix
 	if exists(saved) {
-		return exitcode.Usagef("--output %s: %s was left by an interrupted run (fencepub killed before it could put the file back); restore or remove it", r.output, saved)
+		return exitcode.Usagef("--file %s: %s was left by an interrupted run (fencepub killed before it could put the file back); restore or remove it", r.output, saved)
 	}
 	if !exists(r.output) {
 		return nil
 	}
 	if err := os.Rename(r.output, saved); err != nil {
-		return exitcode.Usagef("--output %s: cannot set the existing file aside: %v", r.output, err)
+		return exitcode.Usagef("--file %s: cannot set the existing file aside: %v", r.output, err)
 	}
 	r.saved = saved
-	r.log.Info("run: --output existed: set aside while the command runs", "output", r.output, "saved", saved)
+	r.log.Info("run: --file existed: set aside while the command runs", "output", r.output, "saved", saved)
 	return nil
 }
 
@@ -642,7 +766,7 @@ func (r *runner) settleOutput(published bool) {
 		return
 	}
 	if !exists(r.saved) {
-		r.log.Info("run: nothing published; the previous --output, set aside, was removed during the run", "output", r.output, "saved", r.saved)
+		r.log.Info("run: nothing published; the previous --file, set aside, was removed during the run", "output", r.output, "saved", r.saved)
 		return
 	}
 	failed := ""
@@ -653,17 +777,17 @@ func (r *runner) settleOutput(published bool) {
 			err = os.Rename(r.output, failed)
 		}
 		if err != nil {
-			r.log.Info("run: could not put the previous --output back", "output", r.output, "saved", r.saved, "err", err)
+			r.log.Info("run: could not put the previous --file back", "output", r.output, "saved", r.saved, "err", err)
 			return
 		}
 	}
 	if err := os.Rename(r.saved, r.output); err != nil {
-		r.log.Info("run: could not put the previous --output back", "output", r.output, "saved", r.saved, "err", err)
+		r.log.Info("run: could not put the previous --file back", "output", r.output, "saved", r.saved, "err", err)
 		return
 	}
 	if failed != "" {
-		r.log.Info("run: nothing published; the previous --output is back in place", "output", r.output, "command_output", failed)
+		r.log.Info("run: nothing published; the previous --file is back in place", "output", r.output, "command_output", failed)
 	} else {
-		r.log.Info("run: nothing published; the previous --output is back in place", "output", r.output)
+		r.log.Info("run: nothing published; the previous --file is back in place", "output", r.output)
 	}
 }

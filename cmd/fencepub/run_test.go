@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,7 +21,7 @@ import (
 )
 
 // TestRunCLI drives `fencepub run` against real etcd and MinIO: stdout and
-// --output capture, a retried run (duplicate), changed output under the same
+// --file capture, a retried run (duplicate), changed output under the same
 // key (conflict), a failing command (its exit code, nothing published) and a
 // lease lost while the command runs (terminated, nothing published, 114).
 func TestRunCLI(t *testing.T) {
@@ -105,14 +106,14 @@ func TestRunCLI(t *testing.T) {
 		t.Fatalf("orphans left after one gc pass: scanned %d, deleted %d; want only the published object", scanned, deleted)
 	}
 
-	// --output capture.
+	// --file capture.
 	res := filepath.Join(dir, "result.txt")
-	o = fp(0, "run", "--resource", "job3", "--ttl", "2s", "--output", res, "-o", "json", "--", "sh", "-c", "echo from-file > "+res)
+	o = fp(0, "run", "--resource", "job3", "--ttl", "2s", "--file", res, "-o", "json", "--", "sh", "-c", "echo from-file > "+res)
 	if o.Outcome != "applied" || read("job3") != "from-file\n" {
-		t.Fatalf("--output run %+v", o)
+		t.Fatalf("--file run %+v", o)
 	}
 
-	// An existing --output is set aside while CMD runs, so only what CMD
+	// An existing --file is set aside while CMD runs, so only what CMD
 	// writes in this run is published: it comes back when CMD fails or
 	// writes nothing (or only an empty file), and is removed once a new
 	// result is published. An append publishes only what this run wrote.
@@ -124,53 +125,53 @@ func TestRunCLI(t *testing.T) {
 	intact := func(when string) {
 		t.Helper()
 		if b, err := os.ReadFile(kept); err != nil || string(b) != "important\n" || exists(saved) {
-			t.Fatalf("--output %s: %q, %v (saved copy left: %v)", when, b, err, exists(saved))
+			t.Fatalf("--file %s: %q, %v (saved copy left: %v)", when, b, err, exists(saved))
 		}
 	}
-	fp(1, "run", "--resource", "job7", "--output", kept, "--", "false")
+	fp(1, "run", "--resource", "job7", "--file", kept, "--", "false")
 	intact("after a failed command")
-	fp(exitcode.Usage, "run", "--resource", "job7", "--output", kept, "--", "true")
+	fp(exitcode.Usage, "run", "--resource", "job7", "--file", kept, "--", "true")
 	intact("after a command that wrote nothing")
-	fp(exitcode.Usage, "run", "--resource", "job7", "--output", kept, "--", "touch", kept)
+	fp(exitcode.Usage, "run", "--resource", "job7", "--file", kept, "--", "touch", kept)
 	intact("after a command that only touched it")
 	// A command that fails after writing: the previous file is back, what
 	// it wrote is kept aside, and the next run is not blocked.
 	failed := kept + ".fencepub-failed"
-	fp(3, "run", "--resource", "job7", "--output", kept, "--", "sh", "-c", "echo partial > "+kept+"; exit 3")
+	fp(3, "run", "--resource", "job7", "--file", kept, "--", "sh", "-c", "echo partial > "+kept+"; exit 3")
 	intact("after a command that failed after writing")
 	if b, err := os.ReadFile(failed); err != nil || string(b) != "partial\n" {
 		t.Fatalf("the failed run's output: %q, %v", b, err)
 	}
 	// Whatever a failed run left at FILE.fencepub-failed (here a directory)
 	// is replaced by the next failure's, never blocking a later run.
-	fp(exitcode.Usage, "run", "--resource", "job7", "--output", kept, "--", "mkdir", kept)
-	fp(4, "run", "--resource", "job7", "--output", kept, "--", "sh", "-c", "echo again > "+kept+"; exit 4")
+	fp(exitcode.Usage, "run", "--resource", "job7", "--file", kept, "--", "mkdir", kept)
+	fp(4, "run", "--resource", "job7", "--file", kept, "--", "sh", "-c", "echo again > "+kept+"; exit 4")
 	intact("after two failed runs")
 	if b, err := os.ReadFile(failed); err != nil || string(b) != "again\n" {
 		t.Fatalf("the second failed run's output: %q, %v", b, err)
 	}
-	// With --output, CMD's stdout goes to stderr: -o json stays parseable.
-	if o = fp(0, "run", "--resource", "job7", "--output", kept, "-o", "json", "--", "sh", "-c", "echo chatter; echo more >> "+kept); o.Outcome != "applied" {
+	// With --file, CMD's stdout goes to stderr: -o json stays parseable.
+	if o = fp(0, "run", "--resource", "job7", "--file", kept, "-o", "json", "--", "sh", "-c", "echo chatter; echo more >> "+kept); o.Outcome != "applied" {
 		t.Fatalf("-o json with a chatty command: %+v", o)
 	}
 	if got := read("job7"); got != "more\n" || exists(saved) || !exists(failed) {
-		t.Fatalf("appended --output published %q (saved copy left: %v)", got, exists(saved))
+		t.Fatalf("appended --file published %q (saved copy left: %v)", got, exists(saved))
 	}
 	// A FIFO (or any non-regular file) is refused before the lease.
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	fp(exitcode.Usage, "run", "--resource", "job7", "--output", fifo, "--", "true")
+	fp(exitcode.Usage, "run", "--resource", "job7", "--file", fifo, "--", "true")
 	// ... and so is a symlink (a rename would leave its target behind) ...
 	sym := filepath.Join(dir, "sym")
 	if err := os.Symlink(kept, sym); err != nil {
 		t.Fatal(err)
 	}
-	fp(exitcode.Usage, "run", "--resource", "job7", "--output", sym, "--", "true")
+	fp(exitcode.Usage, "run", "--resource", "job7", "--file", sym, "--", "true")
 	// ... and so is one that CMD leaves (opening it would block).
 	made := filepath.Join(dir, "made-fifo")
-	fp(exitcode.Usage, "run", "--resource", "job7", "--output", made, "--", "mkfifo", made)
+	fp(exitcode.Usage, "run", "--resource", "job7", "--file", made, "--", "mkfifo", made)
 	// Background children are killed when CMD exits: one that would empty
 	// the result after CMD's end changes nothing. (It must not hold CMD's
 	// stdout and stderr, which are pipes here, not the terminal: Wait
@@ -178,7 +179,7 @@ func TestRunCLI(t *testing.T) {
 	// CMD exits once the child has written its pid; the child, if it
 	// survived, would empty the file 0.3 s later.
 	bg, bgPid := filepath.Join(dir, "bg.txt"), filepath.Join(dir, "bg.pid")
-	fp(0, "run", "--resource", "job7", "--output", bg, "--", "sh", "-c", "echo good > "+bg+
+	fp(0, "run", "--resource", "job7", "--file", bg, "--", "sh", "-c", "echo good > "+bg+
 		"; sh -c 'echo $$ > "+bgPid+"; sleep 0.3; : > "+bg+"' >/dev/null 2>&1 & while [ ! -s "+bgPid+" ]; do sleep 0.01; done")
 	pidText, err := os.ReadFile(bgPid)
 	if err != nil {
@@ -200,7 +201,7 @@ func TestRunCLI(t *testing.T) {
 		t.Fatalf("--allow-empty run %+v", o)
 	}
 
-	// Two runs of one resource and one --output, the second waiting for
+	// Two runs of one resource and one --file, the second waiting for
 	// the lease: it runs after the first, not refused because of the
 	// first's FILE.fencepub-prev.
 	shared := filepath.Join(dir, "shared.txt")
@@ -213,14 +214,14 @@ func TestRunCLI(t *testing.T) {
 	}
 	first := make(chan done, 1)
 	go func() { // fp would call t.Fatal off the test goroutine
-		stdout, _, code := publishCLI(t, ctx, "", append(append([]string{"run", "--resource", "job10", "--run-id", "a", "--output", shared, "-o", "json"}, conn...),
+		stdout, _, code := publishCLI(t, ctx, "", append(append([]string{"run", "--resource", "job10", "--run-id", "a", "--file", shared, "-o", "json"}, conn...),
 			"--", "sh", "-c", "sleep 1; echo a > "+shared)...)
 		first <- done{stdout, code}
 	}()
 	for !exists(shared + ".fencepub-prev") {
 		time.Sleep(10 * time.Millisecond)
 	}
-	second := fp(0, "run", "--resource", "job10", "--run-id", "b", "--wait", "30s", "--output", shared, "-o", "json", "--", "sh", "-c", "echo b > "+shared)
+	second := fp(0, "run", "--resource", "job10", "--run-id", "b", "--max-wait", "30s", "--file", shared, "-o", "json", "--", "sh", "-c", "echo b > "+shared)
 	f := <-first
 	var fo out
 	if err := json.Unmarshal([]byte(f.stdout), &fo); err != nil || f.code != 0 || fo.Outcome != "applied" ||
@@ -229,15 +230,22 @@ func TestRunCLI(t *testing.T) {
 	}
 
 	// A lease still held when the wait ends is 113 naming the holder, from
-	// run and from publish --wait alike.
+	// run --max-wait and publish --max-wait alike; so with the deprecated
+	// spellings run --wait D and publish --wait (until --timeout), which
+	// warn.
 	fp(0, "authority", "acquire", "--resource", "job9", "--owner", "alice", "--ttl", "30s")
 	for _, args := range [][]string{
+		append(append([]string{"run", "--resource", "job9", "--max-wait", "1s"}, conn...), "--", "echo", "hi"),
+		append([]string{"publish", "--resource", "job9", "--owner", "bob", "--ttl", "5s", "--max-wait", "1s", "--key", "q", "--file", bg}, conn...),
 		append(append([]string{"run", "--resource", "job9", "--wait", "1s"}, conn...), "--", "echo", "hi"),
 		append([]string{"publish", "--resource", "job9", "--owner", "bob", "--ttl", "5s", "--wait", "--key", "q", "--file", bg, "--timeout", "1s"}, conn...),
 	} {
 		_, stderr, code := publishCLI(t, ctx, "", args...)
 		if code != exitcode.Held || !strings.Contains(stderr, `"alice"`) {
-			t.Fatalf("%s on a held lease: exit %d, stderr %q; want 113 naming alice", args[0], code, stderr)
+			t.Fatalf("%q on a held lease: exit %d, stderr %q; want 113 naming alice", args, code, stderr)
+		}
+		if deprecated := slices.Contains(args, "--wait"); deprecated != strings.Contains(stderr, "flag --wait is deprecated") {
+			t.Fatalf("%q: stderr %q; want a deprecation warning exactly for --wait", args, stderr)
 		}
 	}
 
@@ -339,4 +347,41 @@ func processAlive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+// TestRunRequestID: run --request-id names the acquire, as publish's and
+// authority acquire's do, so running the same command again after an
+// unconfirmed grant gets that grant back rather than minting another. Here
+// the first run ends normally (its grant released), so the retry gets the
+// same generation back, no longer live: exit 114 and nothing run; a run
+// without the id mints the next generation.
+func TestRunRequestID(t *testing.T) {
+	conn, _, _ := testenv.CLIStack(t, "runreqid")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	marker := filepath.Join(t.TempDir(), "ran")
+	run := func(want int, extra ...string) runOutput {
+		t.Helper()
+		args := append(append(append([]string{"run", "--resource", "job", "--ttl", "5s", "-o", "json"}, extra...), conn...), "--", "sh", "-c", "echo x; echo run >> "+marker)
+		out, errs, code := publishCLI(t, ctx, "", args...)
+		if code != want {
+			t.Fatalf("run %q: exit %d, want %d\nstdout: %s\nstderr: %s", extra, code, want, out, errs)
+		}
+		var o runOutput
+		if err := json.Unmarshal([]byte(out), &o); err != nil {
+			t.Fatalf("run %q: %v\n%s", extra, err, out)
+		}
+		return o
+	}
+	first := run(0, "--request-id", "job-slot-1")
+	again := run(exitcode.LeaseLost, "--request-id", "job-slot-1", "--key", "other")
+	if again.Fence != 0 && again.Fence != first.Fence {
+		t.Fatalf("a retry with the request id got fence %d, want the original %d (or none)", again.Fence, first.Fence)
+	}
+	if b, _ := os.ReadFile(marker); string(b) != "run\n" {
+		t.Fatalf("the command ran %q times; want once (not under the retried, expired grant)", b)
+	}
+	if next := run(0, "--key", "third"); next.Fence != first.Fence+1 {
+		t.Fatalf("a run without the id got fence %d, want %d", next.Fence, first.Fence+1)
+	}
 }

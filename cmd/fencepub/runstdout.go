@@ -29,7 +29,8 @@ import (
 // Read fails, the publisher aborts the upload (nothing is ever visible
 // under the attempt's key) and sends no transaction, and run returns CMD's
 // own outcome. --publish-timeout counts from CMD's end: it bounds the rest
-// of the upload and the transaction's re-sends.
+// of the upload, the transaction's re-sends and the release; the abort
+// after a CMD that failed gets etcd.request_timeout, as the release does.
 //
 // If the upload fails while CMD runs (the store is down), CMD runs on to
 // its end with its stdout drained and discarded (a store outage does not
@@ -63,7 +64,14 @@ func (r *runner) publishStdout(sess *authority.Session, g authority.Grant, p *pu
 	}()
 	cmdErr := r.wait(sess, g, cmd, childOut)
 	out.settle(cmdErr)
-	deadline := time.AfterFunc(timeout, func() { pcancel(errPublishTimeout) })
+	// After a CMD that failed, the upload's abort gets what the release
+	// gets; after one that succeeded, the rest of --publish-timeout less
+	// the release's part (afterCommand).
+	bound := r.requestTimeout
+	if cmdErr == nil {
+		bound = time.Until(r.afterCommand(timeout))
+	}
+	deadline := time.AfterFunc(bound, func() { pcancel(errPublishTimeout) })
 	defer deadline.Stop()
 	o := <-published
 	switch {

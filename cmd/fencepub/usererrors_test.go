@@ -46,10 +46,10 @@ func TestUserMistakes(t *testing.T) {
 		{"--file does not exist", append(publish, "--file", filepath.Join(dir, "nope")), "--file", ""},
 		{"--file is empty", append(publish, "--file", emptyFile), "--allow-empty", ""},
 		{"stdin is empty", append(publish, "-"), "--allow-empty", ""},
-		{"run: --output is a directory", []string{"run", "--resource", "r", "--output", dir, "--", "true"}, "is a directory", ""},
+		{"run: --file is a directory", []string{"run", "--resource", "r", "--file", dir, "--", "true"}, "is a directory", ""},
 		{"run: CMD does not exist", []string{"run", "--resource", "r", "--", filepath.Join(dir, "no-such-cmd")}, "no-such-cmd", ""},
 		{"run: zero publish timeout", []string{"run", "--resource", "r", "--publish-timeout", "0s", "--", "true"}, "--publish-timeout", ""},
-		{"run: negative wait", []string{"run", "--resource", "r", "--wait", "-1s", "--", "true"}, "--wait", ""},
+		{"run: negative wait", []string{"run", "--resource", "r", "--max-wait", "-1s", "--", "true"}, "--max-wait", ""},
 	} {
 		_, errs, code := publishCLI(t, ctx, tc.stdin, append(tc.args, conn...)...)
 		if code != 2 || !strings.Contains(errs, tc.want) {

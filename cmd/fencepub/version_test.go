@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/fencepub/fencepub/internal/cli"
 )
 
 // decodeVersion strictly decodes `fencepub version -o json` output.
@@ -20,8 +22,8 @@ func decodeVersion(t *testing.T, out string) buildInfo {
 	if err := dec.Decode(&b); err != nil {
 		t.Fatalf("version -o json: %v\n%s", err, out)
 	}
-	if b.SchemaVersion != jsonSchemaVersion {
-		t.Fatalf("version -o json: schema_version %d, want %d", b.SchemaVersion, jsonSchemaVersion)
+	if b.SchemaVersion != cli.SchemaVersion {
+		t.Fatalf("version -o json: schema_version %d, want %d", b.SchemaVersion, cli.SchemaVersion)
 	}
 	return b.buildInfo
 }

@@ -40,6 +40,7 @@ its first publish.
 	}
 	cmd.Flags().StringVar(&resource, "resource", "", "resource name (required)")
 	cmd.Flags().IntVar(&count, "count", 0, "exit after printing this many versions (0: run until interrupted)")
+	cmd.Flags().VarP(&choice{value: new(string), allowed: []string{"json"}, def: "json"}, cli.OutputFlag, "o", "output format: json (watch prints JSON lines only)")
 	_ = cmd.MarkFlagRequired("resource")
 	allowMissing := addAllowMissing(cmd)
 	cli.AddConnFlags(cmd)
@@ -48,7 +49,7 @@ its first publish.
 		if count < 0 {
 			return exitcode.Usagef("--count %d: want 0 (run until interrupted) or more", count)
 		}
-		r, env, err := openReader(c, resource, false, 0)
+		r, env, err := openReader(c.Context(), c, resource, false, 0)
 		if err != nil {
 			return err
 		}

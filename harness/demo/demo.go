@@ -246,7 +246,7 @@ func (r *run) main(ctx context.Context) error {
 	r.say("      each snapshots %s (deterministic tar.gz + manifest) and publishes it", r.o.Src)
 	for _, w := range []string{"w1", "w2", "w3"} {
 		p, err := startProc(w, r.dir, filepath.Join(r.o.BinDir, "batch-publisher"), []string{
-			"--config", r.cfg, "--resource", Resource, "--owner", w, "--ttl", r.o.TTL.String(), "--wait", "2m",
+			"--config", r.cfg, "--resource", Resource, "--owner", w, "--ttl", r.o.TTL.String(), "--max-wait", "2m",
 			"--src", r.o.Src, "--key", "demo-run-" + w, "--hold", "1500ms", "--unsafe-ignore-lease-loss",
 		}, func(line string) {
 			if ev, ok := parseEvent(w, line); ok {

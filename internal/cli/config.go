@@ -23,6 +23,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/retry"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -115,21 +116,29 @@ type Env struct {
 	Stderr io.Writer
 }
 
-// etcdProbeTimeout bounds OpenEnv's first read.
-const etcdProbeTimeout = 3 * time.Second
-
-// OpenEnv loads the configuration and connects. Configuration errors exit
-// with code 2 naming the key, and so do etcd refusing the credentials or
-// the probe read's permission, and TLS failures (etcdConnectError); an
-// etcd client that cannot be built otherwise exits with 115 (unavailable),
-// and so does an etcd that does not answer a serializable read within
-// etcdProbeTimeout.
+// OpenEnv loads the configuration and connects (Connect), for a command
+// without a deadline of its own. Configuration errors exit with code 2
+// naming the key, and so do etcd refusing the credentials or the probe
+// read's permission, and TLS failures (etcdConnectError); an etcd client
+// that cannot be built otherwise exits with 115 (unavailable), and so does
+// an etcd that does not answer the probe read in time (probeEtcd).
 func OpenEnv(cmd *cobra.Command) (*Env, error) {
 	lc, err := LoadConfig(cmd)
 	if err != nil {
 		return nil, err
 	}
 	return Connect(cmd, lc)
+}
+
+// OpenEnvContext is OpenEnv for a command with a deadline of its own
+// (--timeout): ctx carries it, and connecting counts against it
+// (ConnectContext).
+func OpenEnvContext(ctx context.Context, cmd *cobra.Command) (*Env, error) {
+	lc, err := LoadConfig(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return ConnectContext(ctx, cmd, lc)
 }
 
 // LoadedConfig is a command's validated configuration and the config file
@@ -153,13 +162,27 @@ func LoadConfig(cmd *cobra.Command) (LoadedConfig, error) {
 	return LoadedConfig{cfg, used}, nil
 }
 
-// Connect is OpenEnv's second half: the clients of a loaded configuration.
+// Connect is OpenEnv's second half, for a command without a deadline of
+// its own: ConnectContext with cmd's context, the probe retried for
+// probeBudget.
 func Connect(cmd *cobra.Command, lc LoadedConfig) (*Env, error) {
+	ctx, cancel := context.WithTimeout(cmd.Context(), probeBudget(lc.Config))
+	defer cancel() // the clients do not keep ctx
+	return ConnectContext(ctx, cmd, lc)
+}
+
+// ConnectContext is OpenEnvContext's second half: the clients of a loaded
+// configuration, and one probe read of etcd (probeEtcd), retried until
+// ctx's deadline, so that an unreachable etcd fails with the endpoints and
+// a hint rather than a bare "context deadline exceeded" later. The clients
+// do not keep ctx. Errors: as OpenEnv; ctx's error when ctx is cancelled.
+func ConnectContext(ctx context.Context, cmd *cobra.Command, lc LoadedConfig) (*Env, error) {
 	cfg, used := lc.Config, lc.File
+	log := Logger(cmd)
 	if used == "" && !cmd.Flags().Changed("domain") && os.Getenv("FENCEPUB_NAMESPACE_DOMAIN") == "" {
 		// A command run away from its config file would otherwise look at
 		// the default domain and report, say, "nothing published".
-		Logger(cmd).Info(fmt.Sprintf("no config file (./fencepub.yaml, ~/.config/fencepub/fencepub.yaml; --config); using domain %q of prefix %q at %s",
+		log.Info(fmt.Sprintf("no config file (./fencepub.yaml, ~/.config/fencepub/fencepub.yaml; --config); using domain %q of prefix %q at %s",
 			cfg.Namespace.Domain, cfg.Namespace.Prefix, strings.Join(cfg.Etcd.Endpoints, ",")))
 	}
 	ns, _ := cfg.NS() // validated by Load
@@ -168,31 +191,76 @@ func Connect(cmd *cobra.Command, lc LoadedConfig) (*Env, error) {
 		if errors.Is(err, config.ErrInvalid) {
 			return nil, exitcode.With(exitcode.Usage, err)
 		}
-		return nil, etcdConnectError(cmd.Context(), cfg, err)
+		return nil, etcdConnectError(ctx, cfg, err, 0)
 	}
 	store, err := s3store.New(cfg.S3)
 	if err != nil {
 		_ = cli.Close()
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
-	// Fail fast, with the endpoint and a hint, rather than hang or time out
-	// later with a bare "context deadline exceeded".
-	pctx, cancel := context.WithTimeout(cmd.Context(), etcdProbeTimeout)
-	_, err = cli.Get(pctx, ns.EpochKey(), clientv3.WithSerializable(), clientv3.WithCountOnly())
-	cancel()
-	if err != nil {
+	if err := probeEtcd(ctx, log, cfg, cli, ns.EpochKey()); err != nil {
 		_ = cli.Close()
-		if cmd.Context().Err() != nil {
-			return nil, cmd.Context().Err()
-		}
-		return nil, etcdConnectError(cmd.Context(), cfg, err)
+		return nil, err
 	}
 	return &Env{
 		Config: cfg, Etcd: cli, Store: store, NS: ns,
-		Log:    Logger(cmd),
+		Log:    log,
 		Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 	}, nil
 }
+
+// probeEtcd makes one serializable count-only read of key, each attempt
+// bounded by etcd.request_timeout, and sends it again (jittered backoff,
+// usually to another member) while etcd does not answer, until ctx's
+// deadline, or for probeBudget when ctx has none: a slow or lossy link that
+// a quorum is reachable over costs attempts, not the command (DESIGN.md
+// invariant 12). After the first unanswered attempt it logs a warning with
+// the endpoints, so an etcd that is down is reported at once while the
+// probe keeps trying. It stops at the first answer that is not "no
+// answer": etcd refusing the credentials or the permission, and a TLS
+// problem (diagnosed once, after the first failure) exit 2 naming the key.
+// Errors: etcdConnectError's (exit 115 once the time is up), ctx's error
+// when ctx is cancelled.
+func probeEtcd(ctx context.Context, log *slog.Logger, cfg config.Config, cli *clientv3.Client, key string) error {
+	bctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		bctx, cancel = context.WithTimeout(ctx, probeBudget(cfg))
+	}
+	defer cancel()
+	start, attempts := time.Now(), 0
+	var permanent error // a configuration problem found by diagnoseEtcdTLS
+	err := retry.Do(bctx, func(bctx context.Context) error {
+		attempts++
+		actx, cancel := context.WithTimeout(bctx, cfg.Etcd.RequestTimeout)
+		defer cancel()
+		_, err := cli.Get(actx, key, clientv3.WithSerializable(), clientv3.WithCountOnly())
+		if err == nil || attempts > 1 || bctx.Err() != nil || !retry.EtcdUnavailable(err) {
+			return err
+		}
+		if usesTLS(cfg) {
+			if permanent = diagnoseEtcdTLS(bctx, cfg); permanent != nil {
+				return permanent
+			}
+		}
+		dl, _ := bctx.Deadline() // bctx has one
+		log.Warn(fmt.Sprintf("etcd at %s did not answer within %s; retrying for up to %s more (is it up, and is etcd.endpoints / --etcd-endpoints right?)",
+			strings.Join(cfg.Etcd.Endpoints, ","), cfg.Etcd.RequestTimeout, time.Until(dl).Round(100*time.Millisecond)), "err", err)
+		return err
+	}, func(err error) bool { return err != permanent && retry.EtcdUnavailable(err) })
+	switch {
+	case err == nil:
+		return nil
+	case permanent != nil && errors.Is(err, permanent):
+		return exitcode.With(exitcode.Usage, permanent)
+	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return ctx.Err() // cancelled (Ctrl-C): the command's own error
+	}
+	return etcdConnectError(ctx, cfg, err, time.Since(start))
+}
+
+// probeBudget is how long the probe tries for a command without a
+// deadline of its own (Connect): two attempts of etcd.request_timeout.
+func probeBudget(cfg config.Config) time.Duration { return 2 * cfg.Etcd.RequestTimeout }
 
 // Domain is e's clients and namespace as the library's Configs take them.
 func (e *Env) Domain() fencepub.Env {

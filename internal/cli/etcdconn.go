@@ -21,14 +21,14 @@ import (
 const tlsProbeTimeout = 2 * time.Second
 
 // etcdConnectError classifies an error of Connect's first contact with
-// etcd (the client's login or the probe read): refused credentials, a
+// etcd (the client's login, or the probe read after waited): refused credentials, a
 // missing permission and TLS failures are configuration problems, exit 2
 // naming the key to fix (etcd.username, etcd.tls.ca, etcd.tls.cert); any
 // other error is the service being unavailable, exit 115. TLS failures
 // come back from gRPC as text only, so when TLS is in use and the cause is
 // not an etcd error, one handshake per endpoint (diagnoseEtcdTLS) finds
 // the typed x509 error.
-func etcdConnectError(ctx context.Context, cfg config.Config, err error) error {
+func etcdConnectError(ctx context.Context, cfg config.Config, err error, waited time.Duration) error {
 	if cls := etcdAuthError(cfg, err); cls != nil {
 		return cls
 	}
@@ -37,8 +37,12 @@ func etcdConnectError(ctx context.Context, cfg config.Config, err error) error {
 			return exitcode.With(exitcode.Usage, terr)
 		}
 	}
-	return exitcode.With(exitcode.Unavailable, fmt.Errorf("etcd at %s did not answer within %s (%v); is the stack up ('fencepub dev up' writes ./fencepub.yaml) and is etcd.endpoints / --etcd-endpoints right?",
-		strings.Join(cfg.Etcd.Endpoints, ","), etcdProbeTimeout, err))
+	within := ""
+	if waited > 0 {
+		within = " within " + waited.Round(100*time.Millisecond).String()
+	}
+	return exitcode.With(exitcode.Unavailable, fmt.Errorf("etcd at %s did not answer%s (%v); is the stack up ('fencepub dev up' writes ./fencepub.yaml) and is etcd.endpoints / --etcd-endpoints right?",
+		strings.Join(cfg.Etcd.Endpoints, ","), within, err))
 }
 
 // etcdAuthError returns the exit-2 error for etcd's authentication and
@@ -141,25 +145,36 @@ func orNone(s string) string {
 	return s
 }
 
-// explainPermissions wraps the RunE of cmd and every subcommand so that an
-// etcd permission error anywhere in a command's error chain exits 2 with
-// "permission denied", the user and the setup-roles hint (DESIGN.md
-// "Security"), rather than as an internal or unknown outcome: etcd checks
-// permissions before it applies a request, so nothing was written.
+// explainPermissions makes an etcd permission error anywhere in a
+// command's error chain (explainErrors) exit 2 with "permission denied",
+// the user and the setup-roles hint (DESIGN.md "Security"), rather than as
+// an internal or unknown outcome: etcd checks permissions before it
+// applies a request, so nothing was written.
 func explainPermissions(cmd *cobra.Command) {
+	explainErrors(cmd, func(c *cobra.Command, err error) error {
+		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			return err
+		}
+		lc, _ := LoadConfig(c) // it loaded before the command could reach etcd
+		return etcdAuthError(lc.Config, err)
+	})
+}
+
+// explainErrors wraps the RunE of cmd and every subcommand so that the
+// error it returns, when not nil, goes through explain, which may replace
+// it with one that says more.
+func explainErrors(cmd *cobra.Command, explain func(c *cobra.Command, err error) error) {
 	for _, c := range cmd.Commands() {
-		explainPermissions(c)
+		explainErrors(c, explain)
 	}
 	run := cmd.RunE
 	if run == nil {
 		return
 	}
 	cmd.RunE = func(c *cobra.Command, args []string) error {
-		err := run(c, args)
-		if err != nil && errors.Is(err, rpctypes.ErrPermissionDenied) {
-			lc, _ := LoadConfig(c) // it loaded before the command could reach etcd
-			return etcdAuthError(lc.Config, err)
+		if err := run(c, args); err != nil {
+			return explain(c, err)
 		}
-		return err
+		return nil
 	}
 }

@@ -34,7 +34,8 @@ func addLogFlags(root *cobra.Command) {
 
 // setLogger is root's PersistentPreRunE: it reads log.format and log.level
 // of the command about to run (flag > env > file > default) and puts them
-// in the command's context for Logger. A config file that does not parse is
+// in the command's context for Logger, then warns about each deprecated
+// flag the command line used (Deprecate). A config file that does not parse is
 // left for the command to report, and the settings come from the flags and
 // the environment. Errors: exit 2 for a bad log.format or log.level.
 func setLogger(c *cobra.Command, _ []string) error {
@@ -48,6 +49,7 @@ func setLogger(c *cobra.Command, _ []string) error {
 		return exitcode.With(exitcode.Usage, err)
 	}
 	c.SetContext(context.WithValue(c.Context(), logKey{}, lc))
+	warnDeprecated(c)
 	return nil
 }
 

@@ -64,6 +64,10 @@ var (
 	// ErrInvalidConfig: a configuration that cannot be used; the message
 	// names the key.
 	ErrInvalidConfig = errors.New("objstore: invalid configuration")
+	// ErrNotS3: the endpoint answers HTTP, but not as an S3 store (an
+	// etcd port, a web console): s3.endpoint is wrong. It wraps
+	// ErrInvalidConfig.
+	ErrNotS3 = fmt.Errorf("%w: not an S3 endpoint", ErrInvalidConfig)
 )
 
 // ObjectInfo describes one stored object.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"iter"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/minio/minio-go/v7"
@@ -19,28 +21,87 @@ func (s *Store) BucketName() string { return s.Bucket }
 
 // InBucket implements objstore.OtherBuckets: the same client, another
 // bucket.
-func (s *Store) InBucket(name string) objstore.Store { return &Store{Client: s.Client, Bucket: name} }
+func (s *Store) InBucket(name string) objstore.Store {
+	return &Store{Client: s.Client, Bucket: name, tr: s.tr}
+}
 
-// CheckBucket implements objstore.Store with one BucketExists call.
+// CheckBucket implements objstore.Store with one BucketExists call. When
+// the answer is "no such bucket", "access denied" or not one of S3's, one
+// unsigned request (notS3) tells a wrong s3.endpoint (objstore.ErrNotS3)
+// from a missing bucket.
 func (s *Store) CheckBucket(ctx context.Context) error {
 	ok, err := s.Client.BucketExists(ctx, s.Bucket)
+	return s.bucketAnswer(ctx, ok, err)
+}
+
+// bucketAnswer classifies the answer of BucketExists (ok, err): nil when
+// the bucket exists; objstore.ErrNotS3 when the endpoint does not answer as
+// S3 does; else objstore.ErrNoBucket or Classify(err).
+func (s *Store) bucketAnswer(ctx context.Context, ok bool, err error) error {
+	switch err = Classify(err); {
+	case err == nil && ok:
+		return nil
+	case errors.Is(err, objstore.ErrUnavailable), errors.Is(err, objstore.ErrTLS),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	}
+	if nerr := s.notS3(ctx); nerr != nil {
+		return nerr
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: bucket %q", objstore.ErrNoBucket, s.Bucket)
+	}
+	return err
+}
+
+// notS3Sniff is how much of notS3's answer it reads.
+const notS3Sniff = 512
+
+// notS3 sends one unsigned GET of the bucket's location, which every S3
+// implementation answers with an XML document (the location, or an error
+// such as AccessDenied or NoSuchBucket). It returns objstore.ErrNotS3
+// describing the answer (status, content type, Server header, its first
+// bytes) when the answer is not XML: the endpoint is something else (etcd's
+// client port answers 404 text, a web console an HTML page). It returns nil
+// when the answer is XML or the request fails (the caller's error stands).
+func (s *Store) notS3(ctx context.Context) error {
+	u := *s.Client.EndpointURL()
+	u.Path, u.RawQuery = "/"+s.Bucket+"/", "location="
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return Classify(err)
+		return nil
 	}
-	if !ok {
-		return fmt.Errorf("%w: bucket %q", objstore.ErrNoBucket, s.Bucket)
+	tr := s.tr
+	if tr == nil {
+		tr = http.DefaultTransport
 	}
-	return nil
+	hc := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, notS3Sniff))
+	ct := resp.Header.Get("Content-Type")
+	body := bytes.TrimSpace(head)
+	if strings.Contains(ct, "xml") || bytes.HasPrefix(body, []byte("<?xml")) || bytes.HasPrefix(body, []byte("<Error")) {
+		return nil
+	}
+	server := resp.Header.Get("Server")
+	if server != "" {
+		server = ", server " + strconv.Quote(server)
+	}
+	snippet := strings.ToValidUTF8(string(body[:min(len(body), 60)]), "?")
+	return fmt.Errorf("%w: %s answered GET %s with %s (content type %q%s, body %q), not an S3 XML document: "+
+		"is s3.endpoint (--s3-endpoint) the store's S3 API address (MinIO's is port 9000, not its console's), and s3.secure right?",
+		objstore.ErrNotS3, s.Client.EndpointURL().Host, u.Path+"?"+u.RawQuery, resp.Status, ct, server, snippet)
 }
 
 // EnsureBucket implements objstore.Store.
 func (s *Store) EnsureBucket(ctx context.Context) error {
 	ok, err := s.Client.BucketExists(ctx, s.Bucket)
-	if err != nil {
-		return Classify(err)
-	}
-	if ok {
-		return nil
+	if cerr := s.bucketAnswer(ctx, ok, err); cerr == nil || !errors.Is(cerr, objstore.ErrNoBucket) {
+		return cerr
 	}
 	if err := s.Client.MakeBucket(ctx, s.Bucket, minio.MakeBucketOptions{}); err != nil {
 		if minio.ToErrorResponse(err).Code == "BucketAlreadyOwnedByYou" {

@@ -16,6 +16,7 @@ import (
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 )
 
 // Config is the serializable description of a bucket (viper fills it;
@@ -92,6 +93,9 @@ func (c Config) Validate() error {
 type Store struct {
 	Client *minio.Client
 	Bucket string
+	// tr is the client's transport, for the unsigned request of notS3
+	// (nil: http.DefaultTransport).
+	tr http.RoundTripper
 }
 
 var _ objstore.Store = (*Store)(nil)
@@ -107,14 +111,17 @@ func (s *Store) String() string {
 // are fetched at the first request). It does not contact the server; use
 // CheckBucket to verify the bucket is reachable.
 //
-// Errors: objstore.ErrInvalidConfig naming the key (Validate, an empty
-// bucket, an unreadable TLS file).
+// Errors: objstore.ErrInvalidConfig naming the key (Validate, an empty or
+// malformed bucket name, an unreadable TLS file).
 func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Bucket == "" {
 		return nil, fmt.Errorf("%w: s3.bucket is empty", objstore.ErrInvalidConfig)
+	}
+	if err := s3utils.CheckValidBucketName(cfg.Bucket); err != nil {
+		return nil, fmt.Errorf("%w: s3.bucket %q: %w", objstore.ErrInvalidConfig, cfg.Bucket, err)
 	}
 	host, secure, _ := cfg.HostSecure() // checked by Validate
 	tr, err := minio.DefaultTransport(secure)
@@ -141,5 +148,5 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: s3.endpoint %q: %w", objstore.ErrInvalidConfig, cfg.Endpoint, err)
 	}
-	return &Store{Client: c, Bucket: cfg.Bucket}, nil
+	return &Store{Client: c, Bucket: cfg.Bucket, tr: tr}, nil
 }

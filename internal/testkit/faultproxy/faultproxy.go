@@ -5,7 +5,9 @@
 // publish outcome unknown (DESIGN.md invariant 8, "Publish, in one round trip
 // to etcd" step 3).
 //
-// It works at the TCP level and knows nothing of the protocol it carries. An
+// It works at the TCP level and knows nothing of the protocol it carries.
+// A lossy link is modelled by what TCP makes of loss: a slow connection
+// set-up (ConnectDelay) and late bytes (Latency); bytes are never lost. An
 // etcd client multiplexes every RPC over one HTTP/2 connection, so "drop the
 // response" is done as: forward the client's bytes, discard the server's
 // bytes for a hold period, then reset every connection; the client sees a
@@ -39,6 +41,11 @@ type Faults struct {
 	StallDownstreamAfter int64
 	// Latency delays every forwarded chunk, in both directions.
 	Latency time.Duration
+	// ConnectDelay holds each newly accepted connection this long before
+	// it is forwarded (the server is dialled, the client's first bytes
+	// wait): the connection set-up of a lossy link, whose lost SYNs TCP
+	// sends again after 1 s, then 2 s more.
+	ConnectDelay time.Duration
 	// Refuse closes newly accepted connections at once (with a reset).
 	Refuse bool
 }
@@ -70,6 +77,7 @@ type Proxy struct {
 	stats  Stats
 	drop   *dropPlan // armed by DropResponse; nil when idle
 	closed bool
+	done   chan struct{} // closed by Close
 }
 
 // dropPlan is an armed DropResponse: the n-th upstream chunk from now turns
@@ -94,7 +102,7 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: listen: %w", err)
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[*link]struct{}{}}
+	p := &Proxy{target: target, ln: ln, conns: map[*link]struct{}{}, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -164,6 +172,7 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
+	close(p.done)
 	p.mu.Unlock()
 	err := p.ln.Close()
 	p.ResetAll()
@@ -196,6 +205,19 @@ func (p *Proxy) accept() {
 
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
+	p.mu.Lock()
+	delay := p.faults.ConnectDelay
+	p.mu.Unlock()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-p.done:
+			t.Stop()
+			rst(client)
+			return
+		}
+	}
 	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
 		rst(client)

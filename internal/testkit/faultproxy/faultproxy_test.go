@@ -122,3 +122,35 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// TestConnectDelay: a connection accepted while ConnectDelay is set
+// carries nothing until the delay has passed, then forwards as usual; one
+// still held when the proxy closes is reset, not left hanging.
+func TestConnectDelay(t *testing.T) {
+	p, err := Start(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const delay = 700 * time.Millisecond
+	p.Set(Faults{ConnectDelay: delay})
+	c, r := dial(t, p)
+	start := time.Now()
+	got, err := roundTrip(c, r, "late", 10*time.Second)
+	if err != nil || got != "late\n" {
+		t.Fatalf("round trip through a delayed connection: %q, %v", got, err)
+	}
+	if took := time.Since(start); took < delay {
+		t.Fatalf("the echo came back after %s, before the connect delay of %s", took, delay)
+	}
+	held, hr := dial(t, p)
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	var ne net.Error
+	if _, err := roundTrip(held, hr, "never", 10*time.Second); err == nil || errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("a connection still held at Close: %v; want it reset", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
