@@ -451,6 +451,9 @@ func checkCLI(t *testing.T, h *chaos.History, cli *cliClient, timeout time.Durat
 	}
 	outcomes := map[string]int{}
 	for _, p := range h.Publishes {
+		if p.Client == cliID && p.Reported == chaos.Failed {
+			t.Logf("fencepub publish %s failed at %.1fs-%.1fs of the run: %s", p.ID, float64(p.Call)/1e9, float64(p.Return)/1e9, p.Err)
+		}
 		if p.Client == cliID {
 			o := p.Reported
 			if p.Reported == chaos.Unknown {
