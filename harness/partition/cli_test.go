@@ -77,6 +77,7 @@ type cliClient struct {
 	env     []string // the command's configuration (FENCEPUB_*)
 	dir     string   // bodies and JSON documents
 	timeout time.Duration
+	ttl     time.Duration // of each publish's grant
 
 	mu   sync.Mutex
 	took []cliCall // every publish and resolve
@@ -98,7 +99,7 @@ const cliID = "cli"
 func newCLIClient(bin, dir string, topo *Topology, slot int, ns layout.Namespace, timeout time.Duration) *cliClient {
 	m := topo.Cluster.MinIO.Config
 	return &cliClient{
-		bin: bin, host: topo.Workers[slot], dir: dir, timeout: timeout,
+		bin: bin, host: topo.Workers[slot], dir: dir, timeout: timeout, ttl: 5 * time.Second,
 		env: []string{
 			"FENCEPUB_ETCD_ENDPOINTS=" + joinComma(topo.Cluster.Etcd.Endpoints()),
 			"FENCEPUB_S3_ENDPOINT=" + m.Endpoint, "FENCEPUB_S3_ACCESS_KEY=" + m.AccessKey,
@@ -153,8 +154,9 @@ func (c *cliClient) calls() []cliCall {
 }
 
 // loop publishes fresh bodies to resources of the current window with
-// `fencepub publish --ttl 2s --wait` (acquire, publish, release in one
-// command), until env.Stop closes.
+// `fencepub publish --ttl --wait` (acquire, publish, release in one
+// command), until env.Stop closes. The TTL is 5 s: three round trips of a
+// lossy link with retransmissions, as docs/cluster.md advises.
 func (c *cliClient) loop(env chaos.ClientEnv) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for n := 1; ; n++ {
@@ -206,7 +208,7 @@ func (c *cliClient) publish(ctx context.Context, env chaos.ClientEnv, id, res st
 		Owner: owner, Call: clock.Now(),
 	}
 	env.Recorder.Invoke(op)
-	out, code := c.run(ctx, "publish", "--resource", res, "--ttl", "2s", "--wait", "--owner", owner,
+	out, code := c.run(ctx, "publish", "--resource", res, "--ttl", c.ttl.String(), "--wait", "--owner", owner,
 		"--key", key, "--file", file, "-o", "json", "--timeout", c.timeout.String())
 	var r cliResult
 	_ = json.Unmarshal(out, &r)

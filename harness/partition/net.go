@@ -172,10 +172,7 @@ func (n *Net) Close() error {
 	for _, h := range hosts {
 		errs = append(errs, deleteNetns(h.Netns))
 	}
-	errs = append(errs, deleteNetns(n.bridge))
-	if exists("/sys/class/net/" + n.prefix + "-c") {
-		errs = append(errs, run([]string{"ip", "link", "del", n.prefix + "-c"}))
-	}
+	errs = append(errs, deleteNetns(n.bridge), deleteLink(n.prefix+"-c"))
 	return errors.Join(errs...)
 }
 
@@ -194,10 +191,18 @@ func Sweep(prefix string) error {
 			errs = append(errs, deleteNetns(name))
 		}
 	}
-	if exists("/sys/class/net/" + prefix + "-c") {
-		errs = append(errs, run([]string{"ip", "link", "del", prefix + "-c"}))
-	}
+	errs = append(errs, deleteLink(prefix+"-c"))
 	return errors.Join(errs...)
+}
+
+// deleteLink deletes this namespace's link name, if it is still there: the
+// kernel removes a veth whose peer's namespace was deleted by itself, a
+// moment later.
+func deleteLink(name string) error {
+	if err := run([]string{"ip", "link", "del", name}); err != nil && exists("/sys/class/net/"+name) {
+		return err
+	}
+	return nil
 }
 
 func deleteNetns(name string) error {

@@ -147,7 +147,9 @@ func TestPartitions(t *testing.T) {
 			t.Logf("seed %d", seed)
 			ttl := 2 * time.Second // the workload's default TTL
 			s := chaos.PlanPartitions(chaos.Plan(seed, soakDuration, 2, ttl), ttl, publishDeadline)
-			runScenario(t, 9, chaos.Workload{}, s, nil)
+			s.Duration = soakDuration
+			// chaos.Topology's MinIO: the node faults keep its quorum.
+			runOn(t, 9, Options{Workers: 3, MinIONodes: chaos.Topology.MinIO.Nodes}, chaos.Workload{}, s, nil)
 		})
 	}
 }
@@ -155,10 +157,16 @@ func TestPartitions(t *testing.T) {
 // soakDuration is the length of the full suite's soak.
 const soakDuration = 3 * time.Minute
 
-// runScenario runs schedule s with workload w on a fresh Topology on Net
-// number net and checks the result. client, if set, is one more client of
-// the run (chaos.Config.Clients), on worker host 2.
+// runScenario runs schedule s with workload w on a fresh Topology (three
+// worker hosts, one MinIO node) on Net number net and checks the result.
+// client, if set, is one more client of the run (chaos.Config.Clients), on
+// worker host 2.
 func runScenario(t *testing.T, net int, w chaos.Workload, s chaos.Schedule, client func(*Topology, chaos.ClientEnv)) *chaos.Result {
+	return runOn(t, net, Options{Workers: 3}, w, s, client)
+}
+
+// runOn is runScenario on a Topology of opts.
+func runOn(t *testing.T, net int, opts Options, w chaos.Workload, s chaos.Schedule, client func(*Topology, chaos.ClientEnv)) *chaos.Result {
 	Require(t)
 	if s.Duration == 0 {
 		var end time.Duration
@@ -170,7 +178,7 @@ func runScenario(t *testing.T, net int, w chaos.Workload, s chaos.Schedule, clie
 	ctx, cancel := context.WithTimeout(context.Background(), s.Duration+5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	topo, err := Start(ctx, fmt.Sprintf("fpp%d", net), netip.MustParsePrefix(fmt.Sprintf("10.213.%d.0/24", net)), filepath.Join(dir, "servers"), Options{Workers: 3})
+	topo, err := Start(ctx, fmt.Sprintf("fpp%d", net), netip.MustParsePrefix(fmt.Sprintf("10.213.%d.0/24", net)), filepath.Join(dir, "servers"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
