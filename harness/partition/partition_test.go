@@ -27,11 +27,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// FullEnv selects the full partition suite (`make partitions`):
-// FENCEPUB_PARTITIONS=full runs every scenario at its full length; unset,
-// the smoke subset of `make test` runs.
-const FullEnv = "FENCEPUB_PARTITIONS"
-
 func full() bool { return os.Getenv(FullEnv) == "full" }
 
 // firstSuccessBound is how soon after a partition starts some client of

@@ -11,6 +11,11 @@ import (
 // suite runs without root). Any other value, or none, runs them.
 const DeselectEnv = "FENCEPUB_NETNS"
 
+// FullEnv selects the full partition suite (`make partitions`):
+// FENCEPUB_PARTITIONS=full runs every scenario at its full length and the
+// soak; unset, the smoke subset of `make test` runs.
+const FullEnv = "FENCEPUB_PARTITIONS"
+
 // Require makes t a test that builds a Net: it skips t when DeselectEnv is
 // "0", and otherwise fails it, with what is missing and how to deselect,
 // unless this process is root and has ip and iptables in PATH. It never
