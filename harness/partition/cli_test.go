@@ -153,9 +153,9 @@ func (c *cliClient) calls() []cliCall {
 	return append([]cliCall(nil), c.took...)
 }
 
-// loop publishes fresh bodies to resources of the current window with
-// `fencepub publish --ttl --wait` (acquire, publish, release in one
-// command), until env.Stop closes. The TTL is 5 s: three round trips of a
+// loop publishes fresh bodies, to a resource of its own beside each of the
+// current window's, with `fencepub publish --ttl --wait` (acquire,
+// publish, release in one command), until env.Stop closes. The TTL is 5 s: three round trips of a
 // lossy link with retransmissions, as docs/cluster.md advises.
 func (c *cliClient) loop(env chaos.ClientEnv) {
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -165,7 +165,9 @@ func (c *cliClient) loop(env chaos.ClientEnv) {
 			return
 		default:
 		}
-		c.publish(context.Background(), env, fmt.Sprintf("%s/%d", cliID, n), env.Resource(rng), rng)
+		// A resource of its own beside each of the window's: the link's
+		// cost, not the wait for the workers' leases.
+		c.publish(context.Background(), env, fmt.Sprintf("%s/%d", cliID, n), env.Resource(rng)+"-cli", rng)
 	}
 }
 
