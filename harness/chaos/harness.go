@@ -90,7 +90,7 @@ type Config struct {
 // ClientEnv is what a client of Config.Clients gets.
 type ClientEnv struct {
 	Namespace layout.Namespace // the run's domain
-	Epoch     uint64           // the domain's epoch
+	Epoch     uint64           // the domain's epoch when the client started
 	Recorder  *Recorder        // where it logs what it does
 	// Stop closes when the client must stop (finishing what it does).
 	Stop <-chan struct{}
@@ -101,8 +101,9 @@ type ClientEnv struct {
 
 // Network is the network of a run with partitions (Config.Network). Each
 // method cuts or degrades links until the heal it returns runs; heal may
-// be called more than once. Methods are called from one goroutine at a
-// time.
+// be called more than once. Methods are called concurrently (the
+// partition track, and an etcd restore cutting every worker process off),
+// and their cuts may overlap.
 type Network interface {
 	// WorkerCommand returns the argv that runs argv on the host of worker
 	// process slot.
