@@ -19,12 +19,17 @@ import (
 )
 
 // TestMain runs the binary as a chaos worker process when a run started it
-// as one (on a worker host), and otherwise runs the tests.
+// as one (on a worker host), and otherwise runs the tests and removes the
+// fencepub command they built.
 func TestMain(m *testing.M) {
 	if chaos.IsWorker() {
 		os.Exit(chaos.WorkerMain())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if cliPath != "" {
+		_ = os.RemoveAll(filepath.Dir(cliPath)) // the fencepub command fencepubCLI built
+	}
+	os.Exit(code)
 }
 
 func full() bool { return os.Getenv(FullEnv) == "full" }
