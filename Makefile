@@ -32,7 +32,7 @@ RACE_PKGS    = $(filter-out $(shell $(GO) list $(NORACE_PKGS) ./cmd/fencepub),$(
 # lease tests (3 s TTLs through an 8 s leader stall) need their keep-alives
 # scheduled on time, and four processes starved one once.
 TEST_PARALLEL ?= 2
-SUITE := suite-cli-1 suite-cli-2 suite-cli-rest suite-harness suite-race suite-seaweedfs suite-norace
+SUITE := suite-cli-1 suite-cli-2 suite-cli-rest suite-harness suite-partitions suite-race suite-seaweedfs suite-norace
 # fuzz: every Fuzz target of FUZZ_PKGS runs for FUZZTIME (one at a time, as
 # go test requires); the seed corpus is in each package's testdata/fuzz, where
 # go test also writes any failing input it finds. FUZZTIME counts inputs
@@ -48,7 +48,7 @@ FUZZTIME  ?= 200000x
 # a test that would start one fails instead of running.
 NO_SERVERS := $(BIN)/no-servers-in-the-unit-tier
 
-.PHONY: all deps build test test-unit test-servers $(SUITE) release-check examples-module monitoring cross fuzz wrk systemd-analyze \
+.PHONY: all deps build test test-unit test-servers $(SUITE) release-check examples-module monitoring cross fuzz wrk systemd-analyze iptables partitions \
 	lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
 
 all: build
@@ -84,6 +84,14 @@ systemd-analyze:
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get install -y --no-install-recommends systemd || { $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends systemd; }; }
 
+## iptables: install iptables (Debian package), which the partition suite
+## (harness/partition, docs/partitions.md) cuts links with, with apt-get (as
+## root, else through sudo) unless it is in PATH.
+iptables:
+	@command -v iptables >/dev/null 2>&1 || { echo "installing iptables"; \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get install -y --no-install-recommends iptables || { $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends iptables; }; }
+
 ## bench: the benchmark suite (./bin/fencepub-bench) on local etcd and MinIO, plus the Go
 ## micro-benchmarks; results and chart in bench/results (docs/benchmarks.md).
 ## wrk (Debian package) drives the reader-service rows; without it they are
@@ -108,7 +116,7 @@ test-unit:
 ## (release-check), then every test of every module against real servers
 ## started by internal/testkit/testenv (test-servers), then every fuzz target
 ## for FUZZTIME (fuzz)
-test: deps wrk systemd-analyze
+test: deps wrk systemd-analyze iptables
 	@$(MAKE) --no-print-directory release-check
 	@$(MAKE) --no-print-directory test-servers
 	@$(MAKE) --no-print-directory fuzz
@@ -117,8 +125,9 @@ test: deps wrk systemd-analyze
 ## servers, under the race detector but for NORACE_PKGS, then STORE_PKGS
 ## again on SeaweedFS: SUITE's go test processes, TEST_PARALLEL at a time
 ## (wrk installed for the reader-service bench rows, which must run;
-## systemd-analyze for the systemd unit checks)
-test-servers: deps wrk systemd-analyze
+## systemd-analyze for the systemd unit checks; iptables for the partition
+## suite, which needs root: FENCEPUB_NETNS=0 deselects it, docs/partitions.md)
+test-servers: deps wrk systemd-analyze iptables
 	@$(MAKE) --no-print-directory -k -j$(TEST_PARALLEL) -O $(SUITE)
 
 suite-cli-1:
@@ -128,7 +137,12 @@ suite-cli-2:
 suite-cli-rest:
 	$(GO) test $(TEST_FLAGS) -race -skip '$(CLI_SHARD_1)|$(CLI_SHARD_2)' ./cmd/fencepub
 suite-harness:
-	cd harness && $(GO) test $(TEST_FLAGS) -race ./...
+	cd harness && $(GO) test $(TEST_FLAGS) -race $$($(GO) list ./... | grep -v '/harness/partition$$')
+# The partition suite's smoke subset (docs/partitions.md), without -race:
+# its worker processes are this test binary, and it asserts how soon the
+# majority side is served.
+suite-partitions:
+	cd harness && $(GO) test $(TEST_FLAGS) ./partition
 suite-race:
 	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
 suite-seaweedfs:
@@ -221,6 +235,12 @@ staticcheck:
 		echo "staticcheck $$m"; \
 		(cd $$m && $(BIN)/staticcheck -tags release ./...) || exit 1; \
 	done
+
+## partitions: the full partition suite (harness/partition, about 15
+##   minutes, as root): every scenario at full length and a soak that mixes
+##   partitions with process faults (docs/partitions.md)
+partitions: deps iptables
+	cd harness && FENCEPUB_PARTITIONS=full $(GO) test $(TEST_FLAGS) -v ./partition
 
 ## chaos: fault-injection soak against real etcd (3 members) and a distributed MinIO (4 nodes),
 ##        judged by the linearizability and invariant checker (harness/chaos).

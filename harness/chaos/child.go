@@ -177,8 +177,10 @@ func startProcess(argv []string, dir string, sl *slot, spec WorkerSpec, rec *Rec
 	sl.n++
 	spec.ID = fmt.Sprintf("p%d.%d", sl.idx, sl.n)
 	spec.Seed = spec.Seed ^ uint64(sl.idx)<<32 ^ uint64(sl.n)
-	spec.Etcd = sl.px.endpoints()
-	spec.S3 = sl.px.s3(spec.S3)
+	if spec.Etcd == nil { // through sl's proxies, unless on a Network
+		spec.Etcd = sl.px.endpoints()
+		spec.S3 = sl.px.s3(spec.S3)
+	}
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return err

@@ -68,6 +68,58 @@ type Config struct {
 	Progress io.Writer
 	// Logger receives the harness's own events. Default: discard.
 	Logger *slog.Logger
+	// Network, when set, is the network the Cluster's servers and the
+	// worker processes are on (harness/partition): each worker process
+	// runs on its own host of it and reaches the servers directly, without
+	// a proxy, and the schedule gains the partition track
+	// (PlanPartitions), which cuts the network between them. Worker faults
+	// that act through a worker's proxies then only kill.
+	Network Network
+	// Clients are more clients of the run, each started in a goroutine of
+	// its own with the workload and waited for at its end: they log their
+	// grants, publishes and attempts to the run's Recorder (ClientEnv), so
+	// the checker judges them with the rest (the fencepub command in a
+	// partition scenario).
+	Clients []func(ClientEnv)
+	// Schedule, when set, is the run's fault schedule instead of the one
+	// planned from Seed and Duration (a scenario of its own). Its Workers
+	// must not exceed Processes.
+	Schedule *Schedule
+}
+
+// ClientEnv is what a client of Config.Clients gets.
+type ClientEnv struct {
+	Namespace layout.Namespace // the run's domain
+	Epoch     uint64           // the domain's epoch when the client started
+	Recorder  *Recorder        // where it logs what it does
+	// Stop closes when the client must stop (finishing what it does).
+	Stop <-chan struct{}
+	// Resource returns a resource of the current window, as the
+	// workers pick them (rng's draws).
+	Resource func(rng *mrand.Rand) string
+}
+
+// Network is the network of a run with partitions (Config.Network). Each
+// method cuts or degrades links until the heal it returns runs; heal may
+// be called more than once. Methods are called concurrently (the
+// partition track, and an etcd restore cutting every worker process off),
+// and their cuts may overlap.
+type Network interface {
+	// WorkerCommand returns the argv that runs argv on the host of worker
+	// process slot.
+	WorkerCommand(slot int, argv []string) []string
+	// CutWorker drops the packets between worker process slot and every
+	// etcd member (store false) or the object store (store true); with
+	// oneWay only those towards the worker.
+	CutWorker(slot int, store, oneWay bool) (heal func() error, err error)
+	// DegradeWorker loses a share loss (0: none) of the packets between
+	// worker process slot and every etcd member (store false) or the
+	// object store (store true), and delays the others by delay (0: none)
+	// each way.
+	DegradeWorker(slot int, store bool, loss float64, delay time.Duration) (heal func() error, err error)
+	// IsolateMember cuts etcd member (an index of Cluster.Etcd.Members)
+	// and worker process slot from every other member.
+	IsolateMember(member, slot int) (heal func() error, err error)
 }
 
 // Result is what a run found.
@@ -170,10 +222,17 @@ func newHarness(cfg Config) (*harness, error) {
 		cfg.FailureDir = cfg.Dir
 	}
 	wl := cfg.Workload.withDefaults()
-	return &harness{
-		cfg: cfg, wl: wl, log: cfg.Logger, stop: make(chan struct{}),
-		sched: PlanOn(cfg.Cluster.storeKind(), cfg.Seed, cfg.Duration, cfg.Processes, wl.TTL),
-	}, nil
+	sched := PlanOn(cfg.Cluster.storeKind(), cfg.Seed, cfg.Duration, cfg.Processes, wl.TTL)
+	if cfg.Network != nil {
+		sched = PlanPartitions(sched, wl.TTL, wl.PublishTimeout)
+	}
+	if cfg.Schedule != nil {
+		if cfg.Schedule.Workers > cfg.Processes {
+			return nil, fmt.Errorf("chaos: the schedule targets %d worker processes, the run has %d", cfg.Schedule.Workers, cfg.Processes)
+		}
+		sched = *cfg.Schedule
+	}
+	return &harness{cfg: cfg, wl: wl, log: cfg.Logger, stop: make(chan struct{}), sched: sched}, nil
 }
 
 // close kills the worker processes still running (a run cut short) and
@@ -359,6 +418,13 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 		l := &gcLoop{id: i, gate: &h.gate, clock: h.clock, col: col, wl: h.wl, rng: h.rng(uint64(400 + i)), rec: h.rec, stop: h.stop}
 		goRun(l.run)
 	}
+	for _, c := range h.cfg.Clients {
+		env := ClientEnv{
+			Namespace: h.ns, Epoch: h.epoch.Load(), Recorder: h.rec, Stop: h.stop,
+			Resource: func(rng *mrand.Rand) string { return h.wl.pick(h.clock.Now(), rng) },
+		}
+		goRun(func() { c(env) })
+	}
 	for _, sl := range h.slots {
 		if err := h.startProcess(sl); err != nil {
 			return err
@@ -368,16 +434,24 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 }
 
 func (h *harness) spec() WorkerSpec {
-	return WorkerSpec{
+	spec := WorkerSpec{
 		Seed: uint64(h.cfg.Seed), ClockBase: h.clock.Base(), Namespace: h.ns, Epoch: h.epoch.Load(),
 		S3: h.cfg.Cluster.s3Config(), Workload: h.wl,
 	}
+	if h.cfg.Network != nil {
+		spec.Etcd = h.cfg.Cluster.Etcd.Endpoints() // no proxy: the network is what fails
+	}
+	return spec
 }
 
 func (h *harness) startProcess(sl *slot) error {
 	h.procMu.Lock()
 	defer h.procMu.Unlock()
-	return startProcess(h.cfg.WorkerCommand, h.cfg.Dir, sl, h.spec(), h.rec)
+	argv := h.cfg.WorkerCommand
+	if h.cfg.Network != nil {
+		argv = h.cfg.Network.WorkerCommand(sl.idx, argv)
+	}
+	return startProcess(argv, h.cfg.Dir, sl, h.spec(), h.rec)
 }
 
 func (h *harness) halt() { h.stopOnce.Do(func() { close(h.stop) }) }
@@ -422,7 +496,11 @@ func (h *harness) progress(ctx context.Context, faults <-chan struct{}) {
 // ends.
 func (h *harness) runFaults(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, kinds := range [][]FaultKind{ServerFaultsOf(h.sched.Store), WorkerFaults()} {
+	tracks := [][]FaultKind{ServerFaultsOf(h.sched.Store), WorkerFaults()}
+	if h.sched.Partitions {
+		tracks = append(tracks, PartitionFaults())
+	}
+	for _, kinds := range tracks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -448,6 +526,8 @@ func (h *harness) inject(ctx context.Context, f Fault) {
 		rec.Target, rec.Detail, err = h.injectRestore(ctx, f)
 	case EtcdReplaced:
 		rec.Target, rec.Detail, err = h.injectReplace(ctx, f)
+	case PartitionWorkerEtcd, PartitionWorkerEtcdOneWay, PartitionLeader, PartitionLossyEtcd, PartitionWorkerStore:
+		err = h.injectPartition(ctx, f, &rec)
 	default:
 		proxies := append([]*proxySet{h.shared}, slotProxies(h.slots)...)
 		inFlight := h.rec.InFlight()

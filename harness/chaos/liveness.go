@@ -38,10 +38,11 @@ type KindLiveness struct {
 	FirstSuccessMax time.Duration `json:"first_success_max"`
 }
 
-// Liveness returns the liveness figure of each server fault of h, in order
-// of start. Operations of a worker process while a worker fault hit it (a
-// pause, a kill, a skewed clock) are left out: they fail or stall because of
-// that fault.
+// Liveness returns the liveness figure of each server and partition fault
+// of h, in order of start. Operations of a worker process while a worker
+// fault hit it (a pause, a kill, a skewed clock) or a partition cut it
+// (its Target) are left out: they fail or stall because of that fault. A
+// partition's window counts the operations of the majority side.
 //
 // Each operation counts in one window: the first it overlaps whose fault
 // leaves a quorum down or the clients cut off (QuorumKept false), else the
@@ -49,15 +50,19 @@ type KindLiveness struct {
 // and was still waiting when the next fault cut the quorum or the clients
 // off failed, if it did, while no quorum was up.
 func Liveness(h *History) []FaultLiveness {
-	worker := map[FaultKind]bool{}
+	worker, partition := map[FaultKind]bool{}, map[FaultKind]bool{}
 	for _, k := range WorkerFaults() {
 		worker[k] = true
 	}
+	for _, k := range PartitionFaults() {
+		partition[k] = true
+	}
 	var server, workerFaults []FaultRecord
 	for _, f := range h.Faults {
-		if worker[f.Kind] {
+		if worker[f.Kind] || partition[f.Kind] {
 			workerFaults = append(workerFaults, f)
-		} else {
+		}
+		if !worker[f.Kind] {
 			server = append(server, f)
 		}
 	}

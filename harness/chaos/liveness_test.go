@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -36,5 +37,52 @@ func TestLivenessChargesQuorumDown(t *testing.T) {
 	}
 	if replaced.Kind != EtcdReplaced || replaced.Attempted != 1 || replaced.Failed != 1 || replaced.FirstSuccess != 21*time.Second {
 		t.Errorf("replacement window: %+v, want 1 attempted, 1 failed, first success 21s", replaced)
+	}
+}
+
+// TestLivenessPartitionMajority: a partition's window counts the majority
+// side's operations, not those of the worker it cut.
+func TestLivenessPartitionMajority(t *testing.T) {
+	s := func(sec float64) int64 { return int64(sec * float64(time.Second)) }
+	h := &History{
+		Faults: []FaultRecord{{Kind: PartitionLeader, Target: "p1.1", Start: s(10), End: s(20)}},
+		Attempts: []Attempt{
+			{Client: "p1.1", Op: "publish", Call: s(11), Return: s(19), Failed: true},
+			{Client: "w0", Op: "publish", Call: s(10), Return: s(11.5)},
+			{Client: "w1", Op: "acquire", Call: s(12), Return: s(13)},
+		},
+	}
+	ls := Liveness(h)
+	if len(ls) != 1 || ls[0].Attempted != 2 || ls[0].Failed != 0 || !ls[0].QuorumUp || ls[0].FirstSuccess != 1500*time.Millisecond {
+		t.Fatalf("partition window: %+v, want 2 attempted, 0 failed, quorum up, first success 1.5s", ls)
+	}
+}
+
+// TestPlanPartitions: the partition track is a pure function of the
+// schedule, one partition at a time inside the run, every kind within two
+// minutes, and it leaves the other tracks as they were.
+func TestPlanPartitions(t *testing.T) {
+	const d = 2 * time.Minute
+	base := Plan(5, d, 3, 2*time.Second)
+	a := PlanPartitions(base, 2*time.Second, 10*time.Second)
+	if b := PlanPartitions(base, 2*time.Second, 10*time.Second); !reflect.DeepEqual(a, b) {
+		t.Fatal("two partition plans of one schedule differ")
+	}
+	if !a.Partitions || !reflect.DeepEqual(a.track(ServerFaults()), base.track(ServerFaults())) {
+		t.Fatal("the partition plan changed the server track or is not marked")
+	}
+	kinds := map[FaultKind]int{}
+	var end time.Duration
+	for _, f := range a.track(PartitionFaults()) {
+		kinds[f.Kind]++
+		if f.At < end || f.At+f.Hold > d-3*time.Second || f.Target >= 3 {
+			t.Errorf("%s overlaps the one before (ending %s), leaves the run or targets no worker", f, end)
+		}
+		end = f.At + f.Hold
+	}
+	for _, k := range PartitionFaults() {
+		if kinds[k] == 0 {
+			t.Errorf("no %s planned", k)
+		}
 	}
 }

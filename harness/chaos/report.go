@@ -116,13 +116,16 @@ func (s Summary) Print(w io.Writer) {
 	fmt.Fprintf(&b, "  gc passes %d: deleted %d, sealed %d; objects checked at the end %d\n", s.GCPasses, s.GCDeleted, s.GCSealed, s.Objects)
 	var faults []string
 	n := 0
-	for _, k := range append(WorkerFaults(), ServerFaultsOf(s.Store)...) {
+	for _, k := range append(append(WorkerFaults(), ServerFaultsOf(s.Store)...), PartitionFaults()...) {
+		if s.Faults[k] == 0 && slices.Contains(PartitionFaults(), k) {
+			continue // a run without a Network
+		}
 		faults = append(faults, fmt.Sprintf("%s %d", k, s.Faults[k]))
 		n += s.Faults[k]
 	}
 	fmt.Fprintf(&b, "  faults %d (%d failed to inject or heal): %s\n", n, s.FaultErrors, strings.Join(faults, ", "))
 	fmt.Fprintf(&b, "  liveness (operations attempted / failed during each fault kind's windows, slowest first success after a fault):\n")
-	for _, k := range ServerFaultsOf(s.Store) {
+	for _, k := range append(ServerFaultsOf(s.Store), PartitionFaults()...) {
 		l, ok := s.Liveness[k]
 		if !ok {
 			continue

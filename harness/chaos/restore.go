@@ -64,9 +64,12 @@ func (h *harness) injectRestore(ctx context.Context, f Fault) (target, detail st
 }
 
 // cutOff cuts every client that reaches etcd through a proxy off it: the
-// proxies refuse and reset every connection. It returns the function that
-// lets them back. The caller holds the gate for writing, which keeps the
-// harness's own clients off.
+// proxies refuse and reset every connection. On a Network the worker
+// processes, which reach etcd directly, are cut from it there (a request
+// they sent before cannot arrive after the restore: every member is killed
+// and started again, so their old connections are gone). It returns the
+// function that lets them back. The caller holds the gate for writing,
+// which keeps the harness's own clients off.
 func (h *harness) cutOff() (reopen func()) {
 	proxies := append([]*proxySet{h.shared}, slotProxies(h.slots)...)
 	for _, ps := range proxies {
@@ -75,7 +78,23 @@ func (h *harness) cutOff() (reopen func()) {
 			p.ResetAll()
 		}
 	}
+	var heals []func() error
+	if nw := h.cfg.Network; nw != nil {
+		for _, sl := range h.slots {
+			heal, err := nw.CutWorker(sl.idx, false, false)
+			if err != nil {
+				h.log.Error("chaos: cut a worker process off etcd", "slot", sl.idx, "err", err)
+				continue
+			}
+			heals = append(heals, heal)
+		}
+	}
 	return func() {
+		for _, heal := range heals {
+			if err := heal(); err != nil {
+				h.log.Error("chaos: let a worker process back to etcd", "err", err)
+			}
+		}
 		for _, ps := range proxies {
 			for _, p := range ps.etcd {
 				p.Set(faultproxy.Faults{})

@@ -89,7 +89,55 @@ const (
 	// process) for Hold, then SIGCONT: the gateway, master and filer go on
 	// answering while every object's bytes are out of reach.
 	SeaweedFSPauseVolume FaultKind = "seaweedfs_pause_volume"
+
+	// Partition faults cut the network between a worker process (Target)
+	// and the servers: real partitions, as iptables rules on the run's
+	// Network (a run as root on harness/partition's namespaces). The other
+	// clients are the majority side, which must not notice.
+
+	// PartitionWorkerEtcd: cut the worker process from every etcd member
+	// but not from the object store. Variant 0 cuts as it starts a publish
+	// and heals after Hold (past its lease TTL, within the publish's
+	// deadline): its transaction goes out after the heal and gets a
+	// definite answer. Variant 1 cuts once its object is written and heals
+	// after the publish's deadline: the outcome is unknown and the worker
+	// settles it with Resolve once healed.
+	PartitionWorkerEtcd FaultKind = "partition_worker_etcd"
+	// PartitionWorkerEtcdOneWay: once the worker's object is written, the
+	// packets from etcd to it are dropped until the publish's deadline has
+	// passed: its requests arrive and apply, their answers are lost.
+	PartitionWorkerEtcdOneWay FaultKind = "partition_worker_etcd_one_way"
+	// PartitionLeader: the raft leader and the worker process are cut
+	// from the two followers for Hold (2, 10 or 20 election timeouts,
+	// Variant 0-2); the followers elect a new leader.
+	PartitionLeader FaultKind = "partition_leader"
+	// PartitionLossyEtcd: the link between the worker process and every
+	// etcd member loses LossyShare of its packets and delays the others by
+	// LossyDelay each way, for Hold.
+	PartitionLossyEtcd FaultKind = "partition_lossy_etcd"
+	// PartitionWorkerStore: cut the worker process from the object store,
+	// not from etcd, while it uploads an object in several parts, for Hold.
+	PartitionWorkerStore FaultKind = "partition_worker_store"
 )
+
+// The lossy link of PartitionLossyEtcd.
+const (
+	LossyShare = 0.3
+	LossyDelay = 100 * time.Millisecond
+)
+
+// ElectionTimeout is etcd's election timeout (its default, which
+// internal/devstack keeps): the unit of PartitionLeader's holds.
+const ElectionTimeout = time.Second
+
+// PartitionFaults returns the kinds of the partition track, in report
+// order. A run has this track only on a Network (Config.Network).
+func PartitionFaults() []FaultKind {
+	return []FaultKind{PartitionWorkerEtcd, PartitionWorkerEtcdOneWay, PartitionLeader, PartitionLossyEtcd, PartitionWorkerStore}
+}
+
+// LeaderHolds are PartitionLeader's holds by Variant.
+var LeaderHolds = []time.Duration{2 * ElectionTimeout, 10 * ElectionTimeout, 20 * ElectionTimeout}
 
 // WorkerFaults returns the kinds of the worker track, in report order.
 func WorkerFaults() []FaultKind {
@@ -127,11 +175,14 @@ func ServerFaultsOf(store string) []FaultKind {
 // (DESIGN.md invariant 12): one etcd member stalled or killed (the leader
 // too), one MinIO node of four down or stalled. The lost responses are not
 // among them (they cut clients off a serving cluster), nor is a drive
-// renamed away under a running MinIO.
+// renamed away under a running MinIO. The partitions are: every client but
+// the worker process they cut reaches a quorum of both.
 func QuorumKept(k FaultKind) bool {
 	switch k {
 	case EtcdPauseMember, EtcdPauseLeader, EtcdPauseFollower, EtcdKillMember, EtcdKillLeader, MinIOKillNode, MinIOPauseNode:
 		return true
+	case PartitionWorkerEtcd, PartitionWorkerEtcdOneWay, PartitionLeader, PartitionLossyEtcd, PartitionWorkerStore:
+		return true // for every client but the one cut (Liveness leaves its operations out)
 	}
 	return false
 }
@@ -167,8 +218,10 @@ type Schedule struct {
 	// MinIO), which selects the server track's kinds (ServerFaultsOf).
 	Store string `json:"store,omitempty"`
 	// Workers is the number of worker processes the plan targets.
-	Workers int     `json:"workers"`
-	Faults  []Fault `json:"faults"`
+	Workers int `json:"workers"`
+	// Partitions: the schedule has the partition track (PlanPartitions).
+	Partitions bool    `json:"partitions,omitempty"`
+	Faults     []Fault `json:"faults"`
 }
 
 // Plan returns the fault schedule of a run of duration d with the given
@@ -262,6 +315,52 @@ func PlanOn(store string, seed int64, d time.Duration, workers int, ttl time.Dur
 				f.Hold = ttl + between(time.Second, 3*time.Second)
 			case WorkerClockSkew:
 				f.Variant = rng.IntN(2)
+				f.Hold = between(2*time.Second, 5*time.Second)
+			}
+			if f.At+f.Hold > end {
+				at = end
+				break
+			}
+			s.Faults = append(s.Faults, f)
+			at += f.Hold + between(2*time.Second, 4*time.Second)
+		}
+	}
+	return s
+}
+
+// PlanPartitions adds the partition track to s, for a run on a Network:
+// one partition at a time, cycling through every kind of PartitionFaults
+// in an order drawn from s.Seed, each targeting a worker process, 2 to 4 s
+// apart, none in the first 4 s or the last 3 s (a pure function of s, like
+// Plan). ttl is the workers' lease TTL and publishTimeout their publish
+// deadline: a cut of PartitionWorkerEtcd lasts past the TTL, the cuts that
+// leave a publish unknown past the deadline.
+func PlanPartitions(s Schedule, ttl, publishTimeout time.Duration) Schedule {
+	rng := rand.New(rand.NewPCG(uint64(s.Seed), 0x5bd1e9955bd1e995))
+	between := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+	}
+	s.Partitions = true
+	s.Faults = append([]Fault(nil), s.Faults...)
+	end := s.Duration - 3*time.Second
+	for at := 4 * time.Second; at < end; {
+		for _, k := range permute(rng, PartitionFaults()) {
+			f := Fault{At: at, Kind: k, Target: rng.IntN(max(s.Workers, 1))}
+			switch k {
+			case PartitionWorkerEtcd:
+				f.Variant = rng.IntN(2)
+				f.Hold = ttl + between(time.Second, 2*time.Second)
+				if f.Variant == 1 {
+					f.Hold = publishTimeout + time.Second
+				}
+			case PartitionWorkerEtcdOneWay:
+				f.Hold = publishTimeout + time.Second
+			case PartitionLeader:
+				f.Variant = rng.IntN(len(LeaderHolds))
+				f.Hold = LeaderHolds[f.Variant]
+			case PartitionLossyEtcd:
+				f.Hold = between(5*time.Second, 10*time.Second)
+			case PartitionWorkerStore:
 				f.Hold = between(2*time.Second, 5*time.Second)
 			}
 			if f.At+f.Hold > end {

@@ -43,6 +43,9 @@ type Workload struct {
 	PublishTimeout time.Duration `json:"publish_timeout"`
 	// AttemptTimeout bounds one etcd request of the publisher. Default 700 ms.
 	AttemptTimeout time.Duration `json:"attempt_timeout"`
+	// Multipart is the share of fresh publishes whose body is uploaded in
+	// several parts (above partSize). Default 0.003.
+	Multipart float64 `json:"multipart,omitempty"`
 }
 
 func (w Workload) withDefaults() Workload {
@@ -60,6 +63,9 @@ func (w Workload) withDefaults() Workload {
 	}
 	if w.AttemptTimeout == 0 {
 		w.AttemptTimeout = 700 * time.Millisecond
+	}
+	if w.Multipart == 0 {
+		w.Multipart = 0.003
 	}
 	return w
 }
@@ -124,8 +130,9 @@ const partSize = 5 << 20
 // on res. Most are fresh operations; some reuse one of a few keys shared by
 // every worker of the resource, with the body every worker uses for it (a
 // retry of the same operation in another term: duplicate once applied) or
-// another body (conflict once applied).
-func operation(res, client string, n int, rng *rand.Rand) (key string, body []byte) {
+// another body (conflict once applied). A share multipart of the fresh ones
+// is larger than partSize.
+func operation(res, client string, n int, rng *rand.Rand, multipart float64) (key string, body []byte) {
 	switch u := rng.Float64(); {
 	case u < 0.2:
 		key = fmt.Sprintf("shared-%d", rng.IntN(3))
@@ -136,9 +143,9 @@ func operation(res, client string, n int, rng *rand.Rand) (key string, body []by
 	}
 	var size int
 	switch u := rng.Float64(); {
-	case u < 0.003:
+	case u < multipart:
 		size = partSize + 1 + rng.IntN(64<<10) // multipart
-	case u < 0.03:
+	case u < multipart+0.027:
 		size = 64<<10 + rng.IntN(448<<10)
 	default:
 		size = 16 + rng.IntN(8<<10)
@@ -327,7 +334,7 @@ func (w *worker) term(res string) bool {
 			default:
 			}
 		}
-		key, body := operation(res, w.id, w.n, w.rng)
+		key, body := operation(res, w.id, w.n, w.rng, w.wl.Multipart)
 		seq := p.NextSeq()
 		if !w.publish(p, t, seq, key, body, false) {
 			return true
@@ -479,7 +486,7 @@ func (w *worker) forge(recent func() []GrantEvent) {
 			}
 			continue
 		}
-		key, body := operation(res, w.id, w.n, w.rng)
+		key, body := operation(res, w.id, w.n, w.rng, w.wl.Multipart)
 		w.publish(p, term, uint64(1+w.rng.IntN(3)), key, body, true)
 	}
 }

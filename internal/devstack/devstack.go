@@ -109,7 +109,8 @@ type Process struct {
 	bin      string
 	args     []string
 	env      []string
-	detached bool // survive the parent (dev up): new session, no parent-death signal
+	detached bool   // survive the parent (dev up): new session, no parent-death signal
+	netns    string // the network namespace it runs in (Host.Netns); "" for this process's
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -128,6 +129,11 @@ func (p *Process) Start() error {
 		return err
 	}
 	cmd := exec.Command(p.bin, p.args...)
+	if p.netns != "" {
+		// ip netns exec enters the namespace and execs the server: the
+		// process id stays the server's, so signals reach it.
+		cmd = exec.Command("ip", append([]string{"netns", "exec", p.netns, p.bin}, p.args...)...)
+	}
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if p.detached {
@@ -306,4 +312,32 @@ func waitReady(ctx context.Context, p *Process, timeout time.Duration, check fun
 	}
 }
 
-func portURL(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) }
+// Host is where a server process runs: the address it listens on and the
+// Linux network namespace it runs in. The zero value is 127.0.0.1 in this
+// process's namespace. A partition suite places each server on a host of
+// its own (Netns set: the process is started through `ip netns exec`,
+// which needs root and iproute2), so that the network between them can be
+// cut; this process must reach every Addr.
+type Host struct {
+	Addr  string // IPv4 address; default 127.0.0.1
+	Netns string // a named network namespace (ip netns add); default none
+}
+
+// hostAt returns hosts[i], or the zero Host past the end.
+func hostAt(hosts []Host, i int) Host {
+	if i < len(hosts) {
+		return hosts[i]
+	}
+	return Host{}
+}
+
+// addr returns h's address, 127.0.0.1 by default.
+func (h Host) addr() string {
+	if h.Addr == "" {
+		return "127.0.0.1"
+	}
+	return h.Addr
+}
+
+// hostPort returns h's address with port.
+func (h Host) hostPort(port int) string { return net.JoinHostPort(h.addr(), strconv.Itoa(port)) }

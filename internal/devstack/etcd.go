@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -30,6 +29,11 @@ type EtcdOptions struct {
 	// TLS, if set, serves the client URLs over HTTPS (peers stay on
 	// plain HTTP on loopback).
 	TLS *EtcdTLS
+	// Hosts places member i on Hosts[i] (its client and peer URLs on that
+	// address, its process in that namespace); missing ones are on
+	// 127.0.0.1. The cluster's own clients reach every member from this
+	// process.
+	Hosts []Host
 	// RootPassword, if set, enables etcd's authentication once the
 	// cluster is up: user root with this password and role root. The
 	// cluster's own clients (Client, readiness) then log in as root.
@@ -113,8 +117,9 @@ func StartEtcd(ctx context.Context, dir string, opts EtcdOptions) (*Etcd, error)
 		if err := os.MkdirAll(mdir, 0o755); err != nil {
 			return nil, err
 		}
-		m := &EtcdMember{DataDir: filepath.Join(mdir, "data"), ClientURL: scheme + "127.0.0.1:" + strconv.Itoa(cport), PeerURL: portURL(pport), access: e.access}
-		m.Process = &Process{Name: name, LogPath: filepath.Join(mdir, "etcd.log"), bin: bin, detached: opts.Detached}
+		h := hostAt(opts.Hosts, i)
+		m := &EtcdMember{DataDir: filepath.Join(mdir, "data"), ClientURL: scheme + h.hostPort(cport), PeerURL: "http://" + h.hostPort(pport), access: e.access}
+		m.Process = &Process{Name: name, LogPath: filepath.Join(mdir, "etcd.log"), bin: bin, detached: opts.Detached, netns: h.Netns}
 		e.Members = append(e.Members, m)
 		initial = append(initial, name+"="+m.PeerURL)
 	}

@@ -32,6 +32,10 @@ type MinIOOptions struct {
 	Ports        []int
 	Detached     bool
 	ReadyTimeout time.Duration // default 60 s
+	// Hosts places node i on Hosts[i] (its S3 and console addresses on
+	// that address, its process in that namespace); missing ones are on
+	// 127.0.0.1. Readiness is checked from this process.
+	Hosts []Host
 	// TLS, when set, makes every node serve HTTPS with this certificate.
 	TLS *MinIOTLS
 }
@@ -105,7 +109,8 @@ func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, err
 				return nil, err
 			}
 		}
-		n := &MinIONode{Endpoint: "127.0.0.1:" + strconv.Itoa(port)}
+		h := hostAt(opts.Hosts, i)
+		n := &MinIONode{Endpoint: h.hostPort(port)}
 		name, ndir := "minio", dir
 		if nodes > 1 {
 			name, ndir = fmt.Sprintf("minio%d", i), filepath.Join(dir, fmt.Sprintf("n%d", i+1))
@@ -123,7 +128,7 @@ func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, err
 				return nil, err
 			}
 		}
-		n.Process = &Process{Name: name, LogPath: filepath.Join(ndir, "minio.log"), bin: bin, detached: opts.Detached}
+		n.Process = &Process{Name: name, LogPath: filepath.Join(ndir, "minio.log"), bin: bin, detached: opts.Detached, netns: h.Netns}
 		m.Nodes = append(m.Nodes, n)
 		m.Drives = append(m.Drives, n.Drives...)
 	}
@@ -144,12 +149,12 @@ func StartMinIO(ctx context.Context, dir string, opts MinIOOptions) (*MinIO, err
 	default:
 		volumes = m.Drives
 	}
-	for _, n := range m.Nodes {
+	for i, n := range m.Nodes {
 		cport, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
-		n.args = []string{"server", "--quiet", "--address", n.Endpoint, "--console-address", "127.0.0.1:" + strconv.Itoa(cport)}
+		n.args = []string{"server", "--quiet", "--address", n.Endpoint, "--console-address", hostAt(opts.Hosts, i).hostPort(cport)}
 		if opts.TLS != nil {
 			certs := filepath.Join(filepath.Dir(n.LogPath), "certs")
 			if err := writeCerts(certs, opts.TLS); err != nil {

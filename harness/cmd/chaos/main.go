@@ -8,12 +8,18 @@
 // 1 when there was a violation (the failure file is in -out) and 2 when the
 // run could not be made.
 //
+// Run as root (with iproute2 and iptables), it also injects network
+// partitions (chaos.PartitionFaults): the servers and the worker processes
+// then run on hosts of their own, network namespaces on a bridge
+// (harness/partition, docs/partitions.md). -partitions=false, or
+// FENCEPUB_NETNS=0, runs without them; on SeaweedFS there are none.
+//
 // The same binary is the run's worker process: started with
 // FENCEPUB_CHAOS_WORKER set, it runs chaos.WorkerMain instead.
 //
 // Usage:
 //
-//	chaos [-store minio|seaweedfs] [-seed N] [-duration 30m] [-dir DIR] [-out DIR] [-history FILE] [-summary FILE] [-v]
+//	chaos [-store minio|seaweedfs] [-seed N] [-duration 30m] [-partitions=false] [-dir DIR] [-out DIR] [-history FILE] [-summary FILE] [-v]
 package main
 
 import (
@@ -22,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -31,6 +38,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/harness/chaos"
+	"github.com/fencepub/fencepub/harness/partition"
 	"github.com/fencepub/fencepub/internal/devstack"
 )
 
@@ -41,6 +49,10 @@ func main() {
 	os.Exit(run())
 }
 
+// processes is the run's number of worker processes (chaos.Config's
+// default), each on a host of its own with partitions.
+const processes = 3
+
 func run() int {
 	store := flag.String("store", devstack.StoreMinIO, "object store: "+strings.Join(devstack.StoreKinds, "|"))
 	seedFlag := flag.String("seed", "", "seed of the fault schedule and the workload (empty: random, printed)")
@@ -50,6 +62,8 @@ func run() int {
 	verbose := flag.Bool("v", false, "log every fault as it is injected")
 	histFile := flag.String("history", "", "also write the run's history as JSON to this file")
 	sumFile := flag.String("summary", "", "also write the run's summary, liveness figures included, as JSON to this file")
+	partitions := flag.Bool("partitions", partition.Root() && os.Getenv(partition.DeselectEnv) != "0",
+		"also inject network partitions, with the servers and worker processes in network namespaces (default: when root and "+partition.DeselectEnv+" is not 0)")
 	flag.Parse()
 	start := chaos.StartCluster
 	switch *store {
@@ -81,18 +95,40 @@ func run() int {
 		*store, seed, *duration, *dir, *store, seed, *duration)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cl, err := start(ctx, filepath.Join(*dir, "cluster"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos: start the servers:", err)
-		return 2
+	var network chaos.Network
+	var cl *chaos.Cluster
+	var err error
+	switch {
+	case *partitions && *store == devstack.StoreMinIO:
+		topo, terr := partition.Start(ctx, "fpchaos", netip.MustParsePrefix("10.213.200.0/24"), filepath.Join(*dir, "cluster"),
+			partition.Options{Workers: processes, MinIONodes: chaos.Topology.MinIO.Nodes})
+		if terr != nil {
+			fmt.Fprintln(os.Stderr, "chaos: start the servers in network namespaces:", terr)
+			return 2
+		}
+		defer func() {
+			if err := topo.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "chaos:", err)
+			}
+		}()
+		cl, network = topo.Cluster, topo
+		fmt.Println("chaos: with network partitions (servers and worker processes in network namespaces fpchaos-*)")
+	default:
+		if *partitions {
+			fmt.Println("chaos: no network partitions on " + *store)
+		}
+		if cl, err = start(ctx, filepath.Join(*dir, "cluster")); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: start the servers:", err)
+			return 2
+		}
+		defer cl.Stop()
 	}
-	defer cl.Stop()
 	level := slog.LevelWarn
 	if *verbose {
 		level = slog.LevelInfo
 	}
 	res, err := chaos.Run(ctx, chaos.Config{
-		Cluster: cl, Seed: seed, Duration: *duration, Dir: *dir, FailureDir: *out,
+		Cluster: cl, Network: network, Processes: processes, Seed: seed, Duration: *duration, Dir: *dir, FailureDir: *out,
 		Progress: os.Stdout, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
