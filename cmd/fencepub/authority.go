@@ -146,8 +146,8 @@ func releaseGrant(ctx context.Context, log *slog.Logger, sess *authority.Session
 	switch {
 	case err == nil, errors.Is(err, authority.ErrLeaseLost):
 	case rctx.Err() != nil:
-		log.Info(fmt.Sprintf("lease not released: the deadline passed; it expires by itself within its TTL (%s)", g.TTL),
-			"resource", g.Resource, "generation", g.Generation, "err", err)
+		log.Info("lease not released: the deadline passed; it expires by itself within its TTL",
+			"ttl", g.TTL, "resource", g.Resource, "generation", g.Generation, "err", err)
 	default:
 		log.Warn("release failed; the lease expires by itself", "resource", g.Resource, "generation", g.Generation, "err", err)
 	}
@@ -510,7 +510,7 @@ and the bucket holds another history (add --from-bucket).`,
 			repub = client.RestoreLost(c.Context(), a, rep)
 			for _, r := range repub {
 				if r.Error != "" {
-					env.Log.Error(fmt.Sprintf("republish %s %s failed: %s", r.Resource, r.From, r.Error))
+					env.Log.Error("republish failed", "resource", r.Resource, "version", r.From, "err", r.Error)
 					repubErr = exitcode.With(exitcode.Unavailable, errors.New("republish failed for some resources; run recover --republish again"))
 				}
 			}

@@ -332,9 +332,9 @@ func (o *devUpOptions) Run(c *cobra.Command) error {
 	if st, err := readDevState(abs); err == nil {
 		switch n := st.runningCount(); {
 		case n == len(st.procs()) && n > 0:
-			log.Info(fmt.Sprintf("dev: already running (%d etcd members, %d %s processes); config %s", len(st.Etcd), len(st.storeProcs()), st.storeKind(), st.ConfigFile))
+			log.Info("dev: already running", "etcd_members", len(st.Etcd), "store", st.storeKind(), "store_processes", len(st.storeProcs()), "config", st.ConfigFile)
 			if len(st.Etcd) != o.members || st.storeKind() != o.storeKind() || st.storeKind() == devstack.StoreMinIO && len(st.MinIO) != o.minioNodes {
-				log.Warn(fmt.Sprintf("dev: not changing it to %d etcd members and %s; run 'fencepub dev down' and start it in a fresh --dir", o.members, o.storeKind()))
+				log.Warn("dev: not changing the running stack; run 'fencepub dev down' and start it in a fresh --dir", "etcd_members", o.members, "store", o.storeKind())
 			}
 			if !c.Flags().Changed("write-config") || cfgAbs == st.ConfigFile {
 				return nil
@@ -370,7 +370,7 @@ func (o *devUpOptions) Run(c *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	log.Info(fmt.Sprintf("dev: starting etcd (%d members) and %s (%d processes) ...", o.members, o.storeKind(), len(sports)))
+	log.Info("dev: starting etcd and the object store", "etcd_members", o.members, "store", o.storeKind(), "store_processes", len(sports))
 	cl, err := o.startDevStack(ctx, abs, cports, pports, sports)
 	if err != nil {
 		return devErr(err)
@@ -455,7 +455,7 @@ func newDevDownCmd(dir *string) *cobra.Command {
 func stopDev(log *slog.Logger, st devState) {
 	for _, p := range st.procs() {
 		if !running(p.PID, st.Dir) {
-			log.Info(fmt.Sprintf("dev: %s (pid %d) is not running", p.Name, p.PID))
+			log.Info("dev: not running", "process", p.Name, "pid", p.PID)
 			continue
 		}
 		_ = syscall.Kill(p.PID, syscall.SIGTERM)
@@ -466,7 +466,7 @@ func stopDev(log *slog.Logger, st devState) {
 		if alive(p.PID) {
 			_ = syscall.Kill(p.PID, syscall.SIGKILL)
 		}
-		log.Info(fmt.Sprintf("dev: stopped %s (pid %d)", p.Name, p.PID))
+		log.Info("dev: stopped", "process", p.Name, "pid", p.PID)
 	}
 }
 

@@ -83,7 +83,7 @@ func addGCFlags(cmd *cobra.Command, f *gcFlags) {
 	fl := cmd.Flags()
 	d := config.DefaultGC
 	fl.StringArrayVar(&f.resources, "resource", nil, "resource to collect (repeatable)")
-	fl.BoolVar(&f.all, "all", false, "collect every resource that has a pointer")
+	fl.BoolVar(&f.all, "all", false, "collect every resource that has a pointer or a restored-pointer record (left by 'authority recover'); name any other with --resource")
 	fl.Int("retain", d.Retain, "published versions kept per resource, the current one included (gc.retain)")
 	fl.Duration("grace", d.Grace, "reader grace: keep versions superseded less than this (plus --clock-skew) ago (gc.grace)")
 	fl.Duration("clock-skew", d.ClockSkew, "allowance added to the grace (domain clock steps) and to the abandon period (the store's clock against gc's) (gc.clock_skew)")

@@ -76,7 +76,7 @@ bucket holding another etcd history exits 116 ('fencepub authority recover
 			verb = "initialised"
 		}
 		if o.BucketCreated {
-			env.Log.Info(fmt.Sprintf("created bucket %q", env.Config.S3.Bucket))
+			env.Log.Info("created the bucket", "bucket", env.Config.S3.Bucket)
 		}
 		_, err = fmt.Fprintf(env.Stdout, "%s %s: epoch %d, deployment %s\n", verb, o.Domain, o.Epoch, o.DeploymentID)
 		return err

@@ -71,7 +71,7 @@ replayed, 115 when a server is unreachable.`,
 		var reports []replay.Report
 		failed := 0
 		for i, s := range scenarios {
-			env.Log.Info(fmt.Sprintf("lab replay: case %s, variant %s: %d interleavings ...", cases[i], v, len(s.Interleavings())))
+			env.Log.Info("lab replay: replaying", "case", cases[i], "variant", v, "interleavings", len(s.Interleavings()))
 			rep, err := replay.Run(c.Context(), t, s)
 			switch {
 			case errors.Is(err, replay.ErrNotReplayable):

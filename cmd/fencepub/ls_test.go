@@ -282,8 +282,8 @@ func TestMissingResource(t *testing.T) {
 		return startRun(t, o.ctx, append(append([]string{"watch", "--resource", res, "--count", "1"}, extra...), o.conn...)...)
 	}
 	pending, later := watch("pending"), watch("later", "--allow-missing")
-	pending.waitStderr(t, "pending: nothing published yet; waiting for the first publish", 30*time.Second)
-	later.waitStderr(t, "later: never granted or published; waiting for the first publish", 30*time.Second)
+	pending.waitStderr(t, `waiting for the first publish resource=pending state="granted, nothing published yet"`, 30*time.Second)
+	later.waitStderr(t, `waiting for the first publish resource=later state="never granted or published"`, 30*time.Second)
 	body := filepath.Join(o.dir, "b")
 	if err := os.WriteFile(body, []byte("first"), 0o644); err != nil {
 		t.Fatal(err)

@@ -64,6 +64,17 @@ func openReader(ctx context.Context, cmd *cobra.Command, resource string, serial
 	return r, env, nil
 }
 
+// unpublishedState words the state of a resource with nothing published
+// (reader.ErrNotPublished): never granted in the domain
+// (reader.ErrUnknownResource, often a misspelt name), or granted with
+// nothing published yet.
+func unpublishedState(neverGranted bool) string {
+	if neverGranted {
+		return "never granted or published"
+	}
+	return "granted, nothing published yet"
+}
+
 // readerConfig is the reader.Config of env (its domain, logger and
 // etcd.request_timeout).
 func readerConfig(env *cli.Env) reader.Config {
@@ -141,12 +152,8 @@ it as not published ("never_granted": true). The read is linearizable unless
 		if *f.out == "json" {
 			return printJSON(c.OutOrStdout(), o)
 		}
-		switch {
-		case o.NeverGranted:
-			fmt.Fprintf(c.OutOrStdout(), "%s: never granted or published\n", f.resource)
-			return nil
-		case !o.Published:
-			fmt.Fprintf(c.OutOrStdout(), "%s: granted, nothing published yet\n", f.resource)
+		if !o.Published {
+			fmt.Fprintf(c.OutOrStdout(), "%s: %s\n", f.resource, unpublishedState(o.NeverGranted))
 			return nil
 		}
 		fmt.Fprintf(c.OutOrStdout(), "%s %s %s/%s sha256=%s size=%d key=%q committed_at=%s\n", f.resource, ptr.Version,

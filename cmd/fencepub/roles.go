@@ -217,7 +217,7 @@ The roles cover one domain; for another domain, name its roles apart with
 		if dry {
 			verb = "would run"
 		}
-		env.Log.Info(fmt.Sprintf("setup-roles for %s (epoch %d): %s %d etcdctl command(s)", res.Domain, res.Epoch, verb, len(cmds)))
+		env.Log.Info("setup-roles: "+verb+" etcdctl commands", "domain", res.Domain, "epoch", res.Epoch, "commands", len(cmds))
 		for _, line := range cmds {
 			fmt.Fprintln(env.Stdout, line)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/reader"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -131,6 +132,23 @@ func (v *verifier) find(res, check, key, format string, a ...any) {
 	v.findings = append(v.findings, verifyFinding{Resource: res, Check: check, Key: key, Problem: fmt.Sprintf(format, a...)})
 }
 
+// unpublished says, for res without pointer and seal, whether it was never
+// granted or published or is granted with nothing published yet, as the
+// reader tells them apart (`pointer`, `read`).
+func (v *verifier) unpublished(res string) string {
+	r, err := reader.New(readerConfig(v.env), res)
+	if err == nil {
+		_, err = r.Current(v.ctx)
+	}
+	switch {
+	case errors.Is(err, reader.ErrNotPublished):
+		return unpublishedState(errors.Is(err, reader.ErrUnknownResource))
+	case err == nil:
+		return "published since this check read it"
+	}
+	return fmt.Sprintf("its grants could not be read: %v", err)
+}
+
 // run verifies the resources (every resource with a pointer with all).
 func (v *verifier) run(c *cobra.Command, resources []string, all bool) (verifyOutput, error) {
 	ns := v.env.NS
@@ -211,7 +229,7 @@ func (v *verifier) resource(res string, epoch uint64) (verifyResource, error) {
 	out.History, out.Ops = len(histKVs), len(opKVs)
 	switch {
 	case len(ptrKVs) == 0 && len(sealKVs) == 0:
-		v.find(res, "seal", ns.PointerKey(res), "the resource has no pointer and no seal (never published?)")
+		v.find(res, "seal", ns.PointerKey(res), "the resource has no pointer and no seal: %s", v.unpublished(res))
 		return out, nil
 	case len(ptrKVs) == 0 || len(sealKVs) == 0:
 		v.find(res, "seal", ns.SealKey(res), "the pointer and the seal must exist together; one is missing")

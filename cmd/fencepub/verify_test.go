@@ -24,7 +24,9 @@ import (
 // every corruption reported with exit 1: an object's bytes, a missing
 // object, a pointer's sha256, a history entry under another version's key,
 // an op record that no longer matches its history entry, an op record
-// above the pointer and a missing seal; an in-flight object is listed.
+// above the pointer and a missing seal; an in-flight object is listed. A
+// name never granted and a resource granted with nothing published are
+// findings that say which.
 func TestVerify(t *testing.T) {
 	conn, e, m := testenv.CLIStack(t, "verify")
 	ns, err := layout.NewNamespace("verify", "d1")
@@ -177,4 +179,20 @@ func TestVerify(t *testing.T) {
 		t.Fatalf("a verify with findings moved the clean verify time to %s", at)
 	}
 	runWant(t, exitcode.Usage, append([]string{"verify"}, conn...)...)
+
+	// A name never granted (a typo) is told apart from a resource granted
+	// with nothing published yet, as pointer and read tell them.
+	runWant(t, 0, append([]string{"authority", "acquire", "--resource", "waiting", "--owner", "me", "--ttl", "30s"}, conn...)...)
+	out, errs, code := runCLI(t, append([]string{"verify", "--resource", "nothing-here", "--resource", "waiting", "-o", "json"}, conn...)...)
+	var u verifyOutput
+	if err := json.Unmarshal([]byte(out), &u); err != nil || code != exitcode.Internal {
+		t.Fatalf("verify of unpublished resources: exit %d (want %d), %v\n%s\n%s", code, exitcode.Internal, err, out, errs)
+	}
+	problems := map[string]string{}
+	for _, f := range u.Findings {
+		problems[f.Resource] = f.Problem
+	}
+	if !strings.HasSuffix(problems["nothing-here"], ": never granted or published") || !strings.HasSuffix(problems["waiting"], ": granted, nothing published yet") {
+		t.Fatalf("verify of a name never granted and of a granted resource: %+v", u.Findings)
+	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -63,11 +62,7 @@ its first publish.
 			if merr := missingResource(ctx, env, err, *allowMissing); merr != nil {
 				return merr
 			}
-			state := "nothing published yet"
-			if errors.Is(err, reader.ErrUnknownResource) {
-				state = "never granted or published"
-			}
-			cli.Logger(c).Info(fmt.Sprintf("%s: %s; waiting for the first publish", resource, state))
+			cli.Logger(c).Info("waiting for the first publish", "resource", resource, "state", unpublishedState(errors.Is(err, reader.ErrUnknownResource)))
 		}
 		printed := 0
 		for u := range r.Watch(ctx) {

@@ -480,6 +480,73 @@ func docEnv(t *testing.T, home string) []string {
 	return append(env, "FENCEPUB_BIN_DIR="+bin, "HOME="+home)
 }
 
+// docStack is a scratch directory where the docs' commands run as a reader
+// types them: bin/fencepub built from this checkout (also first on PATH, for
+// lines that say `fencepub`), README.md, the environment of docEnv, and a
+// `fencepub dev up` stack once a command starts it, which the test's cleanup
+// takes down.
+type docStack struct {
+	t        *testing.T
+	ctx      context.Context
+	work     string
+	env      []string
+	fencepub string
+}
+
+// newDocStack builds fencepub from the checkout at root into a new scratch
+// directory with a copy of readme; commands run there until ctx ends.
+func newDocStack(ctx context.Context, t *testing.T, root string, readme []byte) *docStack {
+	t.Helper()
+	s := &docStack{t: t, ctx: ctx, work: t.TempDir()}
+	s.fencepub = filepath.Join(s.work, "bin", "fencepub")
+	s.env = append(docEnv(t, t.TempDir()), "PATH="+filepath.Dir(s.fencepub)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if out, err := exec.CommandContext(ctx, "go", "-C", root, "build", "-o", s.fencepub, "./cmd/fencepub").CombinedOutput(); err != nil {
+		t.Fatalf("go build fencepub: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(s.work, "README.md"), readme, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(filepath.Join(s.work, ".dev")); err != nil {
+			return // no command started a stack
+		}
+		cmd := exec.Command(s.fencepub, "dev", "down")
+		cmd.Dir, cmd.Env = s.work, s.env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("fencepub dev down: %v\n%s", err, out)
+		}
+	})
+	return s
+}
+
+// exec runs name with args in the scratch directory and returns its output
+// and exit status (-1 if it did not start or was killed).
+func (s *docStack) exec(name string, args ...string) (stdout, stderr string, code int) {
+	cmd := exec.CommandContext(s.ctx, name, args...)
+	cmd.Dir, cmd.Env = s.work, s.env
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = cmd.ProcessState.ExitCode()
+	if err != nil && code == 0 {
+		code = -1
+	}
+	if code < 0 {
+		fmt.Fprintf(&e, "\n%v", err)
+	}
+	return o.String(), e.String(), code
+}
+
+// run is exec that fails the test unless the command exits 0.
+func (s *docStack) run(name string, args ...string) string {
+	s.t.Helper()
+	stdout, stderr, code := s.exec(name, args...)
+	if code != 0 {
+		s.t.Fatalf("%s %q: exit %d\nstdout:\n%s\nstderr:\n%s", name, args, code, stdout, stderr)
+	}
+	return stdout
+}
+
 // TestReadmeOnDevStack follows the README in a fresh directory: its "Try
 // it" commands as a shell script (`fencepub dev up`, publish, pointer,
 // read, run), then its Go program, built against this checkout and run
@@ -507,55 +574,29 @@ func TestReadmeOnDevStack(t *testing.T) {
 		t.Fatalf("README.md has %d ```go blocks calling config.Connect, want 1", len(program))
 	}
 
-	work := t.TempDir()
-	env := docEnv(t, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	run := func(name string, args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Dir, cmd.Env = work, env
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %q: %v\nstdout:\n%s\nstderr:\n%s", name, args, err, stdout.String(), stderr.String())
-		}
-		return stdout.String()
-	}
-	fencepub := filepath.Join(work, "bin", "fencepub")
-	if out, err := exec.CommandContext(ctx, "go", "-C", root, "build", "-o", fencepub, "./cmd/fencepub").CombinedOutput(); err != nil {
-		t.Fatalf("go build fencepub: %v\n%s", err, out)
-	}
+	s := newDocStack(ctx, t, root, readme.src)
 	m := newDocModule(t, root, program)
-	prog := filepath.Join(work, "readme-program")
+	prog := filepath.Join(s.work, "readme-program")
 	if out, err := m.goCmd(ctx, "build", "-o", prog, "./"+m.pkg(0)); err != nil {
 		t.Fatalf("go build of the README's program: %v\n%s", err, out)
 	}
-	if err := os.WriteFile(filepath.Join(work, "README.md"), readme.src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd := exec.Command(fencepub, "dev", "down")
-		cmd.Dir, cmd.Env = work, env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("fencepub dev down: %v\n%s", err, out)
-		}
-	})
-	run("sh", "-eu", "-c", script)
+	s.run("sh", "-eu", "-c", script)
 
 	pointer := func() string {
 		t.Helper()
 		var ptr struct {
 			Version struct{ Epoch, Fence, Seq uint64 } `json:"version"`
 		}
-		out := run(fencepub, "pointer", "--resource", "report", "-o", "json")
+		out := s.run(s.fencepub, "pointer", "--resource", "report", "-o", "json")
 		if err := json.Unmarshal([]byte(out), &ptr); err != nil {
 			t.Fatalf("pointer -o json: %v\n%s", err, out)
 		}
 		return fmt.Sprintf("%d.%d.%d", ptr.Version.Epoch, ptr.Version.Fence, ptr.Version.Seq)
 	}
 	before := pointer() // what the script's publish left
-	fields := strings.Fields(run(prog))
+	fields := strings.Fields(s.run(prog))
 	if len(fields) != 2 || fields[0] != "applied" {
 		t.Fatalf("the README's program printed %q, want `applied <version>`", fields)
 	}
