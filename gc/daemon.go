@@ -88,6 +88,8 @@ type daemonStatus struct {
 	Passes     int64     `json:"passes"`
 	LastPass   time.Time `json:"last_pass,omitzero"`
 	LastOK     time.Time `json:"last_success,omitzero"`
+	// LastOKTook is how long the pass that ended at LastOK ran.
+	LastOKTook time.Duration `json:"-"`
 	// LastError is the error of this replica's last pass as leader, ""
 	// when that pass had none (or none ran).
 	LastError string `json:"last_error"`
@@ -309,7 +311,7 @@ func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
 		s.Passes++
 		s.LastPass = now
 		if err == nil {
-			s.LastOK, s.LastError = now, ""
+			s.LastOK, s.LastOKTook, s.LastError = now, now.Sub(start), ""
 		} else {
 			s.LastError = err.Error()
 		}
@@ -321,7 +323,10 @@ func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
 
 // readiness says whether a replica in state s, running passes every
 // interval, is ready at now, and why not: Run must be running; a leader
-// needs a pass without errors that ended less than 2*interval ago; a standby
+// needs a pass without errors that ended at most two cycles ago, a cycle
+// being the interval (the wait after a pass) plus that pass's duration, so
+// that a healthy leader whose passes take longer than the interval (a large
+// bucket, a slow etcd) stays ready while its next pass runs; a standby
 // (another replica held the GC lease at its last campaign) is ready with
 // reason "standby"; a replica still campaigning is not.
 func (s daemonStatus) readiness(now time.Time, interval time.Duration) (bool, string) {
@@ -332,9 +337,9 @@ func (s daemonStatus) readiness(now time.Time, interval time.Duration) (bool, st
 		return false, "leader: first pass not finished"
 	case s.Leader && s.LastOK.IsZero():
 		return false, "leader: no pass without errors yet; last error: " + s.LastError
-	case s.Leader && now.Sub(s.LastOK) > 2*interval:
-		return false, fmt.Sprintf("leader: last pass without errors ended %s ago, more than 2x the interval %s; last error: %s",
-			now.Sub(s.LastOK).Round(time.Second), interval, s.LastError)
+	case s.Leader && now.Sub(s.LastOK) > 2*(interval+s.LastOKTook):
+		return false, fmt.Sprintf("leader: last pass without errors ended %s ago, more than 2x (the interval %s + that pass's %s); last error: %s",
+			now.Sub(s.LastOK).Round(time.Millisecond), interval, s.LastOKTook.Round(time.Millisecond), s.LastError)
 	case s.Leader:
 		return true, ""
 	case s.Standby:
@@ -378,7 +383,7 @@ func (d *Daemon) checkDeps(ctx context.Context) error {
 //     daemon; it says nothing about readiness;
 //   - /readyz (readiness): 503 when etcd or the object store does not
 //     answer (checkDeps: bounded and cached), when this replica leads and
-//     its last pass without errors is older than 2x the interval, or while
+//     its last pass without errors is older than two cycles (readiness), or while
 //     it has not settled into a role; 200 for a fresh leader and for a
 //     standby (reason "standby"). Its fields ready and reason say which.
 //

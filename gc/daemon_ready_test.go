@@ -28,7 +28,11 @@ func TestDaemonStatusReadiness(t *testing.T) {
 		{daemonStatus{Running: true, Leader: true}, false, "first pass"},
 		{daemonStatus{Running: true, Leader: true, Passes: 1, LastError: "boom"}, false, "boom"},
 		{daemonStatus{Running: true, Leader: true, Passes: 1, LastOK: now.Add(-interval)}, true, ""},
-		{daemonStatus{Running: true, Leader: true, Passes: 9, LastOK: now.Add(-2*interval - time.Second), LastError: "boom"}, false, "2x the interval"},
+		{daemonStatus{Running: true, Leader: true, Passes: 9, LastOK: now.Add(-2*interval - time.Second), LastError: "boom"}, false, "ended 2m1s ago, more than 2x (the interval 1m0s + that pass's 0s); last error: boom"},
+		// Passes longer than the interval: ready while the next one runs,
+		// until two such cycles went by without a success.
+		{daemonStatus{Running: true, Leader: true, Passes: 2, LastOK: now.Add(-3 * interval), LastOKTook: 2 * interval}, true, ""},
+		{daemonStatus{Running: true, Leader: true, Passes: 2, LastOK: now.Add(-6*interval - 1500*time.Millisecond), LastOKTook: 2 * interval}, false, "ended 6m1.5s ago, more than 2x (the interval 1m0s + that pass's 2m0s)"},
 		{daemonStatus{Running: true, Standby: true}, true, "standby"},
 		{daemonStatus{Running: true, Passes: 3, LastOK: now}, false, "campaigning"},
 		{daemonStatus{Running: false, Standby: true, Passes: 3}, false, "not running"},

@@ -254,7 +254,7 @@ holds another etcd's history (see authority recover --from-bucket).`,
 // ok is false unless w is a terminal and c logs text (a bar would break
 // JSON lines).
 func progressTerminal(c *cobra.Command, w io.Writer) (f *os.File, ok bool) {
-	f, ok = w.(*os.File)
+	f, ok = cli.File(w)
 	return f, ok && term.IsTerminal(int(f.Fd())) && !cli.LogsJSON(c)
 }
 

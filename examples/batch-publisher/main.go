@@ -49,11 +49,23 @@ func main() {
 	flag.StringVar(&o.src, "src", "", "directory to snapshot (default $(go env GOROOT)/src)")
 	flag.StringVar(&o.key, "key", "", "idempotency key (default: snapshot-<sha256 of the manifest>, so the same tree is a duplicate)")
 	flag.DurationVar(&o.ttl, "ttl", 5*time.Second, "lease TTL (whole seconds, at least 2s)")
-	flag.DurationVar(&o.wait, "wait", time.Minute, "how long to wait for the lease")
+	flag.DurationVar(&o.wait, "max-wait", time.Minute, "how long to wait for the lease")
+	var oldWait time.Duration
+	flag.DurationVar(&oldWait, "wait", time.Minute, "deprecated spelling of -max-wait")
 	flag.DurationVar(&o.hold, "hold", 0, "pause between computing and publishing (lets a demo stop this process there)")
 	flag.BoolVar(&o.ignoreLeaseLoss, "unsafe-ignore-lease-loss", false,
 		"publish even after the lease was lost, as a worker paused between its last check and its send would; the fence rejects it (demo only)")
 	flag.Parse()
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["wait"] {
+		if given["max-wait"] {
+			fmt.Fprintln(os.Stderr, "batch-publisher: give -max-wait, not also the deprecated -wait")
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "batch-publisher: warning: -wait is deprecated and will be removed: use -max-wait")
+		o.wait = oldWait
+	}
 	if o.src == "" {
 		out, err := exec.Command("go", "env", "GOROOT").Output()
 		if err != nil {

@@ -46,8 +46,10 @@ func (w logWriter) Write(p []byte) (int, error) {
 // Any violation fails the test and leaves chaos-failure-<seed>.json in
 // $TMPDIR/fencepub-chaos; `make chaos SEED=<seed> DURATION=30s` replays the
 // schedule. It also checks that the runs made progress, that every fault was
-// injected and healed, and (on the first seed's real history) that Verify
-// rejects histories a broken implementation would have produced.
+// injected and healed, and (on the first seed's real history that has a
+// resource with two applied versions seen by readers; one run at least must
+// have one) that Verify rejects histories a broken implementation would have
+// produced.
 func TestChaos(t *testing.T) {
 	lc := testenv.StartCluster(t, Topology)
 	cl := &Cluster{Etcd: lc.Etcd, MinIO: lc.MinIO}
@@ -55,7 +57,8 @@ func TestChaos(t *testing.T) {
 	t.Logf("random seed %d (replay: make chaos SEED=%d DURATION=%s)", random, random, ciDuration)
 	failures := filepath.Join(os.TempDir(), "fencepub-chaos")
 	injected := map[FaultKind]int{}
-	for i, seed := range append(slices.Clone(ciSeeds), random) {
+	mutated := false
+	for _, seed := range append(slices.Clone(ciSeeds), random) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
@@ -82,10 +85,13 @@ func TestChaos(t *testing.T) {
 					t.Errorf("fault %s on %s failed: %s", f.Kind, f.Target, f.Err)
 				}
 			}
-			if i == 0 {
-				checkMutations(t, res.History)
+			if !mutated {
+				mutated = checkMutations(t, res.History)
 			}
 		})
+	}
+	if !mutated {
+		t.Errorf("no run had a resource with two applied publishes seen by readers: Verify was not tried on broken histories")
 	}
 	for _, k := range append(ServerFaults(), WorkerFaults()...) {
 		if injected[k] == 0 {
@@ -112,8 +118,11 @@ func checkRun(t *testing.T, res *Result, replay string) {
 
 // checkMutations feeds Verify copies of a real run's history, each changed
 // the way a broken implementation would have changed it, and requires a
-// violation of the expected invariant for each.
-func checkMutations(t *testing.T, h *History) {
+// violation of the expected invariant for each. The changes need a resource
+// with two applied publishes that readers saw; it reports false, having
+// changed nothing, when h has none (a run on a loaded machine may publish
+// too few per resource), else true.
+func checkMutations(t *testing.T, h *History) bool {
 	t.Helper()
 	if vs := Verify(h, VerifyOptions{}); len(vs) > 0 {
 		t.Fatalf("the real history itself has violations: %v", vs)
@@ -134,7 +143,12 @@ func checkMutations(t *testing.T, h *History) {
 		}
 	}
 	if target == nil || count[target.Resource] < 2 {
-		t.Fatalf("no resource with two applied publishes seen by readers")
+		most := 0
+		if target != nil {
+			most = count[target.Resource]
+		}
+		t.Logf("no resource with two applied publishes seen by readers (at most %d, %d reads), so no mutations of this run", most, len(h.Reads))
+		return false
 	}
 	var first, last layout.Version
 	var end int64
@@ -185,4 +199,5 @@ func checkMutations(t *testing.T, h *History) {
 			t.Errorf("mutation %q of the real history: violations %v, want %s", m.name, got, m.want)
 		}
 	}
+	return true
 }

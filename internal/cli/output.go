@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -95,6 +96,18 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// File returns the file w writes to: w itself when it is an *os.File, or
+// the file under the stdout Execute wraps to count its bytes; ok is false
+// for any other writer. Checks of whether a command's stdout is a terminal
+// go through it, so the wrapping does not hide the terminal.
+func File(w io.Writer) (f *os.File, ok bool) {
+	if c, wrapped := w.(*countingWriter); wrapped {
+		w = c.w
+	}
+	f, ok = w.(*os.File)
+	return f, ok
 }
 
 // wantsJSON reports whether the run of c asked for JSON output: c's
