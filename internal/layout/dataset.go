@@ -29,7 +29,9 @@ func FileKey(versionKey, path string) string { return versionKey + FilesSep + pa
 // PageKey is the object key of manifest page n (from 0) of the version
 // whose own key is versionKey: the number as 8 digits, so pages list in
 // order.
-func PageKey(versionKey string, n int) string { return fmt.Sprintf("%s%s%08d", versionKey, PagesSep, n) }
+func PageKey(versionKey string, n int) string {
+	return fmt.Sprintf("%s%s%08d", versionKey, PagesSep, n)
+}
 
 // ParseVersionKey parses any object key of a version of res: the version's
 // own key (ParseObjectKey's form), one of its files (FileKey) or one of its
