@@ -166,7 +166,7 @@ func (w *Writer) Add(e Entry) error {
 		w.done = true
 		return err
 	}
-	if err := checkOrder(w.prev, e.Path); err != nil {
+	if err := CheckOrder(w.prev, e.Path); err != nil {
 		w.done = true
 		return err
 	}
@@ -273,7 +273,7 @@ func entries(ls [][]byte, prev string) ([]Entry, int64, error) {
 		if err := ValidateEntry(out[i]); err != nil {
 			return nil, 0, corrupt("entry %d: %v", i, err)
 		}
-		if err := checkOrder(prev, out[i].Path); err != nil {
+		if err := CheckOrder(prev, out[i].Path); err != nil {
 			return nil, 0, corrupt("entry %d: %v", i, err)
 		}
 		prev = out[i].Path
@@ -331,7 +331,7 @@ func DecodeIndex(b []byte) (*Index, error) {
 		case ComparePaths(p.First, p.Last) > 0 || p.Files == 1 && p.First != p.Last:
 			return nil, corrupt("page %d: first %q after last %q", i, p.First, p.Last)
 		}
-		if err := checkOrder(prev, p.First); err != nil {
+		if err := CheckOrder(prev, p.First); err != nil {
 			return nil, corrupt("page %d: %v", i, err)
 		}
 		prev = p.Last

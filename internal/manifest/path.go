@@ -107,11 +107,11 @@ func ComparePaths(a, b string) int {
 	return 0
 }
 
-// checkOrder checks that path may follow prev (empty for the first entry)
+// CheckOrder checks that path may follow prev (empty for the first entry)
 // in a manifest: strictly after it in ComparePaths order, and not inside
 // it (prev "a" and path "a/b": a file cannot also be a directory).
 // Errors: fencepub.ErrInvalid naming both.
-func checkOrder(prev, path string) error {
+func CheckOrder(prev, path string) error {
 	if prev == "" {
 		return nil
 	}

@@ -1,0 +1,136 @@
+//go:build !unit
+
+package gc
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/manifest"
+	"github.com/fencepub/fencepub/publisher"
+)
+
+// publishDataset publishes path=content pairs as a dataset with p and
+// fails t unless the outcome is want.
+func (e *env) publishDataset(p *publisher.Publisher, key string, base publisher.Base, want publisher.Outcome, pairs ...string) publisher.DatasetResult {
+	e.t.Helper()
+	var fs []publisher.File
+	for i := 0; i+1 < len(pairs); i += 2 {
+		fs = append(fs, publisher.BytesFile(pairs[i], []byte(pairs[i+1]), "text/plain"))
+	}
+	r, err := p.PublishDataset(ctxT(e.t, time.Minute), publisher.Dataset{IdempotencyKey: key, Files: publisher.FileList(fs), Base: base})
+	if r.Outcome != want {
+		e.t.Fatalf("dataset %s: outcome %q reason %q err %v; want %q", key, r.Outcome, r.Reason, err, want)
+	}
+	return r
+}
+
+// manifestOf returns the entries of the manifest obj names, by path.
+func (e *env) manifestOf(obj layout.Object) map[string]manifest.Entry {
+	e.t.Helper()
+	ctx := ctxT(e.t, 30*time.Second)
+	ix, err := manifest.LoadIndex(ctx, e.st, obj)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]manifest.Entry{}
+	for en, err := range manifest.NewCache(0).All(ctx, e.st, ix) {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out[en.Path] = en
+	}
+	return out
+}
+
+// GC keeps every object a retained manifest names, its own files and the
+// ones it reuses from an older version, and collects everything else under
+// an unpublishable version's key (its manifest and the files no retained
+// manifest names); a stale attempt's files go the same way. A dry run says
+// which retained version names a kept older file.
+func TestDatasetFilesKeptWhileNamed(t *testing.T) {
+	e := newEnv(t)
+	const res = "export"
+	ga, a := e.worker(res, "a")
+	v1 := e.publishDataset(a, "v1", publisher.BaseNone, publisher.Applied, "keep", "same", "b", "old", "c", "dropped")
+	files1 := e.manifestOf(v1.Object)
+	e.expire(ga)
+	_, b := e.worker(res, "b")
+	v2 := e.publishDataset(b, "v2", publisher.BaseCurrent, publisher.Applied, "keep", "same", "b", "new", "d", "added")
+	if v2.ReusedFiles != 1 {
+		t.Fatalf("v2 reused %d files, want 1", v2.ReusedFiles)
+	}
+	files2 := e.manifestOf(v2.Object)
+	// A's late attempt, after B's publish: stale, its files unpublishable.
+	late := e.publishDataset(a, "a-late", publisher.BaseNone, publisher.Stale, "x", "late")
+	lateKey := late.Attempt.Object.Key
+	lateFile := layout.FileKey(lateKey, "x")
+	if !e.Exists(lateKey) || !e.Exists(lateFile) {
+		t.Fatal("the late attempt's objects were not written")
+	}
+
+	retainOne := func(c *Config) {
+		later(time.Hour)(c)
+		c.Policy = Policy{Retain: 1}
+	}
+	// The first pass starts the domain clock; v1 is one of the last
+	// two, the late attempt is collected.
+	rep := e.run(e.collector(nil), res)
+	mustDecide(t, rep, files1["keep"].Key, kindRetained, "kept", "version 1")
+	mustDecide(t, rep, lateKey, kindUnpublishable, "deleted", "<= pointer")
+	mustDecide(t, rep, lateFile, kindUnpublishable, "deleted", "<= pointer")
+	rep = e.run(e.collector(retainOne), res)
+	mustDecide(t, rep, files1["keep"].Key, kindRetained, "kept", "version "+v2.Version.String())
+	mustDecide(t, rep, v1.Object.Key, kindUnpublishable, "deleted", "<= pointer")
+	mustDecide(t, rep, files1["b"].Key, kindUnpublishable, "deleted", "<= pointer")
+	mustDecide(t, rep, files1["c"].Key, kindUnpublishable, "deleted", "<= pointer")
+	mustDecide(t, rep, v2.Object.Key, kindPublished, "kept", "pointer")
+	mustDecide(t, rep, files2["b"].Key, kindPublished, "kept", "pointer's dataset version")
+	for _, k := range []string{files1["keep"].Key, v2.Object.Key, files2["b"].Key, files2["d"].Key} {
+		if !e.Exists(k) {
+			t.Fatalf("%s was deleted", k)
+		}
+	}
+	for _, k := range []string{v1.Object.Key, files1["b"].Key, files1["c"].Key, lateKey, lateFile} {
+		if e.Exists(k) {
+			t.Fatalf("%s was not collected", k)
+		}
+	}
+	dry, err := e.collector(retainOne).Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustDecide(t, dry, files1["keep"].Key, kindRetained, "kept", "version "+v2.Version.String())
+	// Once a version that no longer reuses it is the only one retained,
+	// the reused file goes too.
+	v3 := e.publishDataset(b, "v3", publisher.BaseNone, publisher.Applied, "keep", "same")
+	for _, d := range []time.Duration{2 * time.Hour, 3 * time.Hour} { // the clock's next point, then past the grace
+		rep = e.run(e.collector(func(c *Config) { later(d)(c); c.Policy = Policy{Retain: 1} }), res)
+	}
+	mustDecide(t, rep, files1["keep"].Key, kindUnpublishable, "deleted", "<= pointer")
+	if e.Exists(files1["keep"].Key) || !e.Exists(layout.FileKey(v3.Object.Key, "keep")) {
+		t.Fatal("the file no retained manifest names was kept, or v3's was deleted")
+	}
+}
+
+// A retained manifest that cannot be read fails the resource's pass:
+// nothing of it is deleted, since the manifest might name any file.
+func TestDatasetUnreadableManifestDeletesNothing(t *testing.T) {
+	e := newEnv(t)
+	const res = "export"
+	_, p := e.worker(res, "a")
+	v1 := e.publishDataset(p, "v1", publisher.BaseNone, publisher.Applied, "keep", "same", "b", "old")
+	files1 := e.manifestOf(v1.Object)
+	v2 := e.publishDataset(p, "v2", publisher.BaseCurrent, publisher.Applied, "keep", "same")
+	e.rm(v2.Object.Key) // out of band: the store lost the pointer's manifest
+	rep, err := e.collector(func(c *Config) { c.Policy = Policy{Retain: 1} }).Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, Verbose: true})
+	if err == nil || rep.Deleted != 0 {
+		t.Fatalf("pass over an unreadable manifest: err %v, %d deleted", err, rep.Deleted)
+	}
+	for _, k := range []string{files1["keep"].Key, files1["b"].Key, v1.Object.Key} {
+		if !e.Exists(k) {
+			t.Fatalf("%s was deleted", k)
+		}
+	}
+}
