@@ -20,6 +20,8 @@ import (
 type lsEntry struct {
 	pointerOutput
 	Decommissioned bool `json:"decommissioned"`
+	// Files lists a dataset version's manifest (with --resource).
+	Files []reader.FileInfo `json:"manifest,omitempty"`
 }
 
 // lsOutput is `fencepub ls -o json`. With --resource, Resources holds that
@@ -47,7 +49,9 @@ only acquired so far is shown by --resource. The listing is read at one etcd
 revision. Nothing is read from the object store.
 
 With --resource R, only R is shown. A resource never granted in the domain is
-then an error, exit 1, unless --allow-missing.
+then an error, exit 1, unless --allow-missing. When R's version is a dataset,
+its manifest follows: every file's path, size and sha256 (read from the object
+store).
 
 ` + readerExitHelp,
 		Example: `  fencepub ls
@@ -105,6 +109,11 @@ then an error, exit 1, unless --allow-missing.
 				Decommissioned: st.Seal.Retires(st.Pointer.Version),
 			})
 		}
+		if resource != "" {
+			if err := lsFiles(ctx, env, &o.Resources[0]); err != nil {
+				return err
+			}
+		}
 		if *out == "json" {
 			return printJSON(c.OutOrStdout(), o)
 		}
@@ -140,7 +149,10 @@ func printLs(w io.Writer, o lsOutput) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Resource, version, size, at, state)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printFiles(w, o.Resources)
 }
 
 // addAllowMissing registers --allow-missing, which makes a resource never

@@ -23,7 +23,7 @@ import (
 // publishExitHelp is the exit-code table of publish, rollback and resolve.
 const publishExitHelp = `Exit codes: 0 applied or duplicate (the JSON "outcome" and stderr tell which),
 1 internal error, 2 usage or bad input (names, numbers, body read error, missing
-bucket or domain), 110 stale (reason pointer, seal, epoch, grant or gap), 111 conflict
+bucket or domain), 110 stale (reason pointer, seal, epoch, grant, gap or base), 111 conflict
 (the key was applied with another body; for resolve, by another attempt), 112 unknown (settle it with
 'fencepub resolve'), 113 lease held (with --ttl), 114 lease lost (strict mode,
 reason lease), 115 etcd or the object store unavailable.`
@@ -218,6 +218,7 @@ type publishOptions struct {
 	body       bodyFlags
 	timeout    time.Duration
 	allowEmpty bool
+	dir        dirFlags // publishdir.go
 	format     *string
 	cmd        *cobra.Command // set by Complete: which flags were given
 }
@@ -225,7 +226,7 @@ type publishOptions struct {
 func newPublishCmd() *cobra.Command {
 	o := &publishOptions{}
 	cmd := &cobra.Command{
-		Use:   "publish --resource R (--epoch E --fence F --seq S | --ttl D) --owner O --key K (--file PATH | -)",
+		Use:   "publish --resource R (--epoch E --fence F --seq S | --ttl D) --owner O --key K (--file PATH | - | --dir DIR)",
 		Short: "Publish a file as the new state of a resource, fenced by a grant",
 		Long: `publish streams the body to the object store as a new immutable object and makes
 it the resource's state in one etcd transaction that checks the grant's fence,
@@ -242,6 +243,15 @@ last good state.
 --key is the operation's idempotency key: a retry with the same key and the same
 body, content type and metadata gets "duplicate" with the original result.
 Newer state wins: a version at or below the pointer is stale.
+
+--dir DIR publishes every regular file under DIR as one dataset version
+(docs/datasets.md): it refuses, before acquiring anything, symbolic links
+(unless --follow-symlinks), special files, paths that are not valid UTF-8 or
+not in Unicode NFC, and an empty directory (unless --allow-empty). Files are
+uploaded --parallel at a time; with --base current (the default) files equal
+to the current dataset version's are not uploaded, and a pointer that moved
+meanwhile makes the publish stale with reason base. --seq is not used: a
+dataset takes the grant's next seq.
 
 ` + publishExitHelp,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -274,7 +284,8 @@ func (o *publishOptions) addFlags(cmd *cobra.Command) {
 	f.Uint64Var(&o.seq, "seq", 0, "seq within the grant's term, from 1 (required with --fence; default with --ttl: the next one)")
 	f.StringVar(&o.key, "key", "", "idempotency key of the operation (required)")
 	o.body.add(cmd, "file to publish, or - for stdin")
-	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) body instead of refusing it")
+	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) body, or with --dir a directory without files, instead of refusing it")
+	o.dir.add(cmd)
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline for the whole publish; a transaction still unanswered then is unknown (exit 112)")
 	_ = cmd.MarkFlagRequired("key")
 	o.format = addOutputFlag(cmd)
@@ -296,6 +307,9 @@ func (o *publishOptions) Complete(c *cobra.Command, args []string) error {
 // Validate checks the options before any grant is acquired or anything
 // read, nor any I/O done. Errors: usage errors (exit 2).
 func (o *publishOptions) Validate() error {
+	if o.cmd.Flags().Changed("dir") {
+		return o.validateDir()
+	}
 	if o.body.file == "" {
 		return exitcode.Usagef("no body: give --file PATH, or --file - (or '-') for stdin")
 	}
@@ -320,6 +334,9 @@ func (o *publishOptions) Validate() error {
 // grant (an existing one, or one acquired for this publish and released
 // after it) and publishes under the --timeout deadline.
 func (o *publishOptions) Run(c *cobra.Command) error {
+	if o.dir.dir != "" {
+		return o.runDir(c)
+	}
 	// Refuse bad input before a grant is acquired or anything written.
 	op, err := o.body.operation(o.key)
 	if err != nil {
@@ -495,9 +512,15 @@ func parseMeta(kvs []string) (map[string]string, error) {
 // text line) when the call reached an outcome, tells applied from duplicate
 // on stderr, and returns err with its exit code.
 func reportResult(cmd *cobra.Command, format, verb string, res publisher.Result, err error) error {
+	return reportOutcome(cmd, format, verb, res, res, err)
+}
+
+// reportOutcome is reportResult printing out (res with more fields, such
+// as a dataset's counts) as the JSON form.
+func reportOutcome(cmd *cobra.Command, format, verb string, res publisher.Result, out any, err error) error {
 	if res.Outcome != "" {
 		if format == "json" {
-			if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
+			if perr := printJSON(cmd.OutOrStdout(), out); perr != nil {
 				return perr
 			}
 		} else {

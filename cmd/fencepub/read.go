@@ -22,11 +22,12 @@ import (
 func newReadCmd() *cobra.Command {
 	var (
 		resource, out, version string
+		path                   string // a dataset file (readdataset.go)
 		serializable           bool
 		timeout, stall         time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "read --resource R [--version V] [--out FILE]",
+		Use:   "read --resource R [--version V] [--path P] [--out FILE|DIR]",
 		Short: "Read a resource's published object, verified against the pointer",
 		Long: `read fetches the object the resource's pointer names (GET conditioned on the
 pointer's ETag) and checks its sha256 and size while streaming. The bucket is
@@ -45,6 +46,12 @@ way: GET conditioned on the ETag its history entry names, sha256 and size
 checked. A version that is not retained (never published, or collected by GC)
 is refused with exit 2, naming the versions that are.
 
+A dataset version (published with 'publish --dir') is read one file at a time
+with --path P (to stdout or --out FILE, verified the same way), or whole with
+--out DIR: the files go to a temporary directory beside DIR, which is renamed
+to DIR only once every file was verified, so a half-read dataset never
+appears under DIR. DIR must not exist or be empty.
+
 ` + readerExitHelp,
 		Example: `  fencepub read --resource nightly-report --out report.csv
   fencepub read --resource nightly-report --version 1.4.1 > report-1.4.1.csv`,
@@ -56,6 +63,7 @@ is refused with exit 2, naming the versions that are.
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline for the whole read, transfer included (0: none)")
 	cmd.Flags().DurationVar(&stall, "stall-timeout", time.Minute, "give up (exit 115) when the store sends no bytes for this long (0: wait for ever)")
 	cmd.Flags().StringVar(&version, "version", "", "read this retained version, epoch.fence.seq (see 'fencepub history'), instead of the current one")
+	cmd.Flags().StringVar(&path, "path", "", "read this file of a dataset version")
 	_ = cmd.MarkFlagRequired("resource")
 	cli.AddConnFlags(cmd)
 	usageErrors(cmd)
@@ -78,7 +86,8 @@ is refused with exit 2, naming the versions that are.
 			v = parsed
 		}
 		if out != "" && out != "-" {
-			if err := checkOutPath(out); err != nil {
+			// A directory is a dataset's --out, known once the pointer is read.
+			if err := checkOutPath(out); err != nil && (path != "" || !isDir(out)) {
 				return err
 			}
 		}
@@ -103,6 +112,14 @@ is refused with exit 2, naming the versions that are.
 			return readerExit(err)
 		}
 		defer body.Close()
+		if body.Pointer.IsDataset() || path != "" {
+			return readDataset(ctx, c, r, body.Pointer, path, out)
+		}
+		if out != "" && out != "-" {
+			if err := checkOutPath(out); err != nil {
+				return err
+			}
+		}
 		var src io.Reader = body
 		toStdout := out == "" || out == "-"
 		var bar *progressbar.ProgressBar
