@@ -134,3 +134,49 @@ func TestDatasetUnreadableManifestDeletesNothing(t *testing.T) {
 		}
 	}
 }
+
+// GC runs while an incremental publish whose base is being superseded
+// uploads: old worker A's late publish moves the pointer off B's base, GC
+// collects the base's files (no longer retained), and B's publish, which
+// chose to reuse them, is stale with reason base: no published manifest
+// ever names a deleted file (invariants 14 and 15; the lab's case
+// dataset on real servers).
+func TestDatasetGCDuringIncrementalPublish(t *testing.T) {
+	e := newEnv(t)
+	const res = "export"
+	ga, a := e.worker(res, "a")
+	v1 := e.publishDataset(a, "v1", publisher.BaseNone, publisher.Applied, "keep", "same", "b", "old")
+	files1 := e.manifestOf(v1.Object)
+	e.run(e.collector(nil), res) // starts the domain clock
+	e.expire(ga)
+	_, b := e.worker(res, "b")
+	collected := false
+	ds := publisher.Dataset{IdempotencyKey: "b1", Base: publisher.BaseCurrent, Files: publisher.FileList([]publisher.File{
+		publisher.BytesFile("keep", []byte("same"), "text/plain"), publisher.BytesFile("b", []byte("new"), "text/plain"),
+	})}
+	ds.Progress = func(publisher.FileDone) {
+		if collected {
+			return
+		}
+		collected = true
+		e.publishDataset(a, "a-late", publisher.BaseNone, publisher.Applied, "other", "A's late file")
+		var rep *Report
+		for _, d := range []time.Duration{time.Hour, 2 * time.Hour} { // the clock's next point, then past the grace
+			rep = e.run(e.collector(func(c *Config) { later(d)(c); c.Policy = Policy{Retain: 1} }), res)
+		}
+		mustDecide(t, rep, files1["keep"].Key, kindUnpublishable, "deleted", "<= pointer")
+	}
+	r, err := b.PublishDataset(ctxT(t, time.Minute), ds)
+	if r.Outcome != publisher.Stale || r.Reason != publisher.ReasonBase || r.ReusedFiles != 1 {
+		t.Fatalf("B: outcome %q reason %q, %d reused (err %v); want stale (base) after reusing 1", r.Outcome, r.Reason, r.ReusedFiles, err)
+	}
+	ptr, err := decodePointerKV(e.get(e.NS.PointerKey(res)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, en := range e.manifestOf(ptr.Object) {
+		if !e.Exists(en.Key) {
+			t.Fatalf("the published manifest %s names %s (%s), which is gone", ptr.Version, path, en.Key)
+		}
+	}
+}
