@@ -44,6 +44,34 @@ func (e *env) manifestOf(obj layout.Object) map[string]manifest.Entry {
 	return out
 }
 
+// aged runs a pass over res per clock offset in ds (later), keeping only
+// the newest version beyond the grace (Retain 1), and returns the last
+// pass's report and error. The first offset gives the domain clock a point
+// to measure the grace from; a version superseded before it is past the
+// grace at an offset an hour later.
+func (e *env) aged(res string, ds ...time.Duration) (*Report, error) {
+	e.t.Helper()
+	var (
+		rep *Report
+		err error
+	)
+	for _, d := range ds {
+		c := e.collector(func(c *Config) { later(d)(c); c.Policy = Policy{Retain: 1} })
+		rep, err = c.Run(ctxT(e.t, time.Minute), RunOptions{Resources: []string{res}, Verbose: true})
+	}
+	return rep, err
+}
+
+// mustAge is aged, failing t on an error.
+func (e *env) mustAge(res string, ds ...time.Duration) *Report {
+	e.t.Helper()
+	rep, err := e.aged(res, ds...)
+	if err != nil {
+		e.t.Fatalf("gc pass: %v\nreport errors: %v", err, rep.Errors)
+	}
+	return rep
+}
+
 // GC keeps every object a retained manifest names, its own files and the
 // ones it reuses from an older version, and collects everything else under
 // an unpublishable version's key (its manifest and the files no retained
@@ -80,7 +108,7 @@ func TestDatasetFilesKeptWhileNamed(t *testing.T) {
 	mustDecide(t, rep, files1["keep"].Key, kindRetained, "kept", "version 1")
 	mustDecide(t, rep, lateKey, kindUnpublishable, "deleted", "<= pointer")
 	mustDecide(t, rep, lateFile, kindUnpublishable, "deleted", "<= pointer")
-	rep = e.run(e.collector(retainOne), res)
+	rep = e.mustAge(res, time.Hour)
 	mustDecide(t, rep, files1["keep"].Key, kindRetained, "kept", "version "+v2.Version.String())
 	mustDecide(t, rep, v1.Object.Key, kindUnpublishable, "deleted", "<= pointer")
 	mustDecide(t, rep, files1["b"].Key, kindUnpublishable, "deleted", "<= pointer")
@@ -105,9 +133,7 @@ func TestDatasetFilesKeptWhileNamed(t *testing.T) {
 	// Once a version that no longer reuses it is the only one retained,
 	// the reused file goes too.
 	v3 := e.publishDataset(b, "v3", publisher.BaseNone, publisher.Applied, "keep", "same")
-	for _, d := range []time.Duration{2 * time.Hour, 3 * time.Hour} { // the clock's next point, then past the grace
-		rep = e.run(e.collector(func(c *Config) { later(d)(c); c.Policy = Policy{Retain: 1} }), res)
-	}
+	rep = e.mustAge(res, 2*time.Hour, 3*time.Hour)
 	mustDecide(t, rep, files1["keep"].Key, kindUnpublishable, "deleted", "<= pointer")
 	if e.Exists(files1["keep"].Key) || !e.Exists(layout.FileKey(v3.Object.Key, "keep")) {
 		t.Fatal("the file no retained manifest names was kept, or v3's was deleted")
@@ -122,9 +148,12 @@ func TestDatasetUnreadableManifestDeletesNothing(t *testing.T) {
 	_, p := e.worker(res, "a")
 	v1 := e.publishDataset(p, "v1", publisher.BaseNone, publisher.Applied, "keep", "same", "b", "old")
 	files1 := e.manifestOf(v1.Object)
+	e.run(e.collector(nil), res) // starts the domain clock
 	v2 := e.publishDataset(p, "v2", publisher.BaseCurrent, publisher.Applied, "keep", "same")
 	e.rm(v2.Object.Key) // out of band: the store lost the pointer's manifest
-	rep, err := e.collector(func(c *Config) { c.Policy = Policy{Retain: 1} }).Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, Verbose: true})
+	// v1 is past the grace and not among the last 1: only v2's manifest
+	// could keep its files.
+	rep, err := e.aged(res, time.Hour, 2*time.Hour)
 	if err == nil || rep.Deleted != 0 {
 		t.Fatalf("pass over an unreadable manifest: err %v, %d deleted", err, rep.Deleted)
 	}
@@ -160,10 +189,7 @@ func TestDatasetGCDuringIncrementalPublish(t *testing.T) {
 		}
 		collected = true
 		e.publishDataset(a, "a-late", publisher.BaseNone, publisher.Applied, "other", "A's late file")
-		var rep *Report
-		for _, d := range []time.Duration{time.Hour, 2 * time.Hour} { // the clock's next point, then past the grace
-			rep = e.run(e.collector(func(c *Config) { later(d)(c); c.Policy = Policy{Retain: 1} }), res)
-		}
+		rep := e.mustAge(res, time.Hour, 2*time.Hour)
 		mustDecide(t, rep, files1["keep"].Key, kindUnpublishable, "deleted", "<= pointer")
 	}
 	r, err := b.PublishDataset(ctxT(t, time.Minute), ds)

@@ -17,6 +17,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 )
 
@@ -356,14 +357,9 @@ func (o *publishOptions) Run(c *cobra.Command) error {
 	defer env.Close()
 	ctx, cancel := context.WithTimeout(c.Context(), o.timeout)
 	defer cancel()
-	cfg := env.PublisherConfig()
-	bar := transferBar(c, c.ErrOrStderr(), "publish", knownSize(rc))
-	if bar != nil {
-		cfg.Store = progressStore{Store: cfg.Store, bar: bar}
-	}
-	client, err := publisher.New(cfg)
+	client, bar, err := progressClient(c, env, "publish", knownSize(rc))
 	if err != nil {
-		return exitcode.With(exitcode.Usage, err)
+		return err
 	}
 	p, done, res, err := o.grant.bind(ctx, c, env, client)
 	if err != nil {
@@ -379,6 +375,22 @@ func (o *publishOptions) Run(c *cobra.Command) error {
 		_ = bar.Finish() // cleared before the outcome is logged
 	}
 	return reportResult(c, *o.format, "publish", res, err)
+}
+
+// progressClient returns a publisher Client of env and, on a terminal, the
+// progress bar (what, size bytes; -1 unknown) its object writes count on.
+// Errors: usage.
+func progressClient(c *cobra.Command, env *cli.Env, what string, size int64) (*publisher.Client, *progressbar.ProgressBar, error) {
+	cfg := env.PublisherConfig()
+	bar := transferBar(c, c.ErrOrStderr(), what, size)
+	if bar != nil {
+		cfg.Store = progressStore{Store: cfg.Store, bar: bar}
+	}
+	client, err := publisher.New(cfg)
+	if err != nil {
+		return nil, nil, exitcode.With(exitcode.Usage, err)
+	}
+	return client, bar, nil
 }
 
 // positive returns a usage error unless the duration flag name is above 0

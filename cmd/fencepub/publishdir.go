@@ -77,14 +77,9 @@ func (o *publishOptions) runDir(c *cobra.Command) error {
 	defer env.Close()
 	ctx, cancel := context.WithTimeout(c.Context(), o.timeout)
 	defer cancel()
-	cfg := env.PublisherConfig()
-	bar := transferBar(c, c.ErrOrStderr(), fmt.Sprintf("publish 0/%d files", files), bytes)
-	if bar != nil {
-		cfg.Store = progressStore{Store: cfg.Store, bar: bar}
-	}
-	client, err := publisher.New(cfg)
+	client, bar, err := progressClient(c, env, fmt.Sprintf("publish 0/%d files", files), bytes)
 	if err != nil {
-		return exitcode.With(exitcode.Usage, err)
+		return err
 	}
 	p, done, res, err := o.grant.bind(ctx, c, env, client)
 	if err != nil {
