@@ -380,7 +380,7 @@ func (p *Publisher) writeDataset(ctx context.Context, v layout.Version, ds Datas
 		})
 	}
 	mw := manifest.NewWriter(0, func(n int, data []byte) (string, string, error) {
-		obj, err := p.putBytes(wctx, layout.PageKey(vkey, n), data)
+		obj, err := p.putBytes(ctx, layout.PageKey(vkey, n), data) // also from Finish, after the uploads ended
 		return obj.Key, obj.ETag, err
 	})
 	err := func() error {

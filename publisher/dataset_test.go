@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -336,5 +337,40 @@ func TestDirFilesRefusals(t *testing.T) {
 	write("bad\xff", "x")
 	if _, _, err := ScanDir(dir, DirOptions{}); !errors.Is(err, fencepub.ErrInvalid) || !strings.Contains(err.Error(), "UTF-8") {
 		t.Fatalf("non-UTF-8 name: %v", err)
+	}
+}
+
+// A manifest larger than a page is paged, and reuse follows the base's
+// pages: every unchanged file of a three-page base is reused, changed and
+// new ones (in any page) are uploaded.
+func TestDatasetPagedReuse(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	p := e.bind(e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"}), false)
+	gen := func(changed map[int]string, extra ...string) []File {
+		var fs []File
+		for i := range 2500 {
+			body := fmt.Sprintf("file %d", i)
+			if c, ok := changed[i]; ok {
+				body = c
+			}
+			fs = append(fs, BytesFile(fmt.Sprintf("d%d/part-%05d", i%3, i), []byte(body), "text/plain"))
+		}
+		return append(fs, files(extra...)...)
+	}
+	r1, err := p.PublishDataset(ctx, Dataset{IdempotencyKey: "v1", Files: FileList(gen(nil)), Parallel: 16})
+	mustOutcome(t, "v1", r1.Result, err, Applied, reasonNone)
+	ix, err := manifest.LoadIndex(ctx, e.Store, r1.Object)
+	if err != nil || ix.Header.Pages != 3 {
+		t.Fatalf("index of 2500 entries: %v pages, %v", ix, err)
+	}
+	r2, err := p.PublishDataset(ctx, Dataset{IdempotencyKey: "v2", Files: FileList(gen(map[int]string{5: "x", 2200: "y"}, "d1/new", "z")), Parallel: 16})
+	mustOutcome(t, "v2", r2.Result, err, Applied, reasonNone)
+	if r2.ReusedFiles != 2498 || r2.UploadedFiles != 3 || r2.Files != 2501 {
+		t.Fatalf("v2 stats %+v; want 2498 reused, 3 uploaded", r2.DatasetStats)
+	}
+	_, es := e.entries("r")
+	if len(es) != 2501 || e.content(es["d2/part-00005"]) != "x" || e.content(es["d1/new"]) != "z" || e.content(es["d0/part-02400"]) != "file 2400" {
+		t.Fatalf("v2 manifest holds %d entries or the wrong bytes", len(es))
 	}
 }

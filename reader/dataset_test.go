@@ -3,12 +3,18 @@
 package reader
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
 )
@@ -80,5 +86,48 @@ func TestOpenFileCorrupted(t *testing.T) {
 	}
 	if got, err := drain(r.OpenFile(ctxT(t, 30*time.Second), "good")); err != nil || got != "fine" {
 		t.Fatalf("good file: %q %v", got, err)
+	}
+}
+
+// countingStore counts the Gets sent through it.
+type countingStore struct {
+	objstore.Store
+	gets atomic.Int64
+}
+
+func (s *countingStore) Get(ctx context.Context, key, ifMatch string) (io.ReadCloser, objstore.ObjectInfo, error) {
+	s.gets.Add(1)
+	return s.Store.Get(ctx, key, ifMatch)
+}
+
+// A cold read of one file of a paged manifest costs the index GET, one page
+// GET and the file's GET; a second read of a file of the same page costs
+// only the file's GET (the manifest is cached by sha256).
+func TestOpenFileRequests(t *testing.T) {
+	e := newEnv(t)
+	var fs []publisher.File
+	for i := range 1500 { // two pages of 1000 entries
+		fs = append(fs, publisher.BytesFile(fmt.Sprintf("part-%05d", i), []byte(strconv.Itoa(i)), "text/plain"))
+	}
+	r, err := e.pub.PublishDataset(ctxT(t, 2*time.Minute), publisher.Dataset{IdempotencyKey: "big", Files: publisher.FileList(fs), Parallel: 16})
+	if err != nil || r.Outcome != publisher.Applied {
+		t.Fatalf("publish: %+v %v", r.Result, err)
+	}
+	st := &countingStore{Store: e.Store}
+	rd := e.reader(e.Etcd, func(c *Config) { c.Store = st })
+	ctx := ctxT(t, 30*time.Second)
+	for _, tc := range []struct {
+		path string
+		gets int64
+	}{{"part-01234", 3}, {"part-01499", 1}, {"part-00007", 2}} {
+		before := st.gets.Load()
+		got, err := drain(rd.OpenFile(ctx, tc.path))
+		want := strings.TrimLeft(strings.TrimPrefix(tc.path, "part-"), "0")
+		if err != nil || got != want {
+			t.Fatalf("OpenFile(%q) = %q, %v; want %q", tc.path, got, err, want)
+		}
+		if n := st.gets.Load() - before; n != tc.gets {
+			t.Fatalf("OpenFile(%q) sent %d GETs, want %d", tc.path, n, tc.gets)
+		}
 	}
 }
