@@ -71,7 +71,9 @@ func TestClassify(t *testing.T) {
 		{name: "dataset page of the pointer", key: layout.PageKey(okey("logs", ver(3, 5, 3)), 0), want: kindPublished},
 		{name: "dataset file of a retained version", key: layout.FileKey(okey("logs", ver(3, 5, 2)), "x"), want: kindRetained, reason: "kept by history"},
 		{name: "dataset file a retained manifest reuses", key: layout.FileKey(okey("logs", ver(3, 1, 1)), "x"), age: 100 * time.Hour,
-			mod: func(s *state) { s.Named = map[string]string{layout.FileKey(okey("logs", ver(3, 1, 1)), "x"): "named by 3.5.3"} },
+			mod: func(s *state) {
+				s.Named = map[string]string{layout.FileKey(okey("logs", ver(3, 1, 1)), "x"): "named by 3.5.3"}
+			},
 			want: kindRetained, reason: "named by 3.5.3"},
 		{name: "dataset file of an old version no manifest names", key: layout.FileKey(okey("logs", ver(3, 1, 1)), "x"),
 			want: kindUnpublishable, reason: "<= pointer"},
