@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/manifest"
@@ -29,8 +28,10 @@ type datasetRef struct {
 }
 
 // readNamed fills s.Named with every object the manifests of the pointer's
-// and the retained dataset versions name outside their own version's key
-// (the files they reuse), each with the first version naming it. A
+// and the retained dataset versions name under the key of a version that
+// is neither the pointer's nor retained (the files they reuse from older
+// versions), each with the first version naming it; memory grows with
+// those files only. A
 // manifest that cannot be read fails the resource's pass, so nothing of it
 // is deleted: a file it names might otherwise be collected.
 func (c *Collector) readNamed(ctx context.Context, s *state) error {
@@ -55,7 +56,7 @@ func (c *Collector) readNamed(ctx context.Context, s *state) error {
 				if err = ferr; err != nil {
 					break
 				}
-				if _, dup := s.Named[e.Key]; !dup && !strings.HasPrefix(e.Key, own+layout.FilesSep) {
+				if _, dup := s.Named[e.Key]; !dup && !keptByVersion(s, e.Key) {
 					s.Named[e.Key] = fmt.Sprintf("file %q of the manifest of version %s (%s), reused from an older version", e.Path, r.pointer.Version, r.why)
 				}
 			}
@@ -70,3 +71,15 @@ func (c *Collector) readNamed(ctx context.Context, s *state) error {
 
 // newManifestCache returns the cache a Collector reads manifests through.
 func newManifestCache() *manifest.Cache { return manifest.NewCache(manifestCacheEntries) }
+
+// keptByVersion reports whether key lies under the pointer's or a retained
+// version's own key: classify keeps it whatever names it, so s.Named need
+// not hold it (only files reused from versions no longer retained).
+func keptByVersion(s *state, key string) bool {
+	_, own, ok := s.NS.ParseVersionKey(s.Resource, key)
+	if !ok {
+		return false
+	}
+	_, retained := s.Retained[own]
+	return retained || s.HasPointer && own == s.Pointer.Object.Key
+}
