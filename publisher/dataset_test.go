@@ -374,3 +374,62 @@ func TestDatasetPagedReuse(t *testing.T) {
 		t.Fatalf("v2 manifest holds %d entries or the wrong bytes", len(es))
 	}
 }
+
+// A dataset publish that stops at each stage — while its files are read
+// (nothing sent), or with its transaction unanswered (unknown) — is rerun
+// with the same key: the rerun is applied once, a later rerun is
+// duplicate, and the unknown attempt resolves to a definite answer: the
+// rerun, bound afresh to the same grant, took the same version with the
+// same request digest, so the content the attempt named is applied at its
+// version (invariant 11 names an attempt by digest or object key).
+func TestDatasetRerunAfterFailure(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	fs := files("a", "1", "b", "2", "c", "3")
+	px, c := e.proxied(nil)
+	g := e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"})
+	p, err := c.Bind(ctx, GrantTerm(g, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Stage 1: the job's file source fails after two files.
+	broken := func(yield func(File, error) bool) {
+		for _, f := range fs[:2] {
+			if !yield(f, nil) {
+				return
+			}
+		}
+		yield(File{}, errors.New("the job died"))
+	}
+	next := p.NextSeq()
+	r, err := p.PublishDataset(ctx, Dataset{IdempotencyKey: "k", Files: broken})
+	if err == nil || r.Outcome != "" || p.NextSeq() != next {
+		t.Fatalf("a failing file source: outcome %q err %v, next seq %d (was %d)", r.Outcome, err, p.NextSeq(), next)
+	}
+
+	// Stage 2: the transaction gets no answer.
+	px.Set(faultproxy.Faults{DropUpstream: true})
+	uctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	unknown, err := p.PublishDataset(uctx, dataset("k", BaseNone, fs...))
+	mustOutcome(t, "unanswered", unknown.Result, err, Unknown, reasonNone)
+
+	// The rerun, through a working connection, under the same grant.
+	q := e.bind(g, false)
+	rerun, err := q.PublishDataset(ctx, dataset("k", BaseNone, fs...))
+	mustOutcome(t, "rerun", rerun.Result, err, Applied, reasonNone)
+	again, err := q.PublishDataset(ctx, dataset("k", BaseCurrent, fs...))
+	mustOutcome(t, "second rerun", again.Result, err, Duplicate, reasonNone)
+	if again.UploadedFiles != 0 || again.Version != rerun.Version {
+		t.Fatalf("second rerun uploaded %d files, names %s (want %s)", again.UploadedFiles, again.Version, rerun.Version)
+	}
+	res, err := e.pub.Resolve(ctx, "r", "k", unknown.Version, unknown.AttemptID())
+	mustOutcome(t, "resolve the unknown attempt", res, err, Applied, reasonNone)
+	if unknown.Version != rerun.Version || res.Object.Key != rerun.Object.Key {
+		t.Fatalf("resolve names %s %s; the rerun applied %s %s", res.Version, res.Object.Key, rerun.Version, rerun.Object.Key)
+	}
+	if got := e.history("r"); len(got) != 1 || got[0] != rerun.Version {
+		t.Fatalf("history %v; want only the rerun's %s", got, rerun.Version)
+	}
+}
