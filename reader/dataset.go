@@ -51,8 +51,8 @@ func (r *Reader) manifests() *manifest.Cache {
 // manifest (index and at most one page, cached by sha256), and GETs the
 // file with If-Match on its ETag. The Body verifies the file's sha256 and
 // size as Open's does (read to EOF and check the error before trusting
-// the bytes); its Pointer is the dataset's pointer with Object naming the
-// file's object. A file gone because its version was superseded and
+// the bytes); its Pointer is the dataset's pointer with Object and
+// ContentType those of the file. A file gone because its version was superseded and
 // collected is retried with the newer pointer (Config.OpenRetries).
 // Errors: Open's, plus ErrNotDataset, ErrNoSuchFile, fencepub.ErrInvalid
 // for a path manifest.ValidatePath refuses, fencepub.ErrCorruptState for a
@@ -93,6 +93,7 @@ func (r *Reader) OpenPointerFile(ctx context.Context, ptr layout.Pointer, path s
 	}
 	file := ptr
 	file.Object = layout.Object{Bucket: ptr.Object.Bucket, Key: e.Key, SHA256: e.SHA256, ETag: e.ETag, Size: e.Size}
+	file.ContentType = e.ContentType
 	b, err := r.fetch(ctx, file)
 	if err != nil {
 		return nil, fmt.Errorf("file %q: %w", path, err)
