@@ -72,6 +72,9 @@ type File struct {
 	// and must give the same bytes each time. The publisher closes what it
 	// returns.
 	Open func() (io.ReadCloser, error)
+	// copyFrom, set by a rollback instead of Open, is an object copied
+	// server-side as the file.
+	copyFrom *layout.Object
 }
 
 // Dataset is one logical dataset publish.
@@ -448,7 +451,7 @@ func (p *Publisher) datasetFile(ctx context.Context, vkey string, j fileJob, sen
 	if err := checkHeaderValue("content type", ct, maxContentTypeLen); err != nil {
 		return fail(err)
 	}
-	if f.Open == nil || f.Size < 0 {
+	if f.Open == nil && f.copyFrom == nil || f.Size < 0 {
 		return fail(fmt.Errorf("%w: no Open function, or a negative Size", fencepub.ErrInvalid))
 	}
 	if be := j.base; be != nil && be.ContentType == ct && (f.Size == 0 || f.Size == be.Size) {
@@ -465,6 +468,13 @@ func (p *Publisher) datasetFile(ctx context.Context, vkey string, j fileJob, sen
 		return fail(fmt.Errorf("%w: its object key is %d bytes; the store's limit is %d", fencepub.ErrInvalid, len(key), maxObjectKeyLen))
 	}
 	var obj layout.Object
+	if f.copyFrom != nil {
+		obj, err := p.c.copyObject(ctx, *f.copyFrom, key, ct, nil)
+		if err != nil {
+			return fail(err)
+		}
+		return fileResult{e: manifest.Entry{Path: f.Path, Size: obj.Size, SHA256: obj.SHA256, Key: key, ETag: obj.ETag, ContentType: ct}}
+	}
 	n := 0
 	err := retry.Do(ctx, func(ctx context.Context) error {
 		n++

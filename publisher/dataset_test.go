@@ -433,3 +433,38 @@ func TestDatasetRerunAfterFailure(t *testing.T) {
 		t.Fatalf("history %v; want only the rerun's %s", got, rerun.Version)
 	}
 }
+
+// Rolling back to a dataset version publishes its files again as a new
+// version, each copied server-side under the new version's key (nothing
+// reused), with the old version's content digest. A file of the old
+// version that is gone makes the rollback fail with ErrSourceGone,
+// nothing published.
+func TestDatasetRollback(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	p := e.bind(e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"}), false)
+	r1, err := p.PublishDataset(ctx, dataset("v1", "", files("a", "one", "d/b", "two")...))
+	mustOutcome(t, "v1", r1.Result, err, Applied, reasonNone)
+	_, es1 := e.entries("r")
+	r2, err := p.PublishDataset(ctx, dataset("v2", "", files("a", "changed")...))
+	mustOutcome(t, "v2", r2.Result, err, Applied, reasonNone)
+	rb, err := p.Rollback(ctx, r1.Version, "rollback-1")
+	mustOutcome(t, "rollback", rb, err, Applied, reasonNone)
+	ptr, es := e.entries("r")
+	if ptr.Version != rb.Version || rb.Digest != r1.Digest || len(es) != 2 {
+		t.Fatalf("rollback published %s (digest %s, %d files); want a new version with v1's digest %s", ptr.Version, rb.Digest, len(es), r1.Digest)
+	}
+	for path, want := range map[string]string{"a": "one", "d/b": "two"} {
+		if es[path].Key != layout.FileKey(ptr.Object.Key, path) || e.content(es[path]) != want {
+			t.Fatalf("%s: key %s, not a copy of v1's under the new version", path, es[path].Key)
+		}
+	}
+	if err := e.Store.Delete(ctx, []string{es1["d/b"].Key})[0]; err != nil {
+		t.Fatal(err)
+	}
+	next := p.NextSeq()
+	gone, err := p.Rollback(ctx, r1.Version, "rollback-2")
+	if !errors.Is(err, ErrSourceGone) || gone.Outcome != "" || p.NextSeq() != next {
+		t.Fatalf("rollback to a version whose file is gone: %q, %v, next seq %d (was %d)", gone.Outcome, err, p.NextSeq(), next)
+	}
+}

@@ -26,8 +26,9 @@ import (
 // user metadata), so it equals the original publish's digest. Errors and
 // outcomes are those of Publish, plus ErrNoSuchVersion (to is not in the
 // history), ErrSourceGone (its object was collected) and ErrObjectMismatch
-// (its object changed), and fencepub.ErrInvalid for a dataset version
-// (not supported). Copies are limited by S3 to 10000 parts of 1 GiB.
+// (its object changed). A dataset version is published again with every
+// file copied the same way (rollbackDataset). Copies are limited by S3 to
+// 10000 parts of 1 GiB.
 func (p *Publisher) Rollback(ctx context.Context, to layout.Version, key string) (Result, error) {
 	c, res := p.c, p.term.Resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
@@ -55,8 +56,7 @@ func (p *Publisher) Rollback(ctx context.Context, to layout.Version, key string)
 		return Result{}, fmt.Errorf("publisher: history entry %s of %q: %w", to, res, err)
 	}
 	if src.IsDataset() {
-		c.m.failure("validate")
-		return Result{}, fmt.Errorf("%w: version %s of %q is a dataset; rolling a dataset back is not supported (publish its files again)", fencepub.ErrInvalid, to, res)
+		return p.rollbackDataset(ctx, src, key) // datasetrollback.go
 	}
 	bodySHA, err := hex.DecodeString(src.Object.SHA256)
 	if err != nil || len(bodySHA) != 32 {
