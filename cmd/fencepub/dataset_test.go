@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,6 +118,13 @@ func TestDatasetCLI(t *testing.T) {
 	if e := ls.Resources[0]; e.Kind != "dataset" || e.Files != 4 || len(e.Manifest) != 4 || e.Manifest[0].Path != "meta/schema.json" || len(e.Manifest[0].SHA256) != 64 {
 		t.Fatalf("ls: %+v", ls.Resources[0])
 	}
+	v1 := r1["version"].(map[string]any)
+	day1 := fmt.Sprintf("%v.%v.%v", v1["epoch"], v1["fence"], v1["seq"])
+	lsOut, _ = run(0, "ls", "--resource", "export", "--version", day1, "-o", "json")
+	if err := json.Unmarshal([]byte(lsOut), &ls); err != nil || len(ls.Resources[0].Manifest) != 3 || ls.Resources[0].Files != 3 {
+		t.Fatalf("ls --version %s: %v\n%s", day1, err, lsOut)
+	}
+	run(exitcode.Usage, "ls", "--resource", "export", "--version", "9.9.9")
 	run(0, "verify", "--resource", "export")
 
 	// Refusals before anything is acquired: a symbolic link, an empty

@@ -35,10 +35,11 @@ type lsOutput struct {
 func newLsCmd() *cobra.Command {
 	var (
 		resource string
+		version  string // a retained dataset version to list (lsfiles.go)
 		timeout  time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "ls [--resource R]",
+		Use:   "ls [--resource R [--version V]]",
 		Short: "List the domain's resources with their published version and time",
 		Long: `ls lists the resources of the domain, sorted by name, with their published
 version, size, commit time (the publisher's clock, informative) and state:
@@ -51,7 +52,7 @@ revision. Nothing is read from the object store.
 With --resource R, only R is shown. A resource never granted in the domain is
 then an error, exit 1, unless --allow-missing. When R's version is a dataset,
 its manifest follows: every file's path, size and sha256 (read from the object
-store).
+store); --version V lists the manifest of retained version V instead.
 
 ` + readerExitHelp,
 		Example: `  fencepub ls
@@ -60,6 +61,7 @@ store).
 		Args: noArgs,
 	}
 	cmd.Flags().StringVar(&resource, "resource", "", "show this resource only")
+	cmd.Flags().StringVar(&version, "version", "", "with --resource: list the manifest of this retained dataset version, epoch.fence.seq")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "deadline")
 	out := addOutputFlag(cmd)
 	allowMissing := addAllowMissing(cmd)
@@ -71,6 +73,9 @@ store).
 		}
 		if c.Flags().Changed("resource") && resource == "" {
 			return exitcode.Usagef("--resource is empty")
+		}
+		if version != "" && resource == "" {
+			return exitcode.Usagef("--version needs --resource")
 		}
 		env, err := cli.OpenEnv(c)
 		if err != nil {
@@ -110,7 +115,7 @@ store).
 			})
 		}
 		if resource != "" {
-			if err := lsFiles(ctx, env, &o.Resources[0]); err != nil {
+			if err := lsFiles(ctx, env, &o.Resources[0], version); err != nil {
 				return err
 			}
 		}

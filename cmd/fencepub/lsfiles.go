@@ -4,21 +4,40 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/reader"
 )
 
-// lsFiles fills e.Files with the manifest of e's dataset version; it does
-// nothing for a single object.
-func lsFiles(ctx context.Context, env *cli.Env, e *lsEntry) error {
-	if !e.Pointer.IsDataset() {
-		return nil
-	}
+// lsFiles fills e.Files with the manifest of e's dataset version, or of
+// its retained version (epoch.fence.seq) when version is set, which then
+// replaces e's pointer; it does nothing for a single object. Errors: a
+// version that is not retained (exit 2, naming those that are).
+func lsFiles(ctx context.Context, env *cli.Env, e *lsEntry, version string) error {
 	r, err := reader.New(readerConfig(env), e.Resource)
 	if err != nil {
 		return readerExit(err)
+	}
+	if version != "" {
+		v, err := parseVersion(version)
+		if err != nil {
+			return err
+		}
+		hist, err := r.History(ctx)
+		if err != nil {
+			return readerExit(err)
+		}
+		i := slices.IndexFunc(hist, func(p fencepub.Pointer) bool { return p.Version == v })
+		if i < 0 {
+			return notRetained(ctx, r, e.Resource, fmt.Errorf("%w: version %s of %q", reader.ErrNotRetained, v, e.Resource))
+		}
+		e.Pointer = hist[i]
+	}
+	if !e.Pointer.IsDataset() {
+		return nil
 	}
 	e.Files = []reader.FileInfo{}
 	for f, err := range r.Files(ctx, e.Pointer) {
