@@ -127,6 +127,24 @@ func TestDatasetCLI(t *testing.T) {
 	run(exitcode.Usage, "ls", "--resource", "export", "--version", "9.9.9")
 	run(0, "verify", "--resource", "export")
 
+	// run --output-dir publishes what CMD wrote under the directory.
+	runDir := filepath.Join(root, "run-out")
+	runArgs := func(id string) []string {
+		a := append([]string{"run", "--resource", "nightly", "--run-id", id, "--output-dir", runDir, "-o", "json"}, conn...)
+		return append(a, "--", "sh", "-c", `mkdir -p "$0/p" && printf x > "$0/p/a" && printf yy > "$0/b"`, runDir)
+	}
+	out, errs, code := publishCLI(t, ctx, "", runArgs("r1")...)
+	var ro map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &ro) != nil || ro["outcome"] != "applied" || ro["files"] != 2.0 || ro["bytes"] != 3.0 {
+		t.Fatalf("run --output-dir: exit %d\n%s\n%s", code, out, errs)
+	}
+	if got, _ := run(0, "read", "--resource", "nightly", "--path", "p/a"); got != "x" {
+		t.Fatalf("read --path of run's dataset: %q", got)
+	}
+	if _, errs, code = publishCLI(t, ctx, "", runArgs("r2")...); code != exitcode.Usage || !strings.Contains(errs, "not empty") {
+		t.Fatalf("run --output-dir on a directory left by an earlier run: exit %d\n%s", code, errs)
+	}
+
 	// Refusals before anything is acquired: a symbolic link, an empty
 	// directory; nothing is published.
 	bad := filepath.Join(root, "bad")
@@ -134,7 +152,7 @@ func TestDatasetCLI(t *testing.T) {
 	if err := os.Symlink(filepath.Join(bad, "ok"), filepath.Join(bad, "link")); err != nil {
 		t.Fatal(err)
 	}
-	_, errs := run(exitcode.Usage, "publish", "--resource", "export", "--owner", "job", "--ttl", "10s", "--dir", bad, "--key", "bad")
+	_, errs = run(exitcode.Usage, "publish", "--resource", "export", "--owner", "job", "--ttl", "10s", "--dir", bad, "--key", "bad")
 	if !strings.Contains(errs, "link") {
 		t.Fatalf("symlink refusal does not name the path: %s", errs)
 	}
@@ -171,7 +189,7 @@ func TestDatasetCLI(t *testing.T) {
 	if _, err := os.Stat(half); !os.IsNotExist(err) {
 		t.Fatalf("a half-read dataset appeared at %s: %v", half, err)
 	}
-	out, _ := run(exitcode.Internal, "verify", "--resource", "export", "-o", "json")
+	out, _ = run(exitcode.Internal, "verify", "--resource", "export", "-o", "json")
 	if !strings.Contains(out, "part-00002.csv") || strings.Contains(out, "part-00001.csv") {
 		t.Fatalf("verify does not name exactly the corrupted file: %s", out)
 	}

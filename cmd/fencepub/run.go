@@ -40,6 +40,9 @@ type runOutput struct {
 	Digest      string         `json:"digest,omitempty"` // request digest; with key, version and object it names the attempt for resolve --from
 	Duration    float64        `json:"duration_seconds"`
 	Error       string         `json:"error,omitempty"`
+	// DatasetStats are the counts of an --output-dir publish (files,
+	// bytes, uploaded_files, uploaded_bytes, reused_files, sha256).
+	*publisher.DatasetStats
 }
 
 // newRunCmd builds `fencepub run`: a batch command under a fenced lease whose
@@ -51,6 +54,7 @@ type runOptions struct {
 	resource, owner, key, runID, output, contentType string
 	ttl, wait, grace, timeout                        time.Duration
 	allowEmpty                                       bool
+	outputDir                                        string // rundir.go
 	format                                           *string
 	args                                             []string // CMD ARGS...
 }
@@ -58,7 +62,7 @@ type runOptions struct {
 func newRunCmd() *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
-		Use:   "run --resource R [--owner O] [--ttl 15s] [--wait 1m] [--key K] [--output FILE] -- CMD ARGS...",
+		Use:   "run --resource R [--owner O] [--ttl 15s] [--wait 1m] [--key K] [--output FILE | --output-dir DIR] -- CMD ARGS...",
 		Short: "Run a batch command under a fenced lease and publish its result",
 		Long: `run is the fenced replacement for wrapping a cron job in flock or 'etcdctl lock':
 
@@ -81,6 +85,12 @@ func newRunCmd() *cobra.Command {
      --allow-empty, so a job that silently produced nothing does not replace
      the last good result. CMD's leftover background processes (its process
      group) are killed when it exits, before the result is read;
+     With --output-dir DIR, every regular file CMD wrote under DIR is
+     published as one dataset version (docs/datasets.md), reusing the
+     files of the current dataset version that did not change; DIR must be
+     missing or empty when run starts (nothing is acquired otherwise), and
+     publish --dir's refusals (symbolic links, special files, bad names)
+     apply once CMD ended;
   4. once CMD exited 0 with the lease held, publish the result with the
      grant's fence, in one etcd transaction that rejects it if a newer state
      is already published (an upload of a CMD that failed is aborted);
@@ -143,6 +153,7 @@ func (o *runOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.key, "key", "", "idempotency key of this run's publish (default: see above)")
 	f.StringVar(&o.runID, "run-id", "", "identity of this job run, part of the default key (default $FENCEPUB_RUN_ID, else the UTC hour)")
 	f.StringVar(&o.output, "output", "", "publish the regular file CMD writes here instead of its stdout (an existing one is set aside as FILE.fencepub-prev while CMD runs; see above)")
+	f.StringVar(&o.outputDir, "output-dir", "", "publish every regular file CMD writes under this directory as one dataset version (it must be missing or empty when run starts)")
 	f.StringVar(&o.contentType, "content-type", "", "content type of the result (default application/octet-stream)")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) result instead of refusing it")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
@@ -187,6 +198,14 @@ func (o *runOptions) Validate() error {
 			return err
 		}
 	}
+	if o.outputDir != "" {
+		if o.output != "" || o.contentType != "" {
+			return exitcode.Usagef("--output-dir publishes a directory: not with --output or --content-type")
+		}
+		if err := checkOutputDir(o.outputDir); err != nil {
+			return err
+		}
+	}
 	if _, err := exec.LookPath(o.args[0]); err != nil {
 		return exitcode.Usagef("CMD %q: %v (nothing acquired)", o.args[0], err)
 	}
@@ -201,7 +220,7 @@ func (o *runOptions) Validate() error {
 // began, for the report's duration.
 func (o *runOptions) Run(c *cobra.Command, start time.Time) error {
 	stderr := shareWriter(c.ErrOrStderr())
-	r := &runner{c: c, stderr: stderr, log: cli.LoggerTo(c, stderr), args: o.args, output: o.output, allowEmpty: o.allowEmpty, grace: o.grace, res: runOutput{Resource: o.resource, Owner: o.owner, Key: o.key, CommandExit: -1, Outcome: "not_published"}}
+	r := &runner{c: c, stderr: stderr, log: cli.LoggerTo(c, stderr), args: o.args, output: o.output, outputDir: o.outputDir, allowEmpty: o.allowEmpty, grace: o.grace, res: runOutput{Resource: o.resource, Owner: o.owner, Key: o.key, CommandExit: -1, Outcome: "not_published"}}
 	err := r.run(o.resource, o.owner, o.key, o.contentType, o.ttl, o.wait, o.timeout)
 	r.res.Duration = time.Since(start).Seconds()
 	if err != nil {
@@ -240,6 +259,8 @@ type runner struct {
 	log    *slog.Logger
 	args   []string
 	output string
+	// outputDir is --output-dir (rundir.go).
+	outputDir string
 	// saved is where an existing --output waits while CMD runs
 	// (settleOutput); "" when there was none.
 	saved string
@@ -363,9 +384,12 @@ func (r *runner) run(resource, owner, key, contentType string, ttl, wait, timeou
 	}
 	op := publisher.Operation{IdempotencyKey: key, ContentType: contentType}
 	var res publisher.Result
-	if r.output == "" {
+	switch {
+	case r.outputDir != "":
+		res, err = r.publishOutputDir(sess, g, p, op, timeout)
+	case r.output == "":
 		res, err = r.publishStdout(sess, g, p, op, timeout)
-	} else {
+	default:
 		res, err = r.publishOutput(sess, g, p, op, timeout)
 	}
 	if res.Outcome != "" { // else not_published: the publish never reached etcd
