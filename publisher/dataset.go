@@ -184,9 +184,16 @@ func (ds Dataset) validate() error {
 // with a base, the transaction also requires the pointer to be the base
 // exactly, and a pointer that moved is Stale with ReasonBase. An unknown
 // outcome is settled by Resolve with the Result's AttemptID (the manifest
-// key and request digest). Errors before the transaction was sent (an
-// invalid or unreadable file, a store error) publish nothing and give the
-// seq back; the files written are orphans GC removes.
+// key and request digest). Errors before the transaction was sent publish
+// nothing and give the seq back (the files written are orphans GC
+// removes): fencepub.ErrInvalid (a field, a path refused by
+// manifest.ValidatePath, out of order, given twice or inside another
+// file's), ErrBody (a file's Open or read failed, or its length is not its
+// Size), an error Dataset.Files yielded, the store's errors
+// (fencepub.ErrUnavailable, objstore's), fencepub.ErrCorruptState (the
+// base's manifest does not match its pointer), layout.ErrCorruptRecord,
+// fencepub.ErrNotInitialized. Calls on one Publisher may overlap as
+// Publish's do; Dataset.Progress runs on the calling goroutine.
 func (p *Publisher) PublishDataset(ctx context.Context, ds Dataset) (DatasetResult, error) {
 	if err := ds.validate(); err != nil {
 		p.c.m.failure("validate")
