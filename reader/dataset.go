@@ -23,6 +23,10 @@ var (
 	ErrNotDataset = errors.New("reader: the version is not a dataset")
 	// ErrNoSuchFile: the dataset version has no file at the path.
 	ErrNoSuchFile = errors.New("reader: no such file in the dataset")
+	// ErrIsDataset: Open, OpenPointer or OpenVersion reached a dataset
+	// version, whose object is its manifest, not content: read its files
+	// with OpenFile, OpenPointerFile or Files.
+	ErrIsDataset = errors.New("reader: the version is a dataset: read its files with OpenFile or Files")
 )
 
 // manifestCacheEntries bounds the manifest entries a Reader caches.
@@ -54,8 +58,9 @@ func (r *Reader) manifests() *manifest.Cache {
 // the bytes); its Pointer is the dataset's pointer with Object and
 // ContentType those of the file. A file gone because its version was superseded and
 // collected is retried with the newer pointer (Config.OpenRetries).
-// Errors: Open's, plus ErrNotDataset, ErrNoSuchFile, fencepub.ErrInvalid
-// for a path the dataset path rules refuse (DESIGN.md "Dataset versions"), fencepub.ErrCorruptState for a
+// Errors: Open's (but ErrIsDataset), plus ErrNotDataset, ErrNoSuchFile,
+// fencepub.ErrInvalid for a path the dataset path rules refuse (DESIGN.md
+// "Dataset versions"), fencepub.ErrCorruptState for a
 // manifest that does not decode or match its pointer.
 func (r *Reader) OpenFile(ctx context.Context, path string) (*Body, error) {
 	if r.cfg.Store == nil {

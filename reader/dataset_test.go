@@ -131,3 +131,41 @@ func TestOpenFileRequests(t *testing.T) {
 		}
 	}
 }
+
+// The single-object reads refuse a dataset version with ErrIsDataset
+// instead of returning its manifest's bytes as content: Open (with and
+// without a speculative guess from an earlier Open), OpenPointer and
+// OpenVersion; the files stay readable by path.
+func TestOpenRefusesDataset(t *testing.T) {
+	e := newEnv(t)
+	e.publish("single", "one object")
+	r := e.reader(e.Etcd)
+	ctx := ctxT(t, 30*time.Second)
+	if got, err := drain(r.Open(ctx)); err != nil || got != "one object" {
+		t.Fatalf("Open of a single object = %q, %v", got, err)
+	}
+	ds := e.publishDataset("dataset", "a.txt", "one")
+	ptr, err := r.Current(ctx)
+	if err != nil || !ptr.IsDataset() {
+		t.Fatalf("Current = %+v, %v; want the dataset", ptr, err)
+	}
+	fresh := e.reader(e.Etcd)
+	for name, open := range map[string]func() (*Body, error){
+		"Open after a single object": func() (*Body, error) { return r.Open(ctx) },
+		"Open of a new Reader":       func() (*Body, error) { return fresh.Open(ctx) },
+		"OpenPointer":                func() (*Body, error) { return r.OpenPointer(ctx, ptr) },
+		"OpenVersion":                func() (*Body, error) { return r.OpenVersion(ctx, ds.Version) },
+	} {
+		b, err := open()
+		if !errors.Is(err, ErrIsDataset) || !strings.Contains(err.Error(), ds.Version.String()) {
+			t.Errorf("%s: %v; want ErrIsDataset naming %s", name, err, ds.Version)
+		}
+		if b != nil {
+			_ = b.Close()
+			t.Errorf("%s returned a body", name)
+		}
+	}
+	if got, err := drain(r.OpenFile(ctx, "a.txt")); err != nil || got != "one" {
+		t.Fatalf("OpenFile = %q, %v", got, err)
+	}
+}

@@ -118,11 +118,18 @@ whole command, connecting included.
 		if errors.Is(err, reader.ErrNotRetained) {
 			return notRetained(ctx, r, resource, err)
 		}
+		if errors.Is(err, reader.ErrIsDataset) {
+			ptr, perr := datasetPointer(ctx, r, v)
+			if perr != nil {
+				return readerExit(perr)
+			}
+			return readDataset(ctx, c, r, resource, ptr, path, out, *format)
+		}
 		if err != nil {
 			return readerExit(err)
 		}
 		defer body.Close()
-		if body.Pointer.IsDataset() || path != "" {
+		if path != "" {
 			return readDataset(ctx, c, r, resource, body.Pointer, path, out, *format)
 		}
 		if out != "" && out != "-" {

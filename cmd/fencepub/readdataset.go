@@ -15,6 +15,25 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// datasetPointer returns the pointer of the dataset version a
+// single-object read refused (reader.ErrIsDataset): the current one when v
+// is zero, else v's history entry.
+func datasetPointer(ctx context.Context, r *reader.Reader, v fencepub.Version) (fencepub.Pointer, error) {
+	if v.IsZero() {
+		return r.Current(ctx)
+	}
+	hist, err := r.History(ctx)
+	if err != nil {
+		return fencepub.Pointer{}, err
+	}
+	for _, p := range hist {
+		if p.Version == v {
+			return p, nil
+		}
+	}
+	return fencepub.Pointer{}, fmt.Errorf("%w: %s", reader.ErrNotRetained, v)
+}
+
 // readDataset is `read` of a dataset version (ptr): with --path one file
 // (to stdout or --out FILE, as a single object is read), else the whole
 // version of resource into --out DIR (readDir). With format json it prints the
