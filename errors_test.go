@@ -50,8 +50,11 @@ type world struct {
 	pub   *publisher.Client
 	p     *publisher.Publisher
 	first publisher.Result // a published version of resource "r"
-	rd    *reader.Reader
-	col   *gc.Collector
+	// dataset is, in state dataset, the version of "r" after first: a
+	// dataset of one file, "a.txt".
+	dataset publisher.DatasetResult
+	rd      *reader.Reader
+	col     *gc.Collector
 }
 
 // The states setup brings a world to.
@@ -59,6 +62,7 @@ const (
 	fresh       = iota // clients only: the domain is not initialised
 	initialised        // Init ran
 	published          // "r" is granted, bound and has one published version
+	dataset            // and then a dataset version (world.dataset)
 )
 
 func newWorld(t *testing.T, state int) *world {
@@ -96,11 +100,22 @@ func newWorld(t *testing.T, state int) *world {
 			t.Fatal(err)
 		}
 	}
+	if state >= dataset {
+		if w.dataset, err = w.p.PublishDataset(ctx, datasetOf("dataset")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return w
 }
 
 func op(key string) publisher.Operation {
 	return publisher.Operation{IdempotencyKey: key, Body: strings.NewReader("body of " + key)}
+}
+
+// datasetOf is a dataset of one file, a.txt, published with key.
+func datasetOf(key string) publisher.Dataset {
+	return publisher.Dataset{IdempotencyKey: key, Files: publisher.FileList([]publisher.File{
+		publisher.BytesFile("a.txt", []byte("a file of "+key), "text/plain")})}
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -208,6 +223,12 @@ var entries = []entry{
 		defer pl.Close()
 		return (<-pl.Submit(op("second"))).Err
 	}},
+	{name: "publisher.PublishDataset", state: published, store: true, etcd: true, wantOnEtcd: publisher.ErrUnknown, call: func(ctx context.Context, w *world) error {
+		ds := datasetOf("second")
+		ds.Base = publisher.BaseNone // no pointer read before the transaction
+		_, err := w.p.PublishDataset(ctx, ds)
+		return err
+	}},
 	{name: "publisher.Rollback", state: published, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
 		_, err := w.p.Rollback(ctx, w.first.Version, "rollback")
 		return err
@@ -236,6 +257,17 @@ var entries = []entry{
 	}},
 	{name: "reader.OpenPointer", state: published, store: true, call: func(ctx context.Context, w *world) error {
 		return readAll(w.rd.OpenPointer(ctx, *w.first.Pointer))
+	}},
+	{name: "reader.OpenFile", state: dataset, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
+		return readAll(w.rd.OpenFile(ctx, "a.txt"))
+	}},
+	{name: "reader.Files", state: dataset, store: true, call: func(ctx context.Context, w *world) error {
+		for _, err := range w.rd.Files(ctx, *w.dataset.Pointer) {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	}},
 	{name: "reader.Watch", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
 		ctx, cancel := context.WithCancel(ctx)

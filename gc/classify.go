@@ -99,8 +99,14 @@ type state struct {
 	// quarantined (DESIGN.md invariant 9).
 	Issued map[uint64]bool
 	// Retained maps an object key to why history retains it (last N
-	// versions, or superseded within the grace).
+	// versions, or superseded within the grace). For a dataset version,
+	// the key is the version's own key (its manifest index), and every key
+	// under it is retained with it.
 	Retained map[string]string
+	// Named maps a file a retained dataset manifest reuses from an older
+	// version (so it lives under that version's key) to the version naming
+	// it (readNamed); nil when there is none.
+	Named map[string]string
 	// Decommissioned is true when the seal was raised by Decommission above
 	// the pointer more than Grace + ClockSkew ago on the domain clock (its
 	// ModRevision before the grace cutoff): the published and retained
@@ -113,6 +119,9 @@ type state struct {
 	// retainedHistory is the set of history keys retention keeps; the other
 	// history entries read at Revision have expired.
 	retainedHistory map[string]bool
+	// retainedDatasets are the retained history entries of dataset
+	// versions, whose manifests readNamed reads.
+	retainedDatasets []datasetRef
 	// The first pages of the resource's history, op, grant and request
 	// records, read in the snapshot's transaction at Revision; the history
 	// read and the pruning continue from them (scanFrom).
@@ -128,8 +137,10 @@ func (s *state) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Versi
 // order of DESIGN.md "Garbage collection":
 //
 //  1. not an object key of s.Resource: Foreign;
-//  2. an object the pointer names: Published; one history retains: Retained
-//     (neither applies to uploads, nor to a decommissioned resource);
+//  2. an object the pointer names (any key of its dataset version):
+//     Published; one history retains (likewise): Retained; a file a
+//     retained manifest reuses: Retained (none of these applies to
+//     uploads, nor to a decommissioned resource);
 //  3. older epoch: Quarantined if above the restored pointer of that epoch,
 //     or if that epoch has neither a restored pointer nor an epoch record
 //     (this etcd never issued it: another history's object, invariant 9),
@@ -143,16 +154,22 @@ func (s *state) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Versi
 //     pointer and seal are not both present; else Abandoned.
 func classify(s *state, e entry, now time.Time) Decision {
 	d := Decision{Key: e.Key, UploadID: e.UploadID, Size: e.Size}
-	v, _, ok := s.NS.ParseObjectKey(s.Resource, e.Key)
+	v, own, ok := s.NS.ParseVersionKey(s.Resource, e.Key)
 	if !ok {
 		return d.is(kindForeign, "not an object key of resource %q (<epoch>-<fence>-<seq>-<nonce> under %s)", s.Resource, s.NS.ObjectsPrefix(s.Resource))
 	}
 	d.Version = &v
 	if e.UploadID == "" && !s.Decommissioned {
-		if s.HasPointer && s.Pointer.Object.Key == e.Key {
+		if s.HasPointer && s.Pointer.Object.Key == own {
+			if own != e.Key {
+				return d.is(kindPublished, "of the pointer's dataset version %s", s.Pointer.Version)
+			}
 			return d.is(kindPublished, "named by the pointer (version %s)", s.Pointer.Version)
 		}
-		if why, ok := s.Retained[e.Key]; ok {
+		if why, ok := s.Retained[own]; ok {
+			return d.is(kindRetained, "%s", why)
+		}
+		if why, ok := s.Named[e.Key]; ok {
 			return d.is(kindRetained, "%s", why)
 		}
 	}

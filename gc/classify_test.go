@@ -65,6 +65,21 @@ func TestClassify(t *testing.T) {
 		{name: "retained wins over old epoch", key: okey("logs", ver(1, 1, 1)),
 			mod: func(s *state) { s.Retained[okey("logs", ver(1, 1, 1))] = "history" }, want: kindRetained},
 		{name: "below pointer", key: okey("logs", ver(3, 5, 1)), want: kindUnpublishable, reason: "<= pointer"},
+		// Dataset versions: every key under a version's key carries its version.
+		{name: "dataset file of the pointer", key: layout.FileKey(okey("logs", ver(3, 5, 3)), "a/b.csv"), age: 100 * time.Hour,
+			want: kindPublished, reason: "pointer's dataset version"},
+		{name: "dataset page of the pointer", key: layout.PageKey(okey("logs", ver(3, 5, 3)), 0), want: kindPublished},
+		{name: "dataset file of a retained version", key: layout.FileKey(okey("logs", ver(3, 5, 2)), "x"), want: kindRetained, reason: "kept by history"},
+		{name: "dataset file a retained manifest reuses", key: layout.FileKey(okey("logs", ver(3, 1, 1)), "x"), age: 100 * time.Hour,
+			mod: func(s *state) {
+				s.Named = map[string]string{layout.FileKey(okey("logs", ver(3, 1, 1)), "x"): "named by 3.5.3"}
+			},
+			want: kindRetained, reason: "named by 3.5.3"},
+		{name: "dataset file of an old version no manifest names", key: layout.FileKey(okey("logs", ver(3, 1, 1)), "x"),
+			want: kindUnpublishable, reason: "<= pointer"},
+		{name: "dataset file in flight", key: layout.FileKey(okey("logs", ver(3, 7, 1)), "x"), want: kindInFlight, reason: "grant 7 is live"},
+		{name: "a '/' after a version's key is foreign", key: okey("logs", ver(3, 1, 1)) + "/x", want: kindForeign},
+		{name: "an unknown suffix is foreign", key: okey("logs", ver(3, 1, 1)) + ".tmp", want: kindForeign},
 		{name: "below pointer, young", key: okey("logs", ver(3, 4, 9)), age: time.Second, want: kindUnpublishable},
 		{name: "equal to pointer, other nonce", key: tns.ObjectKey("logs", ver(3, 5, 3), "ffffffffffffffff"), want: kindUnpublishable, reason: "<= pointer"},
 		{name: "between pointer and seal", key: okey("logs", ver(3, 6, 1)), want: kindUnpublishable, reason: "<= seal"},

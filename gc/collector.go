@@ -19,6 +19,7 @@ import (
 	"github.com/fencepub/fencepub/internal/debuglog"
 	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/manifest"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -111,6 +112,8 @@ type Collector struct {
 	leases leases
 	// window is allWindow; tests make it smaller.
 	window int
+	// manifests caches dataset manifests across passes (readNamed).
+	manifests *manifest.Cache
 
 	// Test hooks: afterState runs after a resource's snapshot is read and
 	// before its listing starts; beforeSeal runs before an abandon seal
@@ -177,6 +180,7 @@ func New(cfg Config) (*Collector, error) {
 	return &Collector{
 		cfg: cfg, ns: cfg.Namespace, cli: debuglog.KV(cfg.Etcd, cfg.Logger), st: debuglog.Store(cfg.Store, cfg.Logger), auth: cfg.Authority,
 		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now, leases: cfg.leases, window: allWindow,
+		manifests: newManifestCache(),
 	}, nil
 }
 

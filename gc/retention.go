@@ -35,6 +35,8 @@ type retention struct {
 	objects map[string]string
 	keys    map[string]bool
 	expired int
+	// datasets are the kept entries of dataset versions.
+	datasets []datasetRef
 }
 
 func newRetention(p Policy, graceCutoff int64) *retention {
@@ -76,6 +78,9 @@ func (r *retention) keep(e *historyEntry, reason string) {
 	r.keys[e.key] = true
 	if _, dup := r.objects[e.pointer.Object.Key]; !dup && e.pointer.Object.Key != "" {
 		r.objects[e.pointer.Object.Key] = reason
+		if e.pointer.IsDataset() {
+			r.datasets = append(r.datasets, datasetRef{e.pointer, reason})
+		}
 	}
 }
 

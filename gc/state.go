@@ -245,7 +245,10 @@ func (c *Collector) decodeState(ctx context.Context, res string, domain *state, 
 		}
 		ret.finish()
 	}
-	s.Retained, s.retainedHistory = ret.objects, ret.keys
+	s.Retained, s.retainedHistory, s.retainedDatasets = ret.objects, ret.keys, ret.datasets
+	if err := c.readNamed(ctx, s); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -10,7 +10,7 @@ import (
 //
 //	fencepub_publish_total{outcome,reason}          publishes that reached an outcome
 //	fencepub_publish_failures_total{stage}          publishes that reached none (stage:
-//	                                                validate, object, history, txn, classify)
+//	                                                validate, base, object, history, txn, classify)
 //	fencepub_publish_object_write_duration_seconds  object write (PUT, multipart or copy)
 //	fencepub_publish_txn_duration_seconds           first send to answer, re-sends included
 //	fencepub_publish_txn_resends_total              transaction re-sends after no answer

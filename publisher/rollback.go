@@ -26,7 +26,9 @@ import (
 // user metadata), so it equals the original publish's digest. Errors and
 // outcomes are those of Publish, plus ErrNoSuchVersion (to is not in the
 // history), ErrSourceGone (its object was collected) and ErrObjectMismatch
-// (its object changed). Copies are limited by S3 to 10000 parts of 1 GiB.
+// (its object changed). A dataset version is published again with every
+// file copied the same way (rollbackDataset). Copies are limited by S3 to
+// 10000 parts of 1 GiB.
 func (p *Publisher) Rollback(ctx context.Context, to fencepub.Version, key string) (Result, error) {
 	c, res := p.c, p.term.Resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
@@ -52,6 +54,9 @@ func (p *Publisher) Rollback(ctx context.Context, to fencepub.Version, key strin
 	if err != nil {
 		c.m.failure("history")
 		return Result{}, fmt.Errorf("publisher: history entry %s of %q: %w", to, res, err)
+	}
+	if src.IsDataset() {
+		return p.rollbackDataset(ctx, src, key) // datasetrollback.go
 	}
 	bodySHA, err := hex.DecodeString(src.Object.SHA256)
 	if err != nil || len(bodySHA) != 32 {

@@ -39,6 +39,7 @@ type prepared struct {
 	digest  string
 	object  layout.Object
 	pointer layout.Pointer // what Then writes
+	base    *base          // a dataset publish's base, compared exactly; nil for none
 
 	cmps []clientv3.Cmp
 	then []clientv3.Op
@@ -333,6 +334,9 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 			}
 		}
 		return stale(ReasonGrant, "fence %d %s; this publish needs it granted to owner %q in epoch %d", v.Fence, got, t.Owner, v.Epoch)
+	}
+	if pr.base != nil && string(pkv.Value) != pr.base.value {
+		return stale(ReasonBase, "%s", errBaseMoved(ptr.Version, pr.base))
 	}
 	if p, ok := prev(v); ok && t.Contiguous && ptr.Version.Less(p) {
 		return stale(ReasonGap, "contiguous mode: the pointer is at %s, not at the previous seq %s", ptr.Version, p)

@@ -48,7 +48,9 @@ type Body struct {
 // one GET (the body streams as it is read).
 // Errors: ErrNotPublished, ErrUnknownResource, ErrWentBack, ErrObjectMissing, ErrDecommissioned,
 // ErrObjectChanged, ErrDigestMismatch (the store reports another size),
-// fencepub.ErrUnavailable, fencepub.ErrCorruptRecord.
+// ErrIsDataset (the version is a dataset: nothing is fetched; read its
+// files with OpenFile or Files), fencepub.ErrUnavailable,
+// fencepub.ErrCorruptRecord.
 func (r *Reader) Open(ctx context.Context) (*Body, error) {
 	if r.cfg.Store == nil {
 		return nil, fmt.Errorf("%w: reader.Config.Store is nil", fencepub.ErrInvalid)
@@ -161,8 +163,12 @@ func (r *Reader) decommissioned(ctx context.Context, ptr layout.Pointer) error {
 }
 
 // open fetches ptr's object and records ptr as the pointer opened last,
-// the guess of Open's next speculative GET.
+// the guess of Open's next speculative GET. A dataset's object is its
+// manifest, not content: ErrIsDataset (notDataset), nothing fetched.
 func (r *Reader) open(ctx context.Context, ptr layout.Pointer) (*Body, error) {
+	if err := r.notDataset(ptr); err != nil {
+		return nil, err
+	}
 	b, err := r.fetch(ctx, ptr)
 	if err == nil {
 		r.mu.Lock()
@@ -170,6 +176,15 @@ func (r *Reader) open(ctx context.Context, ptr layout.Pointer) (*Body, error) {
 		r.mu.Unlock()
 	}
 	return b, err
+}
+
+// notDataset returns ErrIsDataset, naming the version, when ptr is a
+// dataset version, which the single-object reads refuse.
+func (r *Reader) notDataset(ptr layout.Pointer) error {
+	if ptr.IsDataset() {
+		return fmt.Errorf("%w: version %s of %q has %d files", ErrIsDataset, ptr.Version, r.res, ptr.Files)
+	}
+	return nil
 }
 
 // fetch sends one GET of ptr's object (If-Match on its ETag) and returns a

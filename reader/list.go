@@ -160,7 +160,8 @@ func (r *Reader) History(ctx context.Context) ([]fencepub.Pointer, error) {
 // Errors: ErrNotRetained (v has no history entry: never published, or
 // pruned by GC; History lists the retained versions), ErrUnknownResource,
 // ErrDecommissioned, ErrObjectMissing (the entry's object is gone while
-// the entry remains), ErrObjectChanged, ErrDigestMismatch,
+// the entry remains), ErrObjectChanged, ErrDigestMismatch, ErrIsDataset
+// (v is a dataset version: read its files with OpenPointerFile or Files),
 // fencepub.ErrInvalid (a zero or out-of-range v, or no Config.Store),
 // fencepub.ErrUnavailable, fencepub.ErrCorruptRecord, ctx's error.
 func (r *Reader) OpenVersion(ctx context.Context, v fencepub.Version) (*Body, error) {
@@ -175,6 +176,9 @@ func (r *Reader) OpenVersion(ctx context.Context, v fencepub.Version) (*Body, er
 	}
 	ptr, err := r.historyEntry(ctx, v)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.notDataset(ptr); err != nil {
 		return nil, err
 	}
 	b, err := r.fetch(ctx, ptr)

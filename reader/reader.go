@@ -41,6 +41,7 @@ import (
 	"github.com/fencepub/fencepub/internal/debuglog"
 	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/manifest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -140,10 +141,11 @@ type Reader struct {
 	kv  clientv3.KV // cfg.Etcd, its round trips logged at debug level
 
 	mu     sync.Mutex
-	seen   layout.Version // highest version returned so far
-	seenAt int64          // the etcd revision at which seen was written
-	opened layout.Pointer // the pointer of the last object opened
-	reads  [2]readQueue   // pointer reads: [0] linearizable, [1] serializable
+	seen   layout.Version  // highest version returned so far
+	seenAt int64           // the etcd revision at which seen was written
+	opened layout.Pointer  // the pointer of the last object opened
+	reads  [2]readQueue    // pointer reads: [0] linearizable, [1] serializable
+	cache  *manifest.Cache // dataset manifests by sha256 (dataset.go), made on first use
 }
 
 // DefaultConfig returns the values New gives Config's tunables when they

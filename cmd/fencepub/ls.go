@@ -20,6 +20,8 @@ import (
 type lsEntry struct {
 	pointerOutput
 	Decommissioned bool `json:"decommissioned"`
+	// Files lists a dataset version's manifest (with --resource).
+	Files []reader.FileInfo `json:"manifest,omitempty"`
 }
 
 // lsOutput is `fencepub ls -o json`. With --resource, Resources holds that
@@ -33,10 +35,11 @@ type lsOutput struct {
 func newLsCmd() *cobra.Command {
 	var (
 		resource string
+		version  string // a retained dataset version to list (lsfiles.go)
 		timeout  time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "ls [--resource R]",
+		Use:   "ls [--resource R [--version V]]",
 		Short: "List the domain's resources with their published version and time",
 		Long: `ls lists the resources of the domain, sorted by name, with their published
 version, size, commit time (the publisher's clock, informative) and state:
@@ -47,7 +50,9 @@ only acquired so far is shown by --resource. The listing is read at one etcd
 revision. Nothing is read from the object store.
 
 With --resource R, only R is shown. A resource never granted in the domain is
-then an error, exit 1, unless --allow-missing.
+then an error, exit 1, unless --allow-missing. When R's version is a dataset,
+its manifest follows: every file's path, size and sha256 (read from the object
+store); --version V lists the manifest of retained version V instead.
 
 ` + readerExitHelp,
 		Example: `  fencepub ls
@@ -56,6 +61,7 @@ then an error, exit 1, unless --allow-missing.
 		Args: noArgs,
 	}
 	cmd.Flags().StringVar(&resource, "resource", "", "show this resource only")
+	cmd.Flags().StringVar(&version, "version", "", "with --resource: list the manifest of this retained dataset version, epoch.fence.seq")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "deadline for the whole command, connecting included")
 	out := addOutputFlag(cmd)
 	allowMissing := addAllowMissing(cmd)
@@ -67,6 +73,9 @@ then an error, exit 1, unless --allow-missing.
 		}
 		if c.Flags().Changed("resource") && resource == "" {
 			return exitcode.Usagef("--resource is empty")
+		}
+		if version != "" && resource == "" {
+			return exitcode.Usagef("--version needs --resource")
 		}
 		ctx, cancel := context.WithTimeout(c.Context(), timeout)
 		defer cancel()
@@ -105,6 +114,11 @@ then an error, exit 1, unless --allow-missing.
 				Decommissioned: st.Seal.Retires(st.Pointer.Version),
 			})
 		}
+		if resource != "" {
+			if err := lsFiles(ctx, env, &o.Resources[0], version); err != nil {
+				return err
+			}
+		}
 		if *out == "json" {
 			return printJSON(c.OutOrStdout(), o)
 		}
@@ -140,7 +154,10 @@ func printLs(w io.Writer, o lsOutput) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Resource, version, size, at, state)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printFiles(w, o.Resources)
 }
 
 // addAllowMissing registers --allow-missing, which makes a resource never

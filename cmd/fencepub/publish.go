@@ -17,13 +17,14 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 )
 
 // publishExitHelp is the exit-code table of publish, rollback and resolve.
 const publishExitHelp = `Exit codes: 0 applied or duplicate (the JSON "outcome" and stderr tell which),
 1 internal error, 2 usage or bad input (names, numbers, body read error, missing
-bucket or domain), 110 stale (reason pointer, seal, epoch, grant or gap), 111 conflict
+bucket or domain), 110 stale (reason pointer, seal, epoch, grant, gap or base), 111 conflict
 (the key was applied with another body; for resolve, by another attempt), 112 unknown (settle it with
 'fencepub resolve'), 113 lease held (with --ttl), 114 lease lost (strict mode,
 reason lease), 115 etcd or the object store unavailable.`
@@ -220,6 +221,7 @@ type publishOptions struct {
 	body       bodyFlags
 	timeout    time.Duration
 	allowEmpty bool
+	dir        dirFlags // publishdir.go
 	format     *string
 	cmd        *cobra.Command // set by Complete: which flags were given
 }
@@ -228,7 +230,7 @@ type publishOptions struct {
 func newPublishCmd() *cobra.Command {
 	o := &publishOptions{}
 	cmd := &cobra.Command{
-		Use:   "publish --resource R (--epoch E --fence F --seq S | --ttl D) --owner O --key K (--file PATH | -)",
+		Use:   "publish --resource R (--epoch E --fence F --seq S | --ttl D) --owner O --key K (--file PATH | - | --dir DIR)",
 		Short: "Publish a file as the new state of a resource, fenced by a grant",
 		Long: `publish streams the body to the object store as a new immutable object and makes
 it the resource's state in one etcd transaction that checks the grant's fence,
@@ -260,9 +262,21 @@ The bucket must exist and hold the domain's ownership marker: a bucket
 without it, or with another deployment's, is refused (exit 2) before anything
 is acquired or written, since GC would never see what is published there.
 
+--dir DIR publishes every regular file under DIR as one dataset version
+(docs/datasets.md): it refuses, before acquiring anything, symbolic links
+(unless --follow-symlinks), special files, paths that are not valid UTF-8 or
+not in Unicode NFC, and an empty directory (unless --allow-empty). Files are
+uploaded --parallel at a time; with --base current (the default) files equal
+to the current dataset version's are not uploaded, and a pointer that moved
+meanwhile makes the publish stale with reason base. --seq is not used: a
+dataset takes the grant's next seq. --timeout bounds it the same way, every
+file's upload included.
+
 With -o json, stdout gets one JSON document: the result (with "error" and
-"exit_code" when it is not applied or duplicate), or, when the command failed
-before an outcome, {"command", "error", "exit_code"} (nothing was published).
+"exit_code" when it is not applied or duplicate; with --dir also the
+dataset's counts: files, bytes, uploaded_files, uploaded_bytes,
+reused_files, sha256), or, when the command failed before an outcome,
+{"command", "error", "exit_code"} (nothing was published).
 
 ` + publishExitHelp,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -295,7 +309,8 @@ func (o *publishOptions) addFlags(cmd *cobra.Command) {
 	f.Uint64Var(&o.seq, "seq", 0, "seq within the grant's term, from 1 (required with --fence; default with --ttl: the next one)")
 	f.StringVar(&o.key, "key", "", "idempotency key of the operation (required)")
 	o.body.add(cmd, "file to publish, or - for stdin")
-	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) body instead of refusing it")
+	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) body, or with --dir a directory without files, instead of refusing it")
+	o.dir.add(cmd)
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "upper bound on the whole command, release and abort included (see above); a transaction still unanswered then is unknown (exit 112)")
 	_ = cmd.MarkFlagRequired("key")
 	o.format = addOutputFlag(cmd)
@@ -317,6 +332,9 @@ func (o *publishOptions) Complete(c *cobra.Command, args []string) error {
 // Validate checks the options before any grant is acquired or anything
 // read, nor any I/O done. Errors: usage errors (exit 2).
 func (o *publishOptions) Validate() error {
+	if o.cmd.Flags().Changed("dir") {
+		return o.validateDir()
+	}
 	if o.body.file == "" {
 		return exitcode.Usagef("no body: give --file PATH, or --file - (or '-') for stdin")
 	}
@@ -344,6 +362,9 @@ func (o *publishOptions) Validate() error {
 // now; with an acquired grant the work before the release ends
 // releaseReserve earlier.
 func (o *publishOptions) Run(c *cobra.Command) error {
+	if o.dir.dir != "" {
+		return o.runDir(c)
+	}
 	ctx, cancel := context.WithTimeout(c.Context(), o.timeout)
 	defer cancel()
 	lc, err := cli.LoadConfig(c)
@@ -369,14 +390,9 @@ func (o *publishOptions) Run(c *cobra.Command) error {
 		return err
 	}
 	defer env.Close()
-	cfg := env.PublisherConfig()
-	bar := transferBar(c, c.ErrOrStderr(), "publish", knownSize(rc))
-	if bar != nil {
-		cfg.Store = progressStore{Store: cfg.Store, bar: bar}
-	}
-	client, err := publisher.New(cfg)
+	client, bar, err := progressClient(c, env, "publish", knownSize(rc))
 	if err != nil {
-		return exitcode.With(exitcode.Usage, err)
+		return err
 	}
 	p, done, res, err := o.grant.bind(work, ctx, c, env, client)
 	if err != nil {
@@ -392,6 +408,22 @@ func (o *publishOptions) Run(c *cobra.Command) error {
 		_ = bar.Finish() // cleared before the outcome is logged
 	}
 	return reportResult(c, *o.format, "publish", res, err)
+}
+
+// progressClient returns a publisher Client of env and, on a terminal, the
+// progress bar (what, size bytes; -1 unknown) its object writes count on.
+// Errors: usage.
+func progressClient(c *cobra.Command, env *cli.Env, what string, size int64) (*publisher.Client, *progressbar.ProgressBar, error) {
+	cfg := env.PublisherConfig()
+	bar := transferBar(c, c.ErrOrStderr(), what, size)
+	if bar != nil {
+		cfg.Store = progressStore{Store: cfg.Store, bar: bar}
+	}
+	client, err := publisher.New(cfg)
+	if err != nil {
+		return nil, nil, exitcode.With(exitcode.Usage, err)
+	}
+	return client, bar, nil
 }
 
 // positive returns a usage error unless the duration flag name is above 0
@@ -553,10 +585,13 @@ func parseMeta(kvs []string) (map[string]string, error) {
 }
 
 // resultOutput is the JSON document of publish, rollback and resolve: the
-// Result, and for an outcome that is not applied or duplicate the error
-// and the process exit code (the fields of cli.ErrorOutput).
+// Result, a dataset's counts, and for an outcome that is not applied or
+// duplicate the error and the process exit code (the fields of
+// cli.ErrorOutput).
 type resultOutput struct {
 	publisher.Result
+	// DatasetStats are a dataset's counts (publish --dir), nil otherwise.
+	*publisher.DatasetStats
 	Error    string `json:"error,omitempty"`
 	ExitCode int    `json:"exit_code"`
 }
@@ -566,10 +601,16 @@ type resultOutput struct {
 // on stderr, and returns err with its exit code. Without an outcome it
 // prints nothing: with -o json, cli.Execute prints the error document.
 func reportResult(cmd *cobra.Command, format, verb string, res publisher.Result, err error) error {
+	return reportOutcome(cmd, format, verb, res, nil, err)
+}
+
+// reportOutcome is reportResult with a dataset's counts (stats, nil for a
+// single object) added to the JSON form.
+func reportOutcome(cmd *cobra.Command, format, verb string, res publisher.Result, stats *publisher.DatasetStats, err error) error {
 	err = publishExit(res, err)
 	if res.Outcome != "" {
 		if format == "json" {
-			o := resultOutput{Result: res, ExitCode: cli.ExitCode(err, cmd.Context().Err() != nil)}
+			o := resultOutput{Result: res, DatasetStats: stats, ExitCode: cli.ExitCode(err, cmd.Context().Err() != nil)}
 			if err != nil {
 				o.Error = cli.Message(err)
 			}

@@ -22,11 +22,12 @@ import (
 func newReadCmd() *cobra.Command {
 	var (
 		resource, out, version string
+		path                   string // a dataset file (readdataset.go)
 		serializable           bool
 		timeout, stall         time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "read --resource R [--version V] [--out FILE [-o json]]",
+		Use:   "read --resource R [--version V] [--path P] [--out FILE|DIR [-o json]]",
 		Short: "Read a resource's published object, verified against the pointer",
 		Long: `read fetches the object the resource's pointer names (GET conditioned on the
 pointer's ETag) and checks its sha256 and size while streaming. The bucket is
@@ -45,9 +46,16 @@ way: GET conditioned on the ETag its history entry names, sha256 and size
 checked. A version that is not retained (never published, or collected by GC)
 is refused with exit 2, naming the versions that are.
 
+A dataset version (published with 'publish --dir') is read one file at a time
+with --path P (to stdout or --out FILE, verified the same way), or whole with
+--out DIR: the files go to a temporary directory beside DIR, which is renamed
+to DIR only once every file was verified, so a half-read dataset never
+appears under DIR. DIR must not exist or be empty.
+
 With -o json (which needs --out: stdout carries the document) it prints what
-was read: the resource, the pointer (version, object, sha256, size) and the
-bytes written, or on failure {"command", "error", "exit_code"}. --timeout bounds the
+was read: the resource, the pointer (version, object, sha256, size), the
+bytes written (with --path, the file's path; with --out DIR, the number of
+files), or on failure {"command", "error", "exit_code"}. --timeout bounds the
 whole command, connecting included.
 
 ` + readerExitHelp,
@@ -61,6 +69,7 @@ whole command, connecting included.
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline for the whole read, transfer included (0: none)")
 	cmd.Flags().DurationVar(&stall, "stall-timeout", time.Minute, "give up (exit 115) when the store sends no bytes for this long (0: wait for ever)")
 	cmd.Flags().StringVar(&version, "version", "", "read this retained version, epoch.fence.seq (see 'fencepub history'), instead of the current one")
+	cmd.Flags().StringVar(&path, "path", "", "read this file of a dataset version")
 	_ = cmd.MarkFlagRequired("resource")
 	format := addOutputFlag(cmd)
 	cli.AddConnFlags(cmd)
@@ -87,7 +96,8 @@ whole command, connecting included.
 			v = parsed
 		}
 		if out != "" && out != "-" {
-			if err := checkOutPath(out); err != nil {
+			// A directory is a dataset's --out, known once the pointer is read.
+			if err := checkOutPath(out); err != nil && (path != "" || !isDir(out)) {
 				return err
 			}
 		}
@@ -108,10 +118,25 @@ whole command, connecting included.
 		if errors.Is(err, reader.ErrNotRetained) {
 			return notRetained(ctx, r, resource, err)
 		}
+		if errors.Is(err, reader.ErrIsDataset) {
+			ptr, perr := datasetPointer(ctx, r, v)
+			if perr != nil {
+				return readerExit(perr)
+			}
+			return readDataset(ctx, c, r, resource, ptr, path, out, *format)
+		}
 		if err != nil {
 			return readerExit(err)
 		}
 		defer body.Close()
+		if path != "" {
+			return readDataset(ctx, c, r, resource, body.Pointer, path, out, *format)
+		}
+		if out != "" && out != "-" {
+			if err := checkOutPath(out); err != nil {
+				return err
+			}
+		}
 		var src io.Reader = body
 		toStdout := out == "" || out == "-"
 		var bar *progressbar.ProgressBar
@@ -144,12 +169,17 @@ whole command, connecting included.
 }
 
 // readOutput is `fencepub read -o json`: the resource, the pointer it
-// followed, and the verified bytes written to File.
+// followed, and the verified bytes written to File (a directory for a
+// whole dataset version).
 type readOutput struct {
 	Resource string `json:"resource"`
 	fencepub.Pointer
 	Bytes int64  `json:"bytes"`
 	File  string `json:"file"`
+	// Path is the dataset file read (--path); ReadFiles the number of
+	// files written to the directory File (--out DIR).
+	Path      string `json:"path,omitempty"`
+	ReadFiles int64  `json:"files_read,omitempty"`
 }
 
 // checkOutPath refuses, before anything is read, an --out path that cannot

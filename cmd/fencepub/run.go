@@ -42,6 +42,9 @@ type runOutput struct {
 	Duration    float64        `json:"duration_seconds"`
 	Error       string         `json:"error,omitempty"`
 	ExitCode    int            `json:"exit_code"` // fencepub's: CMD's own when CMD failed
+	// DatasetStats are the counts of an --output-dir publish (files,
+	// bytes, uploaded_files, uploaded_bytes, reused_files, sha256).
+	*publisher.DatasetStats
 }
 
 // runOptions are the flags of `fencepub run` (addFlags) and the command
@@ -55,6 +58,7 @@ type runOptions struct {
 	// outputFile is the result file given in the deprecated form
 	// --output FILE (runOutputValue).
 	outputFile string
+	outputDir  string   // rundir.go
 	args       []string // CMD ARGS...
 }
 
@@ -63,7 +67,7 @@ type runOptions struct {
 func newRunCmd() *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
-		Use:   "run --resource R [--owner O] [--ttl 15s] [--max-wait 1m] [--key K] [--file FILE] -- CMD ARGS...",
+		Use:   "run --resource R [--owner O] [--ttl 15s] [--max-wait 1m] [--key K] [--file FILE | --output-dir DIR] -- CMD ARGS...",
 		Short: "Run a batch command under a fenced lease and publish its result",
 		Long: `run is the fenced replacement for wrapping a cron job in flock or 'etcdctl lock':
 
@@ -86,6 +90,12 @@ func newRunCmd() *cobra.Command {
      An empty result is refused unless --allow-empty, so a job that silently
      produced nothing does not replace the last good result. CMD's leftover background processes (its process
      group) are killed when it exits, before the result is read;
+     With --output-dir DIR, every regular file CMD wrote under DIR is
+     published as one dataset version (docs/datasets.md), reusing the
+     files of the current dataset version that did not change; DIR must be
+     missing or empty when run starts (nothing is acquired otherwise), and
+     publish --dir's refusals (symbolic links, special files, bad names)
+     apply once CMD ended;
   4. once CMD exited 0 with the lease held, publish the result with the
      grant's fence, in one etcd transaction that rejects it if a newer state
      is already published (an upload of a CMD that failed is aborted);
@@ -172,6 +182,7 @@ func (o *runOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.key, "key", "", "idempotency key of this run's publish (default: see above)")
 	f.StringVar(&o.runID, "run-id", "", "identity of this job run, part of the default key (default $FENCEPUB_RUN_ID, else the UTC hour)")
 	f.StringVar(&o.file, "file", "", "publish the regular file CMD writes here instead of its stdout (an existing one is set aside as FILE.fencepub-prev while CMD runs; see above)")
+	f.StringVar(&o.outputDir, "output-dir", "", "publish every regular file CMD writes under this directory as one dataset version (it must be missing or empty when run starts)")
 	f.StringVar(&o.contentType, "content-type", "", "content type of the result (default application/octet-stream)")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) result instead of refusing it")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
@@ -276,6 +287,14 @@ func (o *runOptions) Validate() error {
 			return err
 		}
 	}
+	if o.outputDir != "" {
+		if o.file != "" || o.contentType != "" {
+			return exitcode.Usagef("--output-dir publishes a directory: not with --file or --content-type")
+		}
+		if err := checkOutputDir(o.outputDir); err != nil {
+			return err
+		}
+	}
 	if _, err := exec.LookPath(o.args[0]); err != nil {
 		return exitcode.Usagef("CMD %q: %v (nothing acquired)", o.args[0], err)
 	}
@@ -290,7 +309,7 @@ func (o *runOptions) Validate() error {
 // began, for the report's duration.
 func (o *runOptions) Run(c *cobra.Command, start time.Time) error {
 	stderr := shareWriter(c.ErrOrStderr())
-	r := &runner{c: c, stderr: stderr, log: cli.LoggerTo(c, stderr), args: o.args, output: o.file, allowEmpty: o.allowEmpty, grace: o.grace, res: runOutput{Resource: o.resource, Owner: o.owner, Key: o.key, CommandExit: -1, Outcome: "not_published"}}
+	r := &runner{c: c, stderr: stderr, log: cli.LoggerTo(c, stderr), args: o.args, output: o.file, outputDir: o.outputDir, allowEmpty: o.allowEmpty, grace: o.grace, res: runOutput{Resource: o.resource, Owner: o.owner, Key: o.key, CommandExit: -1, Outcome: "not_published"}}
 	err := r.run(o)
 	r.res.Duration = time.Since(start).Seconds()
 	r.res.ExitCode = cli.ExitCode(err, c.Context().Err() != nil)
@@ -336,6 +355,8 @@ type runner struct {
 	log    *slog.Logger
 	args   []string
 	output string
+	// outputDir is --output-dir (rundir.go).
+	outputDir string
 	// saved is where an existing --file waits while CMD runs
 	// (settleOutput); "" when there was none.
 	saved string
@@ -477,9 +498,12 @@ func (r *runner) run(o *runOptions) error {
 	}
 	op := publisher.Operation{IdempotencyKey: key, ContentType: o.contentType}
 	var res publisher.Result
-	if r.output == "" {
+	switch {
+	case r.outputDir != "":
+		res, err = r.publishOutputDir(sess, g, p, op, o.timeout)
+	case r.output == "":
 		res, err = r.publishStdout(sess, g, p, op, o.timeout)
-	} else {
+	default:
 		res, err = r.publishOutput(sess, g, p, op, o.timeout)
 	}
 	if res.Outcome != "" { // else not_published: the publish never reached etcd

@@ -66,7 +66,8 @@ func newVerifyCmd() *cobra.Command {
 		Long: `verify checks each resource's data the way 'restic check' checks a
 repository, reading only:
   - the pointer's object exists and its bytes hash to the pointer's sha256
-    (streamed: memory stays bounded whatever the size);
+    (streamed: memory stays bounded whatever the size); for a dataset
+    version, every file its manifest names too, each against its entry;
   - the history is monotonic, each entry's key matches its version, the
     newest entry is the pointer, and every entry whose op record still
     exists matches it (version and digest);
@@ -251,6 +252,9 @@ func (v *verifier) resource(res string, epoch uint64) (verifyResource, error) {
 	}
 	if ptr.Version.Seq != 0 {
 		out.Bytes = v.object(res, ptr)
+	}
+	if ptr.IsDataset() {
+		out.Bytes += v.datasetFiles(res, ptr)
 	}
 	v.history(res, ptr, histKVs, opKVs)
 	for _, kv := range opKVs {

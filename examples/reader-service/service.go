@@ -108,7 +108,7 @@ func (s *service) follow(ctx context.Context, name string, r *reader.Reader) {
 // pointer with the verified bytes of the object the reader opened (which is
 // ptr's or, if it was already collected after supersession, a newer one).
 func (s *service) load(ctx context.Context, r *reader.Reader, ptr fencepub.Pointer) (*entry, error) {
-	if ptr.Object.Size > s.maxCache {
+	if ptr.Object.Size > s.maxCache || ptr.IsDataset() { // a dataset's files are served by path (files.go)
 		return &entry{ptr: ptr}, nil
 	}
 	b, err := r.OpenPointer(ctx, ptr)
@@ -131,6 +131,7 @@ func (s *service) handler(reg prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/resources/{name}", s.serveObject)
 	mux.HandleFunc("GET /v1/resources/{name}/pointer", s.servePointer)
+	mux.HandleFunc("GET /v1/resources/{name}/files/{path...}", s.serveFile) // files.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		for name, c := range s.current {

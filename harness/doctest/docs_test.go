@@ -698,3 +698,56 @@ func repoRoot(t *testing.T) string {
 	}
 	return root
 }
+
+// TestDatasetsDocOnDevStack runs the ```sh block of docs/datasets.md as a
+// script in a fresh directory, with fencepub built from this checkout at
+// ./bin/fencepub, on the `fencepub dev up` stack the script starts; then
+// checks what it left: the copy it read equals the directory it published.
+// Not parallel: one dev stack at a time.
+func TestDatasetsDocOnDevStack(t *testing.T) {
+	root := repoRoot(t)
+	var doc mdDoc
+	for _, d := range markdownFiles(t, root) {
+		if d.rel == "docs/datasets.md" {
+			doc = d
+		}
+	}
+	if doc.rel == "" {
+		t.Fatal("docs/datasets.md not found")
+	}
+	script := shellBlock(t, doc, "publish --resource nightly-export")
+	work := t.TempDir()
+	env := docEnv(t, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	fencepub := filepath.Join(work, "bin", "fencepub")
+	if out, err := exec.CommandContext(ctx, "go", "-C", root, "build", "-o", fencepub, "./cmd/fencepub").CombinedOutput(); err != nil {
+		t.Fatalf("go build fencepub: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command(fencepub, "dev", "down")
+		cmd.Dir, cmd.Env = work, env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("fencepub dev down: %v\n%s", err, out)
+		}
+	})
+	cmd := exec.CommandContext(ctx, "sh", "-eu", "-c", script)
+	cmd.Dir, cmd.Env = work, env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("docs/datasets.md script: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), `"reused_files": 3`) {
+		t.Fatalf("the second publish did not reuse 3 files, as the page says:\n%s", stdout.String())
+	}
+	for _, rel := range []string{"part/00000.csv", "part/00001.csv", "part/00002.csv", "schema.json"} {
+		want, err := os.ReadFile(filepath.Join(work, "out", rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(filepath.Join(work, "copy", rel)); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("copy/%s = %q, %v; want %q", rel, got, err, want)
+		}
+	}
+}

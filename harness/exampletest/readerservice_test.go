@@ -235,3 +235,64 @@ func TestReaderServiceFollowsPublishes(t *testing.T) {
 		})
 	}
 }
+
+// A dataset resource's files are served by path, each verified, with the
+// file's sha256 as ETag (unchanged across versions for an unchanged file)
+// and the version in a header.
+func TestReaderServiceServesDatasetFiles(t *testing.T) {
+	s := start(t, build(t), 1<<20, "export")
+	publishDataset := func(key string, pairs ...string) fencepub.Version {
+		t.Helper()
+		ctx := context.Background()
+		g, err := s.auth.Acquire(ctx, authority.AcquireRequest{Resource: "export", Owner: "tester", TTL: 5 * time.Second, Wait: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.auth.Release(ctx, g)
+		p, err := s.pub.Bind(ctx, publisher.GrantTerm(g, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fs []publisher.File
+		for i := 0; i+1 < len(pairs); i += 2 {
+			fs = append(fs, publisher.BytesFile(pairs[i], []byte(pairs[i+1]), "text/csv"))
+		}
+		r, err := p.PublishDataset(ctx, publisher.Dataset{IdempotencyKey: key, Files: publisher.FileList(fs)})
+		if err != nil || r.Outcome != publisher.Applied {
+			t.Fatalf("publish dataset: %+v %v", r.Result, err)
+		}
+		return r.Version
+	}
+	// await returns the response for path once it comes from version v.
+	await := func(path string, v fencepub.Version) (*http.Response, []byte) {
+		t.Helper()
+		var (
+			resp *http.Response
+			body []byte
+		)
+		testenv.Eventually(t, "the service serves "+v.String(), 10*time.Second, func() bool {
+			resp = s.get("/v1/resources/export/files/" + path)
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK && resp.Header.Get("X-Fencepub-Version") == v.String()
+		})
+		return resp, body
+	}
+	v1 := publishDataset("d1", "part/0.csv", "a,b\n1,2\n", "part/1.csv", "a,b\n3,4\n")
+	resp, body := await("part/1.csv", v1)
+	tag := resp.Header.Get("ETag")
+	if string(body) != "a,b\n3,4\n" || resp.Header.Get("Content-Type") != "text/csv" || len(tag) != 66 {
+		t.Fatalf("part/1.csv: %q, %s, ETag %s", body, resp.Header.Get("Content-Type"), tag)
+	}
+	if r := s.get("/v1/resources/export/files/part/1.csv", "If-None-Match", tag); r.StatusCode != http.StatusNotModified {
+		t.Fatalf("If-None-Match: %d", r.StatusCode)
+	}
+	if r := s.get("/v1/resources/export/files/part/9.csv"); r.StatusCode != http.StatusNotFound {
+		t.Fatalf("a path the manifest lacks: %d", r.StatusCode)
+	}
+	v2 := publishDataset("d2", "part/0.csv", "a,b\n1,2\n", "part/1.csv", "a,b\n3,5\n")
+	resp, body = await("part/1.csv", v2)
+	if string(body) != "a,b\n3,5\n" || resp.Header.Get("ETag") == tag {
+		t.Fatalf("version 2's part/1.csv: %q, ETag %s", body, resp.Header.Get("ETag"))
+	}
+}

@@ -37,7 +37,8 @@ const (
 	fContentType                    // string
 	fOwner                          // string
 	fCommitted                      // varint seconds, uvarint nanoseconds
-	fAll         = fCommitted<<1 - 1
+	fDataset                        // Kind dataset: uvarint files, uvarint bytes
+	fAll         = fDataset<<1 - 1
 )
 
 // opFields are the flags an op record may carry: the digest, the object
@@ -111,6 +112,7 @@ func (w *compactWriter) appendFields(p Pointer, known string) {
 	set(fContentType, p.ContentType != "")
 	set(fOwner, p.Owner != "")
 	set(fCommitted, !p.CommittedAt.IsZero())
+	set(fDataset, p.Kind == KindDataset)
 	w.uvarint(flags)
 	for f := uint64(1); f <= fAll; f <<= 1 {
 		switch flags & f {
@@ -146,6 +148,9 @@ func (w *compactWriter) appendFields(p Pointer, known string) {
 		case fCommitted:
 			w.b = binary.AppendVarint(w.b, p.CommittedAt.Unix())
 			w.uvarint(uint64(p.CommittedAt.Nanosecond()))
+		case fDataset:
+			w.uvarint(uint64(p.Files))
+			w.uvarint(uint64(p.Bytes))
 		}
 	}
 }
@@ -268,6 +273,12 @@ func (r *compactReader) fields(p *Pointer, allowed uint64, known string) error {
 				r.fail("nanoseconds %d out of range", nsec)
 			}
 			p.CommittedAt = time.Unix(sec, int64(nsec)).UTC()
+		case fDataset:
+			files, bytes := r.uvarint(), r.uvarint()
+			if files > math.MaxInt64 || bytes > math.MaxInt64 {
+				r.fail("dataset of %d files, %d bytes out of range", files, bytes)
+			}
+			p.Kind, p.Files, p.Bytes = KindDataset, int64(files), int64(bytes)
 		}
 	}
 	if r.err == nil && len(r.b) != 0 {

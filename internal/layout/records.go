@@ -57,7 +57,17 @@ type Pointer struct {
 	// CommittedAt is the publisher's clock at prepare: informative only.
 	// Retention measures supersession on GC's domain clock instead.
 	CommittedAt time.Time `json:"committed_at,omitzero"`
+	// Kind is KindDataset for a dataset version, whose Object is its
+	// manifest index (DESIGN.md "Dataset versions"), with Files files of
+	// Bytes bytes in all; "" for a single object (Files and Bytes zero).
+	// Pointers written before datasets existed read as single objects.
+	Kind  string `json:"kind,omitempty"`
+	Files int64  `json:"files,omitempty"`
+	Bytes int64  `json:"bytes,omitempty"`
 }
+
+// IsDataset reports whether p names a dataset version.
+func (p Pointer) IsDataset() bool { return p.Kind == KindDataset }
 
 // SealReasonDecommissioned is the Seal.Reason of a resource retired by
 // `fencepub resource delete` (gc.Collector.Decommission): its seal is at
@@ -182,8 +192,8 @@ func DecodePointer(value []byte) (Pointer, error) {
 	if _, err := DecodeVersioned("pointer", string(value), &p, func() Version { return p.Version }); err != nil {
 		return Pointer{}, err
 	}
-	if p.Object.Size < 0 {
-		return Pointer{}, fmt.Errorf("%w: pointer object size %d", ErrCorruptRecord, p.Object.Size)
+	if p.Object.Size < 0 || p.Files < 0 || p.Bytes < 0 || (p.Kind != "" && p.Kind != KindDataset) {
+		return Pointer{}, fmt.Errorf("%w: pointer object size %d, kind %q, files %d, bytes %d", ErrCorruptRecord, p.Object.Size, p.Kind, p.Files, p.Bytes)
 	}
 	return p, nil
 }

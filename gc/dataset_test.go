@@ -1,0 +1,208 @@
+//go:build !unit
+
+package gc
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/manifest"
+	"github.com/fencepub/fencepub/publisher"
+)
+
+// publishDataset publishes path=content pairs as a dataset with p and
+// fails t unless the outcome is want.
+func (e *env) publishDataset(p *publisher.Publisher, key string, base publisher.Base, want publisher.Outcome, pairs ...string) publisher.DatasetResult {
+	e.t.Helper()
+	var fs []publisher.File
+	for i := 0; i+1 < len(pairs); i += 2 {
+		fs = append(fs, publisher.BytesFile(pairs[i], []byte(pairs[i+1]), "text/plain"))
+	}
+	r, err := p.PublishDataset(ctxT(e.t, time.Minute), publisher.Dataset{IdempotencyKey: key, Files: publisher.FileList(fs), Base: base})
+	if r.Outcome != want {
+		e.t.Fatalf("dataset %s: outcome %q reason %q err %v; want %q", key, r.Outcome, r.Reason, err, want)
+	}
+	return r
+}
+
+// manifestOf returns the entries of the manifest obj names, by path.
+func (e *env) manifestOf(obj layout.Object) map[string]manifest.Entry {
+	e.t.Helper()
+	ctx := ctxT(e.t, 30*time.Second)
+	ix, err := manifest.LoadIndex(ctx, e.st, obj)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]manifest.Entry{}
+	for en, err := range manifest.NewCache(0).All(ctx, e.st, ix) {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out[en.Path] = en
+	}
+	return out
+}
+
+// aged runs a pass over res per clock offset in ds (later), keeping only
+// the newest version beyond the grace (Retain 1), and returns the last
+// pass's report and error. The first offset gives the domain clock a point
+// to measure the grace from; a version superseded before it is past the
+// grace at an offset an hour later.
+func (e *env) aged(res string, ds ...time.Duration) (*Report, error) {
+	e.t.Helper()
+	var (
+		rep *Report
+		err error
+	)
+	for _, d := range ds {
+		c := e.collector(func(c *Config) { later(d)(c); c.Policy = Policy{Retain: 1} })
+		rep, err = c.Run(ctxT(e.t, time.Minute), RunOptions{Resources: []string{res}, Verbose: true})
+	}
+	return rep, err
+}
+
+// mustAge is aged, failing t on an error.
+func (e *env) mustAge(res string, ds ...time.Duration) *Report {
+	e.t.Helper()
+	rep, err := e.aged(res, ds...)
+	if err != nil {
+		e.t.Fatalf("gc pass: %v\nreport errors: %v", err, rep.Errors)
+	}
+	return rep
+}
+
+// GC keeps every object a retained manifest names, its own files and the
+// ones it reuses from an older version, and collects everything else under
+// an unpublishable version's key (its manifest and the files no retained
+// manifest names); a stale attempt's files go the same way. A dry run says
+// which retained version names a kept older file.
+func TestDatasetFilesKeptWhileNamed(t *testing.T) {
+	e := newEnv(t)
+	const res = "export"
+	ga, a := e.worker(res, "a")
+	v1 := e.publishDataset(a, "v1", publisher.BaseNone, publisher.Applied, "keep", "same", "b", "old", "c", "dropped")
+	files1 := e.manifestOf(v1.Object)
+	e.expire(ga)
+	_, b := e.worker(res, "b")
+	v2 := e.publishDataset(b, "v2", publisher.BaseCurrent, publisher.Applied, "keep", "same", "b", "new", "d", "added")
+	if v2.ReusedFiles != 1 {
+		t.Fatalf("v2 reused %d files, want 1", v2.ReusedFiles)
+	}
+	files2 := e.manifestOf(v2.Object)
+	// A's late attempt, after B's publish: stale, its files unpublishable.
+	late := e.publishDataset(a, "a-late", publisher.BaseNone, publisher.Stale, "x", "late")
+	lateKey := late.Attempt.Object.Key
+	lateFile := layout.FileKey(lateKey, "x")
+	if !e.Exists(lateKey) || !e.Exists(lateFile) {
+		t.Fatal("the late attempt's objects were not written")
+	}
+
+	retainOne := func(c *Config) {
+		later(time.Hour)(c)
+		c.Policy = Policy{Retain: 1}
+	}
+	// The first pass starts the domain clock; v1 is one of the last
+	// two, the late attempt is collected.
+	rep := e.run(e.collector(nil), res)
+	mustDecide(t, rep, files1["keep"].Key, kindRetained, "kept", "version 1")
+	mustDecide(t, rep, lateKey, kindUnpublishable, "deleted", "<= pointer")
+	mustDecide(t, rep, lateFile, kindUnpublishable, "deleted", "<= pointer")
+	rep = e.mustAge(res, time.Hour)
+	mustDecide(t, rep, files1["keep"].Key, kindRetained, "kept", "version "+v2.Version.String())
+	mustDecide(t, rep, v1.Object.Key, kindUnpublishable, "deleted", "<= pointer")
+	mustDecide(t, rep, files1["b"].Key, kindUnpublishable, "deleted", "<= pointer")
+	mustDecide(t, rep, files1["c"].Key, kindUnpublishable, "deleted", "<= pointer")
+	mustDecide(t, rep, v2.Object.Key, kindPublished, "kept", "pointer")
+	mustDecide(t, rep, files2["b"].Key, kindPublished, "kept", "pointer's dataset version")
+	for _, k := range []string{files1["keep"].Key, v2.Object.Key, files2["b"].Key, files2["d"].Key} {
+		if !e.Exists(k) {
+			t.Fatalf("%s was deleted", k)
+		}
+	}
+	for _, k := range []string{v1.Object.Key, files1["b"].Key, files1["c"].Key, lateKey, lateFile} {
+		if e.Exists(k) {
+			t.Fatalf("%s was not collected", k)
+		}
+	}
+	dry, err := e.collector(retainOne).Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustDecide(t, dry, files1["keep"].Key, kindRetained, "kept", "version "+v2.Version.String())
+	// Once a version that no longer reuses it is the only one retained,
+	// the reused file goes too.
+	v3 := e.publishDataset(b, "v3", publisher.BaseNone, publisher.Applied, "keep", "same")
+	rep = e.mustAge(res, 2*time.Hour, 3*time.Hour)
+	mustDecide(t, rep, files1["keep"].Key, kindUnpublishable, "deleted", "<= pointer")
+	if e.Exists(files1["keep"].Key) || !e.Exists(layout.FileKey(v3.Object.Key, "keep")) {
+		t.Fatal("the file no retained manifest names was kept, or v3's was deleted")
+	}
+}
+
+// A retained manifest that cannot be read fails the resource's pass:
+// nothing of it is deleted, since the manifest might name any file.
+func TestDatasetUnreadableManifestDeletesNothing(t *testing.T) {
+	e := newEnv(t)
+	const res = "export"
+	_, p := e.worker(res, "a")
+	v1 := e.publishDataset(p, "v1", publisher.BaseNone, publisher.Applied, "keep", "same", "b", "old")
+	files1 := e.manifestOf(v1.Object)
+	e.run(e.collector(nil), res) // starts the domain clock
+	v2 := e.publishDataset(p, "v2", publisher.BaseCurrent, publisher.Applied, "keep", "same")
+	e.rm(v2.Object.Key) // out of band: the store lost the pointer's manifest
+	// v1 is past the grace and not among the last 1: only v2's manifest
+	// could keep its files.
+	rep, err := e.aged(res, time.Hour, 2*time.Hour)
+	if err == nil || rep.Deleted != 0 {
+		t.Fatalf("pass over an unreadable manifest: err %v, %d deleted", err, rep.Deleted)
+	}
+	for _, k := range []string{files1["keep"].Key, files1["b"].Key, v1.Object.Key} {
+		if !e.Exists(k) {
+			t.Fatalf("%s was deleted", k)
+		}
+	}
+}
+
+// GC runs while an incremental publish whose base is being superseded
+// uploads: old worker A's late publish moves the pointer off B's base, GC
+// collects the base's files (no longer retained), and B's publish, which
+// chose to reuse them, is stale with reason base: no published manifest
+// ever names a deleted file (invariants 14 and 15; the lab's case
+// dataset on real servers).
+func TestDatasetGCDuringIncrementalPublish(t *testing.T) {
+	e := newEnv(t)
+	const res = "export"
+	ga, a := e.worker(res, "a")
+	v1 := e.publishDataset(a, "v1", publisher.BaseNone, publisher.Applied, "keep", "same", "b", "old")
+	files1 := e.manifestOf(v1.Object)
+	e.run(e.collector(nil), res) // starts the domain clock
+	e.expire(ga)
+	_, b := e.worker(res, "b")
+	collected := false
+	ds := publisher.Dataset{IdempotencyKey: "b1", Base: publisher.BaseCurrent, Files: publisher.FileList([]publisher.File{
+		publisher.BytesFile("keep", []byte("same"), "text/plain"), publisher.BytesFile("b", []byte("new"), "text/plain"),
+	})}
+	ds.Progress = func(publisher.FileDone) {
+		if collected {
+			return
+		}
+		collected = true
+		e.publishDataset(a, "a-late", publisher.BaseNone, publisher.Applied, "other", "A's late file")
+		rep := e.mustAge(res, time.Hour, 2*time.Hour)
+		mustDecide(t, rep, files1["keep"].Key, kindUnpublishable, "deleted", "<= pointer")
+	}
+	r, err := b.PublishDataset(ctxT(t, time.Minute), ds)
+	if r.Outcome != publisher.Stale || r.Reason != publisher.ReasonBase || r.ReusedFiles != 1 {
+		t.Fatalf("B: outcome %q reason %q, %d reused (err %v); want stale (base) after reusing 1", r.Outcome, r.Reason, r.ReusedFiles, err)
+	}
+	ptr, err := decodePointerKV(e.get(e.NS.PointerKey(res)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, en := range e.manifestOf(ptr.Object) {
+		if !e.Exists(en.Key) {
+			t.Fatalf("the published manifest %s names %s (%s), which is gone", ptr.Version, path, en.Key)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package publisher
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/manifest"
+)
+
+// DirOptions tune DirFiles and ScanDir.
+type DirOptions struct {
+	// FollowSymlinks publishes the regular file a symbolic link points to
+	// under the link's path. A link to a directory or to anything but a
+	// regular file is refused either way.
+	FollowSymlinks bool
+}
+
+// sortFiles sorts files by path (manifest.ComparePaths).
+func sortFiles(files []File) {
+	slices.SortFunc(files, func(a, b File) int { return manifest.ComparePaths(a.Path, b.Path) })
+}
+
+// DirFiles yields every regular file under dir, for Dataset.Files, in
+// manifest.ComparePaths order (a directory walk's), each with its path
+// relative to dir ('/'-separated), its size, content type
+// application/octet-stream and an Open reading it from disk. Empty
+// directories are not represented. It refuses, yielding an error wrapping
+// fencepub.ErrInvalid that names the path: a symbolic link (unless
+// opts.FollowSymlinks; a link to a directory always), a special file
+// (device, pipe, socket), a path that manifest.ValidatePath refuses (not
+// valid UTF-8, not in NFC, control bytes, too long). A walk error (an
+// unreadable directory) is yielded as it is. Memory holds one directory's
+// listing at a time.
+func DirFiles(dir string, opts DirOptions) iter.Seq2[File, error] {
+	return func(yield func(File, error) bool) {
+		info, err := os.Stat(dir)
+		if err != nil {
+			yield(File{}, err)
+			return
+		}
+		if !info.IsDir() {
+			yield(File{}, fmt.Errorf("%w: %s is not a directory", fencepub.ErrInvalid, dir))
+			return
+		}
+		stop := fmt.Errorf("stop")
+		err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if p == dir {
+				return nil
+			}
+			rel, err := filepath.Rel(dir, p)
+			if err != nil {
+				return err
+			}
+			rel = filepath.ToSlash(rel)
+			f, skip, err := dirFile(p, rel, d, opts)
+			switch {
+			case err != nil:
+				return err
+			case skip:
+				return nil
+			case !yield(f, nil):
+				return stop
+			}
+			return nil
+		})
+		if err != nil && err != stop {
+			yield(File{}, err)
+		}
+	}
+}
+
+// dirFile is the File of the walked entry d at p (rel from the root), or
+// skip for a directory.
+func dirFile(p, rel string, d fs.DirEntry, opts DirOptions) (f File, skip bool, err error) {
+	refuse := func(why string) (File, bool, error) {
+		return File{}, false, fmt.Errorf("%w: %s %s", fencepub.ErrInvalid, p, why)
+	}
+	mode := d.Type()
+	if mode&fs.ModeSymlink != 0 {
+		if !opts.FollowSymlinks {
+			return refuse("is a symbolic link; symbolic links are refused unless followed")
+		}
+		info, err := os.Stat(p)
+		if err != nil {
+			return File{}, false, err
+		}
+		if info.IsDir() {
+			return refuse("is a symbolic link to a directory; only links to regular files are followed")
+		}
+		mode = info.Mode().Type()
+	}
+	if mode.IsDir() {
+		return File{}, true, nil
+	}
+	if !mode.IsRegular() {
+		return refuse(fmt.Sprintf("is a special file (%s); only regular files are published", mode))
+	}
+	if err := manifest.ValidatePath(rel); err != nil {
+		return File{}, false, fmt.Errorf("%s: %w", p, err)
+	}
+	info, err := os.Stat(p)
+	if err != nil {
+		return File{}, false, err
+	}
+	return File{Path: rel, Size: info.Size(), ContentType: defaultContentType, Open: func() (io.ReadCloser, error) {
+		return os.Open(p)
+	}}, false, nil
+}
+
+// ScanDir walks dir as DirFiles does and returns the number of files and
+// their bytes, or DirFiles' first refusal or walk error, so a caller can
+// refuse bad input before it acquires a grant.
+func ScanDir(dir string, opts DirOptions) (files, bytes int64, err error) {
+	for f, err := range DirFiles(dir, opts) {
+		if err != nil {
+			return files, bytes, err
+		}
+		files++
+		bytes += f.Size
+	}
+	return files, bytes, nil
+}
