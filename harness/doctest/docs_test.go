@@ -715,7 +715,7 @@ func TestDatasetsDocOnDevStack(t *testing.T) {
 	if doc.rel == "" {
 		t.Fatal("docs/datasets.md not found")
 	}
-	script := shellBlock(t, doc, "publish --resource nightly-export")
+	script := shellBlock(t, doc, scriptBlocks[doc.rel])
 	work := t.TempDir()
 	env := docEnv(t, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
