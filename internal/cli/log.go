@@ -67,9 +67,25 @@ func bindLogFlags(v *viper.Viper, fs *pflag.FlagSet) {
 	}
 }
 
-// newLogger returns the logger on w of validated settings lc.
+// logWrites serializes the records of every logger newLogger makes: a
+// command makes several on the same stderr (its own, a session's, a
+// child's relay), and each record must reach the stream whole and alone.
+var logWrites sync.Mutex
+
+// serialWriter writes through w under logWrites.
+type serialWriter struct{ w io.Writer }
+
+func (s serialWriter) Write(p []byte) (int, error) {
+	logWrites.Lock()
+	defer logWrites.Unlock()
+	return s.w.Write(p)
+}
+
+// newLogger returns the logger on w of validated settings lc. Loggers on
+// the same w may be used concurrently.
 func newLogger(w io.Writer, lc config.Log) *slog.Logger {
 	lv, _ := lc.SlogLevel() // validated
+	w = serialWriter{w}
 	if lc.Format == config.LogJSON {
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv}))
 	}
@@ -144,7 +160,6 @@ func errorLogger(c *cobra.Command, w io.Writer, args []string) *slog.Logger {
 // (quoted when needed), the form fencepub's messages had before they went
 // through slog.
 type textHandler struct {
-	mu    *sync.Mutex
 	w     io.Writer
 	level slog.Leveler
 	attrs string // preformatted " k=v" of WithAttrs
@@ -152,7 +167,7 @@ type textHandler struct {
 }
 
 func newTextHandler(w io.Writer, level slog.Leveler) *textHandler {
-	return &textHandler{mu: &sync.Mutex{}, w: w, level: level}
+	return &textHandler{w: w, level: level}
 }
 
 func (h *textHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level.Level() }
@@ -173,9 +188,7 @@ func (h *textHandler) Handle(_ context.Context, r slog.Record) error {
 		return true
 	})
 	b.WriteByte('\n')
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, err := h.w.Write(b.Bytes())
+	_, err := h.w.Write(b.Bytes()) // one Write: newLogger's w serializes them
 	return err
 }
 
