@@ -142,7 +142,8 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	_, metrics := get("/metrics")
 	for _, want := range []string{
 		"fencepub_gc_deleted_objects_total", `fencepub_gc_kept_objects{decision="published"} 1`,
-		"fencepub_gc_pass_duration_seconds_count", "fencepub_gc_last_success_timestamp_seconds", "fencepub_gc_leader 1",
+		"fencepub_gc_pass_duration_seconds_count", "fencepub_gc_last_success_timestamp_seconds",
+		"fencepub_gc_last_success_duration_seconds", "fencepub_gc_leader 1",
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Fatalf("/metrics lacks %q:\n%s", want, metrics)

@@ -21,6 +21,8 @@ import (
 //   - fencepub_gc_pass_duration_seconds: wall time of each pass;
 //   - fencepub_gc_last_success_timestamp_seconds: Unix time of the last pass
 //     that finished without errors;
+//   - fencepub_gc_last_success_duration_seconds: wall time of that pass, so an
+//     alert can allow for passes longer than the interval;
 //   - fencepub_gc_passes_total{result}: passes by result ("ok", "error"); a
 //     pass cut short by its context (shutdown, lost lease) is not counted;
 //   - fencepub_gc_records_deleted_total{kind}: etcd records pruned (history,
@@ -35,6 +37,7 @@ type Metrics struct {
 	quarantined    prometheus.Gauge
 	passDuration   prometheus.Histogram
 	lastSuccess    prometheus.Gauge
+	lastSuccessDur prometheus.Gauge
 	passes         *prometheus.CounterVec
 	records        *prometheus.CounterVec
 	leader         prometheus.Gauge
@@ -63,6 +66,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencepub_gc_last_success_timestamp_seconds", Help: "Unix time of the last GC pass without errors.",
 		}),
+		lastSuccessDur: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fencepub_gc_last_success_duration_seconds", Help: "Wall time of the last GC pass without errors.",
+		}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencepub_gc_passes_total", Help: "GC passes by result.",
 		}, []string{"result"}),
@@ -82,7 +88,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.deletedObjects, m.deletedBytes, m.kept, m.quarantined,
-		m.passDuration, m.lastSuccess, m.passes, m.records, m.leader} {
+		m.passDuration, m.lastSuccess, m.lastSuccessDur, m.passes, m.records, m.leader} {
 		errs = append(errs, reg.Register(c))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -101,6 +107,7 @@ func (m *Metrics) pass(d time.Duration, rep *Report, err error) {
 	}
 	m.passes.WithLabelValues("ok").Inc()
 	m.lastSuccess.SetToCurrentTime()
+	m.lastSuccessDur.Set(d.Seconds())
 	rep.mu.Lock()
 	k := rep.Kept
 	rep.mu.Unlock()

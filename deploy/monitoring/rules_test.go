@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/promql/promqltest"
 )
 
 // TestAlertRules parses fencepub-alerts.yaml as Prometheus does (unknown
@@ -76,4 +77,43 @@ func TestDashboard(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestGCNotSucceedingAllowsSlowPasses evaluates FencepubGCNotSucceeding's
+// expression, as written in fencepub-alerts.yaml, on two histories of a
+// daemon with a 60 s interval whose passes take 300 s: a healthy one, where
+// the last success is one cycle (interval + pass) old when the next pass
+// ends, must not match; a stuck one, where no pass has succeeded for 35
+// minutes, must.
+func TestGCNotSucceedingAllowsSlowPasses(t *testing.T) {
+	groups, errs := rulefmt.ParseFile("fencepub-alerts.yaml", false)
+	if len(errs) > 0 {
+		t.Fatalf("fencepub-alerts.yaml: %v", errs)
+	}
+	var expr string
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "FencepubGCNotSucceeding" {
+				expr = strings.Join(strings.Fields(r.Expr), " ")
+			}
+		}
+	}
+	if expr == "" {
+		t.Fatal("no alert FencepubGCNotSucceeding")
+	}
+	// One sample a minute (axN repeats a for N more minutes). Passes end at
+	// 0, 5m and 11m (a 300 s pass, a 60 s wait, the next 300 s pass); the
+	// stuck history has no success after 5m.
+	promqltest.RunTest(t, `
+load 1m
+  fencepub_gc_interval_seconds 60x40
+  fencepub_gc_last_success_duration_seconds 300x40
+  fencepub_gc_last_success_timestamp_seconds 0x4 300x5 660x5
+  stuck_last_success_timestamp_seconds 0x4 300x35
+
+eval instant at 10m `+expr+`
+
+eval instant at 40m `+strings.ReplaceAll(expr, "fencepub_gc_last_success_timestamp_seconds", "stuck_last_success_timestamp_seconds")+`
+  {} 2100
+`, promqltest.NewTestEngine(t, false, 0, promqltest.DefaultMaxSamplesPerQuery))
 }
