@@ -193,7 +193,14 @@ type datasetReadLoop struct {
 func (l *datasetReadLoop) run() {
 	readers := map[string]*reader.Reader{}
 	for sleepStop(l.stop, time.Duration(40+l.rng.IntN(80))*time.Millisecond) {
-		res := l.wl.pickDataset(l.clock.Now(), l.rng)
+		// Half the reads go to the window before, whose resources have
+		// versions (the current window's may have none yet) and fewer
+		// writers.
+		now := l.clock.Now()
+		if l.rng.IntN(2) == 0 && now >= int64(l.wl.Window) {
+			now -= int64(l.wl.Window)
+		}
+		res := l.wl.pickDataset(now, l.rng)
 		rd, ok := readers[res]
 		if !ok {
 			if len(readers) > 4*l.wl.Datasets {
