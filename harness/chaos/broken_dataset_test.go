@@ -6,15 +6,18 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
+	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // datasetWorker returns a dataset worker of e.
@@ -124,5 +127,113 @@ func TestCheckerCatchesBrokenDatasetGC(t *testing.T) {
 		return v.Invariant == InvDatasetFileKept && strings.Contains(v.Detail, `"a.bin" of `+v2.Version.String())
 	}) {
 		t.Fatalf("the broken GC: violations %v, want %s naming a.bin of %s", vs, InvDatasetFileKept, v2.Version)
+	}
+}
+
+// TestCheckerCatchesDatasetPublishWithoutBaseCompare: C, holding fence 3,
+// publishes incrementally from base v1 (reusing a.bin); while it uploads,
+// B, whose fence-2 lease has expired, publishes a version without a.bin,
+// and GC, retaining only the current version, collects v1. The real
+// publisher's transaction finds the pointer is no longer its base: stale,
+// reason base, and the run is clean. A publish path without the base
+// compare commits C's manifest anyway: its pointer names the collected
+// a.bin, which the final sweep finds missing (dataset_file_kept), and the
+// pointer moved from a version other than its base (dataset_base).
+func TestCheckerCatchesDatasetPublishWithoutBaseCompare(t *testing.T) {
+	e := newBrokenEnv(t)
+	const res = "dbase"
+	wa, wb, wc := e.datasetWorker("a"), e.datasetWorker("b"), e.datasetWorker("c")
+	ga := e.acquire(wa, res)
+	v1 := e.publishFiles(wa, ga, "ka", publisher.BaseNone, Applied, datasetFileSpec{"a.bin", 0}, datasetFileSpec{"dir/b.bin", 0})
+	gb := e.acquire(wb, res) // once a's lease expired
+	pb, err := e.pub.Bind(e.ctx, publisher.GrantTerm(gb, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc3 := e.acquire(wc, res) // once b's lease expired
+	st := testenv.Get(t).Store(t)
+	col, err := gc.New(gc.Config{
+		Env: fencepub.Env{Namespace: e.ns, Etcd: e.cli, Store: st}, Authority: e.auth,
+		Policy: gc.Policy{Retain: 1, Grace: time.Millisecond, ClockSkew: time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := col.Run(e.ctx, gc.RunOptions{Resources: []string{res}}); err != nil { // starts the domain clock
+		t.Fatal(err)
+	}
+	var (
+		once     sync.Once
+		hookErr  error
+		bApplied bool
+	)
+	wc.wl.PublishTimeout = time.Minute
+	wc.beforeOpen = func() {
+		once.Do(func() {
+			bApplied = wb.publishFiles(pb, publisher.GrantTerm(gb, false), "kb", publisher.BaseNone, []datasetFileSpec{{"z.txt", 0}})
+			for pass := 0; pass < 10; pass++ {
+				time.Sleep(time.Second)
+				if _, hookErr = col.Run(e.ctx, gc.RunOptions{Resources: []string{res}}); hookErr != nil {
+					return
+				}
+				keys, err := objectsAt(e.ctx, st, e.ns, res, v1.Version)
+				if hookErr = err; err != nil || !slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, "a.bin") }) {
+					return
+				}
+			}
+			hookErr = errors.New("GC did not collect a.bin of the superseded version")
+		})
+	}
+	pc, err := e.pub.Bind(e.ctx, publisher.GrantTerm(gc3, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc.publishFiles(pc, publisher.GrantTerm(gc3, false), "kc", publisher.BaseCurrent, []datasetFileSpec{{"a.bin", 0}, {"dir/b.bin", 1}})
+	if hookErr != nil || !bApplied {
+		t.Fatalf("while c uploaded: b applied %v, GC: %v", bApplied, hookErr)
+	}
+	h := e.rec.History()
+	c := h.Publishes[slices.IndexFunc(h.Publishes, func(p PublishOp) bool { return p.Client == wc.id })]
+	if c.Outcome != Stale || c.Reason != string(publisher.ReasonBase) || c.Base == nil || *c.Base != v1.Version || c.Reused != 1 {
+		t.Fatalf("c: %s reason %q (%s), base %v, reused %d; want stale reason base, base %s, 1 reused", c.Outcome, c.Reason, c.Err, c.Base, c.Reused, v1.Version)
+	}
+	e.sweep()
+	if got := e.verify(); len(got) > 0 {
+		t.Fatalf("the real publisher: violations %v", got)
+	}
+
+	// The broken publish path commits c's manifest without the base compare.
+	info, err := st.Stat(e.ctx, c.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes int64
+	for _, f := range c.Files {
+		bytes += f.Size
+	}
+	obj := layout.Object{Bucket: st.BucketName(), Key: c.Object, SHA256: c.Digest, ETag: info.ETag, Size: info.Size}
+	ptr, _ := layout.EncodePointer(layout.Pointer{
+		Version: c.Version, Object: obj, IdempotencyKey: c.Key, Digest: c.RequestDigest, ContentType: info.ContentType, Owner: c.Owner,
+		CommittedAt: time.Now().UTC(), Kind: layout.KindDataset, Files: int64(len(c.Files)), Bytes: bytes,
+	})
+	rec, _ := layout.EncodeOp(e.ns.OpKey(res, c.Key), layout.OpRecord{Digest: c.RequestDigest, Version: c.Version, ObjectKey: c.Object, Owner: c.Owner})
+	broken := c
+	broken.ID, broken.Client, broken.Call = "broken/kc", "broken", e.rec.Clock().Now()
+	e.rec.Invoke(broken)
+	if resp, err := e.cli.Txn(e.ctx).Then(
+		clientv3.OpPut(e.ns.PointerKey(res), ptr),
+		clientv3.OpPut(e.ns.OpKey(res, c.Key), rec),
+		clientv3.OpPut(e.ns.HistoryKey(res, c.Version), ptr),
+	).Commit(); err != nil || !resp.Succeeded {
+		t.Fatalf("broken publish: %v %v", resp, err)
+	}
+	broken.Return, broken.Reported, broken.Outcome, broken.Reason = e.rec.Clock().Now(), Applied, Applied, ""
+	e.rec.Complete(broken)
+	e.sweep()
+	got := e.verify()
+	for _, want := range []string{InvDatasetBase, InvDatasetFileKept} {
+		if !slices.Contains(got, want) {
+			t.Errorf("the publish without the base compare: violations %v, want %s among them", got, want)
+		}
 	}
 }

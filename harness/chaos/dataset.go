@@ -155,6 +155,9 @@ func (w *worker) publishFiles(p *publisher.Publisher, t publisher.Term, key stri
 		b := datasetBody(t.Resource, f.path, f.gen)
 		sum := sha256.Sum256(b)
 		files[i] = publisher.BytesFile(f.path, b, "")
+		if open, hook := files[i].Open, w.beforeOpen; hook != nil {
+			files[i].Open = func() (io.ReadCloser, error) { hook(); return open() }
+		}
 		entries[i] = FileEntry{Path: f.path, Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
 	}
 	slices.SortFunc(entries, func(a, b FileEntry) int { return manifest.ComparePaths(a.Path, b.Path) })
@@ -193,11 +196,10 @@ type datasetReadLoop struct {
 func (l *datasetReadLoop) run() {
 	readers := map[string]*reader.Reader{}
 	for sleepStop(l.stop, time.Duration(40+l.rng.IntN(80))*time.Millisecond) {
-		// Half the reads go to the window before, whose resources have
-		// versions (the current window's may have none yet) and fewer
-		// writers.
+		// Most reads go to the window before, whose resources have
+		// versions (the current window's often have none yet).
 		now := l.clock.Now()
-		if l.rng.IntN(2) == 0 && now >= int64(l.wl.Window) {
+		if l.rng.IntN(4) != 0 && now >= int64(l.wl.Window) {
 			now -= int64(l.wl.Window)
 		}
 		res := l.wl.pickDataset(now, l.rng)

@@ -229,6 +229,10 @@ type worker struct {
 	// rcfg to change a few files of it.
 	datasets bool
 	rcfg     reader.Config
+	// beforeOpen, when set, is called each time the publisher opens a file
+	// of a dataset publish (after it read the base): a test moves the
+	// pointer and runs GC there.
+	beforeOpen func()
 	n        int   // publishes so far
 	bound    int64 // when the current Bind began (Anomaly.Since)
 }
