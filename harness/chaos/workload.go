@@ -233,8 +233,8 @@ type worker struct {
 	// of a dataset publish (after it read the base): a test moves the
 	// pointer and runs GC there.
 	beforeOpen func()
-	n        int   // publishes so far
-	bound    int64 // when the current Bind began (Anomaly.Since)
+	n          int   // publishes so far
+	bound      int64 // when the current Bind began (Anomaly.Since)
 }
 
 func (w *worker) stopped() bool {
