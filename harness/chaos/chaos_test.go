@@ -49,7 +49,8 @@ func (w logWriter) Write(p []byte) (int, error) {
 // injected and healed, and (on the first seed's real history that has a
 // resource with two applied versions seen by readers; one run at least must
 // have one) that Verify rejects histories a broken implementation would have
-// produced.
+// produced; likewise for datasets, on the first history with an applied
+// incremental dataset publish whose files the final sweep read.
 func TestChaos(t *testing.T) {
 	lc := testenv.StartCluster(t, Topology)
 	cl := &Cluster{Etcd: lc.Etcd, MinIO: lc.MinIO}
@@ -57,7 +58,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("random seed %d (replay: make chaos SEED=%d DURATION=%s)", random, random, ciDuration)
 	failures := filepath.Join(os.TempDir(), "fencepub-chaos")
 	injected := map[FaultKind]int{}
-	mutated := false
+	mutated, mutatedDatasets := false, false
 	for _, seed := range append(slices.Clone(ciSeeds), random) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -88,10 +89,16 @@ func TestChaos(t *testing.T) {
 			if !mutated {
 				mutated = checkMutations(t, res.History)
 			}
+			if !mutatedDatasets {
+				mutatedDatasets = checkDatasetMutations(t, res.History)
+			}
 		})
 	}
 	if !mutated {
 		t.Errorf("no run had a resource with two applied publishes seen by readers: Verify was not tried on broken histories")
+	}
+	if !mutatedDatasets {
+		t.Errorf("no run had an applied incremental dataset publish whose files were read and swept: Verify was not tried on broken dataset histories")
 	}
 	for _, k := range append(ServerFaults(), WorkerFaults()...) {
 		if injected[k] == 0 {
@@ -197,6 +204,56 @@ func checkMutations(t *testing.T, h *History) bool {
 		m.mutate(&c)
 		if got := invariants(Verify(&c, VerifyOptions{})); !slices.Contains(got, m.want) {
 			t.Errorf("mutation %q of the real history: violations %v, want %s", m.name, got, m.want)
+		}
+	}
+	return true
+}
+
+// checkDatasetMutations feeds Verify copies of a real run's history, each
+// changed the way a broken dataset implementation would have changed it,
+// and requires a violation of the expected invariant for each. The changes
+// need an applied incremental publish (one with a base) whose files the
+// final sweep read; it reports false, having changed nothing, when h has
+// none, else true.
+func checkDatasetMutations(t *testing.T, h *History) bool {
+	t.Helper()
+	i := slices.IndexFunc(h.Publishes, func(p PublishOp) bool {
+		return p.Outcome == Applied && p.Base != nil && p.Reused > 0 && slices.ContainsFunc(h.DatasetReads, func(r DatasetRead) bool {
+			return r.Client == DatasetSweep && r.Resource == p.Resource && r.Version == p.Version && r.Path != ""
+		})
+	})
+	if i < 0 {
+		t.Logf("no applied incremental dataset publish whose files the sweep read, so no dataset mutations of this run")
+		return false
+	}
+	target := h.Publishes[i]
+	swept := slices.IndexFunc(h.DatasetReads, func(r DatasetRead) bool {
+		return r.Client == DatasetSweep && r.Resource == target.Resource && r.Version == target.Version && r.Path != ""
+	})
+	mutations := []struct {
+		name   string
+		mutate func(h *History)
+		want   string
+	}{
+		{"a swept file read with other bytes", func(h *History) {
+			h.DatasetReads[swept].SHA = strings.Repeat("0", 64)
+		}, InvDatasetFile},
+		{"a swept file missing (GC ignoring manifest-named files)", func(h *History) {
+			h.DatasetReads[swept].Problem, h.DatasetReads[swept].Err = ReadMissing, "missing"
+		}, InvDatasetFileKept},
+		{"an incremental publish applied over another base", func(h *History) {
+			other := target.Version
+			other.Seq += 1000
+			h.Publishes[i].Base = &other
+		}, InvDatasetBase},
+	}
+	for _, m := range mutations {
+		c := *h
+		c.Publishes = slices.Clone(h.Publishes)
+		c.DatasetReads = slices.Clone(h.DatasetReads)
+		m.mutate(&c)
+		if got := invariants(Verify(&c, VerifyOptions{})); !slices.Contains(got, m.want) {
+			t.Errorf("mutation %q of the real history (publish %s at %s): violations %v, want %s", m.name, target.ID, target.Version, got, m.want)
 		}
 	}
 	return true

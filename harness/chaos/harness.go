@@ -58,6 +58,11 @@ type Config struct {
 	// faults); Workers the number of in-process workers, Readers of reader
 	// goroutines, Collectors of concurrent GC loops. Defaults 3, 4, 3, 2.
 	Processes, Workers, Readers, Collectors int
+	// DatasetWorkers is the number of in-process workers that publish
+	// dataset versions (with and without reuse of the current version's
+	// files) to the dataset resources, DatasetReaders of the goroutines
+	// that read their files and manifests. Defaults 2, 1.
+	DatasetWorkers, DatasetReaders int
 	// Workload shapes the operations (resources per window, lease TTL,
 	// publish deadline).
 	Workload Workload
@@ -134,13 +139,14 @@ type Result struct {
 }
 
 // Run runs one chaos run: it starts the workload (worker processes,
-// in-process workers, readers, a forger and concurrent GC collectors) in a
-// fresh domain, injects the faults of Plan(Seed, Duration, ...) into the
+// in-process workers, readers, dataset workers and readers, a forger and
+// concurrent GC collectors) in a fresh domain, injects the faults of Plan(Seed, Duration, ...) into the
 // cluster and the processes (an etcd restore followed by authority.Recover,
 // and a replacement of etcd by an empty cluster followed by a take-over of
 // the bucket, among them), then stops the workload, settles every open publish with
 // Resolve, heals the cluster, runs a last GC pass, lists the objects that
-// must still exist and judges the history with Verify. On a violation it
+// must still exist, reads every file of every retained dataset version
+// (sweepDatasets) and judges the history with Verify. On a violation it
 // writes the random seed, the schedule and the history to
 // FailureDir/chaos-failure-<seed>.json.
 //
@@ -198,6 +204,8 @@ func newHarness(cfg Config) (*harness, error) {
 	def(&cfg.Workers, 4)
 	def(&cfg.Readers, 3)
 	def(&cfg.Collectors, 2)
+	def(&cfg.DatasetWorkers, 2)
+	def(&cfg.DatasetReaders, 1)
 	if cfg.CheckTimeout == 0 {
 		cfg.CheckTimeout = 30 * time.Second
 	}
@@ -399,9 +407,18 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 		w.zombies = true
 		goRun(w.run)
 	}
+	rcfg := reader.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: cli, Store: st}}
+	for i := range h.cfg.DatasetWorkers {
+		w := newWorker(fmt.Sprintf("dw%d", i), uint64(500+i))
+		w.zombies, w.datasets, w.rcfg = true, true, rcfg
+		goRun(w.run)
+	}
+	for i := range h.cfg.DatasetReaders {
+		l := &datasetReadLoop{id: fmt.Sprintf("dreader%d", i), clock: h.clock, cfg: rcfg, wl: h.wl, rng: h.rng(uint64(600 + i)), rec: h.rec, stop: h.stop}
+		goRun(l.run)
+	}
 	forger := newWorker("forger", 200)
 	goRun(func() { forger.forge(func() []GrantEvent { return h.rec.recentGrants(20) }) })
-	rcfg := reader.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: cli, Store: st}}
 	for i := range h.cfg.Readers {
 		l := &readLoop{id: fmt.Sprintf("reader%d", i), clock: h.clock, cfg: rcfg, wl: h.wl, rng: h.rng(uint64(300 + i)), rec: h.rec, stop: h.stop}
 		goRun(l.run)
@@ -663,7 +680,8 @@ func (h *harness) stopProcesses() {
 }
 
 // finish heals the cluster, settles what is left, runs a last GC pass,
-// checks the objects and judges the history.
+// checks the objects, sweeps the files of every retained dataset version
+// and judges the history.
 func (h *harness) finish(ctx context.Context) (*Result, error) {
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -691,6 +709,9 @@ func (h *harness) finish(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	if err := h.checkObjects(hctx); err != nil {
+		return nil, err
+	}
+	if err := sweepDatasets(hctx, h.rec, reader.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: h.direct, Store: h.store}}); err != nil {
 		return nil, err
 	}
 	hist := h.rec.History()

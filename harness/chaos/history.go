@@ -41,6 +41,9 @@ type History struct {
 	WatchGaps int `json:"watch_gaps"`
 	// Counters holds informative counts (read errors by kind, ...).
 	Counters map[string]int `json:"counters"`
+	// DatasetReads is every read of a dataset resource's file or manifest:
+	// the readers' during the run and the final sweep's (DatasetSweep).
+	DatasetReads []DatasetRead `json:"dataset_reads,omitempty"`
 }
 
 // GrantEvent is one grant a worker got from the authority.
@@ -131,6 +134,66 @@ type PublishOp struct {
 	// RequestDigest is the request digest as Publish computes it: Resolve
 	// names the attempt by it (and by Object when known).
 	RequestDigest string `json:"request_digest,omitempty"`
+
+	// Files, set for a dataset publish only, are the entries of its
+	// manifest in path order: what a read of the version must find. Object
+	// is then the manifest's key.
+	Files []FileEntry `json:"files,omitempty"`
+	// Base is the version a dataset publish reused files from, which its
+	// transaction required the pointer to be (DESIGN.md invariant 15); nil
+	// when it reused nothing (BaseNone, or the pointer was no dataset).
+	Base *layout.Version `json:"base,omitempty"`
+	// Reused counts the files a dataset publish named from its base.
+	Reused int64 `json:"reused,omitempty"`
+}
+
+// FileEntry is one file of a dataset manifest as the checker compares it.
+type FileEntry struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Dataset read problems (DatasetRead.Problem), besides ReadMissing,
+// ReadChanged and ReadDigest.
+const (
+	// ReadNoSuchFile: reader.ErrNoSuchFile, the version's manifest has no
+	// such path.
+	ReadNoSuchFile = "no_such_file"
+	// ReadNotDataset: reader.ErrNotDataset, the version is a single object.
+	ReadNotDataset = "not_dataset"
+)
+
+// DatasetSweep is the Client of the DatasetReads of the final sweep: every
+// file of every retained version of each dataset resource, read once the
+// run is over and the cluster healed.
+const DatasetSweep = "sweep"
+
+// DatasetRead is one read of a dataset resource: one file by path
+// (reader.OpenFile for the current version, reader.OpenPointerFile for a
+// retained older one), or its manifest listed (reader.Files: Path empty).
+type DatasetRead struct {
+	Client   string `json:"client"`
+	Resource string `json:"resource"`
+	Call     int64  `json:"call"`
+	Return   int64  `json:"return"`
+	// Version is the version read (zero: nothing published yet).
+	Version layout.Version `json:"version"`
+	// Retained marks a read of a version taken from the resource's history
+	// (reader.History) rather than the current pointer.
+	Retained bool `json:"retained,omitempty"`
+	// Path is the file read; empty for a listing.
+	Path string `json:"path,omitempty"`
+	// SHA and Size are what the harness hashed and counted of the bytes
+	// read.
+	SHA  string `json:"sha256,omitempty"`
+	Size int64  `json:"size,omitempty"`
+	// Listing is the manifest as reader.Files yielded it (a listing).
+	Listing []FileEntry `json:"listing,omitempty"`
+	// Problem is a read problem (ReadMissing, ReadChanged, ReadDigest,
+	// ReadNoSuchFile, ReadNotDataset); Err holds the error.
+	Problem string `json:"problem,omitempty"`
+	Err     string `json:"err,omitempty"`
 }
 
 // Read problems (ReadOp.Problem).
@@ -374,6 +437,9 @@ func (r *Recorder) InFlight() int {
 // Read logs a read.
 func (r *Recorder) Read(o ReadOp) { appendLocked(r, &r.h.Reads, o) }
 
+// DatasetRead logs a read of a dataset resource.
+func (r *Recorder) DatasetRead(o DatasetRead) { appendLocked(r, &r.h.DatasetReads, o) }
+
 // Change logs a watch event.
 func (r *Recorder) Change(c Change) { appendLocked(r, &r.h.Changes, c) }
 
@@ -420,8 +486,8 @@ func (r *Recorder) recentGrants(n int) []GrantEvent {
 func (r *Recorder) progress() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return fmt.Sprintf("publishes %d reads %d grants %d faults %d gc passes %d restores %d",
-		len(r.h.Publishes), len(r.h.Reads), len(r.h.Grants), len(r.h.Faults), len(r.h.GCPasses), len(r.h.Restores))
+	return fmt.Sprintf("publishes %d reads %d dataset reads %d grants %d faults %d gc passes %d restores %d",
+		len(r.h.Publishes), len(r.h.Reads), len(r.h.DatasetReads), len(r.h.Grants), len(r.h.Faults), len(r.h.GCPasses), len(r.h.Restores))
 }
 
 // History returns a copy of everything logged so far.
@@ -439,6 +505,7 @@ func (r *Recorder) History() *History {
 	h.Attempts = slices.Clone(r.h.Attempts)
 	h.Restores = slices.Clone(r.h.Restores)
 	h.Missing = slices.Clone(r.h.Missing)
+	h.DatasetReads = slices.Clone(r.h.DatasetReads)
 	h.Counters = make(map[string]int, len(r.h.Counters))
 	for k, v := range r.h.Counters {
 		h.Counters[k] = v

@@ -60,6 +60,11 @@ type Input struct {
 	// to be live, which the model does not track (etcd expires leases on its
 	// own timing), so where it could apply it may also be stale.
 	Strict bool
+	// HasBase marks a dataset publish that reuses files from version Base:
+	// it also required the pointer to be Base exactly (DESIGN.md invariant
+	// 15), and is stale (reason base) where the pointer moved.
+	HasBase bool
+	Base    layout.Version
 }
 
 // Output is what the client was told.
@@ -107,7 +112,8 @@ func step(s state, in Input, out Output) (bool, state) {
 			}
 		}
 		accept := in.Authorized && in.Version.Epoch == s.epoch &&
-			s.pointer.Less(in.Version) && s.seal.Less(in.Version)
+			s.pointer.Less(in.Version) && s.seal.Less(in.Version) &&
+			(!in.HasBase || s.pointer == in.Base)
 		switch {
 		case accept && out.Outcome == Applied:
 			n := s
@@ -182,7 +188,11 @@ func ModelFrom(init InitialState) porcupine.Model {
 			case KindSeal:
 				return fmt.Sprintf("seal %s to %s", i.Resource, i.Version)
 			}
-			return fmt.Sprintf("publish %s key=%s digest=%.8s v=%s auth=%v strict=%v -> %s", i.Resource, i.Key, i.Digest, i.Version, i.Authorized, i.Strict, o.Outcome)
+			base := ""
+			if i.HasBase {
+				base = " base=" + i.Base.String()
+			}
+			return fmt.Sprintf("publish %s key=%s digest=%.8s v=%s auth=%v strict=%v%s -> %s", i.Resource, i.Key, i.Digest, i.Version, i.Authorized, i.Strict, base, o.Outcome)
 		},
 		DescribeState: func(s any) string {
 			st := s.(state)

@@ -29,8 +29,21 @@ type Summary struct {
 	// that still existed at the end (a store glitch, not a deletion).
 	Reads        int `json:"reads"`
 	ReadProblems int `json:"read_problems"`
-	Grants       int `json:"grants"`
-	Resources    int `json:"resources"`
+	// DatasetPublishes counts the dataset publishes (part of Publishes) by
+	// final outcome, DatasetReused the files their applied versions reused;
+	// DatasetReads counts the dataset reads of the run, DatasetSwept those
+	// of the final sweep.
+	DatasetPublishes map[string]int `json:"dataset_publishes"`
+	DatasetReused    int64          `json:"dataset_reused"`
+	DatasetReads     int            `json:"dataset_reads"`
+	DatasetSwept     int            `json:"dataset_swept"`
+	// DatasetUnpublished and DatasetUnjudged count the dataset reads not
+	// logged: of a resource with nothing published yet, and failed ones
+	// (a server that did not answer).
+	DatasetUnpublished int `json:"dataset_reads_unpublished"`
+	DatasetUnjudged    int `json:"dataset_reads_unjudged"`
+	Grants             int `json:"grants"`
+	Resources          int `json:"resources"`
 	// Faults counts injected faults by kind; FaultErrors those that failed
 	// to inject or heal.
 	Faults      map[FaultKind]int `json:"faults"`
@@ -54,7 +67,7 @@ type Summary struct {
 func Summarize(h *History, s Schedule, v []Violation, check time.Duration) Summary {
 	sum := Summary{
 		Seed: s.Seed, Duration: s.Duration, Store: s.Store, Publishes: map[string]int{}, Faults: map[FaultKind]int{},
-		Reads: len(h.Reads), Grants: len(h.Grants), Objects: h.Objects, Changes: len(h.Changes),
+		DatasetPublishes: map[string]int{}, Reads: len(h.Reads), Grants: len(h.Grants), Objects: h.Objects, Changes: len(h.Changes),
 		Violations: len(v), CheckTime: check,
 	}
 	resources := map[string]bool{}
@@ -69,6 +82,20 @@ func Summarize(h *History, s Schedule, v []Violation, check time.Duration) Summa
 		}
 		if p.Forged {
 			sum.Forged++
+		}
+		if p.Files != nil {
+			sum.DatasetPublishes[p.Outcome]++
+			if p.Outcome == Applied {
+				sum.DatasetReused += p.Reused
+			}
+		}
+	}
+	sum.DatasetUnpublished, sum.DatasetUnjudged = h.Counters[countDatasetUnpublished], h.Counters[countDatasetUnjudged]
+	for _, r := range h.DatasetReads {
+		if r.Client == DatasetSweep {
+			sum.DatasetSwept++
+		} else {
+			sum.DatasetReads++
 		}
 	}
 	sum.Resources = len(resources)
@@ -97,13 +124,19 @@ func Summarize(h *History, s Schedule, v []Violation, check time.Duration) Summa
 	return sum
 }
 
+// sumCounts returns the sum of m's counts.
+func sumCounts(m map[string]int) int {
+	n := 0
+	for _, c := range m {
+		n += c
+	}
+	return n
+}
+
 // Print writes s as a few lines of text, in one write.
 func (s Summary) Print(w io.Writer) {
 	var b strings.Builder
-	total := 0
-	for _, n := range s.Publishes {
-		total += n
-	}
+	total := sumCounts(s.Publishes)
 	fmt.Fprintf(&b, "chaos seed %d, %s\n", s.Seed, s.Duration)
 	fmt.Fprintf(&b, "  publishes %d on %d resources:", total, s.Resources)
 	for _, o := range []string{Applied, Duplicate, Conflict, Stale, ResolvedNotApplied, Failed, Unknown} {
@@ -113,6 +146,14 @@ func (s Summary) Print(w io.Writer) {
 	}
 	fmt.Fprintf(&b, "\n  unknown then resolved %d (by the harness after a kill %d), forged tokens %d\n", s.Unknown, s.Settled, s.Forged)
 	fmt.Fprintf(&b, "  reads %d (transient missing-object errors %d), grants %d, etcd changes watched %d\n", s.Reads, s.ReadProblems, s.Grants, s.Changes)
+	fmt.Fprintf(&b, "  dataset publishes %d:", sumCounts(s.DatasetPublishes))
+	for _, o := range []string{Applied, Duplicate, Conflict, Stale, ResolvedNotApplied, Failed, Unknown} {
+		if n := s.DatasetPublishes[o]; n > 0 {
+			fmt.Fprintf(&b, " %s %d", o, n)
+		}
+	}
+	fmt.Fprintf(&b, "; files reused %d\n  dataset reads %d (not logged: nothing published yet %d, failed %d), files and manifests swept at the end %d\n",
+		s.DatasetReused, s.DatasetReads, s.DatasetUnpublished, s.DatasetUnjudged, s.DatasetSwept)
 	fmt.Fprintf(&b, "  gc passes %d: deleted %d, sealed %d; objects checked at the end %d\n", s.GCPasses, s.GCDeleted, s.GCSealed, s.Objects)
 	var faults []string
 	n := 0

@@ -54,6 +54,21 @@ const (
 	// the run, whose GC keeps everything superseded within the run
 	// (invariant 7).
 	InvObjectKept = "object_kept"
+	// InvDatasetFile: every read of a dataset version's file returned the
+	// bytes (sha256 and size) its manifest's entry names, and a listing of
+	// its manifest returned exactly the entries its publish wrote, for a
+	// version an applied publish wrote (DESIGN.md invariants 6 and 14).
+	InvDatasetFile = "dataset_file"
+	// InvDatasetFileKept: no file a retained manifest names is missing: a
+	// read of a dataset file that found it gone (the final sweep of every
+	// retained version's files, or a read during the run that no later
+	// restore explains and the sweep did not find again) breaks DESIGN.md
+	// invariants 7 and 14.
+	InvDatasetFileKept = "dataset_file_kept"
+	// InvDatasetBase: a dataset publish that reused files from a base
+	// moved the pointer only from that base, in etcd's commit order
+	// (DESIGN.md invariant 15).
+	InvDatasetBase = "dataset_base"
 	// InvAnomaly: a component returned an error that no injected fault
 	// explains (History.Anomalies), a watched value did not decode, or the
 	// epoch changed without a restore.
@@ -108,6 +123,8 @@ func Verify(h *History, opts VerifyOptions) []Violation {
 	v.seals()
 	v.readers()
 	v.objects()
+	v.datasets()
+	v.bases()
 	v.anomalies()
 	v.linearizable()
 	slices.SortStableFunc(v.out, func(a, b Violation) int {
@@ -556,6 +573,107 @@ func (v *verifier) objects() {
 	}
 }
 
+// datasetFileID names one file of one dataset version.
+type datasetFileID struct {
+	res  string
+	v    layout.Version
+	path string
+}
+
+// datasets: every dataset read found what the manifest of the version it
+// read names; no file a retained manifest names went missing. A file that
+// a read during the run found missing is excused when the final sweep read
+// it whole afterwards (the store answered "not found" for an object it
+// holds) or when an etcd restore came after the read (the version may have
+// been lost with it, and its files collected as orphans).
+func (v *verifier) datasets() {
+	swept := map[datasetFileID]bool{}
+	for _, r := range v.h.DatasetReads {
+		if r.Client == DatasetSweep && r.Problem == "" {
+			swept[datasetFileID{r.Resource, r.Version, r.Path}] = true
+		}
+	}
+	for _, r := range v.h.DatasetReads {
+		what := fmt.Sprintf("file %q", r.Path)
+		if r.Path == "" {
+			what = "the manifest"
+		}
+		where := fmt.Sprintf("%s at %.3fs read %s of %s", r.Client, float64(r.Return)/1e9, what, r.Version)
+		p := v.applied[versionID{r.Resource, r.Version}]
+		isDataset := p != nil && p.Files != nil
+		switch r.Problem {
+		case ReadDigest, ReadChanged:
+			v.add(InvDatasetFile, r.Resource, "%s: %s", where, r.Err)
+		case ReadMissing:
+			switch {
+			case r.Client == DatasetSweep:
+				v.add(InvDatasetFileKept, r.Resource, "%s, a retained version, at the end of the run: it is missing: %s", where, r.Err)
+			case swept[datasetFileID{r.Resource, r.Version, r.Path}], v.restoredBetween(r.Call, math.MaxInt64):
+			default:
+				v.add(InvDatasetFileKept, r.Resource, "%s: it is missing, and no later restore explains it: %s", where, r.Err)
+			}
+		case ReadNoSuchFile:
+			if _, ok := entryOf(p, r.Path); ok {
+				v.add(InvDatasetFile, r.Resource, "%s: no such file, but publish %s named it in the manifest", where, p.ID)
+			}
+		case ReadNotDataset:
+			if isDataset {
+				v.add(InvDatasetFile, r.Resource, "%s: not a dataset, but publish %s applied a dataset there", where, p.ID)
+			}
+		case "":
+			e, named := entryOf(p, r.Path)
+			switch {
+			case r.Version.IsZero():
+			case p == nil:
+				v.add(InvDatasetFile, r.Resource, "%s, which no publish was reported or resolved applied at", where)
+			case !isDataset:
+				v.add(InvDatasetFile, r.Resource, "%s, but publish %s applied a single object there", where, p.ID)
+			case r.Path == "":
+				if !slices.Equal(r.Listing, p.Files) {
+					v.add(InvDatasetFile, r.Resource, "%s: %d entries %v, but publish %s wrote %d: %v", where, len(r.Listing), r.Listing, p.ID, len(p.Files), p.Files)
+				}
+			case !named:
+				v.add(InvDatasetFile, r.Resource, "%s, which the manifest publish %s wrote does not name", where, p.ID)
+			case e.SHA256 != r.SHA || e.Size != r.Size:
+				v.add(InvDatasetFile, r.Resource, "%s: %d bytes with sha256 %s, but publish %s named %d bytes with sha256 %s", where, r.Size, r.SHA, p.ID, e.Size, e.SHA256)
+			}
+		}
+	}
+}
+
+// entryOf returns the entry of path in dataset publish p (nil: none).
+func entryOf(p *PublishOp, path string) (FileEntry, bool) {
+	if p == nil {
+		return FileEntry{}, false
+	}
+	i := slices.IndexFunc(p.Files, func(e FileEntry) bool { return e.Path == path })
+	if i < 0 {
+		return FileEntry{}, false
+	}
+	return p.Files[i], true
+}
+
+// bases: in etcd's commit order, a dataset publish that reused files from
+// a base moved the pointer from that base (DESIGN.md invariant 15), else
+// GC may have collected the files it reuses before the pointer named
+// them. It needs every pointer change: a watch with gaps is reported by
+// pointers().
+func (v *verifier) bases() {
+	if v.h.WatchGaps > 0 {
+		return
+	}
+	for c, last := range v.versionChanges(ChangePointer, func(st InitialState) layout.Version { return st.Pointer }) {
+		if c.Delete || c.Version.IsZero() {
+			continue
+		}
+		if p := v.applied[versionID{c.Resource, c.Version}]; p != nil && p.Base != nil && last[c.Resource] != *p.Base {
+			v.add(InvDatasetBase, c.Resource, "publish %s moved the pointer to %s from %s at revision %d, but it reused files from base %s",
+				p.ID, c.Version, last[c.Resource], c.Revision, *p.Base)
+		}
+		last[c.Resource] = c.Version
+	}
+}
+
 // restoredBetween reports whether an etcd restore overlaps the run times
 // (from, to]: it ended after from and began at or before to.
 func (v *verifier) restoredBetween(from, to int64) bool {
@@ -723,6 +841,9 @@ func (v *verifier) histories() map[partKey][]Op {
 		in := Input{
 			Kind: KindPublish, Resource: p.Resource, Key: p.Key, Digest: cmp.Or(p.RequestDigest, p.Digest), Version: p.Version,
 			Authorized: v.authorized(&p.PublishOp), Strict: p.Strict,
+		}
+		if p.Base != nil {
+			in.HasBase, in.Base = true, *p.Base
 		}
 		o := Output{Outcome: p.Outcome}
 		if p.Outcome == Duplicate {

@@ -33,6 +33,9 @@ type Workload struct {
 	Window time.Duration `json:"window"`
 	// Resources is the number of resources in use per window. Default 6.
 	Resources int `json:"resources"`
+	// Datasets is the number of dataset resources in use per window, which
+	// only dataset workers publish to. Default 2.
+	Datasets int `json:"datasets"`
 	// TTL is the lease TTL of every grant (whole seconds, at least 2 s).
 	// Default 2 s.
 	TTL time.Duration `json:"ttl"`
@@ -54,6 +57,9 @@ func (w Workload) withDefaults() Workload {
 	}
 	if w.Resources == 0 {
 		w.Resources = 6
+	}
+	if w.Datasets == 0 {
+		w.Datasets = 2
 	}
 	if w.TTL == 0 {
 		w.TTL = 2 * time.Second
@@ -110,12 +116,25 @@ func (w Workload) pick(t int64, rng *rand.Rand) string {
 	return resource(w.window(t), rng.IntN(w.Resources))
 }
 
-// resources returns the resources of windows from..to.
+// datasetResource names dataset resource i of window n.
+func datasetResource(n int64, i int) string { return fmt.Sprintf("d%05d-%d", n, i) }
+
+// pickDataset returns a random dataset resource of the window of run time
+// t.
+func (w Workload) pickDataset(t int64, rng *rand.Rand) string {
+	return datasetResource(w.window(t), rng.IntN(w.Datasets))
+}
+
+// resources returns the resources of windows from..to, dataset resources
+// too.
 func (w Workload) resources(from, to int64) []string {
 	var out []string
 	for n := max(from, 0); n <= to; n++ {
 		for i := range w.Resources {
 			out = append(out, resource(n, i))
+		}
+		for i := range w.Datasets {
+			out = append(out, datasetResource(n, i))
 		}
 	}
 	return out
@@ -205,8 +224,17 @@ type worker struct {
 	// the protocol source's 41/42/41 timeline (§Timeline).
 	zombies bool
 	rival   *worker
-	n       int   // publishes so far
-	bound   int64 // when the current Bind began (Anomaly.Since)
+	// datasets: the worker publishes dataset versions to the dataset
+	// resources (publishDataset), reading the current manifest through
+	// rcfg to change a few files of it.
+	datasets bool
+	rcfg     reader.Config
+	// beforeOpen, when set, is called each time the publisher opens a file
+	// of a dataset publish (after it read the base): a test moves the
+	// pointer and runs GC there.
+	beforeOpen func()
+	n          int   // publishes so far
+	bound      int64 // when the current Bind began (Anomaly.Since)
 }
 
 func (w *worker) stopped() bool {
@@ -244,7 +272,11 @@ func (w *worker) anomaly(what string, err error) {
 // run runs terms until stop closes.
 func (w *worker) run() {
 	for !w.stopped() {
-		if !w.term(w.wl.pick(w.clock.Now(), w.rng)) {
+		res := w.wl.pick(w.clock.Now(), w.rng)
+		if w.datasets {
+			res = w.wl.pickDataset(w.clock.Now(), w.rng)
+		}
+		if !w.term(res) {
 			w.sleep(time.Duration(50+w.rng.IntN(200)) * time.Millisecond)
 		}
 	}
@@ -334,9 +366,11 @@ func (w *worker) term(res string) bool {
 			default:
 			}
 		}
-		key, body := operation(res, w.id, w.n, w.rng, w.wl.Multipart)
-		seq := p.NextSeq()
-		if !w.publish(p, t, seq, key, body, false) {
+		if w.datasets {
+			if !w.publishDataset(p, t) {
+				return true
+			}
+		} else if key, body := operation(res, w.id, w.n, w.rng, w.wl.Multipart); !w.publish(p, t, p.NextSeq(), key, body, false) {
 			return true
 		}
 		w.sleep(time.Duration(w.rng.IntN(30)) * time.Millisecond)
@@ -368,6 +402,14 @@ func (w *worker) publish(p *publisher.Publisher, t publisher.Term, seq uint64, k
 	r, err := p.PublishSeq(ctx, seq, pop)
 	cancel()
 	reported(&op, r, err)
+	return w.complete(&op, err)
+}
+
+// complete logs the end of publish op, whose call returned err (op's
+// Reported already filled by reported): the attempt, an anomaly, and the
+// final outcome once an unknown one is settled with Resolve. It reports
+// whether the term may go on (applied, duplicate or conflict).
+func (w *worker) complete(op *PublishOp, err error) bool {
 	// A write that ran out of the deadline failed as surely as a
 	// transaction that did: the store did not serve it in time.
 	failed := op.Reported == Unknown || errors.Is(err, fencepub.ErrUnavailable) ||
@@ -378,13 +420,13 @@ func (w *worker) publish(p *publisher.Publisher, t publisher.Term, seq uint64, k
 	}
 	if op.Reported == Unknown {
 		sctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-		if err := settle(sctx, w.pub, &op, "worker"); err != nil {
+		if err := settle(sctx, w.pub, op, "worker"); err != nil {
 			op.Err = err.Error()
 		}
 		cancel()
 	}
 	op.Return, op.Done = w.clock.Now(), true
-	w.out.Complete(op)
+	w.out.Complete(*op)
 	return op.Outcome == Applied || op.Outcome == Duplicate || op.Outcome == Conflict
 }
 
