@@ -144,6 +144,26 @@ func portOr(want int) (int, error) {
 	return devstack.FreePort()
 }
 
+// lockDevPorts takes an exclusive lock shared by every dev up on this
+// machine, held from choosing the ports until the servers answer on them.
+// Without it two dev ups started together both find 2379 and 9000 free;
+// the servers that then cannot bind still pass their readiness checks
+// against the other stack's, and both configs name one etcd and one
+// bucket. It blocks until the lock is free; unlock releases it. Errors:
+// the lock file cannot be opened or locked.
+func lockDevPorts() (unlock func(), err error) {
+	path := filepath.Join(os.TempDir(), "fencepub-dev-up.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("port lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("port lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil // closing the file releases the lock
+}
+
 // devPorts returns n ports, the i-th base+i*step if free, else a free one.
 func devPorts(n, base, step int) ([]int, error) {
 	out := make([]int, n)
@@ -358,6 +378,11 @@ func (o *devUpOptions) Run(c *cobra.Command) error {
 	}
 	ctx, cancel := context.WithTimeout(c.Context(), 90*time.Second)
 	defer cancel()
+	unlock, err := lockDevPorts()
+	if err != nil {
+		return exitcode.Usagef("dev up: %v (nothing started)", err)
+	}
+	defer unlock()
 	cports, err := devPorts(o.members, 2379, 2)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,6 +102,41 @@ func TestDevUpDown(t *testing.T) {
 	out, _, _ = runCLI(t, "dev", "status", "--dir", dir, "-o", "json")
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.E.Running || st.M.Running {
 		t.Fatalf("after down: %s", out)
+	}
+}
+
+// TestDevUpTogether starts two stacks at once in two directories: each
+// must get its own ports. Both see 9000 free before either binds it, so
+// without the port lock the second MinIO cannot bind, passes its readiness
+// check against the first one's, and both configs name one bucket.
+func TestDevUpTogether(t *testing.T) {
+	var dirs, cfgs [2]string
+	var errs [2]string
+	var codes [2]int
+	var wg sync.WaitGroup
+	for i := range dirs {
+		dirs[i], cfgs[i] = filepath.Join(t.TempDir(), "dev"), filepath.Join(t.TempDir(), "fencepub.yaml")
+		t.Cleanup(func() { runCLI(t, "dev", "down", "--dir", dirs[i]) })
+		wg.Go(func() { _, errs[i], codes[i] = runCLI(t, "dev", "up", "--dir", dirs[i], "--write-config", cfgs[i]) })
+	}
+	wg.Wait()
+	var s3, etcd [2]string
+	for i := range dirs {
+		if codes[i] != 0 {
+			t.Fatalf("dev up %d: exit %d: %s", i, codes[i], errs[i])
+		}
+		v := config.NewViper()
+		if _, err := config.ReadFile(v, cfgs[i]); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s3[i], etcd[i] = cfg.S3.Endpoint, strings.Join(cfg.Etcd.Endpoints, ",")
+	}
+	if s3[0] == s3[1] || etcd[0] == etcd[1] {
+		t.Fatalf("two dev ups share servers: object store %q and %q, etcd %q and %q", s3[0], s3[1], etcd[0], etcd[1])
 	}
 }
 
