@@ -17,16 +17,19 @@ import (
 // that can hold the path), then the file with If-Match on its ETag and its
 // sha256 verified while streaming, as a single object is.
 
-// Errors of dataset reads, besides Open's.
+// Errors of dataset reads, besides Open's. Each is also
+// fencepub.ErrInvalid (errors.Is holds for both): the caller asked a
+// version for what it does not hold, and retrying does not help (DESIGN.md
+// "Errors").
 var (
 	// ErrNotDataset: the version read is a single object, not a dataset.
-	ErrNotDataset = errors.New("reader: the version is not a dataset")
+	ErrNotDataset error = &subError{msg: "reader: the version is not a dataset", parent: fencepub.ErrInvalid}
 	// ErrNoSuchFile: the dataset version has no file at the path.
-	ErrNoSuchFile = errors.New("reader: no such file in the dataset")
+	ErrNoSuchFile error = &subError{msg: "reader: no such file in the dataset", parent: fencepub.ErrInvalid}
 	// ErrIsDataset: Open, OpenPointer or OpenVersion reached a dataset
 	// version, whose object is its manifest, not content: read its files
 	// with OpenFile, OpenPointerFile or Files.
-	ErrIsDataset = errors.New("reader: the version is a dataset: read its files with OpenFile or Files")
+	ErrIsDataset error = &subError{msg: "reader: the version is a dataset: read its files with OpenFile or Files", parent: fencepub.ErrInvalid}
 )
 
 // manifestCacheEntries bounds the manifest entries a Reader caches.
