@@ -132,7 +132,9 @@ func (r *Reader) lookup(ctx context.Context, ptr layout.Pointer, path string) (m
 // manifest's), reading the index and then one page at a time (cached by
 // sha256). A failure is yielded once, last: ErrNotDataset,
 // ErrObjectMissing (the manifest is gone), ErrDigestMismatch (a manifest
-// object whose bytes do not match), fencepub.ErrUnavailable.
+// object whose bytes do not match), fencepub.ErrCorruptState (one whose
+// bytes match but do not decode: the error names the manifest and the
+// path or line refused), fencepub.ErrUnavailable.
 func (r *Reader) Files(ctx context.Context, ptr fencepub.Pointer) iter.Seq2[FileInfo, error] {
 	return func(yield func(FileInfo, error) bool) {
 		if !ptr.IsDataset() {
@@ -160,10 +162,16 @@ func (r *Reader) Files(ctx context.Context, ptr fencepub.Pointer) iter.Seq2[File
 	}
 }
 
-// manifestErr classifies an error reading ptr's manifest.
+// manifestErr classifies an error reading ptr's manifest: bytes that are
+// not the ones its pointer (or index) names are ErrDigestMismatch; named
+// bytes that do not decode are fencepub.ErrCorruptState alone, naming the
+// manifest and what in it is refused (a path, a line).
 func (r *Reader) manifestErr(ptr layout.Pointer, err error) error {
-	if errors.Is(err, fencepub.ErrCorruptState) {
-		return fmt.Errorf("%w: %w", ErrDigestMismatch, err)
+	switch {
+	case errors.Is(err, manifest.ErrMismatch):
+		return fmt.Errorf("%w: manifest of version %s of %q: %w", ErrDigestMismatch, ptr.Version, r.res, err)
+	case errors.Is(err, fencepub.ErrCorruptState):
+		return fmt.Errorf("reader: the manifest %s of version %s of %q is refused: %w", ptr.Object.Key, ptr.Version, r.res, err)
 	}
 	return r.objectErr(ptr, err)
 }

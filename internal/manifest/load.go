@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 
@@ -37,10 +38,16 @@ func load(ctx context.Context, st objstore.Store, key, etag, sha string, size in
 	}
 	sum := sha256.Sum256(b)
 	if int64(len(b)) != size || hex.EncodeToString(sum[:]) != sha {
-		return nil, corrupt("%s holds %d bytes with sha256 %x; want %d bytes, sha256 %s", key, len(b), sum, size, sha)
+		return nil, corrupt("%w: %s holds %d bytes with sha256 %x; want %d bytes, sha256 %s", ErrMismatch, key, len(b), sum, size, sha)
 	}
 	return b, nil
 }
+
+// ErrMismatch: an index or page read does not have the sha256 and size
+// that name it (so its bytes were replaced); it is also
+// fencepub.ErrCorruptState. An error without it, but ErrCorruptState, is
+// a manifest whose bytes are the ones named but do not decode.
+var ErrMismatch = errors.New("bytes do not match their sha256")
 
 // LoadIndex reads and decodes the index that obj (a dataset pointer's
 // object) names, in obj's bucket when st reaches it. One GET. Errors:
