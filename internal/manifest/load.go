@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -64,15 +65,56 @@ func LoadIndex(ctx context.Context, st objstore.Store, obj layout.Object) (*Inde
 	if err != nil {
 		return nil, err
 	}
-	return DecodeIndex(b)
+	ix, err := DecodeIndex(b)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range ix.Pages {
+		if want := layout.PageKey(obj.Key, i); p.Key != want {
+			return nil, corrupt("index %s: page %d is %.200q, not its own page key %s", obj.Key, i, p.Key, want)
+		}
+	}
+	if err := checkKeys(obj.Key, ix.Entries); err != nil {
+		return nil, err
+	}
+	return ix, nil
 }
 
-// LoadPage reads and decodes page ref of an index (DecodePage). One GET.
-// Errors: as LoadIndex.
+// checkKeys checks that every entry of the manifest whose index is at own
+// names the file at its own path of a version of own's resource
+// (layout.FileKey of a sibling version key): the version's own file, or
+// one reused from an older version at the same path. A manifest naming
+// another resource's object, a marker or another path's file is refused,
+// so GC's reading of what a manifest keeps and a reader's of what it
+// serves never leave the resource. Errors: fencepub.ErrCorruptState.
+func checkKeys(own string, es []Entry) error {
+	for i, e := range es {
+		if v, ok := strings.CutSuffix(e.Key, layout.FilesSep+e.Path); !ok || !layout.SiblingVersionKey(own, v) {
+			return corrupt("entry %d: %.120q names object %.200q, not the file at its path of a version of the resource of %s", i, e.Path, e.Key, own)
+		}
+	}
+	return nil
+}
+
+// LoadPage reads and decodes page ref of an index LoadIndex returned
+// (DecodePage), checking its entries' keys as LoadIndex checks inline
+// ones. One GET. Errors: as LoadIndex.
 func LoadPage(ctx context.Context, st objstore.Store, ref PageRef) ([]Entry, error) {
+	cut := strings.LastIndex(ref.Key, layout.PagesSep)
+	if cut < 0 {
+		return nil, corrupt("page %.200q is not a page key", ref.Key)
+	}
+	own := ref.Key[:cut]
 	b, err := load(ctx, st, ref.Key, ref.ETag, ref.SHA256, ref.Size)
 	if err != nil {
 		return nil, err
 	}
-	return DecodePage(b, ref)
+	es, err := DecodePage(b, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKeys(own, es); err != nil {
+		return nil, err
+	}
+	return es, nil
 }
