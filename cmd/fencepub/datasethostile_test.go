@@ -35,7 +35,8 @@ func hostileLine(t *testing.T, v any) string {
 
 // Hostile manifests in the bucket: someone with write access to the bucket
 // overwrites a dataset's manifest, or (with etcd access too) makes the
-// pointer name a manifest of their own whose sha256 it states. `read
+// pointer name a manifest of their own whose sha256 it states (one that
+// names another resource's file included). `read
 // --path`, `read --out DIR` and `verify` refuse each one with an error
 // naming what is wrong (the path the manifest gives, or the manifest's
 // key), write nothing (no --out directory, nothing outside it), and a GC
@@ -98,9 +99,12 @@ func TestDatasetHostileManifests(t *testing.T) {
 	}
 	// forge writes body as a manifest of res at a key of its own and
 	// makes the pointer name it, with body's sha256.
+	// forgedKey is where forge writes a manifest of the resource under
+	// test: a key of the pointer's version with another nonce.
+	var forgedKey string
 	forge := func(res string, ptr layout.Pointer, body []byte) {
 		t.Helper()
-		key := ptr.Object.Key + ".forged"
+		key := forgedKey
 		sum := sha256.Sum256(body)
 		ptr.Object = layout.Object{Bucket: ptr.Object.Bucket, Key: key, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(body)), ETag: put(key, body)}
 		val, err := layout.EncodePointer(ptr)
@@ -156,10 +160,16 @@ func TestDatasetHostileManifests(t *testing.T) {
 		{"forged: a wrong sha256 for the file", func(res string, ptr layout.Pointer) {
 			forge(res, ptr, []byte(header(1, 5)+entry(ptr, "a.txt", 5, "ALPHA")))
 		}, "a.txt", true},
+		{"forged: a file of another resource", func(res string, ptr layout.Pointer) {
+			sum := sha256.Sum256([]byte("alpha"))
+			foreign := layout.FileKey(ns.ObjectKey("other", ptr.Version, layout.NewNonce()), "a.txt")
+			forge(res, ptr, []byte(header(1, 5)+hostileLine(t, manifest.Entry{Path: "a.txt", Size: 5, SHA256: hex.EncodeToString(sum[:]),
+				Key: foreign, ContentType: "application/octet-stream"})))
+		}, "/other/", false},
 		{"forged: a truncated page", func(res string, ptr layout.Pointer) {
 			page := []byte(entry(ptr, "a.txt", 5, "alpha"))
 			page = page[:len(page)-10]
-			pkey := layout.PageKey(ptr.Object.Key+".forged", 0)
+			pkey := layout.PageKey(forgedKey, 0)
 			etag := put(pkey, page)
 			sum := sha256.Sum256(page)
 			ref := manifest.PageRef{First: "a.txt", Last: "a.txt", Files: 1, Bytes: 5, Key: pkey, SHA256: hex.EncodeToString(sum[:]), ETag: etag, Size: int64(len(page))}
@@ -169,6 +179,7 @@ func TestDatasetHostileManifests(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			res := fmt.Sprintf("victim%d", i)
 			ptr := published(res)
+			forgedKey = ns.ObjectKey(res, ptr.Version, layout.NewNonce())
 			c.spoil(res, ptr)
 			names := c.names
 			if names == ptr0Key {
@@ -180,7 +191,7 @@ func TestDatasetHostileManifests(t *testing.T) {
 			}
 			// A forged manifest has the sha256 its pointer names: it is
 			// refused for what it holds, not called a digest mismatch.
-			if forged := c.names != ptr0Key && !c.fileBad; forged && (strings.Contains(errs, "do not match") || !strings.Contains(errs, ptr.Object.Key+".forged")) {
+			if forged := c.names != ptr0Key && !c.fileBad; forged && (strings.Contains(errs, "do not match") || !strings.Contains(errs, forgedKey)) {
 				t.Fatalf("read --path of a forged manifest: want it refused by name, not as a digest mismatch\n%.2000s", errs)
 			}
 			parent := filepath.Join(root, res)
