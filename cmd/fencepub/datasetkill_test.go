@@ -22,6 +22,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -36,6 +37,10 @@ type killStage struct {
 	index bool // kill when the store answers the manifest index's upload
 	txn   bool // kill when the pointer moves
 	base  bool // publish over a base (reusing its unchanged files)
+	// cut: when the store answers the index's upload, cut etcd off
+	// instead of killing: the transaction never arrives, the answer is
+	// unknown (exit 112), and resolve settles it.
+	cut bool
 }
 
 // killer is an S3 reverse proxy to the store that SIGKILLs the publish
@@ -44,6 +49,7 @@ type killer struct {
 	ns    layout.Namespace
 	res   string
 	stage killStage
+	etcd  *faultproxy.Proxy // in front of etcd, for stage.cut
 
 	mu     sync.Mutex
 	proc   *os.Process
@@ -82,6 +88,8 @@ func (k *killer) answered(r *http.Request, status int) bool {
 		n := k.files
 		k.mu.Unlock()
 		return n == k.stage.files && k.kill()
+	case key == own && k.stage.cut:
+		k.etcd.Set(faultproxy.Faults{DropUpstream: true})
 	case key == own:
 		return k.stage.index && k.kill()
 	}
@@ -94,7 +102,9 @@ func (k *killer) answered(r *http.Request, status int) bool {
 // without a base, leaves either the earlier version or the whole new one
 // under the pointer, never a torn one; a rerun with the same key is applied
 // (the killed attempt never applied) or duplicate (it had), and the
-// version then read back is exactly the directory published.
+// version then read back is exactly the directory published. A publish
+// whose transaction goes unanswered (etcd cut off after the index) is
+// unknown (112) with JSON that `resolve --from -` settles as stale.
 func TestDatasetPublishKilled(t *testing.T) {
 	bin := buildCLI(t)
 	conn, e, m := testenv.CLIStack(t, "dskill")
@@ -123,10 +133,18 @@ func TestDatasetPublishKilled(t *testing.T) {
 	}
 	px := httptest.NewServer(rp)
 	defer px.Close()
+	epx, err := faultproxy.Start(strings.TrimPrefix(e.Members[0].ClientURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer epx.Close()
 	proxied := append([]string{}, conn...)
 	for i, a := range proxied {
-		if a == "--s3-endpoint" {
+		switch a {
+		case "--s3-endpoint":
 			proxied[i+1] = strings.TrimPrefix(px.URL, "http://")
+		case "--etcd-endpoints":
+			proxied[i+1] = epx.URL()
 		}
 	}
 	root := t.TempDir()
@@ -145,7 +163,11 @@ func TestDatasetPublishKilled(t *testing.T) {
 		return dir
 	}
 	publishArgs := func(res, dir, key string, ttl string) []string {
-		return []string{"publish", "--resource", res, "--owner", "job", "--ttl", ttl, "--max-wait", "30s", "--timeout", "60s",
+		timeout := "60s"
+		if ttl == "unknown" { // the transaction goes unanswered: a short deadline
+			ttl, timeout = "3s", "8s"
+		}
+		return []string{"publish", "--resource", res, "--owner", "job", "--ttl", ttl, "--max-wait", "30s", "--timeout", timeout,
 			"--dir", dir, "--key", key, "--parallel", "1", "-o", "json"}
 	}
 	// readBack reads the current version of res into a new directory and
@@ -196,6 +218,7 @@ func TestDatasetPublishKilled(t *testing.T) {
 		{name: "first version, after 2 uploads", files: 2},
 		{name: "first version, after the index", index: true},
 		{name: "first version, after the transaction", txn: true},
+		{name: "transaction unanswered, resolved", cut: true, base: true},
 	} {
 		t.Run(st.name, func(t *testing.T) {
 			res := fmt.Sprintf("ds%d", i)
@@ -216,10 +239,15 @@ func TestDatasetPublishKilled(t *testing.T) {
 			next["b.csv"], next["d/f.csv"], next["h.csv"] = "2 "+res+"\n", "5 "+res+"\n", "7 "+res+"\n"
 			dir := writeDir(res+"-next", next)
 
-			k := &killer{ns: ns, res: res, stage: st}
+			k := &killer{ns: ns, res: res, stage: st, etcd: epx}
 			current.Store(k)
 			defer current.Store(nil)
-			cmd := exec.CommandContext(ctx, bin, append(publishArgs(res, dir, "next", "3s"), proxied...)...)
+			defer epx.Set(faultproxy.Faults{})
+			ttl := "3s"
+			if st.cut {
+				ttl = "unknown"
+			}
+			cmd := exec.CommandContext(ctx, bin, append(publishArgs(res, dir, "next", ttl), proxied...)...)
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			wctx, stopWatch := context.WithCancel(ctx)
@@ -248,10 +276,25 @@ func TestDatasetPublishKilled(t *testing.T) {
 			werr := cmd.Wait()
 			stopWatch()
 			watched.Wait()
-			if !k.killed.Load() {
+			epx.Set(faultproxy.Faults{})
+			if st.cut {
+				// Unknown, naming its attempt; resolve settles it as never
+				// applied (stale, reason seal).
+				code := 0
+				if ee, ok := werr.(*exec.ExitError); ok {
+					code = ee.ExitCode()
+				}
+				if code != exitcode.Unknown || !strings.Contains(stdout.String(), `"unknown"`) {
+					t.Fatalf("publish with its transaction unanswered: exit %d (%v), want %d\nstdout: %s\nstderr: %s", code, werr, exitcode.Unknown, stdout.String(), stderr.String())
+				}
+				out, errs, code := publishCLI(t, ctx, stdout.String(), append([]string{"resolve", "--from", "-", "-o", "json"}, conn...)...)
+				if code != exitcode.Stale || !strings.Contains(out, `"stale"`) {
+					t.Fatalf("resolve of the unknown dataset publish: exit %d, want %d\n%s\n%s", code, exitcode.Stale, out, errs)
+				}
+			} else if !k.killed.Load() {
 				t.Fatalf("the publish ended (%v) before the stage was reached\nstdout: %s\nstderr: %s", werr, stdout.String(), stderr.String())
 			}
-			if stdout.Len() > 0 && !st.txn {
+			if stdout.Len() > 0 && !st.txn && !st.cut {
 				t.Fatalf("the killed publish printed an answer: %s", stdout.String())
 			}
 
