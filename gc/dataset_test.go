@@ -3,6 +3,8 @@
 package gc
 
 import (
+	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,5 +206,86 @@ func TestDatasetGCDuringIncrementalPublish(t *testing.T) {
 		if !e.Exists(en.Key) {
 			t.Fatalf("the published manifest %s names %s (%s), which is gone", ptr.Version, path, en.Key)
 		}
+	}
+}
+
+// A worker paused mid-upload of an incremental publish (it reuses a file
+// of the base) while a newer worker publishes over the same base, then
+// resumed: its transaction is stale, GC collects everything it wrote (the
+// files uploaded before and after the pause, its manifest), and never the
+// base's file that the new pointer's manifest reuses too, although the
+// stale manifest names it as well.
+func TestDatasetPausedWorkerWithReuse(t *testing.T) {
+	e := newEnv(t)
+	const res = "export"
+	ga, a := e.worker(res, "a")
+	v1 := e.publishDataset(a, "v1", publisher.BaseNone, publisher.Applied, "keep", "same", "b", "old", "c", "dropped")
+	files1 := e.manifestOf(v1.Object)
+	e.run(e.collector(nil), res) // starts the domain clock
+
+	paused, resume := make(chan struct{}), make(chan struct{})
+	slow := publisher.File{Path: "z-last", ContentType: "text/plain", Open: func() (io.ReadCloser, error) {
+		select {
+		case <-paused:
+		default:
+			close(paused)
+		}
+		<-resume
+		return io.NopCloser(strings.NewReader("A's late file")), nil
+	}}
+	type answer struct {
+		r   publisher.DatasetResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		r, err := a.PublishDataset(ctxT(t, 2*time.Minute), publisher.Dataset{IdempotencyKey: "a2", Base: publisher.BaseCurrent, Parallel: 1,
+			Files: publisher.FileList([]publisher.File{
+				publisher.BytesFile("b", []byte("A's b"), "text/plain"), publisher.BytesFile("keep", []byte("same"), "text/plain"), slow,
+			})})
+		done <- answer{r, err}
+	}()
+	<-paused // A uploaded b, chose to reuse v1's keep, and waits on z-last
+	e.expire(ga)
+	_, b := e.worker(res, "b")
+	v2 := e.publishDataset(b, "b2", publisher.BaseCurrent, publisher.Applied, "keep", "same", "n", "B's file")
+	files2 := e.manifestOf(v2.Object)
+	if files2["keep"].Key != files1["keep"].Key {
+		t.Fatalf("B did not reuse v1's keep: %s", files2["keep"].Key)
+	}
+	// GC while A is paused: v1 is no longer retained; only B's manifest
+	// keeps v1's keep.
+	rep := e.mustAge(res, time.Hour, 2*time.Hour)
+	mustDecide(t, rep, files1["keep"].Key, kindRetained, "kept", "version "+v2.Version.String())
+	mustDecide(t, rep, files1["b"].Key, kindUnpublishable, "deleted", "<= pointer")
+
+	close(resume)
+	ra := <-done
+	if ra.r.Outcome != publisher.Stale || ra.r.ReusedFiles != 1 {
+		t.Fatalf("A resumed: outcome %q reason %q, %d reused (err %v); want stale after reusing 1", ra.r.Outcome, ra.r.Reason, ra.r.ReusedFiles, ra.err)
+	}
+	attempt := ra.r.Attempt.Object.Key
+	// Uploaded before the pause: collected by the passes during it.
+	if e.Exists(layout.FileKey(attempt, "b")) {
+		t.Fatal("the file A uploaded before the pause survived the passes during it")
+	}
+	for _, k := range []string{attempt, layout.FileKey(attempt, "z-last")} {
+		if !e.Exists(k) {
+			t.Fatalf("the stale attempt's %s was not written", k)
+		}
+	}
+	e.mustAge(res, 3*time.Hour)
+	named := map[string]bool{v2.Object.Key: true}
+	for _, en := range files2 {
+		named[en.Key] = true
+	}
+	for _, k := range e.objectKeys(res) {
+		if !named[k] {
+			t.Errorf("%s survived GC: no retained manifest names it", k)
+		}
+		delete(named, k)
+	}
+	for k := range named {
+		t.Errorf("%s, which the pointer's manifest names, is gone", k)
 	}
 }

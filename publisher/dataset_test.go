@@ -468,3 +468,95 @@ func TestDatasetRollback(t *testing.T) {
 		t.Fatalf("rollback to a version whose file is gone: %q, %v, next seq %d (was %d)", gone.Outcome, err, p.NextSeq(), next)
 	}
 }
+
+// Hostile local trees: the directory given through a symbolic link is
+// walked (not published as empty); a symbolic-link loop, a name not in NFC
+// and a path over the length limit are refused naming the path; a file
+// replaced by a pipe or a symbolic link after the walk is refused when
+// opened, promptly, instead of blocking on the pipe or reading the link's
+// target.
+func TestDirFilesHostile(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "out")
+	write := func(rel, body string) {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a", "1")
+	write("sub/b", "22")
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if n, size, err := ScanDir(link, DirOptions{}); err != nil || n != 2 || size != 3 {
+		t.Fatalf("ScanDir through a link to the directory: %d files, %d bytes, %v; want 2, 3", n, size, err)
+	}
+
+	refused := func(what, want string, opts DirOptions) {
+		t.Helper()
+		_, _, err := ScanDir(dir, opts)
+		if !errors.Is(err, fencepub.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %v; want ErrInvalid naming %q", what, err, want)
+		}
+	}
+	loop := filepath.Join(dir, "loop")
+	if err := os.Symlink(loop, loop); err != nil {
+		t.Fatal(err)
+	}
+	refused("a symbolic link loop, followed", "loop", DirOptions{FollowSymlinks: true})
+	_ = os.Remove(loop)
+	write("cafe\u0301", "x")
+	refused("a name in NFD", "cafe\u0301", DirOptions{})
+	_ = os.Remove(filepath.Join(dir, "cafe\u0301"))
+	long := strings.Repeat(strings.Repeat("d", 200)+"/", 4) + "f"
+	write(long, "x")
+	refused("a path over the limit", "the limit is", DirOptions{})
+	_ = os.RemoveAll(filepath.Join(dir, strings.Repeat("d", 200)))
+
+	fs := map[string]File{}
+	for f, err := range DirFiles(dir, DirOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs[f.Path] = f
+	}
+	secret := filepath.Join(base, "secret")
+	if err := os.WriteFile(secret, []byte("not for publishing"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "sub", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(dir, "sub", "b")); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{"a": "no longer a regular file", "sub/b": "symbolic link"} {
+		opened := make(chan error, 1)
+		go func() {
+			body, err := fs[path].Open()
+			if err == nil {
+				_ = body.Close()
+			}
+			opened <- err
+		}()
+		select {
+		case err := <-opened:
+			if !errors.Is(err, fencepub.ErrInvalid) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("%s replaced after the walk: Open = %v; want ErrInvalid saying %q", path, err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s replaced by a pipe after the walk: Open blocks", path)
+		}
+	}
+}

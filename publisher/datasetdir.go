@@ -34,9 +34,14 @@ func sortFiles(files []File) {
 // fencepub.ErrInvalid that names the path: a symbolic link (unless
 // opts.FollowSymlinks; a link to a directory always), a special file
 // (device, pipe, socket), a path that manifest.ValidatePath refuses (not
-// valid UTF-8, not in NFC, control bytes, too long). A walk error (an
-// unreadable directory) is yielded as it is. Memory holds one directory's
-// listing at a time.
+// valid UTF-8, not in NFC, control bytes, too long), a symbolic link that
+// cannot be followed (a loop, a missing target). dir itself may be a
+// symbolic link to a directory. A File's Open refuses (fencepub.ErrInvalid)
+// a file that is no longer regular when opened (replaced since the walk by
+// a pipe, a device or, unless followed, a symbolic link) instead of
+// blocking on it or reading elsewhere. A walk error (an unreadable
+// directory) is yielded as it is. Memory holds one directory's listing at
+// a time.
 func DirFiles(dir string, opts DirOptions) iter.Seq2[File, error] {
 	return func(yield func(File, error) bool) {
 		info, err := os.Stat(dir)
@@ -48,15 +53,19 @@ func DirFiles(dir string, opts DirOptions) iter.Seq2[File, error] {
 			yield(File{}, fmt.Errorf("%w: %s is not a directory", fencepub.ErrInvalid, dir))
 			return
 		}
+		// The root is walked through a symbolic link too: it is the
+		// caller's own argument (WalkDir would list a link to a directory
+		// as one entry and descend nowhere).
+		root := filepath.Clean(dir) + string(filepath.Separator)
 		stop := fmt.Errorf("stop")
-		err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
-			if p == dir {
+			if p == root {
 				return nil
 			}
-			rel, err := filepath.Rel(dir, p)
+			rel, err := filepath.Rel(root, p)
 			if err != nil {
 				return err
 			}
@@ -91,7 +100,7 @@ func dirFile(p, rel string, d fs.DirEntry, opts DirOptions) (f File, skip bool, 
 		}
 		info, err := os.Stat(p)
 		if err != nil {
-			return File{}, false, err
+			return refuse(fmt.Sprintf("is a symbolic link that cannot be followed (%v)", err))
 		}
 		if info.IsDir() {
 			return refuse("is a symbolic link to a directory; only links to regular files are followed")
@@ -112,8 +121,32 @@ func dirFile(p, rel string, d fs.DirEntry, opts DirOptions) (f File, skip bool, 
 		return File{}, false, err
 	}
 	return File{Path: rel, Size: info.Size(), ContentType: defaultContentType, Open: func() (io.ReadCloser, error) {
-		return os.Open(p)
+		return openRegular(p, opts.FollowSymlinks)
 	}}, false, nil
+}
+
+// openRegular opens the file at p for reading, refusing what is not a
+// regular file when opened, whatever the walk saw: a file replaced since
+// by a pipe (which would block the open or the reads), a device or, unless
+// follow, a symbolic link. Errors: fencepub.ErrInvalid naming p; the
+// file system's.
+func openRegular(p string, follow bool) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|openFlags(follow), 0)
+	if err != nil {
+		if info, lerr := os.Lstat(p); lerr == nil && info.Mode()&fs.ModeSymlink != 0 && !follow {
+			return nil, fmt.Errorf("%w: %s became a symbolic link since the directory was walked; symbolic links are refused unless followed", fencepub.ErrInvalid, p)
+		}
+		return nil, err
+	}
+	info, err := f.Stat()
+	if err == nil && !info.Mode().IsRegular() {
+		err = fmt.Errorf("%w: %s is no longer a regular file (%s) since the directory was walked", fencepub.ErrInvalid, p, info.Mode().Type())
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // ScanDir walks dir as DirFiles does and returns the number of files and

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/manifest"
 	"github.com/fencepub/fencepub/internal/objstore"
 )
 
@@ -32,6 +33,12 @@ import (
 // fencepub.ErrInvalid (a foreign key), ErrSourceGone (the object is gone) and
 // ErrObjectMismatch (its metadata carries an invalid sha256, or it changed
 // while being read).
+//
+// An object that is a dataset version's manifest index (its content type
+// and form) is republished as a dataset version: every file it names is
+// copied server-side under the new version's key, as a rollback to it
+// does (DESIGN.md "Dataset versions"), with the original content digest;
+// a file gone since is ErrSourceGone, with nothing published.
 func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Result, error) {
 	c, res := p.c, p.term.Resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
@@ -67,12 +74,34 @@ func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Resul
 	}
 	sum = hex.EncodeToString(bodySHA)
 	src := layout.Object{Bucket: st.BucketName(), Key: objectKey, SHA256: sum, ETag: info.ETag, Size: info.Size}
+	if info.ContentType == manifest.ContentType {
+		if r, ok, err := p.republishDataset(ctx, src, key); ok {
+			return r, err
+		}
+	}
 	meta, err := c.sourceMetadata(ctx, src)
 	if err != nil {
 		c.m.failure("object")
 		return Result{}, err
 	}
 	return p.republish(ctx, src, info.ContentType, meta, bodySHA, key)
+}
+
+// republishDataset republishes src when it is a dataset version's manifest
+// index (ok false when it does not decode as one: a single object of the
+// manifest's content type): every file it names is copied server-side
+// under the new version's key and published as a dataset version, as a
+// rollback to it would (rollbackDataset), with the original content digest
+// as request digest. Errors: rollbackDataset's.
+func (p *Publisher) republishDataset(ctx context.Context, src layout.Object, key string) (r Result, ok bool, err error) {
+	v, _, _ := p.c.ns.ParseObjectKey(p.term.Resource, src.Key)
+	if _, err := manifest.LoadIndex(ctx, p.c.cfg.Store, src); errors.Is(err, fencepub.ErrCorruptState) {
+		return Result{}, false, nil
+	} else if err != nil {
+		return Result{}, true, sourceErr(src.Key, err)
+	}
+	r, err = p.rollbackDataset(ctx, layout.Pointer{Version: v, Object: src, Kind: layout.KindDataset}, key)
+	return r, true, err
 }
 
 // hashObject reads key once, conditioned on the ETag in info (the copy that

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub/authority"
+	"github.com/fencepub/fencepub/internal/layout"
 )
 
 // TestRepublishMultipart republishes an object written in a
@@ -47,5 +48,35 @@ func TestRepublishMultipart(t *testing.T) {
 	}
 	if got := e.readVerified("big"); got != string(body) {
 		t.Fatalf("reader got %d other bytes", len(got))
+	}
+}
+
+// Republishing a dataset version's manifest index (what `recover
+// --republish` does with a dataset publish an etcd restore lost) publishes
+// a dataset version again: its files copied under the new version's key,
+// the original content digest, every file readable by path; not the
+// index's bytes as a single object, whose older version's files GC would
+// then collect.
+func TestRepublishDataset(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	ga := e.acquire(authority.AcquireRequest{Resource: "ds", Owner: "A"})
+	orig, err := e.bind(ga, false).PublishDataset(ctx, dataset("lost", BaseNone, files("a.txt", "alpha", "dir/b", "beta")...))
+	mustOutcome(t, "dataset publish", orig.Result, err, Applied, reasonNone)
+	e.release(ga)
+	gb := e.acquire(authority.AcquireRequest{Resource: "ds", Owner: "B"})
+	r, err := e.bind(gb, false).Republish(ctx, orig.Object.Key, "republish-lost")
+	mustOutcome(t, "republish of a dataset", r, err, Applied, reasonNone)
+	if r.Digest != orig.Digest || r.Object.Key == orig.Object.Key {
+		t.Fatalf("republished %+v; want the original digest %s under a new key", r, orig.Digest)
+	}
+	ptr, es := e.entries("ds")
+	if ptr.Version != r.Version || len(es) != 2 || e.content(es["a.txt"]) != "alpha" || e.content(es["dir/b"]) != "beta" {
+		t.Fatalf("pointer %s with %v; want the republished dataset", ptr.Version, es)
+	}
+	for path, en := range es {
+		if en.Key != layout.FileKey(r.Object.Key, path) {
+			t.Fatalf("%s is %s, not a copy under the new version's key", path, en.Key)
+		}
 	}
 }

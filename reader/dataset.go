@@ -17,16 +17,19 @@ import (
 // that can hold the path), then the file with If-Match on its ETag and its
 // sha256 verified while streaming, as a single object is.
 
-// Errors of dataset reads, besides Open's.
+// Errors of dataset reads, besides Open's. Each is also
+// fencepub.ErrInvalid (errors.Is holds for both): the caller asked a
+// version for what it does not hold, and retrying does not help (DESIGN.md
+// "Errors").
 var (
 	// ErrNotDataset: the version read is a single object, not a dataset.
-	ErrNotDataset = errors.New("reader: the version is not a dataset")
+	ErrNotDataset error = &subError{msg: "reader: the version is not a dataset", parent: fencepub.ErrInvalid}
 	// ErrNoSuchFile: the dataset version has no file at the path.
-	ErrNoSuchFile = errors.New("reader: no such file in the dataset")
+	ErrNoSuchFile error = &subError{msg: "reader: no such file in the dataset", parent: fencepub.ErrInvalid}
 	// ErrIsDataset: Open, OpenPointer or OpenVersion reached a dataset
 	// version, whose object is its manifest, not content: read its files
 	// with OpenFile, OpenPointerFile or Files.
-	ErrIsDataset = errors.New("reader: the version is a dataset: read its files with OpenFile or Files")
+	ErrIsDataset error = &subError{msg: "reader: the version is a dataset: read its files with OpenFile or Files", parent: fencepub.ErrInvalid}
 )
 
 // manifestCacheEntries bounds the manifest entries a Reader caches.
@@ -129,7 +132,9 @@ func (r *Reader) lookup(ctx context.Context, ptr layout.Pointer, path string) (m
 // manifest's), reading the index and then one page at a time (cached by
 // sha256). A failure is yielded once, last: ErrNotDataset,
 // ErrObjectMissing (the manifest is gone), ErrDigestMismatch (a manifest
-// object whose bytes do not match), fencepub.ErrUnavailable.
+// object whose bytes do not match), fencepub.ErrCorruptState (one whose
+// bytes match but do not decode: the error names the manifest and the
+// path or line refused), fencepub.ErrUnavailable.
 func (r *Reader) Files(ctx context.Context, ptr fencepub.Pointer) iter.Seq2[FileInfo, error] {
 	return func(yield func(FileInfo, error) bool) {
 		if !ptr.IsDataset() {
@@ -157,10 +162,16 @@ func (r *Reader) Files(ctx context.Context, ptr fencepub.Pointer) iter.Seq2[File
 	}
 }
 
-// manifestErr classifies an error reading ptr's manifest.
+// manifestErr classifies an error reading ptr's manifest: bytes that are
+// not the ones its pointer (or index) names are ErrDigestMismatch; named
+// bytes that do not decode are fencepub.ErrCorruptState alone, naming the
+// manifest and what in it is refused (a path, a line).
 func (r *Reader) manifestErr(ptr layout.Pointer, err error) error {
-	if errors.Is(err, fencepub.ErrCorruptState) {
-		return fmt.Errorf("%w: %w", ErrDigestMismatch, err)
+	switch {
+	case errors.Is(err, manifest.ErrMismatch):
+		return fmt.Errorf("%w: manifest of version %s of %q: %w", ErrDigestMismatch, ptr.Version, r.res, err)
+	case errors.Is(err, fencepub.ErrCorruptState):
+		return fmt.Errorf("reader: the manifest %s of version %s of %q is refused: %w", ptr.Object.Key, ptr.Version, r.res, err)
 	}
 	return r.objectErr(ptr, err)
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/publisher"
@@ -47,8 +48,8 @@ func TestOpenFileAndList(t *testing.T) {
 			t.Fatalf("OpenFile(%q) = %q, %v; want %q", path, got, err, want)
 		}
 	}
-	if _, err := r.OpenFile(ctx, "missing"); !errors.Is(err, ErrNoSuchFile) {
-		t.Fatalf("missing path: %v", err)
+	if _, err := r.OpenFile(ctx, "missing"); !errors.Is(err, ErrNoSuchFile) || !errors.Is(err, fencepub.ErrInvalid) || errors.Is(err, fencepub.ErrUnavailable) {
+		t.Fatalf("missing path: %v; want ErrNoSuchFile, a fencepub.ErrInvalid", err)
 	}
 	ptr, err := r.Current(ctx)
 	if err != nil || ptr.Version != v2.Version {
@@ -65,8 +66,17 @@ func TestOpenFileAndList(t *testing.T) {
 		t.Fatalf("listed %q", paths)
 	}
 	e.publish("single", "not a dataset")
-	if _, err := r.OpenFile(ctx, "a.txt"); !errors.Is(err, ErrNotDataset) {
-		t.Fatalf("OpenFile of a single object: %v", err)
+	if _, err := r.OpenFile(ctx, "a.txt"); !errors.Is(err, ErrNotDataset) || !errors.Is(err, fencepub.ErrInvalid) {
+		t.Fatalf("OpenFile of a single object: %v; want ErrNotDataset, a fencepub.ErrInvalid", err)
+	}
+	sp, err := r.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range r.Files(ctx, sp) {
+		if !errors.Is(err, ErrNotDataset) || !errors.Is(err, fencepub.ErrInvalid) {
+			t.Fatalf("Files of a single object: %v; want ErrNotDataset, a fencepub.ErrInvalid", err)
+		}
 	}
 }
 
@@ -157,8 +167,8 @@ func TestOpenRefusesDataset(t *testing.T) {
 		"OpenVersion":                func() (*Body, error) { return r.OpenVersion(ctx, ds.Version) },
 	} {
 		b, err := open()
-		if !errors.Is(err, ErrIsDataset) || !strings.Contains(err.Error(), ds.Version.String()) {
-			t.Errorf("%s: %v; want ErrIsDataset naming %s", name, err, ds.Version)
+		if !errors.Is(err, ErrIsDataset) || !errors.Is(err, fencepub.ErrInvalid) || !strings.Contains(err.Error(), ds.Version.String()) {
+			t.Errorf("%s: %v; want ErrIsDataset (a fencepub.ErrInvalid) naming %s", name, err, ds.Version)
 		}
 		if b != nil {
 			_ = b.Close()

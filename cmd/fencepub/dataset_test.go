@@ -125,6 +125,9 @@ func TestDatasetCLI(t *testing.T) {
 		t.Fatalf("read --version %s --out DIR: %q, %v", day1, b, err)
 	}
 	run(exitcode.Usage, "read", "--resource", "export") // a dataset needs --path or --out DIR
+	if _, errs := run(exitcode.Usage, "read", "--resource", "export", "--path", "no/such.csv"); !strings.Contains(errs, "no/such.csv") {
+		t.Fatalf("read of a path the dataset lacks does not name it: %s", errs)
+	}
 
 	// ls lists the manifest.
 	lsOut, _ := run(0, "ls", "--resource", "export", "-o", "json")

@@ -221,7 +221,19 @@ func (n Namespace) ObjectKey(res string, v Version, nonce string) string {
 // (a foreign key, which GC never deletes).
 func (n Namespace) ParseObjectKey(res, key string) (v Version, nonce string, ok bool) {
 	rest, found := strings.CutPrefix(key, n.ObjectsPrefix(res))
-	if !found || len(rest) != VersionWidth+1+NonceLen || rest[VersionWidth] != '-' {
+	if !found {
+		return Version{}, "", false
+	}
+	return parseVersionNonce(rest)
+}
+
+// versionNonceLen is the length of an object key's last part,
+// "<version>-<nonce>".
+const versionNonceLen = VersionWidth + 1 + NonceLen
+
+// parseVersionNonce parses an object key's last part, "<version>-<nonce>".
+func parseVersionNonce(rest string) (v Version, nonce string, ok bool) {
+	if len(rest) != versionNonceLen || rest[VersionWidth] != '-' {
 		return Version{}, "", false
 	}
 	v, err := DecodeVersion(rest[:VersionWidth])
@@ -235,6 +247,25 @@ func (n Namespace) ParseObjectKey(res, key string) (v Version, nonce string, ok 
 		}
 	}
 	return v, nonce, true
+}
+
+// SiblingVersionKey reports whether key is the own key (ObjectKey's form)
+// of a version of the same resource as own, itself such a key: the same
+// resource prefix, then a version and a nonce. It needs no Namespace, so
+// a manifest can check the keys it names against its own.
+func SiblingVersionKey(own, key string) bool {
+	if len(key) != len(own) || len(own) <= versionNonceLen {
+		return false
+	}
+	cut := len(own) - versionNonceLen
+	if key[:cut] != own[:cut] {
+		return false
+	}
+	_, _, ok := parseVersionNonce(own[cut:])
+	if ok {
+		_, _, ok = parseVersionNonce(key[cut:])
+	}
+	return ok
 }
 
 // CreateOnlyProbeObject names the object the create-only probe writes

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
@@ -37,10 +39,16 @@ func load(ctx context.Context, st objstore.Store, key, etag, sha string, size in
 	}
 	sum := sha256.Sum256(b)
 	if int64(len(b)) != size || hex.EncodeToString(sum[:]) != sha {
-		return nil, corrupt("%s holds %d bytes with sha256 %x; want %d bytes, sha256 %s", key, len(b), sum, size, sha)
+		return nil, corrupt("%w: %s holds %d bytes with sha256 %x; want %d bytes, sha256 %s", ErrMismatch, key, len(b), sum, size, sha)
 	}
 	return b, nil
 }
+
+// ErrMismatch: an index or page read does not have the sha256 and size
+// that name it (so its bytes were replaced); it is also
+// fencepub.ErrCorruptState. An error without it, but ErrCorruptState, is
+// a manifest whose bytes are the ones named but do not decode.
+var ErrMismatch = errors.New("bytes do not match their sha256")
 
 // LoadIndex reads and decodes the index that obj (a dataset pointer's
 // object) names, in obj's bucket when st reaches it. One GET. Errors:
@@ -57,15 +65,56 @@ func LoadIndex(ctx context.Context, st objstore.Store, obj layout.Object) (*Inde
 	if err != nil {
 		return nil, err
 	}
-	return DecodeIndex(b)
+	ix, err := DecodeIndex(b)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range ix.Pages {
+		if want := layout.PageKey(obj.Key, i); p.Key != want {
+			return nil, corrupt("index %s: page %d is %.200q, not its own page key %s", obj.Key, i, p.Key, want)
+		}
+	}
+	if err := checkKeys(obj.Key, ix.Entries); err != nil {
+		return nil, err
+	}
+	return ix, nil
 }
 
-// LoadPage reads and decodes page ref of an index (DecodePage). One GET.
-// Errors: as LoadIndex.
+// checkKeys checks that every entry of the manifest whose index is at own
+// names the file at its own path of a version of own's resource
+// (layout.FileKey of a sibling version key): the version's own file, or
+// one reused from an older version at the same path. A manifest naming
+// another resource's object, a marker or another path's file is refused,
+// so GC's reading of what a manifest keeps and a reader's of what it
+// serves never leave the resource. Errors: fencepub.ErrCorruptState.
+func checkKeys(own string, es []Entry) error {
+	for i, e := range es {
+		if v, ok := strings.CutSuffix(e.Key, layout.FilesSep+e.Path); !ok || !layout.SiblingVersionKey(own, v) {
+			return corrupt("entry %d: %.120q names object %.200q, not the file at its path of a version of the resource of %s", i, e.Path, e.Key, own)
+		}
+	}
+	return nil
+}
+
+// LoadPage reads and decodes page ref of an index LoadIndex returned
+// (DecodePage), checking its entries' keys as LoadIndex checks inline
+// ones. One GET. Errors: as LoadIndex.
 func LoadPage(ctx context.Context, st objstore.Store, ref PageRef) ([]Entry, error) {
+	cut := strings.LastIndex(ref.Key, layout.PagesSep)
+	if cut < 0 {
+		return nil, corrupt("page %.200q is not a page key", ref.Key)
+	}
+	own := ref.Key[:cut]
 	b, err := load(ctx, st, ref.Key, ref.ETag, ref.SHA256, ref.Size)
 	if err != nil {
 		return nil, err
 	}
-	return DecodePage(b, ref)
+	es, err := DecodePage(b, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKeys(own, es); err != nil {
+		return nil, err
+	}
+	return es, nil
 }

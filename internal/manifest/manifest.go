@@ -235,7 +235,7 @@ func (w *Writer) Finish() ([]byte, Summary, error) {
 
 // corrupt is the error of a manifest that does not decode.
 func corrupt(format string, args ...any) error {
-	return fmt.Errorf("%w: manifest: %s", fencepub.ErrCorruptState, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: manifest: "+format, append([]any{fencepub.ErrCorruptState}, args...)...)
 }
 
 // decodeLine decodes one canonical line into v: JSON with no unknown
@@ -352,7 +352,7 @@ func DecodeIndex(b []byte) (*Index, error) {
 func DecodePage(b []byte, ref PageRef) ([]Entry, error) {
 	sum := sha256.Sum256(b)
 	if int64(len(b)) != ref.Size || hex.EncodeToString(sum[:]) != ref.SHA256 {
-		return nil, corrupt("page %s: %d bytes, sha256 %x; the index says %d bytes, sha256 %s", ref.Key, len(b), sum, ref.Size, ref.SHA256)
+		return nil, corrupt("%w: page %s: %d bytes, sha256 %x; the index says %d bytes, sha256 %s", ErrMismatch, ref.Key, len(b), sum, ref.Size, ref.SHA256)
 	}
 	ls, err := lines(b)
 	if err != nil {
