@@ -27,7 +27,7 @@ var neverImports = []struct {
 }{
 	// The core and the foundations sit below the product.
 	{
-		from: []string{".", "internal/errkind", "internal/fence", "internal/layout", "internal/objstore", "internal/debuglog", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/manifest", "internal/lab"},
+		from: []string{".", "internal/errkind", "internal/fence", "internal/layout", "internal/objstore", "internal/debuglog", "internal/leader", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/manifest", "internal/lab"},
 		never: []string{"authority", "publisher", "reader", "gc", "config", "internal/cli/...", "internal/devstack",
 			"internal/testkit/...", "cmd/..."},
 	},
@@ -248,7 +248,7 @@ func TestConfigDependencyCost(t *testing.T) {
 // packages, whose sentinels the CLI must not classify with.
 var (
 	cliPackages     = []string{"./cmd/...", "./internal/cli/..."}
-	libraryInternal = []string{"internal/debuglog", "internal/errkind", "internal/fence", "internal/layout", "internal/objstore/...", "internal/ownership", "internal/retry", "internal/wait"}
+	libraryInternal = []string{"internal/debuglog", "internal/errkind", "internal/leader", "internal/fence", "internal/layout", "internal/objstore/...", "internal/ownership", "internal/retry", "internal/wait"}
 )
 
 // TestCLIClassifiesWithPublicErrors checks that the CLI picks its exit

@@ -15,6 +15,7 @@ import (
 	"github.com/fencepub/fencepub/internal/debuglog"
 	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/leader"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -131,7 +132,7 @@ func New(cfg Config) (*Authority, error) {
 	}
 	return &Authority{
 		cfg: cfg, ns: cfg.Namespace, cli: cfg.Etcd, st: debuglog.Store(cfg.Store, cfg.Logger), log: cfg.Logger,
-		kv: debuglog.KV(cfg.Etcd, cfg.Logger), lease: debuglog.Lease(cfg.Etcd, cfg.Logger),
+		kv: debuglog.KV(leader.KV(cfg.Etcd), cfg.Logger), lease: debuglog.Lease(leader.Lease(cfg.Etcd), cfg.Logger),
 		known: make(map[string]counter),
 	}, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/fencepub/fencepub/internal/debuglog"
 	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/leader"
 	"github.com/fencepub/fencepub/internal/manifest"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/retry"
@@ -175,10 +176,10 @@ func New(cfg Config) (*Collector, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.leases == nil {
-		cfg.leases = cfg.Etcd
+		cfg.leases = leader.Lease(cfg.Etcd)
 	}
 	return &Collector{
-		cfg: cfg, ns: cfg.Namespace, cli: debuglog.KV(cfg.Etcd, cfg.Logger), st: debuglog.Store(cfg.Store, cfg.Logger), auth: cfg.Authority,
+		cfg: cfg, ns: cfg.Namespace, cli: debuglog.KV(leader.KV(cfg.Etcd), cfg.Logger), st: debuglog.Store(cfg.Store, cfg.Logger), auth: cfg.Authority,
 		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now, leases: cfg.leases, window: allWindow,
 		manifests: newManifestCache(),
 	}, nil

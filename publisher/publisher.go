@@ -16,6 +16,7 @@ import (
 	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/fence"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/leader"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -157,7 +158,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cfg.Store = debuglog.Store(cfg.Store, log)
-	return &Client{cfg: cfg, ns: cfg.Namespace, log: log, kv: debuglog.KV(cfg.Etcd, log), m: m}, nil
+	return &Client{cfg: cfg, ns: cfg.Namespace, log: log, kv: debuglog.KV(leader.KV(cfg.Etcd), log), m: m}, nil
 }
 
 // Term is what a Publisher is bound to: one grant of a resource, as the

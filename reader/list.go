@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/leader"
 	"github.com/fencepub/fencepub/internal/retry"
 )
 
@@ -94,7 +95,7 @@ func (r *Reader) State(ctx context.Context) (ResourceState, error) {
 	ns := r.cfg.Namespace
 	var resp *clientv3.TxnResponse
 	err := etcdRead(ctx, r.cfg, fmt.Sprintf("read the pointer and seal of %q", r.res), func(ctx context.Context) (err error) {
-		resp, err = r.cfg.Etcd.Txn(ctx).Then(clientv3.OpGet(r.key), clientv3.OpGet(ns.SealKey(r.res))).Commit()
+		resp, err = leader.KV(r.cfg.Etcd).Txn(ctx).Then(clientv3.OpGet(r.key), clientv3.OpGet(ns.SealKey(r.res))).Commit()
 		return err
 	})
 	if err != nil {
@@ -202,7 +203,7 @@ func (r *Reader) historyEntry(ctx context.Context, v layout.Version) (layout.Poi
 	var resp *clientv3.GetResponse
 	key := r.cfg.Namespace.HistoryKey(r.res, v)
 	err := etcdRead(ctx, r.cfg, fmt.Sprintf("read version %s of %q", v, r.res), func(ctx context.Context) (err error) {
-		resp, err = r.cfg.Etcd.Get(ctx, key)
+		resp, err = leader.KV(r.cfg.Etcd).Get(ctx, key)
 		return err
 	})
 	switch {
@@ -233,7 +234,7 @@ func (r *Reader) known(ctx context.Context) error {
 	ns := r.cfg.Namespace
 	var resp *clientv3.TxnResponse
 	err := etcdRead(ctx, r.cfg, fmt.Sprintf("read the generation counter of %q", r.res), func(ctx context.Context) (err error) {
-		resp, err = r.cfg.Etcd.Txn(ctx).Then(
+		resp, err = leader.KV(r.cfg.Etcd).Txn(ctx).Then(
 			clientv3.OpGet(r.key, clientv3.WithCountOnly()),
 			clientv3.OpGet(ns.GenerationKey(r.res), clientv3.WithCountOnly()),
 			clientv3.OpGet(ns.RestoredPrefix(r.res), clientv3.WithPrefix(), clientv3.WithCountOnly()),
@@ -264,7 +265,7 @@ func scan(ctx context.Context, cfg Config, prefix string, rev int64, fn func(*mv
 		}
 		var resp *clientv3.GetResponse
 		err := etcdRead(ctx, cfg, "list "+prefix, func(ctx context.Context) (err error) {
-			resp, err = cfg.Etcd.Get(ctx, from, opts...)
+			resp, err = leader.KV(cfg.Etcd).Get(ctx, from, opts...)
 			return err
 		})
 		if err != nil {

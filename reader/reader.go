@@ -41,6 +41,7 @@ import (
 	"github.com/fencepub/fencepub/internal/debuglog"
 	"github.com/fencepub/fencepub/internal/errkind"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/leader"
 	"github.com/fencepub/fencepub/internal/manifest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -189,7 +190,7 @@ func New(cfg Config, resource string) (*Reader, error) {
 	}
 	rlog := log.With("resource", resource)
 	cfg.Store = debuglog.Store(cfg.Store, rlog)
-	return &Reader{cfg: cfg, res: resource, key: cfg.Namespace.PointerKey(resource), log: log, kv: debuglog.KV(cfg.Etcd, rlog)}, nil
+	return &Reader{cfg: cfg, res: resource, key: cfg.Namespace.PointerKey(resource), log: log, kv: debuglog.KV(leader.KV(cfg.Etcd), rlog)}, nil
 }
 
 // withDefaults checks cfg (Validate) and gives its zero tunables their
