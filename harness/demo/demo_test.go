@@ -44,8 +44,8 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Setenv(k, v)
 	}
 	bin := serverBins(t)
-	for _, ex := range []string{"batch-publisher", "reader-service"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, ex), "github.com/fencepub/fencepub/examples/"+ex).CombinedOutput()
+	for ex, pkg := range map[string]string{"batch-publisher": "examples/batch-publisher", "reader-service": "examples/reader-service", "fencepub": "cmd/fencepub"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, ex), "github.com/fencepub/fencepub/"+pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("build %s: %v\n%s", ex, err, out)
 		}
