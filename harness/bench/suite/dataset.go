@@ -705,7 +705,7 @@ func (s *runner) scalePoint(ctx context.Context, st *stack, bin, cfg, dir string
 	res := "scale-" + strconv.Itoa(n)
 	ns := []string{"--config", cfg}
 	publish := func(key, base string) (childRun, publisher.DatasetResult, error) {
-		run, err := child(ctx, bin, append(ns, "publish", "--resource", res, "--owner", "bench", "--ttl", "10m", "--dir", dir,
+		run, err := child(ctx, bin, append(ns, "publish", "--resource", res, "--owner", "bench", "--ttl", "10m", "--timeout", "1h", "--dir", dir,
 			"--key", key, "--base", base, "-o", "json")...)
 		var r struct {
 			Object layout.Object `json:"object"`
