@@ -131,7 +131,7 @@ var workloadInfo = []bench.Workload{
 			"Incremental: 1% of the files changed and published with the base current vs a full publish (base none) of the same directory; bytes sent vs the dataset's. " +
 			"Read: one file with the manifest cached (`OpenPointerFile` on a held pointer; `OpenFile` with its pointer read) vs a verifying GET of the same object. " +
 			"GC: a real pass collecting a superseded 10,000-file version vs a bare ListObjects → RemoveObjects of as many keys. " +
-			"Scale: one version of many 32-byte files (default 100k and 300k) published, read and collected through the fencepub CLI, each step a child process whose peak RSS is its rusage maxrss; the manifest's bytes per entry.",
+			"Scale: one version of many 32-byte files (default 100k and 300k) published, read and collected through the fencepub CLI, each step a child process whose peak RSS is the highest VmHWM read from /proc/<pid>/status while it runs (its rusage maxrss would start at this process's own, inherited through vfork); the manifest's bytes per entry.",
 	},
 }
 
