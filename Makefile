@@ -48,7 +48,7 @@ FUZZTIME  ?= 200000x
 # a test that would start one fails instead of running.
 NO_SERVERS := $(BIN)/no-servers-in-the-unit-tier
 
-.PHONY: all deps build test test-unit test-servers $(SUITE) release-check examples-module monitoring cross fuzz wrk systemd-analyze iptables partitions \
+.PHONY: all deps build test test-unit test-servers $(SUITE) release-check examples-module monitoring cross fuzz wrk rclone systemd-analyze iptables partitions \
 	lint fmt vet staticcheck demo bench chaos clean goreleaser release-snapshot
 
 all: build
@@ -76,6 +76,14 @@ wrk:
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get install -y wrk || { $$sudo apt-get update && $$sudo apt-get install -y wrk; }; }
 
+## rclone: install rclone (Debian package), which the dataset benchmark
+## rows compare publish --dir with, with apt-get (as root, else through
+## sudo) unless it is in PATH.
+rclone:
+	@command -v rclone >/dev/null 2>&1 || { echo "installing rclone"; \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get install -y --no-install-recommends rclone || { $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends rclone; }; }
+
 ## systemd-analyze: install systemd-analyze (Debian package systemd), which
 ## the checks of deploy/systemd need (verify, security --offline), with apt-get
 ## (as root, else through sudo) unless it is in PATH.
@@ -94,10 +102,12 @@ iptables:
 
 ## bench: the benchmark suite (./bin/fencepub-bench) on local etcd and MinIO, plus the Go
 ## micro-benchmarks; results and chart in bench/results (docs/benchmarks.md).
-## wrk (Debian package) drives the reader-service rows; without it they are
-## skipped with a note.
+## wrk (Debian package) drives the reader-service rows and rclone (Debian
+## package) is the dataset rows' second baseline; without either, its rows
+## are skipped with a note.
 bench: deps build
 	@$(MAKE) --no-print-directory wrk || echo "bench: wrk not installed; the reader-service rows will be skipped"
+	@$(MAKE) --no-print-directory rclone || echo "bench: rclone not installed; the dataset rows against rclone will be skipped"
 	$(BIN)/fencepub-bench --local --out bench/results --reader-service $(BIN)/reader-service
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/layout > bench/results/micro.txt
 	$(GO) test -run '^$$' -bench Classify -benchmem ./gc >> bench/results/micro.txt
@@ -116,7 +126,7 @@ test-unit:
 ## (release-check), then every test of every module against real servers
 ## started by internal/testkit/testenv (test-servers), then every fuzz target
 ## for FUZZTIME (fuzz)
-test: deps wrk systemd-analyze iptables
+test: deps wrk rclone systemd-analyze iptables
 	@$(MAKE) --no-print-directory release-check
 	@$(MAKE) --no-print-directory test-servers
 	@$(MAKE) --no-print-directory fuzz
@@ -124,10 +134,11 @@ test: deps wrk systemd-analyze iptables
 ## test-servers: every test of fencepub and of the harness module on real
 ## servers, under the race detector but for NORACE_PKGS, then STORE_PKGS
 ## again on SeaweedFS: SUITE's go test processes, TEST_PARALLEL at a time
-## (wrk installed for the reader-service bench rows, which must run;
+## (wrk installed for the reader-service bench rows and rclone for the
+## dataset rows, which must run;
 ## systemd-analyze for the systemd unit checks; iptables for the partition
 ## suite, which needs root: FENCEPUB_NETNS=0 deselects it, docs/partitions.md)
-test-servers: deps wrk systemd-analyze iptables
+test-servers: deps wrk rclone systemd-analyze iptables
 	@$(MAKE) --no-print-directory -k -j$(TEST_PARALLEL) -O $(SUITE)
 
 suite-cli-1:

@@ -2,6 +2,7 @@ package gc
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fencepub/fencepub"
@@ -104,9 +105,14 @@ type state struct {
 	// under it is retained with it.
 	Retained map[string]string
 	// Named maps a file a retained dataset manifest reuses from an older
-	// version (so it lives under that version's key) to the version naming
-	// it (readNamed); nil when there is none.
-	Named map[string]string
+	// version (so it lives under that version's key) to the index in
+	// NamedBy of the first version naming it (readNamed); nil when there
+	// is none. The reason is formatted only in that file's decision, so an
+	// entry holds its key and a small integer.
+	Named map[string]int32
+	// NamedBy are the dataset versions whose manifests Named's values
+	// index.
+	NamedBy []datasetRef
 	// Decommissioned is true when the seal was raised by Decommission above
 	// the pointer more than Grace + ClockSkew ago on the domain clock (its
 	// ModRevision before the grace cutoff): the published and retained
@@ -169,8 +175,10 @@ func classify(s *state, e entry, now time.Time) Decision {
 		if why, ok := s.Retained[own]; ok {
 			return d.is(kindRetained, "%s", why)
 		}
-		if why, ok := s.Named[e.Key]; ok {
-			return d.is(kindRetained, "%s", why)
+		if i, ok := s.Named[e.Key]; ok {
+			r := s.NamedBy[i]
+			return d.is(kindRetained, "file %q of the manifest of version %s (%s), reused from an older version",
+				strings.TrimPrefix(e.Key, own+layout.FilesSep), r.pointer.Version, r.why)
 		}
 	}
 	switch top := s.Top(); {

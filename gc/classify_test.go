@@ -72,9 +72,10 @@ func TestClassify(t *testing.T) {
 		{name: "dataset file of a retained version", key: layout.FileKey(okey("logs", ver(3, 5, 2)), "x"), want: kindRetained, reason: "kept by history"},
 		{name: "dataset file a retained manifest reuses", key: layout.FileKey(okey("logs", ver(3, 1, 1)), "x"), age: 100 * time.Hour,
 			mod: func(s *state) {
-				s.Named = map[string]string{layout.FileKey(okey("logs", ver(3, 1, 1)), "x"): "named by 3.5.3"}
+				s.Named = map[string]int32{layout.FileKey(okey("logs", ver(3, 1, 1)), "x"): 1}
+				s.NamedBy = []datasetRef{{s.Pointer, "the pointer"}, {layout.Pointer{Version: ver(3, 5, 2)}, "retained"}}
 			},
-			want: kindRetained, reason: "named by 3.5.3"},
+			want: kindRetained, reason: `file "x" of the manifest of version 3.5.2 (retained)`},
 		{name: "dataset file of an old version no manifest names", key: layout.FileKey(okey("logs", ver(3, 1, 1)), "x"),
 			want: kindUnpublishable, reason: "<= pointer"},
 		{name: "dataset file in flight", key: layout.FileKey(okey("logs", ver(3, 7, 1)), "x"), want: kindInFlight, reason: "grant 7 is live"},

@@ -30,10 +30,10 @@ type datasetRef struct {
 // readNamed fills s.Named with every object the manifests of the pointer's
 // and the retained dataset versions name under the key of a version that
 // is neither the pointer's nor retained (the files they reuse from older
-// versions), each with the first version naming it; memory grows with
-// those files only. A
-// manifest that cannot be read fails the resource's pass, so nothing of it
-// is deleted: a file it names might otherwise be collected.
+// versions), each with the first version naming it (s.NamedBy); memory
+// grows with those files only, by their keys. A manifest that cannot be
+// read fails the resource's pass, so nothing of it is deleted: a file it
+// names might otherwise be collected.
 func (c *Collector) readNamed(ctx context.Context, s *state) error {
 	refs := s.retainedDatasets
 	if s.HasPointer && s.Pointer.IsDataset() {
@@ -42,7 +42,7 @@ func (c *Collector) readNamed(ctx context.Context, s *state) error {
 	if s.Decommissioned || len(refs) == 0 {
 		return nil
 	}
-	s.Named = make(map[string]string)
+	s.Named = make(map[string]int32)
 	seen := make(map[string]bool)
 	for _, r := range refs {
 		own := r.pointer.Object.Key
@@ -50,6 +50,8 @@ func (c *Collector) readNamed(ctx context.Context, s *state) error {
 			continue
 		}
 		seen[own] = true
+		ref := int32(len(s.NamedBy))
+		s.NamedBy = append(s.NamedBy, r)
 		ix, err := c.manifests.Index(ctx, c.st, r.pointer.Object)
 		if err == nil {
 			for e, ferr := range c.manifests.All(ctx, c.st, ix) {
@@ -57,7 +59,7 @@ func (c *Collector) readNamed(ctx context.Context, s *state) error {
 					break
 				}
 				if _, dup := s.Named[e.Key]; !dup && !keptByVersion(s, e.Key) {
-					s.Named[e.Key] = fmt.Sprintf("file %q of the manifest of version %s (%s), reused from an older version", e.Path, r.pointer.Version, r.why)
+					s.Named[e.Key] = ref
 				}
 			}
 		}

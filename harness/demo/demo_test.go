@@ -44,8 +44,9 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Setenv(k, v)
 	}
 	bin := serverBins(t)
-	for _, ex := range []string{"batch-publisher", "reader-service"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, ex), "github.com/fencepub/fencepub/examples/"+ex).CombinedOutput()
+	// Built in the main module (two levels up), whose go.sum covers them.
+	for ex, pkg := range map[string]string{"batch-publisher": "./examples/batch-publisher", "reader-service": "./examples/reader-service", "fencepub": "./cmd/fencepub"} {
+		out, err := exec.Command("go", "-C", filepath.Join("..", ".."), "build", "-o", filepath.Join(bin, ex), pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("build %s: %v\n%s", ex, err, out)
 		}
@@ -73,6 +74,7 @@ func TestDemoChildFailureReported(t *testing.T) {
 	scripts := map[string]string{
 		"batch-publisher": "#!/bin/sh\nenv | grep '^FENCEPUB_' >&2\necho 'batch-publisher: acquire: etcd unreachable' >&2\nexit 3\n",
 		"reader-service":  "#!/bin/sh\nexec sleep 600\n",
+		"fencepub":        "#!/bin/sh\nexit 1\n", // never reached: the workers fail first
 	}
 	for name, script := range scripts {
 		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {

@@ -6,10 +6,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +108,39 @@ func TestProgressBars(t *testing.T) {
 	_, errs, code = child(t, ctx, bin, nil, read("--out", filepath.Join(dir, "out2"))...)
 	if code != 0 || strings.ContainsAny(errs, "\r%") || !strings.Contains(errs, "sha256 verified") {
 		t.Fatalf("read with stderr on a pipe: exit %d, want its log lines and no bar:\n%q", code, errs)
+	}
+}
+
+// publish --dir shows a progress bar of the files and bytes on stderr when
+// it is a terminal, counting files as they are published (the bar redraws
+// at most a few times a second and is cleared at the end, so its last
+// drawn count may be below the total), and none when stderr is a pipe.
+func TestPublishDirProgressBar(t *testing.T) {
+	bin := buildCLI(t)
+	conn, _, _ := testenv.CLIStack(t, "dirprogress")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	const files = 40
+	for i := range files {
+		p := filepath.Join(dir, "part", fmt.Sprintf("%05d.bin", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, bytes.Repeat([]byte{byte(i)}, 256<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish := func(key string) []string {
+		return append([]string{"publish", "--resource", "export", "--owner", "me", "--ttl", "10s", "--key", key, "--dir", dir, "--base", "none"}, conn...)
+	}
+	screen, code := onTerminal(t, ctx, bin, false, publish("k1")...)
+	counted := regexp.MustCompile(fmt.Sprintf(`\rpublish [1-9][0-9]*/%d files +[0-9]+%% \|`, files))
+	if code != 0 || !counted.MatchString(screen) {
+		t.Fatalf("publish --dir on a terminal: exit %d, want a progress bar counting files (%s):\n%q", code, counted, screen)
+	}
+	_, errs, code := child(t, ctx, bin, nil, publish("k2")...)
+	if code != 0 || strings.ContainsAny(errs, "\r%") || strings.Contains(errs, "/40 files") || !strings.Contains(errs, "publish dataset") {
+		t.Fatalf("publish --dir with stderr on a pipe: exit %d, want its log lines and no bar:\n%q", code, errs)
 	}
 }

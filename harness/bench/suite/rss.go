@@ -67,8 +67,12 @@ func measureMemory(f func()) memPeak {
 
 // procStatusKB returns a "kB" field of /proc/self/status ("VmRSS:  1234
 // kB"), or 0.
-func procStatusKB(field string) int64 {
-	b, err := os.ReadFile("/proc/self/status")
+func procStatusKB(field string) int64 { return pidStatusKB("self", field) }
+
+// pidStatusKB returns a "kB" field of /proc/<pid>/status, or 0 (also when
+// the process is gone).
+func pidStatusKB(pid, field string) int64 {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencepub/fencepub/harness/bench"
 	"github.com/fencepub/fencepub/internal/devstack"
+	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
 
 	"github.com/fencepub/fencepub/internal/sysproc"
@@ -124,24 +125,8 @@ func (s *runner) service(ctx context.Context, st *stack) error {
 // until its /readyz answers 200. It returns its address and a stop
 // function (SIGTERM, then SIGKILL after 10 s).
 func (s *runner) startService(ctx context.Context, st *stack, bin, dir, resources string) (string, func(), error) {
-	c := s.env.Config
-	cfg := map[string]any{
-		"etcd": map[string]any{
-			"endpoints": c.Etcd.Endpoints, "username": c.Etcd.Username, "password": c.Etcd.Password,
-			"tls": map[string]string{"ca": c.Etcd.TLS.CA, "cert": c.Etcd.TLS.Cert, "key": c.Etcd.TLS.Key},
-		},
-		"s3": map[string]any{
-			"endpoint": c.S3.Endpoint, "access_key": c.S3.AccessKey, "secret_key": c.S3.SecretKey,
-			"bucket": c.S3.Bucket, "secure": c.S3.Secure, "region": c.S3.Region,
-		},
-		"namespace": map[string]string{"prefix": st.NS.Prefix, "domain": st.NS.Domain},
-	}
-	b, err := json.Marshal(cfg)
+	cfgPath, err := s.writeConfig(dir, st.NS)
 	if err != nil {
-		return "", nil, err
-	}
-	cfgPath := filepath.Join(dir, "reader-service.json")
-	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
 		return "", nil, err
 	}
 	port, err := devstack.FreePort()
@@ -237,4 +222,34 @@ func startPlain(st *stack, small []byte, largeKey string) (string, func(), error
 		_ = srv.Shutdown(ctx)
 		<-done
 	}, nil
+}
+
+// writeConfig writes a JSON config file (the form every fencepub binary
+// reads with --config) into dir, made if missing, naming the suite's
+// servers and namespace ns, and returns its path.
+func (s *runner) writeConfig(dir string, ns layout.Namespace) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	c := s.env.Config
+	cfg := map[string]any{
+		"etcd": map[string]any{
+			"endpoints": c.Etcd.Endpoints, "username": c.Etcd.Username, "password": c.Etcd.Password,
+			"tls": map[string]string{"ca": c.Etcd.TLS.CA, "cert": c.Etcd.TLS.Cert, "key": c.Etcd.TLS.Key},
+		},
+		"s3": map[string]any{
+			"endpoint": c.S3.Endpoint, "access_key": c.S3.AccessKey, "secret_key": c.S3.SecretKey,
+			"bucket": c.S3.Bucket, "secure": c.S3.Secure, "region": c.S3.Region,
+		},
+		"namespace": map[string]string{"prefix": ns.Prefix, "domain": ns.Domain},
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	cfgPath := filepath.Join(dir, "fencepub.json")
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		return "", err
+	}
+	return cfgPath, nil
 }

@@ -58,6 +58,7 @@ const (
 	WorkloadRecovery  = "recovery"
 	WorkloadFootprint = "footprint"
 	WorkloadScale     = "scale"
+	WorkloadDataset   = "dataset"
 )
 
 // workloadInfo describes each workload for the report, in run order.
@@ -124,6 +125,14 @@ var workloadInfo = []bench.Workload{
 			"Watch: a `reader.Reader` and `Watch` per resource on a second etcd client (as a reader service watching all of them) vs a bare etcd watch per key on the same client: memory per watched resource, and the watch lag (publish applied → update) while 100 of the resources publish at once vs a floor PUT of 1 KiB and a bare put → bare watches at the same counts (so both sides carry the same store load). " +
 			"Acquire and publish (1 KiB) across 1024 distinct resources at c=64 vs their floors (workloads 1-2 and 4).",
 	},
+	{
+		Name: WorkloadDataset, Title: "11. Dataset versions",
+		About: "Publish: `publisher.PublishDataset` of a directory (walk, 8 uploads at once, manifest, one transaction) vs the floor: the same files read from disk and sent as create-only PUTs with sha256 at the same concurrency + ONE bare etcd compare-and-put; and vs `rclone copy` at the same parallelism (env-configured s3 remote), interleaved in rounds, at 10,000 files of 16 KiB and 16 of 64 MiB (quick: 200 and 4 of 1 MiB). " +
+			"Incremental: 1% of the files changed and published with the base current vs a full publish (base none) of the same directory; bytes sent vs the dataset's. " +
+			"Read: one file with the manifest cached (`OpenPointerFile` on a held pointer; `OpenFile` with its pointer read) vs a verifying GET of the same object. " +
+			"GC: a real pass collecting a superseded 10,000-file version vs a bare ListObjects → RemoveObjects of as many keys. " +
+			"Scale: one version of many 32-byte files (default 100k and 300k) published, read and collected through the fencepub CLI, each step a child process whose peak RSS is the highest VmHWM read from /proc/<pid>/status while it runs (its rusage maxrss would start at this process's own, inherited through vfork); the manifest's bytes per entry.",
+	},
 }
 
 // Workloads returns every workload name in run order.
@@ -164,13 +173,21 @@ type Options struct {
 	ReaderService string
 	// Wrk is the path of wrk; empty looks it up in PATH.
 	Wrk string
+	// Fencepub is the path of the fencepub CLI, which the dataset
+	// workload's scale steps run as child processes; empty looks for
+	// "fencepub" in the devstack bin directory.
+	Fencepub string
+	// ScaleFiles are the two file counts of the dataset workload's scale
+	// steps (default 100,000 and 300,000 × Scale; quick 300 and 900).
+	ScaleFiles []int
 	// Log receives progress; nil discards.
 	Log *slog.Logger
 }
 
 // Validate reports options Run refuses, before anything runs: a workload
-// name that does not exist (ErrUnknownWorkload), a size below 1 byte, a
-// negative or non-finite Scale, a negative Rounds, GCObjects or WrkDuration
+// name that does not exist (ErrUnknownWorkload), a size below 1 byte,
+// ScaleFiles other than two increasing counts, a negative or non-finite
+// Scale, a negative Rounds, GCObjects or WrkDuration
 // (ErrInvalid). Zero values are valid: they mean the defaults.
 func (o Options) Validate() error {
 	for _, w := range o.Workloads {
@@ -182,6 +199,9 @@ func (o Options) Validate() error {
 		if size <= 0 {
 			return fmt.Errorf("%w: size %d (want at least 1 byte)", ErrInvalid, size)
 		}
+	}
+	if len(o.ScaleFiles) > 0 && (len(o.ScaleFiles) != 2 || o.ScaleFiles[0] < 1 || o.ScaleFiles[1] <= o.ScaleFiles[0]) {
+		return fmt.Errorf("%w: scale files %v (want two counts, the first at least 1 and below the second)", ErrInvalid, o.ScaleFiles)
 	}
 	switch {
 	case o.Scale < 0 || math.IsNaN(o.Scale) || math.IsInf(o.Scale, 0):
@@ -300,6 +320,7 @@ func Run(ctx context.Context, env Env, opts Options) (bench.Report, error) {
 		WorkloadPublish: s.publish, WorkloadPipeline: s.pipeline, WorkloadPeer: s.peer, WorkloadAuthority: s.authorityWorkload,
 		WorkloadReader: s.readerWorkload, WorkloadGC: s.gcWorkload, WorkloadScaling: s.scaling, WorkloadCluster: s.cluster,
 		WorkloadRecovery: s.recovery, WorkloadFootprint: s.footprint, WorkloadScale: s.scaleWorkload,
+		WorkloadDataset: s.datasetWorkload,
 	}
 	var errs []error
 	for _, info := range workloadInfo {

@@ -30,16 +30,20 @@ import (
 func TestSuiteQuick(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	svc := filepath.Join(t.TempDir(), "reader-service")
-	if out, err := exec.Command("go", "build", "-o", svc, "github.com/fencepub/fencepub/examples/reader-service").CombinedOutput(); err != nil {
-		t.Fatalf("build reader-service: %v\n%s", err, out)
+	bin := t.TempDir()
+	svc, cli := filepath.Join(bin, "reader-service"), filepath.Join(bin, "fencepub")
+	// Built in the main module (three levels up), whose go.sum covers them.
+	for path, pkg := range map[string]string{svc: "./examples/reader-service", cli: "./cmd/fencepub"} {
+		if out, err := exec.Command("go", "-C", filepath.Join("..", "..", ".."), "build", "-o", path, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
 	}
 	env := testEnv(t)
 	env.StartCluster = func(ctx context.Context) (*devstack.Cluster, func(), error) {
 		return testenv.StartCluster(t, devstack.MultiNode()), func() {}, nil
 	}
 	start := time.Now()
-	rep, err := Run(ctx, env, Options{Quick: true, ReaderService: svc, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	rep, err := Run(ctx, env, Options{Quick: true, ReaderService: svc, Fencepub: cli, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +175,9 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		{Options{Rounds: -1}, ErrInvalid},
 		{Options{GCObjects: -5}, ErrInvalid},
 		{Options{WrkDuration: -time.Second}, ErrInvalid},
+		{Options{ScaleFiles: []int{100}}, ErrInvalid},
+		{Options{ScaleFiles: []int{300, 100}}, ErrInvalid},
+		{Options{ScaleFiles: []int{0, 100}}, ErrInvalid},
 	} {
 		if err := c.opts.Validate(); !errors.Is(err, c.want) {
 			t.Errorf("%+v: Validate() = %v; want %v", c.opts, err, c.want)
@@ -180,7 +187,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 			t.Errorf("%+v: err = %v, %d rows; want %v", c.opts, err, len(rep.Rows), c.want)
 		}
 	}
-	if !slices.Equal(Workloads(), []string{"publish", "pipeline", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery", "footprint", "scale"}) {
+	if !slices.Equal(Workloads(), []string{"publish", "pipeline", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery", "footprint", "scale", "dataset"}) {
 		t.Errorf("Workloads() = %v", Workloads())
 	}
 }
