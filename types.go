@@ -81,12 +81,17 @@ const SealReasonDecommissioned = layout.SealReasonDecommissioned
 
 // Namespace locates one fencepub domain: every etcd key lives under
 // "<Prefix>/<Domain>/" and every object key too (the namespace.prefix and
-// namespace.domain configuration keys; DESIGN.md "Object layout"). Fields:
-// Prefix and Domain. Build it with NewNamespace; the zero value is not
-// valid. Method: Root() returns "<Prefix>/<Domain>/" (the domain
-// path-escaped); the other methods name the layout's keys and are not
-// needed to use the library.
-type Namespace = layout.Namespace
+// namespace.domain configuration keys; DESIGN.md "Object layout"). Build
+// it with NewNamespace; each package's Config.Validate checks a Namespace
+// built as a literal the same way, and the zero value is not valid.
+type Namespace struct {
+	Prefix string
+	Domain string
+}
+
+// Root returns the namespace's key prefix, "<Prefix>/<Domain>/" (the domain
+// path-escaped): every etcd key and object key of the domain starts with it.
+func (n Namespace) Root() string { return layout.Namespace(n).Root() }
 
 // NewNamespace validates prefix (one name, such as "fencepub": no '/') and
 // domain (a name) and returns their Namespace, whose keys can never lie
@@ -100,7 +105,7 @@ func NewNamespace(prefix, domain string) (Namespace, error) {
 	if err != nil {
 		return Namespace{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return ns, nil
+	return Namespace(ns), nil
 }
 
 // StoreConfig describes a bucket of an S3-compatible store (the s3.*

@@ -130,7 +130,7 @@ func New(cfg Config) (*Authority, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Authority{
-		cfg: cfg, ns: cfg.Namespace, cli: cfg.Etcd, st: debuglog.Store(cfg.Store, cfg.Logger), log: cfg.Logger,
+		cfg: cfg, ns: layout.Namespace(cfg.Namespace), cli: cfg.Etcd, st: debuglog.Store(cfg.Store, cfg.Logger), log: cfg.Logger,
 		kv: debuglog.KV(cfg.Etcd, cfg.Logger), lease: debuglog.Lease(cfg.Etcd, cfg.Logger),
 		known: make(map[string]counter),
 	}, nil

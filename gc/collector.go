@@ -178,7 +178,7 @@ func New(cfg Config) (*Collector, error) {
 		cfg.leases = cfg.Etcd
 	}
 	return &Collector{
-		cfg: cfg, ns: cfg.Namespace, cli: debuglog.KV(cfg.Etcd, cfg.Logger), st: debuglog.Store(cfg.Store, cfg.Logger), auth: cfg.Authority,
+		cfg: cfg, ns: layout.Namespace(cfg.Namespace), cli: debuglog.KV(cfg.Etcd, cfg.Logger), st: debuglog.Store(cfg.Store, cfg.Logger), auth: cfg.Authority,
 		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now, leases: cfg.leases, window: allWindow,
 		manifests: newManifestCache(),
 	}, nil

@@ -271,7 +271,7 @@ func TestConcurrentPublishers(t *testing.T) {
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	watch := e.Etcd.Watch(wctx, e.NS.PointerKey(res), clientv3.WithRev(start.Header.Revision+1))
-	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}, res)
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}}, res)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,7 +157,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cfg.Store = debuglog.Store(cfg.Store, log)
-	return &Client{cfg: cfg, ns: cfg.Namespace, log: log, kv: debuglog.KV(cfg.Etcd, log), m: m}, nil
+	return &Client{cfg: cfg, ns: layout.Namespace(cfg.Namespace), log: log, kv: debuglog.KV(cfg.Etcd, log), m: m}, nil
 }
 
 // Term is what a Publisher is bound to: one grant of a resource, as the

@@ -113,7 +113,7 @@ func TestLostReleaseThenResentPublish(t *testing.T) {
 				return invoker(ctx, method, req, reply, cc, opts...)
 			}
 			acli := etcdClient(t, px.URL(), loseSeal)
-			auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: acli, Store: e.Store}, RequestTimeout: 2 * time.Second})
+			auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: acli, Store: e.Store}, RequestTimeout: 2 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -150,7 +150,7 @@ func (r *Reader) openFrom(ctx context.Context, ptr layout.Pointer) (*Body, error
 func (r *Reader) decommissioned(ctx context.Context, ptr layout.Pointer) error {
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
 	defer cancel()
-	resp, err := r.kv.Get(rctx, r.cfg.Namespace.SealKey(r.res))
+	resp, err := r.kv.Get(rctx, layout.Namespace(r.cfg.Namespace).SealKey(r.res))
 	if err != nil || len(resp.Kvs) == 0 {
 		return nil
 	}
