@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/pubhook"
 	"io"
 	"strings"
 	"testing"
@@ -234,7 +235,7 @@ var entries = []entry{
 		return err
 	}},
 	{name: "publisher.Republish", state: published, store: true, etcd: true, wantOnEtcd: publisher.ErrUnknown, call: func(ctx context.Context, w *world) error {
-		_, err := w.p.Republish(ctx, w.first.Object.Key, "republish")
+		_, err := pubhook.Republish(ctx, w.p, w.first.Object.Key, "republish")
 		return err
 	}},
 	// Resolve of an attempt never sent seals its version in etcd and then

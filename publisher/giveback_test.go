@@ -41,7 +41,7 @@ func seqPaths() []seqPath {
 		return p.Publish(ctx, body())
 	}
 	publishSeq := func(ctx context.Context, p *Publisher, _ Result, body func() Operation) (Result, error) {
-		return p.PublishSeq(ctx, p.NextSeq(), body())
+		return p.PublishSeq(ctx, p.nextSeq(), body())
 	}
 	pipeline := func(ctx context.Context, p *Publisher, _ Result, body func() Operation) (Result, error) {
 		pl := p.Pipeline(ctx, 2)
@@ -53,7 +53,7 @@ func seqPaths() []seqPath {
 		return p.Rollback(ctx, base.Version, "rollback")
 	}
 	republish := func(ctx context.Context, p *Publisher, base Result, _ func() Operation) (Result, error) {
-		return p.Republish(ctx, base.Object.Key, "republish")
+		return p.republishKey(ctx, base.Object.Key, "republish")
 	}
 	return []seqPath{
 		{"publish", false, publish}, {"publish-multipart", true, publish},

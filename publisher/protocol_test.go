@@ -94,8 +94,8 @@ func TestSeqTwoThenSeqOneIsStale(t *testing.T) {
 	if ptr := e.Pointer("r"); ptr.Version != r2.Version {
 		t.Fatalf("pointer %s, want %s", ptr.Version, r2.Version)
 	}
-	if p.NextSeq() != 3 {
-		t.Fatalf("next seq %d, want 3", p.NextSeq())
+	if p.nextSeq() != 3 {
+		t.Fatalf("next seq %d, want 3", p.nextSeq())
 	}
 }
 
@@ -234,7 +234,7 @@ func TestRebindContinuesSeq(t *testing.T) {
 	if g2.Generation != g.Generation || g2.HolderRevision != g.HolderRevision {
 		t.Fatalf("retried acquire returned a new grant %+v", g2)
 	}
-	if n := e.bind(g2, false).NextSeq(); n != 3 {
+	if n := e.bind(g2, false).nextSeq(); n != 3 {
 		t.Fatalf("rebound publisher starts at seq %d, want 3", n)
 	}
 	// A resolve that sealed seq 5 of this fence moves the start above it.
@@ -243,7 +243,7 @@ func TestRebindContinuesSeq(t *testing.T) {
 		t.Fatalf("resolve: %v", err)
 	}
 	p3 := e.bind(g2, false)
-	if n := p3.NextSeq(); n != 6 {
+	if n := p3.nextSeq(); n != 6 {
 		t.Fatalf("rebound publisher starts at seq %d, want 6", n)
 	}
 	r, err := p3.Publish(ctx, op("k-after", "y"))

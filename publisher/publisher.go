@@ -370,9 +370,9 @@ func (c *Client) Bind(ctx context.Context, t Term) (*Publisher, error) {
 	return &Publisher{c: c, term: t, next: next}, nil
 }
 
-// NextSeq returns the seq the next Publish will use (fencepub.MaxNumber
+// nextSeq returns the seq the next Publish will use (fencepub.MaxNumber
 // again once the term's seq space is closed; see take).
-func (p *Publisher) NextSeq() uint64 {
+func (p *Publisher) nextSeq() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return min(p.next, layout.MaxNumber)

@@ -14,7 +14,7 @@ import (
 	"github.com/fencepub/fencepub/internal/objstore"
 )
 
-// Republish publishes an existing object of the Publisher's resource again,
+// republishKey publishes an existing object of the Publisher's resource again,
 // as a new version (the next seq) under idempotency key: the object is
 // copied server-side and create-only to a fresh key of the new version and
 // published normally. It is how `fencepub authority recover --republish`
@@ -24,7 +24,7 @@ import (
 // its metadata, its content type and user metadata — which equals the
 // original publish's digest. An object written in a multipart upload
 // carries no sha256 metadata (it is known only once the last part is
-// sent); Republish then reads the object once, conditioned on its ETag, to
+// sent); republishKey then reads the object once, conditioned on its ETag, to
 // compute it.
 //
 // objectKey must be a fencepub object key of this resource (it names the
@@ -32,7 +32,7 @@ import (
 // fencepub.ErrInvalid (a foreign key), ErrSourceGone (the object is gone) and
 // ErrObjectMismatch (its metadata carries an invalid sha256, or it changed
 // while being read).
-func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Result, error) {
+func (p *Publisher) republishKey(ctx context.Context, objectKey, key string) (Result, error) {
 	c, res := p.c, p.term.Resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
 		c.m.failure("validate")

@@ -40,7 +40,7 @@ func TestRepublishMultipart(t *testing.T) {
 	}
 	e.release(ga)
 	gb := e.acquire(authority.AcquireRequest{Resource: "big", Owner: "B"})
-	r, err := e.bind(gb, false).Republish(ctx, orig.Object.Key, "republish-lost")
+	r, err := e.bind(gb, false).republishKey(ctx, orig.Object.Key, "republish-lost")
 	mustOutcome(t, "republish of a multipart object", r, err, Applied, reasonNone)
 	if r.Digest != orig.Digest || r.Object.SHA256 != orig.Object.SHA256 || r.Object.Key == orig.Object.Key {
 		t.Fatalf("republished %+v; want the original digest %s and sha256 %s under a new key", r, orig.Digest, orig.Object.SHA256)

@@ -36,7 +36,7 @@ const (
 // pointer, it publishes again the newest of them that could have been
 // published under the new epoch. For each such resource it acquires a grant
 // (waiting up to a minute for the holder), republishes the object to a
-// fresh key of the grant's next version (Publisher.Republish) and releases
+// fresh key of the grant's next version (Publisher.republishKey) and releases
 // the grant with its own bounded context. The idempotency key
 // recover-<old version, 62-byte encoding> makes a second run a duplicate.
 //
@@ -95,7 +95,7 @@ func (c *Client) restoreOne(ctx context.Context, a *authority.Authority, resourc
 	if err != nil {
 		return Result{}, err
 	}
-	return p.Republish(actx, lost.Key, "recover-"+lost.Version.Encode())
+	return p.republishKey(actx, lost.Key, "recover-"+lost.Version.Encode())
 }
 
 // newestPublishable returns the newest of above (sorted by version, newest

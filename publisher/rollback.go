@@ -73,7 +73,7 @@ func (p *Publisher) Rollback(ctx context.Context, to fencepub.Version, key strin
 
 // republish copies src server-side and create-only to a fresh key of the
 // next version and publishes it under key with the digest of (bodySHA,
-// contentType, meta): the shared tail of Rollback and Republish.
+// contentType, meta): the shared tail of Rollback and republishKey.
 func (p *Publisher) republish(ctx context.Context, src layout.Object, contentType string, meta map[string]string, bodySHA []byte, key string) (Result, error) {
 	c, res := p.c, p.term.Resource
 	cl := p.take(0)

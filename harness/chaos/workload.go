@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/pubhook"
 	"io"
 	"math/rand/v2"
 	"sync"
@@ -335,7 +336,7 @@ func (w *worker) term(res string) bool {
 			}
 		}
 		key, body := operation(res, w.id, w.n, w.rng, w.wl.Multipart)
-		seq := p.NextSeq()
+		seq := pubhook.NextSeq(p)
 		if !w.publish(p, t, seq, key, body, false) {
 			return true
 		}
