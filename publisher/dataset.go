@@ -169,31 +169,13 @@ func (ds Dataset) validate() error {
 
 // PublishDataset uploads ds's files and publishes them as one dataset
 // version with the next seq, in one etcd transaction (DESIGN.md "Dataset
-// versions"). It first reads the base (Dataset.Base): the current pointer
-// and, when that is a dataset, its manifest index. Then it streams the
-// files in path order through Dataset.Parallel uploads, each create-only
-// under the version's key and retried per file (Dataset.FileSends), while
-// the manifest is written in order, one page at a time: memory holds about
-// one page of entries and the files in flight, whatever the file count.
-// A file whose path, size, sha256 and content type equal a base entry is
-// not uploaded (its sha256 is computed by reading it once). The request
-// digest covers the entries' paths, sizes, sha256 and content types, never
-// object keys, so a retried job with the same output is Duplicate.
-//
-// It blocks as Publish does and ends with the same outcomes and errors;
-// with a base, the transaction also requires the pointer to be the base
-// exactly, and a pointer that moved is Stale with ReasonBase. An unknown
-// outcome is settled by Resolve with the Result's AttemptID (the manifest
-// key and request digest). Errors before the transaction was sent publish
-// nothing and give the seq back (the files written are orphans GC
-// removes): fencepub.ErrInvalid (a field, a path refused by
-// manifest.ValidatePath, out of order, given twice or inside another
-// file's), ErrBody (a file's Open or read failed, or its length is not its
-// Size), an error Dataset.Files yielded, the store's errors
-// (fencepub.ErrUnavailable, objstore's), fencepub.ErrCorruptState (the
-// base's manifest does not match its pointer), fencepub.ErrCorruptRecord,
-// fencepub.ErrNotInitialized. Calls on one Publisher may overlap as
-// Publish's do; Dataset.Progress runs on the calling goroutine.
+// versions"; the package doc, "Publishing a dataset"). A file equal to an
+// entry of the base (Dataset.Base) is not uploaded again. It blocks as
+// Publish does and ends with the same outcomes; a pointer that moved off the
+// base is Stale with ReasonBase, and Resolve settles an unknown outcome with
+// the Result's AttemptID. Calls may overlap as Publish's do. Errors are
+// Publish's, plus fencepub.ErrInvalid (a field or a path), ErrBody, an error
+// Dataset.Files yielded and fencepub.ErrCorruptState (the base's manifest).
 func (p *Publisher) PublishDataset(ctx context.Context, ds Dataset) (DatasetResult, error) {
 	if err := ds.validate(); err != nil {
 		p.c.m.failure("validate")
