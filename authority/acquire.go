@@ -24,18 +24,18 @@ const (
 
 // AcquireRequest asks for a lease on Resource.
 type AcquireRequest struct {
-	// Resource is the name to lease: 1–200 bytes
-	// of letters, digits, '.', '_' and '-'. Names starting with '_' are
-	// reserved for fencepub itself (its GC's lease).
+	// Resource is the name to lease: 1–200 bytes of letters, digits, '.',
+	// '_' and '-'. Names starting with '_' are reserved for fencepub itself
+	// (its GC's lease).
 	Resource string
 	// Owner identifies this lease request (1–128 bytes of letters, digits,
-	// '.', '_', '-', ':' and '@'); Release
-	// compares it. Use a fresh random id per request.
+	// '.', '_', '-', ':' and '@'); Release compares it. Use a fresh random
+	// id per request.
 	Owner string
 	// RequestID makes the acquire idempotent: a retry with the same id gets
-	// the original grant instead of a new one while its request record lives
-	// (gc.Config.RequestRetention, default 24 h). Empty:
-	// a random id is generated (and returned in Grant.RequestID).
+	// the original grant instead of a new one while its request record
+	// lives (gc.Config.RequestRetention, default 24 h). Empty: a random id
+	// is generated (and returned in Grant.RequestID).
 	RequestID string
 	// TTL is the lease's time to live: whole seconds, 2 s (etcd's minimum) to
 	// etcd's maximum (9e9 s).

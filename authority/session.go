@@ -117,11 +117,10 @@ func (s *Session) Close() error { return s.CloseContext(context.Background()) }
 // its deadline bounds the release's retries (Config.RetryTimeout when it
 // has none), so a caller with a deadline of its own gives up when it
 // passes; the lease then expires by itself within its TTL (renewal stops
-// here), and GC seals the term's leftovers later.
-// It waits for the session's goroutine to exit. It returns Release's
-// error (ErrLeaseLost if the grant was already lost, ctx's error or
-// fencepub.ErrUnavailable when the release did not complete); later calls
-// return nil.
+// here), and GC seals the term's leftovers later. It waits for the
+// session's goroutine to exit. It returns Release's error (ErrLeaseLost if
+// the grant was already lost, ctx's error or fencepub.ErrUnavailable when
+// the release did not complete); later calls return nil.
 func (s *Session) CloseContext(ctx context.Context) error {
 	s.mu.Lock()
 	already := s.closed

@@ -28,12 +28,11 @@ type datasetRef struct {
 }
 
 // readNamed fills s.Named with every object the manifests of the pointer's
-// and the retained dataset versions name under the key of a version that
-// is neither the pointer's nor retained (the files they reuse from older
-// versions), each with the first version naming it; memory grows with
-// those files only. A
-// manifest that cannot be read fails the resource's pass, so nothing of it
-// is deleted: a file it names might otherwise be collected.
+// and the retained dataset versions name under the key of a version that is
+// neither the pointer's nor retained (the files they reuse from older
+// versions), each with the first version naming it; memory grows with those
+// files only. A manifest that cannot be read fails the resource's pass, so
+// nothing of it is deleted: a file it names might otherwise be collected.
 func (c *Collector) readNamed(ctx context.Context, s *state) error {
 	refs := s.retainedDatasets
 	if s.HasPointer && s.Pointer.IsDataset() {

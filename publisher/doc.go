@@ -34,8 +34,8 @@
 //
 // # Resolving an attempt
 //
-// Client.Resolve reads the op record of the attempt's
-// idempotency key in one transaction:
+// Client.Resolve reads the op record of the attempt's idempotency key in
+// one transaction:
 //
 //   - the record exists and names the attempt (its object key is
 //     AttemptID.ObjectKey, or else its digest is AttemptID.Digest, the same

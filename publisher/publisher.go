@@ -162,8 +162,8 @@ func New(cfg Config) (*Client, error) {
 
 // Term is what a Publisher is bound to: one grant of a resource, as the
 // publish transaction checks it — the grant record grants/<Fence> must hold
-// Epoch and Owner, and Epoch must be the domain's
-// current epoch (DESIGN.md invariant 2).
+// Epoch and Owner, and Epoch must be the domain's current epoch (DESIGN.md
+// invariant 2).
 type Term struct {
 	Resource string
 	Owner    string

@@ -45,8 +45,8 @@ type Body struct {
 // about the longer of the two round trips instead of their sum.
 //
 // Blocks for one etcd read (shared with concurrent calls, as Current's) and
-// one GET (the body streams as it is read).
-// Errors: ErrNotPublished, ErrUnknownResource, ErrWentBack, ErrObjectMissing, ErrDecommissioned,
+// one GET (the body streams as it is read). Errors: ErrNotPublished,
+// ErrUnknownResource, ErrWentBack, ErrObjectMissing, ErrDecommissioned,
 // ErrObjectChanged, ErrDigestMismatch (the store reports another size),
 // ErrIsDataset (the version is a dataset: nothing is fetched; read its
 // files with OpenFile or Files), fencepub.ErrUnavailable,

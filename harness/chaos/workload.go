@@ -42,7 +42,8 @@ type Workload struct {
 	// unknown and Resolve settles it. Default 10 s: one MinIO node stall
 	// (storeStall) for the write and txnBudget for the transaction.
 	PublishTimeout time.Duration `json:"publish_timeout"`
-	// AttemptTimeout bounds one etcd request of the publisher. Default 700 ms.
+	// AttemptTimeout bounds one etcd request of the publisher (its
+	// Config.RequestTimeout). Default 700 ms.
 	AttemptTimeout time.Duration `json:"attempt_timeout"`
 	// Multipart is the share of fresh publishes whose body is uploaded in
 	// several parts (above partSize). Default 0.003.
