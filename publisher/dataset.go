@@ -181,7 +181,7 @@ func (p *Publisher) PublishDataset(ctx context.Context, ds Dataset) (DatasetResu
 		p.c.m.failure("validate")
 		return DatasetResult{}, err
 	}
-	base, err := p.c.readBase(ctx, p.term.Resource, ds.Base)
+	base, err := p.c.readBase(ctx, p.term.resource, ds.Base)
 	if err != nil {
 		p.c.m.failure("base")
 		return DatasetResult{}, err
@@ -193,7 +193,7 @@ func (p *Publisher) PublishDataset(ctx context.Context, ds Dataset) (DatasetResu
 		p.giveBack(c)
 		return DatasetResult{DatasetStats: stats}, err
 	}
-	ctx = debuglog.With(ctx, p.c.log, "resource", p.term.Resource, "version", c.v.String(), "key", ds.IdempotencyKey)
+	ctx = debuglog.With(ctx, p.c.log, "resource", p.term.resource, "version", c.v.String(), "key", ds.IdempotencyKey)
 	res, err := p.send(ctx, c, p.c.prepareDataset(p.term, c.v, ds.IdempotencyKey, w, base))
 	return DatasetResult{Result: res, DatasetStats: stats}, err
 }
@@ -320,7 +320,7 @@ func (p *Publisher) writeDataset(ctx context.Context, v layout.Version, ds Datas
 	}
 	wctx, cancel := context.WithCancelCause(ctx) // the uploads'; the index is written on ctx
 	defer cancel(nil)
-	vkey := p.c.ns.ObjectKey(p.term.Resource, v, layout.NewNonce())
+	vkey := p.c.ns.ObjectKey(p.term.resource, v, layout.NewNonce())
 	parallel := cmp.Or(ds.Parallel, DefaultParallel)
 	sends := cmp.Or(ds.FileSends, defaultFileSends)
 	jobs := make(chan fileJob)
@@ -512,13 +512,13 @@ func (c *Client) prepareDataset(t Term, v layout.Version, key string, w writtenD
 	pr.pointer.Kind, pr.pointer.Files, pr.pointer.Bytes = layout.KindDataset, w.files, w.bytes
 	val, _ := layout.EncodePointer(pr.pointer) // cannot fail
 	for i, op := range pr.then {
-		if k := string(op.KeyBytes()); k == c.ns.PointerKey(t.Resource) || k == c.ns.HistoryKey(t.Resource, v) {
+		if k := string(op.KeyBytes()); k == c.ns.PointerKey(t.resource) || k == c.ns.HistoryKey(t.resource, v) {
 			pr.then[i] = clientv3.OpPut(k, val)
 		}
 	}
 	if b != nil {
 		pr.base = b
-		pr.cmps = append(pr.cmps, clientv3.Compare(clientv3.Value(c.ns.PointerKey(t.Resource)), "=", b.value))
+		pr.cmps = append(pr.cmps, clientv3.Compare(clientv3.Value(c.ns.PointerKey(t.resource)), "=", b.value))
 	}
 	return pr
 }

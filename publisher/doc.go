@@ -13,7 +13,7 @@
 //     re-sent unchanged, so a publish applies at most once; Client.Resolve
 //     settles an unknown outcome for good.
 //   - Newer state wins: a version below the pointer is stale. For
-//     operations where every increment counts, Term.Contiguous also
+//     operations where every increment counts, Term.WithContiguous also
 //     requires the previous seq; a publish after a gap is stale ("gap").
 //   - The same idempotency key and request digest get duplicate in any term;
 //     the same key with another digest gets conflict. Op records live for
@@ -29,8 +29,9 @@
 // are reported not sent (ErrPipelineStopped), never dropped (DESIGN.md
 // "Pipelined publishing").
 //
-// Strict mode (Term.Strict) also refuses a publish once etcd has expired
-// the grant's lease, with etcd's timing; it is not wall-clock revocation.
+// Strict mode (GrantTerm's strict) also refuses a publish once etcd has
+// expired the grant's lease, with etcd's timing; it is not wall-clock
+// revocation.
 //
 // # Resolving an attempt
 //

@@ -91,7 +91,7 @@ func TestSeqGivenBackOnStoreFailure(t *testing.T) {
 		fs := faultstore.New(e.Store)
 		c := e.client(e.Etcd, func(c *Config) { c.Store, c.PartSize = fs, minPartSize })
 		term := GrantTerm(g, false)
-		term.Contiguous = true
+		term.contiguous = true
 		p, err := c.Bind(ctx, term)
 		if err != nil {
 			t.Fatal(err)

@@ -118,7 +118,7 @@ func (e *env) expire(g authority.Grant) {
 func (e *env) bindContiguous(ctx context.Context, res string) *Publisher {
 	e.t.Helper()
 	term := GrantTerm(e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"}), false)
-	term.Contiguous = true
+	term.contiguous = true
 	p, err := e.pub.Bind(ctx, term)
 	if err != nil {
 		e.t.Fatal(err)

@@ -164,9 +164,9 @@ func TestUnauthorizedTokensRejected(t *testing.T) {
 		name string
 		term Term
 	}{
-		{"fence of another resource's grant", Term{Resource: res, Owner: gX.Owner, Epoch: gX.Epoch, Fence: gX.Generation}},
-		{"fence never granted", Term{Resource: res, Owner: gA.Owner, Epoch: gA.Epoch, Fence: 999}},
-		{"right fence, wrong owner", Term{Resource: res, Owner: "mallory", Epoch: gA.Epoch, Fence: gA.Generation}},
+		{"fence of another resource's grant", Term{resource: res, owner: gX.Owner, epoch: gX.Epoch, fence: gX.Generation}},
+		{"fence never granted", Term{resource: res, owner: gA.Owner, epoch: gA.Epoch, fence: 999}},
+		{"right fence, wrong owner", Term{resource: res, owner: "mallory", epoch: gA.Epoch, fence: gA.Generation}},
 	}
 	for i, c := range cases {
 		p, err := e.pub.Bind(ctx, c.term)

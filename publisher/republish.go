@@ -33,7 +33,7 @@ import (
 // ErrObjectMismatch (its metadata carries an invalid sha256, or it changed
 // while being read).
 func (p *Publisher) republishKey(ctx context.Context, objectKey, key string) (Result, error) {
-	c, res := p.c, p.term.Resource
+	c, res := p.c, p.term.resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
 		c.m.failure("validate")
 		return Result{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)

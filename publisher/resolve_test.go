@@ -188,7 +188,7 @@ func TestContiguousGapAfterLostResponseIsUnknown(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	px, c := e.proxied(nil)
 	term := GrantTerm(e.acquire(authority.AcquireRequest{Resource: "seqs", Owner: "w"}), false)
-	term.Contiguous = true
+	term.contiguous = true
 	p, err := c.Bind(ctx, term)
 	if err != nil {
 		t.Fatal(err)

@@ -102,7 +102,7 @@ func (e *brokenEnv) publish(w *worker, g authority.Grant, seq uint64, key, body,
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	w.publish(p, t, seq, key, []byte(body), false)
+	w.publish(p, g, false, seq, key, []byte(body), false)
 	h := e.rec.History()
 	if got := h.Publishes[len(h.Publishes)-1]; got.Outcome != outcome {
 		e.t.Fatalf("%s: publish %s: %s (%s), want %s", w.id, key, got.Outcome, got.Err, outcome)
