@@ -126,8 +126,8 @@ type StoreConfig = s3store.Config
 // ErrConditionFailed, ErrUnavailable (retried where the request is safe to
 // send again) or ErrInvalid. What fencepub assumes of a store is in
 // DESIGN.md "What the object store must provide". NewStore returns the S3
-// implementation, which passes fencepub's store conformance suite on MinIO
-// and SeaweedFS; a wrapper of it must keep the same contract.
+// implementation; another implementation, or a wrapper, must pass
+// storetest.AcceptanceTest, as the S3 one does on MinIO and SeaweedFS.
 type Store = objstore.Store
 
 // The types of Store's methods, so that a program can wrap a Store without

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
-	"github.com/fencepub/fencepub/internal/objstore/storetest"
+	"github.com/fencepub/fencepub/storetest"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
