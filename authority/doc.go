@@ -112,4 +112,18 @@
 // value it needs (a pointer) stops it before it changes anything. A user
 // whose etcd role may not write the epoch key gets etcd's permission denied
 // before anything is written (DESIGN.md "Security").
+//
+// # How a Session counts its deadline
+//
+// A Session renews with Renew (a keepalive plus a holder check). A keepalive
+// that gets no answer within TTL/6 (or Config.RequestTimeout, if shorter) or
+// that etcd cannot serve is sent again until the deadline, so a stalled
+// member costs one attempt, not the lease. The local deadline is counted
+// from when each renew request was sent, not when its answer arrived: etcd
+// restarts the TTL when it processes the keepalive, which is after the send,
+// so Session.Deadline is never later than the earliest moment etcd may
+// expire the lease (assuming the two clocks advance at the same rate; leader
+// changes only extend leases). Lost closes a margin (TTL/20, at most 1 s)
+// before that deadline if no renewal confirmed a later one, or at once when
+// a renewal reports ErrLeaseLost.
 package authority

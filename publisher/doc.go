@@ -112,4 +112,15 @@
 // failed for another reason: hence the dry run first. A resource's failure
 // (listing its settled markers, acquire, bind or republish) does not stop
 // the others.
+//
+// # What Publish gives back
+//
+// A body whose Read blocks (a stalled pipe) does not hold Publisher.Publish
+// past its context: such bodies are read on a goroutine of their own, which
+// ends when the body's Read returns. When Publish fails without an outcome,
+// the seq is given back unless the transaction was re-sent (an earlier send
+// may still be on its way), so the next publish takes it and a contiguous
+// term sees no gap (DESIGN.md "Publish" step 6). A re-send that finds the
+// resource gone (etcd restored or replaced since an earlier send) is
+// ErrUnknown, not fencepub.ErrNotInitialized.
 package publisher

@@ -429,22 +429,14 @@ func (p *Publisher) giveBack(c claim) {
 
 // Publish writes op's body as a new immutable object and publishes it with
 // the next seq in one etcd transaction (DESIGN.md "Publish, in one round trip
-// to etcd"). It blocks until the outcome is known or ctx ends; a transaction
-// that got no answer is re-sent unchanged until then (or Config.ResendTimeout
-// when ctx has no deadline). A body whose Read blocks (a stalled pipe) does
-// not hold it past ctx: such bodies are read on a goroutine of their own,
-// which ends when the body's Read returns.
-//
-// It returns the Result and nil for applied and duplicate; the Result and
-// ErrStale, ErrConflict or ErrUnknown (wrapped, with details) for those
-// outcomes; otherwise a zero Result and an error (fencepub.ErrInvalid, ErrBody,
-// ErrObjectMismatch, ErrUploadAborted, fencepub.ErrUnavailable,
-// fencepub.ErrCorruptRecord, fencepub.ErrNotInitialized), in which case
-// nothing was published and, unless the transaction was re-sent (an earlier
-// send may still be on its way), the seq is given back, so the next publish
-// takes it and a contiguous term sees no gap (DESIGN.md "Publish" step 6).
-// A re-send that finds the resource gone (etcd restored or replaced since an
-// earlier send) is ErrUnknown, not fencepub.ErrNotInitialized.
+// to etcd"; the package doc, "What Publish gives back"). It blocks until the
+// outcome is known or ctx ends, re-sending an unanswered transaction
+// unchanged (within Config.ResendTimeout when ctx has no deadline). It
+// returns the Result and nil for applied and duplicate; the Result and
+// ErrStale, ErrConflict or ErrUnknown for those outcomes; otherwise nothing
+// was published: fencepub.ErrInvalid, ErrBody, ErrObjectMismatch,
+// ErrUploadAborted, fencepub.ErrUnavailable, fencepub.ErrCorruptRecord or
+// fencepub.ErrNotInitialized.
 func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
 	return p.publish(ctx, 0, op)
 }
