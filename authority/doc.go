@@ -126,4 +126,17 @@
 // changes only extend leases). Lost closes a margin (TTL/20, at most 1 s)
 // before that deadline if no renewal confirmed a later one, or at once when
 // a renewal reports ErrLeaseLost.
+//
+// # How a domain is initialised
+//
+// A first Init reads etcd first, so an unreachable etcd writes nothing. It
+// checks that the store honours create-only writes (a probe key), then
+// requires the bucket to hold nothing under the domain's root: it claims
+// etcd's deployment key with a fresh id (or the id another init of this etcd
+// claimed), writes the bucket's ownership marker create-only, reserves epoch
+// 1 + the highest epoch marker by writing that marker create-only, then
+// creates the epoch key and the epoch's record in one transaction that
+// requires the epoch key absent. A bucket that already holds an ownership
+// marker of another deployment, epoch or grant markers, or objects belongs
+// to another etcd history: Init refuses it with ErrForeignHistory.
 package authority

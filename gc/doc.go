@@ -31,4 +31,18 @@
 //     one clock"): a publisher's clock never shortens a record's life.
 //   - Nothing is deleted under a prefix whose ownership marker names another
 //     deployment (authority.ErrForeignDeployment, ErrNoOwnership).
+//
+// # A pass
+//
+// Collector.Run first checks that the bucket's ownership marker names etcd's
+// deployment, then advances the domain clock that every record age is
+// measured on (a dry run only reads it; DESIGN.md "Ages come from one
+// clock"), warns when bucket versioning or lifecycle rules are on, lists the
+// bucket's incomplete multipart uploads once, then collects the resources:
+// with RunOptions.All, in windows of 64 in object-key order, each window's
+// snapshots then one listing of its key range, 4 windows at once; named
+// resources 8 at once, each with its own listing. The order of
+// Report.Decisions and Report.Errors across resources is not fixed.
+// ErrIncomplete wraps the per-resource errors joined, so errors.Is sees
+// each.
 package gc
