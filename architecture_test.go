@@ -27,7 +27,7 @@ var neverImports = []struct {
 }{
 	// The core and the foundations sit below the product.
 	{
-		from: []string{".", "internal/errkind", "internal/fence", "internal/layout", "internal/objstore", "internal/debuglog", "internal/leader", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/manifest", "internal/lab"},
+		from: []string{".", "internal/errkind", "internal/fence", "internal/layout", "internal/objstore", "internal/debuglog", "internal/leader", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/manifest", "internal/lab", "internal/pubhook"},
 		never: []string{"authority", "publisher", "reader", "gc", "config", "internal/cli/...", "internal/devstack",
 			"internal/testkit/...", "cmd/..."},
 	},
@@ -313,7 +313,7 @@ func internalSentinels(file *ast.File) []*ast.SelectorExpr {
 // errors defined by the layout still show; every other public package shows
 // none. A bound only ever falls: the test fails when a package shows more,
 // and when it shows fewer (lower the bound).
-var goDocLeaks = map[string]int{".": 10}
+var goDocLeaks = map[string]int{".": 9}
 
 // TestGoDocShowsNoInternals runs `go doc -all` on every public package
 // (every package of the module outside internal/, cmd/ and examples/) and

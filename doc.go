@@ -16,15 +16,13 @@
 //     refuses; and Store's own ErrObjectExists, ErrObjectNotFound,
 //     ErrConditionFailed and ErrStoreUnavailable (an ErrUnavailable).
 //
-// The types are aliases of the ones the storage layout (DESIGN.md "etcd
-// layout", "Object layout") is written with. They are aliases rather than
-// types of their own because Namespace carries one method per etcd and
-// object key of the layout, and Version its fixed-width storage encoding:
-// moving them here would make the whole storage layout public API, while
-// a user needs only their fields and the few methods listed in each
-// comment below (go doc does not list an alias's methods, so the comments
-// do). The functions here are real: ParseVersion, NewNamespace and
-// NewStore are the way to build the arguments the packages take.
+// Version, Object, Pointer and Seal are aliases of the records the storage
+// layout (DESIGN.md "etcd layout", "Object layout") is written with, so
+// that a value passes between the packages unconverted; a user needs only
+// their fields and the few methods each comment lists (go doc does not list
+// an alias's methods). Namespace is a type of its own: the names of the
+// layout's keys are not API. ParseVersion, NewNamespace and NewStore build
+// the arguments the packages take.
 //
 // This package imports none of authority, publisher, reader and gc; they
 // import it.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/pubhook"
 	"io"
 	"strings"
 	"testing"
@@ -69,7 +70,7 @@ func newWorld(t *testing.T, state int) *world {
 	t.Helper()
 	px, cli := testenv.Get(t).EtcdProxy(t)
 	fs := faultstore.New(memstore.New("fencepub", nil))
-	w := &world{t: t, px: px, fs: fs, env: fencepub.Env{Namespace: testenv.Namespace(t), Etcd: cli, Store: fs}}
+	w := &world{t: t, px: px, fs: fs, env: fencepub.Env{Namespace: fencepub.Namespace(testenv.Namespace(t)), Etcd: cli, Store: fs}}
 	var err error
 	if w.auth, err = authority.New(authority.Config{Env: w.env, RequestTimeout: requestTimeout, RetryTimeout: retryTimeout}); err != nil {
 		t.Fatal(err)
@@ -234,7 +235,7 @@ var entries = []entry{
 		return err
 	}},
 	{name: "publisher.Republish", state: published, store: true, etcd: true, wantOnEtcd: publisher.ErrUnknown, call: func(ctx context.Context, w *world) error {
-		_, err := w.p.Republish(ctx, w.first.Object.Key, "republish")
+		_, err := pubhook.Republish(ctx, w.p, w.first.Object.Key, "republish")
 		return err
 	}},
 	// Resolve of an attempt never sent seals its version in etcd and then
@@ -348,7 +349,7 @@ func TestErrorContract(t *testing.T) {
 // fencepub.ErrInvalid, and the message names the field.
 func TestConfigErrors(t *testing.T) {
 	d := testenv.NewDomain(t)
-	env := fencepub.Env{Namespace: d.NS, Etcd: d.Etcd, Store: d.Store}
+	env := fencepub.Env{Namespace: fencepub.Namespace(d.NS), Etcd: d.Etcd, Store: d.Store}
 	daemonCollector, err := gc.New(gc.Config{Env: env})
 	if err != nil {
 		t.Fatal(err)
@@ -372,28 +373,28 @@ func TestConfigErrors(t *testing.T) {
 		{"NewNamespace with an empty domain", "domain", func() error { _, err := fencepub.NewNamespace("fencepub", ""); return err }()},
 		{"ParseVersion of a word", "epoch.fence.seq", func() error { _, err := fencepub.ParseVersion("one.two.three"); return err }()},
 
-		{"authority without etcd", "authority.Config.Etcd", authority.Config{Env: fencepub.Env{Namespace: d.NS, Store: d.Store}}.Validate()},
-		{"authority without a store", "authority.Config.Store", authority.Config{Env: fencepub.Env{Namespace: d.NS, Etcd: d.Etcd}}.Validate()},
+		{"authority without etcd", "authority.Config.Etcd", authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(d.NS), Store: d.Store}}.Validate()},
+		{"authority without a store", "authority.Config.Store", authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(d.NS), Etcd: d.Etcd}}.Validate()},
 		{"authority without a namespace", "authority.Config.Namespace", authority.Config{Env: fencepub.Env{Etcd: d.Etcd, Store: d.Store}}.Validate()},
 		{"authority negative RequestTimeout", "authority.Config.RequestTimeout", authority.Config{Env: env, RequestTimeout: -1}.Validate()},
 		{"authority negative RetryTimeout", "authority.Config.RetryTimeout", authority.Config{Env: env, RetryTimeout: -1}.Validate()},
 		{"authority negative MarkerKeep", "authority.Config.MarkerKeep", authority.Config{Env: env, MarkerKeep: -1}.Validate()},
 		{"authority.New", "authority.Config.Namespace", func() error { _, err := authority.New(authority.Config{}); return err }()},
 
-		{"publisher without etcd", "publisher.Config.Etcd", publisher.Config{Env: fencepub.Env{Namespace: d.NS, Store: d.Store}}.Validate()},
-		{"publisher without a store", "publisher.Config.Store", publisher.Config{Env: fencepub.Env{Namespace: d.NS, Etcd: d.Etcd}}.Validate()},
+		{"publisher without etcd", "publisher.Config.Etcd", publisher.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(d.NS), Store: d.Store}}.Validate()},
+		{"publisher without a store", "publisher.Config.Store", publisher.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(d.NS), Etcd: d.Etcd}}.Validate()},
 		{"publisher small PartSize", "publisher.Config.PartSize", publisher.Config{Env: env, PartSize: 1 << 20}.Validate()},
 		{"publisher negative RequestTimeout", "publisher.Config.RequestTimeout", publisher.Config{Env: env, RequestTimeout: -1}.Validate()},
 		{"publisher negative ResendTimeout", "publisher.Config.ResendTimeout", publisher.Config{Env: env, ResendTimeout: -1}.Validate()},
 		{"publisher.New", "publisher.Config.Namespace", func() error { _, err := publisher.New(publisher.Config{}); return err }()},
 
-		{"reader without etcd", "reader.Config.Etcd", reader.Config{Env: fencepub.Env{Namespace: d.NS}}.Validate()},
+		{"reader without etcd", "reader.Config.Etcd", reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(d.NS)}}.Validate()},
 		{"reader negative OpenRetries", "reader.Config.OpenRetries", reader.Config{Env: env, OpenRetries: -1}.Validate()},
 		{"reader negative RequestTimeout", "reader.Config.RequestTimeout", reader.Config{Env: env, RequestTimeout: -1}.Validate()},
 		{"reader negative StallTimeout", "reader.Config.StallTimeout", reader.Config{Env: env, StallTimeout: -1}.Validate()},
 		{"reader.New with a bad resource", "resource", func() error { _, err := reader.New(reader.Config{Env: env}, "a/b"); return err }()},
 
-		{"gc without a store", "gc.Config.Store", gc.Config{Env: fencepub.Env{Namespace: d.NS, Etcd: d.Etcd}}.Validate()},
+		{"gc without a store", "gc.Config.Store", gc.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(d.NS), Etcd: d.Etcd}}.Validate()},
 		{"gc negative OpRetention", "gc.Config.OpRetention", gc.Config{Env: env, OpRetention: -1}.Validate()},
 		{"gc DeleteBatch too large", "gc.Config.DeleteBatch", gc.Config{Env: env, DeleteBatch: 1001}.Validate()},
 		{"gc negative Policy.Grace", "gc.Config.Policy.Grace", gc.Config{Env: env, Policy: gc.Policy{Grace: -1}}.Validate()},
@@ -487,7 +488,7 @@ func TestStoreErrorsFromRealServers(t *testing.T) {
 
 	// A publish whose object write cannot reach the store.
 	d := testenv.NewDomain(t)
-	env := fencepub.Env{Namespace: d.NS, Etcd: d.Etcd, Store: proxied}
+	env := fencepub.Env{Namespace: fencepub.Namespace(d.NS), Etcd: d.Etcd, Store: proxied}
 	a, err := authority.New(authority.Config{Env: env})
 	if err != nil {
 		t.Fatal(err)

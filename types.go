@@ -81,12 +81,17 @@ const SealReasonDecommissioned = layout.SealReasonDecommissioned
 
 // Namespace locates one fencepub domain: every etcd key lives under
 // "<Prefix>/<Domain>/" and every object key too (the namespace.prefix and
-// namespace.domain configuration keys; DESIGN.md "Object layout"). Fields:
-// Prefix and Domain. Build it with NewNamespace; the zero value is not
-// valid. Method: Root() returns "<Prefix>/<Domain>/" (the domain
-// path-escaped); the other methods name the layout's keys and are not
-// needed to use the library.
-type Namespace = layout.Namespace
+// namespace.domain configuration keys; DESIGN.md "Object layout"). Build
+// it with NewNamespace; each package's Config.Validate checks a Namespace
+// built as a literal the same way, and the zero value is not valid.
+type Namespace struct {
+	Prefix string
+	Domain string
+}
+
+// Root returns the namespace's key prefix, "<Prefix>/<Domain>/" (the domain
+// path-escaped): every etcd key and object key of the domain starts with it.
+func (n Namespace) Root() string { return layout.Namespace(n).Root() }
 
 // NewNamespace validates prefix (one name, such as "fencepub": no '/') and
 // domain (a name) and returns their Namespace, whose keys can never lie
@@ -100,7 +105,7 @@ func NewNamespace(prefix, domain string) (Namespace, error) {
 	if err != nil {
 		return Namespace{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return ns, nil
+	return Namespace(ns), nil
 }
 
 // StoreConfig describes a bucket of an S3-compatible store (the s3.*
@@ -121,8 +126,8 @@ type StoreConfig = s3store.Config
 // ErrConditionFailed, ErrUnavailable (retried where the request is safe to
 // send again) or ErrInvalid. What fencepub assumes of a store is in
 // DESIGN.md "What the object store must provide". NewStore returns the S3
-// implementation, which passes fencepub's store conformance suite on MinIO
-// and SeaweedFS; a wrapper of it must keep the same contract.
+// implementation; another implementation, or a wrapper, must pass
+// storetest.AcceptanceTest, as the S3 one does on MinIO and SeaweedFS.
 type Store = objstore.Store
 
 // The types of Store's methods, so that a program can wrap a Store without

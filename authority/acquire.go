@@ -24,18 +24,18 @@ const (
 
 // AcquireRequest asks for a lease on Resource.
 type AcquireRequest struct {
-	// Resource is the name to lease: 1–200 bytes
-	// of letters, digits, '.', '_' and '-'. Names starting with '_' are
-	// reserved for fencepub itself (its GC's lease).
+	// Resource is the name to lease: 1–200 bytes of letters, digits, '.',
+	// '_' and '-'. Names starting with '_' are reserved for fencepub itself
+	// (its GC's lease).
 	Resource string
 	// Owner identifies this lease request (1–128 bytes of letters, digits,
-	// '.', '_', '-', ':' and '@'); Release
-	// compares it. Use a fresh random id per request.
+	// '.', '_', '-', ':' and '@'); Release compares it. Use a fresh random
+	// id per request.
 	Owner string
 	// RequestID makes the acquire idempotent: a retry with the same id gets
-	// the original grant instead of a new one while its request record lives
-	// (gc.Config.RequestRetention, default 24 h). Empty:
-	// a random id is generated (and returned in Grant.RequestID).
+	// the original grant instead of a new one while its request record
+	// lives (gc.Config.RequestRetention, default 24 h). Empty: a random id
+	// is generated (and returned in Grant.RequestID).
 	RequestID string
 	// TTL is the lease's time to live: whole seconds, 2 s (etcd's minimum) to
 	// etcd's maximum (9e9 s).
@@ -89,51 +89,15 @@ func checkTTL(ttl time.Duration) (int64, error) {
 }
 
 // Acquire grants req.Owner a lease on req.Resource and returns the grant with
-// its fencing token (DESIGN.md invariant 2; protocol source, §Mint, acquire
-// pseudocode).
-//
-// One etcd transaction checks that no live holder exists, that the domain
-// epoch and the resource's durable generation are the ones it read, that
-// no grant record exists for the next generation, that the request id is
-// unused and that no rollback was detected; it then writes generation+1
-// (its own key: never leased, never deleted), the holder key attached to a
-// fresh lease, the durable grant record grants/<generation> (the epoch and
-// the owner) and the request record. A failed
-// compare returns the current state in the same round trip (Else branch), as
-// etcd's concurrency package does. On an uninitialised domain Acquire runs
-// Init first.
-//
-// Before returning, the grant is recorded create-only in the bucket under
-// its (epoch, generation) marker, and the bucket is checked for a marker of
-// the same (epoch, generation) from another request or a marker above it
-// that etcd does not know: either means etcd's history went back, so
-// Acquire revokes the new lease, sets the domain's rollback flag and refuses
-// every grant until `fencepub authority recover` (DESIGN.md invariant 3).
-// Without req.Wait the listing for a marker above is sent with the lease
-// grant, before the grant transaction, so it costs no round trip of its
-// own (DESIGN.md "Rollback detection" says why that is equivalent).
-//
-// A retry with the same RequestID returns the original grant, never a new
-// one; when that grant no longer holds the resource the grant is returned
-// together with an error wrapping ErrExpired.
-//
-// Every etcd request is sent again while etcd cannot serve it (no answer
-// within RequestTimeout — for the lease grant and the grant transaction at
-// most TTL/3 — no leader, a leader change), within ctx's deadline or
-// Config.RetryTimeout (DESIGN.md invariant 12); a re-sent grant
-// transaction never mints twice, because the request record guards it.
-//
-// Blocks for about one etcd transaction plus one object-store round trip;
-// with req.Wait, until the resource is free or ctx ends. A deadline that
-// ends the wait is an ErrHeld error naming the holder that also wraps ctx's
-// error (errors.Is matches both ErrHeld and context.DeadlineExceeded).
-//
-// Errors: fencepub.ErrInvalidName and ErrBadTTL (nothing written); ErrHeld
-// (naming the holder and its expected expiry); ErrExpired;
-// ErrRequestConflict; ErrRolledBack; ErrLeaseLost (the grant was superseded
-// before it could be confirmed: the caller was paused past its TTL);
-// fencepub.ErrUnavailable (the grant may have been made: retry with the same
-// request id); ErrExhausted; ctx's error.
+// its fencing token (DESIGN.md invariant 2; the package doc, "How a grant is
+// made"), running Init first on an uninitialised domain. A retry with the
+// same RequestID returns the original grant, with ErrExpired when it no
+// longer holds. It blocks for about one etcd transaction and one store round
+// trip, with req.Wait until the resource is free or ctx ends, and re-sends
+// etcd requests within ctx's deadline or Config.RetryTimeout. Errors:
+// fencepub.ErrInvalidName, ErrBadTTL, ErrHeld, ErrExpired, ErrRequestConflict,
+// ErrRolledBack, ErrLeaseLost, fencepub.ErrUnavailable (retry with the same
+// request id), ErrExhausted, ctx's error.
 func (a *Authority) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
 	if err := layout.ValidateResource(req.Resource, layout.ReservedNames(ctx)); err != nil {
 		return Grant{}, err

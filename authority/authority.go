@@ -131,7 +131,7 @@ func New(cfg Config) (*Authority, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Authority{
-		cfg: cfg, ns: cfg.Namespace, cli: cfg.Etcd, st: debuglog.Store(cfg.Store, cfg.Logger), log: cfg.Logger,
+		cfg: cfg, ns: layout.Namespace(cfg.Namespace), cli: cfg.Etcd, st: debuglog.Store(cfg.Store, cfg.Logger), log: cfg.Logger,
 		kv: debuglog.KV(leader.KV(cfg.Etcd), cfg.Logger), lease: debuglog.Lease(leader.Lease(cfg.Etcd), cfg.Logger),
 		known: make(map[string]counter),
 	}, nil
@@ -267,25 +267,12 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 }
 
 // Init initialises the domain if it is not yet and returns its epoch and
-// deployment id; on an initialised domain it is one etcd read. It is
-// idempotent and safe to run concurrently from many processes of the same
-// etcd.
-//
-// A first init first checks that the store honours create-only writes
-// (objstore.ProbeCreateOnly), then (DESIGN.md "etcd layout", invariants 3 and
-// 9) requires the bucket to hold nothing under the domain's root: it claims
-// etcd's deployment key with a fresh id (or the id another init of this etcd
-// claimed), writes the bucket's ownership marker create-only, reserves epoch
-// 1 + the highest epoch marker by writing that marker create-only, then
-// creates the epoch key and the epoch's record (DESIGN.md "etcd layout") in one
-// transaction that requires the epoch key absent. A bucket that already holds
-// an ownership marker of another deployment, epoch or grant markers, or
-// objects belongs to another etcd history: Init refuses and writes nothing
-// (Recover with FromBucket takes such a bucket over). Etcd is read first, so
-// an unreachable etcd writes nothing.
-//
-// Errors: fencepub.ErrCreateOnlyIgnored (wrapped, naming the store) for a
-// store that ignores If-None-Match, ErrForeignHistory,
+// deployment id; on an initialised domain it is one etcd read (DESIGN.md
+// "etcd layout", invariants 3 and 9; the package doc, "How a domain is
+// initialised"). It is idempotent and safe to run concurrently from many
+// processes of the same etcd. It refuses, writing nothing, a bucket that
+// holds another etcd history (Recover with FromBucket takes one over).
+// Errors: fencepub.ErrCreateOnlyIgnored (naming the store), ErrForeignHistory,
 // fencepub.ErrUnavailable, ErrExhausted, fencepub.ErrCorruptState.
 func (a *Authority) Init(ctx context.Context) (Domain, error) {
 	d, ok, err := a.readDomain(ctx)

@@ -89,36 +89,15 @@ func describeLoss(g Grant, resp *clientv3.TxnResponse) string {
 	return "held by another grant"
 }
 
-// Release ends g's term: it seals the term (sealTerm) and ends its lease.
-// One transaction checks that the holder key's CreateRevision is
-// g.HolderRevision, it is attached to g.LeaseID and the grant record of
-// g.Generation names g.Owner in g.Epoch — so A can never drop B's lease
-// (protocol source, §Owner: release and renew compare the owner
-// atomically) — and reads the resource's pointer and seal at the same
-// revision. Then, for an ordinary resource, the seal is raised over the
-// term, (g.Epoch, g.Generation, fencepub.MaxNumber), in a transaction of its
-// own that requires the grant record unchanged: every object the term left
-// above the pointer is unpublishable from then on, so GC collects it at its
-// next pass instead of after the abandon period, and a later publish of the
-// term is stale with reason seal (DESIGN.md "Leftovers of finished work").
-// Reserved resources ('_', the GC lease) have no seal and get none. Last,
-// the lease is revoked, which deletes the holder key with it. Revoking g's
-// own lease can only ever remove g's holder, whatever happened in between,
-// so the check and the revoke need not be one transaction; and the holder
-// never outlives its lease (Renew relies on it). The grant record stays:
-// it is durable (DESIGN.md "etcd layout").
-//
-// The seal is raised even when the lease is already gone (ErrLeaseLost):
-// the grant record proves the term is the caller's, and a caller that
-// releases publishes no more. Each step is safe to re-send: a release
-// whose answer was lost is simply called again.
-//
-// Errors: ErrLeaseLost when g no longer holds the resource (already expired,
-// released or superseded; its term is sealed all the same); ErrInvalidGrant;
-// fencepub.ErrUnavailable, once etcd could not serve it within ctx's
-// deadline or Config.RetryTimeout (the holder stays until the lease expires
-// or a retried Release revokes it; the seal may or may not be raised);
-// ctx's error.
+// Release ends g's term: it checks that g still names the holder, raises the
+// resource's seal to (g.Epoch, g.Generation, fencepub.MaxNumber), so GC
+// collects what the term left and a later publish of it is stale, then
+// revokes the lease (DESIGN.md "Leftovers of finished work"; the package
+// doc, "How a term ends"). The seal is raised even when the lease is gone.
+// Each step is safe to re-send: call it again after an unanswered release.
+// Errors: ErrLeaseLost (the term is sealed all the same), ErrInvalidGrant,
+// fencepub.ErrUnavailable (the holder stays until its lease expires), ctx's
+// error.
 func (a *Authority) Release(ctx context.Context, g Grant) error {
 	if err := checkGrant(g); err != nil {
 		return err

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 // unless ns is given; mods adjust the config.
 func newAuthority(t testing.TB, cli *clientv3.Client, st objstore.Store, ns layout.Namespace, mods ...func(*Config)) *Authority {
 	t.Helper()
-	cfg := Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: st}}
+	cfg := Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: cli, Store: st}}
 	for _, m := range mods {
 		m(&cfg)
 	}

@@ -52,7 +52,7 @@ func TestNestedNamespaceRefused(t *testing.T) {
 	outer := testenv.Namespace(t)
 	nested := layout.Namespace{Prefix: outer.Prefix + "/" + outer.Domain, Domain: "inner"}
 	ctx := ctxT(t, time.Minute)
-	a, err := New(Config{Env: fencepub.Env{Namespace: nested, Etcd: cli, Store: st}})
+	a, err := New(Config{Env: fencepub.Env{Namespace: fencepub.Namespace(nested), Etcd: cli, Store: st}})
 	switch {
 	case err == nil:
 		t.Errorf("New accepted %+v, whose keys lie inside %+v", nested, outer)

@@ -109,50 +109,15 @@ type restoredPointer struct {
 }
 
 // Recover moves the domain to a new epoch after an etcd restore (DESIGN.md
-// invariant 3; protocol source, §Monotonic: a new epoch guaranteed never to
-// be reused). Run it while workers cannot reach etcd (see the restore runbook
-// in docs/operations.md). In order, it:
-//
-//  1. reads etcd's epoch, deployment and rollback flag, checks the bucket's
-//     ownership marker names the same deployment, and reads every pointer.
-//     On an etcd with no epoch for the domain it refuses a bucket that
-//     holds anything under the root (another history: DESIGN.md
-//     invariant 9) unless opts.FromBucket, which takes the bucket over: it
-//     adopts the marker's deployment id and, with no pointers in etcd,
-//     quarantines every object found (step 4 records the zero pointer for
-//     each epoch).
-//     FromBucket on an etcd that has an epoch is refused;
-//  2. scans the bucket: epoch markers, grant markers and object keys;
-//  3. reserves NewEpoch = 1 + the highest epoch of all of those and etcd's,
-//     create-only in the bucket (the next free number if taken);
-//  4. records each resource's restored pointer under
-//     restored/<resource>/<epoch> (create-only) for OldEpoch and for
-//     every epoch of an object above that pointer, so GC quarantines those
-//     objects (the zero pointer for a resource the restore left without one);
-//  5. sets the epoch in one transaction that requires it unchanged, clears
-//     the rollback flag and records NewEpoch and OldEpoch as epochs this
-//     etcd issued (epoch records; GC deletes older-epoch objects only
-//     of recorded epochs) — from here every publish and grant of an older
-//     epoch is rejected;
-//  6. revokes the lease of every holder created before that transaction;
-//  7. reports the objects above each restored pointer.
-//
-// Every step is idempotent: after a failure, run it again. Each etcd
-// request, and each read or create-only write of a marker, is retried
-// while etcd or the store is unavailable, within ctx's deadline or
-// Config.RetryTimeout (DESIGN.md invariant 12); the bucket listings of
-// steps 1 and 2 are not.
-//
-// A corrupt epoch key is repaired the same way (RecoverReport.CorruptEpoch);
-// any other corrupt value it needs (a pointer) stops it before it changes
-// anything.
-//
-// Errors: ErrForeignHistory (retry with FromBucket),
-// ErrInitialized (FromBucket on an etcd with an epoch),
+// invariant 3; the package doc, "How Recover works"), and repairs a corrupt
+// epoch key the same way. Run it while workers cannot reach etcd (the
+// restore runbook in docs/operations.md). Every step is idempotent: after a
+// failure, run it again; etcd requests and marker reads and writes are
+// retried within ctx's deadline or Config.RetryTimeout. Errors:
+// ErrForeignHistory (retry with FromBucket), ErrInitialized,
 // ErrForeignDeployment, fencepub.ErrUnavailable, ErrExhausted,
-// fencepub.ErrCorruptState, a concurrent epoch change (run again), ctx's
-// error; etcd's permission denied, before anything is written, for a user
-// whose role may not write the epoch key (DESIGN.md "Security").
+// fencepub.ErrCorruptState, a concurrent epoch change (run again), etcd's
+// permission denied, ctx's error.
 func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverReport, error) {
 	rep := RecoverReport{DryRun: opts.DryRun, FromBucket: opts.FromBucket, Revoked: []RevokedHolder{}, Resources: []ResourceRecovery{}}
 	// The put of the epoch key sits in a branch that never runs (no key has

@@ -26,25 +26,13 @@ func earlier(a, b time.Time) time.Time {
 	return b
 }
 
-// Session keeps one grant alive in the background: it renews the lease
-// every TTL/3 (Renew: keepalive plus holder check) and closes Lost as soon as
-// it can no longer vouch that etcd still holds the lease. A keepalive that
-// gets no answer within TTL/6 (or RequestTimeout, if shorter) or that etcd
-// cannot serve is sent again until the deadline, so a stalled member costs
-// one attempt, not the lease (DESIGN.md invariant 12).
-//
-// The local deadline is counted from when each renew request was SENT, not
-// when its answer arrived: etcd restarts the TTL when it processes the
-// keepalive, which is after the send, so Deadline is never later than the
-// earliest moment etcd may expire the lease (assuming the two clocks advance
-// at the same rate; leader changes only extend leases). Lost closes a small
-// margin (TTL/20, at most 1 s) before that deadline if no renewal confirmed a
-// later one, or at once when a renewal reports ErrLeaseLost. Once lost, a
-// session never recovers: acquire again.
-//
-// Worker code stops publishing when Lost closes; fencing still protects the
-// resource if it does not (DESIGN.md "Words": expiry does not stop a paused
-// process). A Session's methods are safe for concurrent use.
+// Session keeps one grant alive in the background: it renews the lease every
+// TTL/3 and closes Lost as soon as it can no longer vouch that etcd still
+// holds the lease, a small margin before Deadline; once lost, it never
+// recovers: acquire again (DESIGN.md invariant 12; the package doc, "How a
+// Session counts its deadline"). Worker code stops publishing when Lost
+// closes; fencing still protects the resource if it does not (DESIGN.md
+// "Words"). A Session's methods are safe for concurrent use.
 type Session struct {
 	a      *Authority
 	g      Grant
@@ -117,11 +105,10 @@ func (s *Session) Close() error { return s.CloseContext(context.Background()) }
 // its deadline bounds the release's retries (Config.RetryTimeout when it
 // has none), so a caller with a deadline of its own gives up when it
 // passes; the lease then expires by itself within its TTL (renewal stops
-// here), and GC seals the term's leftovers later.
-// It waits for the session's goroutine to exit. It returns Release's
-// error (ErrLeaseLost if the grant was already lost, ctx's error or
-// fencepub.ErrUnavailable when the release did not complete); later calls
-// return nil.
+// here), and GC seals the term's leftovers later. It waits for the
+// session's goroutine to exit. It returns Release's error (ErrLeaseLost if
+// the grant was already lost, ctx's error or fencepub.ErrUnavailable when
+// the release did not complete); later calls return nil.
 func (s *Session) CloseContext(ctx context.Context) error {
 	s.mu.Lock()
 	already := s.closed

@@ -46,7 +46,7 @@ func runHelper(specJSON []byte) error {
 		return err
 	}
 	defer cli.Close()
-	a, err := New(Config{Env: fencepub.Env{Namespace: spec.Namespace, Etcd: cli, Store: st}})
+	a, err := New(Config{Env: fencepub.Env{Namespace: fencepub.Namespace(spec.Namespace), Etcd: cli, Store: st}})
 	if err != nil {
 		return err
 	}

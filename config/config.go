@@ -21,5 +21,5 @@ func Connect(path string) (fencepub.Env, error) {
 	if err != nil {
 		return fencepub.Env{}, err
 	}
-	return fencepub.Env{Namespace: conn.NS, Etcd: conn.Etcd, Store: conn.Store}, nil
+	return fencepub.Env{Namespace: fencepub.Namespace(conn.NS), Etcd: conn.Etcd, Store: conn.Store}, nil
 }

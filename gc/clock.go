@@ -280,12 +280,12 @@ func dropKey(points []checkpoint, key string) []checkpoint {
 	return out
 }
 
-// thinClock deletes the checkpoints of r that no cutoff needs: it keeps
-// the one each retention in use (op, request, grace) cuts at now, every one
-// of the last clockKeepAll, the latest of each minute up to
-// clockKeepMinutes and of each hour beyond, and none older than the one the
-// longest retention cuts at. Each delete
-// requires the checkpoint unchanged. r.points is updated to what is kept.
+// thinClock deletes the checkpoints of r that no cutoff needs: it keeps the
+// one each retention in use (op, request, grace) cuts at now, every one of
+// the last clockKeepAll, the latest of each minute up to clockKeepMinutes
+// and of each hour beyond, and none older than the one the longest
+// retention cuts at. Each delete requires the checkpoint unchanged.
+// r.points is updated to what is kept.
 func (c *Collector) thinClock(ctx context.Context, r *clockReading) error {
 	ages := []time.Duration{c.cfg.OpRetention, c.cfg.RequestRetention, c.cfg.Policy.Grace + c.cfg.Policy.ClockSkew}
 	// The checkpoint each age's cutoff uses now stays, whatever its bucket.

@@ -179,7 +179,7 @@ func New(cfg Config) (*Collector, error) {
 		cfg.leases = leader.Lease(cfg.Etcd)
 	}
 	return &Collector{
-		cfg: cfg, ns: cfg.Namespace, cli: debuglog.KV(leader.KV(cfg.Etcd), cfg.Logger), st: debuglog.Store(cfg.Store, cfg.Logger), auth: cfg.Authority,
+		cfg: cfg, ns: layout.Namespace(cfg.Namespace), cli: debuglog.KV(leader.KV(cfg.Etcd), cfg.Logger), st: debuglog.Store(cfg.Store, cfg.Logger), auth: cfg.Authority,
 		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now, leases: cfg.leases, window: allWindow,
 		manifests: newManifestCache(),
 	}, nil
@@ -247,28 +247,14 @@ type RunOptions struct {
 	Progress func(scanned int64)
 }
 
-// Run performs one pass and returns its report. It first checks that the
-// bucket's ownership marker names etcd's deployment (else
-// authority.ErrForeignDeployment or ErrNoOwnership, and nothing is touched),
-// advances the domain clock that every record age is measured on (a dry run
-// only reads it; clock.go, DESIGN.md "Ages come from one clock"), warns when
-// bucket versioning or lifecycle rules are on, lists the bucket's incomplete
-// multipart uploads once, then collects the resources (collectAll: with All,
-// in windows of 64 in object-key order, each window's snapshots then ONE
-// listing of its key range, 4 windows at once; named resources 8 at once,
-// each with its own listing; the order of Report.Decisions and Report.Errors
-// across resources is not fixed). A resource that fails does not stop the
-// others.
-//
-// It blocks until the pass ends or ctx is cancelled (deletions already sent
-// complete or fail on their own; each is safe on its own).
-//
-// Errors: fencepub.ErrInvalid (options), authority.ErrForeignDeployment,
-// ErrNoOwnership, fencepub.ErrNotInitialized, authority.ErrForeignHistory
-// (etcd has no epoch and the bucket holds another etcd's history: DESIGN.md
-// invariant 9), fencepub.ErrUnavailable; ErrIncomplete wrapping the
-// per-resource errors (joined; errors.Is sees each) when some failed. The
-// report is returned in every case.
+// Run performs one pass and returns its report, in every case (the package
+// doc, "A pass"). It first checks the bucket's ownership marker (else nothing
+// is touched); a resource that fails does not stop the others. It blocks
+// until the pass ends or ctx is cancelled (deletions already sent complete
+// or fail on their own). Errors: fencepub.ErrInvalid (options),
+// authority.ErrForeignDeployment, ErrNoOwnership, fencepub.ErrNotInitialized,
+// authority.ErrForeignHistory (DESIGN.md invariant 9),
+// fencepub.ErrUnavailable; ErrIncomplete joining the per-resource errors.
 func (c *Collector) Run(ctx context.Context, opts RunOptions) (*Report, error) {
 	start := time.Now()
 	rep := newReport(opts.DryRun, c.now())

@@ -154,7 +154,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	}
 
 	// Graceful stop: the lease is released at once, not left to expire.
-	standby, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}})
+	standby, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}})
 	if err != nil {
 		t.Fatal(err)
 	}

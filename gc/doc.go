@@ -31,4 +31,34 @@
 //     one clock"): a publisher's clock never shortens a record's life.
 //   - Nothing is deleted under a prefix whose ownership marker names another
 //     deployment (authority.ErrForeignDeployment, ErrNoOwnership).
+//
+// # A pass
+//
+// Collector.Run first checks that the bucket's ownership marker names etcd's
+// deployment, then advances the domain clock that every record age is
+// measured on (a dry run only reads it; DESIGN.md "Ages come from one
+// clock"), warns when bucket versioning or lifecycle rules are on, lists the
+// bucket's incomplete multipart uploads once, then collects the resources:
+// with RunOptions.All, in windows of 64 in object-key order, each window's
+// snapshots then one listing of its key range, 4 windows at once; named
+// resources 8 at once, each with its own listing. The order of
+// Report.Decisions and Report.Errors across resources is not fixed.
+// ErrIncomplete wraps the per-resource errors joined, so errors.Is sees
+// each.
+//
+// # Decommissioning
+//
+// Collector.Decommission raises the seal instead of deleting the pointer. Its
+// transaction requires the epoch, generation, pointer and seal unchanged
+// since it read them (and, unless forced, no holder), and records the
+// version it seals as the seal's Retired. GC then deletes the resource's
+// objects (the published and retained ones after the reader grace) and, at
+// its next pass, every op record at or below Retired whatever its age, so
+// the resource's idempotency keys end with it; the generation counter,
+// pointer and seal stay, so a later grant (generation+1) re-creates the
+// resource above them, with no keys. The seal never goes down: when it is
+// already at or above the target, nothing is written, except that a seal at
+// the target from authority.Authority.Release (which seals each finished
+// term at (epoch, fence, max)) is rewritten with the decommission reason, at
+// the same version.
 package gc

@@ -63,7 +63,7 @@ func initEnv(e *env) *env {
 
 func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 	e.t.Helper()
-	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.st}})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: cli, Store: e.st}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func (e *env) authority(cli *clientv3.Client) *authority.Authority {
 
 func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publisher.Client {
 	e.t.Helper()
-	cfg := publisher.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.st}}
+	cfg := publisher.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: cli, Store: e.st}}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -86,7 +86,7 @@ func (e *env) publisher(cli *clientv3.Client, mod func(*publisher.Config)) *publ
 // collector returns a Collector of e's domain; mod adjusts its Config.
 func (e *env) collector(mod func(*Config)) *Collector {
 	e.t.Helper()
-	cfg := Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.st}, Authority: e.auth}
+	cfg := Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.st}, Authority: e.auth}
 	if mod != nil {
 		mod(&cfg)
 	}

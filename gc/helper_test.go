@@ -67,7 +67,7 @@ func helperMain(run helperFunc, logAuthority bool) testenv.ChildFunc {
 		if logAuthority {
 			log = slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
-		auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: cfg.Namespace, Etcd: cli, Store: st}, Logger: log})
+		auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(cfg.Namespace), Etcd: cli, Store: st}, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -77,7 +77,7 @@ func helperMain(run helperFunc, logAuthority bool) testenv.ChildFunc {
 
 // helperDaemon runs a GC daemon over every resource until SIGTERM.
 func helperDaemon(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st objstore.Store, auth *authority.Authority) error {
-	c, err := New(Config{Env: fencepub.Env{Namespace: cfg.Namespace, Etcd: cli, Store: st}, Authority: auth, Policy: cfg.Policy})
+	c, err := New(Config{Env: fencepub.Env{Namespace: fencepub.Namespace(cfg.Namespace), Etcd: cli, Store: st}, Authority: auth, Policy: cfg.Policy})
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func helperDaemon(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 // not applied or the session is lost, then start over. It prints one line
 // per publish: "<outcome> <reason> <version> <object key>".
 func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st objstore.Store, auth *authority.Authority) error {
-	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: cfg.Namespace, Etcd: cli, Store: st}, ResendTimeout: 2 * time.Second})
+	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(cfg.Namespace), Etcd: cli, Store: st}, ResendTimeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 // grant.
 func helperSkewed(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st objstore.Store, auth *authority.Authority) error {
 	pub, err := publisher.New(publisher.Config{
-		Env: fencepub.Env{Namespace: cfg.Namespace, Etcd: cli, Store: st}, RequestTimeout: 300 * time.Millisecond, ResendTimeout: 2 * time.Minute,
+		Env: fencepub.Env{Namespace: fencepub.Namespace(cfg.Namespace), Etcd: cli, Store: st}, RequestTimeout: 300 * time.Millisecond, ResendTimeout: 2 * time.Minute,
 		Now: func() time.Time { return time.Now().Add(cfg.Skew) },
 	})
 	if err != nil {

@@ -181,7 +181,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	// pointer, waits up to 300 ms (well within the 1 s grace) and fetches
 	// exactly that object.
 	for _, res := range resources {
-		rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}, res)
+		rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}}, res)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// Report is the outcome of one pass (Collector.Run), shaped for
-// `fencepub gc run -o json`. Counts are of
-// objects unless named otherwise. In a dry run nothing is changed and
-// Deleted, Sealed, Uploads.Aborted and Records count what the pass would
-// have done (except acquire request records, which a dry run does not count).
+// Report is the outcome of one pass (Collector.Run), shaped for `fencepub
+// gc run -o json`. Counts are of objects unless named otherwise. In a dry
+// run nothing is changed and Deleted, Sealed, Uploads.Aborted and Records
+// count what the pass would have done (except acquire request records,
+// which a dry run does not count).
 type Report struct {
 	DryRun    bool      `json:"dry_run"`
 	StartedAt time.Time `json:"started_at"`

@@ -21,10 +21,10 @@ type historyEntry struct {
 // retention computes which history entries keep their objects, streaming
 // the history in version order with memory bounded by the entries it keeps
 // (Policy.Retain plus those superseded within the grace), not by the
-// history's length. Supersession is measured on the
-// domain clock: entry k was superseded when entry k+1 was written, and that
-// is past the grace when its ModRevision is below graceCutoff (never the
-// publishers' CommittedAt).
+// history's length. Supersession is measured on the domain clock: entry k
+// was superseded when entry k+1 was written, and that is past the grace
+// when its ModRevision is below graceCutoff (never the publishers'
+// CommittedAt).
 type retention struct {
 	p           Policy
 	graceCutoff int64

@@ -94,26 +94,14 @@ type Decommissioned struct {
 const decommissionAttempts = 8
 
 // Decommission retires res so that no fence of its past can ever publish
-// (`fencepub resource delete`; DESIGN.md "etcd layout": decommissioning
-// raises the seal instead of deleting the pointer): in ONE transaction that
-// requires the epoch, generation, pointer and seal unchanged since it read
-// them (and, unless force, no holder), it raises the seal to (epoch,
-// generation, fencepub.MaxNumber) with reason SealReasonDecommissioned, and
-// records that version as the seal's Retired. GC then deletes the resource's objects
-// (the published and retained ones after the reader grace) and prunes its
-// records, the op records at its next pass (every one at or below Retired,
-// whatever its age), so the resource's idempotency keys end with it; the
-// generation counter, pointer and seal stay, so a later grant
-// (generation+1) re-creates the resource above them, with no keys.
-// The seal never goes down: when it is already at or above the target,
-// nothing is written — except that a seal at the target from Release
-// (authority.Authority.Release seals each finished term at (epoch, fence,
-// max)) is rewritten with the decommission reason, at the same version.
-//
-// Errors: fencepub.ErrInvalid (bad name), ErrUnknownResource (never granted:
-// a typo), authority.ErrHeld (a live lease and !force; wraps the holder),
-// fencepub.ErrNotInitialized, fencepub.ErrCorruptState, ErrRaceLost,
-// fencepub.ErrUnavailable, ctx's error.
+// (`fencepub resource delete`; DESIGN.md "etcd layout"; the package doc,
+// "Decommissioning"): one transaction raises its seal to (epoch, generation,
+// fencepub.MaxNumber) with reason SealReasonDecommissioned. GC then deletes
+// its objects and records; a later grant re-creates the resource. Errors:
+// fencepub.ErrInvalid (bad name), ErrUnknownResource (never granted),
+// authority.ErrHeld (a live lease and !force), fencepub.ErrNotInitialized,
+// fencepub.ErrCorruptState, ErrRaceLost, fencepub.ErrUnavailable, ctx's
+// error.
 func (c *Collector) Decommission(ctx context.Context, res string, force bool) (Decommissioned, error) {
 	if err := layout.ValidateResource(res, false); err != nil {
 		return Decommissioned{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)

@@ -169,37 +169,19 @@ func (ds Dataset) validate() error {
 
 // PublishDataset uploads ds's files and publishes them as one dataset
 // version with the next seq, in one etcd transaction (DESIGN.md "Dataset
-// versions"). It first reads the base (Dataset.Base): the current pointer
-// and, when that is a dataset, its manifest index. Then it streams the
-// files in path order through Dataset.Parallel uploads, each create-only
-// under the version's key and retried per file (Dataset.FileSends), while
-// the manifest is written in order, one page at a time: memory holds about
-// one page of entries and the files in flight, whatever the file count.
-// A file whose path, size, sha256 and content type equal a base entry is
-// not uploaded (its sha256 is computed by reading it once). The request
-// digest covers the entries' paths, sizes, sha256 and content types, never
-// object keys, so a retried job with the same output is Duplicate.
-//
-// It blocks as Publish does and ends with the same outcomes and errors;
-// with a base, the transaction also requires the pointer to be the base
-// exactly, and a pointer that moved is Stale with ReasonBase. An unknown
-// outcome is settled by Resolve with the Result's AttemptID (the manifest
-// key and request digest). Errors before the transaction was sent publish
-// nothing and give the seq back (the files written are orphans GC
-// removes): fencepub.ErrInvalid (a field, a path refused by
-// manifest.ValidatePath, out of order, given twice or inside another
-// file's), ErrBody (a file's Open or read failed, or its length is not its
-// Size), an error Dataset.Files yielded, the store's errors
-// (fencepub.ErrUnavailable, objstore's), fencepub.ErrCorruptState (the
-// base's manifest does not match its pointer), fencepub.ErrCorruptRecord,
-// fencepub.ErrNotInitialized. Calls on one Publisher may overlap as
-// Publish's do; Dataset.Progress runs on the calling goroutine.
+// versions"; the package doc, "Publishing a dataset"). A file equal to an
+// entry of the base (Dataset.Base) is not uploaded again. It blocks as
+// Publish does and ends with the same outcomes; a pointer that moved off the
+// base is Stale with ReasonBase, and Resolve settles an unknown outcome with
+// the Result's AttemptID. Calls may overlap as Publish's do. Errors are
+// Publish's, plus fencepub.ErrInvalid (a field or a path), ErrBody, an error
+// Dataset.Files yielded and fencepub.ErrCorruptState (the base's manifest).
 func (p *Publisher) PublishDataset(ctx context.Context, ds Dataset) (DatasetResult, error) {
 	if err := ds.validate(); err != nil {
 		p.c.m.failure("validate")
 		return DatasetResult{}, err
 	}
-	base, err := p.c.readBase(ctx, p.term.Resource, ds.Base)
+	base, err := p.c.readBase(ctx, p.term.resource, ds.Base)
 	if err != nil {
 		p.c.m.failure("base")
 		return DatasetResult{}, err
@@ -211,7 +193,7 @@ func (p *Publisher) PublishDataset(ctx context.Context, ds Dataset) (DatasetResu
 		p.giveBack(c)
 		return DatasetResult{DatasetStats: stats}, err
 	}
-	ctx = debuglog.With(ctx, p.c.log, "resource", p.term.Resource, "version", c.v.String(), "key", ds.IdempotencyKey)
+	ctx = debuglog.With(ctx, p.c.log, "resource", p.term.resource, "version", c.v.String(), "key", ds.IdempotencyKey)
 	res, err := p.send(ctx, c, p.c.prepareDataset(p.term, c.v, ds.IdempotencyKey, w, base))
 	return DatasetResult{Result: res, DatasetStats: stats}, err
 }
@@ -338,7 +320,7 @@ func (p *Publisher) writeDataset(ctx context.Context, v layout.Version, ds Datas
 	}
 	wctx, cancel := context.WithCancelCause(ctx) // the uploads'; the index is written on ctx
 	defer cancel(nil)
-	vkey := p.c.ns.ObjectKey(p.term.Resource, v, layout.NewNonce())
+	vkey := p.c.ns.ObjectKey(p.term.resource, v, layout.NewNonce())
 	parallel := cmp.Or(ds.Parallel, DefaultParallel)
 	sends := cmp.Or(ds.FileSends, defaultFileSends)
 	jobs := make(chan fileJob)
@@ -530,13 +512,13 @@ func (c *Client) prepareDataset(t Term, v layout.Version, key string, w writtenD
 	pr.pointer.Kind, pr.pointer.Files, pr.pointer.Bytes = layout.KindDataset, w.files, w.bytes
 	val, _ := layout.EncodePointer(pr.pointer) // cannot fail
 	for i, op := range pr.then {
-		if k := string(op.KeyBytes()); k == c.ns.PointerKey(t.Resource) || k == c.ns.HistoryKey(t.Resource, v) {
+		if k := string(op.KeyBytes()); k == c.ns.PointerKey(t.resource) || k == c.ns.HistoryKey(t.resource, v) {
 			pr.then[i] = clientv3.OpPut(k, val)
 		}
 	}
 	if b != nil {
 		pr.base = b
-		pr.cmps = append(pr.cmps, clientv3.Compare(clientv3.Value(c.ns.PointerKey(t.Resource)), "=", b.value))
+		pr.cmps = append(pr.cmps, clientv3.Compare(clientv3.Value(c.ns.PointerKey(t.resource)), "=", b.value))
 	}
 	return pr
 }

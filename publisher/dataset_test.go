@@ -273,13 +273,13 @@ func TestDatasetHostilePaths(t *testing.T) {
 		files("bad\xffutf8", "x"), files("nul\x00", "x"), files("cafe\u0301", "x"), files("a", "1", "a", "2"),
 		files("a", "file", "a/b", "inside a file"), files("", "x"),
 	} {
-		next := p.NextSeq()
+		next := p.nextSeq()
 		r, err := p.PublishDataset(ctx, dataset("k", BaseNone, fs...))
 		if !errors.Is(err, fencepub.ErrInvalid) || r.Outcome != "" {
 			t.Fatalf("files %q: outcome %q, err %v; want ErrInvalid", fs[0].Path, r.Outcome, err)
 		}
-		if p.NextSeq() != next {
-			t.Fatalf("files %q: seq %d not given back (next %d)", fs[0].Path, next, p.NextSeq())
+		if p.nextSeq() != next {
+			t.Fatalf("files %q: seq %d not given back (next %d)", fs[0].Path, next, p.nextSeq())
 		}
 	}
 	if got := e.history("r"); len(got) != 0 {
@@ -402,10 +402,10 @@ func TestDatasetRerunAfterFailure(t *testing.T) {
 		}
 		yield(File{}, errors.New("the job died"))
 	}
-	next := p.NextSeq()
+	next := p.nextSeq()
 	r, err := p.PublishDataset(ctx, Dataset{IdempotencyKey: "k", Files: broken})
-	if err == nil || r.Outcome != "" || p.NextSeq() != next {
-		t.Fatalf("a failing file source: outcome %q err %v, next seq %d (was %d)", r.Outcome, err, p.NextSeq(), next)
+	if err == nil || r.Outcome != "" || p.nextSeq() != next {
+		t.Fatalf("a failing file source: outcome %q err %v, next seq %d (was %d)", r.Outcome, err, p.nextSeq(), next)
 	}
 
 	// Stage 2: the transaction gets no answer.
@@ -462,10 +462,10 @@ func TestDatasetRollback(t *testing.T) {
 	if err := e.Store.Delete(ctx, []string{es1["d/b"].Key})[0]; err != nil {
 		t.Fatal(err)
 	}
-	next := p.NextSeq()
+	next := p.nextSeq()
 	gone, err := p.Rollback(ctx, r1.Version, "rollback-2")
-	if !errors.Is(err, ErrSourceGone) || gone.Outcome != "" || p.NextSeq() != next {
-		t.Fatalf("rollback to a version whose file is gone: %q, %v, next seq %d (was %d)", gone.Outcome, err, p.NextSeq(), next)
+	if !errors.Is(err, ErrSourceGone) || gone.Outcome != "" || p.nextSeq() != next {
+		t.Fatalf("rollback to a version whose file is gone: %q, %v, next seq %d (was %d)", gone.Outcome, err, p.nextSeq(), next)
 	}
 }
 

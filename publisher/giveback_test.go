@@ -41,7 +41,7 @@ func seqPaths() []seqPath {
 		return p.Publish(ctx, body())
 	}
 	publishSeq := func(ctx context.Context, p *Publisher, _ Result, body func() Operation) (Result, error) {
-		return p.PublishSeq(ctx, p.NextSeq(), body())
+		return p.PublishSeq(ctx, p.nextSeq(), body())
 	}
 	pipeline := func(ctx context.Context, p *Publisher, _ Result, body func() Operation) (Result, error) {
 		pl := p.Pipeline(ctx, 2)
@@ -53,7 +53,7 @@ func seqPaths() []seqPath {
 		return p.Rollback(ctx, base.Version, "rollback")
 	}
 	republish := func(ctx context.Context, p *Publisher, base Result, _ func() Operation) (Result, error) {
-		return p.Republish(ctx, base.Object.Key, "republish")
+		return p.republishKey(ctx, base.Object.Key, "republish")
 	}
 	return []seqPath{
 		{"publish", false, publish}, {"publish-multipart", true, publish},
@@ -91,7 +91,7 @@ func TestSeqGivenBackOnStoreFailure(t *testing.T) {
 		fs := faultstore.New(e.Store)
 		c := e.client(e.Etcd, func(c *Config) { c.Store, c.PartSize = fs, minPartSize })
 		term := GrantTerm(g, false)
-		term.Contiguous = true
+		term.contiguous = true
 		p, err := c.Bind(ctx, term)
 		if err != nil {
 			t.Fatal(err)

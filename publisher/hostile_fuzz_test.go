@@ -130,7 +130,7 @@ func FuzzClassify(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, opVal, ptrVal, sealVal []byte, absent uint8) {
 		c := fuzzClient(t)
-		pr := c.prepare(Term{Resource: "r", Owner: "o", Epoch: 1, Fence: 2}, v, "k", "d", layout.Object{Key: "obj"}, "text/plain")
+		pr := c.prepare(Term{resource: "r", owner: "o", epoch: 1, fence: 2}, v, "k", "d", layout.Object{Key: "obj"}, "text/plain")
 		// Bit i of absent drops the i-th record; an empty op value is no
 		// op record (the common case).
 		vals := [][]byte{opVal, ptrVal, sealVal, []byte(layout.EncodeNumber(1)), []byte(layout.GrantRecordValue(1, "o"))}

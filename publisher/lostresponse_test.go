@@ -75,7 +75,7 @@ func runPausedWorker(specJSON []byte) error {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: spec.Namespace, Etcd: cli, Store: st}})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(spec.Namespace), Etcd: cli, Store: st}})
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func runPausedWorker(specJSON []byte) error {
 		return err
 	}
 	_ = out.Encode(workerEvent{Event: "grant", Grant: &g})
-	c, err := New(Config{Env: fencepub.Env{Namespace: spec.Namespace, Etcd: cli, Store: st}})
+	c, err := New(Config{Env: fencepub.Env{Namespace: fencepub.Namespace(spec.Namespace), Etcd: cli, Store: st}})
 	if err != nil {
 		return err
 	}
@@ -318,7 +318,7 @@ func (e *env) listObjects(prefix string) []string {
 // readVerified reads res's published object through a reader, verified.
 func (e *env) readVerified(res string) string {
 	e.t.Helper()
-	r, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}, res)
+	r, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}}, res)
 	if err != nil {
 		e.t.Fatal(err)
 	}

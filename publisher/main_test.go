@@ -45,7 +45,7 @@ func newEnv(t testing.TB, mods ...func(*Config)) *env {
 func newDomainEnv(t testing.TB, d *testenv.Domain, amod func(*authority.Config), mods ...func(*Config)) *env {
 	t.Helper()
 	e := &env{Domain: d, t: t, reg: prometheus.NewRegistry()}
-	acfg := authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}
+	acfg := authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}}
 	if amod != nil {
 		amod(&acfg)
 	}
@@ -65,7 +65,7 @@ func newDomainEnv(t testing.TB, d *testenv.Domain, amod func(*authority.Config),
 // client builds another publisher Client of e's domain on cli.
 func (e *env) client(cli *clientv3.Client, mods ...func(*Config)) *Client {
 	e.t.Helper()
-	cfg := Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.Store}}
+	cfg := Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: cli, Store: e.Store}}
 	for _, m := range mods {
 		m(&cfg)
 	}
@@ -118,7 +118,7 @@ func (e *env) expire(g authority.Grant) {
 func (e *env) bindContiguous(ctx context.Context, res string) *Publisher {
 	e.t.Helper()
 	term := GrantTerm(e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"}), false)
-	term.Contiguous = true
+	term.contiguous = true
 	p, err := e.pub.Bind(ctx, term)
 	if err != nil {
 		e.t.Fatal(err)

@@ -32,7 +32,7 @@ func memClient(t *testing.T) (*Client, *faultstore.Store, *memstore.Store) {
 	t.Helper()
 	mem := memstore.New("fencepub", nil)
 	fs := faultstore.New(mem)
-	c, err := New(Config{Env: fencepub.Env{Namespace: testenv.Namespace(t), Etcd: clientv3.NewCtxClient(context.Background()), Store: fs}, PartSize: minPartSize})
+	c, err := New(Config{Env: fencepub.Env{Namespace: fencepub.Namespace(testenv.Namespace(t)), Etcd: clientv3.NewCtxClient(context.Background()), Store: fs}, PartSize: minPartSize})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -195,12 +195,12 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("a 256-byte key must be accepted: %v", err)
 	}
 	for _, term := range []Term{
-		{Resource: res, Owner: "w", Epoch: g.Epoch, Fence: 0},
-		{Resource: res, Owner: "w", Epoch: 0, Fence: 1},
-		{Resource: res, Owner: "w", Epoch: g.Epoch, Fence: layout.MaxNumber + 1},
-		{Resource: res, Owner: "", Epoch: g.Epoch, Fence: 1},
-		{Resource: "bad/name", Owner: "w", Epoch: g.Epoch, Fence: 1},
-		{Resource: res, Owner: "w", Epoch: g.Epoch, Fence: 1, Strict: true},
+		{resource: res, owner: "w", epoch: g.Epoch, fence: 0},
+		{resource: res, owner: "w", epoch: 0, fence: 1},
+		{resource: res, owner: "w", epoch: g.Epoch, fence: layout.MaxNumber + 1},
+		{resource: res, owner: "", epoch: g.Epoch, fence: 1},
+		{resource: "bad/name", owner: "w", epoch: g.Epoch, fence: 1},
+		{resource: res, owner: "w", epoch: g.Epoch, fence: 1, strict: true},
 	} {
 		if _, err := e.pub.Bind(ctx, term); !errors.Is(err, fencepub.ErrInvalid) {
 			t.Errorf("bind %+v: %v, want fencepub.ErrInvalid", term, err)

@@ -30,25 +30,13 @@ type PipelineResult struct {
 }
 
 // Pipeline publishes a stream of operations of one Publisher, writing the
-// objects of up to depth operations while the transaction of the oldest
-// one is in flight (DESIGN.md "Pipelined publishing"). Seqs are taken at
-// Submit, in Submit order; the transactions are sent one at a time in seq
-// order, each only after the previous one got its answer (re-sends on a
-// lost response included), each exactly the transaction Publish sends. So
-// every compare is Publish's, and no transaction can overtake an older one.
-//
-// Applied, duplicate and conflict let the next operation go. Any other
-// answer of an operation (stale, unknown, an error such as a failed object
-// write), or the end of the Pipeline's context, stops it: that operation
-// gets its own answer, every later one gets ErrPipelineStopped, and later
-// Submits too. The seqs of the operations that were not sent (and the
-// stopping one's, when nothing of it that can apply was sent, as Publish
-// does) are given back to the Publisher, so a contiguous term goes on
-// without a gap.
-//
-// Submit and Close are safe for concurrent use. While a Pipeline is open,
-// other publishes of its Publisher are safe but race with it: whichever
-// seq is higher wins, and the lower one is stale.
+// objects of up to depth operations while the transaction of the oldest is
+// in flight (DESIGN.md "Pipelined publishing"; the package doc). Seqs are
+// taken at Submit, in order; the transactions are sent one at a time in seq
+// order, each Publish's. Applied, duplicate and conflict let the next one go;
+// any other answer, or the end of the Pipeline's context, stops it: later
+// operations get ErrPipelineStopped and their seqs back. Submit and Close
+// are safe for concurrent use; other publishes of the Publisher race with it.
 type Pipeline struct {
 	p      *Publisher
 	ctx    context.Context    // the caller's: transactions

@@ -202,7 +202,7 @@ func TestPipelineOrder(t *testing.T) {
 	}
 	r := answer(t, "submit after Close", pl.Submit(op("late", "x")))
 	mustNotSent(t, "submit after Close", r)
-	if n := p.NextSeq(); n != workers*each+1 {
+	if n := p.nextSeq(); n != workers*each+1 {
 		t.Fatalf("NextSeq %d after Close; want %d", n, workers*each+1)
 	}
 }
@@ -326,7 +326,7 @@ func TestPipelinePausedHolder(t *testing.T) {
 	if n := len(e.listObjects(e.NS.ObjectsPrefix(res))); n != 7 {
 		t.Fatalf("%d objects; want A's 6 (4 orphans for GC) and B's", n)
 	}
-	if n := pa.NextSeq(); n != 4 {
+	if n := pa.nextSeq(); n != 4 {
 		t.Fatalf("A's NextSeq %d; want 4: the seqs of a4..a6 were never sent", n)
 	}
 }
@@ -403,7 +403,7 @@ func TestPipelineUnknownStops(t *testing.T) {
 	px.ResetAll()
 	got, err := e.pub.Resolve(ctx, "r", "k2", r2.Result.Version, r2.Result.AttemptID())
 	mustOutcome(t, "resolve k2", got, err, Applied, reasonNone)
-	if n := p.NextSeq(); n != r2.Result.Version.Seq+1 {
+	if n := p.nextSeq(); n != r2.Result.Version.Seq+1 {
 		t.Fatalf("NextSeq %d; want %d, right above the unknown", n, r2.Result.Version.Seq+1)
 	}
 	r5, err := p.Publish(ctx, op("k3", "three"))
@@ -437,7 +437,7 @@ func TestPipelineCancel(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	mustNotSent(t, "submit after cancel", answer(t, "k4", pl.Submit(op("k4", "x"))))
-	if n := p.NextSeq(); n != 2 {
+	if n := p.nextSeq(); n != 2 {
 		t.Fatalf("NextSeq %d; want 2: nothing was sent after k1", n)
 	}
 	if h := e.history("r"); len(h) != 1 {
@@ -472,7 +472,7 @@ func TestPipelineContiguous(t *testing.T) {
 	if err := pl.Close(); !errors.Is(err, ErrBody) {
 		t.Fatalf("Close: %v", err)
 	}
-	if n := p.NextSeq(); n != 9 {
+	if n := p.nextSeq(); n != 9 {
 		t.Fatalf("NextSeq %d; want 9", n)
 	}
 	r, err := p.Publish(ctx, op("k10", "ten"))

@@ -94,8 +94,8 @@ func TestSeqTwoThenSeqOneIsStale(t *testing.T) {
 	if ptr := e.Pointer("r"); ptr.Version != r2.Version {
 		t.Fatalf("pointer %s, want %s", ptr.Version, r2.Version)
 	}
-	if p.NextSeq() != 3 {
-		t.Fatalf("next seq %d, want 3", p.NextSeq())
+	if p.nextSeq() != 3 {
+		t.Fatalf("next seq %d, want 3", p.nextSeq())
 	}
 }
 
@@ -164,9 +164,9 @@ func TestUnauthorizedTokensRejected(t *testing.T) {
 		name string
 		term Term
 	}{
-		{"fence of another resource's grant", Term{Resource: res, Owner: gX.Owner, Epoch: gX.Epoch, Fence: gX.Generation}},
-		{"fence never granted", Term{Resource: res, Owner: gA.Owner, Epoch: gA.Epoch, Fence: 999}},
-		{"right fence, wrong owner", Term{Resource: res, Owner: "mallory", Epoch: gA.Epoch, Fence: gA.Generation}},
+		{"fence of another resource's grant", Term{resource: res, owner: gX.Owner, epoch: gX.Epoch, fence: gX.Generation}},
+		{"fence never granted", Term{resource: res, owner: gA.Owner, epoch: gA.Epoch, fence: 999}},
+		{"right fence, wrong owner", Term{resource: res, owner: "mallory", epoch: gA.Epoch, fence: gA.Generation}},
 	}
 	for i, c := range cases {
 		p, err := e.pub.Bind(ctx, c.term)
@@ -234,7 +234,7 @@ func TestRebindContinuesSeq(t *testing.T) {
 	if g2.Generation != g.Generation || g2.HolderRevision != g.HolderRevision {
 		t.Fatalf("retried acquire returned a new grant %+v", g2)
 	}
-	if n := e.bind(g2, false).NextSeq(); n != 3 {
+	if n := e.bind(g2, false).nextSeq(); n != 3 {
 		t.Fatalf("rebound publisher starts at seq %d, want 3", n)
 	}
 	// A resolve that sealed seq 5 of this fence moves the start above it.
@@ -243,7 +243,7 @@ func TestRebindContinuesSeq(t *testing.T) {
 		t.Fatalf("resolve: %v", err)
 	}
 	p3 := e.bind(g2, false)
-	if n := p3.NextSeq(); n != 6 {
+	if n := p3.nextSeq(); n != 6 {
 		t.Fatalf("rebound publisher starts at seq %d, want 6", n)
 	}
 	r, err := p3.Publish(ctx, op("k-after", "y"))
@@ -271,7 +271,7 @@ func TestConcurrentPublishers(t *testing.T) {
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	watch := e.Etcd.Watch(wctx, e.NS.PointerKey(res), clientv3.WithRev(start.Header.Revision+1))
-	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}, res)
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}}, res)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,50 +158,55 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cfg.Store = debuglog.Store(cfg.Store, log)
-	return &Client{cfg: cfg, ns: cfg.Namespace, log: log, kv: debuglog.KV(leader.KV(cfg.Etcd), log), m: m}, nil
+	return &Client{cfg: cfg, ns: layout.Namespace(cfg.Namespace), log: log, kv: debuglog.KV(leader.KV(cfg.Etcd), log), m: m}, nil
 }
 
 // Term is what a Publisher is bound to: one grant of a resource, as the
-// publish transaction checks it — the grant record grants/<Fence> must hold
-// Epoch and Owner, and Epoch must be the domain's
-// current epoch (DESIGN.md invariant 2).
+// publish transaction checks it (the grant record of its fence must hold
+// its epoch and owner, and its epoch must be the domain's current epoch;
+// DESIGN.md invariant 2). Build it with GrantTerm, and WithContiguous for
+// contiguous mode; the zero Term binds nothing.
 type Term struct {
-	Resource string
-	Owner    string
-	Epoch    uint64
-	Fence    uint64
-	// Strict adds CreateRevision(holder) == HolderRevision to every publish,
-	// so a publish fails (reason "lease") once etcd has expired or revoked
-	// the grant's lease. This is etcd's timing, not wall-clock revocation:
-	// a leader change restarts lease TTLs, and a publish already committed
-	// is never undone.
-	Strict         bool
-	HolderRevision int64
-	// TTL is the grant's lease TTL (authority.Grant.TTL); zero when unknown.
-	// In strict mode each send of a publish transaction is bounded by TTL/3
-	// as well as Config.RequestTimeout, so a send stuck on a stalled etcd
-	// member leaves time to re-send to another before the lease can expire
-	// (DESIGN.md invariant 12).
-	TTL time.Duration
-	// Contiguous requires every publish with seq > 1 to follow seq-1 of the
-	// same term exactly: the pointer must be at (Epoch, Fence, seq-1). A
-	// publish after a gap is refused as stale with reason "gap" and can be
-	// retried once the missing seq is published; when an earlier send of the
-	// same transaction went unanswered, the refusal is unknown instead (that
-	// send may still apply once the gap closes; Resolve settles it). For
-	// operations where every increment must take effect; a seq that can never
-	// be published (sealed by Resolve) stops the term, and the worker must
-	// acquire a new grant.
-	Contiguous bool
+	resource string
+	owner    string
+	epoch    uint64
+	fence    uint64
+	// strict adds CreateRevision(holder) == holderRevision to every publish.
+	strict         bool
+	holderRevision int64
+	// ttl is the grant's lease TTL; zero when unknown. In strict mode each
+	// send of a publish transaction is bounded by ttl/3 as well as
+	// Config.RequestTimeout (DESIGN.md invariant 12).
+	ttl time.Duration
+	// contiguous requires every publish with seq > 1 to follow seq-1 of
+	// the same term exactly.
+	contiguous bool
 }
 
-// GrantTerm returns the Term of an authority grant, in strict mode if
-// strict.
+// GrantTerm returns the Term of an authority grant; a Grant built from the
+// numbers of a grant acquired elsewhere (Resource, Owner, Epoch, Generation)
+// binds too. In strict mode (strict; it needs the grant's HolderRevision) a
+// publish also fails, stale with reason "lease", once etcd has expired or
+// revoked the lease: etcd's timing, not wall-clock revocation. Each send is
+// then also bounded by a third of the grant's TTL, leaving time to re-send
+// before the lease can expire (DESIGN.md invariant 12).
 func GrantTerm(g authority.Grant, strict bool) Term {
 	return Term{
-		Resource: g.Resource, Owner: g.Owner, Epoch: g.Epoch, Fence: g.Generation,
-		Strict: strict, HolderRevision: g.HolderRevision, TTL: g.TTL,
+		resource: g.Resource, owner: g.Owner, epoch: g.Epoch, fence: g.Generation,
+		strict: strict, holderRevision: g.HolderRevision, ttl: g.TTL,
 	}
+}
+
+// WithContiguous returns t in contiguous mode, for operations where every
+// increment must take effect: every publish with seq > 1 must follow seq-1
+// of the same term exactly. A publish after a gap is stale with reason
+// "gap" and can be retried once the missing seq is published (unknown
+// instead when an earlier send of it went unanswered; Resolve settles it).
+// A seq that can never be published (sealed by Resolve) stops the term: the
+// worker must acquire a new grant.
+func (t Term) WithContiguous() Term {
+	t.contiguous = true
+	return t
 }
 
 // prev returns the version a contiguous publish of v must follow, and false
@@ -215,16 +220,16 @@ func prev(v layout.Version) (layout.Version, bool) {
 }
 
 func (t Term) validate() error {
-	if err := layout.ValidateResource(t.Resource, false); err != nil {
+	if err := layout.ValidateResource(t.resource, false); err != nil {
 		return fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
-	if err := layout.ValidateOwner(t.Owner); err != nil {
+	if err := layout.ValidateOwner(t.owner); err != nil {
 		return fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
-	if t.Epoch == 0 || t.Fence == 0 || t.Epoch > layout.MaxNumber || t.Fence > layout.MaxNumber {
-		return fmt.Errorf("%w: epoch %d and fence %d must be in 1..%d", fencepub.ErrInvalid, t.Epoch, t.Fence, layout.MaxNumber)
+	if t.epoch == 0 || t.fence == 0 || t.epoch > layout.MaxNumber || t.fence > layout.MaxNumber {
+		return fmt.Errorf("%w: epoch %d and fence %d must be in 1..%d", fencepub.ErrInvalid, t.epoch, t.fence, layout.MaxNumber)
 	}
-	if t.Strict && t.HolderRevision <= 0 {
+	if t.strict && t.holderRevision <= 0 {
 		return fmt.Errorf("%w: strict mode needs the grant's holder revision", fencepub.ErrInvalid)
 	}
 	return nil
@@ -233,7 +238,7 @@ func (t Term) validate() error {
 // holderCmp is the strict-mode compare (fence.Holder), the one the
 // authority renews and releases under.
 func (t Term) holderCmp(ns layout.Namespace) clientv3.Cmp {
-	return fence.Holder(ns, t.Resource, t.HolderRevision)
+	return fence.Holder(ns, t.resource, t.holderRevision)
 }
 
 // Operation is one logical publish. IdempotencyKey names it across retries
@@ -357,23 +362,23 @@ func (c *Client) Bind(ctx context.Context, t Term) (*Publisher, error) {
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
-	ctx = debuglog.With(ctx, c.log, "resource", t.Resource, "fence", t.Fence)
-	ptr, seal, err := c.initResource(ctx, t.Resource)
+	ctx = debuglog.With(ctx, c.log, "resource", t.resource, "fence", t.fence)
+	ptr, seal, err := c.initResource(ctx, t.resource)
 	if err != nil {
 		return nil, err
 	}
 	next := uint64(1)
 	for _, v := range []layout.Version{ptr.Version, seal} {
-		if v.Epoch == t.Epoch && v.Fence == t.Fence && v.Seq >= next {
+		if v.Epoch == t.epoch && v.Fence == t.fence && v.Seq >= next {
 			next = v.Seq + 1
 		}
 	}
 	return &Publisher{c: c, term: t, next: next}, nil
 }
 
-// NextSeq returns the seq the next Publish will use (fencepub.MaxNumber
+// nextSeq returns the seq the next Publish will use (fencepub.MaxNumber
 // again once the term's seq space is closed; see take).
-func (p *Publisher) NextSeq() uint64 {
+func (p *Publisher) nextSeq() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return min(p.next, layout.MaxNumber)
@@ -399,7 +404,7 @@ func (p *Publisher) take(seq uint64) claim {
 	if seq == 0 {
 		seq = min(p.next, layout.MaxNumber)
 	}
-	c := claim{v: layout.Version{Epoch: p.term.Epoch, Fence: p.term.Fence, Seq: seq}, prev: p.next}
+	c := claim{v: layout.Version{Epoch: p.term.epoch, Fence: p.term.fence, Seq: seq}, prev: p.next}
 	p.next = max(p.next, seq+1)
 	c.after = p.next
 	return c
@@ -425,22 +430,14 @@ func (p *Publisher) giveBack(c claim) {
 
 // Publish writes op's body as a new immutable object and publishes it with
 // the next seq in one etcd transaction (DESIGN.md "Publish, in one round trip
-// to etcd"). It blocks until the outcome is known or ctx ends; a transaction
-// that got no answer is re-sent unchanged until then (or Config.ResendTimeout
-// when ctx has no deadline). A body whose Read blocks (a stalled pipe) does
-// not hold it past ctx: such bodies are read on a goroutine of their own,
-// which ends when the body's Read returns.
-//
-// It returns the Result and nil for applied and duplicate; the Result and
-// ErrStale, ErrConflict or ErrUnknown (wrapped, with details) for those
-// outcomes; otherwise a zero Result and an error (fencepub.ErrInvalid, ErrBody,
-// ErrObjectMismatch, ErrUploadAborted, fencepub.ErrUnavailable,
-// fencepub.ErrCorruptRecord, fencepub.ErrNotInitialized), in which case
-// nothing was published and, unless the transaction was re-sent (an earlier
-// send may still be on its way), the seq is given back, so the next publish
-// takes it and a contiguous term sees no gap (DESIGN.md "Publish" step 6).
-// A re-send that finds the resource gone (etcd restored or replaced since an
-// earlier send) is ErrUnknown, not fencepub.ErrNotInitialized.
+// to etcd"; the package doc, "What Publish gives back"). It blocks until the
+// outcome is known or ctx ends, re-sending an unanswered transaction
+// unchanged (within Config.ResendTimeout when ctx has no deadline). It
+// returns the Result and nil for applied and duplicate; the Result and
+// ErrStale, ErrConflict or ErrUnknown for those outcomes; otherwise nothing
+// was published: fencepub.ErrInvalid, ErrBody, ErrObjectMismatch,
+// ErrUploadAborted, fencepub.ErrUnavailable, fencepub.ErrCorruptRecord or
+// fencepub.ErrNotInitialized.
 func (p *Publisher) Publish(ctx context.Context, op Operation) (Result, error) {
 	return p.publish(ctx, 0, op)
 }
@@ -506,8 +503,8 @@ type written struct {
 // write stores op's body (op normalized) as the object of a fresh attempt
 // at v. Errors: writeObject's; nothing was published.
 func (p *Publisher) write(ctx context.Context, v layout.Version, op Operation) (written, error) {
-	ctx = debuglog.With(ctx, p.c.log, "resource", p.term.Resource, "version", v.String(), "key", op.IdempotencyKey)
-	key := p.c.ns.ObjectKey(p.term.Resource, v, layout.NewNonce())
+	ctx = debuglog.With(ctx, p.c.log, "resource", p.term.resource, "version", v.String(), "key", op.IdempotencyKey)
+	key := p.c.ns.ObjectKey(p.term.resource, v, layout.NewNonce())
 	start := time.Now()
 	obj, bodySHA, err := p.c.writeObject(ctx, key, op.Body, bodySize(op.Body, op.Size), op.ContentType, op.Metadata)
 	if err != nil {
@@ -521,7 +518,7 @@ func (p *Publisher) write(ctx context.Context, v layout.Version, op Operation) (
 // logContext returns ctx carrying w's resource, version and idempotency key
 // for the debug records of its round trips (internal/debuglog).
 func (p *Publisher) logContext(ctx context.Context, w written) context.Context {
-	return debuglog.With(ctx, p.c.log, "resource", p.term.Resource, "version", w.v.String(), "key", w.op.IdempotencyKey)
+	return debuglog.With(ctx, p.c.log, "resource", p.term.resource, "version", w.v.String(), "key", w.op.IdempotencyKey)
 }
 
 // prepare builds w's transaction, stamped now (Client.prepare).

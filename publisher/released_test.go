@@ -61,7 +61,7 @@ func TestPublishAfterRelease(t *testing.T) {
 	late, err := p.Publish(ctx, op("k2", "two"))
 	mustOutcome(t, "publish after release", late, err, Stale, ReasonSeal)
 	again := e.bind(g, false)
-	if n := again.NextSeq(); n != layout.MaxNumber {
+	if n := again.nextSeq(); n != layout.MaxNumber {
 		t.Fatalf("rebound publisher's next seq %d; want the closed seq space's %d", n, layout.MaxNumber)
 	}
 	r, err := again.Publish(ctx, op("k3", "three"))
@@ -113,7 +113,7 @@ func TestLostReleaseThenResentPublish(t *testing.T) {
 				return invoker(ctx, method, req, reply, cc, opts...)
 			}
 			acli := etcdClient(t, px.URL(), loseSeal)
-			auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: acli, Store: e.Store}, RequestTimeout: 2 * time.Second})
+			auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: acli, Store: e.Store}, RequestTimeout: 2 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

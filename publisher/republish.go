@@ -15,7 +15,7 @@ import (
 	"github.com/fencepub/fencepub/internal/objstore"
 )
 
-// Republish publishes an existing object of the Publisher's resource again,
+// republishKey publishes an existing object of the Publisher's resource again,
 // as a new version (the next seq) under idempotency key: the object is
 // copied server-side and create-only to a fresh key of the new version and
 // published normally. It is how `fencepub authority recover --republish`
@@ -25,7 +25,7 @@ import (
 // its metadata, its content type and user metadata — which equals the
 // original publish's digest. An object written in a multipart upload
 // carries no sha256 metadata (it is known only once the last part is
-// sent); Republish then reads the object once, conditioned on its ETag, to
+// sent); republishKey then reads the object once, conditioned on its ETag, to
 // compute it.
 //
 // objectKey must be a fencepub object key of this resource (it names the
@@ -39,8 +39,8 @@ import (
 // copied server-side under the new version's key, as a rollback to it
 // does (DESIGN.md "Dataset versions"), with the original content digest;
 // a file gone since is ErrSourceGone, with nothing published.
-func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Result, error) {
-	c, res := p.c, p.term.Resource
+func (p *Publisher) republishKey(ctx context.Context, objectKey, key string) (Result, error) {
+	c, res := p.c, p.term.resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
 		c.m.failure("validate")
 		return Result{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
@@ -94,7 +94,7 @@ func (p *Publisher) Republish(ctx context.Context, objectKey, key string) (Resul
 // rollback to it would (rollbackDataset), with the original content digest
 // as request digest. Errors: rollbackDataset's.
 func (p *Publisher) republishDataset(ctx context.Context, src layout.Object, key string) (r Result, ok bool, err error) {
-	v, _, _ := p.c.ns.ParseObjectKey(p.term.Resource, src.Key)
+	v, _, _ := p.c.ns.ParseObjectKey(p.term.resource, src.Key)
 	if _, err := manifest.LoadIndex(ctx, p.c.cfg.Store, src); errors.Is(err, fencepub.ErrCorruptState) {
 		return Result{}, false, nil
 	} else if err != nil {

@@ -41,7 +41,7 @@ func TestRepublishMultipart(t *testing.T) {
 	}
 	e.release(ga)
 	gb := e.acquire(authority.AcquireRequest{Resource: "big", Owner: "B"})
-	r, err := e.bind(gb, false).Republish(ctx, orig.Object.Key, "republish-lost")
+	r, err := e.bind(gb, false).republishKey(ctx, orig.Object.Key, "republish-lost")
 	mustOutcome(t, "republish of a multipart object", r, err, Applied, reasonNone)
 	if r.Digest != orig.Digest || r.Object.SHA256 != orig.Object.SHA256 || r.Object.Key == orig.Object.Key {
 		t.Fatalf("republished %+v; want the original digest %s and sha256 %s under a new key", r, orig.Digest, orig.Object.SHA256)
@@ -65,7 +65,7 @@ func TestRepublishDataset(t *testing.T) {
 	mustOutcome(t, "dataset publish", orig.Result, err, Applied, reasonNone)
 	e.release(ga)
 	gb := e.acquire(authority.AcquireRequest{Resource: "ds", Owner: "B"})
-	r, err := e.bind(gb, false).Republish(ctx, orig.Object.Key, "republish-lost")
+	r, err := e.bind(gb, false).republishKey(ctx, orig.Object.Key, "republish-lost")
 	mustOutcome(t, "republish of a dataset", r, err, Applied, reasonNone)
 	if r.Digest != orig.Digest || r.Object.Key == orig.Object.Key {
 		t.Fatalf("republished %+v; want the original digest %s under a new key", r, orig.Digest)

@@ -69,52 +69,14 @@ func (id AttemptID) String() string {
 	return "digest " + id.Digest + ", object " + id.ObjectKey
 }
 
-// Resolve settles the outcome of one publish attempt of key at version v on
-// resource (after ErrUnknown), named by id, in one etcd transaction
-// (DESIGN.md invariants 8 and 11, "Publish" step 3):
-//
-//   - the op record of key exists and names the attempt — its object key is
-//     id.ObjectKey, or else its digest is id.Digest (the same logical
-//     operation): Applied when it is at version v, else Duplicate (nil
-//     error);
-//   - it exists and names neither: another attempt under the same key took
-//     effect, and this one never will: Conflict, returned with ErrConflict;
-//   - it is absent: the seal is raised to v unless it is already at or above
-//     it, in the same transaction that saw the record absent. The attempt is
-//     then definitely not applied and never will be: Stale with reason
-//     "seal", returned with ErrStale. A retired resource's seal keeps its
-//     decommission reason and time, so its readers
-//     still get reader.ErrDecommissioned; the transaction then also requires
-//     the pointer and the seal unchanged since Resolve read them;
-//   - it is absent and v's epoch is older than the domain's: no publish of v
-//     can apply any more (the publish transaction requires the current
-//     epoch): Stale with reason "epoch", returned with ErrStale.
-//
-// Whenever the op record exists, Result's Digest, Version and Object are
-// its: the winner's for Conflict, so a caller sees what took effect.
-//
-// The same transaction requires that v could have been carried by a real
-// publish: v.Epoch at most the domain's current epoch and v.Fence at most the
-// resource's durable generation. Otherwise nothing is written and Resolve
-// returns fencepub.ErrInvalid: sealing a version of a future epoch or of a
-// fence never granted would refuse every later grant's publishes, for good
-// (the seal never goes down). Pass the exact version of the unknown attempt:
-// Resolve seals every version up to v, so a seq from the future would still
-// block that fence's later seqs.
-//
-// A Stale answer is then also written to the bucket, after etcd settled it:
-// a create-only settled marker of v, because the seal
-// is lost with etcd and RestoreLost must never republish the attempt after a
-// restore or a recover from the bucket (DESIGN.md invariant 8). When that
-// write fails, Resolve returns the Stale Result with fencepub.ErrUnavailable
-// (fencepub.ErrInvalid when the store refused the write: its credentials,
-// its bucket) instead of ErrStale: call it again, it answers the same and
-// writes the marker.
-//
-// Resolve is safe to repeat and re-sends its transaction until an answer or
-// the deadline (ctx's, or Config.ResendTimeout); then fencepub.ErrUnavailable.
-// Errors: fencepub.ErrInvalid (also when id names no attempt, or one of another
-// resource or version), ErrConflict, ErrStale, fencepub.ErrUnavailable,
+// Resolve settles the outcome of the publish attempt id of key at version v
+// on resource, after ErrUnknown, in one etcd transaction (DESIGN.md
+// invariants 8 and 11, "Publish" step 3; the package doc, "Resolving an
+// attempt"). It returns Applied or Duplicate (nil error), Conflict with
+// ErrConflict, or Stale with ErrStale (reason "seal" or "epoch"). Pass the
+// exact version of the attempt. It is safe to repeat and re-sends until an
+// answer or the deadline (ctx's, or Config.ResendTimeout). Errors:
+// fencepub.ErrInvalid, ErrConflict, ErrStale, fencepub.ErrUnavailable,
 // fencepub.ErrNotInitialized, fencepub.ErrCorruptRecord.
 func (c *Client) Resolve(ctx context.Context, resource, key string, v fencepub.Version, id AttemptID) (Result, error) {
 	if err := layout.ValidateResource(resource, false); err != nil {

@@ -136,7 +136,7 @@ func TestResolveKeepsDecommission(t *testing.T) {
 	r1, err := e.bind(g, false).Publish(ctx, op("k1", "one"))
 	mustOutcome(t, "publish", r1, err, Applied, reasonNone)
 	e.release(g)
-	col, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, Authority: e.auth})
+	col, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}, Authority: e.auth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestResolveKeepsDecommission(t *testing.T) {
 	if err := e.Store.Client.RemoveObject(ctx, e.Store.Bucket, r1.Object.Key, minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}, res)
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}}, res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestContiguousGapAfterLostResponseIsUnknown(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	px, c := e.proxied(nil)
 	term := GrantTerm(e.acquire(authority.AcquireRequest{Resource: "seqs", Owner: "w"}), false)
-	term.Contiguous = true
+	term.contiguous = true
 	p, err := c.Bind(ctx, term)
 	if err != nil {
 		t.Fatal(err)

@@ -30,31 +30,14 @@ const (
 	restoreLeaseTTL       = 15 * time.Second
 )
 
-// RestoreLost runs the last step of the restore runbook (`fencepub
-// authority recover --republish`, DESIGN.md invariant 3): for every
-// resource of rep (a report of a.Recover) with objects above its restored
-// pointer, it publishes again the newest of them that could have been
-// published under the new epoch. For each such resource it acquires a grant
-// (waiting up to a minute for the holder), republishes the object to a
-// fresh key of the grant's next version (Publisher.Republish) and releases
-// the grant with its own bounded context. The idempotency key
-// recover-<old version, 62-byte encoding> makes a second run a duplicate.
-//
-// An object of epoch E written after the marker of epoch E+1 was reserved is
-// an attempt rejected by the epoch check (a worker that reached the store
-// after recover), never a lost publish, so it is skipped; both times are the
-// object store's own clock. So is every object at a version with a settled
-// marker: an attempt Resolve settled as never applied, which must stay so
-// although etcd's seal was lost (DESIGN.md invariant 8). Run a.Recover with
-// DryRun first: the newest object above a restored pointer is normally a
-// publish the restore lost, but it may also be an attempt that failed for
-// another reason.
-//
-// It returns one Restored per resource it tried, in rep's order; a
-// resource's failure (listing its settled markers, acquire, bind or
-// republish) is in its Error and does
-// not stop the others. It blocks until every resource is done; once ctx
-// ends, the remaining resources fail with ctx's error.
+// RestoreLost runs the last step of the restore runbook (`fencepub authority
+// recover --republish`, DESIGN.md invariant 3; the package doc, "Restoring
+// lost publishes"): for every resource of rep (a report of a.Recover) with
+// objects above its restored pointer, it publishes again the newest of them
+// that could have been published under the new epoch, under a grant of its
+// own. Run a.Recover with DryRun first. It returns one Restored per resource
+// it tried, in rep's order, a failure in its Error; it blocks until every
+// resource is done, and once ctx ends the rest fail with ctx's error.
 func (c *Client) RestoreLost(ctx context.Context, a *authority.Authority, rep authority.RecoverReport) []Restored {
 	var out []Restored
 	for _, r := range rep.Resources {
@@ -95,7 +78,7 @@ func (c *Client) restoreOne(ctx context.Context, a *authority.Authority, resourc
 	if err != nil {
 		return Result{}, err
 	}
-	return p.Republish(actx, lost.Key, "recover-"+lost.Version.Encode())
+	return p.republishKey(actx, lost.Key, "recover-"+lost.Version.Encode())
 }
 
 // newestPublishable returns the newest of above (sorted by version, newest

@@ -30,7 +30,7 @@ import (
 // file copied the same way (rollbackDataset). Copies are limited by S3 to
 // 10000 parts of 1 GiB.
 func (p *Publisher) Rollback(ctx context.Context, to fencepub.Version, key string) (Result, error) {
-	c, res := p.c, p.term.Resource
+	c, res := p.c, p.term.resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {
 		c.m.failure("validate")
 		return Result{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
@@ -73,9 +73,9 @@ func (p *Publisher) Rollback(ctx context.Context, to fencepub.Version, key strin
 
 // republish copies src server-side and create-only to a fresh key of the
 // next version and publishes it under key with the digest of (bodySHA,
-// contentType, meta): the shared tail of Rollback and Republish.
+// contentType, meta): the shared tail of Rollback and republishKey.
 func (p *Publisher) republish(ctx context.Context, src layout.Object, contentType string, meta map[string]string, bodySHA []byte, key string) (Result, error) {
-	c, res := p.c, p.term.Resource
+	c, res := p.c, p.term.resource
 	cl := p.take(0)
 	if contentType == "" {
 		contentType = defaultContentType

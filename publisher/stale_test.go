@@ -169,7 +169,7 @@ func TestSeqBounds(t *testing.T) {
 	}
 	r, err := p.PublishSeq(ctx, layout.MaxNumber, op("k-last", "last"))
 	mustOutcome(t, "the last seq", r, err, Applied, reasonNone)
-	if n := p.NextSeq(); n != layout.MaxNumber {
+	if n := p.nextSeq(); n != layout.MaxNumber {
 		t.Fatalf("NextSeq after the last seq: %d", n)
 	}
 	r, err = p.Publish(ctx, op("k-next", "next"))

@@ -51,13 +51,13 @@ type prepared struct {
 // record == GrantRecordValue(epoch, owner) [, strict: holder unchanged].
 // Then: pointer, op record, history entry. Else: read all of them.
 func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layout.Object, contentType string) *prepared {
-	ns, res := c.ns, t.Resource
+	ns, res := c.ns, t.resource
 	now := c.cfg.Now().UTC()
 	ptr := layout.Pointer{
 		Version: v, Object: obj, IdempotencyKey: key, Digest: digest,
-		ContentType: contentType, Owner: t.Owner, CommittedAt: now,
+		ContentType: contentType, Owner: t.owner, CommittedAt: now,
 	}
-	rec := layout.OpRecord{Digest: digest, Version: v, ObjectKey: obj.Key, Owner: t.Owner}
+	rec := layout.OpRecord{Digest: digest, Version: v, ObjectKey: obj.Key, Owner: t.owner}
 	// The compact encoders cannot fail.
 	ptrVal, _ := layout.EncodePointer(ptr)
 	opVal, _ := layout.EncodeOp(ns.OpKey(res, key), rec)
@@ -68,7 +68,7 @@ func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layou
 		clientv3.Compare(clientv3.Value(ns.PointerKey(res)), "<", enc),
 		clientv3.Compare(clientv3.Value(ns.SealKey(res)), "<", enc),
 		clientv3.Compare(clientv3.Value(ns.EpochKey()), "=", layout.EncodeNumber(v.Epoch)),
-		clientv3.Compare(clientv3.Value(ns.GrantKey(res, v.Fence)), "=", layout.GrantRecordValue(v.Epoch, t.Owner)),
+		clientv3.Compare(clientv3.Value(ns.GrantKey(res, v.Fence)), "=", layout.GrantRecordValue(v.Epoch, t.owner)),
 	}
 	pr.then = []clientv3.Op{
 		clientv3.OpPut(ns.PointerKey(res), ptrVal),
@@ -82,11 +82,11 @@ func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layou
 		clientv3.OpGet(ns.EpochKey()),
 		clientv3.OpGet(ns.GrantKey(res, v.Fence)),
 	}
-	if t.Strict {
+	if t.strict {
 		pr.cmps = append(pr.cmps, t.holderCmp(ns))
 		pr.els = append(pr.els, clientv3.OpGet(ns.HolderKey(res)))
 	}
-	if p, ok := prev(v); ok && t.Contiguous {
+	if p, ok := prev(v); ok && t.contiguous {
 		// With pointer < v above: the pointer value sorts above p.Encode()
 		// exactly when its version is at least p, so its version is p.
 		pr.cmps = append(pr.cmps, clientv3.Compare(clientv3.Value(ns.PointerKey(res)), ">", p.Encode()))
@@ -95,14 +95,14 @@ func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layou
 }
 
 // send makes one attempt, bounded by Config.RequestTimeout and, in strict
-// mode, by a third of the grant's TTL (Term.TTL): an attempt stuck on a
+// mode, by a third of the grant's TTL (Term.ttl): an attempt stuck on a
 // stalled member then leaves time to re-send to another before the lease
 // can expire, as the authority bounds its own attempts (DESIGN.md
 // invariant 12).
 func (c *Client) send(ctx context.Context, pr *prepared) (*clientv3.TxnResponse, error) {
 	limit := c.cfg.RequestTimeout
-	if pr.term.Strict && pr.term.TTL > 0 {
-		limit = min(limit, pr.term.TTL/3)
+	if pr.term.strict && pr.term.ttl > 0 {
+		limit = min(limit, pr.term.ttl/3)
 	}
 	actx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -142,7 +142,7 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 		var err error
 		if resp, err = c.send(ctx, pr); err != nil && resendable(err) {
 			c.log.Warn("publish transaction unanswered; re-sending the same transaction",
-				"resource", pr.term.Resource, "version", pr.version.String(), "key", pr.key, "attempt", attempt, "err", err)
+				"resource", pr.term.resource, "version", pr.version.String(), "key", pr.key, "attempt", attempt, "err", err)
 		}
 		return err
 	}, resendable)
@@ -155,7 +155,7 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 			return c.unknown(pr, start, attempt, fmt.Errorf("a re-send found %w; an earlier send may have applied before etcd was restored or replaced", err))
 		}
 		if res.Outcome == Duplicate {
-			res.Object = c.recordedObject(ctx, pr.term.Resource, res.Version, res.Object)
+			res.Object = c.recordedObject(ctx, pr.term.resource, res.Version, res.Object)
 		}
 		if attempt == 1 || res.Outcome != Stale || res.Reason != ReasonGap {
 			res.Attempts = attempt
@@ -202,7 +202,7 @@ func (c *Client) unknown(pr *prepared, start time.Time, attempt int, last error)
 	res := pr.result(Unknown, reasonNone)
 	res.Attempts = attempt
 	return res, fmt.Errorf("%w: resource %q, key %q, version %s: %d sends, last error: %w",
-		ErrUnknown, pr.term.Resource, pr.key, pr.version, attempt, last)
+		ErrUnknown, pr.term.resource, pr.key, pr.version, attempt, last)
 }
 
 // recordedObject returns obj, the object of res's op record at version v,
@@ -229,7 +229,7 @@ func (c *Client) recordedObject(ctx context.Context, res string, v layout.Versio
 // result is a Result about pr's own attempt.
 func (pr *prepared) result(o Outcome, r Reason) Result {
 	return Result{
-		Outcome: o, Reason: r, Resource: pr.term.Resource, IdempotencyKey: pr.key, Digest: pr.digest,
+		Outcome: o, Reason: r, Resource: pr.term.resource, IdempotencyKey: pr.key, Digest: pr.digest,
 		Version: pr.version, Object: pr.object,
 		Attempt: &Attempt{Version: pr.version, Object: pr.object},
 	}
@@ -264,7 +264,7 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 	if op := kv(resp, elseOp); op != nil {
 		rec, err := layout.DecodeOp(op.Key, op.Value)
 		if err != nil {
-			return Result{}, fmt.Errorf("publisher: op record %q of %q: %w", pr.key, t.Resource, err)
+			return Result{}, fmt.Errorf("publisher: op record %q of %q: %w", pr.key, t.resource, err)
 		}
 		if p := kv(resp, elsePointer); p != nil {
 			if ptr, err := layout.DecodePointer(p.Value); err == nil {
@@ -275,7 +275,7 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 		case rec.Digest != pr.digest:
 			res.Outcome = Conflict
 			return res, fmt.Errorf("%w: key %q of %q was applied at %s with digest %s; this request's digest is %s",
-				ErrConflict, pr.key, t.Resource, rec.Version, rec.Digest, pr.digest)
+				ErrConflict, pr.key, t.resource, rec.Version, rec.Digest, pr.digest)
 		case rec.Version == v && rec.ObjectKey == pr.object.Key:
 			return res, nil // our own earlier send was applied
 		default:
@@ -285,26 +285,26 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 	}
 	pkv, skv := kv(resp, elsePointer), kv(resp, elseSeal)
 	if pkv == nil || skv == nil {
-		return Result{}, fmt.Errorf("%w: resource %q has no pointer or seal", fencepub.ErrNotInitialized, t.Resource)
+		return Result{}, fmt.Errorf("%w: resource %q has no pointer or seal", fencepub.ErrNotInitialized, t.resource)
 	}
 	ptr, err := layout.DecodePointer(pkv.Value)
 	if err != nil {
-		return Result{}, fmt.Errorf("publisher: pointer of %q: %w", t.Resource, err)
+		return Result{}, fmt.Errorf("publisher: pointer of %q: %w", t.resource, err)
 	}
 	seal, err := layout.DecodeSeal(skv.Value)
 	if err != nil {
-		return Result{}, fmt.Errorf("publisher: seal of %q: %w", t.Resource, err)
+		return Result{}, fmt.Errorf("publisher: seal of %q: %w", t.resource, err)
 	}
 	res.Pointer = &ptr
 	stale := func(r Reason, format string, args ...any) (Result, error) {
 		res.Outcome, res.Reason = Stale, r
-		return res, fmt.Errorf("%w (%s): resource %q, version %s: %s", ErrStale, r, t.Resource, v, fmt.Sprintf(format, args...))
+		return res, fmt.Errorf("%w (%s): resource %q, version %s: %s", ErrStale, r, t.resource, v, fmt.Sprintf(format, args...))
 	}
-	if t.Strict {
-		if h := kv(resp, elseHolder); h == nil || h.CreateRevision != t.HolderRevision {
+	if t.strict {
+		if h := kv(resp, elseHolder); h == nil || h.CreateRevision != t.holderRevision {
 			res.Outcome, res.Reason = Stale, ReasonLease
 			return res, fmt.Errorf("%w (%s): %w: the holder of %q created at revision %d is gone (lease expired, revoked or released)",
-				ErrStale, ReasonLease, authority.ErrLeaseLost, t.Resource, t.HolderRevision)
+				ErrStale, ReasonLease, authority.ErrLeaseLost, t.resource, t.holderRevision)
 		}
 	}
 	if !ptr.Version.Less(v) {
@@ -324,7 +324,7 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 		}
 		return stale(ReasonEpoch, "the current epoch is %s, the version's %d", current, v.Epoch)
 	}
-	want := layout.GrantRecordValue(v.Epoch, t.Owner)
+	want := layout.GrantRecordValue(v.Epoch, t.owner)
 	if g := kv(resp, elseGrant); g == nil || string(g.Value) != want {
 		got := "has no grant record"
 		if g != nil {
@@ -333,16 +333,16 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 				got = fmt.Sprintf("was granted to owner %q in epoch %d", owner, e)
 			}
 		}
-		return stale(ReasonGrant, "fence %d %s; this publish needs it granted to owner %q in epoch %d", v.Fence, got, t.Owner, v.Epoch)
+		return stale(ReasonGrant, "fence %d %s; this publish needs it granted to owner %q in epoch %d", v.Fence, got, t.owner, v.Epoch)
 	}
 	if pr.base != nil && string(pkv.Value) != pr.base.value {
 		return stale(ReasonBase, "%s", errBaseMoved(ptr.Version, pr.base))
 	}
-	if p, ok := prev(v); ok && t.Contiguous && ptr.Version.Less(p) {
+	if p, ok := prev(v); ok && t.contiguous && ptr.Version.Less(p) {
 		return stale(ReasonGap, "contiguous mode: the pointer is at %s, not at the previous seq %s", ptr.Version, p)
 	}
 	return Result{}, fmt.Errorf("publisher: transaction of %s on %q failed but every compared value matches (revision %d)",
-		v, t.Resource, resp.Header.Revision)
+		v, t.resource, resp.Header.Revision)
 }
 
 // retry runs fn, which must be safe to repeat, up to idempotentAttempts

@@ -57,7 +57,7 @@ func TestUnreachableEtcd(t *testing.T) {
 	for range ch {
 	}
 
-	if _, err := New(Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli}, RequestTimeout: -time.Second}, res); !errors.Is(err, fencepub.ErrInvalid) {
+	if _, err := New(Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: cli}, RequestTimeout: -time.Second}, res); !errors.Is(err, fencepub.ErrInvalid) {
 		t.Fatalf("negative RequestTimeout: %v, want fencepub.ErrInvalid", err)
 	}
 }

@@ -45,8 +45,8 @@ type Body struct {
 // about the longer of the two round trips instead of their sum.
 //
 // Blocks for one etcd read (shared with concurrent calls, as Current's) and
-// one GET (the body streams as it is read).
-// Errors: ErrNotPublished, ErrUnknownResource, ErrWentBack, ErrObjectMissing, ErrDecommissioned,
+// one GET (the body streams as it is read). Errors: ErrNotPublished,
+// ErrUnknownResource, ErrWentBack, ErrObjectMissing, ErrDecommissioned,
 // ErrObjectChanged, ErrDigestMismatch (the store reports another size),
 // ErrIsDataset (the version is a dataset: nothing is fetched; read its
 // files with OpenFile or Files), fencepub.ErrUnavailable,
@@ -150,7 +150,7 @@ func (r *Reader) openFrom(ctx context.Context, ptr layout.Pointer) (*Body, error
 func (r *Reader) decommissioned(ctx context.Context, ptr layout.Pointer) error {
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
 	defer cancel()
-	resp, err := r.kv.Get(rctx, r.cfg.Namespace.SealKey(r.res))
+	resp, err := r.kv.Get(rctx, layout.Namespace(r.cfg.Namespace).SealKey(r.res))
 	if err != nil || len(resp.Kvs) == 0 {
 		return nil
 	}

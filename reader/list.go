@@ -51,7 +51,7 @@ func Resources(ctx context.Context, cfg Config) ([]ResourceState, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns := cfg.Namespace
+	ns := layout.Namespace(cfg.Namespace)
 	var out []ResourceState
 	rev, err := scan(ctx, cfg, ns.PointersPrefix(), 0, func(kv *mvccpb.KeyValue) error {
 		name, err := ns.PointerResource(string(kv.Key))
@@ -92,7 +92,7 @@ func Resources(ctx context.Context, cfg Config) ([]ResourceState, error) {
 // error (DESIGN.md "Reading"). Errors: ErrUnknownResource,
 // fencepub.ErrUnavailable, fencepub.ErrCorruptRecord, ctx's error.
 func (r *Reader) State(ctx context.Context) (ResourceState, error) {
-	ns := r.cfg.Namespace
+	ns := layout.Namespace(r.cfg.Namespace)
 	var resp *clientv3.TxnResponse
 	err := etcdRead(ctx, r.cfg, fmt.Sprintf("read the pointer and seal of %q", r.res), func(ctx context.Context) (err error) {
 		resp, err = leader.KV(r.cfg.Etcd).Txn(ctx).Then(clientv3.OpGet(r.key), clientv3.OpGet(ns.SealKey(r.res))).Commit()
@@ -134,7 +134,7 @@ func (r *Reader) State(ctx context.Context) (ResourceState, error) {
 // that does not decode; the error names its key), ctx's error.
 func (r *Reader) History(ctx context.Context) ([]fencepub.Pointer, error) {
 	out := []fencepub.Pointer{}
-	_, err := scan(ctx, r.cfg, r.cfg.Namespace.HistoryPrefix(r.res), 0, func(kv *mvccpb.KeyValue) error {
+	_, err := scan(ctx, r.cfg, layout.Namespace(r.cfg.Namespace).HistoryPrefix(r.res), 0, func(kv *mvccpb.KeyValue) error {
 		ptr, err := layout.DecodePointer(kv.Value)
 		if err != nil {
 			return fmt.Errorf("reader: history entry %s: %w", kv.Key, err)
@@ -201,7 +201,7 @@ func (r *Reader) OpenVersion(ctx context.Context, v fencepub.Version) (*Body, er
 // layout.ErrCorruptRecord.
 func (r *Reader) historyEntry(ctx context.Context, v layout.Version) (layout.Pointer, error) {
 	var resp *clientv3.GetResponse
-	key := r.cfg.Namespace.HistoryKey(r.res, v)
+	key := layout.Namespace(r.cfg.Namespace).HistoryKey(r.res, v)
 	err := etcdRead(ctx, r.cfg, fmt.Sprintf("read version %s of %q", v, r.res), func(ctx context.Context) (err error) {
 		resp, err = leader.KV(r.cfg.Etcd).Get(ctx, key)
 		return err
@@ -231,7 +231,7 @@ func (r *Reader) historyEntry(ctx context.Context, v layout.Version) (layout.Poi
 // pointer's reads are. Errors also fencepub.ErrUnavailable and ctx's
 // error.
 func (r *Reader) known(ctx context.Context) error {
-	ns := r.cfg.Namespace
+	ns := layout.Namespace(r.cfg.Namespace)
 	var resp *clientv3.TxnResponse
 	err := etcdRead(ctx, r.cfg, fmt.Sprintf("read the generation counter of %q", r.res), func(ctx context.Context) (err error) {
 		resp, err = leader.KV(r.cfg.Etcd).Txn(ctx).Then(

@@ -140,7 +140,7 @@ func TestUnknownResource(t *testing.T) {
 	}
 
 	// Granted, no publisher bound yet: no pointer key, a generation.
-	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestUnknownResource(t *testing.T) {
 // mustNew returns a Reader of resource in e's domain.
 func mustNew(t *testing.T, e *env, resource string, serializable bool) *Reader {
 	t.Helper()
-	r, err := New(Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}, Serializable: serializable}, resource)
+	r, err := New(Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}, Serializable: serializable}, resource)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func mustNew(t *testing.T, e *env, resource string, serializable bool) *Reader {
 func TestResources(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
-	cfg := Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}}
+	cfg := Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}}
 	if l, err := Resources(ctx, cfg); err != nil || len(l) != 1 || l[0].Name != res || !l[0].Pointer.Version.IsZero() {
 		t.Fatalf("a domain with one bound resource: %+v, %v", l, err)
 	}

@@ -190,7 +190,7 @@ func New(cfg Config, resource string) (*Reader, error) {
 	}
 	rlog := log.With("resource", resource)
 	cfg.Store = debuglog.Store(cfg.Store, rlog)
-	return &Reader{cfg: cfg, res: resource, key: cfg.Namespace.PointerKey(resource), log: log, kv: debuglog.KV(leader.KV(cfg.Etcd), rlog)}, nil
+	return &Reader{cfg: cfg, res: resource, key: layout.Namespace(cfg.Namespace).PointerKey(resource), log: log, kv: debuglog.KV(leader.KV(cfg.Etcd), rlog)}, nil
 }
 
 // withDefaults checks cfg (Validate) and gives its zero tunables their

@@ -47,7 +47,7 @@ func newDomainEnv(t *testing.T, d *testenv.Domain) *env {
 	t.Helper()
 	e := &env{Domain: d, t: t}
 	ctx := ctxT(t, 30*time.Second)
-	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func newDomainEnv(t *testing.T, d *testenv.Domain) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}})
+	c, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 
 func (e *env) reader(cli *clientv3.Client, mods ...func(*Config)) *Reader {
 	e.t.Helper()
-	cfg := Config{Env: fencepub.Env{Namespace: e.NS, Etcd: cli, Store: e.Store}}
+	cfg := Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: cli, Store: e.Store}}
 	for _, m := range mods {
 		m(&cfg)
 	}

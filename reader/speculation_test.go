@@ -353,7 +353,7 @@ func TestSpeculationReleasesConnections(t *testing.T) {
 	if _, err := e.pub.Publish(ctx, publisher.Operation{IdempotencyKey: "k0", Body: bytes.NewReader(big)}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: st}}, res)
+	r, err := New(Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: st}}, res)
 	if err != nil {
 		t.Fatal(err)
 	}

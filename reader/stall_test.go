@@ -69,7 +69,7 @@ func TestStallTimeout(t *testing.T) {
 			t.Fatalf("%s: %v after %s; want fencepub.ErrUnavailable naming the stall within seconds", tc.name, err, took)
 		}
 	}
-	if _, err := New(Config{Env: fencepub.Env{Namespace: e.NS, Etcd: e.Etcd}, StallTimeout: -time.Second}, res); !errors.Is(err, fencepub.ErrInvalid) {
+	if _, err := New(Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd}, StallTimeout: -time.Second}, res); !errors.Is(err, fencepub.ErrInvalid) {
 		t.Fatalf("negative StallTimeout: %v, want fencepub.ErrInvalid", err)
 	}
 }

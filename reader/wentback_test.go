@@ -99,7 +99,7 @@ func TestWatchWentBackAfterRestore(t *testing.T) {
 	wctx := ctxT(t, time.Minute)
 	watches := map[string]<-chan Update{}
 	for res, v := range sent {
-		r, err := New(Config{Env: fencepub.Env{Namespace: ns, Etcd: cli}}, res)
+		r, err := New(Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: cli}}, res)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -131,7 +131,7 @@ func TestGCDaemonProbesThroughEtcdOutage(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: st}})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: cli, Store: st}})
 	if err != nil {
 		t.Fatal(err)
 	}

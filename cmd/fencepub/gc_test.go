@@ -52,11 +52,11 @@ func TestGCCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns, _ := layout.NewNamespace("clitest", "d1")
-	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: st}})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: cli, Store: st}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: st}})
+	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: cli, Store: st}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,7 +122,8 @@ func (g *grantFlags) bind(ctx, release context.Context, cmd *cobra.Command, env 
 		return nil, noop, publisher.Result{}, err
 	}
 	if raw {
-		term := publisher.Term{Resource: g.resource, Owner: g.owner, Epoch: g.epoch, Fence: g.fence, Strict: g.strict, Contiguous: g.contiguous}
+		// A grant acquired elsewhere, known by its numbers.
+		term := publisher.GrantTerm(authority.Grant{Resource: g.resource, Owner: g.owner, Epoch: g.epoch, Generation: g.fence}, false)
 		if g.strict {
 			hd, ok, err := a.Holder(ctx, g.resource)
 			if err != nil {
@@ -134,7 +135,10 @@ func (g *grantFlags) bind(ctx, release context.Context, cmd *cobra.Command, env 
 				return nil, noop, res, fmt.Errorf("%w (%s): %w: grant %d.%d of %q for %q is not the live holder; nothing was written",
 					publisher.ErrStale, publisher.ReasonLease, authority.ErrLeaseLost, g.epoch, g.fence, g.resource, g.owner)
 			}
-			term.HolderRevision = hd.HolderRevision
+			term = publisher.GrantTerm(hd.Grant, true)
+		}
+		if g.contiguous {
+			term = term.WithContiguous()
 		}
 		p, err := c.Bind(ctx, term)
 		return p, noop, publisher.Result{}, err
@@ -151,7 +155,9 @@ func (g *grantFlags) bind(ctx, release context.Context, cmd *cobra.Command, env 
 	}
 	done := func() { releaseGrant(release, env.Log, sess) }
 	term := publisher.GrantTerm(gr, g.strict)
-	term.Contiguous = g.contiguous
+	if g.contiguous {
+		term = term.WithContiguous()
+	}
 	p, err := c.Bind(ctx, term)
 	if err != nil {
 		done()

@@ -37,7 +37,7 @@ func (e *brokenEnv) publishFiles(w *worker, g authority.Grant, key string, base 
 		e.t.Fatal(err)
 	}
 	w.n++
-	w.publishFiles(p, t, key, base, specs)
+	w.publishFiles(p, g, false, key, base, specs)
 	h := e.rec.History()
 	got := h.Publishes[len(h.Publishes)-1]
 	if got.Outcome != outcome {
@@ -84,7 +84,7 @@ func TestCheckerCatchesBrokenDatasetGC(t *testing.T) {
 	// lease timer advances; the passes after it collect the older version.
 	st := testenv.Get(t).Store(t)
 	col, err := gc.New(gc.Config{
-		Env: fencepub.Env{Namespace: e.ns, Etcd: e.cli, Store: st}, Authority: e.auth,
+		Env: fencepub.Env{Namespace: fencepub.Namespace(e.ns), Etcd: e.cli, Store: st}, Authority: e.auth,
 		Policy: gc.Policy{Retain: 1, Grace: time.Millisecond, ClockSkew: time.Millisecond},
 	})
 	if err != nil {
@@ -153,7 +153,7 @@ func TestCheckerCatchesDatasetPublishWithoutBaseCompare(t *testing.T) {
 	gc3 := e.acquire(wc, res) // once b's lease expired
 	st := testenv.Get(t).Store(t)
 	col, err := gc.New(gc.Config{
-		Env: fencepub.Env{Namespace: e.ns, Etcd: e.cli, Store: st}, Authority: e.auth,
+		Env: fencepub.Env{Namespace: fencepub.Namespace(e.ns), Etcd: e.cli, Store: st}, Authority: e.auth,
 		Policy: gc.Policy{Retain: 1, Grace: time.Millisecond, ClockSkew: time.Millisecond},
 	})
 	if err != nil {
@@ -170,7 +170,7 @@ func TestCheckerCatchesDatasetPublishWithoutBaseCompare(t *testing.T) {
 	wc.wl.PublishTimeout = time.Minute
 	wc.beforeOpen = func() {
 		once.Do(func() {
-			bApplied = wb.publishFiles(pb, publisher.GrantTerm(gb, false), "kb", publisher.BaseNone, []datasetFileSpec{{"z.txt", 0}})
+			bApplied = wb.publishFiles(pb, gb, false, "kb", publisher.BaseNone, []datasetFileSpec{{"z.txt", 0}})
 			for pass := 0; pass < 10; pass++ {
 				time.Sleep(time.Second)
 				if _, hookErr = col.Run(e.ctx, gc.RunOptions{Resources: []string{res}}); hookErr != nil {
@@ -188,7 +188,7 @@ func TestCheckerCatchesDatasetPublishWithoutBaseCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wc.publishFiles(pc, publisher.GrantTerm(gc3, false), "kc", publisher.BaseCurrent, []datasetFileSpec{{"a.bin", 0}, {"dir/b.bin", 1}})
+	wc.publishFiles(pc, gc3, false, "kc", publisher.BaseCurrent, []datasetFileSpec{{"a.bin", 0}, {"dir/b.bin", 1}})
 	if hookErr != nil || !bApplied {
 		t.Fatalf("while c uploaded: b applied %v, GC: %v", bApplied, hookErr)
 	}

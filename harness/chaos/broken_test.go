@@ -50,7 +50,7 @@ func newBrokenEnv(t *testing.T) *brokenEnv {
 	e := &brokenEnv{t: t, ctx: ctx, ns: testenv.Namespace(t), cli: shared.EtcdClient(t), wl: Workload{}.withDefaults()}
 	st := shared.Store(t)
 	var err error
-	if e.auth, err = authority.New(authority.Config{Env: fencepub.Env{Namespace: e.ns, Etcd: e.cli, Store: st}}); err != nil {
+	if e.auth, err = authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.ns), Etcd: e.cli, Store: st}}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := e.auth.Init(ctx)
@@ -72,10 +72,10 @@ func newBrokenEnv(t *testing.T) *brokenEnv {
 	}()
 	e.stopWatch = func() { wcancel(); <-done }
 	t.Cleanup(func() { e.stopWatch() })
-	if e.pub, err = publisher.New(publisher.Config{Env: fencepub.Env{Namespace: e.ns, Etcd: e.cli, Store: st}}); err != nil {
+	if e.pub, err = publisher.New(publisher.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.ns), Etcd: e.cli, Store: st}}); err != nil {
 		t.Fatal(err)
 	}
-	e.read = &readLoop{id: "reader", clock: clock, cfg: reader.Config{Env: fencepub.Env{Namespace: e.ns, Etcd: e.cli, Store: st}}, wl: e.wl, rec: e.rec}
+	e.read = &readLoop{id: "reader", clock: clock, cfg: reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.ns), Etcd: e.cli, Store: st}}, wl: e.wl, rec: e.rec}
 	return e
 }
 
@@ -102,7 +102,7 @@ func (e *brokenEnv) publish(w *worker, g authority.Grant, seq uint64, key, body,
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	w.publish(p, t, seq, key, []byte(body), false)
+	w.publish(p, g, false, seq, key, []byte(body), false)
 	h := e.rec.History()
 	if got := h.Publishes[len(h.Publishes)-1]; got.Outcome != outcome {
 		e.t.Fatalf("%s: publish %s: %s (%s), want %s", w.id, key, got.Outcome, got.Err, outcome)
@@ -343,7 +343,7 @@ func (e *brokenEnv) takeOver(treatAsIssued bool, resources ...string) {
 	}
 	st := testenv.Get(e.t).Store(e.t)
 	col, err := gc.New(gc.Config{
-		Env: fencepub.Env{Namespace: e.ns, Etcd: e.cli, Store: st}, Authority: e.auth,
+		Env: fencepub.Env{Namespace: fencepub.Namespace(e.ns), Etcd: e.cli, Store: st}, Authority: e.auth,
 		Policy: gc.Policy{Retain: 2, Grace: time.Hour, ClockSkew: 100 * time.Millisecond, AbandonAfter: 2 * time.Second},
 	})
 	if err != nil {

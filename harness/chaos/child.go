@@ -94,13 +94,13 @@ func runWorker(spec WorkerSpec, in io.Reader, out io.Writer) error {
 		return err
 	}
 	wl := spec.Workload.withDefaults()
-	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: spec.Namespace, Etcd: cli, Store: st}, RequestTimeout: 2 * time.Second})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(spec.Namespace), Etcd: cli, Store: st}, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
 	var skew atomic.Int64 // ns
 	pub, err := publisher.New(publisher.Config{
-		Env: fencepub.Env{Namespace: spec.Namespace, Etcd: cli, Store: st}, PartSize: partSize,
+		Env: fencepub.Env{Namespace: fencepub.Namespace(spec.Namespace), Etcd: cli, Store: st}, PartSize: partSize,
 		RequestTimeout: wl.AttemptTimeout, ResendTimeout: wl.PublishTimeout,
 		Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
 	})

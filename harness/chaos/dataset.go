@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/manifest"
+	"github.com/fencepub/fencepub/internal/pubhook"
 	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
@@ -137,22 +139,22 @@ func (w *worker) currentFiles(res string) []datasetFileSpec {
 }
 
 // publishDataset publishes the worker's next dataset operation with p
-// (bound to t) as a dataset version, logging it as publish does, with its
-// manifest's entries and the base it reused files from. It reports
-// whether the term may go on.
-func (w *worker) publishDataset(p *publisher.Publisher, t publisher.Term) bool {
+// (bound to g's term, strict if strict) as a dataset version, logging it
+// as publish does, with its manifest's entries and the base it reused
+// files from. It reports whether the term may go on.
+func (w *worker) publishDataset(p *publisher.Publisher, g authority.Grant, strict bool) bool {
 	w.n++
-	key, base, specs := w.datasetOperation(t.Resource)
-	return w.publishFiles(p, t, key, base, specs)
+	key, base, specs := w.datasetOperation(g.Resource)
+	return w.publishFiles(p, g, strict, key, base, specs)
 }
 
 // publishFiles publishes specs as a dataset version under key with base,
-// with p (bound to t), and logs it (publishDataset).
-func (w *worker) publishFiles(p *publisher.Publisher, t publisher.Term, key string, base publisher.Base, specs []datasetFileSpec) bool {
+// with p (bound to g's term, strict if strict), and logs it (publishDataset).
+func (w *worker) publishFiles(p *publisher.Publisher, g authority.Grant, strict bool, key string, base publisher.Base, specs []datasetFileSpec) bool {
 	files := make([]publisher.File, len(specs))
 	entries := make([]FileEntry, len(specs))
 	for i, f := range specs {
-		b := datasetBody(t.Resource, f.path, f.gen)
+		b := datasetBody(g.Resource, f.path, f.gen)
 		sum := sha256.Sum256(b)
 		files[i] = publisher.BytesFile(f.path, b, "")
 		if open, hook := files[i].Open, w.beforeOpen; hook != nil {
@@ -162,8 +164,8 @@ func (w *worker) publishFiles(p *publisher.Publisher, t publisher.Term, key stri
 	}
 	slices.SortFunc(entries, func(a, b FileEntry) int { return manifest.ComparePaths(a.Path, b.Path) })
 	op := PublishOp{
-		ID: fmt.Sprintf("%s/%d", w.id, w.n), Client: w.id, Resource: t.Resource, Key: key, Owner: t.Owner,
-		Version: layout.Version{Epoch: t.Epoch, Fence: t.Fence, Seq: p.NextSeq()}, Strict: t.Strict,
+		ID: fmt.Sprintf("%s/%d", w.id, w.n), Client: w.id, Resource: g.Resource, Key: key, Owner: g.Owner,
+		Version: layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: pubhook.NextSeq(p)}, Strict: strict,
 		Call: w.clock.Now(), Files: entries,
 	}
 	w.out.Invoke(op)

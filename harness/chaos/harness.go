@@ -304,7 +304,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if h.ns, err = layout.NewNamespace("chaos", fmt.Sprintf("s%d-%s", h.cfg.Seed, hex.EncodeToString(b[:]))); err != nil {
 		return err
 	}
-	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: h.direct, Store: h.store}})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: h.direct, Store: h.store}})
 	if err != nil {
 		return err
 	}
@@ -351,7 +351,7 @@ func (h *harness) setup(ctx context.Context) error {
 
 func (h *harness) publisherClient(cli *clientv3.Client, st objstore.Store) (*publisher.Client, error) {
 	return publisher.New(publisher.Config{
-		Env: fencepub.Env{Namespace: h.ns, Etcd: cli, Store: st}, PartSize: partSize,
+		Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: cli, Store: st}, PartSize: partSize,
 		RequestTimeout: h.wl.AttemptTimeout, ResendTimeout: h.wl.PublishTimeout,
 	})
 }
@@ -362,7 +362,7 @@ func (h *harness) publisherClient(cli *clientv3.Client, st objstore.Store) (*pub
 // and seals in-flight objects of dead grants after 2 s.
 func (h *harness) collector(auth *authority.Authority) (*gc.Collector, error) {
 	return gc.New(gc.Config{
-		Env: fencepub.Env{Namespace: h.ns, Etcd: h.direct, Store: h.store}, Authority: auth,
+		Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: h.direct, Store: h.store}, Authority: auth,
 		Policy:         gc.Policy{Retain: 2, Grace: time.Hour, ClockSkew: 100 * time.Millisecond, AbandonAfter: 2 * time.Second},
 		RequestTimeout: 5 * time.Second,
 		Now:            func() time.Time { return h.clock.Wall(h.clock.Now()) },
@@ -381,7 +381,7 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 	if err != nil {
 		return err
 	}
-	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: cli, Store: st}, RequestTimeout: 2 * time.Second})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: cli, Store: st}, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -407,7 +407,7 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 		w.zombies = true
 		goRun(w.run)
 	}
-	rcfg := reader.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: cli, Store: st}}
+	rcfg := reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: cli, Store: st}}
 	for i := range h.cfg.DatasetWorkers {
 		w := newWorker(fmt.Sprintf("dw%d", i), uint64(500+i))
 		w.zombies, w.datasets, w.rcfg = true, true, rcfg
@@ -423,7 +423,7 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 		l := &readLoop{id: fmt.Sprintf("reader%d", i), clock: h.clock, cfg: rcfg, wl: h.wl, rng: h.rng(uint64(300 + i)), rec: h.rec, stop: h.stop}
 		goRun(l.run)
 	}
-	gcAuth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: h.direct, Store: h.store}})
+	gcAuth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: h.direct, Store: h.store}})
 	if err != nil {
 		return err
 	}
@@ -696,7 +696,7 @@ func (h *harness) finish(ctx context.Context) (*Result, error) {
 			h.settleOpen(hctx, fmt.Sprintf("p%d.%d", sl.idx, n))
 		}
 	}
-	gcAuth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: h.direct, Store: h.store}})
+	gcAuth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: h.direct, Store: h.store}})
 	if err != nil {
 		return nil, err
 	}
@@ -711,7 +711,7 @@ func (h *harness) finish(ctx context.Context) (*Result, error) {
 	if err := h.checkObjects(hctx); err != nil {
 		return nil, err
 	}
-	if err := sweepDatasets(hctx, h.rec, reader.Config{Env: fencepub.Env{Namespace: h.ns, Etcd: h.direct, Store: h.store}}); err != nil {
+	if err := sweepDatasets(hctx, h.rec, reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: h.direct, Store: h.store}}); err != nil {
 		return nil, err
 	}
 	hist := h.rec.History()

@@ -68,7 +68,7 @@ func TestPublishThroughPausedMinIONode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := fencepub.Env{Namespace: ns, Etcd: cli, Store: st}
+	env := fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: cli, Store: st}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	auth, err := authority.New(authority.Config{Env: env})

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/pubhook"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -218,7 +219,7 @@ func (h *harness) injectReplace(ctx context.Context, f Fault) (target, detail st
 // republishNewest republishes, for every resource of rep with objects, the
 // newest of them (the last of ResourceRecovery.Above) the way `fencepub
 // authority recover --republish` does: a grant of the resource, then
-// publisher Republish under the key recover-<old version>, then a release.
+// publisher's republish under the key recover-<old version>, then a release.
 // Each grant and publish is logged like a worker's, by client "recover"; up
 // to 4 resources at a time, each within republishTimeout (the whole step
 // grows with the resources: ~130 s for 393 of them on 2 loaded cores), until
@@ -251,7 +252,7 @@ func (h *harness) republishNewest(ctx context.Context, rep authority.RecoverRepo
 
 // republishTimeout bounds the republish of one resource after a
 // replacement: the minute `recover --republish` gives each resource's grant
-// (publisher.RestoreLost), the bind and the Republish after it.
+// (publisher.RestoreLost), the bind and the republish after it.
 const republishTimeout = time.Minute
 
 // republishOne republishes lost on resource res as publish id, with a grant
@@ -283,7 +284,9 @@ func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher
 	p, err := pub.Bind(ctx, publisher.GrantTerm(g, false))
 	var r publisher.Result
 	if err == nil {
-		r, err = p.Republish(ctx, lost.Key, op.Key)
+		var res any
+		res, err = pubhook.Republish(ctx, p, lost.Key, op.Key)
+		r, _ = res.(publisher.Result)
 	}
 	reported(&op, r, err)
 	op.Digest, op.RequestDigest = r.Object.SHA256, r.Digest

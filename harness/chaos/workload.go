@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/pubhook"
 	"io"
 	"math/rand/v2"
 	"sync"
@@ -44,7 +45,8 @@ type Workload struct {
 	// unknown and Resolve settles it. Default 10 s: one MinIO node stall
 	// (storeStall) for the write and txnBudget for the transaction.
 	PublishTimeout time.Duration `json:"publish_timeout"`
-	// AttemptTimeout bounds one etcd request of the publisher. Default 700 ms.
+	// AttemptTimeout bounds one etcd request of the publisher (its
+	// Config.RequestTimeout). Default 700 ms.
 	AttemptTimeout time.Duration `json:"attempt_timeout"`
 	// Multipart is the share of fresh publishes whose body is uploaded in
 	// several parts (above partSize). Default 0.003.
@@ -349,8 +351,8 @@ func (w *worker) term(res string) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	w.bound = w.clock.Now()
-	t := publisher.GrantTerm(g, w.rng.Float64() < 0.3)
-	p, err := w.pub.Bind(ctx, t)
+	strict := w.rng.Float64() < 0.3
+	p, err := w.pub.Bind(ctx, publisher.GrantTerm(g, strict))
 	cancel()
 	if err != nil {
 		if isAnomaly(err) {
@@ -367,10 +369,10 @@ func (w *worker) term(res string) bool {
 			}
 		}
 		if w.datasets {
-			if !w.publishDataset(p, t) {
+			if !w.publishDataset(p, g, strict) {
 				return true
 			}
-		} else if key, body := operation(res, w.id, w.n, w.rng, w.wl.Multipart); !w.publish(p, t, p.NextSeq(), key, body, false) {
+		} else if key, body := operation(res, w.id, w.n, w.rng, w.wl.Multipart); !w.publish(p, g, strict, pubhook.NextSeq(p), key, body, false) {
 			return true
 		}
 		w.sleep(time.Duration(w.rng.IntN(30)) * time.Millisecond)
@@ -378,11 +380,12 @@ func (w *worker) term(res string) bool {
 	return true
 }
 
-// publish publishes body under key at seq with p (bound to t), logging the operation from
+// publish publishes body under key at seq with p (bound to g's term,
+// strict if strict), logging the operation from
 // invoke to its final outcome; an unknown outcome is settled with Resolve
 // before it is logged. It reports whether the term may go on (the publish
 // was applied, a duplicate or a conflict).
-func (w *worker) publish(p *publisher.Publisher, t publisher.Term, seq uint64, key string, body []byte, forged bool) bool {
+func (w *worker) publish(p *publisher.Publisher, g authority.Grant, strict bool, seq uint64, key string, body []byte, forged bool) bool {
 	w.n++
 	sum := sha256.Sum256(body)
 	pop := publisher.Operation{IdempotencyKey: key, Body: bytes.NewReader(body)}
@@ -392,9 +395,9 @@ func (w *worker) publish(p *publisher.Publisher, t publisher.Term, seq uint64, k
 	}
 	pop.Body = bytes.NewReader(body)
 	op := PublishOp{
-		ID: fmt.Sprintf("%s/%d", w.id, w.n), Client: w.id, Resource: t.Resource, Key: key,
-		Digest: hex.EncodeToString(sum[:]), RequestDigest: rd, Size: int64(len(body)), Owner: t.Owner,
-		Version: layout.Version{Epoch: t.Epoch, Fence: t.Fence, Seq: seq}, Strict: t.Strict, Forged: forged,
+		ID: fmt.Sprintf("%s/%d", w.id, w.n), Client: w.id, Resource: g.Resource, Key: key,
+		Digest: hex.EncodeToString(sum[:]), RequestDigest: rd, Size: int64(len(body)), Owner: g.Owner,
+		Version: layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: seq}, Strict: strict, Forged: forged,
 		Call: w.clock.Now(),
 	}
 	w.out.Invoke(op)
@@ -509,18 +512,18 @@ func settle(ctx context.Context, c *publisher.Client, op *PublishOp, by string) 
 func (w *worker) forge(recent func() []GrantEvent) {
 	for w.sleep(time.Duration(300+w.rng.IntN(600)) * time.Millisecond) {
 		res := w.wl.pick(w.clock.Now(), w.rng)
-		term := publisher.Term{Resource: res, Owner: "forger-" + authority.NewID()[:8], Epoch: w.epoch(), Fence: uint64(1 + w.rng.IntN(3))}
+		forged := authority.Grant{Resource: res, Owner: "forger-" + authority.NewID()[:8], Epoch: w.epoch(), Generation: uint64(1 + w.rng.IntN(3))}
 		if w.rng.IntN(2) == 0 {
 			for _, g := range recent() {
 				if g.Resource != res {
-					term.Owner, term.Fence = g.Owner, g.Fence
+					forged.Owner, forged.Generation = g.Owner, g.Fence
 					break
 				}
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		w.bound = w.clock.Now()
-		p, err := w.pub.Bind(ctx, term)
+		p, err := w.pub.Bind(ctx, publisher.GrantTerm(forged, false))
 		cancel()
 		if err != nil {
 			if isAnomaly(err) {
@@ -529,7 +532,7 @@ func (w *worker) forge(recent func() []GrantEvent) {
 			continue
 		}
 		key, body := operation(res, w.id, w.n, w.rng, w.wl.Multipart)
-		w.publish(p, term, uint64(1+w.rng.IntN(3)), key, body, true)
+		w.publish(p, forged, false, uint64(1+w.rng.IntN(3)), key, body, true)
 	}
 }
 

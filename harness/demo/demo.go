@@ -325,7 +325,7 @@ func (r *run) main(ctx context.Context) error {
 	if r.check("late publish stale", late.Outcome == "stale", "%s's %s: %s (reason %s)", late.Worker, late.Version, late.Outcome, late.Reason) {
 		r.sum.StaleRejected++
 	}
-	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}}, Resource)
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: cli, Store: store}}, Resource)
 	if err != nil {
 		return err
 	}
@@ -350,11 +350,11 @@ func (r *run) main(ctx context.Context) error {
 	r.check("reader bytes matched digests", r.sum.ReaderChecks >= len(seen) && len(seen) > 0, "%d objects fetched over HTTP, sha256 verified", r.sum.ReaderChecks)
 
 	r.say("== 5. one GC pass")
-	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: cli, Store: store}})
 	if err != nil {
 		return err
 	}
-	col, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}, Authority: auth})
+	col, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: cli, Store: store}, Authority: auth})
 	if err != nil {
 		return err
 	}

@@ -75,11 +75,11 @@ func startWith(t *testing.T, bin string, l launch) *service {
 	env := testenv.Get(t)
 	ns := testenv.Namespace(t)
 	cli, store := env.EtcdClient(t), env.Store(t)
-	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}})
+	auth, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: cli, Store: store}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: ns, Etcd: cli, Store: store}})
+	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: cli, Store: store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func startWith(t *testing.T, bin string, l launch) *service {
 		}
 	})
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	s := &service{t: t, ns: ns, auth: auth, pub: pub, url: "http://" + addr, addr: addr, client: http.DefaultClient}
+	s := &service{t: t, ns: fencepub.Namespace(ns), auth: auth, pub: pub, url: "http://" + addr, addr: addr, client: http.DefaultClient}
 	if l.tls != nil {
 		s.url = "https://" + addr
 		s.client = &http.Client{Transport: &http.Transport{TLSClientConfig: l.tls}}

@@ -56,7 +56,7 @@ func TestLeaderlessMemberRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: testenv.Namespace(t), Etcd: cli, Store: st}, RequestTimeout: time.Second})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(testenv.Namespace(t)), Etcd: cli, Store: st}, RequestTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -264,7 +264,7 @@ func probeBudget(cfg config.Config) time.Duration { return 2 * cfg.Etcd.RequestT
 
 // Domain is e's clients and namespace as the library's Configs take them.
 func (e *Env) Domain() fencepub.Env {
-	return fencepub.Env{Namespace: e.NS, Etcd: e.Etcd, Store: e.Store}
+	return fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}
 }
 
 // Close closes the etcd client.

@@ -362,7 +362,7 @@ func (s *runner) datasetIncremental(ctx context.Context, st *stack, dir string, 
 // publish, so stored under the version's own key) of res's current
 // version with the manifest cached.
 func (s *runner) datasetRead(ctx context.Context, st *stack, res string, ver publisher.DatasetResult, path string) error {
-	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: st.Etcd, Store: st.Store}}, res)
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(st.NS), Etcd: st.Etcd, Store: st.Store}}, res)
 	if err != nil {
 		return err
 	}
@@ -425,7 +425,7 @@ var datasetGCPolicy = gc.Policy{Retain: 1, Grace: time.Millisecond, ClockSkew: t
 // many keys, in units alternating which side goes first.
 func (s *runner) datasetGC(ctx context.Context, st *stack, n int) error {
 	units := min(s.slowRounds(), 2)
-	coll, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: st.Etcd, Store: st.Store}, Authority: st.auth, Policy: datasetGCPolicy})
+	coll, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(st.NS), Etcd: st.Etcd, Store: st.Store}, Authority: st.auth, Policy: datasetGCPolicy})
 	if err != nil {
 		return err
 	}
@@ -638,7 +638,7 @@ func (s *runner) datasetScale(ctx context.Context, st *stack, dir string) error 
 		return err
 	}
 	defer os.RemoveAll(dir + "-config")
-	coll, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: st.Etcd, Store: st.Store}, Authority: st.auth, Policy: datasetGCPolicy})
+	coll, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(st.NS), Etcd: st.Etcd, Store: st.Store}, Authority: st.auth, Policy: datasetGCPolicy})
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func (s *runner) gcWorkload(ctx context.Context) error {
 		return err
 	}
 	defer s.cleanup(ctx, st.Target)
-	coll, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: st.Etcd, Store: st.Store}, Authority: st.auth})
+	coll, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(st.NS), Etcd: st.Etcd, Store: st.Store}, Authority: st.auth})
 	if err != nil {
 		return err
 	}

@@ -124,7 +124,7 @@ func (s *runner) watchLag(ctx context.Context, st *stack, rcli *clientv3.Client)
 		return err
 	}
 	defer st.auth.Release(context.WithoutCancel(ctx), g)
-	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: rcli, Store: st.Store}}, "lag")
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(st.NS), Etcd: rcli, Store: st.Store}}, "lag")
 	if err != nil {
 		return err
 	}
@@ -227,7 +227,7 @@ func (s *runner) openVsGet(ctx context.Context, st *stack, rcli *clientv3.Client
 		if err != nil {
 			return err
 		}
-		cfg := reader.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: rcli, Store: st.Store}}
+		cfg := reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(st.NS), Etcd: rcli, Store: st.Store}}
 		lin, err := reader.New(cfg, res)
 		if err != nil {
 			return err

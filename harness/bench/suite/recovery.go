@@ -173,7 +173,7 @@ func (s *runner) watchLagAcrossLeaderChange(ctx context.Context, st *stack, cl *
 		return err
 	}
 	defer rcli.Close()
-	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: rcli, Store: st.Store}}, "lag-leader")
+	rd, err := reader.New(reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(st.NS), Etcd: rcli, Store: st.Store}}, "lag-leader")
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,7 @@ func (st *stack) seed(ctx context.Context, res []string, versions int) error {
 // a listing of the prepared resources' objects. Both sides' peak RSS is
 // measured (measureMemory).
 func (s *runner) scaleGC(ctx context.Context, st *stack, nres int, seeded string) error {
-	coll, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: st.Etcd, Store: st.Store}, Authority: st.auth})
+	coll, err := gc.New(gc.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(st.NS), Etcd: st.Etcd, Store: st.Store}, Authority: st.auth})
 	if err != nil {
 		return err
 	}
@@ -263,7 +263,7 @@ func (s *runner) scaleWatch(ctx context.Context, st *stack, res []string) error 
 		bareKeys[i] = st.NS.Root() + "bare-watch/" + res[i]
 	}
 	sentinel := st.NS.Root() + "bare-watch-sentinel"
-	cfg := reader.Config{Env: fencepub.Env{Namespace: st.NS, Etcd: rcli, Store: st.Store}}
+	cfg := reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(st.NS), Etcd: rcli, Store: st.Store}}
 	fencepubSide := func(ctx context.Context) ([]*arrivals, func(), error) {
 		return watchAll(ctx, rcli, sentinel, len(res), pubIdx, func(ctx context.Context, wg *sync.WaitGroup, i int, ready func(), arrived func(uint64)) error {
 			rd, err := reader.New(cfg, res[i])

@@ -399,7 +399,7 @@ func (s *runner) newStack(ctx context.Context, t bench.Target, name string) (*st
 		return nil, err
 	}
 	t.NS = ns
-	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: ns, Etcd: t.Etcd, Store: t.Store}})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: t.Etcd, Store: t.Store}})
 	if err != nil {
 		return nil, err
 	}
@@ -407,7 +407,7 @@ func (s *runner) newStack(ctx context.Context, t bench.Target, name string) (*st
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	p, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: ns, Etcd: t.Etcd, Store: t.Store}, Registerer: reg})
+	p, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(ns), Etcd: t.Etcd, Store: t.Store}, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

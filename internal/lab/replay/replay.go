@@ -143,7 +143,7 @@ func newRun(t Target, issuer, n int) (*run, error) {
 	if err := r.newAuthority(); err != nil {
 		return nil, err
 	}
-	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: t.Namespace, Etcd: t.Etcd, Store: t.Store}, Logger: t.Logger})
+	pub, err := publisher.New(publisher.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(t.Namespace), Etcd: t.Etcd, Store: t.Store}, Logger: t.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func newRun(t Target, issuer, n int) (*run, error) {
 }
 
 func (r *run) newAuthority() error {
-	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: r.t.Namespace, Etcd: r.t.Etcd, Store: r.t.Store}, Logger: r.t.Logger})
+	a, err := authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(r.t.Namespace), Etcd: r.t.Etcd, Store: r.t.Store}, Logger: r.t.Logger})
 	r.auth = a
 	return err
 }

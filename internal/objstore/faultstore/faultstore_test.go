@@ -11,7 +11,7 @@ import (
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/faultstore"
 	"github.com/fencepub/fencepub/internal/objstore/memstore"
-	"github.com/fencepub/fencepub/internal/objstore/storetest"
+	"github.com/fencepub/fencepub/storetest"
 )
 
 // With no fault queued the wrapper is the store it wraps.

@@ -2,7 +2,7 @@
 // one bucket held in a map, honouring the contract of objstore.Store
 // (create-only writes and completions, ETags and If-Match, multipart
 // uploads, sorted listings, batch delete) with read-after-write listings.
-// It passes the conformance suite of objstore/storetest. Nothing persists.
+// It passes the conformance suite of package storetest. Nothing persists.
 package memstore
 
 import (

@@ -5,7 +5,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/memstore"
-	"github.com/fencepub/fencepub/internal/objstore/storetest"
+	"github.com/fencepub/fencepub/storetest"
 )
 
 func TestAcceptance(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
-	"github.com/fencepub/fencepub/internal/objstore/storetest"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
+	"github.com/fencepub/fencepub/storetest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

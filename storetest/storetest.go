@@ -1,10 +1,11 @@
-// Package storetest is the conformance suite of objstore.Store: every
-// implementation runs AcceptanceTest and passes it (memstore in memory,
-// s3store on a real MinIO). It checks the contract the protocol relies on
-// (internal/objstore's package doc, DESIGN.md "Object layout"):
-// create-only PUT and multipart completion, create-only copies, If-Match
-// reads, eventually consistent listings of objects and uploads, batch
-// deletes and the typed errors.
+// Package storetest is the conformance suite of fencepub.Store: a Store
+// implementation, or a wrapper of one, calls AcceptanceTest from a test and
+// passes it (fencepub's S3 store does on MinIO and SeaweedFS, its in-memory
+// store in its unit tests). It checks the contract the protocol relies on
+// (DESIGN.md "What the object store must provide"): create-only PUT and
+// multipart completion, create-only copies, If-Match reads, eventually
+// consistent listings of objects and uploads, batch deletes and the typed
+// errors.
 package storetest
 
 import (
@@ -19,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub"
 )
 
 // partSize is S3's smallest part but the last, in bytes.
@@ -31,7 +32,7 @@ const listDeadline = 30 * time.Second
 // AcceptanceTest runs the suite as subtests on stores newStore returns
 // (one call per subtest). The stores may share one bucket: each subtest
 // writes under its own random prefix and leaves its objects behind.
-func AcceptanceTest(t *testing.T, newStore func(t *testing.T) objstore.Store) {
+func AcceptanceTest(t *testing.T, newStore func(t *testing.T) fencepub.Store) {
 	for _, tc := range []struct {
 		name string
 		run  func(t *testing.T, s suite)
@@ -59,7 +60,7 @@ func AcceptanceTest(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 
 // suite is one subtest's store, context and key prefix.
 type suite struct {
-	st     objstore.Store
+	st     fencepub.Store
 	ctx    context.Context
 	prefix string
 }
@@ -71,7 +72,7 @@ func nonce() string {
 }
 
 // put writes body create-only at key and fails the test on an error.
-func (s suite) put(t *testing.T, key string, body []byte, opts objstore.PutOptions) objstore.ObjectInfo {
+func (s suite) put(t *testing.T, key string, body []byte, opts fencepub.PutOptions) fencepub.ObjectInfo {
 	t.Helper()
 	info, err := s.st.PutCreateOnly(s.ctx, key, bytes.NewReader(body), int64(len(body)), opts)
 	if err != nil {
@@ -100,13 +101,13 @@ func (s suite) read(t *testing.T, key string) []byte {
 
 // upload starts an upload of key and sends parts, returning its id and
 // the parts.
-func (s suite) upload(t *testing.T, key string, opts objstore.PutOptions, parts ...[]byte) (string, []objstore.Part) {
+func (s suite) upload(t *testing.T, key string, opts fencepub.PutOptions, parts ...[]byte) (string, []fencepub.Part) {
 	t.Helper()
 	id, err := s.st.CreateUpload(s.ctx, key, opts)
 	if err != nil {
 		t.Fatalf("CreateUpload %s: %v", key, err)
 	}
-	var out []objstore.Part
+	var out []fencepub.Part
 	for i, p := range parts {
 		part, err := s.st.UploadPart(s.ctx, key, id, i+1, bytes.NewReader(p), int64(len(p)))
 		if err != nil {
@@ -167,7 +168,7 @@ func testBucket(t *testing.T, s suite) {
 func testPutCreateOnly(t *testing.T, s suite) {
 	key := s.prefix + "obj"
 	first := []byte("the first body")
-	opts := objstore.PutOptions{ContentType: "text/plain", UserMetadata: map[string]string{"Fencepub-Test": "v1"}}
+	opts := fencepub.PutOptions{ContentType: "text/plain", UserMetadata: map[string]string{"Fencepub-Test": "v1"}}
 	info := s.put(t, key, first, opts)
 	if info.Size != int64(len(first)) {
 		t.Fatalf("PutCreateOnly: size %d, want %d", info.Size, len(first))
@@ -182,8 +183,8 @@ func testPutCreateOnly(t *testing.T, s suite) {
 		t.Fatalf("Stat: %+v; put returned %+v", got, info)
 	}
 	for _, body := range [][]byte{[]byte("another body"), first} {
-		_, err := s.st.PutCreateOnly(s.ctx, key, bytes.NewReader(body), int64(len(body)), objstore.PutOptions{})
-		if !errors.Is(err, objstore.ErrExists) {
+		_, err := s.st.PutCreateOnly(s.ctx, key, bytes.NewReader(body), int64(len(body)), fencepub.PutOptions{})
+		if !errors.Is(err, fencepub.ErrObjectExists) {
 			t.Fatalf("PutCreateOnly over an existing key: %v, want ErrExists", err)
 		}
 	}
@@ -191,7 +192,7 @@ func testPutCreateOnly(t *testing.T, s suite) {
 		t.Fatalf("after a refused PutCreateOnly the object holds %q, want %q", b, first)
 	}
 	empty := s.prefix + "empty"
-	if info := s.put(t, empty, nil, objstore.PutOptions{}); info.Size != 0 {
+	if info := s.put(t, empty, nil, fencepub.PutOptions{}); info.Size != 0 {
 		t.Fatalf("empty PutCreateOnly: %+v", info)
 	}
 	if b := s.read(t, empty); len(b) != 0 {
@@ -201,11 +202,11 @@ func testPutCreateOnly(t *testing.T, s suite) {
 
 func testPutShortBody(t *testing.T, s suite) {
 	key := s.prefix + "short"
-	_, err := s.st.PutCreateOnly(s.ctx, key, strings.NewReader("abc"), 10, objstore.PutOptions{})
+	_, err := s.st.PutCreateOnly(s.ctx, key, strings.NewReader("abc"), 10, fencepub.PutOptions{})
 	if err == nil {
 		t.Fatal("PutCreateOnly of a body shorter than its size succeeded")
 	}
-	if _, err := s.st.Stat(s.ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+	if _, err := s.st.Stat(s.ctx, key); !errors.Is(err, fencepub.ErrObjectNotFound) {
 		t.Fatalf("Stat after a failed PutCreateOnly: %v, want ErrNotFound", err)
 	}
 }
@@ -213,8 +214,8 @@ func testPutShortBody(t *testing.T, s suite) {
 func testCompleteCreateOnly(t *testing.T, s suite) {
 	key := s.prefix + "multi"
 	big := bytes.Repeat([]byte("w"), partSize)
-	winnerID, winner := s.upload(t, key, objstore.PutOptions{ContentType: "text/plain"}, big, []byte("winner tail"))
-	loserID, loser := s.upload(t, key, objstore.PutOptions{}, []byte("loser"))
+	winnerID, winner := s.upload(t, key, fencepub.PutOptions{ContentType: "text/plain"}, big, []byte("winner tail"))
+	loserID, loser := s.upload(t, key, fencepub.PutOptions{}, []byte("loser"))
 	info, err := s.st.CompleteUpload(s.ctx, key, winnerID, winner)
 	if err != nil {
 		t.Fatalf("CompleteUpload: %v", err)
@@ -226,7 +227,7 @@ func testCompleteCreateOnly(t *testing.T, s suite) {
 	if b := s.read(t, key); !bytes.Equal(b, want) {
 		t.Fatalf("completed object holds %d bytes, want %d", len(b), len(want))
 	}
-	if _, err := s.st.CompleteUpload(s.ctx, key, loserID, loser); !errors.Is(err, objstore.ErrExists) {
+	if _, err := s.st.CompleteUpload(s.ctx, key, loserID, loser); !errors.Is(err, fencepub.ErrObjectExists) {
 		t.Fatalf("second CompleteUpload of one key: %v, want ErrExists", err)
 	}
 	if b := s.read(t, key); !bytes.Equal(b, want) {
@@ -239,25 +240,25 @@ func testCompleteCreateOnly(t *testing.T, s suite) {
 		t.Fatalf("AbortUpload of the refused upload: %v", err)
 	}
 	// Re-sending the winner's completion: the upload is gone.
-	if _, err := s.st.CompleteUpload(s.ctx, key, winnerID, winner); !errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrExists) {
+	if _, err := s.st.CompleteUpload(s.ctx, key, winnerID, winner); !errors.Is(err, fencepub.ErrObjectNotFound) && !errors.Is(err, fencepub.ErrObjectExists) {
 		t.Fatalf("CompleteUpload re-sent: %v, want ErrNotFound or ErrExists", err)
 	}
 	// A completion over a key written by a plain create-only PUT.
 	// The store may refuse already at CreateUpload.
 	putKey := s.prefix + "put-then-complete"
-	s.put(t, putKey, []byte("put"), objstore.PutOptions{})
-	if id, err := s.st.CreateUpload(s.ctx, putKey, objstore.PutOptions{}); err == nil {
+	s.put(t, putKey, []byte("put"), fencepub.PutOptions{})
+	if id, err := s.st.CreateUpload(s.ctx, putKey, fencepub.PutOptions{}); err == nil {
 		p, err := s.st.UploadPart(s.ctx, putKey, id, 1, strings.NewReader("upload"), 6)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.st.CompleteUpload(s.ctx, putKey, id, []objstore.Part{p}); !errors.Is(err, objstore.ErrExists) {
+		if _, err := s.st.CompleteUpload(s.ctx, putKey, id, []fencepub.Part{p}); !errors.Is(err, fencepub.ErrObjectExists) {
 			t.Fatalf("CompleteUpload over a PUT object: %v, want ErrExists", err)
 		}
 		if err := s.st.AbortUpload(s.ctx, putKey, id); err != nil {
 			t.Fatal(err)
 		}
-	} else if !errors.Is(err, objstore.ErrExists) {
+	} else if !errors.Is(err, fencepub.ErrObjectExists) {
 		t.Fatalf("CreateUpload over a PUT object: %v, want success or ErrExists", err)
 	}
 	if b := s.read(t, putKey); string(b) != "put" {
@@ -268,27 +269,27 @@ func testCompleteCreateOnly(t *testing.T, s suite) {
 func testCopyCreateOnly(t *testing.T, s suite) {
 	src := s.prefix + "src"
 	body := []byte("copy me, byte for byte")
-	srcInfo := s.put(t, src, body, objstore.PutOptions{ContentType: "text/plain"})
-	copyTo := func(dst string, cs objstore.CopySource, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	srcInfo := s.put(t, src, body, fencepub.PutOptions{ContentType: "text/plain"})
+	copyTo := func(dst string, cs fencepub.CopySource, opts fencepub.PutOptions) (fencepub.ObjectInfo, error) {
 		t.Helper()
 		id, err := s.st.CreateUpload(s.ctx, dst, opts)
 		if err != nil {
-			return objstore.ObjectInfo{}, err
+			return fencepub.ObjectInfo{}, err
 		}
 		p, err := s.st.CopyPart(s.ctx, cs, dst, id, 1)
 		if err != nil {
 			_ = s.st.AbortUpload(s.ctx, dst, id)
-			return objstore.ObjectInfo{}, err
+			return fencepub.ObjectInfo{}, err
 		}
-		info, err := s.st.CompleteUpload(s.ctx, dst, id, []objstore.Part{p})
+		info, err := s.st.CompleteUpload(s.ctx, dst, id, []fencepub.Part{p})
 		if err != nil {
 			_ = s.st.AbortUpload(s.ctx, dst, id)
 		}
 		return info, err
 	}
-	whole := objstore.CopySource{Key: src, IfMatch: srcInfo.ETag, Length: -1}
+	whole := fencepub.CopySource{Key: src, IfMatch: srcInfo.ETag, Length: -1}
 	dst := s.prefix + "dst"
-	meta := objstore.PutOptions{ContentType: "application/x-copy", UserMetadata: map[string]string{"Fencepub-Copy": "yes"}}
+	meta := fencepub.PutOptions{ContentType: "application/x-copy", UserMetadata: map[string]string{"Fencepub-Copy": "yes"}}
 	if _, err := copyTo(dst, whole, meta); err != nil {
 		t.Fatalf("copy: %v", err)
 	}
@@ -298,26 +299,26 @@ func testCopyCreateOnly(t *testing.T, s suite) {
 	if info, err := s.st.Stat(s.ctx, dst); err != nil || info.ContentType != "application/x-copy" || metaValue(info.UserMetadata, "Fencepub-Copy") != "yes" {
 		t.Fatalf("copy's info %+v %v: want the upload's content type and metadata", info, err)
 	}
-	if _, err := copyTo(dst, whole, objstore.PutOptions{}); !errors.Is(err, objstore.ErrExists) {
+	if _, err := copyTo(dst, whole, fencepub.PutOptions{}); !errors.Is(err, fencepub.ErrObjectExists) {
 		t.Fatalf("copy onto an existing key: %v, want ErrExists", err)
 	}
 	ranged := s.prefix + "ranged"
-	if _, err := copyTo(ranged, objstore.CopySource{Key: src, Offset: 5, Length: 2}, objstore.PutOptions{}); err != nil {
+	if _, err := copyTo(ranged, fencepub.CopySource{Key: src, Offset: 5, Length: 2}, fencepub.PutOptions{}); err != nil {
 		t.Fatalf("ranged copy: %v", err)
 	}
 	if b := s.read(t, ranged); string(b) != "me" {
 		t.Fatalf("ranged copy holds %q, want %q", b, "me")
 	}
-	stale := objstore.CopySource{Key: src, IfMatch: strings.Repeat("0", 32), Length: -1}
-	if _, err := copyTo(s.prefix+"stale", stale, objstore.PutOptions{}); !errors.Is(err, objstore.ErrConditionFailed) {
+	stale := fencepub.CopySource{Key: src, IfMatch: strings.Repeat("0", 32), Length: -1}
+	if _, err := copyTo(s.prefix+"stale", stale, fencepub.PutOptions{}); !errors.Is(err, fencepub.ErrConditionFailed) {
 		t.Fatalf("copy with a wrong If-Match: %v, want ErrConditionFailed", err)
 	}
-	gone := objstore.CopySource{Key: s.prefix + "no-such-source", Length: -1}
-	if _, err := copyTo(s.prefix+"from-nothing", gone, objstore.PutOptions{}); !errors.Is(err, objstore.ErrNotFound) {
+	gone := fencepub.CopySource{Key: s.prefix + "no-such-source", Length: -1}
+	if _, err := copyTo(s.prefix+"from-nothing", gone, fencepub.PutOptions{}); !errors.Is(err, fencepub.ErrObjectNotFound) {
 		t.Fatalf("copy of a missing source: %v, want ErrNotFound", err)
 	}
 	for _, k := range []string{"stale", "from-nothing"} {
-		if _, err := s.st.Stat(s.ctx, s.prefix+k); !errors.Is(err, objstore.ErrNotFound) {
+		if _, err := s.st.Stat(s.ctx, s.prefix+k); !errors.Is(err, fencepub.ErrObjectNotFound) {
 			t.Fatalf("a failed copy left %s: %v", k, err)
 		}
 	}
@@ -326,7 +327,7 @@ func testCopyCreateOnly(t *testing.T, s suite) {
 func testGetIfMatch(t *testing.T, s suite) {
 	key := s.prefix + "get"
 	body := []byte("if-match body")
-	info := s.put(t, key, body, objstore.PutOptions{ContentType: "text/plain"})
+	info := s.put(t, key, body, fencepub.PutOptions{ContentType: "text/plain"})
 	r, got, err := s.st.Get(s.ctx, key, info.ETag)
 	if err != nil {
 		t.Fatalf("Get with the right ETag: %v", err)
@@ -336,17 +337,17 @@ func testGetIfMatch(t *testing.T, s suite) {
 	if err != nil || !bytes.Equal(b, body) || got.Size != int64(len(body)) || got.ETag != info.ETag {
 		t.Fatalf("Get: %q %+v %v", b, got, err)
 	}
-	if _, _, err := s.st.Get(s.ctx, key, strings.Repeat("0", 32)); !errors.Is(err, objstore.ErrConditionFailed) {
+	if _, _, err := s.st.Get(s.ctx, key, strings.Repeat("0", 32)); !errors.Is(err, fencepub.ErrConditionFailed) {
 		t.Fatalf("Get with a wrong ETag: %v, want ErrConditionFailed", err)
 	}
 	missing := s.prefix + "missing"
-	if _, _, err := s.st.Get(s.ctx, missing, ""); !errors.Is(err, objstore.ErrNotFound) {
+	if _, _, err := s.st.Get(s.ctx, missing, ""); !errors.Is(err, fencepub.ErrObjectNotFound) {
 		t.Fatalf("Get of a missing key: %v, want ErrNotFound", err)
 	}
-	if _, _, err := s.st.Get(s.ctx, missing, info.ETag); !errors.Is(err, objstore.ErrNotFound) {
+	if _, _, err := s.st.Get(s.ctx, missing, info.ETag); !errors.Is(err, fencepub.ErrObjectNotFound) {
 		t.Fatalf("Get with If-Match of a missing key: %v, want ErrNotFound", err)
 	}
-	if _, err := s.st.Stat(s.ctx, missing); !errors.Is(err, objstore.ErrNotFound) {
+	if _, err := s.st.Stat(s.ctx, missing); !errors.Is(err, fencepub.ErrObjectNotFound) {
 		t.Fatalf("Stat of a missing key: %v, want ErrNotFound", err)
 	}
 }
@@ -355,11 +356,11 @@ func testList(t *testing.T, s suite) {
 	keys := []string{s.prefix + "a", s.prefix + "b/c", s.prefix + "b/d/e"}
 	etags := map[string]string{}
 	for i, k := range keys {
-		etags[k] = s.put(t, k, bytes.Repeat([]byte("x"), i+1), objstore.PutOptions{}).ETag
+		etags[k] = s.put(t, k, bytes.Repeat([]byte("x"), i+1), fencepub.PutOptions{}).ETag
 	}
-	s.put(t, strings.TrimSuffix(s.prefix, "/")+"-outside", []byte("x"), objstore.PutOptions{})
-	list := func(opts objstore.ListOptions) ([]objstore.ObjectInfo, error) {
-		var out []objstore.ObjectInfo
+	s.put(t, strings.TrimSuffix(s.prefix, "/")+"-outside", []byte("x"), fencepub.PutOptions{})
+	list := func(opts fencepub.ListOptions) ([]fencepub.ObjectInfo, error) {
+		var out []fencepub.ObjectInfo
 		for o, err := range s.st.List(s.ctx, s.prefix, opts) {
 			if err != nil {
 				return nil, err
@@ -368,10 +369,10 @@ func testList(t *testing.T, s suite) {
 		}
 		return out, nil
 	}
-	var got []objstore.ObjectInfo
+	var got []fencepub.ObjectInfo
 	eventually(t, "List shows every write", func() (bool, error) {
 		var err error
-		got, err = list(objstore.ListOptions{})
+		got, err = list(fencepub.ListOptions{})
 		return len(got) >= len(keys), err
 	})
 	var names []string
@@ -384,12 +385,12 @@ func testList(t *testing.T, s suite) {
 	if !slices.Equal(names, keys) {
 		t.Fatalf("List: %q, want %q (recursive, in key order, only the prefix)", names, keys)
 	}
-	after, err := list(objstore.ListOptions{StartAfter: keys[0], PageSize: 1})
+	after, err := list(fencepub.ListOptions{StartAfter: keys[0], PageSize: 1})
 	if err != nil || len(after) != 2 || after[0].Key != keys[1] {
 		t.Fatalf("List after %s, one per page: %+v %v", keys[0], after, err)
 	}
 	n := 0
-	for _, err := range s.st.List(s.ctx, s.prefix, objstore.ListOptions{}) {
+	for _, err := range s.st.List(s.ctx, s.prefix, fencepub.ListOptions{}) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,7 +402,7 @@ func testList(t *testing.T, s suite) {
 
 func testListUploads(t *testing.T, s suite) {
 	key := s.prefix + "upload"
-	id, _ := s.upload(t, key, objstore.PutOptions{})
+	id, _ := s.upload(t, key, fencepub.PutOptions{})
 	listed := func() (bool, error) {
 		// MinIO answers only "" or an exact key as a prefix.
 		for u, err := range s.st.ListUploads(s.ctx, "") {
@@ -425,21 +426,21 @@ func testListUploads(t *testing.T, s suite) {
 		ok, err := listed()
 		return !ok, err
 	})
-	if err := s.st.AbortUpload(s.ctx, key, id); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+	if err := s.st.AbortUpload(s.ctx, key, id); err != nil && !errors.Is(err, fencepub.ErrObjectNotFound) {
 		t.Fatalf("AbortUpload of an aborted upload: %v, want nil or ErrNotFound", err)
 	}
-	if _, err := s.st.UploadPart(s.ctx, key, id, 1, strings.NewReader("x"), 1); !errors.Is(err, objstore.ErrNotFound) {
+	if _, err := s.st.UploadPart(s.ctx, key, id, 1, strings.NewReader("x"), 1); !errors.Is(err, fencepub.ErrObjectNotFound) {
 		t.Fatalf("UploadPart to an aborted upload: %v, want ErrNotFound", err)
 	}
-	if _, err := s.st.Stat(s.ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+	if _, err := s.st.Stat(s.ctx, key); !errors.Is(err, fencepub.ErrObjectNotFound) {
 		t.Fatalf("an aborted upload left an object: %v", err)
 	}
 }
 
 func testDelete(t *testing.T, s suite) {
 	keys := []string{s.prefix + "d1", s.prefix + "d2", s.prefix + "never-written"}
-	s.put(t, keys[0], []byte("1"), objstore.PutOptions{})
-	s.put(t, keys[1], []byte("2"), objstore.PutOptions{})
+	s.put(t, keys[0], []byte("1"), fencepub.PutOptions{})
+	s.put(t, keys[1], []byte("2"), fencepub.PutOptions{})
 	errs := s.st.Delete(s.ctx, keys)
 	if len(errs) != len(keys) {
 		t.Fatalf("Delete returned %d errors for %d keys", len(errs), len(keys))
@@ -450,7 +451,7 @@ func testDelete(t *testing.T, s suite) {
 		}
 	}
 	for _, k := range keys {
-		if _, err := s.st.Stat(s.ctx, k); !errors.Is(err, objstore.ErrNotFound) {
+		if _, err := s.st.Stat(s.ctx, k); !errors.Is(err, fencepub.ErrObjectNotFound) {
 			t.Fatalf("Stat of deleted %s: %v, want ErrNotFound", k, err)
 		}
 	}
@@ -459,25 +460,25 @@ func testDelete(t *testing.T, s suite) {
 			t.Fatalf("Delete again %s: %v (idempotent)", keys[i], err)
 		}
 	}
-	s.put(t, keys[0], []byte("again"), objstore.PutOptions{}) // a deleted key can be created again
+	s.put(t, keys[0], []byte("again"), fencepub.PutOptions{}) // a deleted key can be created again
 }
 
 func testCancelled(t *testing.T, s suite) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	cancel()
 	key := s.prefix + "cancelled"
-	if _, err := s.st.PutCreateOnly(ctx, key, strings.NewReader("x"), 1, objstore.PutOptions{}); !errors.Is(err, context.Canceled) {
+	if _, err := s.st.PutCreateOnly(ctx, key, strings.NewReader("x"), 1, fencepub.PutOptions{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("PutCreateOnly on a cancelled context: %v, want context.Canceled", err)
 	}
 	if _, err := s.st.Stat(ctx, key); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Stat on a cancelled context: %v, want context.Canceled", err)
 	}
-	for _, err := range s.st.List(ctx, s.prefix, objstore.ListOptions{}) {
+	for _, err := range s.st.List(ctx, s.prefix, fencepub.ListOptions{}) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("List on a cancelled context: %v, want context.Canceled", err)
 		}
 	}
-	if _, err := s.st.Stat(s.ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+	if _, err := s.st.Stat(s.ctx, key); !errors.Is(err, fencepub.ErrObjectNotFound) {
 		t.Fatalf("a cancelled PutCreateOnly wrote %s: %v", key, err)
 	}
 }

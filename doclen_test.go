@@ -1,0 +1,127 @@
+package fencepub_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// maxDocWords bounds an exported declaration's doc comment in a public
+// package: what it does, what blocks and retries, the errors and the
+// DESIGN.md section. How the protocol gets there belongs in the package's
+// doc.go or in DESIGN.md.
+const maxDocWords = 100
+
+// longDocs are the doc comments still over maxDocWords, by file and name.
+// The list only shrinks: the test fails for a long doc not in it, and for
+// one in it that is no longer long (delete the entry).
+var longDocs = map[string]bool{
+	"reader/body.go: Reader.Open":                    true,
+	"reader/list.go: Reader.OpenVersion":             true,
+	"authority/history.go: Authority.CheckOwnership": true,
+	"gc/daemon.go: Daemon.Handler":                   true,
+	"publisher/rollback.go: Publisher.Rollback":      true,
+	"reader/list.go: Resources":                      true,
+	"gc/metrics.go: Metrics":                         true,
+	"authority/lease.go: Authority.Renew":            true,
+	"reader/dataset.go: Reader.OpenFile":             true,
+	"reader/list.go: Reader.History":                 true,
+	"reader/watch.go: Reader.Watch":                  true,
+	"reader/body.go: Reader.OpenPointer":             true,
+	"types.go: Version":                              true,
+	"types.go: Store":                                true,
+	"publisher/pipeline.go: Pipeline.Submit":         true,
+	"publisher/datasetdir.go: DirFiles":              true,
+	"authority/grant.go: Grant":                      true,
+}
+
+// TestDocCommentsAreShort fails for every exported function, method, type,
+// constant or variable of a public package whose doc comment exceeds
+// maxDocWords words, unless longDocs lists it.
+func TestDocCommentsAreShort(t *testing.T) {
+	seen := map[string]bool{}
+	for _, p := range publicPackages(t) {
+		dir := "." + strings.TrimPrefix(p, module)
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			file, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ParseComments)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, doc := range exportedDocs(file) {
+				id := filepath.ToSlash(f) + ": " + name
+				n := len(strings.Fields(doc.Text()))
+				switch {
+				case n > maxDocWords && !longDocs[id]:
+					t.Errorf("%s: the doc has %d words, more than %d: keep the contract, move the mechanism to doc.go or DESIGN.md", id, n, maxDocWords)
+				case n <= maxDocWords && longDocs[id]:
+					t.Errorf("%s: the doc has %d words, at most %d: delete its entry from longDocs", id, n, maxDocWords)
+				}
+				seen[id] = true
+			}
+		}
+	}
+	for id := range longDocs {
+		if !seen[id] {
+			t.Errorf("longDocs lists %s, which has no doc comment: delete the entry", id)
+		}
+	}
+}
+
+// exportedDocs returns the doc comments of file's exported declarations by
+// name (Type.Method for a method).
+func exportedDocs(file *ast.File) map[string]*ast.CommentGroup {
+	docs := map[string]*ast.CommentGroup{}
+	for _, d := range file.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			name := d.Name.Name
+			if d.Recv != nil && len(d.Recv.List) == 1 {
+				rt := d.Recv.List[0].Type
+				if s, ok := rt.(*ast.StarExpr); ok {
+					rt = s.X
+				}
+				id, ok := rt.(*ast.Ident)
+				if !ok || !id.IsExported() {
+					continue
+				}
+				name = id.Name + "." + name
+			}
+			if d.Name.IsExported() && d.Doc != nil {
+				docs[name] = d.Doc
+			}
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				var names []*ast.Ident
+				doc := d.Doc
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					names = []*ast.Ident{s.Name}
+					if s.Doc != nil {
+						doc = s.Doc
+					}
+				case *ast.ValueSpec:
+					names = s.Names
+					if s.Doc != nil {
+						doc = s.Doc
+					}
+				}
+				for _, n := range names {
+					if n.IsExported() && doc != nil {
+						docs[n.Name] = doc
+					}
+				}
+			}
+		}
+	}
+	return docs
+}
