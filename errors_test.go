@@ -300,6 +300,20 @@ var entries = []entry{
 		}
 		return ctx.Err()
 	}},
+	{name: "reader.ReadCut", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
+		_, err := reader.ReadCut(ctx, reader.Config{Env: w.env, RequestTimeout: retryTimeout}, "r")
+		return err
+	}},
+	{name: "reader.WatchCut", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		for u := range reader.WatchCut(ctx, reader.Config{Env: w.env, RequestTimeout: retryTimeout}, "r") {
+			if u.Err != nil {
+				return u.Err
+			}
+		}
+		return ctx.Err()
+	}},
 	{name: "gc.Collector.Run", state: published, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
 		_, err := w.col.Run(ctx, gc.RunOptions{All: true})
 		return err

@@ -166,7 +166,7 @@ func (c *Client) PublishGroup(ctx context.Context, key string, members []GroupMe
 	}
 	c.buildGroup(g)
 	res, err := c.commitGroup(ctx, g)
-	if err != nil && res.Outcome == "" && res.Attempts <= 1 {
+	if notApplied(Result{Outcome: res.Outcome, Attempts: res.Attempts}, err) {
 		giveBack()
 	}
 	return res, err
@@ -294,11 +294,6 @@ func (c *Client) commitGroup(ctx context.Context, g *groupTxn) (GroupResult, err
 	if err := ctx.Err(); err != nil {
 		c.m.failure("txn")
 		return GroupResult{}, fmt.Errorf("publisher: group publish %q not sent: %w", g.key, err)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.ResendTimeout)
-		defer cancel()
 	}
 	start := time.Now()
 	resp, attempt, err := c.resend(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {

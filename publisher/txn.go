@@ -133,11 +133,6 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 		c.m.failure("txn")
 		return Result{}, fmt.Errorf("publisher: publish of %s not sent: %w", pr.version, err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.ResendTimeout)
-		defer cancel()
-	}
 	start := time.Now()
 	resp, attempt, err := c.resend(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) { return c.send(ctx, pr) },
 		"resource", pr.term.Resource, "version", pr.version.String(), "key", pr.key)
@@ -186,9 +181,15 @@ func ambiguous(attempt int, err error) bool { return attempt > 1 || !retry.EtcdN
 
 // resend sends one transaction with send, unchanged, with jittered backoff
 // (retry.Do) while its failure is ambiguous, until an answer or ctx's
-// deadline. It returns the answer, the number of sends and the last error;
-// logArgs name the transaction in the warning of each unanswered send.
+// deadline (Config.ResendTimeout when ctx has none). It returns the
+// answer, the number of sends and the last error; logArgs name the
+// transaction in the warning of each unanswered send.
 func (c *Client) resend(ctx context.Context, send func(context.Context) (*clientv3.TxnResponse, error), logArgs ...any) (*clientv3.TxnResponse, int, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.ResendTimeout)
+		defer cancel()
+	}
 	var (
 		attempt int
 		resp    *clientv3.TxnResponse
