@@ -50,25 +50,14 @@ type GroupRequest struct {
 	MaxWait   time.Duration
 }
 
-// AcquireGroup grants req.Owner every resource of req.Resources or none
-// (DESIGN.md "Groups"): one etcd transaction makes for each member what
-// Acquire's transaction makes for one (its own generation, holder,
-// grant record and request record), all holders on one lease, so one
-// Session (NewSession on any member) keeps the whole group alive.
-// It returns the members' grants sorted by resource name, sharing
-// LeaseID and HolderRevision.
-//
-// With req.Wait it waits, holding nothing, on the first held member in
-// name order, then reads every member again; since no waiter holds a
-// member while it waits and a grant is all or nothing, overlapping groups
-// and single acquires never deadlock.
-//
-// A group whose transaction would not fit Config.MaxTxnOps is refused
-// before anything is sent. Retries, rollback detection and a retried
-// request id behave as in Acquire, per member. Blocks as Acquire does.
-//
-// Errors: ErrGroupTooLarge, fencepub.ErrInvalid (an empty group, a name
-// twice), and those of Acquire.
+// AcquireGroup grants req.Owner every resource of req.Resources or none, in
+// one etcd transaction that mints each member its own generation, all on
+// one lease; it returns the grants sorted by resource. A waiter holds
+// nothing and waits on the first held member in name order, so groups
+// never deadlock. Keep the lease with a Session on any member; end with
+// ReleaseGroup (Session.Close releases one member). Retries and blocking
+// as Acquire (DESIGN.md "Groups"). Errors: ErrGroupTooLarge (nothing
+// sent), fencepub.ErrInvalid, and Acquire's.
 func (a *Authority) AcquireGroup(ctx context.Context, req GroupRequest) ([]Grant, error) {
 	members := slices.Sorted(slices.Values(req.Resources))
 	if len(members) == 0 {
@@ -303,14 +292,10 @@ func (q *acquisition) groupDuplicate(ctx context.Context, members []string, stat
 	return grants, errors.Join(errs...)
 }
 
-// ReleaseGroup ends the terms of a group's grants (AcquireGroup): it seals
-// every member's term as Release does, then revokes their one lease. It
-// goes on past a member that no longer holds its resource, so every term
-// is sealed.
-//
-// Errors: fencepub.ErrInvalid when grants do not share one lease and
-// owner; ErrLeaseLost naming each member that was no longer held (joined);
-// otherwise as Release.
+// ReleaseGroup seals every member's term as Release does, even one no
+// longer held, then revokes the group's lease (DESIGN.md "Groups").
+// Errors: fencepub.ErrInvalid (grants not of one lease and owner);
+// ErrLeaseLost naming each member no longer held (joined); Release's.
 func (a *Authority) ReleaseGroup(ctx context.Context, grants []Grant) error {
 	if len(grants) == 0 {
 		return fmt.Errorf("%w: authority: release of an empty group", fencepub.ErrInvalid)

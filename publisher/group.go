@@ -131,19 +131,14 @@ type groupTxn struct {
 	then, els   []clientv3.Op
 }
 
-// PublishGroup publishes every member in one etcd transaction, or none
-// (DESIGN.md "Groups"): it writes each member's object or dataset under
-// its Publisher's next seq, then one transaction checks for every member
-// what its single publish checks (op record, pointer, seal, epoch, grant
-// record, strict mode's holder, contiguous mode's gap, a dataset's base),
-// moves every pointer and writes one op record of key, under the first
-// member in name order, with the group's digest (GroupDigest).
-//
-// It blocks and re-sends as Publish does. Outcomes: Applied (every pointer
-// moved), Duplicate and Conflict (by key), Stale (nothing moved; Member
-// and Reason say which and why), Unknown (settle with ResolveGroup).
-// Errors: as Publish, and ErrGroupTooLarge before anything is written;
-// when nothing was sent every seq is given back.
+// PublishGroup writes each member's object or dataset under its
+// Publisher's next seq, then moves every member's pointer in one etcd
+// transaction that checks, per member, all a single publish checks, with
+// one op record of key (DESIGN.md "Groups"). Blocks and re-sends as
+// Publish. Outcomes: Applied, Duplicate and Conflict by key, Stale naming
+// Member and Reason (nothing moved), Unknown (ResolveGroup). Errors: as
+// Publish; ErrGroupTooLarge before anything is written. Seqs go back when
+// nothing was sent.
 func (c *Client) PublishGroup(ctx context.Context, key string, members []GroupMember) (GroupResult, error) {
 	ms, err := c.checkGroup(key, members)
 	if err != nil {
@@ -382,11 +377,11 @@ func (c *Client) classifyGroup(g *groupTxn, resp *clientv3.TxnResponse) (GroupRe
 	return GroupResult{}, fmt.Errorf("publisher: group transaction %q failed but every compared value matches (revision %d)", g.key, resp.Header.Revision)
 }
 
-// ResolveGroup settles an unknown group publish (DESIGN.md "Groups"): the
-// group's op record and its first member's seal decide the whole group,
-// so it is Resolve of the first member's attempt under the group's key and
-// digest. Applied: every member moved; Stale: none did, and none will.
-// Errors: as Resolve; fencepub.ErrInvalid for a result without members.
+// ResolveGroup settles an unknown group publish for the whole group: it is
+// Resolve of the first member's attempt under the group's key and digest,
+// since that member's op record and seal decide the group (DESIGN.md
+// "Groups"). Errors: as Resolve; fencepub.ErrInvalid for a result without
+// members' attempts.
 func (c *Client) ResolveGroup(ctx context.Context, unknown GroupResult) (GroupResult, error) {
 	if len(unknown.Members) == 0 || unknown.Members[0].Attempt == nil {
 		return GroupResult{}, fmt.Errorf("%w: publisher: a group result to resolve needs its members' attempts", fencepub.ErrInvalid)

@@ -96,6 +96,7 @@ func TestGroupCLI(t *testing.T) {
 		{"publish", "--key", "k", "--set", "report=" + report, "--set", "report=" + report, "--owner", "job", "--ttl", "10s"}, // twice
 		{"publish", "--key", "k", "--set", "report=" + filepath.Join(root, "missing"), "--owner", "job", "--ttl", "10s"},
 		{"publish", "--key", "k", "--owner", "job", "--ttl", "10s", "--file", report}, // neither --resource nor --set
+		{"publish", "--key", "k", "--set", "report=" + report, "--owner", "job", "--ttl", "10s", "--request-id", ""},
 	} {
 		run(2, "", bad...)
 	}

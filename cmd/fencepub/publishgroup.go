@@ -56,7 +56,7 @@ func parseSets(sets []string) ([]groupMember, error) {
 // I/O: a grant acquired for the group (--ttl), no single-resource flags.
 func (o *publishOptions) validateGroup() error {
 	fl := o.cmd.Flags()
-	for _, name := range []string{"resource", "file", "dir", "seq", "epoch", "fence", "request-id", "wait", "follow-symlinks"} {
+	for _, name := range []string{"resource", "file", "dir", "seq", "epoch", "fence", "wait", "follow-symlinks"} {
 		if fl.Changed(name) {
 			return exitcode.Usagef("--%s is not used with --set: each --set names a resource and its file or directory", name)
 		}
@@ -70,6 +70,8 @@ func (o *publishOptions) validateGroup() error {
 		return exitcode.Usagef("--parallel %d: want at least 1", o.dir.parallel)
 	case o.dir.base != string(publisher.BaseCurrent) && o.dir.base != string(publisher.BaseNone):
 		return exitcode.Usagef("--base %q: want current or none", o.dir.base)
+	case fl.Changed("request-id") && o.grant.requestID == "":
+		return exitcode.Usagef("--request-id is empty")
 	case o.grant.maxWait < 0:
 		return exitcode.Usagef("--max-wait %s: want 0 (fail at once when held) or more", o.grant.maxWait)
 	}
@@ -126,7 +128,7 @@ func (o *publishOptions) runGroup(c *cobra.Command) error {
 	for i, m := range sets {
 		names[i] = m.resource
 	}
-	reqID := authority.NewID()
+	reqID := cmp.Or(o.grant.requestID, authority.NewID())
 	grants, err := a.AcquireGroup(work, authority.GroupRequest{Resources: names, Owner: o.grant.owner, RequestID: reqID, TTL: o.grant.ttl,
 		Wait: o.grant.maxWait > 0, MaxWait: o.grant.maxWait})
 	if err != nil {
