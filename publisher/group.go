@@ -311,12 +311,7 @@ func (c *Client) commitGroup(ctx context.Context, g *groupTxn) (GroupResult, err
 			return unknown(fmt.Errorf("a re-send was refused (%v), but an earlier send may have applied or still apply", err))
 		}
 		gr.Attempts = attempt
-		c.m.txnDone(time.Since(start), attempt)
-		if gr.Outcome != "" {
-			c.m.outcome(gr.Outcome, gr.Reason)
-		} else {
-			c.m.failure("classify")
-		}
+		c.answered(start, attempt, gr.Outcome, gr.Reason)
 		return gr, err
 	case attempt == 0:
 		c.m.failure("txn")

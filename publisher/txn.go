@@ -150,12 +150,7 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 		}
 		if attempt == 1 || res.Outcome != Stale || res.Reason != ReasonGap {
 			res.Attempts = attempt
-			c.m.txnDone(time.Since(start), attempt)
-			if res.Outcome != "" {
-				c.m.outcome(res.Outcome, res.Reason)
-			} else {
-				c.m.failure("classify")
-			}
+			c.answered(start, attempt, res.Outcome, res.Reason)
 			return res, err
 		}
 		// Unlike the pointer, seal and epoch, the gap can close: an earlier
@@ -171,6 +166,17 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 		return Result{}, fmt.Errorf("publisher: etcd refused the publish transaction of %s (not applied): %w", pr.version, err)
 	}
 	return c.unknown(pr, start, attempt, err)
+}
+
+// answered counts a transaction answered after attempt sends since start
+// with outcome o and reason r; no outcome counts as a classify failure.
+func (c *Client) answered(start time.Time, attempt int, o Outcome, r Reason) {
+	c.m.txnDone(time.Since(start), attempt)
+	if o != "" {
+		c.m.outcome(o, r)
+	} else {
+		c.m.failure("classify")
+	}
 }
 
 // ambiguous reports whether err, the last error of attempt sends of one
