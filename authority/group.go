@@ -27,20 +27,21 @@ const (
 	groupPerMember = 4 // holder, generation, next grant record, request record
 )
 
-// GroupOps returns how many operations the grant transaction of a group
-// of n resources carries in its largest list (etcd compares the
-// longest of compares, Then and Else with --max-txn-ops): 4n + 2.
-func GroupOps(n int) int { return groupShared + groupPerMember*n }
+// groupOps returns how many operations the grant transaction of a group
+// of n resources carries in its largest list (etcd compares the longest of
+// compares, Then and Else with --max-txn-ops): 4n + 2.
+func groupOps(n int) int { return groupShared + groupPerMember*n }
 
-// MaxGroup returns the largest group AcquireGroup accepts under
+// maxGroup is the largest group AcquireGroup accepts under
 // Config.MaxTxnOps (31 with etcd's default 128).
-func (a *Authority) MaxGroup() int { return max(0, (a.cfg.MaxTxnOps-groupShared)/groupPerMember) }
+func (a *Authority) maxGroup() int { return max(0, (a.cfg.MaxTxnOps-groupShared)/groupPerMember) }
 
 // GroupRequest asks for one lease over every resource of Resources.
 // Owner, RequestID, TTL, Wait and MaxWait mean what they mean in
 // AcquireRequest; the request id is recorded for every member.
 type GroupRequest struct {
-	// Resources are the names to lease, 1 to MaxGroup of them, each named
+	// Resources are the names to lease, 1 to 31 of them under etcd's
+	// default --max-txn-ops (DESIGN.md "Groups"), each named
 	// as AcquireRequest.Resource, no name twice.
 	Resources []string
 	Owner     string
@@ -63,9 +64,9 @@ func (a *Authority) AcquireGroup(ctx context.Context, req GroupRequest) ([]Grant
 	if len(members) == 0 {
 		return nil, fmt.Errorf("%w: authority: a group needs at least one resource", fencepub.ErrInvalid)
 	}
-	if n := len(members); n > a.MaxGroup() {
+	if n := len(members); n > a.maxGroup() {
 		return nil, fmt.Errorf("%w: %d members need %d operations; at most %d members fit etcd.max_txn_ops = %d (which must match etcd's --max-txn-ops)",
-			ErrGroupTooLarge, n, GroupOps(n), a.MaxGroup(), a.cfg.MaxTxnOps)
+			ErrGroupTooLarge, n, groupOps(n), a.maxGroup(), a.cfg.MaxTxnOps)
 	}
 	reserved := layout.ReservedNames(ctx)
 	for i, res := range members {

@@ -156,9 +156,9 @@ func TestAcquireGroupOverlapNoDeadlock(t *testing.T) {
 func TestAcquireGroupLimit(t *testing.T) {
 	a := shared(t)
 	ctx := ctxT(t, 2*time.Minute)
-	fit := a.MaxGroup()
-	if GroupOps(fit) > defaultMaxTxnOps || GroupOps(fit+1) <= defaultMaxTxnOps {
-		t.Fatalf("MaxGroup %d does not match GroupOps under %d", fit, defaultMaxTxnOps)
+	fit := a.maxGroup()
+	if groupOps(fit) > defaultMaxTxnOps || groupOps(fit+1) <= defaultMaxTxnOps {
+		t.Fatalf("maxGroup %d does not match groupOps under %d", fit, defaultMaxTxnOps)
 	}
 	names := func(n int, prefix string) []string {
 		out := make([]string, n)
@@ -182,7 +182,7 @@ func TestAcquireGroupLimit(t *testing.T) {
 	if n := countKeys(t, a.cli, a.ns.GenerationKey("over000")); n != 0 {
 		t.Fatalf("a refused group wrote %d keys", n)
 	}
-	wrong := newAuthority(t, a.cli, a.st, a.ns, func(c *Config) { c.MaxTxnOps = GroupOps(fit + 1) })
+	wrong := newAuthority(t, a.cli, a.st, a.ns, func(c *Config) { c.MaxTxnOps = groupOps(fit + 1) })
 	_, err = wrong.AcquireGroup(ctx, GroupRequest{Resources: names(fit+1, "over"), Owner: "grp", TTL: 10 * time.Second})
 	if err == nil || errors.Is(err, ErrGroupTooLarge) || !strings.Contains(err.Error(), "too many operations") {
 		t.Fatalf("group of %d sent to etcd: %v; want etcd's refusal", fit+1, err)

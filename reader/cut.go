@@ -102,14 +102,11 @@ type CutUpdate struct {
 }
 
 // WatchCut follows the pointers of resources until ctx ends, then closes
-// the channel. It sends the current Cut (ReadCut), then one Cut per etcd
-// revision that moved any of them: a group publish moves its members in
-// one revision, so it arrives as one Cut, never member by member (DESIGN.md
-// "Groups"). One etcd watch covers the resources' key range from the
-// read's revision + 1; when it is interrupted a fresh ReadCut re-syncs.
-// Errors are sent as CutUpdates with Err set and do not end the watch,
-// except a bad argument (the first and only update). The caller cancels
-// ctx when done and keeps receiving until the channel is closed.
+// the channel: first the current Cut (ReadCut), then one Cut per etcd
+// revision that moved any of them, so a group publish arrives whole
+// (DESIGN.md "Groups"). An interrupted watch re-syncs with ReadCut.
+// Errors arrive as CutUpdates with Err set and do not end it, except a bad
+// argument. Cancel ctx when done and drain the channel.
 func WatchCut(ctx context.Context, cfg Config, resources ...string) <-chan CutUpdate {
 	ch := make(chan CutUpdate)
 	go watchCut(ctx, cfg, resources, ch)
