@@ -180,6 +180,10 @@ var entries = []entry{
 		_, err := w.auth.Acquire(ctx, authority.AcquireRequest{Resource: "other", Owner: "worker", TTL: time.Minute})
 		return err
 	}},
+	{name: "authority.AcquireGroup", state: initialised, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
+		_, err := w.auth.AcquireGroup(ctx, authority.GroupRequest{Resources: []string{"g1", "g2"}, Owner: "worker", TTL: time.Minute})
+		return err
+	}},
 	{name: "authority.CheckHistory", state: fresh, store: true, call: func(ctx context.Context, w *world) error {
 		return w.auth.CheckHistory(ctx)
 	}},
@@ -192,6 +196,9 @@ var entries = []entry{
 	}},
 	{name: "authority.Release", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
 		return w.auth.Release(ctx, w.grant)
+	}},
+	{name: "authority.ReleaseGroup", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
+		return w.auth.ReleaseGroup(ctx, []authority.Grant{w.grant})
 	}},
 	{name: "authority.Epoch", state: initialised, etcd: true, call: func(ctx context.Context, w *world) error {
 		_, err := w.auth.Epoch(ctx)
@@ -230,6 +237,11 @@ var entries = []entry{
 		_, err := w.p.PublishDataset(ctx, ds)
 		return err
 	}},
+	{name: "publisher.PublishGroup", state: published, store: true, etcd: true, wantOnEtcd: publisher.ErrUnknown, call: func(ctx context.Context, w *world) error {
+		o := op("group")
+		_, err := w.pub.PublishGroup(ctx, "group", []publisher.GroupMember{{Publisher: w.p, Operation: &o}})
+		return err
+	}},
 	{name: "publisher.Rollback", state: published, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
 		_, err := w.p.Rollback(ctx, w.first.Version, "rollback")
 		return err
@@ -247,6 +259,15 @@ var entries = []entry{
 			return fmt.Errorf("digest: %w", err)
 		}
 		_, err = w.pub.Resolve(ctx, "r", "never-sent", v, publisher.AttemptID{Digest: digest})
+		return err
+	}},
+	// A group's unknown outcome is its first member's op record and seal.
+	{name: "publisher.ResolveGroup", state: published, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
+		v := w.grant.Version(w.first.Version.Seq + 1)
+		_, err := w.pub.ResolveGroup(ctx, publisher.GroupResult{
+			Outcome: publisher.Unknown, IdempotencyKey: "never-sent-group", Digest: strings.Repeat("0", 64),
+			Members: []publisher.Result{{Resource: "r", Attempt: &publisher.Attempt{Version: v}}},
+		})
 		return err
 	}},
 	{name: "reader.Current", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
@@ -274,6 +295,20 @@ var entries = []entry{
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		for u := range w.rd.Watch(ctx) {
+			if u.Err != nil {
+				return u.Err
+			}
+		}
+		return ctx.Err()
+	}},
+	{name: "reader.ReadCut", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
+		_, err := reader.ReadCut(ctx, reader.Config{Env: w.env, RequestTimeout: retryTimeout}, "r")
+		return err
+	}},
+	{name: "reader.WatchCut", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		for u := range reader.WatchCut(ctx, reader.Config{Env: w.env, RequestTimeout: retryTimeout}, "r") {
 			if u.Err != nil {
 				return u.Err
 			}
@@ -379,6 +414,7 @@ func TestConfigErrors(t *testing.T) {
 		{"authority negative RequestTimeout", "authority.Config.RequestTimeout", authority.Config{Env: env, RequestTimeout: -1}.Validate()},
 		{"authority negative RetryTimeout", "authority.Config.RetryTimeout", authority.Config{Env: env, RetryTimeout: -1}.Validate()},
 		{"authority negative MarkerKeep", "authority.Config.MarkerKeep", authority.Config{Env: env, MarkerKeep: -1}.Validate()},
+		{"authority negative MaxTxnOps", "authority.Config.MaxTxnOps", authority.Config{Env: env, MaxTxnOps: -1}.Validate()},
 		{"authority.New", "authority.Config.Namespace", func() error { _, err := authority.New(authority.Config{}); return err }()},
 
 		{"publisher without etcd", "publisher.Config.Etcd", publisher.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(d.NS), Store: d.Store}}.Validate()},
@@ -386,6 +422,7 @@ func TestConfigErrors(t *testing.T) {
 		{"publisher small PartSize", "publisher.Config.PartSize", publisher.Config{Env: env, PartSize: 1 << 20}.Validate()},
 		{"publisher negative RequestTimeout", "publisher.Config.RequestTimeout", publisher.Config{Env: env, RequestTimeout: -1}.Validate()},
 		{"publisher negative ResendTimeout", "publisher.Config.ResendTimeout", publisher.Config{Env: env, ResendTimeout: -1}.Validate()},
+		{"publisher negative MaxTxnOps", "publisher.Config.MaxTxnOps", publisher.Config{Env: env, MaxTxnOps: -1}.Validate()},
 		{"publisher.New", "publisher.Config.Namespace", func() error { _, err := publisher.New(publisher.Config{}); return err }()},
 
 		{"reader without etcd", "reader.Config.Etcd", reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(d.NS)}}.Validate()},

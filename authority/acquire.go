@@ -216,7 +216,7 @@ func (q *acquisition) run(ctx context.Context) (Grant, error) {
 // ends with (g, err); otherwise next is the state to retry from (next.rev is
 // 0 when it must be re-read).
 func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resState, done bool, err error) {
-	a, ns, res := q.a, q.a.ns, q.req.Resource
+	a, res := q.a, q.req.Resource
 	gen := s.gen + 1
 	// The rollback check's listing goes out now, next to the lease grant
 	// and the grant transaction, instead of after them (confirmGrant). An
@@ -244,31 +244,17 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 	if err != nil {
 		return Grant{}, resState{}, true, err
 	}
-	genCmp := clientv3.Compare(clientv3.Value(ns.GenerationKey(res)), "=", layout.EncodeNumber(s.gen))
-	if s.gen == 0 {
-		genCmp = clientv3.Compare(clientv3.CreateRevision(ns.GenerationKey(res)), "=", 0)
-	}
 	// Re-sending the transaction after a lost answer is safe: once a copy
 	// applied, the request record makes every later copy fail its compare
 	// and read that record back (Else), and the state machine answers it
 	// as the request's own grant (duplicate).
 	var resp *clientv3.TxnResponse
 	err = a.call(ctx, "grant transaction", q.attempt(), func(rctx context.Context) (err error) {
-		resp, err = a.kv.Txn(rctx).If(
-			clientv3.Compare(clientv3.CreateRevision(ns.HolderKey(res)), "=", 0),
-			clientv3.Compare(clientv3.Value(ns.EpochKey()), "=", layout.EncodeNumber(s.epoch)),
-			genCmp,
-			clientv3.Compare(clientv3.CreateRevision(ns.GrantKey(res, gen)), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(ns.RequestKey(res, q.req.RequestID)), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(a.ns.RollbackKey()), "=", 0),
-		).Then(
-			clientv3.OpPut(ns.GenerationKey(res), layout.EncodeNumber(gen)),
-			clientv3.OpPut(ns.HolderKey(res), string(holderVal), clientv3.WithLease(q.lease)),
-			clientv3.OpPut(ns.GrantKey(res, gen), layout.GrantRecordValue(s.epoch, q.req.Owner)),
-			clientv3.OpPut(ns.RequestKey(res, q.req.RequestID), string(reqVal)),
-		).Else(
-			append(a.stateOps(res, q.req.RequestID), clientv3.OpGet(ns.GrantKey(res, gen), clientv3.WithCountOnly()))...,
-		).Commit()
+		resp, err = a.kv.Txn(rctx).
+			If(append(a.domainCmps(s.epoch), a.memberCmps(res, s.gen, q.req.RequestID)...)...).
+			Then(a.memberOps(res, gen, s.epoch, q.req.Owner, q.req.RequestID, string(holderVal), string(reqVal), q.lease)...).
+			Else(a.stateOps(res, q.req.RequestID, gen)...).
+			Commit()
 		return err
 	})
 	switch {
@@ -290,11 +276,8 @@ func (q *acquisition) try(ctx context.Context, s resState) (g Grant, next resSta
 		if err != nil {
 			return Grant{}, resState{}, true, err
 		}
-		next.grantExists = resp.Responses[len(resp.Responses)-1].GetResponseRange().Count > 0
-		if next.grantExists && next.request == nil && next.rollback == nil && next.holder == nil &&
-			next.hasEpoch && next.epoch == s.epoch && next.gen == s.gen {
-			return Grant{}, resState{}, true, fmt.Errorf("%w: resource %q: a grant record for generation %d exists but the generation counter is %d",
-				fencepub.ErrCorruptState, res, gen, s.gen)
+		if err := grantGap(res, s, next); err != nil {
+			return Grant{}, resState{}, true, err
 		}
 		a.remember(res, counter{epoch: next.epoch, gen: next.gen})
 		return Grant{}, next, false, nil
@@ -425,15 +408,79 @@ func (a *Authority) markRolledBack(ctx context.Context, g Grant, cause error) {
 		"resource", g.Resource, "epoch", g.Epoch, "generation", g.Generation, "evidence", cause, "flag_err", err)
 }
 
-// stateOps are the reads of a resource's grant state, in parseState's order.
-func (a *Authority) stateOps(res, requestID string) []clientv3.Op {
+// Grant transaction building blocks, shared by Acquire and AcquireGroup
+// so both compare and write exactly the same keys per resource.
+
+// domainCmps are the grant transaction's domain-wide compares: the epoch
+// read and no rollback flag.
+func (a *Authority) domainCmps(epoch uint64) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.Value(a.ns.EpochKey()), "=", layout.EncodeNumber(epoch)),
+		clientv3.Compare(clientv3.CreateRevision(a.ns.RollbackKey()), "=", 0),
+	}
+}
+
+// memberCmps are the grant transaction's compares for one resource read
+// at generation gen: no live holder, the generation unchanged, no grant
+// record for gen+1 and the request id unused.
+func (a *Authority) memberCmps(res string, gen uint64, requestID string) []clientv3.Cmp {
+	genCmp := clientv3.Compare(clientv3.Value(a.ns.GenerationKey(res)), "=", layout.EncodeNumber(gen))
+	if gen == 0 {
+		genCmp = clientv3.Compare(clientv3.CreateRevision(a.ns.GenerationKey(res)), "=", 0)
+	}
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(a.ns.HolderKey(res)), "=", 0),
+		genCmp,
+		clientv3.Compare(clientv3.CreateRevision(a.ns.GrantKey(res, gen+1)), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(a.ns.RequestKey(res, requestID)), "=", 0),
+	}
+}
+
+// memberOps are the grant transaction's writes for one resource granted
+// generation gen: the generation (never leased, never deleted), the
+// holder attached to lease, the durable grant record and the request
+// record.
+func (a *Authority) memberOps(res string, gen, epoch uint64, owner, requestID, holderVal, reqVal string, lease clientv3.LeaseID) []clientv3.Op {
 	return []clientv3.Op{
-		clientv3.OpGet(a.ns.EpochKey()),
+		clientv3.OpPut(a.ns.GenerationKey(res), layout.EncodeNumber(gen)),
+		clientv3.OpPut(a.ns.HolderKey(res), holderVal, clientv3.WithLease(lease)),
+		clientv3.OpPut(a.ns.GrantKey(res, gen), layout.GrantRecordValue(epoch, owner)),
+		clientv3.OpPut(a.ns.RequestKey(res, requestID), reqVal),
+	}
+}
+
+// memberReads are the reads of one resource's grant state (generation,
+// holder, request record) and, when next > 0, whether the grant record of
+// generation next exists (count only).
+func (a *Authority) memberReads(res, requestID string, next uint64) []clientv3.Op {
+	ops := []clientv3.Op{
 		clientv3.OpGet(a.ns.GenerationKey(res)),
 		clientv3.OpGet(a.ns.HolderKey(res)),
 		clientv3.OpGet(a.ns.RequestKey(res, requestID)),
-		clientv3.OpGet(a.ns.RollbackKey()),
 	}
+	if next > 0 {
+		ops = append(ops, clientv3.OpGet(a.ns.GrantKey(res, next), clientv3.WithCountOnly()))
+	}
+	return ops
+}
+
+// stateOps are the reads of a resource's grant state, in parseState's
+// order: epoch, memberReads, rollback flag. next as memberReads.
+func (a *Authority) stateOps(res, requestID string, next uint64) []clientv3.Op {
+	ops := append([]clientv3.Op{clientv3.OpGet(a.ns.EpochKey())}, a.memberReads(res, requestID, next)...)
+	return append(ops, clientv3.OpGet(a.ns.RollbackKey()))
+}
+
+// grantGap reports the corrupt state a failed grant transaction from s can
+// reveal in next: a grant record for generation s.gen+1 while nothing
+// else changed.
+func grantGap(res string, s, next resState) error {
+	if next.grantExists && next.request == nil && next.rollback == nil && next.holder == nil &&
+		next.hasEpoch && next.epoch == s.epoch && next.gen == s.gen {
+		return fmt.Errorf("%w: resource %q: a grant record for generation %d exists but the generation counter is %d",
+			fencepub.ErrCorruptState, res, s.gen+1, s.gen)
+	}
+	return nil
 }
 
 // readState reads a resource's grant state at one revision (one request,
@@ -441,7 +488,7 @@ func (a *Authority) stateOps(res, requestID string) []clientv3.Op {
 func (a *Authority) readState(ctx context.Context, res, requestID string) (resState, error) {
 	var resp *clientv3.TxnResponse
 	err := a.call(ctx, "read state", 0, func(rctx context.Context) (err error) {
-		resp, err = a.kv.Txn(rctx).Then(a.stateOps(res, requestID)...).Commit()
+		resp, err = a.kv.Txn(rctx).Then(a.stateOps(res, requestID, 0)...).Commit()
 		return err
 	})
 	if err != nil {
@@ -450,8 +497,19 @@ func (a *Authority) readState(ctx context.Context, res, requestID string) (resSt
 	return a.parseState(resp.Header.Revision, resp.Responses)
 }
 
+// parseState decodes the responses of stateOps.
 func (a *Authority) parseState(rev int64, rs []*responseOp) (resState, error) {
+	return a.parseMember(rev, rs[0], rs[len(rs)-1], rs[1:len(rs)-1])
+}
+
+// parseMember decodes one resource's grant state from the responses of the
+// epoch read, the rollback flag read and its memberReads.
+func (a *Authority) parseMember(rev int64, epoch, rollback *responseOp, member []*responseOp) (resState, error) {
 	s := resState{rev: rev}
+	rs := []*responseOp{epoch, member[0], member[1], member[2], rollback}
+	if len(member) > 3 {
+		s.grantExists = member[3].GetResponseRange().Count > 0
+	}
 	kv := func(i int) *mvccKV {
 		if kvs := rs[i].GetResponseRange().Kvs; len(kvs) > 0 {
 			return kvs[0]

@@ -33,13 +33,14 @@ const (
 	defaultRequestTimeout = 5 * time.Second
 	defaultRetryTimeout   = 30 * time.Second
 	defaultMarkerKeep     = 16
+	defaultMaxTxnOps      = 128
 )
 
 // DefaultConfig returns the values New gives Config's optional fields when
-// they are zero: RequestTimeout 5 s, RetryTimeout 30 s, MarkerKeep 16. Env
-// and Logger are left zero.
+// they are zero: RequestTimeout 5 s, RetryTimeout 30 s, MarkerKeep 16,
+// MaxTxnOps 128. Env and Logger are left zero.
 func DefaultConfig() Config {
-	return Config{RequestTimeout: defaultRequestTimeout, RetryTimeout: defaultRetryTimeout, MarkerKeep: defaultMarkerKeep}
+	return Config{RequestTimeout: defaultRequestTimeout, RetryTimeout: defaultRetryTimeout, MarkerKeep: defaultMarkerKeep, MaxTxnOps: defaultMaxTxnOps}
 }
 
 // Config is the runtime configuration of an Authority: live clients and
@@ -65,6 +66,10 @@ type Config struct {
 	// MarkerKeep is how many grant markers per resource survive pruning
 	// below the newest one (at least 1). Default 16.
 	MarkerKeep int
+	// MaxTxnOps is etcd's limit on the operations of one transaction: it
+	// must equal the server's --max-txn-ops (CLI key etcd.max_txn_ops).
+	// AcquireGroup refuses a group that would not fit. Default 128, etcd's.
+	MaxTxnOps int
 	// Logger receives warnings and recover's progress. Default: discard.
 	Logger *slog.Logger
 }
@@ -113,6 +118,7 @@ func (c Config) Validate() error {
 		errkind.Negative("authority.Config.RequestTimeout", c.RequestTimeout),
 		errkind.Negative("authority.Config.RetryTimeout", c.RetryTimeout),
 		errkind.Negative("authority.Config.MarkerKeep", c.MarkerKeep),
+		errkind.Negative("authority.Config.MaxTxnOps", c.MaxTxnOps),
 	)
 }
 
@@ -127,6 +133,7 @@ func New(cfg Config) (*Authority, error) {
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, d.RequestTimeout)
 	cfg.RetryTimeout = cmp.Or(cfg.RetryTimeout, d.RetryTimeout)
 	cfg.MarkerKeep = cmp.Or(cfg.MarkerKeep, d.MarkerKeep)
+	cfg.MaxTxnOps = cmp.Or(cfg.MaxTxnOps, d.MaxTxnOps)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

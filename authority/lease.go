@@ -102,6 +102,16 @@ func (a *Authority) Release(ctx context.Context, g Grant) error {
 	if err := checkGrant(g); err != nil {
 		return err
 	}
+	if err := a.endTerm(ctx, g); err != nil {
+		return err
+	}
+	return a.revokeLease(ctx, g.LeaseID)
+}
+
+// endTerm is Release up to the revoke: the holder check and the seal over
+// g's term. Errors: as Release; ErrLeaseLost after sealing when g no
+// longer holds its resource.
+func (a *Authority) endTerm(ctx context.Context, g Grant) error {
 	hk := a.ns.HolderKey(g.Resource)
 	seals := !strings.HasPrefix(g.Resource, "_")
 	reads := a.releaseReads(g, seals)
@@ -125,9 +135,14 @@ func (a *Authority) Release(ctx context.Context, g Grant) error {
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: %q generation %d cannot be released (%s)", ErrLeaseLost, g.Resource, g.Generation, describeLoss(g, resp))
 	}
-	// A revoke re-sent after a lost answer finds the lease gone: done.
-	err = a.call(ctx, "release: revoke", 0, func(rctx context.Context) error {
-		_, err := a.lease.Revoke(rctx, g.LeaseID)
+	return nil
+}
+
+// revokeLease is Release's last step: a revoke re-sent after a lost answer
+// finds the lease gone, which is done.
+func (a *Authority) revokeLease(ctx context.Context, lease clientv3.LeaseID) error {
+	err := a.call(ctx, "release: revoke", 0, func(rctx context.Context) error {
+		_, err := a.lease.Revoke(rctx, lease)
 		return err
 	})
 	if err != nil && !isLeaseNotFound(err) {

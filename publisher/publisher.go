@@ -63,13 +63,15 @@ const (
 	minPartSize           = 5 << 20  // bytes; S3's minimum for all parts but the last
 	defaultRequestTimeout = 5 * time.Second
 	defaultResendTimeout  = time.Minute
+	defaultMaxTxnOps      = 128
 )
 
 // DefaultConfig returns the values New gives Config's tunables when they
-// are zero: PartSize 16 MiB, RequestTimeout 5 s, ResendTimeout 1 min, Now
-// time.Now. Env, Logger and Registerer are left zero.
+// are zero: PartSize 16 MiB, RequestTimeout 5 s, ResendTimeout 1 min,
+// MaxTxnOps 128, Now time.Now. Env, Logger and Registerer are left zero.
 func DefaultConfig() Config {
-	return Config{PartSize: defaultPartSize, RequestTimeout: defaultRequestTimeout, ResendTimeout: defaultResendTimeout, Now: time.Now}
+	return Config{PartSize: defaultPartSize, RequestTimeout: defaultRequestTimeout, ResendTimeout: defaultResendTimeout,
+		MaxTxnOps: defaultMaxTxnOps, Now: time.Now}
 }
 
 // Config holds a Client's dependencies and tunables. Zero tunables take the
@@ -96,6 +98,10 @@ type Config struct {
 	// transaction when the caller's context has no earlier deadline; then the
 	// outcome is unknown. Default 1 min.
 	ResendTimeout time.Duration
+	// MaxTxnOps is etcd's limit on the operations of one transaction: it
+	// must equal the server's --max-txn-ops (CLI key etcd.max_txn_ops).
+	// PublishGroup refuses a group that would not fit. Default 128, etcd's.
+	MaxTxnOps int
 	// Now is the clock of the CommittedAt times written into pointers,
 	// history entries and op records; default time.Now. Those times are
 	// informative: no expiry or retention reads them (GC ages records on
@@ -120,6 +126,7 @@ func (c Config) Validate() error {
 		errkind.Nil("publisher.Config.Store", c.Store == nil),
 		errkind.Negative("publisher.Config.RequestTimeout", c.RequestTimeout),
 		errkind.Negative("publisher.Config.ResendTimeout", c.ResendTimeout),
+		errkind.Negative("publisher.Config.MaxTxnOps", c.MaxTxnOps),
 	)
 }
 
@@ -146,6 +153,7 @@ func New(cfg Config) (*Client, error) {
 	cfg.PartSize = cmp.Or(cfg.PartSize, d.PartSize)
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, d.RequestTimeout)
 	cfg.ResendTimeout = cmp.Or(cfg.ResendTimeout, d.ResendTimeout)
+	cfg.MaxTxnOps = cmp.Or(cfg.MaxTxnOps, d.MaxTxnOps)
 	if cfg.Now == nil {
 		cfg.Now = d.Now
 	}

@@ -29,6 +29,15 @@ const (
 	elseHolder // strict mode only
 )
 
+// Indexes in a publish transaction's compares and Then writes of what is
+// the operation's rather than the member's: a group publish (group.go)
+// shares one op record and one epoch compare among its members.
+const (
+	cmpOp    = 0
+	cmpEpoch = 3
+	thenOp   = 1
+)
+
 // prepared is one publish transaction, built once: every re-send carries the
 // same version, object key, digest and commit time, so it can apply at most
 // once (the op record is created by the first apply and compared absent).
@@ -124,28 +133,10 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 		c.m.failure("txn")
 		return Result{}, fmt.Errorf("publisher: publish of %s not sent: %w", pr.version, err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.ResendTimeout)
-		defer cancel()
-	}
 	start := time.Now()
-	var (
-		attempt int
-		resp    *clientv3.TxnResponse
-	)
-	// Once a send went unanswered, every later error is ambiguous too: the
-	// unanswered send may still apply.
-	resendable := func(err error) bool { return attempt > 1 || !retry.EtcdNotApplied(err) }
-	err := retry.Do(ctx, func(ctx context.Context) error {
-		attempt++
-		var err error
-		if resp, err = c.send(ctx, pr); err != nil && resendable(err) {
-			c.log.Warn("publish transaction unanswered; re-sending the same transaction",
-				"resource", pr.term.resource, "version", pr.version.String(), "key", pr.key, "attempt", attempt, "err", err)
-		}
-		return err
-	}, resendable)
+	resp, attempt, err := c.resend(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) { return c.send(ctx, pr) },
+		"resource", pr.term.resource, "version", pr.version.String(), "key", pr.key)
+	resendable := func(err error) bool { return ambiguous(attempt, err) }
 	switch {
 	case err == nil:
 		res, err := c.classify(pr, resp)
@@ -159,12 +150,7 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 		}
 		if attempt == 1 || res.Outcome != Stale || res.Reason != ReasonGap {
 			res.Attempts = attempt
-			c.m.txnDone(time.Since(start), attempt)
-			if res.Outcome != "" {
-				c.m.outcome(res.Outcome, res.Reason)
-			} else {
-				c.m.failure("classify")
-			}
+			c.answered(start, attempt, res.Outcome, res.Reason)
 			return res, err
 		}
 		// Unlike the pointer, seal and epoch, the gap can close: an earlier
@@ -180,6 +166,49 @@ func (c *Client) commit(ctx context.Context, pr *prepared) (Result, error) {
 		return Result{}, fmt.Errorf("publisher: etcd refused the publish transaction of %s (not applied): %w", pr.version, err)
 	}
 	return c.unknown(pr, start, attempt, err)
+}
+
+// answered counts a transaction answered after attempt sends since start
+// with outcome o and reason r; no outcome counts as a classify failure.
+func (c *Client) answered(start time.Time, attempt int, o Outcome, r Reason) {
+	c.m.txnDone(time.Since(start), attempt)
+	if o != "" {
+		c.m.outcome(o, r)
+	} else {
+		c.m.failure("classify")
+	}
+}
+
+// ambiguous reports whether err, the last error of attempt sends of one
+// transaction, leaves its outcome open: once a send went unanswered, every
+// later error is ambiguous too (that send may still apply); a first send
+// etcd refused before applying it is not.
+func ambiguous(attempt int, err error) bool { return attempt > 1 || !retry.EtcdNotApplied(err) }
+
+// resend sends one transaction with send, unchanged, with jittered backoff
+// (retry.Do) while its failure is ambiguous, until an answer or ctx's
+// deadline (Config.ResendTimeout when ctx has none). It returns the
+// answer, the number of sends and the last error; logArgs name the
+// transaction in the warning of each unanswered send.
+func (c *Client) resend(ctx context.Context, send func(context.Context) (*clientv3.TxnResponse, error), logArgs ...any) (*clientv3.TxnResponse, int, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.ResendTimeout)
+		defer cancel()
+	}
+	var (
+		attempt int
+		resp    *clientv3.TxnResponse
+	)
+	err := retry.Do(ctx, func(ctx context.Context) error {
+		attempt++
+		var err error
+		if resp, err = send(ctx); err != nil && ambiguous(attempt, err) {
+			c.log.Warn("publish transaction unanswered; re-sending the same transaction", append(logArgs, "attempt", attempt, "err", err)...)
+		}
+		return err
+	}, func(err error) bool { return ambiguous(attempt, err) })
+	return resp, attempt, err
 }
 
 // notApplied reports whether commit's answer (res, err) means that the
@@ -341,9 +370,13 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 	if p, ok := prev(v); ok && t.contiguous && ptr.Version.Less(p) {
 		return stale(ReasonGap, "contiguous mode: the pointer is at %s, not at the previous seq %s", ptr.Version, p)
 	}
-	return Result{}, fmt.Errorf("publisher: transaction of %s on %q failed but every compared value matches (revision %d)",
-		v, t.resource, resp.Header.Revision)
+	return Result{}, fmt.Errorf("%w: transaction of %s on %q (revision %d)", errAllMatch, v, t.resource, resp.Header.Revision)
 }
+
+// errAllMatch is classify's answer to a failed transaction whose compared
+// values all match: a member of a group that another member failed, or a
+// single publish that raced something classify does not read.
+var errAllMatch = errors.New("publisher: the transaction failed but every compared value matches")
 
 // retry runs fn, which must be safe to repeat, up to idempotentAttempts
 // times (retry.Do, jittered backoff), each bounded by RequestTimeout, while

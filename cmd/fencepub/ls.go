@@ -190,6 +190,7 @@ func missingResource(ctx context.Context, env *cli.Env, err error, allowMissing 
 // the connection flags.
 type resourceRead struct {
 	resource     string
+	resources    []string // pointer's repeatable --resource (addResourcesRead)
 	timeout      time.Duration
 	out          *string
 	allowMissing *bool
@@ -199,6 +200,19 @@ type resourceRead struct {
 func addResourceRead(cmd *cobra.Command) *resourceRead {
 	o := &resourceRead{}
 	cmd.Flags().StringVar(&o.resource, "resource", "", "resource name (required)")
+	return o.addRest(cmd)
+}
+
+// addResourcesRead is addResourceRead with a repeatable --resource
+// (resourceRead.resources).
+func addResourcesRead(cmd *cobra.Command) *resourceRead {
+	o := &resourceRead{}
+	cmd.Flags().StringArrayVar(&o.resources, "resource", nil, "resource name (required; repeatable: the pointers are read at one etcd revision)")
+	return o.addRest(cmd)
+}
+
+// addRest registers resourceRead's flags but --resource on cmd.
+func (o *resourceRead) addRest(cmd *cobra.Command) *resourceRead {
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline for the whole command, connecting included")
 	_ = cmd.MarkFlagRequired("resource")
 	o.out = addOutputFlag(cmd)

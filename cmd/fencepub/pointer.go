@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/fencepub/fencepub"
@@ -120,7 +121,7 @@ func readerExit(err error) error {
 func newPointerCmd() *cobra.Command {
 	var serializable bool
 	cmd := &cobra.Command{
-		Use:   "pointer --resource R",
+		Use:   "pointer --resource R [--resource R2...]",
 		Short: "Show a resource's published pointer",
 		Long: `pointer prints the resource's published version and object (bucket, key,
 sha256, ETag, size). "published" is false, with exit code 0, while a granted
@@ -129,14 +130,26 @@ resource has nothing published yet. A resource never granted in the domain
 it as not published ("never_granted": true). The read is linearizable unless
 --serializable.
 
+Several --resource read every pointer in one etcd transaction, at one
+revision, so the members of a group publish (docs/groups.md) are never seen
+torn: one line per resource, or with -o json {"revision": R, "pointers":
+[...]} with one pointer document per resource, in the order given. There
+every resource must have been granted (no --allow-missing) and the read is
+linearizable (no --serializable).
+
 ` + readerExitHelp,
 		Example: `  fencepub pointer --resource nightly-report
-  fencepub pointer --resource nightly-report -o json | jq -r .version`,
+  fencepub pointer --resource nightly-report -o json | jq -r .version
+  fencepub pointer --resource report --resource breakdown -o json`,
 		Args: noArgs,
 	}
-	f := addResourceRead(cmd)
+	f := addResourcesRead(cmd)
 	cmd.Flags().BoolVar(&serializable, "serializable", false, "read from the local etcd member without a quorum round (may be stale)")
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		if len(f.resources) > 1 {
+			return readCut(c, f, serializable)
+		}
+		f.resource = f.resources[0]
 		var ptr fencepub.Pointer
 		err, ferr := f.read(c, serializable, func(ctx context.Context, r *reader.Reader) (err error) {
 			ptr, err = r.Current(ctx)
@@ -156,9 +169,65 @@ it as not published ("never_granted": true). The read is linearizable unless
 			fmt.Fprintf(c.OutOrStdout(), "%s: %s\n", f.resource, unpublishedState(o.NeverGranted))
 			return nil
 		}
-		fmt.Fprintf(c.OutOrStdout(), "%s %s %s/%s sha256=%s size=%d key=%q committed_at=%s\n", f.resource, ptr.Version,
-			ptr.Object.Bucket, ptr.Object.Key, ptr.Object.SHA256, ptr.Object.Size, ptr.IdempotencyKey, ptr.CommittedAt.Format(time.RFC3339Nano))
+		printPointer(c.OutOrStdout(), f.resource, ptr)
 		return nil
 	}
 	return cmd
+}
+
+// cutOutput is the JSON of `fencepub pointer` with several --resource: the
+// revision read at and each resource's pointer.
+type cutOutput struct {
+	Revision int64           `json:"revision"`
+	Pointers []pointerOutput `json:"pointers"`
+}
+
+// readCut reads the pointers of f.resources at one etcd revision
+// (reader.ReadCut) and prints them.
+func readCut(c *cobra.Command, f *resourceRead, serializable bool) error {
+	switch {
+	case serializable:
+		return exitcode.Usagef("--serializable reads one resource; several are read at one revision, linearizably")
+	case *f.allowMissing:
+		return exitcode.Usagef("--allow-missing reads one resource; several must all have been granted")
+	}
+	if err := positive("timeout", f.timeout); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.Context(), f.timeout)
+	defer cancel()
+	env, err := cli.OpenEnvContext(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	cut, err := reader.ReadCut(ctx, readerConfig(env), f.resources...)
+	if err != nil {
+		if merr := missingResource(ctx, env, err, false); merr != nil {
+			return merr
+		}
+		return readerExit(err)
+	}
+	out := cutOutput{Revision: cut.Revision}
+	for _, res := range f.resources {
+		ptr := cut.Pointers[res]
+		out.Pointers = append(out.Pointers, pointerOutput{Resource: res, Published: !ptr.Version.IsZero(), Pointer: ptr, Revision: cut.Revision})
+	}
+	if *f.out == "json" {
+		return printJSON(c.OutOrStdout(), out)
+	}
+	for _, o := range out.Pointers {
+		if !o.Published {
+			fmt.Fprintf(c.OutOrStdout(), "%s: %s\n", o.Resource, unpublishedState(false))
+			continue
+		}
+		printPointer(c.OutOrStdout(), o.Resource, o.Pointer)
+	}
+	return nil
+}
+
+// printPointer prints the text line of res's published pointer.
+func printPointer(w io.Writer, res string, ptr fencepub.Pointer) {
+	fmt.Fprintf(w, "%s %s %s/%s sha256=%s size=%d key=%q committed_at=%s\n", res, ptr.Version,
+		ptr.Object.Bucket, ptr.Object.Key, ptr.Object.SHA256, ptr.Object.Size, ptr.IdempotencyKey, ptr.CommittedAt.Format(time.RFC3339Nano))
 }

@@ -228,6 +228,7 @@ type publishOptions struct {
 	timeout    time.Duration
 	allowEmpty bool
 	dir        dirFlags // publishdir.go
+	sets       []string // --set RESOURCE=PATH: a group publish (publishgroup.go)
 	format     *string
 	cmd        *cobra.Command // set by Complete: which flags were given
 }
@@ -236,7 +237,7 @@ type publishOptions struct {
 func newPublishCmd() *cobra.Command {
 	o := &publishOptions{}
 	cmd := &cobra.Command{
-		Use:   "publish --resource R (--epoch E --fence F --seq S | --ttl D) --owner O --key K (--file PATH | - | --dir DIR)",
+		Use:   "publish (--resource R (--epoch E --fence F --seq S | --ttl D) (--file PATH | - | --dir DIR) | --set R=PATH... --ttl D) --owner O --key K",
 		Short: "Publish a file as the new state of a resource, fenced by a grant",
 		Long: `publish streams the body to the object store as a new immutable object and makes
 it the resource's state in one etcd transaction that checks the grant's fence,
@@ -278,6 +279,17 @@ meanwhile makes the publish stale with reason base. --seq is not used: a
 dataset takes the grant's next seq. --timeout bounds it the same way, every
 file's upload included.
 
+--set RESOURCE=PATH (repeatable, with --ttl, instead of --resource and
+--file/--dir) publishes a group (docs/groups.md): each PATH is a file (one
+object, with --content-type and --meta) or a directory (a dataset, with
+--base and --parallel). The resources are acquired as one group, then one
+etcd transaction moves every pointer or none: "stale" names the member that
+refused it and why; "duplicate" and "conflict" are by --key for the whole
+group; "unknown" is settled for the whole group by 'fencepub resolve --from'
+with the JSON printed. With -o json the document is the group's result:
+outcome, reason, member, idempotency_key, digest and members (one result
+per resource, in name order).
+
 With -o json, stdout gets one JSON document: the result (with "error" and
 "exit_code" when it is not applied or duplicate; with --dir also the
 dataset's counts: files, bytes, uploaded_files, uploaded_bytes,
@@ -312,6 +324,9 @@ reused_files, sha256), or, when the command failed before an outcome,
 func (o *publishOptions) addFlags(cmd *cobra.Command) {
 	o.grant.add(cmd)
 	f := cmd.Flags()
+	// --resource is required unless --set names the resources (Validate).
+	delete(f.Lookup("resource").Annotations, cobra.BashCompOneRequiredFlag)
+	f.StringArrayVar(&o.sets, "set", nil, "RESOURCE=PATH (repeatable): publish a group, each resource from a file or a directory (a dataset), in one transaction; needs --ttl")
 	f.Uint64Var(&o.seq, "seq", 0, "seq within the grant's term, from 1 (required with --fence; default with --ttl: the next one)")
 	f.StringVar(&o.key, "key", "", "idempotency key of the operation (required)")
 	o.body.add(cmd, "file to publish, or - for stdin")
@@ -338,6 +353,12 @@ func (o *publishOptions) Complete(c *cobra.Command, args []string) error {
 // Validate checks the options before any grant is acquired or anything
 // read, nor any I/O done. Errors: usage errors (exit 2).
 func (o *publishOptions) Validate() error {
+	if o.cmd.Flags().Changed("set") {
+		return o.validateGroup()
+	}
+	if !o.cmd.Flags().Changed("resource") {
+		return exitcode.Usagef(`required flag(s) "resource" not set`)
+	}
 	if o.cmd.Flags().Changed("dir") {
 		return o.validateDir()
 	}
@@ -368,6 +389,9 @@ func (o *publishOptions) Validate() error {
 // now; with an acquired grant the work before the release ends
 // releaseReserve earlier.
 func (o *publishOptions) Run(c *cobra.Command) error {
+	if len(o.sets) > 0 {
+		return o.runGroup(c)
+	}
 	if o.dir.dir != "" {
 		return o.runDir(c)
 	}

@@ -42,7 +42,8 @@ took effect. It names the attempt: its resource, idempotency key, version
 (epoch, fence, seq) and its identity — its request digest, its object key, or
 both. --from FILE (or - for stdin) takes all of them from the JSON that the
 unknown 'fencepub publish -o json' (or 'fencepub run -o json') printed, as it
-was printed. Otherwise give the flags, and the identity with:
+was printed; the JSON of an unknown group publish (publish --set) settles the
+whole group. Otherwise give the flags, and the identity with:
 
   --file PATH     the body again (- for stdin) with the same --content-type and
                   --meta as the publish: the request digest is recomputed
@@ -138,6 +139,9 @@ func (o *resolveOptions) run(c *cobra.Command, format string) error {
 		if err != nil {
 			return err
 		}
+		if len(a.Members) > 0 {
+			return o.runGroup(ctx, c, format, a)
+		}
 		o.resource, o.key, o.epoch, o.fence, o.seq = a.Resource, a.key(), a.Version.Epoch, a.Version.Fence, a.Version.Seq
 		id = publisher.AttemptID{Digest: a.Digest, ObjectKey: a.Object.Key}
 	}
@@ -148,17 +152,42 @@ func (o *resolveOptions) run(c *cobra.Command, format string) error {
 		}
 		id.Digest = digest
 	}
-	env, err := cli.OpenEnvContext(ctx, c)
+	client, env, err := resolveClient(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	client, err := publisher.New(env.PublisherConfig())
-	if err != nil {
-		return exitcode.With(exitcode.Usage, err)
-	}
 	res, err := client.Resolve(ctx, o.resource, o.key, layout.Version{Epoch: o.epoch, Fence: o.fence, Seq: o.seq}, id)
 	return reportResult(c, format, "resolve", res, err)
+}
+
+// runGroup settles the unknown group publish a names (publisher.ResolveGroup)
+// and reports it as publish --set does.
+func (o *resolveOptions) runGroup(ctx context.Context, c *cobra.Command, format string, a attemptJSON) error {
+	client, env, err := resolveClient(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	res, err := client.ResolveGroup(ctx, publisher.GroupResult{
+		Outcome: publisher.Unknown, IdempotencyKey: a.key(), Digest: a.Digest, Members: a.Members,
+	})
+	return reportGroup(c, format, res, err)
+}
+
+// resolveClient connects within ctx and returns a publisher Client of the
+// environment, which the caller closes. Errors: the connection's; usage.
+func resolveClient(ctx context.Context, c *cobra.Command) (*publisher.Client, *cli.Env, error) {
+	env, err := cli.OpenEnvContext(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := publisher.New(env.PublisherConfig())
+	if err != nil {
+		env.Close()
+		return nil, nil, exitcode.With(exitcode.Usage, err)
+	}
+	return client, env, nil
 }
 
 // attemptJSON is what --from reads: the JSON document of an unknown
@@ -173,6 +202,8 @@ type attemptJSON struct {
 	Object         struct {
 		Key string `json:"key"`
 	} `json:"object"`
+	// Members are a group publish's members (publish --set).
+	Members []publisher.Result `json:"members"`
 	// Error and ExitCode are those of a failure (cli.ErrorOutput, or a
 	// result that was not applied).
 	Error    string `json:"error"`

@@ -273,11 +273,11 @@ func (e *Env) Close() { _ = e.Etcd.Close() }
 // AuthorityConfig is the authority's runtime configuration over e's clients,
 // each etcd attempt bounded by etcd.request_timeout.
 func (e *Env) AuthorityConfig() authority.Config {
-	return authority.Config{Env: e.Domain(), Logger: e.Log, RequestTimeout: e.Config.Etcd.RequestTimeout}
+	return authority.Config{Env: e.Domain(), Logger: e.Log, RequestTimeout: e.Config.Etcd.RequestTimeout, MaxTxnOps: e.Config.Etcd.MaxTxnOps}
 }
 
 // PublisherConfig is the publisher's runtime configuration over e's
 // clients, each etcd attempt bounded by etcd.request_timeout.
 func (e *Env) PublisherConfig() publisher.Config {
-	return publisher.Config{Env: e.Domain(), Logger: e.Log, RequestTimeout: e.Config.Etcd.RequestTimeout}
+	return publisher.Config{Env: e.Domain(), Logger: e.Log, RequestTimeout: e.Config.Etcd.RequestTimeout, MaxTxnOps: e.Config.Etcd.MaxTxnOps}
 }

@@ -180,6 +180,10 @@ type Etcd struct {
 	// time is sent again, usually to another member, within the caller's
 	// deadline (DESIGN.md invariant 12).
 	RequestTimeout time.Duration `mapstructure:"request_timeout"`
+	// MaxTxnOps is etcd's limit on the operations of one transaction and
+	// must equal the server's --max-txn-ops: a group acquire or publish
+	// that would not fit is refused before anything is written.
+	MaxTxnOps int `mapstructure:"max_txn_ops"`
 }
 
 // Etcd timing defaults (etcd.dial_keepalive_time, etcd.dial_keepalive_timeout,
@@ -190,6 +194,8 @@ const (
 	DefaultDialKeepAliveTime    = 10 * time.Second
 	DefaultDialKeepAliveTimeout = 3 * time.Second
 	DefaultRequestTimeout       = 5 * time.Second
+	// DefaultMaxTxnOps is etcd's default --max-txn-ops.
+	DefaultMaxTxnOps = 128
 	// MinDialKeepAliveTime is gRPC's floor for client keepalive pings.
 	MinDialKeepAliveTime = 10 * time.Second
 	// ReconnectMaxDelay bounds the wait between two attempts to reconnect
@@ -217,6 +223,7 @@ var defaults = map[string]any{
 	"etcd.dial_keepalive_time":    DefaultDialKeepAliveTime,
 	"etcd.dial_keepalive_timeout": DefaultDialKeepAliveTimeout,
 	"etcd.request_timeout":        DefaultRequestTimeout,
+	"etcd.max_txn_ops":            DefaultMaxTxnOps,
 	"s3.endpoint":                 "127.0.0.1:9000",
 	"s3.bucket":                   "fencepub",
 	"s3.region":                   "",
@@ -246,7 +253,7 @@ var defaults = map[string]any{
 // Keys lists every configuration key, in the order `config show` prints them.
 var Keys = []string{
 	"etcd.endpoints", "etcd.username", "etcd.password", "etcd.tls.ca", "etcd.tls.cert", "etcd.tls.key",
-	"etcd.dial_keepalive_time", "etcd.dial_keepalive_timeout", "etcd.request_timeout",
+	"etcd.dial_keepalive_time", "etcd.dial_keepalive_timeout", "etcd.request_timeout", "etcd.max_txn_ops",
 	"s3.endpoint", "s3.credentials", "s3.access_key", "s3.secret_key", "s3.bucket", "s3.secure", "s3.region",
 	"s3.tls.ca", "s3.tls.cert", "s3.tls.key",
 	"namespace.prefix", "namespace.domain",
@@ -448,6 +455,9 @@ func (c Config) Validate() error {
 	}
 	if c.Etcd.RequestTimeout <= 0 {
 		return invalid("etcd.request_timeout", c.Etcd.RequestTimeout.String(), "a positive duration like 5s")
+	}
+	if c.Etcd.MaxTxnOps <= 0 {
+		return invalid("etcd.max_txn_ops", fmt.Sprint(c.Etcd.MaxTxnOps), "a positive number, etcd's --max-txn-ops (default 128)")
 	}
 	if (c.Etcd.TLS.Cert == "") != (c.Etcd.TLS.Key == "") {
 		return invalid("etcd.tls.cert", c.Etcd.TLS.Cert, "etcd.tls.cert and etcd.tls.key set together")
