@@ -12,10 +12,11 @@ import (
 )
 
 // surfaceBound is the most names the public packages may export together,
-// counted as apiSurface counts them. It only ever falls: the test fails when
-// the surface grows past it, and asks for a lower bound when it shrinks well
-// below it.
-const surfaceBound = 513
+// counted as apiSurface counts them. The test fails when the surface grows
+// past it, and asks for a lower bound when it shrinks well below it. It
+// rises only with a new capability, by that capability's names: groups
+// (AcquireGroup, PublishGroup, ReadCut and their types) took it from 513.
+const surfaceBound = 551
 
 // apiSurface counts the names a program outside the module can use from the
 // package pkg: every exported package-level identifier, and for every
