@@ -278,11 +278,14 @@ func (l *datasetReadLoop) read(res string, rd *reader.Reader) bool {
 	return true
 }
 
-// unjudged counts a dataset read that failed in a way the checker does not
-// judge (a server that did not answer, a pointer that went back), or logs
-// an anomaly.
+// unjudged counts a dataset read that the checker does not judge (a server
+// that did not answer, a pointer that went back, a version unknown), or
+// logs an anomaly.
 func (l *datasetReadLoop) unjudged(op DatasetRead, err error) {
-	if isAnomaly(err) && !errors.Is(err, reader.ErrDigestMismatch) {
+	// A problem the checker judges (a file not in the version, a digest
+	// mismatch) is no anomaly, even when the version that answered is
+	// unknown and so the read is not judged.
+	if problem, _ := datasetProblem(err); isAnomaly(err) && problem == "" {
 		l.rec.Anomaly(Anomaly{Client: l.id, Time: l.clock.Now(), What: "read " + op.Resource + " file " + op.Path, Err: err.Error()})
 		return
 	}

@@ -255,6 +255,29 @@ func (h *harness) republishNewest(ctx context.Context, rep authority.RecoverRepo
 // (publisher.RestoreLost), the bind and the republish after it.
 const republishTimeout = time.Minute
 
+// datasetAt returns the dataset publish of h that wrote the manifest index
+// at version v of res, or nil: the one whose request digest is digest (a
+// republish keeps it), else the only dataset publish at v. It need not
+// have applied: recovery finds the objects of stale publishes too.
+func datasetAt(h *History, res string, v layout.Version, digest string) *PublishOp {
+	var only *PublishOp
+	n := 0
+	for i := range h.Publishes {
+		p := &h.Publishes[i]
+		if p.Resource != res || p.Version != v || p.Files == nil {
+			continue
+		}
+		if digest != "" && p.RequestDigest == digest {
+			return p
+		}
+		only, n = p, n+1
+	}
+	if n == 1 {
+		return only
+	}
+	return nil
+}
+
 // republishOne republishes lost on resource res as publish id, with a grant
 // of auth and publisher client pub, within republishTimeout (or until ctx
 // ends), logs the grant and the publish in rec and reports whether it
@@ -290,6 +313,10 @@ func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher
 	}
 	reported(&op, r, err)
 	op.Digest, op.RequestDigest = r.Object.SHA256, r.Digest
+	if orig := datasetAt(rec.History(), res, lost.Version, r.Digest); orig != nil {
+		// A dataset version is republished as a dataset: the same files.
+		op.Files, op.Digest = orig.Files, orig.Digest
+	}
 	if !r.Version.IsZero() {
 		op.Version = r.Version
 	}
