@@ -77,6 +77,7 @@ func TestChaos(t *testing.T) {
 					t.Logf("liveness %s: %+v", k, l)
 					if livenessGoal[k] && l.Failed > 0 {
 						t.Errorf("%d of %d operations failed during %s while a quorum of etcd and MinIO was up (DESIGN.md invariant 12)", l.Failed, l.Attempted, k)
+						logFailedDuring(t, res.History, k)
 					}
 				}
 			}
@@ -103,6 +104,23 @@ func TestChaos(t *testing.T) {
 	for _, k := range append(ServerFaults(), WorkerFaults()...) {
 		if injected[k] == 0 {
 			t.Errorf("no %s was injected", k)
+		}
+	}
+}
+
+// logFailedDuring logs every failed operation of h that overlaps a window
+// of fault kind k: what a liveness failure is made of. It lists those of
+// a worker hit by its own fault too, which Liveness leaves out.
+func logFailedDuring(t *testing.T, h *History, k FaultKind) {
+	for _, f := range h.Faults {
+		if f.Kind != k {
+			continue
+		}
+		for _, a := range h.Attempts {
+			if a.Failed && a.Call <= f.End && a.Return >= f.Start {
+				t.Logf("failed during %s on %s (%.3fs-%.3fs): %s %s at %.3fs-%.3fs: %s", k, f.Target,
+					float64(f.Start)/1e9, float64(f.End)/1e9, a.Client, a.Op, float64(a.Call)/1e9, float64(a.Return)/1e9, a.Err)
+			}
 		}
 	}
 }
