@@ -278,3 +278,40 @@ func TestAcquireGroupContendsWithSingle(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Closing the Session of one member of a group ends the whole group: every
+// member's term is sealed (as ReleaseGroup seals it) before the shared
+// lease is revoked, so no member is left with an open term.
+func TestSessionCloseReleasesGroup(t *testing.T) {
+	a := shared(t)
+	ctx := ctxT(t, time.Minute)
+	for _, r := range []string{"a", "b", "c", "d"} {
+		initResource(t, a, r)
+	}
+	gs, err := a.AcquireGroup(ctx, GroupRequest{Resources: []string{"a", "b", "c"}, Owner: "grp", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := mustAcquire(t, a, AcquireRequest{Resource: "d", Owner: "other"}) // another lease: untouched
+	s, err := a.NewSession(ctx, gs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gs {
+		if seal, _ := sealOf(t, a, g.Resource); seal.Version != g.Version(layout.MaxNumber) {
+			t.Errorf("%s: seal %s after Session.Close of member b, want %s", g.Resource, seal.Version, g.Version(layout.MaxNumber))
+		}
+		if h, ok, err := a.Holder(ctx, g.Resource); err != nil || ok {
+			t.Errorf("%s still held after Session.Close: %+v, %v", g.Resource, h, err)
+		}
+	}
+	if h, ok, err := a.Holder(ctx, "d"); err != nil || !ok || h.Generation != other.Generation {
+		t.Fatalf("d, on another lease, after the group's release: %+v, %v, %v", h, ok, err)
+	}
+	if err := a.Release(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+}
