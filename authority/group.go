@@ -56,7 +56,7 @@ type GroupRequest struct {
 // one lease; it returns the grants sorted by resource. A waiter holds
 // nothing and waits on the first held member in name order, so groups
 // never deadlock. Keep the lease with a Session on any member; end with
-// ReleaseGroup (Session.Close releases one member). Retries and blocking
+// ReleaseGroup (or Session.Close of any member). Retries and blocking
 // as Acquire (DESIGN.md "Groups"). Errors: ErrGroupTooLarge (nothing
 // sent), fencepub.ErrInvalid, and Acquire's.
 func (a *Authority) AcquireGroup(ctx context.Context, req GroupRequest) ([]Grant, error) {

@@ -191,3 +191,127 @@ func TestAcquireGroupLimit(t *testing.T) {
 		t.Fatalf("etcd's refusal left a holder: %v, %v", ok, err)
 	}
 }
+
+// A single grant and an overlapping group contend: with b held by a single
+// grant, the group {a, b} fails at once without Wait and after MaxWait with
+// it, leaving a ungranted (no hold-and-wait); a waiting group is granted
+// once the single grant is released. Then the reverse: while the group
+// holds {a, b} a single acquire of b fails the same way and a waiting one
+// is granted once the group is released.
+func TestAcquireGroupContendsWithSingle(t *testing.T) {
+	a := shared(t)
+	ctx := ctxT(t, time.Minute)
+	for _, r := range []string{"a", "b"} {
+		initResource(t, a, r)
+	}
+	// granted runs acquire in the background and returns the channel of
+	// its error, with the time it took.
+	type done struct {
+		err  error
+		took time.Duration
+	}
+	granted := func(acquire func() error) <-chan done {
+		ch := make(chan done, 1)
+		start := time.Now()
+		go func() { err := acquire(); ch <- done{err, time.Since(start)} }()
+		return ch
+	}
+	const wait = 500 * time.Millisecond
+
+	single := mustAcquire(t, a, AcquireRequest{Resource: "b", Owner: "single"})
+	group := GroupRequest{Resources: []string{"b", "a"}, Owner: "grp", TTL: 10 * time.Second}
+	if _, err := a.AcquireGroup(ctx, group); !errors.Is(err, ErrHeld) {
+		t.Fatalf("group over a held member: %v, want ErrHeld", err)
+	}
+	waited := group
+	waited.Wait, waited.MaxWait = true, wait
+	start := time.Now()
+	if _, err := a.AcquireGroup(ctx, waited); !errors.Is(err, ErrHeld) || time.Since(start) < wait {
+		t.Fatalf("group waiting %s over a held member: %v after %s, want ErrHeld after the wait", wait, err, time.Since(start))
+	}
+	if st, err := a.Inspect(ctx, "a"); err != nil || st.Holder != nil || st.Generation != 0 {
+		t.Fatalf("a while the group waited: %+v, %v; want never granted", st, err)
+	}
+	var gs []Grant
+	waiter := granted(func() (err error) {
+		gs, err = a.AcquireGroup(ctx, GroupRequest{Resources: []string{"b", "a"}, Owner: "grp", TTL: 10 * time.Second, Wait: true})
+		return err
+	})
+	select {
+	case d := <-waiter:
+		t.Fatalf("group granted while b is held: %v", d.err)
+	case <-time.After(wait):
+	}
+	released := time.Now()
+	if err := a.Release(ctx, single); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-waiter; d.err != nil || len(gs) != 2 || gs[0].Generation != 1 || gs[1].Generation != 2 {
+		t.Fatalf("waiting group after the release: %+v, %v; want a at 1, b at 2", gs, d.err)
+	}
+	t.Logf("the waiting group was granted %s after the single grant's release", time.Since(released))
+
+	if _, err := a.Acquire(ctx, AcquireRequest{Resource: "b", Owner: "single", TTL: 10 * time.Second}); !errors.Is(err, ErrHeld) {
+		t.Fatalf("single acquire of a group member: %v, want ErrHeld", err)
+	}
+	start = time.Now()
+	if _, err := a.Acquire(ctx, AcquireRequest{Resource: "b", Owner: "single", TTL: 10 * time.Second, Wait: true, MaxWait: wait}); !errors.Is(err, ErrHeld) || time.Since(start) < wait {
+		t.Fatalf("single acquire waiting %s on a group member: %v after %s, want ErrHeld after the wait", wait, err, time.Since(start))
+	}
+	var g Grant
+	waiter = granted(func() (err error) {
+		g, err = a.Acquire(ctx, AcquireRequest{Resource: "b", Owner: "single", TTL: 10 * time.Second, Wait: true})
+		return err
+	})
+	select {
+	case d := <-waiter:
+		t.Fatalf("single grant while the group holds b: %v", d.err)
+	case <-time.After(wait):
+	}
+	if err := a.ReleaseGroup(ctx, gs); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-waiter; d.err != nil || g.Generation != 3 {
+		t.Fatalf("waiting single acquire after the group's release: %+v, %v; want b at 3", g, d.err)
+	}
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Closing the Session of one member of a group ends the whole group: every
+// member's term is sealed (as ReleaseGroup seals it) before the shared
+// lease is revoked, so no member is left with an open term.
+func TestSessionCloseReleasesGroup(t *testing.T) {
+	a := shared(t)
+	ctx := ctxT(t, time.Minute)
+	for _, r := range []string{"a", "b", "c", "d"} {
+		initResource(t, a, r)
+	}
+	gs, err := a.AcquireGroup(ctx, GroupRequest{Resources: []string{"a", "b", "c"}, Owner: "grp", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := mustAcquire(t, a, AcquireRequest{Resource: "d", Owner: "other"}) // another lease: untouched
+	s, err := a.NewSession(ctx, gs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gs {
+		if seal, _ := sealOf(t, a, g.Resource); seal.Version != g.Version(layout.MaxNumber) {
+			t.Errorf("%s: seal %s after Session.Close of member b, want %s", g.Resource, seal.Version, g.Version(layout.MaxNumber))
+		}
+		if h, ok, err := a.Holder(ctx, g.Resource); err != nil || ok {
+			t.Errorf("%s still held after Session.Close: %+v, %v", g.Resource, h, err)
+		}
+	}
+	if h, ok, err := a.Holder(ctx, "d"); err != nil || !ok || h.Generation != other.Generation {
+		t.Fatalf("d, on another lease, after the group's release: %+v, %v, %v", h, ok, err)
+	}
+	if err := a.Release(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,7 +2,9 @@ package authority
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -91,13 +93,13 @@ func describeLoss(g Grant, resp *clientv3.TxnResponse) string {
 
 // Release ends g's term: it checks that g still names the holder, raises the
 // resource's seal to (g.Epoch, g.Generation, fencepub.MaxNumber), so GC
-// collects what the term left and a later publish of it is stale, then
-// revokes the lease (DESIGN.md "Leftovers of finished work"; the package
-// doc, "How a term ends"). The seal is raised even when the lease is gone.
-// Each step is safe to re-send: call it again after an unanswered release.
-// Errors: ErrLeaseLost (the term is sealed all the same), ErrInvalidGrant,
-// fencepub.ErrUnavailable (the holder stays until its lease expires), ctx's
-// error.
+// collects what the term left and a later publish of it is stale, seals
+// the other members of g's group (one lease) likewise, then revokes the
+// lease (the package doc, "How a term ends"). The seal is raised even when
+// the lease is gone. Each step is safe to re-send: call it again after an
+// unanswered release. Errors: ErrLeaseLost (the term is sealed all the
+// same), ErrInvalidGrant, fencepub.ErrUnavailable (the holder stays until
+// its lease expires), ctx's error.
 func (a *Authority) Release(ctx context.Context, g Grant) error {
 	if err := checkGrant(g); err != nil {
 		return err
@@ -105,7 +107,57 @@ func (a *Authority) Release(ctx context.Context, g Grant) error {
 	if err := a.endTerm(ctx, g); err != nil {
 		return err
 	}
+	if err := a.endLeaseMates(ctx, g); err != nil {
+		return err
+	}
 	return a.revokeLease(ctx, g.LeaseID)
+}
+
+// endLeaseMates ends the terms of the other resources g's lease holds: the
+// other members of g's group (AcquireGroup grants every member on one
+// lease), found by the lease's attached holder keys. Revoking the lease
+// ends their holds, so their terms are sealed first, as ReleaseGroup seals
+// them; one that is no longer held by g's owner on g's lease is left
+// alone. Errors: fencepub.ErrUnavailable, ctx's.
+func (a *Authority) endLeaseMates(ctx context.Context, g Grant) error {
+	var keys [][]byte
+	err := a.call(ctx, "release: lease members", 0, func(rctx context.Context) error {
+		resp, err := a.lease.TimeToLive(rctx, g.LeaseID, clientv3.WithAttachedKeys())
+		if err != nil {
+			return err
+		}
+		keys = resp.Keys
+		return nil
+	})
+	if err != nil {
+		if isLeaseNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	prefix, own := a.ns.AuthorityPrefix(), a.ns.HolderKey(g.Resource)
+	for _, k := range keys {
+		key := string(k)
+		escaped, ok := strings.CutSuffix(strings.TrimPrefix(key, prefix), "/holder")
+		if !ok || key == own || !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		res, err := url.PathUnescape(escaped)
+		if err != nil || a.ns.HolderKey(res) != key {
+			continue
+		}
+		h, held, err := a.Holder(ctx, res)
+		switch {
+		case err != nil:
+			return err
+		case !held || h.LeaseID != g.LeaseID || h.Owner != g.Owner:
+			continue
+		}
+		if err := a.endTerm(ctx, h.Grant); err != nil && !errors.Is(err, ErrLeaseLost) {
+			return err
+		}
+	}
+	return nil
 }
 
 // endTerm is Release up to the revoke: the holder check and the seal over

@@ -374,7 +374,8 @@ func (c *Client) classifyGroup(g *groupTxn, resp *clientv3.TxnResponse) (GroupRe
 
 // ResolveGroup settles an unknown group publish for the whole group: it is
 // Resolve of the first member's attempt under the group's key and digest,
-// since that member's op record and seal decide the group (DESIGN.md
+// since that member's op record and seal decide the group; settled stale,
+// every member's attempt is marked settled in the bucket (DESIGN.md
 // "Groups"). Errors: as Resolve; fencepub.ErrInvalid for a result without
 // members' attempts.
 func (c *Client) ResolveGroup(ctx context.Context, unknown GroupResult) (GroupResult, error) {
@@ -396,6 +397,32 @@ func (c *Client) ResolveGroup(ctx context.Context, unknown GroupResult) (GroupRe
 	gr.Members[0] = res
 	if res.Outcome == Stale {
 		gr.Member = m0.Resource
+		if merr := c.settleMembers(ctx, unknown, res.Reason); merr != nil {
+			return gr, merr
+		}
 	}
 	return gr, err
+}
+
+// settleMembers writes the settled marker of every member's attempt after
+// the first (Resolve wrote the first's) once the group is settled stale:
+// the first member's seal keeps the group transaction from ever applying,
+// but it is lost with etcd, and RestoreLost must republish no member's
+// attempt (DESIGN.md "Groups"). Errors: fencepub.ErrUnavailable (or
+// ErrInvalid when the store refused it) naming the member.
+func (c *Client) settleMembers(ctx context.Context, unknown GroupResult, reason Reason) error {
+	for _, m := range unknown.Members[1:] {
+		if m.Attempt == nil {
+			return fmt.Errorf("%w: publisher: a group result to resolve needs its members' attempts (%q has none)", fencepub.ErrInvalid, m.Resource)
+		}
+		if err := c.markSettled(ctx, m.Resource, unknown.IdempotencyKey, m.Attempt.Version, reason); err != nil {
+			kind := fencepub.ErrUnavailable
+			if errors.Is(err, fencepub.ErrInvalid) {
+				kind = fencepub.ErrInvalid
+			}
+			return fmt.Errorf("%w: group %q is settled in etcd (not applied, reason %s), but the marker of member %q at %s was not written: %w; resolve it again, or a recover from the bucket could republish it",
+				kind, unknown.IdempotencyKey, reason, m.Resource, m.Attempt.Version, err)
+		}
+	}
+	return nil
 }

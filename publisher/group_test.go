@@ -260,3 +260,33 @@ func TestPublishGroupLimit(t *testing.T) {
 		}
 	}
 }
+
+// A group resolved stale is settled for every member, not only the first:
+// each member's attempt gets its settled marker in the bucket, so a
+// RestoreLost after an etcd restore (which loses the seals) never
+// republishes any member of a group that was never applied.
+func TestResolveGroupSettlesEveryMember(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	px, c := e.proxied(nil)
+	_, ps := e.bindGroup(c, "w", false, "a", "b", "c")
+	px.Set(faultproxy.Faults{DropUpstream: true})
+	r, err := c.PublishGroup(ctxT(t, 2*time.Second), "never", objects("never", ps...))
+	mustGroup(t, "request lost", r, err, Unknown, "", "")
+	px.Set(faultproxy.Faults{})
+	px.ResetAll()
+	settled, err := e.pub.ResolveGroup(ctx, r)
+	mustGroup(t, "resolve a group never applied", settled, err, Stale, ReasonSeal, "a")
+	for _, m := range r.Members {
+		if !e.Exists(m.Attempt.Object.Key) {
+			t.Fatalf("%s: the attempt's object is gone; the test needs it", m.Resource)
+		}
+		lost := authority.LostObject{Key: m.Attempt.Object.Key, Version: m.Attempt.Version, LastModified: time.Now()}
+		if o, ok, err := e.pub.newestPublishable(ctx, m.Resource, []authority.LostObject{lost}); err != nil || ok {
+			t.Errorf("%s: a restore would republish the settled group's attempt %s: %+v, %v", m.Resource, m.Attempt.Version, o, err)
+		}
+	}
+	// Settling again (the same JSON) answers the same and writes nothing new.
+	again, err := e.pub.ResolveGroup(ctx, r)
+	mustGroup(t, "resolve again", again, err, Stale, ReasonSeal, "a")
+}

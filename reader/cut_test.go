@@ -56,7 +56,7 @@ func torn(cut Cut) error {
 // group publish, and the watch delivers each group as one Cut. Members
 // published one by one show up torn in the same checks, which shows they
 // can fail.
-func TestCutIsNeverTorn(t *testing.T) {
+func TestGroupCutIsNeverTorn(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	c, ps := e.groupPublishers()

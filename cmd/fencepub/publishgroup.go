@@ -25,9 +25,30 @@ type groupMember struct {
 	dir            bool
 }
 
-// parseSets parses --set values, refusing a bad or repeated name and a path
-// that is neither a regular file nor a directory. Errors: usage.
+// parseSets parses --set values (parseSetSpecs) and refuses a path that
+// is neither a regular file nor a directory. Errors: usage.
 func parseSets(sets []string) ([]groupMember, error) {
+	ms, err := parseSetSpecs(sets)
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range ms {
+		fi, err := os.Stat(m.path)
+		switch {
+		case err != nil:
+			return nil, exitcode.Usagef("--set %s: %v", m.resource, err)
+		case !fi.IsDir() && !fi.Mode().IsRegular():
+			return nil, exitcode.Usagef("--set %s: %s is neither a regular file nor a directory", m.resource, m.path)
+		}
+		ms[i].dir = fi.IsDir()
+	}
+	return ms, nil
+}
+
+// parseSetSpecs parses --set RESOURCE=PATH values, refusing a bad or
+// repeated name and an empty path; it does not look at the paths. Errors:
+// usage.
+func parseSetSpecs(sets []string) ([]groupMember, error) {
 	var ms []groupMember
 	for _, s := range sets {
 		name, path, ok := strings.Cut(s, "=")
@@ -40,16 +61,18 @@ func parseSets(sets []string) ([]groupMember, error) {
 		if slices.ContainsFunc(ms, func(m groupMember) bool { return m.resource == name }) {
 			return nil, exitcode.Usagef("--set: resource %q is given twice", name)
 		}
-		fi, err := os.Stat(path)
-		switch {
-		case err != nil:
-			return nil, exitcode.Usagef("--set %s: %v", name, err)
-		case !fi.IsDir() && !fi.Mode().IsRegular():
-			return nil, exitcode.Usagef("--set %s: %s is neither a regular file nor a directory", name, path)
-		}
-		ms = append(ms, groupMember{resource: name, path: path, dir: fi.IsDir()})
+		ms = append(ms, groupMember{resource: name, path: path})
 	}
 	return ms, nil
+}
+
+// memberNames are the resources of sets, in the order given.
+func memberNames(sets []groupMember) []string {
+	names := make([]string, len(sets))
+	for i, m := range sets {
+		names[i] = m.resource
+	}
+	return names
 }
 
 // validateGroup checks the flags of a group publish (--set) before any
@@ -124,10 +147,7 @@ func (o *publishOptions) runGroup(c *cobra.Command) error {
 	if err := checkStore(work, env, a); err != nil {
 		return err
 	}
-	names := make([]string, len(sets))
-	for i, m := range sets {
-		names[i] = m.resource
-	}
+	names := memberNames(sets)
 	reqID := cmp.Or(o.grant.requestID, authority.NewID())
 	grants, err := a.AcquireGroup(work, authority.GroupRequest{Resources: names, Owner: o.grant.owner, RequestID: reqID, TTL: o.grant.ttl,
 		Wait: o.grant.maxWait > 0, MaxWait: o.grant.maxWait})
@@ -142,34 +162,68 @@ func (o *publishOptions) runGroup(c *cobra.Command) error {
 		return authorityExit(err)
 	}
 	defer func() { stop(); <-sess.Done() }()
-	members := make([]publisher.GroupMember, len(grants))
+	members, closeAll, err := bindMembers(work, client, grants, sets, groupBody{op: op, base: o.dir.base, parallel: o.dir.parallel, strict: o.grant.strict, contiguous: o.grant.contiguous})
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	res, err := client.PublishGroup(work, o.key, members)
+	return reportGroup(c, *o.format, res, err)
+}
+
+// groupBody is how the members of a group publish are published: op's
+// content type and metadata for a file, base and parallel for a directory,
+// and the grants' mode.
+type groupBody struct {
+	op                 publisher.Operation
+	base               string
+	parallel           int
+	strict, contiguous bool
+}
+
+// bindMembers binds each grant (publisher.Client.Bind) and pairs it with
+// its --set member's body: a file opened as an Operation, a directory as a
+// Dataset. The caller calls closeAll once PublishGroup returned. Errors:
+// Bind's, as publishExit maps them; usage for a file it cannot open.
+func bindMembers(ctx context.Context, client *publisher.Client, grants []authority.Grant, sets []groupMember, b groupBody) (members []publisher.GroupMember, closeAll func(), err error) {
+	var files []*os.File
+	closeAll = func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}
+	defer func() {
+		if err != nil {
+			closeAll()
+		}
+	}()
+	members = make([]publisher.GroupMember, len(grants))
 	for i, g := range grants {
-		term := publisher.GrantTerm(g, o.grant.strict)
-		if o.grant.contiguous {
+		term := publisher.GrantTerm(g, b.strict)
+		if b.contiguous {
 			term = term.WithContiguous()
 		}
-		p, err := client.Bind(work, term)
+		p, err := client.Bind(ctx, term)
 		if err != nil {
-			return reportGroup(c, *o.format, publisher.GroupResult{}, err)
+			return nil, nil, publishExit(publisher.Result{}, err)
 		}
 		members[i] = publisher.GroupMember{Publisher: p}
 		m := sets[slices.IndexFunc(sets, func(m groupMember) bool { return m.resource == g.Resource })]
 		if m.dir {
-			ds := publisher.Dataset{Files: publisher.DirFiles(m.path, publisher.DirOptions{}), Base: publisher.Base(o.dir.base), Parallel: o.dir.parallel}
+			ds := publisher.Dataset{Files: publisher.DirFiles(m.path, publisher.DirOptions{}), Base: publisher.Base(b.base), Parallel: b.parallel}
 			members[i].Dataset = &ds
 			continue
 		}
 		fh, err := os.Open(m.path)
 		if err != nil {
-			return exitcode.Usagef("--set %s: %v", m.resource, err)
+			return nil, nil, exitcode.Usagef("--set %s: %v", m.resource, err)
 		}
-		defer fh.Close()
-		mop := op
+		files = append(files, fh)
+		mop := b.op
 		mop.Body = fh
 		members[i].Operation = &mop
 	}
-	res, err := client.PublishGroup(work, o.key, members)
-	return reportGroup(c, *o.format, res, err)
+	return members, closeAll, nil
 }
 
 // checkMember refuses, before anything is acquired, a member whose body

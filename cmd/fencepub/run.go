@@ -59,6 +59,8 @@ type runOptions struct {
 	// --output FILE (runOutputValue).
 	outputFile string
 	outputDir  string   // rundir.go
+	sets       []string // --set RESOURCE=PATH: a group (rungroup.go)
+	members    []groupMember
 	args       []string // CMD ARGS...
 }
 
@@ -67,7 +69,7 @@ type runOptions struct {
 func newRunCmd() *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
-		Use:   "run --resource R [--owner O] [--ttl 15s] [--max-wait 1m] [--key K] [--file FILE | --output-dir DIR] -- CMD ARGS...",
+		Use:   "run (--resource R [--file FILE | --output-dir DIR] | --set R=PATH...) [--owner O] [--ttl 15s] [--max-wait 1m] [--key K] -- CMD ARGS...",
 		Short: "Run a batch command under a fenced lease and publish its result",
 		Long: `run is the fenced replacement for wrapping a cron job in flock or 'etcdctl lock':
 
@@ -100,6 +102,19 @@ func newRunCmd() *cobra.Command {
      grant's fence, in one etcd transaction that rejects it if a newer state
      is already published (an upload of a CMD that failed is aborted);
   5. release the lease.
+
+A group (docs/groups.md): with --set RESOURCE=PATH (repeated, instead of
+--resource) run acquires every resource as one group (all or none, one
+lease), runs CMD with FENCEPUB_RESOURCES (the names, sorted, space-separated),
+FENCEPUB_EPOCH and FENCEPUB_OWNER, and CMD writes each resource's result at
+its PATH: a regular file (one object, --content-type) or a directory (a
+dataset). Once CMD exited 0, every member is published in one etcd
+transaction: all pointers move, or none. Each PATH must be missing or an
+empty directory when run starts (exit 2, nothing acquired); a PATH CMD did
+not write, an empty one (unless --allow-empty) or one holding what a
+dataset cannot stops the run with exit 2 and nothing published. -o json
+prints the group's result as publish --set does (resolve --from settles an
+unknown one), with owner, epoch, command_exit and exit_code.
 
 If the lease is lost while CMD runs (a pause, a partition, a revoke), CMD gets
 SIGTERM, then SIGKILL after --grace, and nothing is published (exit 114). Even a
@@ -172,7 +187,7 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 // addFlags registers run's own flags on cmd.
 func (o *runOptions) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.resource, "resource", "", "resource to publish (required)")
+	f.StringVar(&o.resource, "resource", "", "resource to publish (required, unless --set)")
 	f.StringVar(&o.owner, "owner", "", "owner id of this run (default <hostname>-<pid>-<random>; with --request-id, derived from it)")
 	f.DurationVar(&o.ttl, "ttl", 15*time.Second, "lease TTL (whole seconds, at least 2s); renewed while CMD runs")
 	f.DurationVar(&o.maxWait, "max-wait", time.Minute, "how long to wait for the lease while another owner holds it (0: fail at once with 113)")
@@ -182,12 +197,12 @@ func (o *runOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.key, "key", "", "idempotency key of this run's publish (default: see above)")
 	f.StringVar(&o.runID, "run-id", "", "identity of this job run, part of the default key (default $FENCEPUB_RUN_ID, else the UTC hour)")
 	f.StringVar(&o.file, "file", "", "publish the regular file CMD writes here instead of its stdout (an existing one is set aside as FILE.fencepub-prev while CMD runs; see above)")
+	f.StringArrayVar(&o.sets, "set", nil, "RESOURCE=PATH (repeatable, instead of --resource): CMD writes each resource's result at PATH (a file, or a directory: a dataset); all are published as one group")
 	f.StringVar(&o.outputDir, "output-dir", "", "publish every regular file CMD writes under this directory as one dataset version (it must be missing or empty when run starts)")
 	f.StringVar(&o.contentType, "content-type", "", "content type of the result (default application/octet-stream)")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) result instead of refusing it")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
 	f.DurationVar(&o.timeout, "publish-timeout", 5*time.Minute, "deadline, from CMD's end, for writing and publishing the result and releasing the lease; an unanswered transaction is then unknown (112)")
-	_ = cmd.MarkFlagRequired("resource")
 	o.format = "text"
 	f.VarP(&runOutputValue{format: &o.format, file: &o.outputFile}, cli.OutputFlag, "o", "output format: text or json")
 	completeOutput(cmd)
@@ -253,8 +268,15 @@ func (o *runOptions) Complete(c *cobra.Command, args []string) error {
 		host, _ := os.Hostname()
 		o.owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), authority.NewID()[:8])
 	}
+	if len(o.sets) > 0 {
+		ms, err := parseSetSpecs(o.sets)
+		if err != nil {
+			return err
+		}
+		o.members = ms
+	}
 	if o.key == "" {
-		o.key = defaultRunKey(o.resource, args, o.runID)
+		o.key = defaultRunKey(o.keyResource(), args, o.runID)
 	}
 	if fl.Changed("request-id") && o.requestID == "" {
 		// An unset shell variable must not silently become a random id:
@@ -270,6 +292,12 @@ func (o *runOptions) Complete(c *cobra.Command, args []string) error {
 // Validate checks the options before anything is acquired: names, durations,
 // the --file and CMD's executable. Errors are usage errors (exit 2).
 func (o *runOptions) Validate() error {
+	if len(o.sets) > 0 {
+		return o.validateGroup()
+	}
+	if o.resource == "" {
+		return exitcode.Usagef(`required flag(s) "resource" not set (or give --set RESOURCE=PATH for a group)`)
+	}
 	if err := layout.ValidateResource(o.resource, false); err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
@@ -308,6 +336,9 @@ func (o *runOptions) Validate() error {
 // then prints the JSON report with -o json. start is when the command
 // began, for the report's duration.
 func (o *runOptions) Run(c *cobra.Command, start time.Time) error {
+	if len(o.sets) > 0 {
+		return o.runGroup(c, start)
+	}
 	stderr := shareWriter(c.ErrOrStderr())
 	r := &runner{c: c, stderr: stderr, log: cli.LoggerTo(c, stderr), args: o.args, output: o.file, outputDir: o.outputDir, allowEmpty: o.allowEmpty, grace: o.grace, res: runOutput{Resource: o.resource, Owner: o.owner, Key: o.key, CommandExit: -1, Outcome: "not_published"}}
 	err := r.run(o)
@@ -605,10 +636,14 @@ const leftoverWait = 2 * time.Second
 // (nil: the writer of CMD's stderr, as with --file, since fencepub's
 // stdout is its own), and returns it with the writer of its stderr.
 func (r *runner) start(g authority.Grant, stdout io.Writer) (*exec.Cmd, io.Writer, error) {
+	return r.startEnv([]string{"FENCEPUB_RESOURCE=" + g.Resource, "FENCEPUB_EPOCH=" + strconv.FormatUint(g.Epoch, 10),
+		"FENCEPUB_FENCE=" + strconv.FormatUint(g.Generation, 10), "FENCEPUB_OWNER=" + g.Owner}, stdout)
+}
+
+// startEnv is start with env (NAME=VALUE) added to CMD's environment.
+func (r *runner) startEnv(env []string, stdout io.Writer) (*exec.Cmd, io.Writer, error) {
 	cmd := exec.Command(r.args[0], r.args[1:]...)
-	cmd.Env = append(os.Environ(),
-		"FENCEPUB_RESOURCE="+g.Resource, "FENCEPUB_EPOCH="+strconv.FormatUint(g.Epoch, 10),
-		"FENCEPUB_FENCE="+strconv.FormatUint(g.Generation, 10), "FENCEPUB_OWNER="+g.Owner)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = r.c.InOrStdin()
 	childOut := r.childOutput()
 	cmd.Stderr = childOut

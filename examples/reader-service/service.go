@@ -31,7 +31,8 @@ type entry struct {
 // service follows resources by watch and serves their current objects.
 type service struct {
 	log      *slog.Logger
-	maxCache int64 // bytes; larger objects are streamed per request
+	cfg      reader.Config // for consistent cuts (serveCut)
+	maxCache int64         // bytes; larger objects are streamed per request
 	readers  map[string]*reader.Reader
 	current  map[string]*atomic.Pointer[entry]
 
@@ -44,7 +45,7 @@ type service struct {
 // newService prepares readers for resources; metrics go to reg.
 func newService(cfg reader.Config, resources []string, maxCache int64, reg prometheus.Registerer, log *slog.Logger) (*service, error) {
 	s := &service{
-		log: log, maxCache: maxCache,
+		log: log, cfg: cfg, maxCache: maxCache,
 		readers: map[string]*reader.Reader{}, current: map[string]*atomic.Pointer[entry]{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencepub_reader_service_requests_total", Help: "HTTP requests by resource and status code."}, []string{"resource", "code"}),
 		updates:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencepub_reader_service_updates_total", Help: "Newer pointers applied from the watch."}, []string{"resource"}),
@@ -132,6 +133,7 @@ func (s *service) handler(reg prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("GET /v1/resources/{name}", s.serveObject)
 	mux.HandleFunc("GET /v1/resources/{name}/pointer", s.servePointer)
 	mux.HandleFunc("GET /v1/resources/{name}/files/{path...}", s.serveFile) // files.go
+	mux.HandleFunc("GET /v1/cut", s.serveCut)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		for name, c := range s.current {
@@ -229,4 +231,37 @@ func (s *service) write(w http.ResponseWriter, r *http.Request, name string, ptr
 		s.log.Error("streaming aborted", "resource", name, "version", ptr.Version.String(), "err", err)
 		panic(http.ErrAbortHandler) // the client sees a cut response, never wrong bytes
 	}
+}
+
+// serveCut answers GET /v1/cut?resource=A&resource=B with the pointers of
+// the named resources read at one etcd revision (reader.ReadCut), as JSON
+// {"revision": R, "pointers": {"A": {...}, "B": {...}}}: a group publish is
+// never seen torn in it (docs/groups.md). Only followed resources may be
+// named (404 otherwise); 400 for none or a name given twice, 503 when etcd
+// does not answer.
+func (s *service) serveCut(w http.ResponseWriter, r *http.Request) {
+	names := r.URL.Query()["resource"]
+	for _, name := range names {
+		if _, ok := s.current[name]; !ok {
+			s.requests.WithLabelValues("", "404").Inc()
+			http.Error(w, fmt.Sprintf("resource %q is not followed by this service", name), http.StatusNotFound)
+			return
+		}
+	}
+	cut, err := reader.ReadCut(r.Context(), s.cfg, names...)
+	if err != nil {
+		code := http.StatusBadGateway
+		switch {
+		case errors.Is(err, fencepub.ErrInvalid):
+			code = http.StatusBadRequest
+		case errors.Is(err, fencepub.ErrUnavailable):
+			code = http.StatusServiceUnavailable
+		}
+		s.requests.WithLabelValues("", strconv.Itoa(code)).Inc()
+		http.Error(w, "cut: "+err.Error(), code)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	s.requests.WithLabelValues("", "200").Inc()
+	_ = json.NewEncoder(w).Encode(cut)
 }
