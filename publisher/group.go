@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/fencepub/fencepub"
@@ -131,8 +132,8 @@ type groupTxn struct {
 	then, els   []clientv3.Op
 }
 
-// PublishGroup writes each member's object or dataset under its
-// Publisher's next seq, then moves every member's pointer in one etcd
+// PublishGroup writes the members' objects or datasets, DefaultParallel
+// at once, each under its Publisher's next seq, then moves every member's pointer in one etcd
 // transaction that checks, per member, all a single publish checks, with
 // one op record of key (DESIGN.md "Groups"). Blocks and re-sends as
 // Publish. Outcomes: Applied, Duplicate and Conflict by key, Stale naming
@@ -151,13 +152,9 @@ func (c *Client) PublishGroup(ctx context.Context, key string, members []GroupMe
 			g.pubs[i].giveBack(g.claims[i])
 		}
 	}
-	for _, m := range ms {
-		pr, cl, err := c.writeMember(ctx, key, m)
-		if err != nil {
-			giveBack()
-			return GroupResult{}, err
-		}
-		g.claims, g.pubs, g.prs = append(g.claims, cl), append(g.pubs, m.Publisher), append(g.prs, pr)
+	if err := c.writeMembers(ctx, g, ms); err != nil {
+		giveBack()
+		return GroupResult{}, err
 	}
 	c.buildGroup(g)
 	res, err := c.commitGroup(ctx, g)
@@ -165,6 +162,48 @@ func (c *Client) PublishGroup(ctx context.Context, key string, members []GroupMe
 		giveBack()
 	}
 	return res, err
+}
+
+// writeMembers writes every member of ms (writeMember), DefaultParallel at
+// once, and fills g's claims, publishers and prepared transactions in the
+// order of ms with those written. On the first error it stops the other
+// writes and returns that error; g then holds the members written, whose
+// seqs the caller gives back.
+func (c *Client) writeMembers(ctx context.Context, g *groupTxn, ms []GroupMember) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	prs, cls := make([]*prepared, len(ms)), make([]claim, len(ms))
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	slots := make(chan struct{}, DefaultParallel)
+	for i, m := range ms {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			if ctx.Err() != nil {
+				return // an earlier member failed
+			}
+			pr, cl, err := c.writeMember(ctx, g.key, m)
+			if err != nil {
+				once.Do(func() { first = err; cancel() })
+				return
+			}
+			prs[i], cls[i] = pr, cl
+		})
+	}
+	wg.Wait()
+	for i, pr := range prs {
+		if pr != nil {
+			g.claims, g.pubs, g.prs = append(g.claims, cls[i]), append(g.pubs, ms[i].Publisher), append(g.prs, pr)
+		}
+	}
+	if first == nil && len(g.prs) < len(ms) {
+		first = ctx.Err() // the caller's ctx ended before every member was written
+	}
+	return first
 }
 
 // writeMember stores m's object or dataset under its Publisher's next seq
