@@ -5,6 +5,7 @@ package suite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -159,6 +160,58 @@ func TestFootprint(t *testing.T) {
 	}
 }
 
+// TestGroup runs the group workload at its quick counts: every row is
+// measured on both sides with its ratios and percentiles filled, the
+// group publish lands between its floor and the single publishes it
+// replaces, and the largest groups are the documented ones.
+func TestGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, testEnv(t), Options{Workloads: []string{WorkloadGroup}, Quick: true, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 11 {
+		t.Fatalf("%d rows, want 4 per size and 3 limits: %+v", len(rep.Rows), rep.Rows)
+	}
+	ratios := map[string]float64{}
+	for _, r := range rep.Rows[:8] {
+		iters := 5
+		if r.Size == 1<<20 {
+			iters = 3
+		}
+		for _, side := range []bench.Stats{r.Subject, r.Base} {
+			if side.Ops != iters || side.Errors != 0 || side.P50 <= 0 || side.P95 < side.P50 || side.P99 < side.P95 || side.Throughput <= 0 {
+				t.Errorf("%s: a side not measured over %d iterations: %+v", r.Config, iters, side)
+			}
+		}
+		if want := float64(r.Subject.P50) / float64(r.Base.P50); r.RatioP50 <= 0 || math.Abs(r.RatioP50-want) > 1e-9 || r.RatioThroughput <= 0 {
+			t.Errorf("%s: ratios p50 %v (want %v), throughput %v", r.Config, r.RatioP50, want, r.RatioThroughput)
+		}
+		if !strings.Contains(r.Note, "p95 ") {
+			t.Errorf("%s: no p95 in the note %q", r.Config, r.Note)
+		}
+		kind, _, _ := strings.Cut(r.Config, ", ")
+		ratios[fmt.Sprintf("%s %d", kind, r.Size)] = r.RatioP50
+		if kind == "PublishGroup" && (r.Target != "p50 <= 1.20x" || r.Met == nil || *r.Met != (r.RatioP50 <= 1.2)) {
+			t.Errorf("%s: target %q met %v at p50 %.2fx", r.Config, r.Target, r.Met, r.RatioP50)
+		}
+	}
+	for _, size := range []int{1 << 10, 1 << 20} {
+		// The group writes every member's object: at least the slowest
+		// one and one transaction. It sends one transaction instead of 8.
+		if f, sg := ratios[fmt.Sprintf("PublishGroup %d", size)], ratios[fmt.Sprintf("PublishGroup vs single publishes %d", size)]; f < 0.5 || sg <= 0 || sg > 1.5 {
+			t.Errorf("%s: PublishGroup at %.2fx the floor and %.2fx the single publishes", sizeName(size), f, sg)
+		}
+	}
+	for i, want := range []int{31, 42, 31} {
+		r := rep.Rows[8+i]
+		if r.Unit != "members" || r.Subject.Throughput != float64(want) || r.Met == nil || !*r.Met {
+			t.Errorf("%s: %v members, met %v; want %d: %+v", r.Config, r.Subject.Throughput, r.Met, want, r)
+		}
+	}
+}
+
 // TestRunRejectsBadOptions: bad options fail before anything is written.
 func TestRunRejectsBadOptions(t *testing.T) {
 	shared := testenv.Get(t)
@@ -187,7 +240,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 			t.Errorf("%+v: err = %v, %d rows; want %v", c.opts, err, len(rep.Rows), c.want)
 		}
 	}
-	if !slices.Equal(Workloads(), []string{"publish", "pipeline", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery", "footprint", "scale", "dataset"}) {
+	if !slices.Equal(Workloads(), []string{"publish", "pipeline", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery", "footprint", "scale", "dataset", "group"}) {
 		t.Errorf("Workloads() = %v", Workloads())
 	}
 }
