@@ -171,11 +171,11 @@ func TestGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rows) != 11 {
-		t.Fatalf("%d rows, want 4 per size and 3 limits: %+v", len(rep.Rows), rep.Rows)
+	if len(rep.Rows) != 13 {
+		t.Fatalf("%d rows, want 5 per size and 3 limits: %+v", len(rep.Rows), rep.Rows)
 	}
 	ratios := map[string]float64{}
-	for _, r := range rep.Rows[:8] {
+	for _, r := range rep.Rows[:10] {
 		iters := 5
 		if r.Size == 1<<20 {
 			iters = 3
@@ -205,7 +205,7 @@ func TestGroup(t *testing.T) {
 		}
 	}
 	for i, want := range []int{31, 42, 31} {
-		r := rep.Rows[8+i]
+		r := rep.Rows[10+i]
 		if r.Unit != "members" || r.Subject.Throughput != float64(want) || r.Met == nil || !*r.Met {
 			t.Errorf("%s: %v members, met %v; want %d: %+v", r.Config, r.Subject.Throughput, r.Met, want, r)
 		}
