@@ -163,11 +163,13 @@ func TestFootprint(t *testing.T) {
 // TestGroup runs the group workload at its quick counts: every row is
 // measured on both sides with its ratios and percentiles filled, the
 // group publish lands between its floor and the single publishes it
-// replaces, and the largest groups are the documented ones.
+// replaces, the largest groups are the documented ones, and the workload
+// leaves no objects or etcd keys behind.
 func TestGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, testEnv(t), Options{Workloads: []string{WorkloadGroup}, Quick: true, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	env := testEnv(t)
+	rep, err := Run(ctx, env, Options{Workloads: []string{WorkloadGroup}, Quick: true, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +196,7 @@ func TestGroup(t *testing.T) {
 		kind, _, _ := strings.Cut(r.Config, ", ")
 		ratios[fmt.Sprintf("%s %d", kind, r.Size)] = r.RatioP50
 		if kind == "PublishGroup" && (r.Target != "p50 <= 1.20x" || r.Met == nil || *r.Met != (r.RatioP50 <= 1.2)) {
-			t.Errorf("%s: target %q met %v at p50 %.2fx", r.Config, r.Target, r.Met, r.RatioP50)
+			t.Errorf("%s: target %q met %v at p50 %.2fx", r.Config, r.Target, r.Met != nil && *r.Met, r.RatioP50)
 		}
 	}
 	for _, size := range []int{1 << 10, 1 << 20} {
@@ -206,9 +208,18 @@ func TestGroup(t *testing.T) {
 	}
 	for i, want := range []int{31, 42, 31} {
 		r := rep.Rows[10+i]
-		if r.Unit != "members" || r.Subject.Throughput != float64(want) || r.Met == nil || !*r.Met {
-			t.Errorf("%s: %v members, met %v; want %d: %+v", r.Config, r.Subject.Throughput, r.Met, want, r)
+		if met := r.Met != nil && *r.Met; r.Unit != "members" || r.Subject.Throughput != float64(want) || !met {
+			t.Errorf("%s: %v members, met %v; want %d: %+v", r.Config, r.Subject.Throughput, met, want, r)
 		}
+	}
+	domain := env.NS.Prefix + "/" + env.NS.Domain
+	left, err := (&stack{Target: env.Target}).count(ctx, domain)
+	if err != nil || left != 0 {
+		t.Errorf("%d objects left under %s (%v)", left, domain, err)
+	}
+	kv, err := env.Etcd.Get(ctx, domain, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || kv.Count != 0 {
+		t.Errorf("etcd keys left under %s: %v %v", domain, kv, err)
 	}
 }
 
