@@ -241,7 +241,7 @@ func (x Row) Measured() string {
 		return fmt.Sprintf("throughput %.2fx", x.RatioThroughput)
 	case strings.HasPrefix(x.Target, "p99"):
 		return fmt.Sprintf("p99 %s ms (baseline %s ms)", ms(x.Subject.P99), ms(x.Base.P99))
-	case strings.HasPrefix(x.Target, "bytes"):
+	case strings.HasPrefix(x.Target, "bytes"), strings.HasPrefix(x.Target, "largest"):
 		return fmt.Sprintf("%s %s (baseline %s)", Num(x.Subject.Throughput), x.Unit, Num(x.Base.Throughput))
 	case strings.HasPrefix(x.Target, "orphans"):
 		return fmt.Sprintf("%s per 1000 (%d of %d left)", Num(x.Subject.Throughput), x.Subject.Ops, x.Base.Ops)

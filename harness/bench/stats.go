@@ -27,6 +27,7 @@ type Stats struct {
 	Ops        int           `json:"ops"`    // operations that succeeded
 	Errors     int           `json:"errors"` // operations that failed (not in the latencies)
 	P50        time.Duration `json:"p50_ns"`
+	P95        time.Duration `json:"p95_ns,omitempty"`
 	P99        time.Duration `json:"p99_ns"`
 	Mean       time.Duration `json:"mean_ns"`
 	Wall       time.Duration `json:"wall_ns"`   // measured time, summed over rounds
@@ -94,6 +95,7 @@ func (r *Recorder) Stats(wall time.Duration) Stats {
 		sum += d
 	}
 	s.P50 = Percentile(lat, 0.50)
+	s.P95 = Percentile(lat, 0.95)
 	s.P99 = Percentile(lat, 0.99)
 	s.Mean = sum / time.Duration(len(lat))
 	if wall > 0 {

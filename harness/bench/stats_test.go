@@ -20,6 +20,22 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
+func TestRecorderPercentiles(t *testing.T) {
+	var r Recorder
+	for i := 100; i >= 1; i-- {
+		r.Add(time.Duration(i), nil)
+	}
+	s := r.Stats(time.Second)
+	if s.P50 != 50 || s.P95 != 95 || s.P99 != 99 || s.Mean != 50 || s.Ops != 100 || s.Throughput != 100 {
+		t.Fatalf("%+v", s)
+	}
+	x := NewRow("group", "largest", 0, 1, Stats{Ops: 1, Throughput: 42}, "docs", Stats{Ops: 1, Throughput: 42})
+	x.Unit = "members"
+	if got := x.WithTarget("largest = 42 members", func(Row) bool { return true }).Measured(); got != "42.0 members (baseline 42.0)" {
+		t.Fatalf("Measured() = %q", got)
+	}
+}
+
 func TestRunCountsOpsAndErrors(t *testing.T) {
 	var n atomic.Int64
 	s := Run(context.Background(), 100, 4, func(context.Context, int, int) error {

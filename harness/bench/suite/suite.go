@@ -6,8 +6,9 @@
 // physical floor (workloads 1-2), pipelined publishing vs the sequential
 // floor (1b), vs what users write today (3), the authority (4), the reader
 // and the reader service (5), garbage collection (6), scaling (7), recovery
-// (8), the etcd footprint (9) and many resources (10). Each workload works
-// in its own throwaway domain and deletes its keys and objects when it ends.
+// (8), the etcd footprint (9), many resources (10), dataset versions (11)
+// and groups (12). Each workload works in its own throwaway domain and
+// deletes its keys and objects when it ends.
 package suite
 
 import (
@@ -59,6 +60,7 @@ const (
 	WorkloadFootprint = "footprint"
 	WorkloadScale     = "scale"
 	WorkloadDataset   = "dataset"
+	WorkloadGroup     = "group"
 )
 
 // workloadInfo describes each workload for the report, in run order.
@@ -132,6 +134,13 @@ var workloadInfo = []bench.Workload{
 			"Read: one file with the manifest cached (`OpenPointerFile` on a held pointer; `OpenFile` with its pointer read) vs a verifying GET of the same object. " +
 			"GC: a real pass collecting a superseded 10,000-file version vs a bare ListObjects → RemoveObjects of as many keys. " +
 			"Scale: one version of many 32-byte files (default 100k and 300k) published, read and collected through the fencepub CLI, each step a child process whose peak RSS is the highest VmHWM read from /proc/<pid>/status while it runs (its rusage maxrss would start at this process's own, inherited through vfork); the manifest's bytes per entry.",
+	},
+	{
+		Name: WorkloadGroup, Title: "12. Groups",
+		About: "Subject: `publisher.PublishGroup` of 8 single-object members (1 KiB, then 1 MiB) granted by one `authority.AcquireGroup`, non-strict: the 8 objects written (sha256 + create-only PUT each, one after another), then ONE etcd transaction with every member's compares. " +
+			"Baseline, the floor: per iteration, the slowest of 8 create-only PUTs of the same size (with sha256, sent one after another) + ONE bare etcd transaction of the group transaction's size (2 + 3×8 compares, 1 + 2×8 puts, values of the sizes of the group's records). " +
+			"Also vs 8 `Publish` calls one after another by the same holder, vs the serial floor (the 8 PUTs summed + the bare transaction), the floor with its 8 PUTs sent at once, and the floor again (an A/A row: the run's noise). The five operations run once per iteration, in rotating order (200 iterations at 1 KiB, 50 at 1 MiB; quick 5 and 3). " +
+			"Limits: the largest `AcquireGroup` and `PublishGroup` (single objects, non-strict and strict) with the client's default `max_txn_ops` 128 (etcd's default): the size the refusal of a 64-member group names is granted or applied, and one member more is refused with `ErrGroupTooLarge` while the domain's etcd revision and object count stay unchanged.",
 	},
 }
 
@@ -320,7 +329,7 @@ func Run(ctx context.Context, env Env, opts Options) (bench.Report, error) {
 		WorkloadPublish: s.publish, WorkloadPipeline: s.pipeline, WorkloadPeer: s.peer, WorkloadAuthority: s.authorityWorkload,
 		WorkloadReader: s.readerWorkload, WorkloadGC: s.gcWorkload, WorkloadScaling: s.scaling, WorkloadCluster: s.cluster,
 		WorkloadRecovery: s.recovery, WorkloadFootprint: s.footprint, WorkloadScale: s.scaleWorkload,
-		WorkloadDataset: s.datasetWorkload,
+		WorkloadDataset: s.datasetWorkload, WorkloadGroup: s.groupWorkload,
 	}
 	var errs []error
 	for _, info := range workloadInfo {

@@ -5,6 +5,7 @@ package suite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -159,6 +160,69 @@ func TestFootprint(t *testing.T) {
 	}
 }
 
+// TestGroup runs the group workload at its quick counts: every row is
+// measured on both sides with its ratios and percentiles filled, the
+// group publish lands between its floor and the single publishes it
+// replaces, the largest groups are the documented ones, and the workload
+// leaves no objects or etcd keys behind.
+func TestGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env := testEnv(t)
+	rep, err := Run(ctx, env, Options{Workloads: []string{WorkloadGroup}, Quick: true, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 13 {
+		t.Fatalf("%d rows, want 5 per size and 3 limits: %+v", len(rep.Rows), rep.Rows)
+	}
+	ratios := map[string]float64{}
+	for _, r := range rep.Rows[:10] {
+		iters := 5
+		if r.Size == 1<<20 {
+			iters = 3
+		}
+		for _, side := range []bench.Stats{r.Subject, r.Base} {
+			if side.Ops != iters || side.Errors != 0 || side.P50 <= 0 || side.P95 < side.P50 || side.P99 < side.P95 || side.Throughput <= 0 {
+				t.Errorf("%s: a side not measured over %d iterations: %+v", r.Config, iters, side)
+			}
+		}
+		if want := float64(r.Subject.P50) / float64(r.Base.P50); r.RatioP50 <= 0 || math.Abs(r.RatioP50-want) > 1e-9 || r.RatioThroughput <= 0 {
+			t.Errorf("%s: ratios p50 %v (want %v), throughput %v", r.Config, r.RatioP50, want, r.RatioThroughput)
+		}
+		if !strings.Contains(r.Note, "p95 ") {
+			t.Errorf("%s: no p95 in the note %q", r.Config, r.Note)
+		}
+		kind, _, _ := strings.Cut(r.Config, ", ")
+		ratios[fmt.Sprintf("%s %d", kind, r.Size)] = r.RatioP50
+		if kind == "PublishGroup" && (r.Target != "p50 <= 1.20x" || r.Met == nil || *r.Met != (r.RatioP50 <= 1.2)) {
+			t.Errorf("%s: target %q met %v at p50 %.2fx", r.Config, r.Target, r.Met != nil && *r.Met, r.RatioP50)
+		}
+	}
+	for _, size := range []int{1 << 10, 1 << 20} {
+		// The group writes every member's object: at least the slowest
+		// one and one transaction. It sends one transaction instead of 8.
+		if f, sg := ratios[fmt.Sprintf("PublishGroup %d", size)], ratios[fmt.Sprintf("PublishGroup vs single publishes %d", size)]; f < 0.5 || sg <= 0 || sg > 1.5 {
+			t.Errorf("%s: PublishGroup at %.2fx the floor and %.2fx the single publishes", sizeName(size), f, sg)
+		}
+	}
+	for i, want := range []int{31, 42, 31} {
+		r := rep.Rows[10+i]
+		if met := r.Met != nil && *r.Met; r.Unit != "members" || r.Subject.Throughput != float64(want) || !met {
+			t.Errorf("%s: %v members, met %v; want %d: %+v", r.Config, r.Subject.Throughput, met, want, r)
+		}
+	}
+	domain := env.NS.Prefix + "/" + env.NS.Domain
+	left, err := (&stack{Target: env.Target}).count(ctx, domain)
+	if err != nil || left != 0 {
+		t.Errorf("%d objects left under %s (%v)", left, domain, err)
+	}
+	kv, err := env.Etcd.Get(ctx, domain, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || kv.Count != 0 {
+		t.Errorf("etcd keys left under %s: %v %v", domain, kv, err)
+	}
+}
+
 // TestRunRejectsBadOptions: bad options fail before anything is written.
 func TestRunRejectsBadOptions(t *testing.T) {
 	shared := testenv.Get(t)
@@ -187,7 +251,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 			t.Errorf("%+v: err = %v, %d rows; want %v", c.opts, err, len(rep.Rows), c.want)
 		}
 	}
-	if !slices.Equal(Workloads(), []string{"publish", "pipeline", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery", "footprint", "scale", "dataset"}) {
+	if !slices.Equal(Workloads(), []string{"publish", "pipeline", "peer", "authority", "reader", "gc", "scaling", "cluster", "recovery", "footprint", "scale", "dataset", "group"}) {
 		t.Errorf("Workloads() = %v", Workloads())
 	}
 }
