@@ -209,7 +209,7 @@ func (s *runner) groupRows(ctx context.Context, st *stack, size, iters int) erro
 	row := bench.NewRow(WorkloadGroup, "PublishGroup, "+config, size, 1, sub, floorName, stats(variantFloor))
 	s.add(row.WithTarget("p50 <= 1.20x", func(x bench.Row) bool { return x.RatioP50 <= 1.20 }).
 		WithNote(fmt.Sprintf("%d iterations, the variants in rotating order; %s; bare txn: %s; p50 bare txn %s ms + p50 single PUT %s ms = %s ms; "+
-			"mean slowest PUT %s ms + mean txn %s ms; PublishGroup mean: %d object writes %s ms each (one after another) + txn %s ms; allocs/group %.0f",
+			"mean slowest PUT %s ms + mean txn %s ms; PublishGroup mean: %d object writes (at most 8 at once) of %s ms each + txn %s ms; allocs/group %.0f",
 			iters, p95(sub, row.Base), fl, ms(txnSt.P50), ms(putSt.P50), ms(txnSt.P50+putSt.P50),
 			ms(maxPutSum/floorIters), ms(txnSum/floorIters),
 			groupSize, ms(gObj), ms(gTxn), sub.AllocsPerOp)))
@@ -218,7 +218,7 @@ func (s *runner) groupRows(ctx context.Context, st *stack, size, iters int) erro
 	sObj, sTxn := singlesPh.means()
 	s.add(row.WithNote(fmt.Sprintf("%s; single publishes mean: object write %s ms + txn %s ms, ×%d", p95(sub, row.Base), ms(sObj), ms(sTxn), groupSize)))
 	row = bench.NewRow(WorkloadGroup, "PublishGroup vs the serial floor, "+config, size, 1, sub,
-		fmt.Sprintf("the floor's %d PUTs summed (as PublishGroup writes them: one after another) + its bare txn, per iteration", groupSize), serialSt)
+		fmt.Sprintf("the floor's %d PUTs summed (as if written one after another) + its bare txn, per iteration", groupSize), serialSt)
 	s.add(row.WithNote(p95(sub, row.Base)))
 	par := stats(variantParallel)
 	row = bench.NewRow(WorkloadGroup, "the floor with its PUTs at once, "+config, size, groupSize, par,

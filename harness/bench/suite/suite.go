@@ -137,7 +137,7 @@ var workloadInfo = []bench.Workload{
 	},
 	{
 		Name: WorkloadGroup, Title: "12. Groups",
-		About: "Subject: `publisher.PublishGroup` of 8 single-object members (1 KiB, then 1 MiB) granted by one `authority.AcquireGroup`, non-strict: the 8 objects written (sha256 + create-only PUT each, one after another), then ONE etcd transaction with every member's compares. " +
+		About: "Subject: `publisher.PublishGroup` of 8 single-object members (1 KiB, then 1 MiB) granted by one `authority.AcquireGroup`, non-strict: the 8 objects written at once (sha256 + create-only PUT each), then ONE etcd transaction with every member's compares. " +
 			"Baseline, the floor: per iteration, the slowest of 8 create-only PUTs of the same size (with sha256, sent one after another) + ONE bare etcd transaction of the group transaction's size (2 + 3×8 compares, 1 + 2×8 puts, values of the sizes of the group's records). " +
 			"Also vs 8 `Publish` calls one after another by the same holder, vs the serial floor (the 8 PUTs summed + the bare transaction), the floor with its 8 PUTs sent at once, and the floor again (an A/A row: the run's noise). The five operations run once per iteration, in rotating order (200 iterations at 1 KiB, 50 at 1 MiB; quick 5 and 3). " +
 			"Limits: the largest `AcquireGroup` and `PublishGroup` (single objects, non-strict and strict) with the client's default `max_txn_ops` 128 (etcd's default): the size the refusal of a 64-member group names is granted or applied, and one member more is refused with `ErrGroupTooLarge` while the domain's etcd revision and object count stay unchanged.",
