@@ -958,7 +958,8 @@ func keys[K comparable, V any](m map[K]V) []string {
 //
 //   - group_partial: with a complete watch, the members whose pointer
 //     held their version of a group publish are all of them when it was
-//     applied, none otherwise.
+//     applied, none otherwise (a version another publish applied does not
+//     count: the seqs of a group publish that sent nothing go back).
 //   - group_torn: with a complete watch, an applied group's members moved
 //     at one revision Rg; a cut showing any member at its version of a
 //     group publish shows every other member of it that it read at or
@@ -972,10 +973,19 @@ func (v *verifier) groups() {
 		return
 	}
 	ids := keys(v.group)
-	memberOf := map[versionID]string{} // a member's attempt → its group publish
+	isApplied := func(m PublishOp) bool {
+		p := v.applied[versionID{m.Resource, m.Version}]
+		return p != nil && p.ID == m.ID
+	}
+	// The members of applied group publishes by version. (A version of a
+	// group that was not applied may be another publish's: the seqs of a
+	// group publish that sent nothing go back.)
+	memberOf := map[versionID]string{}
 	for _, id := range ids {
-		for _, m := range v.group[id] {
-			memberOf[versionID{m.Resource, m.Version}] = id
+		if slices.ContainsFunc(v.group[id], isApplied) {
+			for _, m := range v.group[id] {
+				memberOf[versionID{m.Resource, m.Version}] = id
+			}
 		}
 	}
 	for _, c := range v.h.GroupCuts {
@@ -1011,18 +1021,18 @@ func (v *verifier) groups() {
 	}
 	for _, id := range ids {
 		ms := v.group[id]
-		applied, settled := false, true
+		settled := true
 		var movedRes, still []string
 		revs := map[int64]bool{}
+		applied := slices.ContainsFunc(ms, isApplied)
 		for _, m := range ms {
 			if !m.Done || m.Outcome == Unknown || m.Outcome == "" {
 				settled = false
 			}
 			vid := versionID{m.Resource, m.Version}
-			if p := v.applied[vid]; p != nil && p.ID == m.ID {
-				applied = true
-			}
-			if rs := moved[vid]; len(rs) > 0 {
+			if rs := moved[vid]; len(rs) > 0 && (applied || v.applied[vid] == nil) {
+				// A move to a version of a group that was not applied
+				// counts unless another publish applied that version.
 				movedRes = append(movedRes, m.Resource)
 				for _, r := range rs {
 					revs[r] = true

@@ -146,6 +146,21 @@ func TestVerifyGroups(t *testing.T) {
 		{"a group resolved as never applied moved a member", func(h *History) {
 			h.Changes = append(h.Changes, change("gb", v(41, 4), 13))
 		}, []string{InvGroupPartial, InvNoPhantom}},
+		{"a group that sent nothing, its versions taken by the next", func(h *History) {
+			for _, m := range h.Publishes[:2] {
+				m.ID, m.Group, m.Key, m.RequestDigest, m.Call, m.Return = "a/0/"+m.Resource, "a/0", "k0", "", 9*ms, 10*ms
+				m.Reported, m.Outcome, m.Object, m.Err = Failed, Failed, "", "store unavailable"
+				h.Publishes = append(h.Publishes, m)
+			}
+		}, nil},
+		{"a group that sent nothing moved a member", func(h *History) {
+			for _, m := range h.Publishes[:2] {
+				m.ID, m.Group, m.Key, m.RequestDigest, m.Version = "a/9/"+m.Resource, "a/9", "k9", "", v(41, 9)
+				m.Reported, m.Outcome, m.Object = Failed, Failed, ""
+				h.Publishes = append(h.Publishes, m)
+			}
+			h.Changes = append(h.Changes, change("gb", v(41, 9), 16))
+		}, []string{InvGroupPartial, InvNoPhantom}},
 		{"a stale group blamed on the member that would have taken it", func(h *History) {
 			h.Publishes[6].Refused, h.Publishes[7].Refused = false, true
 		}, []string{InvLinearizable}},
