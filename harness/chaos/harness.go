@@ -727,7 +727,7 @@ func (h *harness) finish(ctx context.Context) (*Result, error) {
 	if err := h.checkObjects(hctx); err != nil {
 		return nil, err
 	}
-	if err := sweepDatasets(hctx, h.rec, reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: h.direct, Store: h.store}}); err != nil {
+	if err := sweepDatasets(hctx, h.rec, h.readConfig()); err != nil {
 		return nil, err
 	}
 	hist := h.rec.History()
@@ -749,6 +749,11 @@ func (h *harness) finish(ctx context.Context) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// readConfig is a reader on the direct clients (no proxy).
+func (h *harness) readConfig() reader.Config {
+	return reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: h.direct, Store: h.store}}
 }
 
 func slotProxies(slots []*slot) []*proxySet {
