@@ -354,8 +354,9 @@ func settleGroup(ctx context.Context, c *publisher.Client, unknown publisher.Gro
 }
 
 // groupReadLoop reads the group resources of the current window (or the
-// one before) at one etcd revision with reader.ReadCut until stop closes,
-// all of them or two, and logs each cut.
+// one before: a quarter of the time, and when a resource of the current
+// one was never granted yet) at one etcd revision with reader.ReadCut
+// until stop closes, all of them or two, and logs each cut.
 type groupReadLoop struct {
 	id    string
 	clock Clock
@@ -372,19 +373,30 @@ func (l *groupReadLoop) run() {
 		if l.rng.IntN(4) == 0 && n > 0 {
 			n--
 		}
-		resources := l.wl.groupResources(n)
-		if len(resources) > 2 && l.rng.IntN(3) == 0 {
-			i := l.rng.IntN(len(resources))
-			resources = slices.Delete(resources, i, i+1)
+		drop := -1
+		if l.rng.IntN(3) == 0 {
+			drop = l.rng.IntN(l.wl.Groups)
 		}
-		l.read(resources)
+		pick := func(n int64) []string {
+			resources := l.wl.groupResources(n)
+			if drop >= 0 && len(resources) > 2 {
+				resources = slices.Delete(resources, drop, drop+1)
+			}
+			return resources
+		}
+		if !l.read(pick(n)) && n > 0 && n == l.wl.window(l.clock.Now()) {
+			// A resource of the window no group acquired yet: the window
+			// before instead.
+			l.read(pick(n - 1))
+		}
 	}
 }
 
 // read reads resources at one revision and logs the cut; a cut that failed
 // is counted (a resource not granted yet, a server that did not answer) or
-// logged as an anomaly.
-func (l *groupReadLoop) read(resources []string) {
+// logged as an anomaly. It reports false when a resource was never
+// granted.
+func (l *groupReadLoop) read(resources []string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c := GroupCut{Client: l.id, Call: l.clock.Now()}
@@ -394,13 +406,13 @@ func (l *groupReadLoop) read(resources []string) {
 	switch {
 	case errors.Is(err, reader.ErrUnknownResource):
 		l.rec.Count(countCutUnknownResource, 1)
-		return
+		return false
 	case err != nil && isAnomaly(err):
 		l.rec.Anomaly(Anomaly{Client: l.id, Time: c.Return, What: fmt.Sprintf("read cut of %v", resources), Err: err.Error()})
-		return
+		return true
 	case err != nil:
 		l.rec.Count(countCutFailed, 1)
-		return
+		return true
 	}
 	c.Revision = cut.Revision
 	for _, res := range resources {
@@ -408,6 +420,7 @@ func (l *groupReadLoop) read(resources []string) {
 		c.Pointers = append(c.Pointers, CutPointer{Resource: res, Version: p.Version, Object: p.Object.Key, SHA: p.Object.SHA256})
 	}
 	l.rec.GroupCut(c)
+	return true
 }
 
 // Counters of the group cuts not logged: of a resource never granted yet,
