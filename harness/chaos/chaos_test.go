@@ -77,6 +77,7 @@ func TestChaos(t *testing.T) {
 					t.Logf("liveness %s: %+v", k, l)
 					if livenessGoal[k] && l.Failed > 0 {
 						t.Errorf("%d of %d operations failed during %s while a quorum of etcd and MinIO was up (DESIGN.md invariant 12)", l.Failed, l.Attempted, k)
+						logFailed(t, res.History, k)
 					}
 				}
 			}
@@ -109,6 +110,17 @@ func TestChaos(t *testing.T) {
 	for _, k := range append(ServerFaults(), WorkerFaults()...) {
 		if injected[k] == 0 {
 			t.Errorf("no %s was injected", k)
+		}
+	}
+}
+
+// logFailed logs the failed operations of h that overlap a fault of kind
+// k: which client, what and why.
+func logFailed(t *testing.T, h *History, k FaultKind) {
+	t.Helper()
+	for _, a := range h.Attempts {
+		if a.Failed && slices.ContainsFunc(h.Faults, func(f FaultRecord) bool { return f.Kind == k && f.Start <= a.Return && a.Call <= f.End }) {
+			t.Logf("failed during %s: %s %s from %.3fs to %.3fs: %s", k, a.Client, a.Op, float64(a.Call)/1e9, float64(a.Return)/1e9, a.Err)
 		}
 	}
 }
