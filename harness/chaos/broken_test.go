@@ -325,7 +325,7 @@ func (e *brokenEnv) takeOver(treatAsIssued bool, resources ...string) {
 	ev.NewEpoch, ev.End = rep.NewEpoch, e.rec.Clock().Now()
 	e.rec.Restore(ev)
 	for i, r := range rep.Resources {
-		if !republishOne(e.ctx, e.auth, e.pub, e.rec, fmt.Sprintf("recover/%d", i), r.Resource, r.Above[len(r.Above)-1]) {
+		if !republishOne(e.ctx, e.auth, e.pub, e.read.cfg, e.rec, fmt.Sprintf("recover/%d", i), r.Resource, r.Above[len(r.Above)-1]) {
 			e.t.Fatalf("republish of %s did not apply", r.Resource)
 		}
 	}

@@ -58,7 +58,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("random seed %d (replay: make chaos SEED=%d DURATION=%s)", random, random, ciDuration)
 	failures := filepath.Join(os.TempDir(), "fencepub-chaos")
 	injected := map[FaultKind]int{}
-	mutated, mutatedDatasets := false, false
+	mutated, mutatedDatasets, mutatedGroups := false, false, false
 	for _, seed := range append(slices.Clone(ciSeeds), random) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -77,7 +77,7 @@ func TestChaos(t *testing.T) {
 					t.Logf("liveness %s: %+v", k, l)
 					if livenessGoal[k] && l.Failed > 0 {
 						t.Errorf("%d of %d operations failed during %s while a quorum of etcd and MinIO was up (DESIGN.md invariant 12)", l.Failed, l.Attempted, k)
-						logFailedDuring(t, res.History, k)
+						logFailed(t, res.History, k)
 					}
 				}
 			}
@@ -93,6 +93,9 @@ func TestChaos(t *testing.T) {
 			if !mutatedDatasets {
 				mutatedDatasets = checkDatasetMutations(t, res.History)
 			}
+			if !mutatedGroups {
+				mutatedGroups = checkGroupMutations(t, res.History)
+			}
 		})
 	}
 	if !mutated {
@@ -101,6 +104,9 @@ func TestChaos(t *testing.T) {
 	if !mutatedDatasets {
 		t.Errorf("no run had an applied incremental dataset publish whose files were read and swept: Verify was not tried on broken dataset histories")
 	}
+	if !mutatedGroups {
+		t.Errorf("no run had an applied group publish that a cut read: Verify was not tried on broken group histories")
+	}
 	for _, k := range append(ServerFaults(), WorkerFaults()...) {
 		if injected[k] == 0 {
 			t.Errorf("no %s was injected", k)
@@ -108,19 +114,13 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// logFailedDuring logs every failed operation of h that overlaps a window
-// of fault kind k: what a liveness failure is made of. It lists those of
-// a worker hit by its own fault too, which Liveness leaves out.
-func logFailedDuring(t *testing.T, h *History, k FaultKind) {
-	for _, f := range h.Faults {
-		if f.Kind != k {
-			continue
-		}
-		for _, a := range h.Attempts {
-			if a.Failed && a.Call <= f.End && a.Return >= f.Start {
-				t.Logf("failed during %s on %s (%.3fs-%.3fs): %s %s at %.3fs-%.3fs: %s", k, f.Target,
-					float64(f.Start)/1e9, float64(f.End)/1e9, a.Client, a.Op, float64(a.Call)/1e9, float64(a.Return)/1e9, a.Err)
-			}
+// logFailed logs the failed operations of h that overlap a fault of kind
+// k: which client, what and why.
+func logFailed(t *testing.T, h *History, k FaultKind) {
+	t.Helper()
+	for _, a := range h.Attempts {
+		if a.Failed && slices.ContainsFunc(h.Faults, func(f FaultRecord) bool { return f.Kind == k && f.Start <= a.Return && a.Call <= f.End }) {
+			t.Logf("failed during %s: %s %s from %.3fs to %.3fs: %s", k, a.Client, a.Op, float64(a.Call)/1e9, float64(a.Return)/1e9, a.Err)
 		}
 	}
 }
@@ -222,6 +222,78 @@ func checkMutations(t *testing.T, h *History) bool {
 		m.mutate(&c)
 		if got := invariants(Verify(&c, VerifyOptions{})); !slices.Contains(got, m.want) {
 			t.Errorf("mutation %q of the real history: violations %v, want %s", m.name, got, m.want)
+		}
+	}
+	return true
+}
+
+// checkGroupMutations feeds Verify copies of a real run's history, each
+// changed the way a broken group publish or cut would have changed it, and
+// requires a violation of the expected invariant for each. The changes
+// need an applied group publish that a cut read whole; it reports false,
+// having changed nothing, when h has none, else true.
+func checkGroupMutations(t *testing.T, h *History) bool {
+	t.Helper()
+	members := map[string][]PublishOp{}
+	for _, p := range h.Publishes {
+		if p.Group != "" && p.Outcome == Applied {
+			members[p.Group] = append(members[p.Group], p)
+		}
+	}
+	var group []PublishOp
+	cut, other := -1, ""
+	for i, c := range h.GroupCuts {
+		for _, ms := range members {
+			read := 0
+			for _, m := range ms {
+				if slices.ContainsFunc(c.Pointers, func(p CutPointer) bool { return p.Resource == m.Resource && p.Version == m.Version }) {
+					read++
+				}
+			}
+			if read == len(ms) && read > 1 {
+				group, cut, other = ms, i, ms[len(ms)-1].Resource
+				break
+			}
+		}
+		if cut >= 0 {
+			break
+		}
+	}
+	if cut < 0 {
+		t.Logf("no applied group publish that a cut read whole, so no group mutations of this run")
+		return false
+	}
+	change := slices.IndexFunc(h.Changes, func(c Change) bool {
+		return c.Kind == ChangePointer && c.Resource == other && c.Version == group[len(group)-1].Version
+	})
+	if change < 0 {
+		t.Fatalf("the watch never saw %s at %s of group publish %s", other, group[len(group)-1].Version, group[0].Group)
+	}
+	mutations := []struct {
+		name   string
+		mutate func(h *History)
+		want   string
+	}{
+		{"a cut showing one member of the group not moved", func(h *History) {
+			c := &h.GroupCuts[cut]
+			c.Pointers = slices.Clone(c.Pointers)
+			i := slices.IndexFunc(c.Pointers, func(p CutPointer) bool { return p.Resource == other })
+			c.Pointers[i] = CutPointer{Resource: other}
+		}, InvGroupTorn},
+		{"the group's members moved at two revisions", func(h *History) {
+			h.Changes[change].Revision++
+		}, InvGroupTorn},
+		{"a member of the applied group never moved", func(h *History) {
+			h.Changes = slices.Delete(h.Changes, change, change+1)
+		}, InvGroupPartial},
+	}
+	for _, m := range mutations {
+		c := *h
+		c.GroupCuts = slices.Clone(h.GroupCuts)
+		c.Changes = slices.Clone(h.Changes)
+		m.mutate(&c)
+		if got := invariants(Verify(&c, VerifyOptions{})); !slices.Contains(got, m.want) {
+			t.Errorf("mutation %q of the real history (group publish %s): violations %v, want %s", m.name, group[0].Group, got, m.want)
 		}
 	}
 	return true

@@ -278,14 +278,14 @@ func (l *datasetReadLoop) read(res string, rd *reader.Reader) bool {
 	return true
 }
 
-// unjudged counts a dataset read that the checker does not judge (a server
-// that did not answer, a pointer that went back, a version unknown), or
-// logs an anomaly.
+// unjudged counts a dataset read that failed in a way the checker does not
+// judge (a server that did not answer, a pointer that went back, a path or
+// kind of a version OpenFile does not name), or logs an anomaly. The
+// reader's answers about a version (ErrNoSuchFile, ErrNotDataset) are
+// fencepub.ErrInvalid too, yet no anomaly.
 func (l *datasetReadLoop) unjudged(op DatasetRead, err error) {
-	// A problem the checker judges (a file not in the version, a digest
-	// mismatch) is no anomaly, even when the version that answered is
-	// unknown and so the read is not judged.
-	if problem, _ := datasetProblem(err); isAnomaly(err) && problem == "" {
+	answer := errors.Is(err, reader.ErrDigestMismatch) || errors.Is(err, reader.ErrNoSuchFile) || errors.Is(err, reader.ErrNotDataset)
+	if isAnomaly(err) && !answer {
 		l.rec.Anomaly(Anomaly{Client: l.id, Time: l.clock.Now(), What: "read " + op.Resource + " file " + op.Path, Err: err.Error()})
 		return
 	}

@@ -63,6 +63,11 @@ type Config struct {
 	// files) to the dataset resources, DatasetReaders of the goroutines
 	// that read their files and manifests. Defaults 2, 1.
 	DatasetWorkers, DatasetReaders int
+	// GroupWorkers is the number of in-process workers that acquire and
+	// publish two or three group resources as one group (zombies too),
+	// GroupReaders of the goroutines that read them at one revision
+	// (reader.ReadCut). Defaults 2, 1.
+	GroupWorkers, GroupReaders int
 	// Workload shapes the operations (resources per window, lease TTL,
 	// publish deadline).
 	Workload Workload
@@ -139,8 +144,8 @@ type Result struct {
 }
 
 // Run runs one chaos run: it starts the workload (worker processes,
-// in-process workers, readers, dataset workers and readers, a forger and
-// concurrent GC collectors) in a fresh domain, injects the faults of Plan(Seed, Duration, ...) into the
+// in-process workers, readers, dataset and group workers and readers, a
+// forger and concurrent GC collectors) in a fresh domain, injects the faults of Plan(Seed, Duration, ...) into the
 // cluster and the processes (an etcd restore followed by authority.Recover,
 // and a replacement of etcd by an empty cluster followed by a take-over of
 // the bucket, among them), then stops the workload, settles every open publish with
@@ -206,6 +211,8 @@ func newHarness(cfg Config) (*harness, error) {
 	def(&cfg.Collectors, 2)
 	def(&cfg.DatasetWorkers, 2)
 	def(&cfg.DatasetReaders, 1)
+	def(&cfg.GroupWorkers, 2)
+	def(&cfg.GroupReaders, 1)
 	if cfg.CheckTimeout == 0 {
 		cfg.CheckTimeout = 30 * time.Second
 	}
@@ -415,6 +422,15 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 	}
 	for i := range h.cfg.DatasetReaders {
 		l := &datasetReadLoop{id: fmt.Sprintf("dreader%d", i), clock: h.clock, cfg: rcfg, wl: h.wl, rng: h.rng(uint64(600 + i)), rec: h.rec, stop: h.stop}
+		goRun(l.run)
+	}
+	for i := range h.cfg.GroupWorkers {
+		w := newWorker(fmt.Sprintf("gw%d", i), uint64(700+i))
+		w.zombies = true
+		goRun(w.runGroups)
+	}
+	for i := range h.cfg.GroupReaders {
+		l := &groupReadLoop{id: fmt.Sprintf("greader%d", i), clock: h.clock, cfg: rcfg, wl: h.wl, rng: h.rng(uint64(800 + i)), rec: h.rec, stop: h.stop}
 		goRun(l.run)
 	}
 	forger := newWorker("forger", 200)
@@ -711,7 +727,7 @@ func (h *harness) finish(ctx context.Context) (*Result, error) {
 	if err := h.checkObjects(hctx); err != nil {
 		return nil, err
 	}
-	if err := sweepDatasets(hctx, h.rec, reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: h.direct, Store: h.store}}); err != nil {
+	if err := sweepDatasets(hctx, h.rec, h.readConfig()); err != nil {
 		return nil, err
 	}
 	hist := h.rec.History()
@@ -733,6 +749,11 @@ func (h *harness) finish(ctx context.Context) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// readConfig is a reader on the direct clients (no proxy).
+func (h *harness) readConfig() reader.Config {
+	return reader.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: h.direct, Store: h.store}}
 }
 
 func slotProxies(slots []*slot) []*proxySet {

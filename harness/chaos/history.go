@@ -44,6 +44,31 @@ type History struct {
 	// DatasetReads is every read of a dataset resource's file or manifest:
 	// the readers' during the run and the final sweep's (DatasetSweep).
 	DatasetReads []DatasetRead `json:"dataset_reads,omitempty"`
+	// GroupCuts is every read of a group's member resources at one etcd
+	// revision (reader.ReadCut).
+	GroupCuts []GroupCut `json:"group_cuts,omitempty"`
+}
+
+// GroupCut is one read of the pointers of several resources at one etcd
+// revision (reader.ReadCut), logged when it succeeded.
+type GroupCut struct {
+	Client string `json:"client"`
+	Call   int64  `json:"call"`
+	Return int64  `json:"return"`
+	// Revision is the cut's etcd revision as the cluster of the time
+	// numbered it (a replaced cluster starts again at 1).
+	Revision int64 `json:"revision"`
+	// Pointers are the resources' pointers in name order.
+	Pointers []CutPointer `json:"pointers"`
+}
+
+// CutPointer is one resource's pointer in a GroupCut: its version (zero:
+// nothing published), object key and the object's sha256.
+type CutPointer struct {
+	Resource string         `json:"resource"`
+	Version  layout.Version `json:"version"`
+	Object   string         `json:"object,omitempty"`
+	SHA      string         `json:"sha256,omitempty"`
 }
 
 // GrantEvent is one grant a worker got from the authority.
@@ -145,6 +170,20 @@ type PublishOp struct {
 	Base *layout.Version `json:"base,omitempty"`
 	// Reused counts the files a dataset publish named from its base.
 	Reused int64 `json:"reused,omitempty"`
+
+	// Group, set for a member of a group publish only, is the group
+	// publish's id, the same in each of its members' records (one per
+	// member resource). Key is the group's key, RequestDigest its group
+	// digest (what the op record under the first member in name order
+	// holds), and Outcome the group's.
+	Group string `json:"group,omitempty"`
+	// Refused marks the member a stale group result named as the one that
+	// refused it.
+	Refused bool `json:"refused,omitempty"`
+	// Revision is the etcd revision of the group result (its deciding
+	// transaction, or the read of ResolveGroup), as the cluster of the time
+	// numbered it; 0 when none.
+	Revision int64 `json:"revision,omitempty"`
 }
 
 // FileEntry is one file of a dataset manifest as the checker compares it.
@@ -440,6 +479,9 @@ func (r *Recorder) Read(o ReadOp) { appendLocked(r, &r.h.Reads, o) }
 // DatasetRead logs a read of a dataset resource.
 func (r *Recorder) DatasetRead(o DatasetRead) { appendLocked(r, &r.h.DatasetReads, o) }
 
+// GroupCut logs a read of several resources at one revision.
+func (r *Recorder) GroupCut(c GroupCut) { appendLocked(r, &r.h.GroupCuts, c) }
+
 // Change logs a watch event.
 func (r *Recorder) Change(c Change) { appendLocked(r, &r.h.Changes, c) }
 
@@ -486,8 +528,8 @@ func (r *Recorder) recentGrants(n int) []GrantEvent {
 func (r *Recorder) progress() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return fmt.Sprintf("publishes %d reads %d dataset reads %d grants %d faults %d gc passes %d restores %d",
-		len(r.h.Publishes), len(r.h.Reads), len(r.h.DatasetReads), len(r.h.Grants), len(r.h.Faults), len(r.h.GCPasses), len(r.h.Restores))
+	return fmt.Sprintf("publishes %d reads %d dataset reads %d group cuts %d grants %d faults %d gc passes %d restores %d",
+		len(r.h.Publishes), len(r.h.Reads), len(r.h.DatasetReads), len(r.h.GroupCuts), len(r.h.Grants), len(r.h.Faults), len(r.h.GCPasses), len(r.h.Restores))
 }
 
 // History returns a copy of everything logged so far.
@@ -506,6 +548,7 @@ func (r *Recorder) History() *History {
 	h.Restores = slices.Clone(r.h.Restores)
 	h.Missing = slices.Clone(r.h.Missing)
 	h.DatasetReads = slices.Clone(r.h.DatasetReads)
+	h.GroupCuts = slices.Clone(r.h.GroupCuts)
 	h.Counters = make(map[string]int, len(r.h.Counters))
 	for k, v := range r.h.Counters {
 		h.Counters[k] = v

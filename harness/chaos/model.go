@@ -65,6 +65,10 @@ type Input struct {
 	// 15), and is stale (reason base) where the pointer moved.
 	HasBase bool
 	Base    layout.Version
+	// Group marks a member of a group publish that another member may have
+	// refused (every member but the one a stale group result names): the
+	// whole group is stale then, so it may be stale where it could apply.
+	Group bool
 }
 
 // Output is what the client was told.
@@ -121,7 +125,7 @@ func step(s state, in Input, out Output) (bool, state) {
 			n.ops = maps.Clone(s.ops)
 			n.ops[in.Key] = opRec{digest: in.Digest, version: in.Version}
 			return true, n
-		case (!accept || in.Strict) && out.Outcome == Stale:
+		case (!accept || in.Strict || in.Group) && out.Outcome == Stale:
 			return true, s
 		case out.Outcome == ResolvedNotApplied:
 			// Resolve found no op record and raised the seal above the
@@ -191,6 +195,9 @@ func ModelFrom(init InitialState) porcupine.Model {
 			base := ""
 			if i.HasBase {
 				base = " base=" + i.Base.String()
+			}
+			if i.Group {
+				base += " group"
 			}
 			return fmt.Sprintf("publish %s key=%s digest=%.8s v=%s auth=%v strict=%v%s -> %s", i.Resource, i.Key, i.Digest, i.Version, i.Authorized, i.Strict, base, o.Outcome)
 		},

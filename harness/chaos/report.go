@@ -42,8 +42,18 @@ type Summary struct {
 	// (a server that did not answer).
 	DatasetUnpublished int `json:"dataset_reads_unpublished"`
 	DatasetUnjudged    int `json:"dataset_reads_unjudged"`
-	Grants             int `json:"grants"`
-	Resources          int `json:"resources"`
+	// GroupPublishes counts the group publishes (their members are part of
+	// Publishes, one each) by final outcome, GroupMembers their members,
+	// GroupUnknown those reported unknown (then settled by ResolveGroup);
+	// GroupCuts counts the cuts read of group resources, GroupCutsUnjudged
+	// those not logged (a resource not granted yet, a failed read).
+	GroupPublishes    map[string]int `json:"group_publishes"`
+	GroupMembers      int            `json:"group_members"`
+	GroupUnknown      int            `json:"group_unknown_resolved"`
+	GroupCuts         int            `json:"group_cuts"`
+	GroupCutsUnjudged int            `json:"group_cuts_unjudged"`
+	Grants            int            `json:"grants"`
+	Resources         int            `json:"resources"`
 	// Faults counts injected faults by kind; FaultErrors those that failed
 	// to inject or heal.
 	Faults      map[FaultKind]int `json:"faults"`
@@ -67,11 +77,22 @@ type Summary struct {
 func Summarize(h *History, s Schedule, v []Violation, check time.Duration) Summary {
 	sum := Summary{
 		Seed: s.Seed, Duration: s.Duration, Store: s.Store, Publishes: map[string]int{}, Faults: map[FaultKind]int{},
-		DatasetPublishes: map[string]int{}, Reads: len(h.Reads), Grants: len(h.Grants), Objects: h.Objects, Changes: len(h.Changes),
+		DatasetPublishes: map[string]int{}, GroupPublishes: map[string]int{}, GroupCuts: len(h.GroupCuts), Reads: len(h.Reads), Grants: len(h.Grants), Objects: h.Objects, Changes: len(h.Changes),
 		Violations: len(v), CheckTime: check,
 	}
 	resources := map[string]bool{}
+	groups := map[string]bool{}
 	for _, p := range h.Publishes {
+		if p.Group != "" {
+			sum.GroupMembers++
+			if !groups[p.Group] {
+				groups[p.Group] = true
+				sum.GroupPublishes[p.Outcome]++
+				if p.Reported == Unknown {
+					sum.GroupUnknown++
+				}
+			}
+		}
 		sum.Publishes[p.Outcome]++
 		resources[p.Resource] = true
 		if p.Reported == Unknown {
@@ -91,6 +112,7 @@ func Summarize(h *History, s Schedule, v []Violation, check time.Duration) Summa
 		}
 	}
 	sum.DatasetUnpublished, sum.DatasetUnjudged = h.Counters[countDatasetUnpublished], h.Counters[countDatasetUnjudged]
+	sum.GroupCutsUnjudged = h.Counters[countCutUnknownResource] + h.Counters[countCutFailed]
 	for _, r := range h.DatasetReads {
 		if r.Client == DatasetSweep {
 			sum.DatasetSwept++
@@ -154,6 +176,13 @@ func (s Summary) Print(w io.Writer) {
 	}
 	fmt.Fprintf(&b, "; files reused %d\n  dataset reads %d (not logged: nothing published yet %d, failed %d), files and manifests swept at the end %d\n",
 		s.DatasetReused, s.DatasetReads, s.DatasetUnpublished, s.DatasetUnjudged, s.DatasetSwept)
+	fmt.Fprintf(&b, "  group publishes %d (%d members):", sumCounts(s.GroupPublishes), s.GroupMembers)
+	for _, o := range []string{Applied, Duplicate, Conflict, Stale, ResolvedNotApplied, Failed, Unknown} {
+		if n := s.GroupPublishes[o]; n > 0 {
+			fmt.Fprintf(&b, " %s %d", o, n)
+		}
+	}
+	fmt.Fprintf(&b, "; unknown then resolved %d; cuts read %d (not logged: a member not granted yet or a failed read %d)\n", s.GroupUnknown, s.GroupCuts, s.GroupCutsUnjudged)
 	fmt.Fprintf(&b, "  gc passes %d: deleted %d, sealed %d; objects checked at the end %d\n", s.GCPasses, s.GCDeleted, s.GCSealed, s.Objects)
 	var faults []string
 	n := 0

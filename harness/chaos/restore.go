@@ -9,11 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
 	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/fencepub/fencepub/publisher"
+	"github.com/fencepub/fencepub/reader"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -236,7 +238,7 @@ func (h *harness) republishNewest(ctx context.Context, rep authority.RecoverRepo
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ok := republishOne(ctx, h.auth, h.pub, h.rec, fmt.Sprintf("recover/%d-%d", rep.NewEpoch, i), r.Resource, r.Above[len(r.Above)-1])
+			ok := republishOne(ctx, h.auth, h.pub, h.readConfig(), h.rec, fmt.Sprintf("recover/%d-%d", rep.NewEpoch, i), r.Resource, r.Above[len(r.Above)-1])
 			mu.Lock()
 			defer mu.Unlock()
 			if ok {
@@ -281,8 +283,9 @@ func datasetAt(h *History, res string, v layout.Version, digest string) *Publish
 // republishOne republishes lost on resource res as publish id, with a grant
 // of auth and publisher client pub, within republishTimeout (or until ctx
 // ends), logs the grant and the publish in rec and reports whether it
-// applied.
-func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher.Client, rec *Recorder, id, res string, lost authority.LostObject) bool {
+// applied. A lost manifest is republished as a dataset version: its
+// entries, listed through rcfg, are logged with it.
+func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher.Client, rcfg reader.Config, rec *Recorder, id, res string, lost authority.LostObject) bool {
 	ctx, cancel := context.WithTimeout(ctx, republishTimeout)
 	defer cancel()
 	clock := rec.Clock()
@@ -313,12 +316,18 @@ func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher
 	}
 	reported(&op, r, err)
 	op.Digest, op.RequestDigest = r.Object.SHA256, r.Digest
-	if orig := datasetAt(rec.History(), res, lost.Version, r.Digest); orig != nil {
-		// A dataset version is republished as a dataset: the same files.
-		op.Files, op.Digest = orig.Files, orig.Digest
-	}
 	if !r.Version.IsZero() {
 		op.Version = r.Version
+	}
+	// A dataset version is republished as a dataset: the files its writer
+	// logged, else (no one publish of the history wrote it) what its
+	// manifest lists.
+	if orig := datasetAt(rec.History(), res, lost.Version, r.Digest); orig != nil {
+		op.Files, op.Digest = orig.Files, orig.Digest
+	} else if op.Outcome == Applied && r.Pointer != nil && r.Pointer.IsDataset() {
+		if op.Files, err = manifestEntries(ctx, rcfg, res, *r.Pointer); err != nil {
+			rec.Anomaly(Anomaly{Client: "recover", Time: clock.Now(), What: "list the republished manifest of " + res, Err: err.Error()})
+		}
 	}
 	if op.Reported == Unknown {
 		if err := settle(ctx, pub, &op, "harness"); err != nil {
@@ -328,4 +337,19 @@ func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher
 	op.Return, op.Done = clock.Now(), true
 	rec.Complete(op)
 	return op.Outcome == Applied
+}
+
+// manifestEntries lists the manifest of dataset pointer ptr of res through
+// cfg, retrying as the final sweep does.
+func manifestEntries(ctx context.Context, cfg reader.Config, res string, ptr fencepub.Pointer) ([]FileEntry, error) {
+	rd, err := reader.New(cfg, res)
+	if err != nil {
+		return nil, err
+	}
+	op := DatasetRead{}
+	err = sweepRetry(ctx, func() error { op.Listing = nil; return listFiles(ctx, rd, ptr, &op) })
+	if op.Listing == nil {
+		op.Listing = []FileEntry{}
+	}
+	return op.Listing, err
 }

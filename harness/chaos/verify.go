@@ -69,6 +69,19 @@ const (
 	// moved the pointer only from that base, in etcd's commit order
 	// (DESIGN.md invariant 15).
 	InvDatasetBase = "dataset_base"
+	// InvGroupTorn: the members of a group publish moved together
+	// (DESIGN.md invariant 16): the watch saw every member's pointer move
+	// to its version at one etcd revision; no cut showed a member at its
+	// version of a group publish beside another member of it below its
+	// version of that group; and a cut in the group's segment at a
+	// revision at or after the group's commit showed every member at or
+	// above the group's versions, one before it none.
+	InvGroupTorn = "group_torn"
+	// InvGroupPartial: an applied group publish moved every member's
+	// pointer, and one that was not applied (stale, conflict, duplicate,
+	// failed, settled as never applied) moved none (DESIGN.md invariant
+	// 16).
+	InvGroupPartial = "group_partial"
 	// InvAnomaly: a component returned an error that no injected fault
 	// explains (History.Anomalies), a watched value did not decode, or the
 	// epoch changed without a restore.
@@ -125,6 +138,7 @@ func Verify(h *History, opts VerifyOptions) []Violation {
 	v.objects()
 	v.datasets()
 	v.bases()
+	v.groups()
 	v.anomalies()
 	v.linearizable()
 	slices.SortStableFunc(v.out, func(a, b Violation) int {
@@ -156,6 +170,7 @@ type verifier struct {
 	reads     []placedRead                // reads that got a pointer, placed
 	applied   map[versionID]*PublishOp    // placed publishes whose outcome is applied
 	unsettled map[string]bool             // resources with an unsettled publish
+	group     map[string][]PublishOp      // group publish id → its members in name order
 }
 
 // segment is the part of a history between two etcd restores. Operations
@@ -228,6 +243,15 @@ func (v *verifier) index() {
 		v.granted[id][g.Owner] = true
 	}
 	v.unsettled = map[string]bool{}
+	v.group = map[string][]PublishOp{}
+	for _, p := range v.h.Publishes {
+		if p.Group != "" {
+			v.group[p.Group] = append(v.group[p.Group], p)
+		}
+	}
+	for _, ms := range v.group {
+		slices.SortFunc(ms, func(a, b PublishOp) int { return cmp.Compare(a.Resource, b.Resource) })
+	}
 	v.place()
 	v.applied = map[versionID]*PublishOp{}
 	for i := range v.placed {
@@ -266,6 +290,13 @@ func (v *verifier) place() {
 		if !p.Done || p.Outcome == Failed || p.Outcome == Unknown || p.Outcome == "" {
 			continue
 		}
+		first := v.first(p)
+		if first.ID != p.ID && (p.Outcome == Duplicate || p.Outcome == Conflict) {
+			// Only the first member's op record decides a group's key: the
+			// other members of a duplicate or conflict did nothing, which
+			// groups() judges.
+			continue
+		}
 		s := v.segmentOfTime(p.Call)
 		if s+1 < len(v.segs) && p.Return > v.segs[s].end {
 			switch {
@@ -273,7 +304,8 @@ func (v *verifier) place() {
 				continue // began and ended while etcd was out of reach: no effect
 			case p.Return < v.segs[s+1].start:
 				p.Return = v.segs[s].end
-			case held[attemptID{p.Resource, p.Key, p.Owner, p.Version}]:
+			case held[attemptID{first.Resource, first.Key, first.Owner, first.Version}]:
+				// A group's pointers moved with its first member's op record.
 				p.Outcome, p.Return = Applied, v.segs[s].end
 			default:
 				s = v.segmentOfTime(p.Return)
@@ -282,7 +314,7 @@ func (v *verifier) place() {
 		}
 		v.placed = append(v.placed, placedPublish{p, s})
 	}
-	for _, r := range v.h.Reads {
+	for _, r := range append(slices.Clone(v.h.Reads), v.cutReads()...) {
 		if r.Problem != "" {
 			continue // judged by readers()
 		}
@@ -302,6 +334,31 @@ func (v *verifier) place() {
 		}
 		v.reads = append(v.reads, placedRead{r, s})
 	}
+}
+
+// first returns the first member in name order of p's group publish,
+// whose op record and seal decide the group's key and its resolution; p
+// itself for a publish of no group.
+func (v *verifier) first(p PublishOp) PublishOp {
+	if ms := v.group[p.Group]; p.Group != "" && len(ms) > 0 {
+		return ms[0]
+	}
+	return p
+}
+
+// cutReads returns each pointer of each group cut as a read of its
+// resource: a cut is a linearizable read of every resource in it.
+func (v *verifier) cutReads() []ReadOp {
+	var out []ReadOp
+	for _, c := range v.h.GroupCuts {
+		for _, p := range c.Pointers {
+			out = append(out, ReadOp{
+				Client: c.Client, Resource: p.Resource, Call: c.Call, Return: c.Return,
+				Version: p.Version, Object: p.Object, PointerSHA: p.SHA, SHA: p.SHA,
+			})
+		}
+	}
+	return out
 }
 
 func (v *verifier) authorized(p *PublishOp) bool {
@@ -845,7 +902,13 @@ func (v *verifier) histories() map[partKey][]Op {
 		if p.Base != nil {
 			in.HasBase, in.Base = true, *p.Base
 		}
+		in.Group = p.Group != "" && !p.Refused
 		o := Output{Outcome: p.Outcome}
+		if p.Outcome == ResolvedNotApplied && v.first(p.PublishOp).ID != p.ID {
+			// ResolveGroup raised the first member's seal only: on the
+			// others the group left nothing.
+			o.Outcome = Stale
+		}
 		if p.Outcome == Duplicate {
 			o.Version = p.Result
 		}
@@ -888,4 +951,149 @@ func keys[K comparable, V any](m map[K]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// groups judges group publishes (DESIGN.md invariant 16) by what the
+// watch saw and what the cuts read:
+//
+//   - group_partial: with a complete watch, the members whose pointer
+//     held their version of a group publish are all of them when it was
+//     applied, none otherwise (a version another publish applied does not
+//     count: the seqs of a group publish that sent nothing go back).
+//   - group_torn: with a complete watch, an applied group's members moved
+//     at one revision Rg; a cut showing any member at its version of a
+//     group publish shows every other member of it that it read at or
+//     above that member's version of the group; and a cut read in Rg's
+//     segment, in a cluster whose revisions did not restart (no
+//     replacement of etcd before it), at a revision R shows every member
+//     it read at or above the group's version when R >= Rg, below it when
+//     R < Rg.
+func (v *verifier) groups() {
+	if len(v.group) == 0 {
+		return
+	}
+	ids := keys(v.group)
+	isApplied := func(m PublishOp) bool {
+		p := v.applied[versionID{m.Resource, m.Version}]
+		return p != nil && p.ID == m.ID
+	}
+	// The members of applied group publishes by version. (A version of a
+	// group that was not applied may be another publish's: the seqs of a
+	// group publish that sent nothing go back.)
+	memberOf := map[versionID]string{}
+	for _, id := range ids {
+		if slices.ContainsFunc(v.group[id], isApplied) {
+			for _, m := range v.group[id] {
+				memberOf[versionID{m.Resource, m.Version}] = id
+			}
+		}
+	}
+	for _, c := range v.h.GroupCuts {
+		at := map[string]CutPointer{}
+		for _, p := range c.Pointers {
+			at[p.Resource] = p
+		}
+		reported := map[string]bool{}
+		for _, p := range c.Pointers {
+			id, ok := memberOf[versionID{p.Resource, p.Version}]
+			if !ok || p.Version.IsZero() || reported[id] {
+				continue
+			}
+			for _, m := range v.group[id] {
+				if got, read := at[m.Resource]; read && got.Version.Less(m.Version) {
+					reported[id] = true
+					v.add(InvGroupTorn, m.Resource, "%s's cut at revision %d (%.3fs) shows %s at %s of group publish %s, but %s at %s, below the group's %s",
+						c.Client, c.Revision, float64(c.Return)/1e9, p.Resource, p.Version, id, m.Resource, got.Version, m.Version)
+					break
+				}
+			}
+		}
+	}
+	if v.h.WatchGaps > 0 {
+		return // reported by pointers()
+	}
+	moved := map[versionID][]int64{} // the revisions the pointer moved to a version at
+	for _, c := range v.h.Changes {
+		if c.Kind == ChangePointer && !c.Delete && c.Err == "" && !c.Version.IsZero() {
+			id := versionID{c.Resource, c.Version}
+			moved[id] = append(moved[id], c.Revision)
+		}
+	}
+	for _, id := range ids {
+		ms := v.group[id]
+		settled := true
+		var movedRes, still []string
+		revs := map[int64]bool{}
+		applied := slices.ContainsFunc(ms, isApplied)
+		for _, m := range ms {
+			if !m.Done || m.Outcome == Unknown || m.Outcome == "" {
+				settled = false
+			}
+			vid := versionID{m.Resource, m.Version}
+			if rs := moved[vid]; len(rs) > 0 && (applied || v.applied[vid] == nil) {
+				// A move to a version of a group that was not applied
+				// counts unless another publish applied that version.
+				movedRes = append(movedRes, m.Resource)
+				for _, r := range rs {
+					revs[r] = true
+				}
+			} else {
+				still = append(still, m.Resource)
+			}
+		}
+		switch {
+		case !settled: // reported by settled()
+		case applied && len(still) > 0:
+			v.add(InvGroupPartial, ms[0].Resource, "group publish %s (key %q) was applied, but the pointers of %v never held its versions (those of %v did)", id, ms[0].Key, still, movedRes)
+		case !applied && len(movedRes) > 0:
+			v.add(InvGroupPartial, ms[0].Resource, "group publish %s (key %q) ended %s, but the pointers of %v held its versions", id, ms[0].Key, ms[0].Outcome, movedRes)
+		}
+		if len(revs) > 1 {
+			v.add(InvGroupTorn, ms[0].Resource, "the members of group publish %s (key %q) moved at %d revisions %v, not in one transaction", id, ms[0].Key, len(revs), keys(revs))
+			continue
+		}
+		if !applied || len(still) > 0 || len(revs) != 1 {
+			continue
+		}
+		var rg int64
+		for r := range revs {
+			rg = r
+		}
+		v.cutsAround(id, ms, rg)
+	}
+}
+
+// cutsAround judges the cuts read in the segment of revision rg, where
+// group publish id (members ms) committed, by their revisions: at or after
+// rg every member read is at or above its version of the group, before rg
+// below it. A cut read while a restore began or ended is left out, and so
+// is every cut after a replacement of etcd, whose revisions restarted (the
+// cut logs the new cluster's own).
+func (v *verifier) cutsAround(id string, ms []PublishOp, rg int64) {
+	seg := v.segmentOfRevision(rg)
+	for i := range seg {
+		if v.h.Restores[i].Replaced {
+			return
+		}
+	}
+	in := map[string]layout.Version{}
+	for _, m := range ms {
+		in[m.Resource] = m.Version
+	}
+	for _, c := range v.h.GroupCuts {
+		if v.segmentOfTime(c.Call) != seg || c.Call < v.segs[seg].start || c.Return > v.segs[seg].end {
+			continue
+		}
+		for _, p := range c.Pointers {
+			want, ok := in[p.Resource]
+			if !ok {
+				continue
+			}
+			if after := c.Revision >= rg; after == p.Version.Less(want) {
+				v.add(InvGroupTorn, p.Resource, "%s's cut at revision %d (%.3fs) shows %s at %s; group publish %s moved it to %s at revision %d",
+					c.Client, c.Revision, float64(c.Return)/1e9, p.Resource, p.Version, id, want, rg)
+				break
+			}
+		}
+	}
 }

@@ -37,6 +37,10 @@ type Workload struct {
 	// Datasets is the number of dataset resources in use per window, which
 	// only dataset workers publish to. Default 2.
 	Datasets int `json:"datasets"`
+	// Groups is the number of group resources in use per window, which
+	// only group workers publish to, two or three at a time as one group.
+	// Default 3.
+	Groups int `json:"groups,omitempty"`
 	// TTL is the lease TTL of every grant (whole seconds, at least 2 s).
 	// Default 2 s.
 	TTL time.Duration `json:"ttl"`
@@ -62,6 +66,9 @@ func (w Workload) withDefaults() Workload {
 	}
 	if w.Datasets == 0 {
 		w.Datasets = 2
+	}
+	if w.Groups == 0 {
+		w.Groups = 3
 	}
 	if w.TTL == 0 {
 		w.TTL = 2 * time.Second
@@ -127,8 +134,20 @@ func (w Workload) pickDataset(t int64, rng *rand.Rand) string {
 	return datasetResource(w.window(t), rng.IntN(w.Datasets))
 }
 
-// resources returns the resources of windows from..to, dataset resources
-// too.
+// groupResource names group resource i of window n.
+func groupResource(n int64, i int) string { return fmt.Sprintf("g%05d-%d", n, i) }
+
+// groupResources returns the group resources of window n, in name order.
+func (w Workload) groupResources(n int64) []string {
+	out := make([]string, w.Groups)
+	for i := range out {
+		out[i] = groupResource(n, i)
+	}
+	return out
+}
+
+// resources returns the resources of windows from..to, dataset and group
+// resources too.
 func (w Workload) resources(from, to int64) []string {
 	var out []string
 	for n := max(from, 0); n <= to; n++ {
@@ -138,6 +157,7 @@ func (w Workload) resources(from, to int64) []string {
 		for i := range w.Datasets {
 			out = append(out, datasetResource(n, i))
 		}
+		out = append(out, w.groupResources(n)...)
 	}
 	return out
 }
