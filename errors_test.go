@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/fencepub/fencepub/internal/pubhook"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"io"
 	"strings"
 	"testing"
@@ -187,8 +188,8 @@ var entries = []entry{
 	{name: "authority.CheckHistory", state: fresh, store: true, call: func(ctx context.Context, w *world) error {
 		return w.auth.CheckHistory(ctx)
 	}},
-	{name: "authority.Recover", state: published, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
-		_, err := w.auth.Recover(ctx, authority.RecoverOptions{})
+	{name: "recovery.Recover", state: published, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
+		_, err := recovery.Recover(ctx, w.auth, recovery.Options{})
 		return err
 	}},
 	{name: "authority.Renew", state: published, etcd: true, call: func(ctx context.Context, w *world) error {

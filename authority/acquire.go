@@ -392,7 +392,7 @@ func (a *Authority) revoke(ctx context.Context, lease clientv3.LeaseID) {
 }
 
 // markRolledBack sets the domain's rollback flag (first detection wins), so
-// no grant is made until Recover clears it.
+// no grant is made until recover clears it.
 func (a *Authority) markRolledBack(ctx context.Context, g Grant, cause error) {
 	val, _ := json.Marshal(map[string]any{
 		"resource": g.Resource, "epoch": g.Epoch, "generation": g.Generation,

@@ -278,7 +278,7 @@ func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
 // "etcd layout", invariants 3 and 9; the package doc, "How a domain is
 // initialised"). It is idempotent and safe to run concurrently from many
 // processes of the same etcd. It refuses, writing nothing, a bucket that
-// holds another etcd history (Recover with FromBucket takes one over).
+// holds another etcd history (`fencepub authority recover --from-bucket` takes one over).
 // Errors: fencepub.ErrCreateOnlyIgnored (naming the store), ErrForeignHistory,
 // fencepub.ErrUnavailable, ErrExhausted, fencepub.ErrCorruptState.
 func (a *Authority) Init(ctx context.Context) (Domain, error) {

@@ -5,6 +5,7 @@ package authority
 import (
 	"context"
 	"errors"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"strconv"
 	"strings"
 	"sync"
@@ -326,7 +327,7 @@ func TestUnreachableEtcd(t *testing.T) {
 		"renew": func() error {
 			return a.Renew(ctx, Grant{Resource: "r", Owner: "o", LeaseID: 1, HolderRevision: 1, Epoch: 1, Generation: 1, TTL: 5 * time.Second})
 		},
-		"recover": func() error { _, err := a.Recover(ctx, RecoverOptions{}); return err },
+		"recover": func() error { _, err := a.recoverDomain(ctx, recovery.Options{}); return err },
 	} {
 		if err := f(); !errors.Is(err, fencepub.ErrUnavailable) {
 			t.Errorf("%s against a dead etcd: %v; want fencepub.ErrUnavailable", name, err)

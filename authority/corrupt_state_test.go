@@ -4,6 +4,7 @@ package authority
 
 import (
 	"errors"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"testing"
 	"time"
 
@@ -157,7 +158,7 @@ func TestRecoverCorruptHolder(t *testing.T) {
 	putRaw(t, cli, a.ns.HolderKey("corrupt"), "{not json", lease.ID)
 	putRaw(t, cli, a.ns.HolderKey("leaseless"), `{"resource":"leaseless","owner":"ghost","epoch":1,"generation":1}`, 0)
 
-	rep, err := a.Recover(ctx, RecoverOptions{})
+	rep, err := a.recoverDomain(ctx, recovery.Options{})
 	if err != nil {
 		t.Fatalf("recover with corrupt holders: %v", err)
 	}
@@ -195,7 +196,7 @@ func TestRecoverCorruptEpoch(t *testing.T) {
 	if _, err := a.Acquire(ctx, AcquireRequest{Resource: "r2", Owner: "w", TTL: 2 * time.Second}); !errors.Is(err, fencepub.ErrCorruptState) {
 		t.Fatalf("acquire under a corrupt epoch: %v", err)
 	}
-	rep, err := a.Recover(ctx, RecoverOptions{})
+	rep, err := a.recoverDomain(ctx, recovery.Options{})
 	if err != nil {
 		t.Fatalf("recover of a corrupt epoch: %v", err)
 	}

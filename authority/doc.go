@@ -19,10 +19,12 @@
 //     stale (DESIGN.md "Leftovers of finished work").
 //   - Epochs survive an etcd restore: each is reserved by a create-only
 //     marker object in the bucket before etcd uses it. A history that went
-//     back makes every grant fail with ErrRolledBack until Recover moves the
-//     domain to a new epoch (`fencepub authority recover`, docs/operations.md runbook).
+//     back makes every grant fail with ErrRolledBack until `fencepub
+//     authority recover` moves the domain to a new epoch (docs/operations.md
+//     runbook).
 //   - Init refuses a bucket that holds another etcd history
-//     (ErrForeignHistory); Recover with FromBucket takes it over.
+//     (ErrForeignHistory); `fencepub authority recover --from-bucket` takes
+//     it over.
 //   - Errors are this package's sentinels and fencepub's shared ones
 //     (fencepub.ErrUnavailable: retry later), tested with errors.Is.
 //
@@ -80,15 +82,15 @@
 // proves the term is the caller's, and a caller that releases publishes no
 // more.
 //
-// # How Recover works
+// # How recover works
 //
-// Recover, in order:
+// `fencepub authority recover`, in order:
 //
 //  1. reads etcd's epoch, deployment and rollback flag, checks the bucket's
 //     ownership marker names the same deployment, and reads every pointer.
 //     On an etcd with no epoch for the domain it refuses a bucket that holds
 //     anything under the root (another history: DESIGN.md invariant 9)
-//     unless RecoverOptions.FromBucket, which takes the bucket over: it
+//     unless --from-bucket, which takes the bucket over: it
 //     adopts the marker's deployment id and, with no pointers in etcd,
 //     quarantines every object found (step 4 records the zero pointer for
 //     each epoch). FromBucket on an etcd that has an epoch is refused
@@ -108,7 +110,7 @@
 //  7. reports the objects above each restored pointer.
 //
 // The bucket listings of steps 1 and 2 are not retried. A corrupt epoch key
-// is repaired the same way (RecoverReport.CorruptEpoch); any other corrupt
+// is repaired the same way (the report's corrupt_epoch); any other corrupt
 // value it needs (a pointer) stops it before it changes anything. A user
 // whose etcd role may not write the epoch key gets etcd's permission denied
 // before anything is written (DESIGN.md "Security").

@@ -58,12 +58,11 @@ var (
 	// replacement, a second cluster configured with the same bucket). The
 	// message names the root, the ownership marker's deployment, the
 	// highest epoch marker and a key found. Init refuses it and writes nothing;
-	// `fencepub authority recover --from-bucket` (RecoverOptions.FromBucket)
-	// takes the bucket over (DESIGN.md invariant 9).
+	// `fencepub authority recover --from-bucket` takes the bucket over (DESIGN.md invariant 9).
 	ErrForeignHistory = errors.New("authority: the bucket holds another etcd history")
-	// ErrInitialized: Recover with FromBucket found an epoch in etcd: etcd
-	// holds the domain's history (a snapshot restore is recovered without
-	// FromBucket).
+	// ErrInitialized: `fencepub authority recover --from-bucket` found an
+	// epoch in etcd: etcd holds the domain's history (a snapshot restore is
+	// recovered without --from-bucket).
 	ErrInitialized = errors.New("authority: etcd already holds the domain's history")
 	// ErrExhausted: minting would pass fencepub.MaxNumber; fencepub refuses to
 	// wrap (DESIGN.md "Object layout").

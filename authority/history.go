@@ -16,8 +16,8 @@ import (
 // A bucket belongs to one history (DESIGN.md invariant 9): the objects and
 // markers under a domain's root were written under the etcd history that
 // created them. An etcd holding none of it never initialises itself over
-// them implicitly; Recover with RecoverOptions.FromBucket is the explicit
-// take-over.
+// them implicitly; `fencepub authority recover --from-bucket` is the
+// explicit take-over.
 
 // foreignHistoryError is the ErrForeignHistory error: the bucket already
 // holds something under the domain's root and etcd has no epoch for the

@@ -4,6 +4,7 @@ package authority
 
 import (
 	"errors"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"slices"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestInitRefusesForeignHistory(t *testing.T) {
 			_, err = a.Acquire(ctx, AcquireRequest{Resource: "r", Owner: owner("w2"), TTL: 5 * time.Second})
 			check("acquire", err)
 			check("check history", a.CheckHistory(ctx))
-			_, err = a.Recover(ctx, RecoverOptions{})
+			_, err = a.recoverDomain(ctx, recovery.Options{})
 			check("recover without --from-bucket", err)
 			if n := countKeys(t, fresh, ns.Root()); n != 0 {
 				t.Fatalf("the refusals wrote %d etcd keys", n)
@@ -142,14 +143,14 @@ func TestRecoverFromBucket(t *testing.T) {
 	cli := testenv.EtcdClient(t, testenv.StartEtcd(t, devstack.EtcdOptions{}))
 	a := newAuthority(t, cli, st, ns)
 	before := listObjects(t, st, ns.Root())
-	dry, err := a.Recover(ctx, RecoverOptions{FromBucket: true, DryRun: true})
+	dry, err := a.recoverDomain(ctx, recovery.Options{FromBucket: true, DryRun: true})
 	if err != nil || !dry.FromBucket || dry.NewEpoch != 2 || len(dry.Resources) != 2 {
 		t.Fatalf("dry run = %+v, %v", dry, err)
 	}
 	if countKeys(t, cli, ns.Root()) != 0 || !slices.Equal(before, listObjects(t, st, ns.Root())) {
 		t.Fatal("the dry run changed something")
 	}
-	rep, err := a.Recover(ctx, RecoverOptions{FromBucket: true})
+	rep, err := a.recoverDomain(ctx, recovery.Options{FromBucket: true})
 	if err != nil || !rep.FromBucket || rep.DeploymentID != d1.DeploymentID || rep.OldEpoch != 0 || rep.NewEpoch != 2 {
 		t.Fatalf("recover --from-bucket = %+v, %v; want deployment %s moved to epoch 2", rep, err, d1.DeploymentID)
 	}
@@ -180,7 +181,7 @@ func TestRecoverFromBucket(t *testing.T) {
 	if e, err := a.Epoch(ctx); err != nil || e != 2 {
 		t.Fatalf("epoch %d, %v; want 2", e, err)
 	}
-	if _, err := a.Recover(ctx, RecoverOptions{FromBucket: true}); !errors.Is(err, ErrInitialized) {
+	if _, err := a.recoverDomain(ctx, recovery.Options{FromBucket: true}); !errors.Is(err, ErrInitialized) {
 		t.Fatalf("second --from-bucket: %v; want ErrInitialized", err)
 	}
 	if g := mustAcquire(t, a, AcquireRequest{Resource: "r", Owner: owner("w")}); g.Epoch != 2 {

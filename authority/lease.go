@@ -42,7 +42,7 @@ func checkGrant(g Grant) error {
 // It is one lease keepalive, sent again while etcd cannot serve it
 // (Config.RetryTimeout). The holder key is attached to g's lease and is
 // only ever removed together with it — Release revokes the lease, etcd
-// expires it, Recover revokes every holder's lease when the epoch moves —
+// expires it, recover revokes every holder's lease when the epoch moves —
 // and the grant transaction never overwrites a present holder, so "g's
 // lease is alive" means "g still holds the resource".
 //

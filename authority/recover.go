@@ -7,100 +7,14 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/ownership"
+	"github.com/fencepub/fencepub/internal/recovery"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// RecoverOptions configures Recover. The zero value performs the recovery.
-type RecoverOptions struct {
-	// DryRun computes and reports what Recover would do and changes nothing
-	// (NewEpoch is then the epoch it would reserve).
-	DryRun bool
-	// FromBucket takes over a bucket whose etcd history is lost with no
-	// snapshot (an empty replacement etcd): etcd must hold no epoch for the
-	// domain. Recover then adopts the ownership marker's deployment id and
-	// quarantines every object found (DESIGN.md invariant 9). Without it,
-	// Recover on an etcd with no epoch refuses a bucket that holds anything
-	// under the domain's root.
-	FromBucket bool
-}
-
-// RecoverReport describes a Recover run.
-type RecoverReport struct {
-	DryRun bool `json:"dry_run"`
-	// FromBucket is true for a take-over of the bucket by an etcd without
-	// the domain's history (RecoverOptions.FromBucket).
-	FromBucket   bool   `json:"from_bucket"`
-	DeploymentID string `json:"deployment_id"`
-	// OldEpoch is etcd's epoch before the recovery (0: the restored etcd had
-	// no epoch); NewEpoch the epoch the domain is in afterwards.
-	OldEpoch uint64 `json:"old_epoch"`
-	NewEpoch uint64 `json:"new_epoch"`
-	// Highest is the highest epoch found in each source; NewEpoch is one
-	// above all of them and OldEpoch.
-	Highest EpochSources `json:"highest_seen"`
-	// RollbackFlag is the rollback evidence Acquire had recorded (cleared).
-	RollbackFlag string `json:"rollback_flag,omitempty"`
-	// CorruptEpoch is the value of an epoch key that did not decode, which
-	// Recover replaced (OldEpoch is then 0: unknown).
-	CorruptEpoch string `json:"corrupt_epoch,omitempty"`
-	// Revoked lists the holders whose leases were revoked: every holder the
-	// restored etcd had (they were all granted before NewEpoch).
-	Revoked []RevokedHolder `json:"revoked"`
-	// Resources lists, per resource with a pointer or objects, the pointer
-	// the restore left and the objects above it.
-	Resources []ResourceRecovery `json:"resources"`
-}
-
-// EpochSources are the highest epochs Recover found in each place that the
-// restore did not roll back (the bucket) and in the restored pointers.
-type EpochSources struct {
-	EpochMarker uint64 `json:"epoch_marker"`
-	GrantMarker uint64 `json:"grant_marker"`
-	Pointer     uint64 `json:"pointer"`
-	Object      uint64 `json:"object"`
-}
-
-// RevokedHolder is a holder whose lease Recover revoked.
-type RevokedHolder struct {
-	Resource   string `json:"resource"`
-	Owner      string `json:"owner"`
-	Epoch      uint64 `json:"epoch"`
-	Generation uint64 `json:"generation"`
-	LeaseID    int64  `json:"lease_id,string"` // a string: IDs exceed 2^53, where JSON numbers lose digits
-}
-
-// ResourceRecovery is one resource's state after a restore.
-type ResourceRecovery struct {
-	Resource string `json:"resource"`
-	// RestoredPointer is the pointer version etcd had (zero when it had no
-	// pointer); Recover records it under the restored key of (resource,
-	// OldEpoch), so GC quarantines old-epoch objects above it.
-	RestoredPointer fencepub.Version `json:"restored_pointer"`
-	HasPointer      bool             `json:"has_pointer"`
-	// Above are the objects whose version is above RestoredPointer, in
-	// version order (newest last): publishes the restore may have lost,
-	// or unpublished attempts. `recover --republish` republishes the newest.
-	Above []LostObject `json:"above"`
-	// Recorded lists the old epochs for which Recover recorded
-	// RestoredPointer (DESIGN.md "etcd layout"): OldEpoch when the resource had a
-	// pointer, and every epoch of an object in Above — GC quarantines an
-	// old-epoch object only through the record of its own epoch.
-	Recorded []uint64 `json:"recorded_epochs"`
-}
-
-// LostObject is an object above a restored pointer.
-type LostObject struct {
-	Key          string           `json:"key"`
-	Version      fencepub.Version `json:"version"`
-	Size         int64            `json:"size"`
-	LastModified time.Time        `json:"last_modified"`
-}
 
 // restoredPointer is a pointer found by Recover: its version and raw value.
 type restoredPointer struct {
@@ -108,7 +22,14 @@ type restoredPointer struct {
 	value   []byte
 }
 
-// Recover moves the domain to a new epoch after an etcd restore (DESIGN.md
+func init() {
+	recovery.Recover = func(ctx context.Context, a any, opts recovery.Options) (recovery.Report, error) {
+		return a.(*Authority).recoverDomain(ctx, opts)
+	}
+}
+
+// recoverDomain is recovery.Recover, which `fencepub authority recover`
+// runs: it moves the domain to a new epoch after an etcd restore (DESIGN.md
 // invariant 3; the package doc, "How Recover works"), and repairs a corrupt
 // epoch key the same way. Run it while workers cannot reach etcd (the
 // restore runbook in docs/operations.md). Every step is idempotent: after a
@@ -118,8 +39,8 @@ type restoredPointer struct {
 // ErrForeignDeployment, fencepub.ErrUnavailable, ErrExhausted,
 // fencepub.ErrCorruptState, a concurrent epoch change (run again), etcd's
 // permission denied, ctx's error.
-func (a *Authority) Recover(ctx context.Context, opts RecoverOptions) (RecoverReport, error) {
-	rep := RecoverReport{DryRun: opts.DryRun, FromBucket: opts.FromBucket, Revoked: []RevokedHolder{}, Resources: []ResourceRecovery{}}
+func (a *Authority) recoverDomain(ctx context.Context, opts recovery.Options) (recovery.Report, error) {
+	rep := recovery.Report{DryRun: opts.DryRun, FromBucket: opts.FromBucket, Revoked: []recovery.RevokedHolder{}, Resources: []recovery.ResourceRecovery{}}
 	// The put of the epoch key sits in a branch that never runs (no key has
 	// a negative version): etcd checks the permissions of both branches
 	// before it applies a transaction, so a user who may not write the
@@ -299,7 +220,7 @@ func (a *Authority) readPointers(ctx context.Context) (map[string]restoredPointe
 
 // scanBucket lists the domain's epoch markers, grant markers and objects,
 // filling rep.Highest and rep.Resources (objects above each pointer).
-func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restoredPointer, rep *RecoverReport) error {
+func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restoredPointer, rep *recovery.Report) error {
 	err := a.listKeys(ctx, a.ns.EpochMarkersPrefix(), "", 0, 0, func(o objstore.ObjectInfo) bool {
 		if e, ok := a.parseEpochMarker(o.Key); ok {
 			rep.Highest.EpochMarker = max(rep.Highest.EpochMarker, e)
@@ -322,13 +243,13 @@ func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restored
 	if err != nil {
 		return err
 	}
-	byRes := make(map[string]*ResourceRecovery)
+	byRes := make(map[string]*recovery.ResourceRecovery)
 	order := []string{}
-	entry := func(res string) *ResourceRecovery {
+	entry := func(res string) *recovery.ResourceRecovery {
 		r, ok := byRes[res]
 		if !ok {
 			p, has := pointers[res]
-			r = &ResourceRecovery{Resource: res, RestoredPointer: p.version, HasPointer: has, Above: []LostObject{}, Recorded: []uint64{}}
+			r = &recovery.ResourceRecovery{Resource: res, RestoredPointer: p.version, HasPointer: has, Above: []recovery.LostObject{}, Recorded: []uint64{}}
 			byRes[res] = r
 			order = append(order, res)
 		}
@@ -353,7 +274,7 @@ func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restored
 		}
 		rep.Highest.Object = max(rep.Highest.Object, v.Epoch)
 		if r := entry(res); r.RestoredPointer.Less(v) {
-			r.Above = append(r.Above, LostObject{Key: o.Key, Version: v, Size: o.Size, LastModified: o.LastModified})
+			r.Above = append(r.Above, recovery.LostObject{Key: o.Key, Version: v, Size: o.Size, LastModified: o.LastModified})
 		}
 		return true
 	})
@@ -384,7 +305,7 @@ func (a *Authority) reserveRecoverEpoch(ctx context.Context, epoch uint64, dep s
 
 // planRestored fills each resource's Recorded: OldEpoch if it had a
 // pointer, and every epoch of an object above that pointer.
-func planRestored(rep *RecoverReport) {
+func planRestored(rep *recovery.Report) {
 	for i := range rep.Resources {
 		r := &rep.Resources[i]
 		if r.HasPointer && rep.OldEpoch > 0 {
@@ -408,7 +329,7 @@ const pruneBatch = 50
 // (the zero pointer's when it has none), unless a record exists; nested
 // transactions, at most pruneBatch per request, each retried (call): a
 // record is created only where none exists, so a second copy is a no-op.
-func (a *Authority) recordRestored(ctx context.Context, pointers map[string]restoredPointer, rep *RecoverReport) error {
+func (a *Authority) recordRestored(ctx context.Context, pointers map[string]restoredPointer, rep *recovery.Report) error {
 	zero, err := layout.EncodePointer(layout.Pointer{})
 	if err != nil {
 		return err
@@ -477,7 +398,7 @@ func (a *Authority) switchEpoch(ctx context.Context, old []byte, initialised boo
 
 // revokeHolders revokes the lease of every holder key of the domain created
 // before revision rev and returns them.
-func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]RevokedHolder, error) {
+func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]recovery.RevokedHolder, error) {
 	prefix := a.ns.AuthorityPrefix()
 	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	var holders []string
@@ -499,7 +420,7 @@ func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]RevokedHold
 		}
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	out := []RevokedHolder{}
+	out := []recovery.RevokedHolder{}
 	for _, k := range holders {
 		var resp *clientv3.GetResponse
 		if err := a.call(ctx, "read holder", 0, func(ctx context.Context) (err error) {
@@ -524,7 +445,7 @@ func (a *Authority) revokeHolders(ctx context.Context, rev int64) ([]RevokedHold
 			return out, err
 		}
 		a.log.Info("authority: recover revoked a restored lease", "resource", g.Resource, "owner", g.Owner, "generation", g.Generation)
-		out = append(out, RevokedHolder{Resource: g.Resource, Owner: g.Owner, Epoch: g.Epoch, Generation: g.Generation, LeaseID: kv.Lease})
+		out = append(out, recovery.RevokedHolder{Resource: g.Resource, Owner: g.Owner, Epoch: g.Epoch, Generation: g.Generation, LeaseID: kv.Lease})
 	}
 	return out, nil
 }

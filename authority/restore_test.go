@@ -4,6 +4,7 @@ package authority
 
 import (
 	"errors"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -127,7 +128,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 	}
 
 	// A dry run changes nothing.
-	dry, err := a.Recover(ctx, RecoverOptions{DryRun: true})
+	dry, err := a.recoverDomain(ctx, recovery.Options{DryRun: true})
 	if err != nil || dry.NewEpoch <= dry.OldEpoch || len(dry.Revoked) != 0 {
 		t.Fatalf("dry run = %+v, %v", dry, err)
 	}
@@ -135,7 +136,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 		t.Fatalf("dry run changed the epoch to %d", ep)
 	}
 
-	rep, err := a.Recover(ctx, RecoverOptions{})
+	rep, err := a.recoverDomain(ctx, recovery.Options{})
 	if err != nil {
 		t.Fatalf("recover: %v", err)
 	}
@@ -146,7 +147,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 	if len(rep.Revoked) != 1 || rep.Revoked[0].Resource != "h" || rep.Revoked[0].Owner != gh.Owner {
 		t.Fatalf("revoked %+v; want the restored holder of h", rep.Revoked)
 	}
-	var rr *ResourceRecovery
+	var rr *recovery.ResourceRecovery
 	for i := range rep.Resources {
 		if rep.Resources[i].Resource == "r" {
 			rr = &rep.Resources[i]
@@ -196,7 +197,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 		}
 	}
 	// Recovering again is harmless: a new epoch, nothing lost twice.
-	rep2, err := a.Recover(ctx, RecoverOptions{})
+	rep2, err := a.recoverDomain(ctx, recovery.Options{})
 	if err != nil || rep2.NewEpoch <= rep.NewEpoch || rep2.RollbackFlag != "" {
 		t.Fatalf("second recover = %+v, %v", rep2, err)
 	}
@@ -238,7 +239,7 @@ func testRollbackDetectedAfterPruning(t *testing.T, wait bool) {
 	if _, err := a.Acquire(ctx, AcquireRequest{Resource: "m", Owner: owner("w"), TTL: 5 * time.Second, Wait: wait}); !errors.Is(err, ErrRolledBack) {
 		t.Fatalf("acquire below the pruned markers: %v; want ErrRolledBack", err)
 	}
-	rep, err := a.Recover(ctx, RecoverOptions{})
+	rep, err := a.recoverDomain(ctx, recovery.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +285,7 @@ func TestRestoreUndoesRecover(t *testing.T) {
 	if err := e.Members[0].SaveSnapshot(ctx, snap); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Recover(ctx, RecoverOptions{}); err != nil {
+	if _, err := a.recoverDomain(ctx, recovery.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	g2 := mustAcquire(t, a, AcquireRequest{Resource: "r", Owner: owner("w")})
@@ -301,7 +302,7 @@ func TestRestoreUndoesRecover(t *testing.T) {
 	if _, err := a.Acquire(ctx, AcquireRequest{Resource: "r", Owner: owner("w"), TTL: 5 * time.Second}); !errors.Is(err, ErrRolledBack) {
 		t.Fatalf("acquire after a restore that undid a recover: %v; want ErrRolledBack", err)
 	}
-	rep, err := a.Recover(ctx, RecoverOptions{})
+	rep, err := a.recoverDomain(ctx, recovery.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

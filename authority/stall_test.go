@@ -5,6 +5,7 @@ package authority
 import (
 	"context"
 	"errors"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func TestRecoverThroughStalledFollower(t *testing.T) {
 	var epoch uint64
 	for i := range 3 {
 		start := time.Now()
-		rep, err := a.Recover(ctx, RecoverOptions{})
+		rep, err := a.recoverDomain(ctx, recovery.Options{})
 		if err != nil {
 			t.Fatalf("recover %d with follower %s stalled: %v", i, m.Name, err)
 		}

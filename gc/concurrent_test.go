@@ -5,12 +5,12 @@ package gc
 import (
 	"context"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -201,7 +201,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	o51 := e.inFlight(d, "5")
 	e.expire(d)
 	resume = e.paused(res, nil)
-	if _, err := e.auth.Recover(ctxT(t, time.Minute), authority.RecoverOptions{}); err != nil {
+	if _, err := recovery.Recover(ctxT(t, time.Minute), e.auth, recovery.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	rep1c := resume()

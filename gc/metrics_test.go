@@ -3,6 +3,7 @@
 package gc
 
 import (
+	"github.com/fencepub/fencepub/internal/recovery"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,7 +80,7 @@ func TestMetricsAfterPass(t *testing.T) {
 	orphan := e.publish(pa, "3", publisher.Stale)
 	// recover moves the epoch: an object of the old epoch above the pointer
 	// it recorded may be a lost publish's only copy, and is quarantined.
-	if _, err := e.auth.Recover(ctxT(t, time.Minute), authority.RecoverOptions{}); err != nil {
+	if _, err := recovery.Recover(ctxT(t, time.Minute), e.auth, recovery.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	pv := e.Pointer(res).Version

@@ -5,6 +5,7 @@ package gc
 import (
 	"context"
 	"errors"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"io"
 	"sort"
 	"strings"
@@ -87,7 +88,7 @@ func TestQuarantineAfterRecover(t *testing.T) {
 	first := e.publish(pa, "r1", publisher.Applied)
 	lost := e.inFlight(a, "r2")
 	e.release(a)
-	rrep, err := e.auth.Recover(ctxT(t, time.Minute), authority.RecoverOptions{})
+	rrep, err := recovery.Recover(ctxT(t, time.Minute), e.auth, recovery.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestQuarantineWithoutPointer(t *testing.T) {
 	e.put(lost, "the only copy of a lost publish")
 	_, p := e.worker("known", "a")
 	e.publish(p, "k1", publisher.Applied)
-	rrep, err := e.auth.Recover(ctxT(t, time.Minute), authority.RecoverOptions{})
+	rrep, err := recovery.Recover(ctxT(t, time.Minute), e.auth, recovery.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

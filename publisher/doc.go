@@ -19,7 +19,8 @@
 //     the same key with another digest gets conflict. Op records live for
 //     GC's retention window (default 7 days).
 //   - The publisher never deletes objects; GC collects the orphans.
-//     Client.RestoreLost republishes what an etcd restore lost.
+//     `fencepub authority recover --republish` republishes what an etcd
+//     restore lost.
 //
 // A holder publishing a stream uses Publisher.Pipeline: it writes the
 // objects of up to depth operations while the transaction of the oldest
@@ -64,7 +65,7 @@
 //
 // A Stale answer is then also written to the bucket: a create-only settled
 // marker of the version, because the seal is lost with etcd and
-// Client.RestoreLost must never republish the attempt after a restore
+// the republish after a restore must never republish the attempt
 // (DESIGN.md invariant 8). When that write fails, Resolve returns the Stale
 // Result with fencepub.ErrUnavailable (fencepub.ErrInvalid when the store
 // refused the write) instead of ErrStale; calling it again answers the same
@@ -97,7 +98,7 @@
 //
 // # Restoring lost publishes
 //
-// For each resource, Client.RestoreLost acquires a grant (waiting up to a
+// For each resource, `fencepub authority recover --republish` acquires a grant (waiting up to a
 // minute for the holder), copies the object to a fresh key of the grant's
 // next version and publishes it there, then releases the grant with its own
 // bounded context. The idempotency key recover-<old version, 62-byte

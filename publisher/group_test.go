@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"strings"
 	"testing"
 	"time"
@@ -281,8 +282,8 @@ func TestResolveGroupSettlesEveryMember(t *testing.T) {
 		if !e.Exists(m.Attempt.Object.Key) {
 			t.Fatalf("%s: the attempt's object is gone; the test needs it", m.Resource)
 		}
-		lost := authority.LostObject{Key: m.Attempt.Object.Key, Version: m.Attempt.Version, LastModified: time.Now()}
-		if o, ok, err := e.pub.newestPublishable(ctx, m.Resource, []authority.LostObject{lost}); err != nil || ok {
+		lost := recovery.LostObject{Key: m.Attempt.Object.Key, Version: m.Attempt.Version, LastModified: time.Now()}
+		if o, ok, err := e.pub.newestPublishable(ctx, m.Resource, []recovery.LostObject{lost}); err != nil || ok {
 			t.Errorf("%s: a restore would republish the settled group's attempt %s: %+v, %v", m.Resource, m.Attempt.Version, o, err)
 		}
 	}

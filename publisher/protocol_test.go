@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -178,7 +179,7 @@ func TestUnauthorizedTokensRejected(t *testing.T) {
 	}
 
 	// The domain moves to a new epoch (after an etcd restore, `recover`).
-	rep, err := e.auth.Recover(ctx, authority.RecoverOptions{})
+	rep, err := recovery.Recover(ctx, e.auth, recovery.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,21 +6,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"github.com/fencepub/fencepub/internal/retry"
 )
-
-// Restored is one resource's outcome of RestoreLost.
-type Restored struct {
-	Resource string           `json:"resource"`
-	From     fencepub.Version `json:"from"` // the lost object's old-epoch version
-	Key      string           `json:"key"`  // the object republished
-	Result   Result           `json:"result"`
-	Error    string           `json:"error,omitempty"`
-}
 
 // Timeouts of RestoreLost: the wait for a resource's grant, and the
 // release after it.
@@ -30,39 +21,47 @@ const (
 	restoreLeaseTTL       = 15 * time.Second
 )
 
-// RestoreLost runs the last step of the restore runbook (`fencepub authority
-// recover --republish`, DESIGN.md invariant 3; the package doc, "Restoring
-// lost publishes"): for every resource of rep (a report of a.Recover) with
-// objects above its restored pointer, it publishes again the newest of them
-// that could have been published under the new epoch, under a grant of its
-// own. Run a.Recover with DryRun first. It returns one Restored per resource
-// it tried, in rep's order, a failure in its Error; it blocks until every
-// resource is done, and once ctx ends the rest fail with ctx's error.
-func (c *Client) RestoreLost(ctx context.Context, a *authority.Authority, rep authority.RecoverReport) []Restored {
-	var out []Restored
+func init() {
+	recovery.RestoreLost = func(ctx context.Context, c, a any, rep recovery.Report) []recovery.Restored {
+		return c.(*Client).restoreLost(ctx, a.(*authority.Authority), rep)
+	}
+}
+
+// restoreLost is recovery.RestoreLost: it runs the last step of the restore
+// runbook (`fencepub authority recover --republish`, DESIGN.md invariant 3;
+// the package doc, "Restoring lost publishes"): for every resource of rep
+// (a report of recovery.Recover) with objects above its restored pointer,
+// it publishes again the newest of them that could have been published
+// under the new epoch, under a grant of its own. It returns one
+// recovery.Restored per resource it tried, in rep's order, a failure in its
+// Error and a Result of type Result; it blocks until every resource is
+// done, and once ctx ends the rest fail with ctx's error.
+func (c *Client) restoreLost(ctx context.Context, a *authority.Authority, rep recovery.Report) []recovery.Restored {
+	var out []recovery.Restored
 	for _, r := range rep.Resources {
 		if len(r.Above) == 0 {
 			continue
 		}
 		lost, ok, err := c.newestPublishable(ctx, r.Resource, r.Above)
 		if err != nil {
-			out = append(out, Restored{Resource: r.Resource, Error: err.Error()})
+			out = append(out, recovery.Restored{Resource: r.Resource, Result: Result{}, Error: err.Error()})
 			continue
 		}
 		if !ok {
 			continue
 		}
-		res := Restored{Resource: r.Resource, From: lost.Version, Key: lost.Key}
-		if res.Result, err = c.restoreOne(ctx, a, r.Resource, lost); err != nil {
-			res.Error = err.Error()
+		res, err := c.restoreOne(ctx, a, r.Resource, lost)
+		rr := recovery.Restored{Resource: r.Resource, From: lost.Version, Key: lost.Key, Result: res}
+		if err != nil {
+			rr.Error = err.Error()
 		}
-		out = append(out, res)
+		out = append(out, rr)
 	}
 	return out
 }
 
 // restoreOne republishes lost under a fresh grant of resource.
-func (c *Client) restoreOne(ctx context.Context, a *authority.Authority, resource string, lost authority.LostObject) (Result, error) {
+func (c *Client) restoreOne(ctx context.Context, a *authority.Authority, resource string, lost recovery.LostObject) (Result, error) {
 	actx, cancel := context.WithTimeout(ctx, restoreAcquireTimeout)
 	defer cancel()
 	g, err := a.Acquire(actx, authority.AcquireRequest{Resource: resource, Owner: "recover-" + authority.NewID()[:12], TTL: restoreLeaseTTL, Wait: true})
@@ -85,10 +84,10 @@ func (c *Client) restoreOne(ctx context.Context, a *authority.Authority, resourc
 // last) written before the next epoch's marker was reserved, at a version
 // no Resolve settled as never applied (settledVersions). Errors: the
 // store's, when the settled markers cannot be listed.
-func (c *Client) newestPublishable(ctx context.Context, resource string, above []authority.LostObject) (authority.LostObject, bool, error) {
+func (c *Client) newestPublishable(ctx context.Context, resource string, above []recovery.LostObject) (recovery.LostObject, bool, error) {
 	settled, err := c.settledVersions(ctx, resource)
 	if err != nil {
-		return authority.LostObject{}, false, err
+		return recovery.LostObject{}, false, err
 	}
 	st := c.cfg.Store
 	cutoff := map[uint64]time.Time{}
@@ -109,7 +108,7 @@ func (c *Client) newestPublishable(ctx context.Context, resource string, above [
 			return o, true, nil
 		}
 	}
-	return authority.LostObject{}, false, nil
+	return recovery.LostObject{}, false, nil
 }
 
 // settledVersions returns the versions of resource whose attempt a Resolve

@@ -3,6 +3,7 @@
 package publisher
 
 import (
+	"github.com/fencepub/fencepub/internal/recovery"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -60,18 +61,18 @@ func TestRestoreLostSkipsResolvedAttempt(t *testing.T) {
 	if err := etcd.RestoreSnapshot(ctx, snap, devstack.RestoreOptions{BumpRevision: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := e.auth.Recover(ctx, authority.RecoverOptions{})
+	rep, err := recovery.Recover(ctx, e.auth, recovery.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := e.pub.RestoreLost(ctx, e.auth, rep)
-	if len(out) != 1 || out[0].Error != "" || out[0].Result.Outcome != Applied {
+	out := e.pub.restoreLost(ctx, e.auth, rep)
+	if len(out) != 1 || out[0].Error != "" || out[0].Result.(Result).Outcome != Applied {
 		t.Fatalf("RestoreLost: %+v; want one republish applied", out)
 	}
 	if out[0].From != lost.Version {
 		t.Fatalf("RestoreLost republished %s; want the lost publish %s, not the attempt %s settled as never applied", out[0].From, lost.Version, v)
 	}
-	if got := string(e.readObject(out[0].Result.Object.Key)); got != "version two" {
+	if got := string(e.readObject(out[0].Result.(Result).Object.Key)); got != "version two" {
 		t.Fatalf("the republished object holds %q, want %q", got, "version two")
 	}
 	if !strings.HasPrefix(out[0].Key, e.NS.ObjectsPrefix(res)) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"io"
 	"log/slog"
 	"time"
@@ -446,7 +447,7 @@ func newAuthorityShowCmd() *cobra.Command {
 }
 
 func newAuthorityRecoverCmd() *cobra.Command {
-	var opts authority.RecoverOptions
+	var opts recovery.Options
 	cmd := &cobra.Command{
 		Use:   "recover [--from-bucket] [--dry-run] [--republish]",
 		Short: "Move the domain to a new epoch after an etcd restore or loss",
@@ -494,12 +495,12 @@ and the bucket holds another history (add --from-bucket).`,
 		if republish && opts.DryRun {
 			return exitcode.Usagef("--republish publishes; it cannot be combined with --dry-run")
 		}
-		rep, err := a.Recover(c.Context(), opts)
+		rep, err := recovery.Recover(c.Context(), a, opts)
 		if err != nil {
 			return authorityExit(err)
 		}
 		var (
-			repub    []publisher.Restored
+			repub    []recovery.Restored
 			repubErr error
 		)
 		if republish {
@@ -507,7 +508,7 @@ and the bucket holds another history (add --from-bucket).`,
 			if err != nil {
 				return exitcode.With(exitcode.Usage, err)
 			}
-			repub = client.RestoreLost(c.Context(), a, rep)
+			repub = recovery.RestoreLost(c.Context(), client, a, rep)
 			for _, r := range repub {
 				if r.Error != "" {
 					env.Log.Error("republish failed", "resource", r.Resource, "version", r.From, "err", r.Error)
@@ -517,8 +518,8 @@ and the bucket holds another history (add --from-bucket).`,
 		}
 		if *out == "json" {
 			if err := printJSON(env.Stdout, struct {
-				authority.RecoverReport
-				Republished []publisher.Restored `json:"republished,omitempty"`
+				recovery.Report
+				Republished []recovery.Restored `json:"republished,omitempty"`
 			}{rep, repub}); err != nil {
 				return err
 			}
@@ -547,7 +548,8 @@ and the bucket holds another history (add --from-bucket).`,
 			}
 		}
 		for _, r := range repub {
-			fmt.Fprintf(w, "republished %s: %s -> %s (%s)\n", r.Resource, r.From, r.Result.Version, r.Result.Outcome)
+			res, _ := r.Result.(publisher.Result)
+			fmt.Fprintf(w, "republished %s: %s -> %s (%s)\n", r.Resource, r.From, res.Version, res.Outcome)
 		}
 		return repubErr
 	}

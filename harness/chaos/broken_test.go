@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -318,7 +319,7 @@ func (e *brokenEnv) takeOver(treatAsIssued bool, resources ...string) {
 		e.watch.run(wctx, ev.Revision+1)
 	}()
 	e.stopWatch = func() { wcancel(); <-done }
-	rep, err := e.auth.Recover(e.ctx, authority.RecoverOptions{FromBucket: true})
+	rep, err := recovery.Recover(e.ctx, e.auth, recovery.Options{FromBucket: true})
 	if err != nil {
 		e.t.Fatal(err)
 	}

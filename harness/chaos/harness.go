@@ -146,7 +146,7 @@ type Result struct {
 // Run runs one chaos run: it starts the workload (worker processes,
 // in-process workers, readers, dataset and group workers and readers, a
 // forger and concurrent GC collectors) in a fresh domain, injects the faults of Plan(Seed, Duration, ...) into the
-// cluster and the processes (an etcd restore followed by authority.Recover,
+// cluster and the processes (an etcd restore followed by recovery.Recover,
 // and a replacement of etcd by an empty cluster followed by a take-over of
 // the bucket, among them), then stops the workload, settles every open publish with
 // Resolve, heals the cluster, runs a last GC pass, lists the objects that

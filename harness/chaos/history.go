@@ -325,7 +325,7 @@ type FaultRecord struct {
 }
 
 // RestoreEvent is one etcd restore from an older snapshot followed by
-// authority.Recover. Every client was cut off from etcd from Start to End,
+// recovery.Recover. Every client was cut off from etcd from Start to End,
 // so no operation took effect in between.
 type RestoreEvent struct {
 	Snapshot int64 `json:"snapshot"` // when the snapshot was taken
@@ -343,7 +343,7 @@ type RestoreEvent struct {
 	States map[string]InitialState `json:"states"`
 	// Replaced marks a replacement of etcd by an empty cluster (EtcdReplaced):
 	// a restore of history to nothing, Snapshot == Start. Recover took the
-	// bucket over (RecoverOptions.FromBucket) and NewEpoch is above every
+	// bucket over (recovery.Options.FromBucket) and NewEpoch is above every
 	// epoch before.
 	Replaced bool `json:"replaced,omitempty"`
 }

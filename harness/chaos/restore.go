@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/fencepub/fencepub/internal/pubhook"
+	"github.com/fencepub/fencepub/internal/recovery"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,7 +25,7 @@ import (
 // run for f.Hold, then cuts every client off etcd — the proxies refuse and
 // reset every connection, the gate stops the harness's GC passes and
 // Resolves — restores every member from the snapshot, runs
-// authority.Recover, records the state Recover left and lets the clients
+// recovery.Recover, records the state Recover left and lets the clients
 // back. Publishes committed after the snapshot are lost by design; the
 // history is split at the restore.
 func (h *harness) injectRestore(ctx context.Context, f Fault) (target, detail string, err error) {
@@ -51,7 +52,7 @@ func (h *harness) injectRestore(ctx context.Context, f Fault) (target, detail st
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	rep, err := h.recover(rctx, authority.RecoverOptions{})
+	rep, err := h.recover(rctx, recovery.Options{})
 	if err != nil {
 		return target, "", err
 	}
@@ -106,11 +107,11 @@ func (h *harness) cutOff() (reopen func()) {
 	}
 }
 
-// recover runs authority.Recover with opts until it succeeds (the members
+// recover runs recovery.Recover with opts until it succeeds (the members
 // may still be electing a leader) or ctx ends.
-func (h *harness) recover(ctx context.Context, opts authority.RecoverOptions) (authority.RecoverReport, error) {
+func (h *harness) recover(ctx context.Context, opts recovery.Options) (recovery.Report, error) {
 	for {
-		rep, err := h.auth.Recover(ctx, opts)
+		rep, err := recovery.Recover(ctx, h.auth, opts)
 		if err == nil {
 			return rep, nil
 		}
@@ -179,7 +180,7 @@ func (h *harness) readStates(ctx context.Context, epoch uint64) (map[string]Init
 // injectReplace runs an EtcdReplaced fault (DESIGN.md invariant 9, the
 // runbook's take-over of a bucket by an empty etcd): it cuts every client
 // off etcd as a restore does, replaces the cluster by an empty one, runs
-// authority.Recover with RecoverOptions.FromBucket (every object found is
+// recovery.Recover with recovery.Options.FromBucket (every object found is
 // quarantined), records the replacement as a restore of history to nothing
 // (no resource has a pointer in the new epoch), republishes the newest
 // object of each resource (republishNewest) while the clients are still
@@ -202,7 +203,7 @@ func (h *harness) injectReplace(ctx context.Context, f Fault) (target, detail st
 	h.watch.replaced(1, ev.Revision)
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	rep, err := h.recover(rctx, authority.RecoverOptions{FromBucket: true})
+	rep, err := h.recover(rctx, recovery.Options{FromBucket: true})
 	if err != nil {
 		return "", "", err
 	}
@@ -226,7 +227,7 @@ func (h *harness) injectReplace(ctx context.Context, f Fault) (target, detail st
 // to 4 resources at a time, each within republishTimeout (the whole step
 // grows with the resources: ~130 s for 393 of them on 2 loaded cores), until
 // ctx ends. It returns how many publishes applied and how many did not.
-func (h *harness) republishNewest(ctx context.Context, rep authority.RecoverReport) (applied, failed int) {
+func (h *harness) republishNewest(ctx context.Context, rep recovery.Report) (applied, failed int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
@@ -285,7 +286,7 @@ func datasetAt(h *History, res string, v layout.Version, digest string) *Publish
 // ends), logs the grant and the publish in rec and reports whether it
 // applied. A lost manifest is republished as a dataset version: its
 // entries, listed through rcfg, are logged with it.
-func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher.Client, rcfg reader.Config, rec *Recorder, id, res string, lost authority.LostObject) bool {
+func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher.Client, rcfg reader.Config, rec *Recorder, id, res string, lost recovery.LostObject) bool {
 	ctx, cancel := context.WithTimeout(ctx, republishTimeout)
 	defer cancel()
 	clock := rec.Clock()

@@ -67,13 +67,13 @@ const (
 	// EtcdRestore: save a snapshot, let the workload go on for Hold, then
 	// cut every client off etcd, restore every member from the snapshot
 	// (`etcdutl snapshot restore --bump-revision --mark-compacted`), run
-	// authority.Recover and let the clients back (RUNBOOK's restore). The
+	// recovery.Recover and let the clients back (RUNBOOK's restore). The
 	// history is split there.
 	EtcdRestore FaultKind = "etcd_restore"
 	// EtcdReplaced: cut every client off etcd, replace the cluster by an
 	// empty one (every member killed, its data directory wiped, started
-	// again on the same URLs), take the bucket over with authority.Recover
-	// (RecoverOptions.FromBucket: every object is quarantined), republish
+	// again on the same URLs), take the bucket over with recovery.Recover
+	// (recovery.Options.FromBucket: every object is quarantined), republish
 	// the newest object of each resource under the new epoch, and let the
 	// clients back; they must acquire again (the empty etcd has no grants).
 	// The history is split there as at a restore of nothing (DESIGN.md

@@ -3,7 +3,7 @@
 // one step at a time (the chaos soak, the error-contract test): the seq a
 // Publisher's next publish takes, and the republish of an object an etcd
 // restore lost, which `fencepub authority recover --republish` runs through
-// publisher.Client.RestoreLost. Package publisher sets both when it is
+// recovery.RestoreLost. Package publisher sets both when it is
 // initialised, so they are set in any program that imports it.
 package pubhook
 
