@@ -34,12 +34,13 @@ type PipelineResult struct {
 }
 
 // Pipeline publishes a stream of operations of one Publisher, writing the
-// objects of up to depth operations while the transaction of the oldest is
-// in flight (DESIGN.md "Pipelined publishing"; the package doc). Seqs are
-// taken at Submit, in order; the transactions are sent one at a time in seq
-// order, each Publish's. Applied, duplicate and conflict let the next one go;
-// any other answer, or the end of the Pipeline's context, stops it: later
-// operations get ErrPipelineStopped and their seqs back. Submit and Close
+// objects (SubmitDataset: files) of up to depth operations while the
+// transaction of the oldest is in flight (DESIGN.md "Pipelined
+// publishing"). Seqs are taken at submit, in order; the transactions are
+// sent one at a time in seq order, each Publish's (PublishDataset's).
+// Applied, duplicate and conflict let the next one go; any other answer,
+// or the end of the Pipeline's context, stops it: later operations get
+// ErrPipelineStopped and their seqs back. Submit, SubmitDataset and Close
 // are safe for concurrent use; other publishes of the Publisher race with it.
 type Pipeline struct {
 	p      *Publisher
