@@ -13,6 +13,7 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/manifest"
+	"github.com/fencepub/fencepub/internal/testkit/testenv"
 )
 
 // Datasets in a Pipeline (DESIGN.md "Pipelined publishing"): each version's
@@ -118,8 +119,9 @@ func TestPipelineDatasets(t *testing.T) {
 
 // TestPipelineDatasetFailureStops: the second of four pipelined datasets
 // fails while its files are written (its file source ends in an error,
-// after the later two took their seqs); it gets that error, the two
-// behind it are not sent, and every seq but the first is given back.
+// after the later two were written); it gets that error, the two behind
+// it are not sent, their files stay as orphans for GC, and every seq but
+// the first is given back.
 func TestPipelineDatasetFailureStops(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
@@ -145,6 +147,17 @@ func TestPipelineDatasetFailureStops(t *testing.T) {
 	if n := p.nextSeq(); n != 5 {
 		t.Fatalf("NextSeq %d with four datasets submitted; want 5", n)
 	}
+	// The manifests of d3 and d4 are written ahead, behind the stuck d2.
+	ahead := func() int {
+		n := 0
+		for _, k := range e.listObjects(e.NS.ObjectsPrefix(res)) {
+			if v, own, ok := e.NS.ParseVersionKey(res, k); ok && own == k && v.Seq >= 3 {
+				n++
+			}
+		}
+		return n
+	}
+	testenv.Eventually(t, "d3 and d4 written ahead", 30*time.Second, func() bool { return ahead() == 2 })
 	close(gate)
 	stop := answer(t, "d2", chans[0])
 	if !errors.Is(stop.Err, died) || stop.Result.Outcome != "" {
@@ -166,5 +179,8 @@ func TestPipelineDatasetFailureStops(t *testing.T) {
 	}
 	if ptr, _ := e.entries(res); ptr.Version != r.Result.Version {
 		t.Fatalf("pointer %s; want d1's %s", ptr.Version, r.Result.Version)
+	}
+	if n := ahead(); n != 2 {
+		t.Fatalf("%d manifests of d3, d4 left; want both, orphans for GC (the publisher deletes nothing)", n)
 	}
 }
