@@ -193,9 +193,17 @@ func (p *Publisher) PublishDataset(ctx context.Context, ds Dataset) (DatasetResu
 		p.giveBack(c)
 		return DatasetResult{DatasetStats: stats}, err
 	}
-	ctx = debuglog.With(ctx, p.c.log, "resource", p.term.resource, "version", c.v.String(), "key", ds.IdempotencyKey)
-	res, err := p.send(ctx, c, p.c.prepareDataset(p.term, c.v, ds.IdempotencyKey, w, base))
+	ctx, pr := p.datasetTxn(c.v, ds.IdempotencyKey, w, base)(ctx)
+	res, err := p.send(ctx, c, pr)
 	return DatasetResult{Result: res, DatasetStats: stats}, err
+}
+
+// datasetTxn returns the txnFunc of dataset attempt w at v with base b.
+func (p *Publisher) datasetTxn(v layout.Version, key string, w writtenDataset, b *base) txnFunc {
+	return func(ctx context.Context) (context.Context, *prepared) {
+		ctx = debuglog.With(ctx, p.c.log, "resource", p.term.resource, "version", v.String(), "key", key)
+		return ctx, p.c.prepareDataset(p.term, v, key, w, b)
+	}
 }
 
 // base is the version a dataset publish reuses files from: the pointer's

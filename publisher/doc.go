@@ -28,7 +28,8 @@
 // each exactly Publish's. Every submitted operation gets its own answer; a
 // stale or unknown one stops the pipeline, and the operations behind it
 // are reported not sent (ErrPipelineStopped), never dropped (DESIGN.md
-// "Pipelined publishing").
+// "Pipelined publishing"). Pipeline.SubmitDataset pipelines dataset
+// versions the same way; they reuse no files (Base must be BaseNone).
 //
 // Strict mode (GrantTerm's strict) also refuses a publish once etcd has
 // expired the grant's lease, with etcd's timing; it is not wall-clock

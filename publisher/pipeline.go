@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 )
 
@@ -27,15 +28,19 @@ var ErrPipelineStopped = errors.New("publisher: not sent: the pipeline stopped")
 type PipelineResult struct {
 	Result Result
 	Err    error
+	// Dataset is what a SubmitDataset operation wrote (PublishDataset's
+	// DatasetStats); zero for Submit's.
+	Dataset DatasetStats
 }
 
 // Pipeline publishes a stream of operations of one Publisher, writing the
-// objects of up to depth operations while the transaction of the oldest is
-// in flight (DESIGN.md "Pipelined publishing"; the package doc). Seqs are
-// taken at Submit, in order; the transactions are sent one at a time in seq
-// order, each Publish's. Applied, duplicate and conflict let the next one go;
-// any other answer, or the end of the Pipeline's context, stops it: later
-// operations get ErrPipelineStopped and their seqs back. Submit and Close
+// objects (SubmitDataset: files) of up to depth operations while the
+// transaction of the oldest is in flight (DESIGN.md "Pipelined
+// publishing"). Seqs are taken at submit, in order; the transactions are
+// sent one at a time in seq order, each Publish's (PublishDataset's).
+// Applied, duplicate and conflict let the next one go; any other answer,
+// or the end of the Pipeline's context, stops it: later operations get
+// ErrPipelineStopped and their seqs back. Submit, SubmitDataset and Close
 // are safe for concurrent use; other publishes of the Publisher race with it.
 type Pipeline struct {
 	p      *Publisher
@@ -55,16 +60,21 @@ type Pipeline struct {
 
 // pending is one submitted operation.
 type pending struct {
-	c     claim // its seq
-	w     written
-	err   error         // the object write's
-	wrote chan struct{} // closed when the object write ended
+	c     claim   // its seq
+	tx    txnFunc // its transaction; set when the write succeeded
+	stats DatasetStats
+	err   error         // the write's
+	wrote chan struct{} // closed when the write ended
 	out   chan PipelineResult
 }
 
+// txnFunc builds a written attempt's transaction, stamped now, and the
+// context to send it in (carrying the attempt's debug log attributes).
+type txnFunc func(ctx context.Context) (context.Context, *prepared)
+
 // answer delivers the operation's one answer and closes its channel.
 func (it *pending) answer(res Result, err error) {
-	it.out <- PipelineResult{Result: res, Err: err}
+	it.out <- PipelineResult{Result: res, Err: err, Dataset: it.stats}
 	close(it.out)
 }
 
@@ -101,10 +111,50 @@ func (p *Publisher) Pipeline(ctx context.Context, depth int) *Pipeline {
 // is answered at once and does not stop the pipeline. After the pipeline
 // stopped or was closed, op is answered at once with ErrPipelineStopped.
 func (pl *Pipeline) Submit(op Operation) <-chan PipelineResult {
-	it := &pending{wrote: make(chan struct{}), out: make(chan PipelineResult, 1)}
 	op, err := pl.p.check(op)
+	return pl.submit(err, func(ctx context.Context, v layout.Version, it *pending) error {
+		w, err := pl.p.write(ctx, v, op)
+		it.tx = func(ctx context.Context) (context.Context, *prepared) {
+			return pl.p.logContext(ctx, w), pl.p.prepare(w)
+		}
+		return err
+	})
+}
+
+// SubmitDataset is Submit for a dataset version: it takes the next seq
+// for ds and starts writing its files and manifest, then sends its
+// transaction in seq order, as PublishDataset would. ds.Base must be
+// BaseNone: a pipelined dataset reuses no files, since the version it
+// would reuse from may not be published yet (DESIGN.md "Pipelined
+// publishing"); any other Base is fencepub.ErrInvalid, answered at once
+// like every refusal of PublishDataset before it takes a seq. ds.Files,
+// Open and Progress are called on other goroutines until the answer.
+func (pl *Pipeline) SubmitDataset(ds Dataset) <-chan PipelineResult {
+	err := ds.validate()
+	if err == nil && ds.Base != BaseNone {
+		err = fmt.Errorf("%w: Dataset.Base %q in a Pipeline: want %q (a pipelined dataset reuses no files)", fencepub.ErrInvalid, ds.Base, BaseNone)
+	}
 	if err != nil {
-		it.answer(Result{}, err)
+		pl.p.c.m.failure("validate")
+	}
+	return pl.submit(err, func(ctx context.Context, v layout.Version, it *pending) error {
+		w, stats, err := pl.p.writeDataset(ctx, v, ds, nil)
+		it.stats = stats
+		if err != nil {
+			pl.p.c.m.failure("object")
+		}
+		it.tx = pl.p.datasetTxn(v, ds.IdempotencyKey, w, nil)
+		return err
+	})
+}
+
+// submit queues an operation that refused is nil for, taking its seq and
+// starting write (its object's or files') on another goroutine; write sets
+// the operation's tx and returns the write's error.
+func (pl *Pipeline) submit(refused error, write func(ctx context.Context, v layout.Version, it *pending) error) <-chan PipelineResult {
+	it := &pending{wrote: make(chan struct{}), out: make(chan PipelineResult, 1)}
+	if refused != nil {
+		it.answer(Result{}, refused)
 		return it.out
 	}
 	slot := false
@@ -129,7 +179,7 @@ func (pl *Pipeline) Submit(op Operation) <-chan PipelineResult {
 	pl.mu.Unlock()
 	go func() {
 		defer close(it.wrote)
-		it.w, it.err = pl.p.write(pl.wctx, it.c.v, op)
+		it.err = write(pl.wctx, it.c.v, it)
 	}()
 	return it.out
 }
@@ -199,7 +249,7 @@ func (pl *Pipeline) handle(it *pending) bool {
 	<-it.wrote
 	res, err := Result{}, it.err
 	if err == nil {
-		res, err = pl.p.c.commit(pl.p.logContext(pl.ctx, it.w), pl.p.prepare(it.w))
+		res, err = pl.p.c.commit(it.tx(pl.ctx))
 	}
 	if err != nil && res.Outcome != Conflict {
 		pl.halt(it, res, err)
