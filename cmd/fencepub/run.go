@@ -466,22 +466,36 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// connect opens the command's environment with r's logger and an
+// authority on it, and checks the store (checkStore). The caller closes
+// env. Errors: OpenEnv's, a bad authority config (exit 2), checkStore's.
+func (r *runner) connect() (*cli.Env, *authority.Authority, error) {
+	env, err := cli.OpenEnv(r.c)
+	if err != nil {
+		return nil, nil, err
+	}
+	env.Log = r.log
+	a, err := authority.New(env.AuthorityConfig())
+	if err == nil {
+		err = checkStore(r.c.Context(), env, a)
+	} else {
+		err = exitcode.With(exitcode.Usage, err)
+	}
+	if err != nil {
+		env.Close()
+		return nil, nil, err
+	}
+	return env, a, nil
+}
+
 func (r *runner) run(o *runOptions) error {
 	resource, owner, key := o.resource, o.owner, o.key
-	env, err := cli.OpenEnv(r.c)
+	env, a, err := r.connect()
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	env.Log = r.log
 	ctx := r.c.Context()
-	a, err := authority.New(env.AuthorityConfig())
-	if err != nil {
-		return exitcode.With(exitcode.Usage, err)
-	}
-	if err := checkStore(ctx, env, a); err != nil {
-		return err
-	}
 	r.log.Info("run: acquiring the lease", "resource", resource, "owner", owner, "ttl", o.ttl, "max_wait", o.maxWait, "request_id", o.requestID)
 	// MaxWait bounds only the wait for another holder: a grant in progress
 	// when it passes is finished, never cut in half.

@@ -151,20 +151,12 @@ func (o *runOptions) runGroup(c *cobra.Command, start time.Time) error {
 }
 
 func (r *runner) runGroup(o *runOptions, out *runGroupOutput) error {
-	env, err := cli.OpenEnv(r.c)
+	env, a, err := r.connect()
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	env.Log = r.log
 	ctx := r.c.Context()
-	a, err := authority.New(env.AuthorityConfig())
-	if err != nil {
-		return exitcode.With(exitcode.Usage, err)
-	}
-	if err := checkStore(ctx, env, a); err != nil {
-		return err
-	}
 	names := memberNames(o.members)
 	r.log.Info("run: acquiring the group", "resources", names, "owner", o.owner, "ttl", o.ttl, "max_wait", o.maxWait, "request_id", o.requestID)
 	grants, err := a.AcquireGroup(ctx, authority.GroupRequest{Resources: names, Owner: o.owner, RequestID: o.requestID, TTL: o.ttl,

@@ -119,11 +119,6 @@ func (w *worker) groupTerm(resources []string) bool {
 		}
 	}
 	if zombie {
-		if w.rival == nil {
-			r := *w
-			r.id, r.rng, r.zombies, r.n, r.rival = w.id+"r", rand.New(rand.NewPCG(w.rng.Uint64(), 7)), false, 0, nil
-			w.rival = &r
-		}
 		sub := slices.Clone(resources)
 		if w.rng.IntN(2) == 0 {
 			// The rival takes all members but one: the zombie's group is
@@ -131,13 +126,9 @@ func (w *worker) groupTerm(resources []string) bool {
 			i := w.rng.IntN(len(sub))
 			sub = slices.Delete(sub, i, i+1)
 		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			w.rival.groupTerm(sub)
-		}()
-		defer func() { <-done }()
-		if !w.sleep(w.wl.TTL + time.Duration(1000+w.rng.IntN(1500))*time.Millisecond) {
+		wait, ok := w.stall(func(r *worker) { r.groupTerm(sub) })
+		defer wait()
+		if !ok {
 			return true
 		}
 	}

@@ -338,6 +338,24 @@ func (w *worker) acquire(res string) (g authority.Grant, expired, ok bool) {
 	return authority.Grant{}, false, false
 }
 
+// stall makes w a zombie: it sleeps past its lease's TTL while its rival
+// (a copy of w without zombies, made once) runs rivalTerm in another
+// goroutine. It returns wait, which the term must call before it ends (it
+// waits for the rival), and false when the run stopped during the sleep.
+func (w *worker) stall(rivalTerm func(r *worker)) (wait func(), ok bool) {
+	if w.rival == nil {
+		r := *w
+		r.id, r.rng, r.zombies, r.n, r.rival = w.id+"r", rand.New(rand.NewPCG(w.rng.Uint64(), 7)), false, 0, nil
+		w.rival = &r
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rivalTerm(w.rival)
+	}()
+	return func() { <-done }, w.sleep(w.wl.TTL + time.Duration(1000+w.rng.IntN(1500))*time.Millisecond)
+}
+
 // term acquires res, publishes one to four versions under the grant and
 // releases it. It reports whether it got a grant.
 func (w *worker) term(res string) bool {
@@ -354,18 +372,9 @@ func (w *worker) term(res string) bool {
 		}
 	}
 	if zombie {
-		if w.rival == nil {
-			r := *w
-			r.id, r.rng, r.zombies, r.n = w.id+"r", rand.New(rand.NewPCG(w.rng.Uint64(), 7)), false, 0
-			w.rival = &r
-		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			w.rival.term(res)
-		}()
-		defer func() { <-done }()
-		if !w.sleep(w.wl.TTL + time.Duration(1000+w.rng.IntN(1500))*time.Millisecond) {
+		wait, ok := w.stall(func(r *worker) { r.term(res) })
+		defer wait()
+		if !ok {
 			return true
 		}
 	}
