@@ -99,3 +99,30 @@ func TestDevUpOptionsValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishDirTimeout: publish --dir without --timeout gets dirTimeout,
+// a file publish keeps 30s, and a given --timeout is kept with --dir.
+func TestPublishDirTimeout(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		flags []string
+		want  time.Duration
+	}{
+		{[]string{"--dir", dir}, dirTimeout},
+		{[]string{"--dir", dir, "--timeout", "45s"}, 45 * time.Second},
+		{[]string{"--file", "README.md"}, 30 * time.Second},
+	} {
+		o := &publishOptions{}
+		c := &cobra.Command{}
+		o.addFlags(c)
+		if err := c.ParseFlags(append([]string{"--resource", "r", "--key", "k", "--ttl", "5s"}, tc.flags...)); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Complete(c, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Validate(); err != nil || o.timeout != tc.want {
+			t.Errorf("%q: timeout %s, err %v; want %s", tc.flags, o.timeout, err, tc.want)
+		}
+	}
+}

@@ -277,7 +277,7 @@ uploaded --parallel at a time; with --base current (the default) files equal
 to the current dataset version's are not uploaded, and a pointer that moved
 meanwhile makes the publish stale with reason base. --seq is not used: a
 dataset takes the grant's next seq. --timeout bounds it the same way, every
-file's upload included.
+file's upload included; with --dir its default is longer (see --timeout).
 
 --set RESOURCE=PATH (repeatable, with --ttl, instead of --resource and
 --file/--dir) publishes a group (docs/groups.md): each PATH is a file (one
@@ -332,7 +332,7 @@ func (o *publishOptions) addFlags(cmd *cobra.Command) {
 	o.body.add(cmd, "file to publish, or - for stdin")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "publish an empty (0-byte) body, or with --dir a directory without files, instead of refusing it")
 	o.dir.add(cmd)
-	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "upper bound on the whole command, release and abort included (see above); a transaction still unanswered then is unknown (exit 112)")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "upper bound on the whole command, release and abort included (see above); a transaction still unanswered then is unknown (exit 112); with --dir the default is "+dirTimeout.String())
 	_ = cmd.MarkFlagRequired("key")
 	o.format = addOutputFlag(cmd)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
@@ -10,6 +11,11 @@ import (
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 )
+
+// dirTimeout is --timeout's default with --dir: a directory's uploads take
+// longer than one file's, so it is run's --publish-timeout default rather
+// than publish's 30s.
+const dirTimeout = 5 * time.Minute
 
 // dirFlags are publish's flags for a dataset from a directory (DESIGN.md
 // "Dataset versions").
@@ -44,6 +50,9 @@ func (o *publishOptions) validateDir() error {
 		return exitcode.Usagef("--parallel %d: want at least 1", d.parallel)
 	case d.base != string(publisher.BaseCurrent) && d.base != string(publisher.BaseNone):
 		return exitcode.Usagef("--base %q: want current or none", d.base)
+	}
+	if !fl.Changed("timeout") {
+		o.timeout = dirTimeout
 	}
 	if err := positive("timeout", o.timeout); err != nil {
 		return err
