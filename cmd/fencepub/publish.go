@@ -316,7 +316,12 @@ reused_files, sha256), or, when the command failed before an outcome,
 		}
 		return o.Run(c)
 	}
-	addRunMetrics(cmd, &o.grant.resource)
+	addRunMetrics(cmd, func() []string {
+		if ms, err := parseSetSpecs(o.sets); err == nil && len(ms) > 0 {
+			return memberNames(ms)
+		}
+		return []string{o.grant.resource}
+	})
 	return cmd
 }
 

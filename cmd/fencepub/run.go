@@ -180,7 +180,12 @@ CMD's own exit code when CMD fails (nothing is published), 2 usage, 110 stale,
 		}
 		return o.Run(c, start)
 	}
-	addRunMetrics(cmd, &o.resource)
+	addRunMetrics(cmd, func() []string {
+		if len(o.members) > 0 {
+			return memberNames(o.members)
+		}
+		return []string{o.resource}
+	})
 	return cmd
 }
 

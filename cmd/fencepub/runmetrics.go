@@ -52,11 +52,12 @@ type runMetrics struct {
 
 // addRunMetrics adds --metrics-textfile and --pushgateway to cmd and wraps
 // its RunE (set before this call) so that, once it returns, the outcome of
-// the run for the resource *resource is written to the textfile and pushed.
+// the run is written to the textfile and pushed for each resource that
+// resources returns then (one, or every member of a group).
 // A metrics write that fails is logged as a warning and leaves the exit
 // code alone: the result was published or not whatever the monitoring
 // says. Bad flag values are usage errors (exit 2) before anything runs.
-func addRunMetrics(cmd *cobra.Command, resource *string) {
+func addRunMetrics(cmd *cobra.Command, resources func() []string) {
 	m := &runMetrics{}
 	cmd.Flags().StringVar(&m.textfile, "metrics-textfile", "", "after the run, write its metrics to this node_exporter textfile (NAME.prom; replaced atomically, keeping other resources' and outcomes' series)")
 	cmd.Flags().StringVar(&m.pushgateway, "pushgateway", "", "after the run, push its metrics to this Prometheus pushgateway URL (job "+pushJob+")")
@@ -69,7 +70,7 @@ func addRunMetrics(cmd *cobra.Command, resource *string) {
 		err := run(c, args)
 		if m.textfile != "" || m.pushgateway != "" {
 			code := cli.ExitCode(err, c.Context().Err() != nil)
-			m.record(c, *resource, code, start, time.Now())
+			m.record(c, resources(), code, start, time.Now())
 		}
 		return err
 	}
@@ -89,9 +90,10 @@ func (m *runMetrics) validate() error {
 	return nil
 }
 
-// record writes and pushes the metrics of a run of resource that ended
-// with exit code code, logging failures as warnings.
-func (m *runMetrics) record(c *cobra.Command, resource string, code int, start, end time.Time) {
+// record writes and pushes the metrics of a run of resources that ended
+// with exit code code, each resource's series as a run of it alone (the
+// textfile written once), logging failures as warnings.
+func (m *runMetrics) record(c *cobra.Command, resources []string, code int, start, end time.Time) {
 	log := cli.Logger(c)
 	outcome, ok := runOutcomes[code]
 	if !ok {
@@ -99,17 +101,23 @@ func (m *runMetrics) record(c *cobra.Command, resource string, code int, start, 
 	}
 	published, took := code == exitcode.OK, end.Sub(start)
 	if m.textfile != "" {
-		success, per := runRegistries(resource, outcome, published, took, end, true)
-		if err := writeTextfile(m.textfile, success, per); err != nil {
+		var gs []prometheus.Gatherer
+		for _, r := range resources {
+			success, per := runRegistries(r, outcome, published, took, end, true)
+			gs = append(gs, success, per)
+		}
+		if err := writeTextfile(m.textfile, gs...); err != nil {
 			log.Warn("metrics textfile not written", "path", m.textfile, "err", err)
 		}
 	}
 	if m.pushgateway != "" {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context()), pushTimeout)
 		defer cancel()
-		success, per := runRegistries(resource, outcome, published, took, end, false)
-		if err := pushRun(ctx, m.pushgateway, resource, outcome, success, per); err != nil {
-			log.Warn("metrics not pushed", "pushgateway", m.pushgateway, "err", err)
+		for _, r := range resources {
+			success, per := runRegistries(r, outcome, published, took, end, false)
+			if err := pushRun(ctx, m.pushgateway, r, outcome, success, per); err != nil {
+				log.Warn("metrics not pushed", "pushgateway", m.pushgateway, "resource", r, "err", err)
+			}
 		}
 	}
 }

@@ -84,8 +84,8 @@ func gaugeOf(fams map[string]*dto.MetricFamily, name string, labels map[string]s
 // TestRunMetrics: `run` and `publish` write their outcome to a
 // node_exporter textfile (kept across runs: a failed run leaves the last
 // success in place) and push it to a pushgateway, whose groups keep the
-// last success apart from each outcome. Bad flag values exit 2 before
-// anything runs.
+// last success apart from each outcome; a group publish records each
+// member. Bad flag values exit 2 before anything runs.
 func TestRunMetrics(t *testing.T) {
 	conn, _, _ := testenv.CLIStack(t, "runmetrics")
 	gw := &pushRecorder{}
@@ -142,6 +142,21 @@ func TestRunMetrics(t *testing.T) {
 		t.Fatal("no stale outcome after a stale publish")
 	}
 	gw.take()
+
+	// A group publish records each member as a resource of its own.
+	runWant(t, exitcode.OK, append(append([]string{"publish", "--set", "daily=" + body, "--set", "breakdown=" + body, "--owner", "me", "--ttl", "10s", "--key", "g1"}, mflags...), conn...)...)
+	fams = readTextfile(t, prom)
+	for _, r := range []string{"daily", "breakdown"} {
+		if _, ok := gaugeOf(fams, metricRunLastSuccess, map[string]string{"resource": r}); !ok {
+			t.Fatalf("no last success of group member %s: %v", r, fams)
+		}
+	}
+	if _, ok := gaugeOf(fams, metricRunLastSuccess, map[string]string{"resource": ""}); ok {
+		t.Fatalf("a group publish recorded a series without a resource: %v", fams)
+	}
+	if pushes := gw.take(); len(pushes) != 4 || !pushedTo(pushes[1], "resource", "daily", "outcome", "published") || !pushedTo(pushes[3], "resource", "breakdown", "outcome", "published") {
+		t.Fatalf("pushes after a group publish: %q", pushes)
+	}
 
 	for _, bad := range [][]string{{"--metrics-textfile", filepath.Join(dir, "x.txt")}, {"--pushgateway", "gateway:9091"}} {
 		args := append(append([]string{"publish", "--resource", "nightly", "--owner", "me", "--ttl", "10s", "--key", "k9", "--file", body}, bad...), conn...)
