@@ -37,8 +37,8 @@ import (
 // at half sha256's speed here) for a check the signature already makes.
 
 const (
-	// conflictRetries bounds the sends of an object write retried on a 409
-	// or, for a seekable stream, a failure in transit.
+	// conflictRetries bounds the sends of an object write retried on a
+	// 409.
 	conflictRetries = 5
 	// maxParts is S3's limit on parts per multipart upload.
 	maxParts = 10000
@@ -364,11 +364,10 @@ func (b *bodyReader) rest() (int64, error) {
 
 // putStream streams exactly size bytes of body in one create-only PUT,
 // hashing them on the way, then checks that body has no more bytes. It
-// holds none of the body in memory. When body is an io.Seeker, a request
-// that failed in transit (objstore.ErrUnavailable, whose response may have
-// been lost) or met a 409 is sent again from the body's start (up to
-// conflictRetries sends); the second send meets 412 if the first was
-// stored, and verifyOwn accepts it. A body that cannot seek is sent once:
+// holds none of the body in memory. When body is an io.Seeker, a failed
+// send is sent again from the body's start as storeRetry sends one (a
+// send after a stored one meets 412, and verifyOwn accepts it). A body
+// that cannot seek is sent once:
 // the store's error is returned and nothing is published. A body longer
 // than size leaves the object written unpublished, an orphan for GC.
 func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size int64, contentType string, meta map[string]string) (layout.Object, []byte, error) {
@@ -400,8 +399,7 @@ func (c *Client) putStream(ctx context.Context, key string, body io.Reader, size
 		info, err = st.PutCreateOnly(ctx, key, br, size, opts)
 		br.detach()
 		bodyOK := br.err == nil && !(br.eof && br.n < size)
-		again = err != nil && bodyOK && seeker != nil && sends < conflictRetries &&
-			(retry.StoreUnavailable(err) || retry.StoreConflict(err))
+		again = err != nil && bodyOK && seeker != nil && resendable(err, sends)
 		if again {
 			c.log.Warn("object PUT failed in transit; sending it again", "key", key, "attempt", sends, "err", err)
 		}
@@ -456,7 +454,8 @@ func bodyEnded(body io.Reader) error {
 }
 
 // putSingle writes data, the whole body of obj, in one create-only PUT,
-// retrying a 409. A 412 is accepted when the object there holds obj's bytes.
+// sent again as storeRetry says. A 412 is accepted when the object there
+// holds obj's bytes.
 func (c *Client) putSingle(ctx context.Context, obj layout.Object, data []byte, contentType string, meta map[string]string) (layout.Object, error) {
 	st := c.cfg.Store
 	opts := putOpts(contentType, meta, "")
@@ -498,7 +497,11 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 	send := func(n int, data []byte) <-chan sent {
 		ch := make(chan sent, 1)
 		go func() {
-			p, err := st.UploadPart(ctx, key, id, n, bytes.NewReader(data), int64(len(data)))
+			var p objstore.Part
+			err := c.storeRetry(ctx, func(ctx context.Context) (err error) { // a part sent again replaces itself
+				p, err = st.UploadPart(ctx, key, id, n, bytes.NewReader(data), int64(len(data)))
+				return err
+			})
 			switch {
 			case errors.Is(err, objstore.ErrNotFound):
 				err = uploadAborted(key, id, fmt.Errorf("upload part %d: %w", n, err))
@@ -553,7 +556,8 @@ func (c *Client) putMultipart(ctx context.Context, key string, br *bufio.Reader,
 	return obj, sum, err
 }
 
-// complete completes upload id create-only, retrying a 409. A 412 or a
+// complete completes upload id create-only, sent again as storeRetry
+// says. A 412 or a
 // vanished upload (ErrNotFound: our earlier completion whose response was
 // lost) is accepted after verifyOwn. A vanished upload with no object at
 // key was aborted: ErrUploadAborted.
@@ -580,16 +584,25 @@ func (c *Client) complete(ctx context.Context, key, id string, parts []objstore.
 	return layout.Object{}, fmt.Errorf("publisher: complete %s: %w", key, err)
 }
 
-// storeRetry sends op, a create-only write, again while it meets a 409
-// ConditionalRequestConflict (retry.StoreConflict), up to conflictRetries
-// sends, with jittered backoff (retry.Do) within ctx. It returns op's last
-// error.
+// storeRetry sends op, a create-only write, again with jittered backoff
+// (retry.Do) while it fails in transit or is refused for now
+// (retry.StoreUnavailable: a lost response, a 5xx such as a 503 SlowDown
+// while the store settles a lost node), until ctx ends, as etcd requests
+// are retried (DESIGN.md invariant 12: available while a quorum is); and
+// while it meets a 409 ConditionalRequestConflict (retry.StoreConflict),
+// up to conflictRetries sends. It returns op's last error.
 func (c *Client) storeRetry(ctx context.Context, op func(context.Context) error) error {
 	sends := 0
 	return retry.Do(ctx, func(ctx context.Context) error {
 		sends++
 		return op(ctx)
-	}, func(err error) bool { return sends < conflictRetries && retry.StoreConflict(err) })
+	}, func(err error) bool { return resendable(err, sends) })
+}
+
+// resendable reports whether a create-only write that failed with err
+// after sends sends may be sent again (storeRetry's rule).
+func resendable(err error, sends int) bool {
+	return retry.StoreUnavailable(err) || retry.StoreConflict(err) && sends < conflictRetries
 }
 
 // errNoObject marks verifyOwn's error when no object is at the key.

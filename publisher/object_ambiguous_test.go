@@ -133,10 +133,11 @@ func TestFailedPartAbortsTheUpload(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	body := bytes.Repeat([]byte("p"), 2*minPartSize+10)
 	key := objectKey(c, 1)
+	denied := fmt.Errorf("%w: (injected)", objstore.ErrAccessDenied)
 	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{})
-	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{Before: errLost})
-	if _, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil); !errors.Is(err, objstore.ErrUnavailable) {
-		t.Fatalf("write with a failing part: %v, want ErrUnavailable", err)
+	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{Before: denied})
+	if _, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(body)}, -1, "", nil); !errors.Is(err, objstore.ErrAccessDenied) {
+		t.Fatalf("write with a failing part: %v, want ErrAccessDenied", err)
 	}
 	if n := fs.Calls(faultstore.AbortUpload); n != 1 {
 		t.Fatalf("%d aborts, want 1", n)
@@ -167,5 +168,49 @@ func TestCompleteOfAbortedUpload(t *testing.T) {
 	}
 	if _, err := mem.Stat(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("an object under the key: %v", err)
+	}
+}
+
+// A write the store refuses for now (ErrUnavailable: a 503 SlowDown while
+// an erasure set settles a lost node) is sent again until the caller's
+// deadline, more often than a 409 is: a single PUT of a seekable body, a
+// part and a completion. With the store refusing past the deadline the
+// write fails with ErrUnavailable once the deadline has passed.
+func TestUnavailableWriteSentAgainUntilDeadline(t *testing.T) {
+	c, fs, mem := memClient(t)
+	ctx := ctxT(t, time.Minute)
+	slowDown := fmt.Errorf("%w: 503 SlowDown (injected)", objstore.ErrUnavailable)
+	small := []byte("sent again while the store settles")
+	key := objectKey(c, 1)
+	fs.Inject(faultstore.PutCreateOnly, 2*conflictRetries, faultstore.Fault{Before: slowDown})
+	if _, _, err := c.writeObject(ctx, key, bytes.NewReader(small), int64(len(small)), "", nil); err != nil {
+		t.Fatalf("write after %d refusals: %v", 2*conflictRetries, err)
+	}
+	if n := fs.Calls(faultstore.PutCreateOnly); n != 2*conflictRetries+1 {
+		t.Fatalf("%d PUTs, want %d", n, 2*conflictRetries+1)
+	}
+	if _, err := mem.Stat(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+
+	big := bytes.Repeat([]byte("u"), 2*minPartSize+10)
+	key = objectKey(c, 2)
+	fs.Inject(faultstore.UploadPart, 1, faultstore.Fault{})
+	fs.Inject(faultstore.UploadPart, 3, faultstore.Fault{Before: slowDown})
+	fs.Inject(faultstore.CompleteUpload, 3, faultstore.Fault{Before: slowDown})
+	if _, _, err := c.writeObject(ctx, key, onlyReader{bytes.NewReader(big)}, -1, "", nil); err != nil {
+		t.Fatalf("multipart write after refused parts and completions: %v", err)
+	}
+	if n := fs.Calls(faultstore.AbortUpload); n != 0 {
+		t.Fatalf("%d aborts of an upload that completed", n)
+	}
+
+	fs.Inject(faultstore.PutCreateOnly, 1000, faultstore.Fault{Before: slowDown})
+	start := time.Now()
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, _, err := c.writeObject(short, objectKey(c, 3), bytes.NewReader(small), int64(len(small)), "", nil)
+	if !errors.Is(err, objstore.ErrUnavailable) || time.Since(start) < 2*time.Second {
+		t.Fatalf("write refused past its deadline: %v after %s; want ErrUnavailable at the deadline", err, time.Since(start))
 	}
 }

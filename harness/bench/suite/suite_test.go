@@ -173,11 +173,11 @@ func TestGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rows) != 13 {
-		t.Fatalf("%d rows, want 5 per size and 3 limits: %+v", len(rep.Rows), rep.Rows)
+	if len(rep.Rows) != 15 {
+		t.Fatalf("%d rows, want 6 per size and 3 limits: %+v", len(rep.Rows), rep.Rows)
 	}
 	ratios := map[string]float64{}
-	for _, r := range rep.Rows[:10] {
+	for _, r := range rep.Rows[:12] {
 		iters := 5
 		if r.Size == 1<<20 {
 			iters = 3
@@ -207,7 +207,7 @@ func TestGroup(t *testing.T) {
 		}
 	}
 	for i, want := range []int{31, 42, 31} {
-		r := rep.Rows[10+i]
+		r := rep.Rows[12+i]
 		if met := r.Met != nil && *r.Met; r.Unit != "members" || r.Subject.Throughput != float64(want) || !met {
 			t.Errorf("%s: %v members, met %v; want %d: %+v", r.Config, r.Subject.Throughput, met, want, r)
 		}
