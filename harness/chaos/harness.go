@@ -329,6 +329,7 @@ func (h *harness) setup(ctx context.Context) error {
 	}
 	h.clock = NewClock()
 	h.rec = NewRecorder(h.ns, d.Epoch, h.clock)
+	h.rec.h.ProbeSpan = int64(h.wl.PublishTimeout) // before any client runs
 	if h.pub, err = h.publisherClient(h.direct, h.store); err != nil {
 		return err
 	}
@@ -433,6 +434,7 @@ func (h *harness) startWorkload(wg *sync.WaitGroup) error {
 		l := &groupReadLoop{id: fmt.Sprintf("greader%d", i), clock: h.clock, cfg: rcfg, wl: h.wl, rng: h.rng(uint64(800 + i)), rec: h.rec, stop: h.stop}
 		goRun(l.run)
 	}
+	goRun(func() { h.storeCanary(st) })
 	forger := newWorker("forger", 200)
 	goRun(func() { forger.forge(func() []GrantEvent { return h.rec.recentGrants(20) }) })
 	for i := range h.cfg.Readers {
@@ -485,6 +487,47 @@ func (h *harness) startProcess(sl *slot) error {
 		argv = h.cfg.Network.WorkerCommand(sl.idx, argv)
 	}
 	return startProcess(argv, h.cfg.Dir, sl, h.spec(), h.rec)
+}
+
+// Store canary: a create-only write of a small object every
+// canaryInterval, each within canaryTimeout, to keys outside the domain.
+const (
+	canaryInterval = 250 * time.Millisecond
+	canaryTimeout  = 2 * time.Second
+)
+
+// storeCanary writes through st, the clients' path to the store, until the
+// run halts, logging each write (History.StoreProbes), then deletes what it
+// wrote. Liveness measures a store-side fault's failed operations against
+// it: the store served writes, or it did not.
+func (h *harness) storeCanary(st objstore.Store) {
+	prefix := "chaos-canary/" + strings.ReplaceAll(h.ns.Root(), "/", "-") + "/"
+	var keys []string
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for i, err := range st.Delete(ctx, keys) {
+			if err != nil {
+				h.log.Warn("chaos: store canary object not deleted", "key", keys[i], "err", err)
+			}
+		}
+	}()
+	tick := time.NewTicker(canaryInterval)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-h.stop:
+			return
+		case <-tick.C:
+		}
+		key := fmt.Sprintf("%s%08d", prefix, n)
+		ctx, cancel := context.WithTimeout(context.Background(), canaryTimeout)
+		call := h.clock.Now()
+		_, err := objstore.PutSmallCreateOnly(ctx, st, key, []byte("store canary"), "")
+		cancel()
+		h.rec.StoreProbe(StoreProbe{Call: call, Return: h.clock.Now(), OK: err == nil})
+		keys = append(keys, key)
+	}
 }
 
 func (h *harness) halt() { h.stopOnce.Do(func() { close(h.stop) }) }

@@ -47,6 +47,22 @@ type History struct {
 	// GroupCuts is every read of a group's member resources at one etcd
 	// revision (reader.ReadCut).
 	GroupCuts []GroupCut `json:"group_cuts,omitempty"`
+	// StoreProbes is every write of the store canary (storeCanary): the
+	// baseline that tells a store which served no write from a client that
+	// gave up while it did (Liveness).
+	StoreProbes []StoreProbe `json:"store_probes,omitempty"`
+	// ProbeSpan is how long after an operation's call the canary must have
+	// had no write served for the operation's failure to be the store's
+	// (the workload's publish deadline); 0 when the run had no canary.
+	ProbeSpan int64 `json:"probe_span,omitempty"`
+}
+
+// StoreProbe is one create-only write of a small object by the store
+// canary, outside the domain, through the clients' path to the store.
+type StoreProbe struct {
+	Call   int64 `json:"call"`
+	Return int64 `json:"return"`
+	OK     bool  `json:"ok"`
 }
 
 // GroupCut is one read of the pointers of several resources at one etcd
@@ -415,6 +431,9 @@ func appendLocked[T any](r *Recorder, list *[]T, x T) {
 	r.mu.Unlock()
 }
 
+// StoreProbe logs a write of the store canary.
+func (r *Recorder) StoreProbe(p StoreProbe) { appendLocked(r, &r.h.StoreProbes, p) }
+
 // Clock returns the run's clock.
 func (r *Recorder) Clock() Clock { return r.clock }
 
@@ -549,6 +568,7 @@ func (r *Recorder) History() *History {
 	h.Missing = slices.Clone(r.h.Missing)
 	h.DatasetReads = slices.Clone(r.h.DatasetReads)
 	h.GroupCuts = slices.Clone(r.h.GroupCuts)
+	h.StoreProbes = slices.Clone(r.h.StoreProbes)
 	h.Counters = make(map[string]int, len(r.h.Counters))
 	for k, v := range r.h.Counters {
 		h.Counters[k] = v

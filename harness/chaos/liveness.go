@@ -21,6 +21,14 @@ type FaultLiveness struct {
 	// Failed is 0 (DESIGN.md invariant 12).
 	Attempted int `json:"attempted"`
 	Failed    int `json:"failed"`
+	// StoreDown counts the failed operations of a store-side window
+	// (storeSide) during which the store served none of the canary's
+	// writes, from the operation's call to ProbeSpan after it or its
+	// return, whichever is later: the store did not serve, so a client
+	// retrying until its deadline could not have succeeded. They are not
+	// in Failed. An operation that gave up while the store served again
+	// within that span is in Failed.
+	StoreDown int `json:"store_down,omitempty"`
 	// FirstSuccess is the time from the fault's start to the return of the
 	// first operation that began at or after it and succeeded; -1 when none
 	// did before the run ended.
@@ -33,6 +41,7 @@ type KindLiveness struct {
 	QuorumUp  bool `json:"quorum_up"`
 	Attempted int  `json:"attempted"`
 	Failed    int  `json:"failed"`
+	StoreDown int  `json:"store_down,omitempty"`
 	// FirstSuccessMax is the longest FirstSuccess of its windows (-1 when a
 	// window had no success).
 	FirstSuccessMax time.Duration `json:"first_success_max"`
@@ -109,7 +118,11 @@ func Liveness(h *History) []FaultLiveness {
 		}
 		if i := window(a); i >= 0 {
 			out[i].Attempted++
-			if a.Failed {
+			switch {
+			case !a.Failed:
+			case storeSide(server[i].Kind) && !storeServed(h, a.Call, max(a.Return, a.Call+h.ProbeSpan)):
+				out[i].StoreDown++
+			default:
 				out[i].Failed++
 			}
 		}
@@ -120,6 +133,26 @@ func Liveness(h *History) []FaultLiveness {
 		}
 	}
 	return out
+}
+
+// storeSide reports whether a fault of kind k keeps the store's quorum
+// while acting on the store alone (one MinIO node killed or stalled): its
+// failed operations are judged against the store canary.
+func storeSide(k FaultKind) bool { return k == MinIOKillNode || k == MinIOPauseNode }
+
+// storeServed reports whether a write of h's store canary that began at
+// or after from succeeded by to. A run without a canary (ProbeSpan 0)
+// counts as served: every failure is then the client's.
+func storeServed(h *History, from, to int64) bool {
+	if h.ProbeSpan == 0 {
+		return true
+	}
+	for _, p := range h.StoreProbes {
+		if p.OK && p.Call >= from && p.Return <= to {
+			return true
+		}
+	}
+	return false
 }
 
 // sumLiveness sums ls by kind.
@@ -134,6 +167,7 @@ func sumLiveness(ls []FaultLiveness) map[FaultKind]KindLiveness {
 		k.QuorumUp = l.QuorumUp
 		k.Attempted += l.Attempted
 		k.Failed += l.Failed
+		k.StoreDown += l.StoreDown
 		out[l.Kind] = k
 	}
 	return out

@@ -40,6 +40,48 @@ func TestLivenessChargesQuorumDown(t *testing.T) {
 	}
 }
 
+// TestLivenessStoreCanary: in a MinIO node's window, a failed operation
+// during which the canary had no write served, from its call to ProbeSpan
+// after it, is the store's (StoreDown); one that gave up while the store
+// served the canary again within that span is a failure; an etcd fault's
+// failure is a failure whatever the canary saw.
+func TestLivenessStoreCanary(t *testing.T) {
+	s := func(sec float64) int64 { return int64(sec * float64(time.Second)) }
+	var probes []StoreProbe
+	for at := 0.0; at < 60; at += 0.25 {
+		down := at >= 10 && at < 22 || at >= 40 && at < 50 // the store serves no write then
+		probes = append(probes, StoreProbe{Call: s(at), Return: s(at + 0.1), OK: !down})
+	}
+	h := &History{
+		ProbeSpan:   s(10),
+		StoreProbes: probes,
+		Faults: []FaultRecord{
+			{Kind: MinIOKillNode, Target: "minio2", Start: s(10), End: s(20)},
+			{Kind: EtcdPauseFollower, Target: "etcd1", Start: s(40), End: s(45)},
+		},
+		Attempts: []Attempt{
+			{Client: "w0", Op: "publish", Call: s(11), Return: s(21), Failed: true}, // ran to its deadline: the store's
+			{Client: "w1", Op: "publish", Call: s(15), Return: s(16), Failed: true}, // gave up; served again at 22 s, within 10 s
+			{Client: "w2", Op: "acquire", Call: s(41), Return: s(44), Failed: true}, // an etcd fault's window
+			{Client: "w3", Op: "read", Call: s(12), Return: s(12.5)},                // succeeded
+		},
+	}
+	ls := Liveness(h)
+	if len(ls) != 2 {
+		t.Fatalf("got %d windows, want 2: %+v", len(ls), ls)
+	}
+	if node := ls[0]; node.Attempted != 3 || node.Failed != 1 || node.StoreDown != 1 {
+		t.Errorf("node window: %+v, want 3 attempted, 1 failed, 1 while the store served nothing", node)
+	}
+	if etcd := ls[1]; etcd.Attempted != 1 || etcd.Failed != 1 || etcd.StoreDown != 0 {
+		t.Errorf("etcd window: %+v, want 1 attempted, 1 failed", etcd)
+	}
+	h.ProbeSpan = 0 // no canary: every failure is the client's
+	if node := Liveness(h)[0]; node.Failed != 2 || node.StoreDown != 0 {
+		t.Errorf("node window without a canary: %+v, want 2 failed", node)
+	}
+}
+
 // TestLivenessPartitionMajority: a partition's window counts the majority
 // side's operations, not those of the worker it cut.
 func TestLivenessPartitionMajority(t *testing.T) {

@@ -208,7 +208,11 @@ func (s Summary) Print(w io.Writer) {
 		if l.FirstSuccessMax >= 0 {
 			first = l.FirstSuccessMax.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(&b, "    %-20s %2d windows, %s: %d attempted, %d failed, first success within %s\n", k, l.Windows, quorum, l.Attempted, l.Failed, first)
+		down := ""
+		if l.StoreDown > 0 {
+			down = fmt.Sprintf(" (and %d while the store served the canary no write)", l.StoreDown)
+		}
+		fmt.Fprintf(&b, "    %-20s %2d windows, %s: %d attempted, %d failed%s, first success within %s\n", k, l.Windows, quorum, l.Attempted, l.Failed, down, first)
 	}
 	fmt.Fprintf(&b, "  failures while a quorum was up %d\n", s.QuorumUpFailures)
 	fmt.Fprintf(&b, "  violations %d (checked in %s)\n", s.Violations, s.CheckTime.Round(time.Millisecond))
