@@ -9,13 +9,15 @@ import (
 // namedSet is the set of files the retained dataset manifests reuse from
 // older versions (state.Named), each with the index in state.NamedBy of
 // the first version naming it. It holds a 64-bit hash of each key, not
-// the key: 16 bytes a file, sorted once and searched by bisection, so a
-// pass over a million reused files holds about 16 MB, not their keys.
+// the key: 16 bytes a file, sorted after each manifest and searched by
+// bisection, so a pass over a million reused files holds about 16 MB,
+// not their keys.
 //
 // The hash is maphash with a seed drawn for each set, so keys cannot be
 // chosen to collide. A collision can only keep an object: a key that is
 // not named but hashes as a named one is kept as named (its reason then
-// names a version whose manifest does not name it); no named key is ever
+// names a version whose manifest does not name it), and two named keys
+// that collide share the first one's version; no named key is ever
 // missed, so a named file is never deleted. With n named files and m
 // listed keys, the chance that any listed key is kept this way is at most
 // n·m/2^64 a pass (below 10^-7 for a million of each).
