@@ -104,12 +104,13 @@ type state struct {
 	// the key is the version's own key (its manifest index), and every key
 	// under it is retained with it.
 	Retained map[string]string
-	// Named maps a file a retained dataset manifest reuses from an older
-	// version (so it lives under that version's key) to the index in
-	// NamedBy of the first version naming it (readNamed); nil when there
-	// is none. The reason is formatted only in that file's decision, so an
-	// entry holds its key and a small integer.
-	Named map[string]int32
+	// Named holds each file a retained dataset manifest reuses from an
+	// older version (so it lives under that version's key) with the index
+	// in NamedBy of the first version naming it (readNamed); nil when there
+	// is none. It holds a hash of each key, not the key (namedSet: a
+	// collision can only keep an object). The reason is formatted only in
+	// that file's decision.
+	Named *namedSet
 	// NamedBy are the dataset versions whose manifests Named's values
 	// index.
 	NamedBy []datasetRef
@@ -175,7 +176,7 @@ func classify(s *state, e entry, now time.Time) Decision {
 		if why, ok := s.Retained[own]; ok {
 			return d.is(kindRetained, "%s", why)
 		}
-		if i, ok := s.Named[e.Key]; ok {
+		if i, ok := s.Named.lookup(e.Key); ok {
 			r := s.NamedBy[i]
 			return d.is(kindRetained, "file %q of the manifest of version %s (%s), reused from an older version",
 				strings.TrimPrefix(e.Key, own+layout.FilesSep), r.pointer.Version, r.why)

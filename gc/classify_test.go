@@ -72,7 +72,9 @@ func TestClassify(t *testing.T) {
 		{name: "dataset file of a retained version", key: layout.FileKey(okey("logs", ver(3, 5, 2)), "x"), want: kindRetained, reason: "kept by history"},
 		{name: "dataset file a retained manifest reuses", key: layout.FileKey(okey("logs", ver(3, 1, 1)), "x"), age: 100 * time.Hour,
 			mod: func(s *state) {
-				s.Named = map[string]int32{layout.FileKey(okey("logs", ver(3, 1, 1)), "x"): 1}
+				s.Named = newNamedSet()
+				s.Named.add(layout.FileKey(okey("logs", ver(3, 1, 1)), "x"), 1)
+				s.Named.seal()
 				s.NamedBy = []datasetRef{{s.Pointer, "the pointer"}, {layout.Pointer{Version: ver(3, 5, 2)}, "retained"}}
 			},
 			want: kindRetained, reason: `file "x" of the manifest of version 3.5.2 (retained)`},

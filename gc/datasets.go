@@ -14,12 +14,15 @@ import (
 // single object to each; the pointer's and retained versions keep every key
 // under their own key. A file reused from an older version lives under
 // that version's key: it is kept while a retained manifest names it
-// (state.Named). The manifests are read by sha256 through a cache kept
-// across passes (they are immutable).
+// (state.Named, which holds a hash of each such key). The manifests are
+// read by sha256 through a cache kept across passes (they are immutable).
 
-// manifestCacheEntries bounds the manifest entries (index lines and page
-// entries) a Collector keeps cached across passes.
-const manifestCacheEntries = 1 << 18
+// manifestCacheBytes bounds the decoded manifests (indexes and pages) a
+// Collector keeps cached across passes, in bytes: about 20,000 entries of
+// typical paths. The pages of a larger manifest are read one at a time
+// each pass and not cached (manifest.Cache.All), so its files do not
+// grow a pass's memory.
+const manifestCacheBytes = 8 << 20
 
 // datasetRef is a dataset version whose manifest's files are kept, and why.
 type datasetRef struct {
@@ -31,9 +34,9 @@ type datasetRef struct {
 // and the retained dataset versions name under the key of a version that
 // is neither the pointer's nor retained (the files they reuse from older
 // versions), each with the first version naming it (s.NamedBy); memory
-// grows with those files only, by their keys. A manifest that cannot be
-// read fails the resource's pass, so nothing of it is deleted: a file it
-// names might otherwise be collected.
+// grows with those files only, by 16 bytes each (namedSet). A manifest
+// that cannot be read fails the resource's pass, so nothing of it is
+// deleted: a file it names might otherwise be collected.
 func (c *Collector) readNamed(ctx context.Context, s *state) error {
 	refs := s.retainedDatasets
 	if s.HasPointer && s.Pointer.IsDataset() {
@@ -42,7 +45,7 @@ func (c *Collector) readNamed(ctx context.Context, s *state) error {
 	if s.Decommissioned || len(refs) == 0 {
 		return nil
 	}
-	s.Named = make(map[string]int32)
+	named := newNamedSet()
 	seen := make(map[string]bool)
 	for _, r := range refs {
 		own := r.pointer.Object.Key
@@ -58,8 +61,8 @@ func (c *Collector) readNamed(ctx context.Context, s *state) error {
 				if err = ferr; err != nil {
 					break
 				}
-				if _, dup := s.Named[e.Key]; !dup && !keptByVersion(s, e.Key) {
-					s.Named[e.Key] = ref
+				if !keptByVersion(s, e.Key) {
+					named.add(e.Key, ref)
 				}
 			}
 		}
@@ -67,12 +70,14 @@ func (c *Collector) readNamed(ctx context.Context, s *state) error {
 			return fmt.Errorf("gc: manifest of dataset version %s of %q (%s): %w; nothing of the resource is deleted until it can be read",
 				r.pointer.Version, s.Resource, r.why, err)
 		}
+		named.seal()
 	}
+	s.Named = named
 	return nil
 }
 
 // newManifestCache returns the cache a Collector reads manifests through.
-func newManifestCache() *manifest.Cache { return manifest.NewCache(manifestCacheEntries) }
+func newManifestCache() *manifest.Cache { return manifest.NewCache(manifestCacheBytes) }
 
 // keptByVersion reports whether key lies under the pointer's or a retained
 // version's own key: classify keeps it whatever names it, so s.Named need

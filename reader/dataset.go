@@ -32,8 +32,9 @@ var (
 	ErrIsDataset error = &subError{msg: "reader: the version is a dataset: read its files with OpenFile or Files", parent: fencepub.ErrInvalid}
 )
 
-// manifestCacheEntries bounds the manifest entries a Reader caches.
-const manifestCacheEntries = 1 << 16
+// manifestCacheBytes bounds the decoded manifests a Reader caches, in
+// bytes: about 65,000 entries of typical paths.
+const manifestCacheBytes = 24 << 20
 
 // FileInfo is one file of a dataset version, as its manifest states it.
 type FileInfo struct {
@@ -48,7 +49,7 @@ func (r *Reader) manifests() *manifest.Cache {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cache == nil {
-		r.cache = manifest.NewCache(manifestCacheEntries)
+		r.cache = manifest.NewCache(manifestCacheBytes)
 	}
 	return r.cache
 }

@@ -32,15 +32,7 @@ func TestLoadRefusesForeignKeys(t *testing.T) {
 	}
 	older := ns.ObjectKey("res", layout.Version{Epoch: 1, Fence: 1, Seq: 1}, layout.NewNonce())
 	otherRes := ns.ObjectKey("other", layout.Version{Epoch: 1, Fence: 2, Seq: 3}, layout.NewNonce())
-	put := func(key string, data []byte) layout.Object {
-		t.Helper()
-		info, err := st.PutCreateOnly(ctx, key, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(data)
-		return layout.Object{Key: key, SHA256: hex.EncodeToString(sum[:]), ETag: info.ETag, Size: int64(len(data))}
-	}
+	put := func(key string, data []byte) layout.Object { return storeObject(t, st, key, data) }
 	fileEntry := func(path, key string) Entry {
 		return Entry{Path: path, Size: 1, SHA256: shaOf("x"), Key: key, ContentType: "text/plain"}
 	}
@@ -110,4 +102,16 @@ func TestLoadRefusesForeignKeys(t *testing.T) {
 			t.Errorf("%s: %v; want ErrCorruptState naming %q", name, err, c.want)
 		}
 	}
+}
+
+// storeObject writes data at key, create-only, and returns the object
+// naming it as a pointer would (key, sha256, ETag, size).
+func storeObject(t *testing.T, st objstore.Store, key string, data []byte) layout.Object {
+	t.Helper()
+	info, err := st.PutCreateOnly(context.Background(), key, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	return layout.Object{Key: key, SHA256: hex.EncodeToString(sum[:]), ETag: info.ETag, Size: int64(len(data))}
 }
