@@ -3,6 +3,7 @@
 package gc
 
 import (
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -275,17 +276,184 @@ func TestDatasetPausedWorkerWithReuse(t *testing.T) {
 		}
 	}
 	e.mustAge(res, 3*time.Hour)
-	named := map[string]bool{v2.Object.Key: true}
-	for _, en := range files2 {
+	e.onlyPointerLeft(res, v2.Object)
+}
+
+// onlyPointerLeft fails the test unless the objects of res are exactly
+// the dataset manifest obj (the pointer's, alone retained) and the files
+// it names: every file it names exists and verifies, and GC collected
+// everything else.
+func (e *env) onlyPointerLeft(res string, obj layout.Object) {
+	e.t.Helper()
+	named := map[string]bool{obj.Key: true}
+	for _, en := range e.manifestOf(obj) {
 		named[en.Key] = true
 	}
 	for _, k := range e.objectKeys(res) {
 		if !named[k] {
-			t.Errorf("%s survived GC: no retained manifest names it", k)
+			e.t.Errorf("%s survived GC: no retained manifest names it", k)
 		}
 		delete(named, k)
 	}
 	for k := range named {
-		t.Errorf("%s, which the pointer's manifest names, is gone", k)
+		e.t.Errorf("%s, which the pointer's manifest names, is gone", k)
 	}
+}
+
+// pipelineAnswer is the one answer on ch.
+func pipelineAnswer(t *testing.T, what string, ch <-chan publisher.PipelineResult) publisher.PipelineResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: no answer", what)
+	}
+	return publisher.PipelineResult{}
+}
+
+// pairs returns in-memory files of path=content pairs.
+func pairs(ps ...string) []publisher.File {
+	var fs []publisher.File
+	for i := 0; i+1 < len(ps); i += 2 {
+		fs = append(fs, publisher.BytesFile(ps[i], []byte(ps[i+1]), "text/plain"))
+	}
+	return fs
+}
+
+// A pipeline of dataset versions whose bases chain (DESIGN.md "Pipelined
+// publishing"), with GC passes (only the pointer retained, past the
+// grace) between: while the versions are written and their transactions
+// wait, the files a later version reuses from an unpublished one are in
+// flight of the live grant and kept; once published, GC keeps exactly the
+// files the pointer's manifest names. Then the operation a dataset chains
+// to ends conflict: the chained one is stale (base), and once the pointer
+// passes them GC collects the files of both, which no published manifest
+// names.
+func TestDatasetPipelineChain(t *testing.T) {
+	e := newEnv(t)
+	const res = "export"
+	p := e.bind(e.pub, e.acquire(res, "a", time.Minute)) // live through the test
+	e.publishDataset(p, "v0", publisher.BaseNone, publisher.Applied, "a", "A0", "b", "B0", "c", "C0")
+	e.run(e.collector(nil), res) // starts the domain clock
+	hour := 0
+	pass := func() *Report {
+		hour++
+		return e.mustAge(res, time.Duration(hour)*time.Hour)
+	}
+	ctx := ctxT(t, 3*time.Minute)
+	pl := p.Pipeline(ctx, 4)
+
+	// An object whose body is held first: the datasets behind it are
+	// written, their transactions wait. v1 chains to the object, so it
+	// reuses nothing; v2 and v3 reuse the files of the unpublished v1, v2.
+	body, gate := io.Pipe()
+	t.Cleanup(func() { gate.Close() })
+	held := publisher.Operation{IdempotencyKey: "obj", Body: body, ContentType: "text/plain"}
+	chans := []<-chan publisher.PipelineResult{pl.Submit(held)}
+	versions := [][]string{
+		{"a", "A1", "b", "B1", "c", "C1"},
+		{"a", "A1", "b", "B2", "c", "C1"},
+		{"a", "A1", "b", "B2", "c", "C3", "d", "D3"},
+	}
+	written := make(chan string, len(versions))
+	for i, fs := range versions {
+		ds := publisher.Dataset{IdempotencyKey: fmt.Sprint("v", i+1), Files: publisher.FileList(pairs(fs...))}
+		ds.Progress = func(f publisher.FileDone) {
+			if f.Path == "c" {
+				written <- f.Path
+			}
+		}
+		chans = append(chans, pl.SubmitDataset(ds))
+	}
+	for range versions {
+		<-written
+	}
+	rep := pass()
+	inFlight := 0
+	for _, d := range rep.Decisions {
+		if d.Version != nil && d.Version.Seq > 1 {
+			if d.Kind != kindInFlight || d.Action != "kept" {
+				t.Fatalf("%s of an unpublished version: %s/%s (%s); want kept in flight", d.Key, d.Kind, d.Action, d.Reason)
+			}
+			inFlight++
+		}
+	}
+	if inFlight < 3+1+1 { // v1's three files and manifest, v2's b at least
+		t.Fatalf("%d in-flight keys kept; want every file of v1, v2, v3", inFlight)
+	}
+	go func() { _, _ = io.WriteString(gate, "held"); gate.Close() }()
+	var last publisher.PipelineResult
+	for i, ch := range chans {
+		last = pipelineAnswer(t, fmt.Sprint("operation ", i), ch)
+		if last.Result.Outcome != publisher.Applied {
+			t.Fatalf("operation %d: %q %q %v; want applied", i, last.Result.Outcome, last.Result.Reason, last.Err)
+		}
+		if want := []int64{0, 3, 1, 2}[i]; i > 0 && last.Dataset.UploadedFiles != want {
+			t.Fatalf("v%d uploaded %d files; want %d", i, last.Dataset.UploadedFiles, want)
+		}
+	}
+	pass()
+	pass()
+	e.onlyPointerLeft(res, last.Result.Object)
+
+	// v4 and v5 chain to v3, then v4, with GC passes during their writes.
+	for i, fs := range [][]string{{"a", "A4", "b", "B2", "c", "C3", "d", "D3"}, {"a", "A4", "b", "B2", "c", "C3", "d", "D5"}} {
+		collected := false
+		ds := publisher.Dataset{IdempotencyKey: fmt.Sprint("v", i+4), Files: publisher.FileList(pairs(fs...))}
+		ds.Progress = func(publisher.FileDone) {
+			if !collected {
+				collected = true
+				pass()
+			}
+		}
+		chans[i] = pl.SubmitDataset(ds)
+	}
+	for i, ch := range chans[:2] {
+		last = pipelineAnswer(t, fmt.Sprint("v", i+4), ch)
+		if last.Result.Outcome != publisher.Applied || last.Dataset.UploadedFiles != 1 {
+			t.Fatalf("v%d: %q %v, %+v; want applied, 1 file uploaded", i+4, last.Result.Outcome, last.Err, last.Dataset)
+		}
+	}
+	pass()
+	pass()
+	e.onlyPointerLeft(res, last.Result.Object)
+
+	// The operation chained to ends conflict (key v1, other files): the
+	// chained one, which reuses its files, is stale (base).
+	release := make(chan struct{})
+	heldFiles := func(yield func(publisher.File, error) bool) {
+		<-release
+		for _, f := range pairs("a", "other A", "b", "B2") {
+			if !yield(f, nil) {
+				return
+			}
+		}
+	}
+	chans[0] = pl.SubmitDataset(publisher.Dataset{IdempotencyKey: "v1", Base: publisher.BaseNone, Files: heldFiles})
+	chans[1] = pl.SubmitDataset(publisher.Dataset{IdempotencyKey: "v6", Files: publisher.FileList(pairs("a", "other A", "b", "B2", "c", "C6"))})
+	close(release)
+	if r := pipelineAnswer(t, "conflict", chans[0]); r.Result.Outcome != publisher.Conflict {
+		t.Fatalf("the operation chained to: %q %v; want conflict", r.Result.Outcome, r.Err)
+	}
+	stale := pipelineAnswer(t, "chained to the conflict", chans[1])
+	if r := stale.Result; r.Outcome != publisher.Stale || r.Reason != publisher.ReasonBase || stale.Dataset.ReusedFiles != 2 {
+		t.Fatalf("chained to the conflict: %q %q %v, %+v; want stale (base) after reusing 2 files", r.Outcome, r.Reason, stale.Err, stale.Dataset)
+	}
+	if err := pl.Close(); err == nil {
+		t.Fatal("Close: nil; want the stale answer that stopped the pipeline")
+	}
+	// Their files are in flight (above the pointer, the grant live) until
+	// a publish passes them; then GC collects them.
+	rep = pass()
+	for _, k := range []string{stale.Result.Attempt.Object.Key, layout.FileKey(stale.Result.Attempt.Object.Key, "c")} {
+		mustDecide(t, rep, k, kindInFlight, "kept", "grant")
+	}
+	v7 := e.publishDataset(p, "v7", publisher.BaseCurrent, publisher.Applied, "a", "A4", "b", "B2", "c", "C3", "d", "D5")
+	if v7.UploadedFiles != 0 {
+		t.Fatalf("v7 uploaded %d files; want every one reused from the pointer", v7.UploadedFiles)
+	}
+	pass()
+	pass()
+	e.onlyPointerLeft(res, v7.Object)
 }

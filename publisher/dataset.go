@@ -88,7 +88,8 @@ type Dataset struct {
 	// published. A path out of order, given twice or inside another file's
 	// path is fencepub.ErrInvalid.
 	Files iter.Seq2[File, error]
-	// Base: BaseCurrent ("" too) or BaseNone.
+	// Base: BaseCurrent ("" too) or BaseNone. In a Pipeline, BaseCurrent
+	// is the version submitted before (Pipeline.SubmitDataset).
 	Base Base
 	// Parallel is the number of files uploaded at once; 0 means
 	// DefaultParallel.
@@ -300,6 +301,7 @@ type writtenDataset struct {
 	manifest     layout.Object
 	digest       string
 	files, bytes int64
+	index        []byte // the manifest index's bytes (at manifest.Key)
 }
 
 // fileJob is one file to upload or reuse; out receives its result.
@@ -423,7 +425,7 @@ func (p *Publisher) writeDataset(ctx context.Context, v layout.Version, ds Datas
 		return writtenDataset{}, stats, err
 	}
 	stats.Files, stats.Bytes, stats.SHA256 = sum.Files, sum.Bytes, obj.SHA256
-	return writtenDataset{manifest: obj, digest: sum.ContentDigest, files: sum.Files, bytes: sum.Bytes}, stats, nil
+	return writtenDataset{manifest: obj, digest: sum.ContentDigest, files: sum.Files, bytes: sum.Bytes, index: idx}, stats, nil
 }
 
 // putBytes writes data (a manifest index or page) create-only at key.

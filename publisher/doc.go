@@ -29,7 +29,8 @@
 // stale or unknown one stops the pipeline, and the operations behind it
 // are reported not sent (ErrPipelineStopped), never dropped (DESIGN.md
 // "Pipelined publishing"). Pipeline.SubmitDataset pipelines dataset
-// versions the same way; they reuse no files (Base must be BaseNone).
+// versions the same way; with BaseCurrent each one reuses the files of the
+// version submitted before it, and applies only over exactly that version.
 //
 // Strict mode (GrantTerm's strict) also refuses a publish once etcd has
 // expired the grant's lease, with etcd's timing; it is not wall-clock

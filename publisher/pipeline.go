@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/manifest"
 )
 
 // ErrPipelineStopped: the operation was never sent, because its Pipeline
@@ -56,16 +56,27 @@ type Pipeline struct {
 	closed bool
 	cause  error          // why the pipeline stopped; nil while it runs
 	at     layout.Version // the version it stopped at; zero when between operations
+	last   *pending       // the operation that took the latest seq; nil before the first
 }
 
 // pending is one submitted operation.
 type pending struct {
 	c     claim   // its seq
-	tx    txnFunc // its transaction; set when the write succeeded
+	tx    txnFunc // its transaction; set when the write succeeded, dropped once built
 	stats DatasetStats
 	err   error         // the write's
 	wrote chan struct{} // closed when the write ended
 	out   chan PipelineResult
+	// index is a dataset's manifest index, set by its write (nil for an
+	// object), read by the dataset chained to it once wrote is closed.
+	index []byte
+	// value is the pointer value its transaction writes, set by run when
+	// it builds the transaction: what a chained base compares.
+	value string
+	// lost is set (under Pipeline.mu) when it was answered and not
+	// applied: a later operation then does not chain to it.
+	lost    bool
+	dataset bool // submitted by SubmitDataset
 }
 
 // txnFunc builds a written attempt's transaction, stamped now, and the
@@ -112,7 +123,7 @@ func (p *Publisher) Pipeline(ctx context.Context, depth int) *Pipeline {
 // stopped or was closed, op is answered at once with ErrPipelineStopped.
 func (pl *Pipeline) Submit(op Operation) <-chan PipelineResult {
 	op, err := pl.p.check(op)
-	return pl.submit(err, func(ctx context.Context, v layout.Version, it *pending) error {
+	return pl.submit(err, false, func(ctx context.Context, v layout.Version, it, _ *pending) error {
 		w, err := pl.p.write(ctx, v, op)
 		it.tx = func(ctx context.Context) (context.Context, *prepared) {
 			return pl.p.logContext(ctx, w), pl.p.prepare(w)
@@ -121,38 +132,77 @@ func (pl *Pipeline) Submit(op Operation) <-chan PipelineResult {
 	})
 }
 
-// SubmitDataset is Submit for a dataset version: it takes the next seq
-// for ds and starts writing its files and manifest, then sends its
-// transaction in seq order, as PublishDataset would. ds.Base must be
-// BaseNone: a pipelined dataset reuses no files, since the version it
-// would reuse from may not be published yet (DESIGN.md "Pipelined
-// publishing"); any other Base is fencepub.ErrInvalid, answered at once
-// like every refusal of PublishDataset before it takes a seq. ds.Files,
-// Open and Progress are called on other goroutines until the answer.
+// SubmitDataset is Submit for a dataset version, sent as PublishDataset
+// would be. With ds.Base BaseCurrent ("" too) its base is the operation
+// submitted just before it, while unanswered or applied (a dataset's
+// manifest, from memory once its write ended: this write waits for it),
+// else the pointer. The transaction requires the pointer to be that base
+// exactly: after a duplicate or conflict it is Stale with ReasonBase
+// (DESIGN.md "Pipelined publishing"). A refusal before a seq
+// (fencepub.ErrInvalid) is answered at once. ds.Files, Open and Progress
+// are called on other goroutines until the answer.
 func (pl *Pipeline) SubmitDataset(ds Dataset) <-chan PipelineResult {
 	err := ds.validate()
-	if err == nil && ds.Base != BaseNone {
-		err = fmt.Errorf("%w: Dataset.Base %q in a Pipeline: want %q (a pipelined dataset reuses no files)", fencepub.ErrInvalid, ds.Base, BaseNone)
-	}
 	if err != nil {
 		pl.p.c.m.failure("validate")
 	}
-	return pl.submit(err, func(ctx context.Context, v layout.Version, it *pending) error {
-		w, stats, err := pl.p.writeDataset(ctx, v, ds, nil)
+	return pl.submit(err, true, func(ctx context.Context, v layout.Version, it, prev *pending) error {
+		b, chained, err := pl.chainBase(ctx, ds.Base, prev)
+		if err != nil {
+			return err
+		}
+		w, stats, err := pl.p.writeDataset(ctx, v, ds, b)
 		it.stats = stats
 		if err != nil {
 			pl.p.c.m.failure("object")
+			return err
 		}
-		it.tx = pl.p.datasetTxn(v, ds.IdempotencyKey, w, nil)
-		return err
+		it.index = w.index
+		it.tx = func(ctx context.Context) (context.Context, *prepared) {
+			if chained {
+				b.value = prev.value // set: prev was sent and answered before
+			}
+			return pl.p.datasetTxn(v, ds.IdempotencyKey, w, b)(ctx)
+		}
+		return nil
 	})
+}
+
+// chainBase returns the base of a dataset submitted with mode whose chained
+// operation is prev (nil: none): nil for BaseNone or when prev is an
+// object; prev's manifest, once prev's write ended, with chained true (the
+// value to compare is prev's transaction's, known once that is built);
+// else the pointer's (readBase). Errors: readBase's; prev's write failing
+// (the pipeline then stops at prev); fencepub.ErrCorruptState when prev's
+// index does not decode.
+func (pl *Pipeline) chainBase(ctx context.Context, mode Base, prev *pending) (b *base, chained bool, err error) {
+	switch {
+	case mode == BaseNone || prev != nil && !prev.dataset:
+		return nil, false, nil
+	case prev == nil:
+		b, err := pl.p.c.readBase(ctx, pl.p.term.resource, BaseCurrent)
+		if err != nil {
+			pl.p.c.m.failure("base")
+		}
+		return b, false, err
+	}
+	if <-prev.wrote; prev.err != nil { // not counted: the pipeline stops at prev, this one is not sent
+		return nil, false, fmt.Errorf("publisher: the base %s was not written: %w", prev.c.v, prev.err)
+	}
+	ix, err := manifest.DecodeIndex(prev.index)
+	if err != nil {
+		return nil, false, fmt.Errorf("publisher: manifest of the base %s: %w", prev.c.v, err)
+	}
+	return &base{version: prev.c.v, index: ix}, true, nil
 }
 
 // submit queues an operation that refused is nil for, taking its seq and
 // starting write (its object's or files') on another goroutine; write sets
-// the operation's tx and returns the write's error.
-func (pl *Pipeline) submit(refused error, write func(ctx context.Context, v layout.Version, it *pending) error) <-chan PipelineResult {
-	it := &pending{wrote: make(chan struct{}), out: make(chan PipelineResult, 1)}
+// the operation's tx and returns the write's error. For a dataset, write
+// gets the operation that took the seq before it while that one is
+// unanswered or was applied (SubmitDataset's base), else nil.
+func (pl *Pipeline) submit(refused error, dataset bool, write func(ctx context.Context, v layout.Version, it, prev *pending) error) <-chan PipelineResult {
+	it := &pending{wrote: make(chan struct{}), out: make(chan PipelineResult, 1), dataset: dataset}
 	if refused != nil {
 		it.answer(Result{}, refused)
 		return it.out
@@ -175,11 +225,16 @@ func (pl *Pipeline) submit(refused error, write func(ctx context.Context, v layo
 		return it.out
 	}
 	it.c = pl.p.take(0)
+	var prev *pending
+	if dataset && pl.last != nil && !pl.last.lost {
+		prev = pl.last
+	}
+	pl.last = it
 	pl.queue <- it // never blocks: it holds a slot
 	pl.mu.Unlock()
 	go func() {
 		defer close(it.wrote)
-		it.err = write(pl.wctx, it.c.v, it)
+		it.err = write(pl.wctx, it.c.v, it, prev)
 	}()
 	return it.out
 }
@@ -249,11 +304,18 @@ func (pl *Pipeline) handle(it *pending) bool {
 	<-it.wrote
 	res, err := Result{}, it.err
 	if err == nil {
-		res, err = pl.p.c.commit(it.tx(pl.ctx))
+		ctx, pr := it.tx(pl.ctx)
+		it.tx, it.value = nil, string(pr.then[thenPointer].ValueBytes())
+		res, err = pl.p.c.commit(ctx, pr)
 	}
 	if err != nil && res.Outcome != Conflict {
 		pl.halt(it, res, err)
 		return false
+	}
+	if res.Outcome != Applied {
+		pl.mu.Lock()
+		it.lost = true
+		pl.mu.Unlock()
 	}
 	it.answer(res, err)
 	<-pl.slots

@@ -33,9 +33,10 @@ const (
 // the operation's rather than the member's: a group publish (group.go)
 // shares one op record and one epoch compare among its members.
 const (
-	cmpOp    = 0
-	cmpEpoch = 3
-	thenOp   = 1
+	cmpOp       = 0
+	cmpEpoch    = 3
+	thenPointer = 0 // the pointer's put: the value a chained base compares (pipeline.go)
+	thenOp      = 1
 )
 
 // prepared is one publish transaction, built once: every re-send carries the
