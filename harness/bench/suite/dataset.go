@@ -708,8 +708,11 @@ func (s *runner) scalePoint(ctx context.Context, st *stack, bin, cfg, dir string
 	defer os.RemoveAll(dir)
 	res := "scale-" + strconv.Itoa(n)
 	ns := []string{"--config", cfg}
+	// An hour, and 10 ms a file beyond 100,000 (this machine sends about
+	// 270 small files a second to one MinIO drive).
+	timeout := (time.Hour + time.Duration(max(0, n-100_000))*10*time.Millisecond).String()
 	publish := func(key, base string) (childRun, publisher.DatasetResult, error) {
-		run, err := child(ctx, bin, append(ns, "publish", "--resource", res, "--owner", "bench", "--ttl", "10m", "--timeout", "1h", "--dir", dir,
+		run, err := child(ctx, bin, append(ns, "publish", "--resource", res, "--owner", "bench", "--ttl", "10m", "--timeout", timeout, "--dir", dir,
 			"--key", key, "--base", base, "-o", "json")...)
 		var r struct {
 			Object layout.Object `json:"object"`

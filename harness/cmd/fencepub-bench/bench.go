@@ -63,6 +63,7 @@ type benchCmdOptions struct {
 	gcObjects     int
 	wrkDuration   time.Duration
 	readerService string
+	scaleFiles    []int
 	changed       func(flag string) bool // set by Complete
 }
 
@@ -132,6 +133,7 @@ func (o *benchCmdOptions) addFlags(cmd *cobra.Command) {
 	f.Float64Var(&o.scale, "scale", 1, fmt.Sprintf("multiply every operation count: > 0, at most %d (e.g. 0.5 for a shorter run; ignored with --quick)", maxBenchScale))
 	f.IntVar(&o.gcObjects, "gc-objects", 100_000, fmt.Sprintf("objects in the GC workload's large set, at least %d; the small set is a tenth (--quick: 1000 unless given)", minBenchGCObjects))
 	f.DurationVar(&o.wrkDuration, "wrk-duration", 3*time.Second, "length of each wrk run, at least 1s, rounded to whole seconds (--quick: 1s unless given)")
+	f.IntSliceVar(&o.scaleFiles, "scale-files", nil, "the dataset workload's two scale file counts, comma-separated, e.g. 100000,1000000 (default 100000,300000 x --scale)")
 	f.StringVar(&o.readerService, "reader-service", "", "path of the examples/reader-service binary (default: reader-service in ./bin, built by make build)")
 }
 
@@ -319,11 +321,14 @@ func (o *benchCmdOptions) Validate() (suite.Options, error) {
 	}
 	opts := suite.Options{
 		Workloads: workloads, Quick: quick, Scale: scale, GCObjects: gcObjects,
-		WrkDuration: wrkDuration, ReaderService: readerService,
+		WrkDuration: wrkDuration, ReaderService: readerService, ScaleFiles: o.scaleFiles,
 	}
 	if err := opts.Validate(); err != nil {
 		if errors.Is(err, suite.ErrUnknownWorkload) {
 			return suite.Options{}, exitcode.Usagef("--workloads: %v", err)
+		}
+		if len(o.scaleFiles) > 0 && errors.Is(err, suite.ErrInvalid) {
+			return suite.Options{}, exitcode.Usagef("--scale-files: %v", err)
 		}
 		return suite.Options{}, exitcode.With(exitcode.Usage, err)
 	}
