@@ -306,14 +306,8 @@ func (o *runOptions) Validate() error {
 	if err := layout.ValidateResource(o.resource, false); err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
-	if err := layout.ValidateOwner(o.owner); err != nil {
-		return exitcode.With(exitcode.Usage, err)
-	}
-	switch {
-	case o.maxWait < 0 || o.grace < 0:
-		return exitcode.Usagef("--max-wait and --grace must not be negative (got %s, %s)", o.maxWait, o.grace)
-	case o.timeout <= 0:
-		return exitcode.Usagef("--publish-timeout %s: want a positive duration", o.timeout)
+	if err := o.checkTerms(); err != nil {
+		return err
 	}
 	if o.file != "" {
 		if err := checkOutput(o.file); err != nil {
@@ -328,6 +322,27 @@ func (o *runOptions) Validate() error {
 			return err
 		}
 	}
+	return o.checkCommand()
+}
+
+// checkTerms checks what a single run and a group run share: the owner and
+// the durations. Errors: usage.
+func (o *runOptions) checkTerms() error {
+	if err := layout.ValidateOwner(o.owner); err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	switch {
+	case o.maxWait < 0 || o.grace < 0:
+		return exitcode.Usagef("--max-wait and --grace must not be negative (got %s, %s)", o.maxWait, o.grace)
+	case o.timeout <= 0:
+		return exitcode.Usagef("--publish-timeout %s: want a positive duration", o.timeout)
+	}
+	return nil
+}
+
+// checkCommand checks, last, that CMD's executable is found and that the
+// idempotency key is valid. Errors: usage.
+func (o *runOptions) checkCommand() error {
 	if _, err := exec.LookPath(o.args[0]); err != nil {
 		return exitcode.Usagef("CMD %q: %v (nothing acquired)", o.args[0], err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
-	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 )
@@ -52,26 +50,16 @@ func (o *runOptions) validateGroup() error {
 		return exitcode.Usagef("--resource is not used with --set: each --set names a resource and the path CMD writes it to")
 	case o.file != "" || o.outputDir != "":
 		return exitcode.Usagef("--file and --output-dir are not used with --set: each --set names a resource and the path CMD writes it to (a file or a directory)")
-	case o.maxWait < 0 || o.grace < 0:
-		return exitcode.Usagef("--max-wait and --grace must not be negative (got %s, %s)", o.maxWait, o.grace)
-	case o.timeout <= 0:
-		return exitcode.Usagef("--publish-timeout %s: want a positive duration", o.timeout)
 	}
-	if err := layout.ValidateOwner(o.owner); err != nil {
-		return exitcode.With(exitcode.Usage, err)
+	if err := o.checkTerms(); err != nil {
+		return err
 	}
 	for _, m := range o.members {
 		if err := checkRunMember(m); err != nil {
 			return err
 		}
 	}
-	if _, err := exec.LookPath(o.args[0]); err != nil {
-		return exitcode.Usagef("CMD %q: %v (nothing acquired)", o.args[0], err)
-	}
-	if err := layout.ValidateKey("key", o.key); err != nil {
-		return exitcode.With(exitcode.Usage, err)
-	}
-	return nil
+	return o.checkCommand()
 }
 
 // checkRunMember refuses a --set path that already holds something other
