@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 )
 
@@ -124,5 +129,33 @@ func TestPublishDirTimeout(t *testing.T) {
 		if err := o.Validate(); err != nil || o.timeout != tc.want {
 			t.Errorf("%q: timeout %s, err %v; want %s", tc.flags, o.timeout, err, tc.want)
 		}
+	}
+}
+
+// TestPublishExit checks the exit code of each publisher error as the
+// publisher returns it (wrapped, with the store's error beside it).
+func TestPublishExit(t *testing.T) {
+	for _, tc := range []struct {
+		res  publisher.Result
+		err  error
+		want int
+	}{
+		{publisher.Result{Outcome: publisher.Stale, Reason: publisher.ReasonLease}, publisher.ErrStale, exitcode.LeaseLost},
+		{publisher.Result{Outcome: publisher.Stale, Reason: publisher.ReasonPointer}, publisher.ErrStale, exitcode.Stale},
+		{publisher.Result{Outcome: publisher.Conflict}, publisher.ErrConflict, exitcode.Conflict},
+		{publisher.Result{Outcome: publisher.Unknown}, publisher.ErrUnknown, exitcode.Unknown},
+		{publisher.Result{}, fmt.Errorf("%w: k (upload u); nothing was stored or published: %w", publisher.ErrUploadAborted, fencepub.ErrObjectNotFound), exitcode.LeaseLost},
+		{publisher.Result{}, fmt.Errorf("put: %w", fencepub.ErrObjectNotFound), exitcode.Usage},
+		{publisher.Result{}, fmt.Errorf("body: %w", publisher.ErrBody), exitcode.Usage},
+		{publisher.Result{}, fmt.Errorf("put: %w", fencepub.ErrUnavailable), exitcode.Unavailable},
+		{publisher.Result{}, context.DeadlineExceeded, exitcode.Unavailable},
+		{publisher.Result{}, errors.New("something else"), exitcode.Internal},
+	} {
+		if got := exitcode.Of(publishExit(tc.res, tc.err)); got != tc.want {
+			t.Errorf("publishExit(%+v, %v): exit %d, want %d", tc.res, tc.err, got, tc.want)
+		}
+	}
+	if err := publishExit(publisher.Result{Outcome: publisher.Applied}, nil); err != nil {
+		t.Errorf("publishExit(applied, nil) = %v, want nil", err)
 	}
 }

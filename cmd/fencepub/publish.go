@@ -680,7 +680,10 @@ func reportOutcome(cmd *cobra.Command, format, verb string, res publisher.Result
 	return err
 }
 
-// publishExit attaches the exit code of a publisher result or error.
+// publishExit attaches the exit code of a publisher result or error. An
+// upload GC aborted (publisher.ErrUploadAborted: the grant was no longer
+// live, or the version was superseded) exits as a lost lease: nothing was
+// published, and a run with a new grant publishes.
 func publishExit(res publisher.Result, err error) error {
 	code := exitcode.Internal
 	var ee *exitcode.Error
@@ -697,6 +700,8 @@ func publishExit(res publisher.Result, err error) error {
 		code = exitcode.Conflict
 	case errors.Is(err, publisher.ErrUnknown):
 		code = exitcode.Unknown
+	case errors.Is(err, publisher.ErrUploadAborted): // GC found the grant dead or the version superseded
+		code = exitcode.LeaseLost
 	case errors.Is(err, fencepub.ErrInvalid), errors.Is(err, fencepub.ErrInvalidName), errors.Is(err, publisher.ErrBody),
 		errors.Is(err, publisher.ErrNoSuchVersion), errors.Is(err, fencepub.ErrNotInitialized), errors.Is(err, fencepub.ErrObjectNotFound):
 		code = exitcode.Usage
