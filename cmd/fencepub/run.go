@@ -261,7 +261,7 @@ func (o *runOptions) Complete(c *cobra.Command, args []string) error {
 		if o.file != "" {
 			return exitcode.Usagef("give --file, not also --output FILE (its deprecated spelling)")
 		}
-		cli.Logger(c).Warn(fmt.Sprintf("--output FILE is deprecated and will be removed: use --file %s (-o/--output is the output format, as in every command)", o.outputFile))
+		cli.Logger(c).Warn("--output FILE is deprecated and will be removed: use --file FILE (-o/--output is the output format, as in every command)", "file", o.outputFile)
 		o.file = o.outputFile
 	}
 	switch {

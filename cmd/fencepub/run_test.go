@@ -244,7 +244,7 @@ func TestRunCLI(t *testing.T) {
 		if code != exitcode.Held || !strings.Contains(stderr, `"alice"`) {
 			t.Fatalf("%q on a held lease: exit %d, stderr %q; want 113 naming alice", args, code, stderr)
 		}
-		if deprecated := slices.Contains(args, "--wait"); deprecated != strings.Contains(stderr, "flag --wait is deprecated") {
+		if deprecated := slices.Contains(args, "--wait"); deprecated != strings.Contains(stderr, "flag=--wait") {
 			t.Fatalf("%q: stderr %q; want a deprecation warning exactly for --wait", args, stderr)
 		}
 	}

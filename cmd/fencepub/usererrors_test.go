@@ -125,7 +125,7 @@ func TestUserMistakes(t *testing.T) {
 			noDomain = append(noDomain, conn[i], conn[i+1])
 		}
 	}
-	if _, errs, _ := publishCLI(t, ctx, "", append([]string{"pointer", "--resource", "r"}, noDomain...)...); !strings.Contains(errs, `no config file`) || !strings.Contains(errs, `domain "default"`) {
+	if _, errs, _ := publishCLI(t, ctx, "", append([]string{"pointer", "--resource", "r"}, noDomain...)...); !strings.Contains(errs, `no config file`) || !strings.Contains(errs, `domain=default`) {
 		t.Fatalf("pointer without a config file or --domain: stderr %q; want a note naming the default domain", errs)
 	}
 	// --out keeps an existing file's permissions and writes through a

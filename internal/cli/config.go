@@ -9,7 +9,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -182,8 +181,8 @@ func ConnectContext(ctx context.Context, cmd *cobra.Command, lc LoadedConfig) (*
 	if used == "" && !cmd.Flags().Changed("domain") && os.Getenv("FENCEPUB_NAMESPACE_DOMAIN") == "" {
 		// A command run away from its config file would otherwise look at
 		// the default domain and report, say, "nothing published".
-		log.Info(fmt.Sprintf("no config file (./fencepub.yaml, ~/.config/fencepub/fencepub.yaml; --config); using domain %q of prefix %q at %s",
-			cfg.Namespace.Domain, cfg.Namespace.Prefix, strings.Join(cfg.Etcd.Endpoints, ",")))
+		log.Info("no config file (./fencepub.yaml, ~/.config/fencepub/fencepub.yaml; --config): using the default domain",
+			"domain", cfg.Namespace.Domain, "prefix", cfg.Namespace.Prefix, "etcd", strings.Join(cfg.Etcd.Endpoints, ","))
 	}
 	ns, _ := cfg.NS() // validated by Load
 	cli, err := cfg.EtcdClient()
@@ -243,8 +242,8 @@ func probeEtcd(ctx context.Context, log *slog.Logger, cfg config.Config, cli *cl
 			}
 		}
 		dl, _ := bctx.Deadline() // bctx has one
-		log.Warn(fmt.Sprintf("etcd at %s did not answer within %s; retrying for up to %s more (is it up, and is etcd.endpoints / --etcd-endpoints right?)",
-			strings.Join(cfg.Etcd.Endpoints, ","), cfg.Etcd.RequestTimeout, time.Until(dl).Round(100*time.Millisecond)), "err", err)
+		log.Warn("etcd did not answer; retrying until the command's deadline (is it up, and is etcd.endpoints / --etcd-endpoints right?)",
+			"etcd", strings.Join(cfg.Etcd.Endpoints, ","), "waited", cfg.Etcd.RequestTimeout, "retry_for", time.Until(dl).Round(100*time.Millisecond), "err", err)
 		return err
 	}, func(err error) bool { return err != permanent && retry.EtcdUnavailable(err) })
 	switch {

@@ -33,7 +33,7 @@ func Deprecate(fs *pflag.FlagSet, name, instead string) {
 func warnDeprecated(c *cobra.Command) {
 	c.Flags().Visit(func(fl *pflag.Flag) {
 		if instead := fl.Annotations[deprecatedAnnotation]; len(instead) == 1 {
-			Logger(c).Warn(fmt.Sprintf("flag --%s is deprecated and will be removed: %s", fl.Name, instead[0]))
+			Logger(c).Warn("a flag is deprecated and will be removed", "flag", "--"+fl.Name, "instead", instead[0])
 		}
 	})
 }
