@@ -11,12 +11,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Version is a publication's place in a resource's history: the fields
-// Epoch, Fence and Seq (uint64 each, at most MaxNumber), compared
-// lexicographically (DESIGN.md "Words"). Fence is the generation the
-// authority minted with the grant; Seq counts publishes within that grant
-// from 1. The zero Version sorts before every published one. Build one
-// from text with ParseVersion, or as a struct literal.
+// Version is a publication's place in a resource's history: Epoch, Fence
+// and Seq (uint64 each, at most MaxNumber), compared lexicographically
+// (DESIGN.md "Words"). Fence is the generation the authority minted with
+// the grant; Seq counts publishes within that grant from 1. The zero
+// Version sorts before every published one. ParseVersion or a struct
+// literal builds one.
 //
 // Methods: String() returns "epoch.fence.seq"; Compare(w) returns -1, 0
 // or +1; Less(w) reports v < w; Max(w) returns the larger; IsZero()
@@ -124,10 +124,9 @@ type StoreConfig = s3store.Config
 // EnsureBucket. Every method is safe for concurrent use, ends with ctx, and
 // returns errors that wrap ErrObjectExists, ErrObjectNotFound,
 // ErrConditionFailed, ErrUnavailable (retried where the request is safe to
-// send again) or ErrInvalid. What fencepub assumes of a store is in
-// DESIGN.md "What the object store must provide". NewStore returns the S3
-// implementation; another implementation, or a wrapper, must pass
-// storetest.AcceptanceTest, as the S3 one does on MinIO and SeaweedFS.
+// send again) or ErrInvalid. NewStore returns the S3 implementation;
+// another implementation, or a wrapper, must pass storetest.AcceptanceTest
+// (DESIGN.md "What the object store must provide").
 type Store = objstore.Store
 
 // The types of Store's methods, so that a program can wrap a Store without

@@ -82,6 +82,15 @@
 // proves the term is the caller's, and a caller that releases publishes no
 // more.
 //
+// # Why a live lease is a live holder
+//
+// Renew is one lease keepalive, with no read of the holder key. The holder
+// key is attached to the grant's lease and is only ever removed together
+// with it — Release revokes the lease, etcd expires it, recover revokes
+// every holder's lease when the epoch moves — and the grant transaction
+// never overwrites a present holder, so "the grant's lease is alive" means
+// "the grant still holds the resource".
+//
 // # How recover works
 //
 // `fencepub authority recover`, in order:
@@ -117,10 +126,11 @@
 //
 // # How a Session counts its deadline
 //
-// A Session renews with Renew (a keepalive plus a holder check). A keepalive
-// that gets no answer within TTL/6 (or Config.RequestTimeout, if shorter) or
-// that etcd cannot serve is sent again until the deadline, so a stalled
-// member costs one attempt, not the lease. The local deadline is counted
+// A Session renews with Renew (a keepalive, which is a holder check: "Why
+// a live lease is a live holder"). A keepalive that gets no answer within
+// TTL/6 (or Config.RequestTimeout, if shorter) or that etcd cannot serve is
+// sent again until the deadline, so a stalled member costs one attempt, not
+// the lease. The local deadline is counted
 // from when each renew request was sent, not when its answer arrived: etcd
 // restarts the TTL when it processes the keepalive, which is after the send,
 // so Session.Deadline is never later than the earliest moment etcd may

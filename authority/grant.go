@@ -11,8 +11,8 @@ import (
 
 // Grant is one lease granted on a resource together with the fencing token
 // minted for it in the same etcd transaction (DESIGN.md invariant 2;
-// protocol source, §Mint). Generation is the token: where it
-// travels with a write it is called the fence; it is the same number.
+// protocol source, §Mint). Generation is the token, called the fence where
+// it travels with a write (DESIGN.md "Words").
 //
 // A Grant is a plain value: it can be printed as JSON, passed to another
 // process and given back to Renew, Release or NewSession there. A grant made

@@ -71,22 +71,18 @@ func (a *Authority) CheckHistory(ctx context.Context) error {
 }
 
 // CheckOwnership checks that the bucket belongs to this etcd's history
-// (DESIGN.md invariant 9, "Object layout"): the domain is initialised and
-// the bucket's ownership marker names etcd's deployment id. It returns the
-// domain (epoch and deployment id). It reads etcd once and the marker once
-// (each retried within ctx's deadline, as every call); it writes nothing.
-// GC runs it before a pass; the CLI before a publish and in doctor, so a
-// domain pointed at another bucket is refused instead of publishing where
-// GC never looks.
+// (DESIGN.md invariant 9, "etcd layout"): the domain is initialised and the
+// bucket's ownership marker names etcd's deployment id. It returns the
+// Domain. It reads etcd, then the marker, each retried within ctx's
+// deadline; it writes nothing.
 //
-// Errors: fencepub.ErrNotInitialized when etcd has no epoch for the domain
-// (ErrForeignHistory instead when the bucket already holds another
-// history, as CheckHistory); ErrNoOwnership when etcd has no deployment id
-// or the bucket has no ownership marker (s3.bucket names another bucket
-// than the one the domain was initialised with), or the marker does not
-// decode; ErrForeignDeployment when the marker names another deployment;
-// fencepub.ErrInvalid and fencepub.ErrObjectNotFound for a missing bucket;
-// fencepub.ErrUnavailable; fencepub.ErrCorruptState.
+// Errors: fencepub.ErrNotInitialized (etcd has no epoch for the domain) or,
+// when the bucket holds another history, ErrForeignHistory; ErrNoOwnership
+// (no deployment id in etcd or no ownership marker in the bucket: a changed
+// s3.bucket; or a marker that does not decode); ErrForeignDeployment (the
+// marker names another deployment); fencepub.ErrInvalid and
+// fencepub.ErrObjectNotFound (a missing bucket); fencepub.ErrUnavailable;
+// fencepub.ErrCorruptState.
 func (a *Authority) CheckOwnership(ctx context.Context) (Domain, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil {

@@ -35,16 +35,13 @@ func checkGrant(g Grant) error {
 
 // Renew extends g's lease by its TTL, only while g is still the live holder
 // of its resource. It never mints anything: a renew of an expired, revoked,
-// released or superseded grant fails and the caller must acquire again
-// (protocol source, §Mint: after a failed renewal a worker may not obtain a
-// larger token to make up for it).
+// released or superseded grant fails and the caller must acquire again,
+// never getting a larger token to make up for it (DESIGN.md invariant 2;
+// protocol source, §Mint).
 //
 // It is one lease keepalive, sent again while etcd cannot serve it
-// (Config.RetryTimeout). The holder key is attached to g's lease and is
-// only ever removed together with it — Release revokes the lease, etcd
-// expires it, recover revokes every holder's lease when the epoch moves —
-// and the grant transaction never overwrites a present holder, so "g's
-// lease is alive" means "g still holds the resource".
+// (Config.RetryTimeout): g's lease is alive exactly while g holds the
+// resource (the package doc, "Why a live lease is a live holder").
 //
 // Errors: ErrLeaseLost, ErrInvalidGrant, fencepub.ErrInvalidName,
 // fencepub.ErrUnavailable, ctx's error.

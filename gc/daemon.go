@@ -373,22 +373,15 @@ func (d *Daemon) checkDeps(ctx context.Context) error {
 	return err
 }
 
-// Handler serves /healthz, /readyz and /metrics (g in the Prometheus text
-// format). Both probes answer the daemon's state as JSON (owner, running,
-// leader, standby, generation, passes, last_pass, last_success and
-// last_error, "" after a pass without errors):
-//
-//   - /healthz (liveness): 200 while Run is running, else 503; it never
-//     contacts etcd or the store, so an etcd outage does not restart the
-//     daemon; it says nothing about readiness;
-//   - /readyz (readiness): 503 when etcd or the object store does not
-//     answer (checkDeps: bounded and cached), when this replica leads and
-//     its last pass without errors is older than two cycles (readiness), or while
-//     it has not settled into a role; 200 for a fresh leader and for a
-//     standby (reason "standby"). Its fields ready and reason say which.
-//
-// Handlers are safe for concurrent use; a /readyz check takes at most
-// readyCheckTimeout (800 ms) and outlives a request that gives up.
+// Handler serves /healthz (liveness), /readyz (readiness) and /metrics (g
+// in the Prometheus text format). /healthz answers 200 while Run is
+// running, else 503, and never contacts etcd or the store. /readyz answers
+// 200 for a fresh leader and for a standby, else 503: etcd or the object
+// store does not answer, the leader has no recent pass without errors, or
+// the replica has no role yet. Both answer the daemon's state as JSON (the
+// package doc, "Probes and metrics"). Handlers are safe for concurrent use;
+// a /readyz check takes at most 800 ms and outlives a request that gives
+// up.
 func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, st any, ok bool) {

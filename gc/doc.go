@@ -61,4 +61,41 @@
 // the target from authority.Authority.Release (which seals each finished
 // term at (epoch, fence, max)) is rewritten with the decommission reason, at
 // the same version.
+//
+// # Probes and metrics
+//
+// Daemon.Handler's /healthz and /readyz answer the daemon's state as JSON:
+// owner, running, leader, standby, generation, passes, last_pass,
+// last_success and last_error ("" after a pass without errors). /healthz
+// (liveness) is 200 while Run is running, else 503; it never contacts etcd
+// or the store, so an etcd outage does not restart the daemon, and it says
+// nothing about readiness. /readyz (readiness) adds the fields ready and
+// reason, which say why not. It is 503 when etcd or the object store does
+// not answer (one linearizable etcd read and one bucket call, bounded and
+// cached), when this replica leads and its last pass without errors is
+// older than two cycles (a cycle is the interval plus that pass's
+// duration), or while the replica has not settled into a role (campaigning,
+// or its first pass as leader not finished); it is 200 for a fresh leader
+// and for a standby (reason "standby").
+//
+// Metrics, registered on the registry NewMetrics is given:
+//
+//   - fencepub_gc_deleted_objects_total, fencepub_gc_deleted_bytes_total:
+//     objects (and their bytes) real passes deleted;
+//   - fencepub_gc_kept_objects{decision}: objects the last complete pass
+//     kept, by decision (published, retained, in_flight, quarantined,
+//     foreign); a gauge, set per pass;
+//   - fencepub_gc_quarantined_objects: objects the last complete pass
+//     quarantined (old-epoch objects that may be a lost publish's only copy,
+//     DESIGN.md "Garbage collection"); alert when it is above 0;
+//   - fencepub_gc_pass_duration_seconds: wall time of each pass;
+//   - fencepub_gc_last_success_timestamp_seconds: Unix time of the last pass
+//     that finished without errors;
+//   - fencepub_gc_last_success_duration_seconds: wall time of that pass, so an
+//     alert can allow for passes longer than the interval;
+//   - fencepub_gc_passes_total{result}: passes by result ("ok", "error"); a
+//     pass cut short by its context (shutdown, lost lease) is not counted;
+//   - fencepub_gc_records_deleted_total{kind}: etcd records pruned (history,
+//     ops, requests, grants);
+//   - fencepub_gc_leader: 1 while this daemon holds the GC lease.
 package gc

@@ -9,27 +9,14 @@ import (
 
 // Metrics are the collector's and daemon's Prometheus metrics, registered on
 // an injected registry (never the global default):
-//
-//   - fencepub_gc_deleted_objects_total, fencepub_gc_deleted_bytes_total:
-//     objects (and their bytes) real passes deleted;
-//   - fencepub_gc_kept_objects{decision}: objects the last complete pass
-//     kept, by decision (published, retained, in_flight, quarantined,
-//     foreign); a gauge, set per pass;
-//   - fencepub_gc_quarantined_objects: objects the last complete pass
-//     quarantined (old-epoch objects that may be a lost publish's only copy,
-//     DESIGN.md "Garbage collection"); alert when it is above 0;
-//   - fencepub_gc_pass_duration_seconds: wall time of each pass;
-//   - fencepub_gc_last_success_timestamp_seconds: Unix time of the last pass
-//     that finished without errors;
-//   - fencepub_gc_last_success_duration_seconds: wall time of that pass, so an
-//     alert can allow for passes longer than the interval;
-//   - fencepub_gc_passes_total{result}: passes by result ("ok", "error"); a
-//     pass cut short by its context (shutdown, lost lease) is not counted;
-//   - fencepub_gc_records_deleted_total{kind}: etcd records pruned (history,
-//     ops, requests, grants);
-//   - fencepub_gc_leader: 1 while this daemon holds the GC lease.
-//
-// Dry runs change none of them. Safe for concurrent use.
+// fencepub_gc_deleted_objects_total, fencepub_gc_deleted_bytes_total,
+// fencepub_gc_kept_objects{decision}, fencepub_gc_quarantined_objects,
+// fencepub_gc_pass_duration_seconds,
+// fencepub_gc_last_success_timestamp_seconds (Unix time),
+// fencepub_gc_last_success_duration_seconds,
+// fencepub_gc_passes_total{result}, fencepub_gc_records_deleted_total{kind}
+// and fencepub_gc_leader. The package doc, "Probes and metrics", says what
+// each counts. Dry runs change none of them. Safe for concurrent use.
 type Metrics struct {
 	deletedObjects prometheus.Counter
 	deletedBytes   prometheus.Counter

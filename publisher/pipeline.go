@@ -111,15 +111,15 @@ func (p *Publisher) Pipeline(ctx context.Context, depth int) *Pipeline {
 	return pl
 }
 
-// Submit takes the next seq for op and starts writing its object, and
-// returns the channel that receives op's one PipelineResult and is then
-// closed (buffered: the Pipeline never waits for the caller to read it).
-// It blocks while depth operations are in flight, until one is answered or
-// the pipeline stops. op.Body is read on another goroutine until op's
-// answer arrives; the caller must not use it before.
+// Submit takes the next seq for op, starts writing its object and returns
+// the channel that receives op's one PipelineResult and is then closed
+// (buffered: the Pipeline never waits for a reader). It blocks while depth
+// operations are in flight, until one is answered or the pipeline stops.
+// op.Body is read on another goroutine until op's answer arrives; the
+// caller must not use it before.
 //
 // An op that Publish would refuse before taking a seq (fencepub.ErrInvalid)
-// is answered at once and does not stop the pipeline. After the pipeline
+// is answered at once and does not stop the pipeline; after the pipeline
 // stopped or was closed, op is answered at once with ErrPipelineStopped.
 func (pl *Pipeline) Submit(op Operation) <-chan PipelineResult {
 	op, err := pl.p.check(op)

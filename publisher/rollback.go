@@ -16,19 +16,15 @@ import (
 
 // Rollback publishes the content of an earlier version `to` of the
 // Publisher's resource again, as a new version (the next seq) under
-// idempotency key (DESIGN.md "Object layout"): it reads `to` from the
-// resource's history, copies its object server-side and create-only to a
-// fresh key of the new version, and publishes that normally. The pointer
-// therefore always names an object carrying the pointer's version, never an
-// old key that GC may already have judged garbage.
-//
-// The request digest is that of the old content (body sha256, content type,
-// user metadata), so it equals the original publish's digest. Errors and
-// outcomes are those of Publish, plus ErrNoSuchVersion (to is not in the
-// history), ErrSourceGone (its object was collected) and ErrObjectMismatch
-// (its object changed). A dataset version is published again with every
-// file copied the same way (rollbackDataset). Copies are limited by S3 to
+// idempotency key: it copies `to`'s object (a dataset version: every file)
+// server-side and create-only to a fresh key of the new version and
+// publishes that normally (DESIGN.md "Object layout", "Dataset versions").
+// Its request digest is the original publish's. Copies are limited by S3 to
 // 10000 parts of 1 GiB.
+//
+// Errors and outcomes are those of Publish, plus ErrNoSuchVersion (to is
+// not in the history), ErrSourceGone (its object was collected) and
+// ErrObjectMismatch (its object changed).
 func (p *Publisher) Rollback(ctx context.Context, to fencepub.Version, key string) (Result, error) {
 	c, res := p.c, p.term.resource
 	if err := layout.ValidateKey("idempotency key", key); err != nil {

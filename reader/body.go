@@ -31,26 +31,19 @@ type Body struct {
 	stall   *stallTimer        // nil without Config.StallTimeout
 }
 
-// Open returns the current published object's body. It reads the pointer,
-// GETs the object with If-Match on the pointer's ETag, and if the object is
-// gone re-reads the pointer: a newer pointer is retried (up to
-// Config.OpenRetries times); the same pointer yields ErrObjectMissing.
-//
-// When this Reader opened an object before, Open sends the GET of that
-// object while it reads the pointer (speculation: the pointer rarely moves
-// between reads) and returns that body only if the pointer read names the
-// same version and object; otherwise it drops the speculative GET and
-// opens what the pointer names. Either way the bytes are those of the
-// pointer the read returned (linearizable by default), so an Open costs
-// about the longer of the two round trips instead of their sum.
+// Open returns the body of the object the current pointer names: it reads
+// the pointer (linearizably unless Config.Serializable) and GETs the object
+// with If-Match on the pointer's ETag (the package doc, "How Open reads").
+// If the object is gone, Open re-reads the pointer: a newer pointer is
+// retried (up to Config.OpenRetries times); the same pointer yields
+// ErrObjectMissing.
 //
 // Blocks for one etcd read (shared with concurrent calls, as Current's) and
 // one GET (the body streams as it is read). Errors: ErrNotPublished,
 // ErrUnknownResource, ErrWentBack, ErrObjectMissing, ErrDecommissioned,
 // ErrObjectChanged, ErrDigestMismatch (the store reports another size),
-// ErrIsDataset (the version is a dataset: nothing is fetched; read its
-// files with OpenFile or Files), fencepub.ErrUnavailable,
-// fencepub.ErrCorruptRecord.
+// ErrIsDataset (nothing is fetched), fencepub.ErrInvalid (no Config.Store),
+// fencepub.ErrUnavailable, fencepub.ErrCorruptRecord.
 func (r *Reader) Open(ctx context.Context) (*Body, error) {
 	if r.cfg.Store == nil {
 		return nil, fmt.Errorf("%w: reader.Config.Store is nil", fencepub.ErrInvalid)
@@ -98,14 +91,12 @@ func (r *Reader) Open(ctx context.Context) (*Body, error) {
 
 // OpenPointer returns the body of ptr's object without reading the pointer
 // from etcd: one GET with If-Match on ptr's ETag, verified like Open's. ptr
-// is a pointer of this Reader's resource that Watch or Current delivered; a
-// service that follows the pointer with Watch serves each request with one
-// store round trip this way (DESIGN.md "Reading": readers follow the
-// published pointer alone, by get or watch). It does not check that ptr is
-// still current, nor record it as returned: the caller chose the version, and
-// the bytes are verified against it. If the object is gone, OpenPointer
-// re-reads the pointer and follows a newer one as Open does. Errors: those of
-// Open, and fencepub.ErrInvalid for a zero pointer.
+// is a pointer of this Reader's resource that Watch or Current delivered
+// (DESIGN.md "Reading"). It does not check that ptr is still current, nor
+// record it as returned: the caller chose the version, and the bytes are
+// verified against it. If the object is gone, OpenPointer re-reads the
+// pointer and follows a newer one as Open does. Errors: those of Open, and
+// fencepub.ErrInvalid for a zero pointer.
 func (r *Reader) OpenPointer(ctx context.Context, ptr fencepub.Pointer) (*Body, error) {
 	switch {
 	case r.cfg.Store == nil:

@@ -55,17 +55,15 @@ func (r *Reader) manifests() *manifest.Cache {
 }
 
 // OpenFile returns the body of the file at path of the current version,
-// which must be a dataset: it reads the pointer, finds path in the manifest
-// (index and at most one page, cached by sha256), and GETs the file with
-// If-Match on its ETag. The Body verifies the file's sha256 and size as
-// Open's does (read to EOF and check the error before trusting the bytes);
-// its Pointer is the dataset's pointer with Object and ContentType those of
-// the file. A file gone because its version was superseded and collected is
-// retried with the newer pointer (Config.OpenRetries). Errors: Open's (but
-// ErrIsDataset), plus ErrNotDataset, ErrNoSuchFile, fencepub.ErrInvalid for
-// a path the dataset path rules refuse (DESIGN.md "Dataset versions"),
-// fencepub.ErrCorruptState for a manifest that does not decode or match its
-// pointer.
+// which must be a dataset: it reads the pointer, the manifest (cached) and
+// the file (DESIGN.md "Dataset versions": also the path rules). The Body
+// verifies the file's sha256 and size as Open's does; its Pointer is the
+// dataset's pointer with Object and ContentType those of the file. A file
+// whose version was superseded and collected is retried with the newer
+// pointer (Config.OpenRetries). Errors: Open's (but ErrIsDataset), plus
+// ErrNotDataset, ErrNoSuchFile, fencepub.ErrInvalid (a path the path rules
+// refuse), fencepub.ErrCorruptState (a manifest that does not decode or
+// match its pointer).
 func (r *Reader) OpenFile(ctx context.Context, path string) (*Body, error) {
 	if r.cfg.Store == nil {
 		return nil, fmt.Errorf("%w: Config.Store is nil", fencepub.ErrInvalid)

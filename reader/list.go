@@ -117,21 +117,19 @@ func (r *Reader) State(ctx context.Context) (ResourceState, error) {
 	return out, nil
 }
 
-// History returns the resource's retained versions, oldest first: its
-// history entries, which GC keeps exactly while it retains the version
-// (the last gc.retain versions and those superseded less than the reader
-// grace ago: DESIGN.md "Garbage collection"). Each is the pointer that
-// publish wrote (Version, Object, IdempotencyKey, Digest, ContentType,
-// Owner, CommittedAt); the last is the current pointer, which the publish
-// transaction writes together with its entry. OpenVersion reads any of
-// them (DESIGN.md "Reading").
+// History returns the resource's retained versions, oldest first: the
+// history entries GC keeps exactly while it retains the version (DESIGN.md
+// "Garbage collection"), each the pointer that publish wrote (Version,
+// Object, IdempotencyKey, Digest, ContentType, Owner, CommittedAt); the
+// last is the current pointer. OpenVersion reads any of them (DESIGN.md
+// "Reading").
 //
-// It reads the entries at one etcd revision (linearizable), 1000 per
-// read, each read retried as Current's are within
+// It reads the entries at one etcd revision (linearizable; the package doc,
+// "Listings"), each read retried as Current's are within
 // Config.RequestTimeout. It does not take part in Current's rule against
-// going back. Errors: ErrUnknownResource (no entry, no pointer and never
-// granted), fencepub.ErrUnavailable, fencepub.ErrCorruptRecord (an entry
-// that does not decode; the error names its key), ctx's error.
+// going back. Errors: ErrUnknownResource (never granted),
+// fencepub.ErrUnavailable, fencepub.ErrCorruptRecord (an entry that does
+// not decode; the error names its key), ctx's error.
 func (r *Reader) History(ctx context.Context) ([]fencepub.Pointer, error) {
 	out := []fencepub.Pointer{}
 	_, err := scan(ctx, r.cfg, layout.Namespace(r.cfg.Namespace).HistoryPrefix(r.res), 0, func(kv *mvccpb.KeyValue) error {
@@ -148,21 +146,16 @@ func (r *Reader) History(ctx context.Context) ([]fencepub.Pointer, error) {
 	return out, err
 }
 
-// OpenVersion returns the body of the retained version v of the resource,
-// verified as Open verifies the current one: it reads v's history entry,
-// then GETs the entry's object with If-Match on its ETag, and the Body
-// checks sha256 and size against the entry (Body.Pointer) while the
-// caller reads to EOF (DESIGN.md "Reading"). v may be below the current
-// version: OpenVersion changes nothing that Current, Open and Watch
-// return. It is safe for concurrent use. It blocks for one
-// etcd read and one GET (two more etcd reads when the entry or its object
-// is missing, to name the cause).
+// OpenVersion returns the body of the retained version v, verified against
+// v's history entry (Body.Pointer) as Open verifies the current one
+// (DESIGN.md "Reading"). v may be below the current version; OpenVersion
+// changes nothing that Current, Open and Watch return. It is safe for
+// concurrent use and blocks for one etcd read and one GET (two more etcd
+// reads when the entry or its object is missing).
 //
-// Errors: ErrNotRetained (v has no history entry: never published, or
-// pruned by GC; History lists the retained versions), ErrUnknownResource,
-// ErrDecommissioned, ErrObjectMissing (the entry's object is gone while
-// the entry remains), ErrObjectChanged, ErrDigestMismatch, ErrIsDataset
-// (v is a dataset version: read its files with OpenPointerFile or Files),
+// Errors: ErrNotRetained (no history entry), ErrUnknownResource,
+// ErrDecommissioned, ErrObjectMissing (the entry remains, its object is
+// gone), ErrObjectChanged, ErrDigestMismatch, ErrIsDataset,
 // fencepub.ErrInvalid (a zero or out-of-range v, or no Config.Store),
 // fencepub.ErrUnavailable, fencepub.ErrCorruptRecord, ctx's error.
 func (r *Reader) OpenVersion(ctx context.Context, v fencepub.Version) (*Body, error) {

@@ -1,32 +1,3 @@
-// Package reader follows a resource's published pointer and serves its
-// object (DESIGN.md "Reading", invariant 6): readers see only published
-// objects, never a version lower than one they already saw, and only bytes
-// that match the pointer's sha256.
-//
-// Current reads the pointer (linearizable by default; concurrent calls on one
-// Reader share a read sent after each of them began). Open reads the
-// pointer, GETs its object with If-Match on the pointer's ETag (one GET,
-// sent while the pointer is read when the object opened last is still
-// current) and verifies sha256 and size while the caller reads: a mismatch
-// is an error at the end of the body, so callers must read to EOF and check
-// the error (and Close) before trusting or exposing the bytes — write them
-// to a temporary file and rename it on success, for example. Watch follows
-// the pointer through an etcd watch starting at the header revision of a
-// Get plus one, and re-syncs with a fresh Get after compaction; a service
-// that follows it opens the pointer it holds with OpenPointer (no etcd read
-// per request). A Reader never returns a version below one it returned
-// before: if etcd's history went back, it says so (ErrWentBack).
-//
-// History lists a resource's retained versions and OpenVersion reads one,
-// verified as Open verifies the current one; Resources lists the domain's
-// resources and State reads one resource's pointer and seal. A resource
-// never granted in the domain is ErrUnknownResource, told apart from one
-// granted and not yet published (ErrNotPublished).
-//
-// An object may be collected by GC once it has been superseded and its
-// retention passed; Open then re-reads the pointer and retries with the newer
-// object (bounded). A pointer whose object is missing while it is still the
-// pointer is reported as ErrObjectMissing: that is data loss, never hidden.
 package reader
 
 import (

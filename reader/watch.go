@@ -28,15 +28,14 @@ type Update struct {
 // resyncDelay is the pause before a re-sync after an error.
 const resyncDelay = 200 * time.Millisecond
 
-// Watch follows the pointer until ctx ends, then closes the channel. It sends
-// the current pointer (if any), then every newer one, with strictly
-// increasing versions: a Get, then an etcd watch from the Get's header
-// revision + 1 (DESIGN.md "Reading"); when the watch is compacted, loses its
-// leader or breaks, a fresh Get re-syncs and the watch restarts from there.
-// Errors (a corrupt pointer value, an unreachable etcd, a pointer missing or
-// below the last version sent — a re-sync after an etcd restore: ErrWentBack)
-// are sent as Updates with Err set and do not end the watch. The goroutine
-// behind it ends when ctx ends; the caller must cancel ctx when done, and
+// Watch follows the pointer on a goroutine of its own until ctx ends, then
+// closes the channel. It sends the current pointer (if any), then every
+// newer one, with strictly increasing versions (DESIGN.md "Reading"); a
+// compacted, leaderless or broken etcd watch is re-synced with a fresh Get
+// (Update.Resync). Errors are sent as Updates with Err set and do not end
+// the watch: fencepub.ErrCorruptRecord, fencepub.ErrUnavailable, and
+// ErrWentBack for a pointer missing or below the last version sent (a
+// re-sync after an etcd restore). The caller must cancel ctx when done, and
 // should keep receiving until the channel is closed.
 func (r *Reader) Watch(ctx context.Context) <-chan Update {
 	ch := make(chan Update)
