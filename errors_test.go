@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/pubhook"
 	"github.com/fencepub/fencepub/internal/recovery"
 	"io"
@@ -185,8 +186,8 @@ var entries = []entry{
 		_, err := w.auth.AcquireGroup(ctx, authority.GroupRequest{Resources: []string{"g1", "g2"}, Owner: "worker", TTL: time.Minute})
 		return err
 	}},
-	{name: "authority.CheckHistory", state: fresh, store: true, call: func(ctx context.Context, w *world) error {
-		return w.auth.CheckHistory(ctx)
+	{name: "operator.CheckHistory", state: fresh, store: true, call: func(ctx context.Context, w *world) error {
+		return operator.CheckHistory(ctx, w.auth)
 	}},
 	{name: "recovery.Recover", state: published, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
 		_, err := recovery.Recover(ctx, w.auth, recovery.Options{})
@@ -201,16 +202,16 @@ var entries = []entry{
 	{name: "authority.ReleaseGroup", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
 		return w.auth.ReleaseGroup(ctx, []authority.Grant{w.grant})
 	}},
-	{name: "authority.Epoch", state: initialised, etcd: true, call: func(ctx context.Context, w *world) error {
-		_, err := w.auth.Epoch(ctx)
+	{name: "operator.Epoch", state: initialised, etcd: true, call: func(ctx context.Context, w *world) error {
+		_, err := operator.Epoch(ctx, w.auth)
 		return err
 	}},
 	{name: "authority.Holder", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
 		_, _, err := w.auth.Holder(ctx, "r")
 		return err
 	}},
-	{name: "authority.Inspect", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
-		_, err := w.auth.Inspect(ctx, "r")
+	{name: "operator.Inspect", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
+		_, err := operator.Inspect(ctx, w.auth, "r")
 		return err
 	}},
 	{name: "publisher.Bind", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
@@ -320,8 +321,8 @@ var entries = []entry{
 		_, err := w.col.Run(ctx, gc.RunOptions{All: true})
 		return err
 	}},
-	{name: "gc.Collector.Decommission", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
-		_, err := w.col.Decommission(ctx, "r", true)
+	{name: "operator.Decommission", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
+		_, err := operator.Decommission(ctx, w.col, "r", true)
 		return err
 	}},
 }

@@ -18,8 +18,11 @@ import (
 // (AcquireGroup, PublishGroup, ReadCut and their types) took it from 513;
 // moving the operator's recovery (Recover, RestoreLost and their reports)
 // to internal/recovery took it down to 507; datasets in a Pipeline
-// (Pipeline.SubmitDataset, PipelineResult.Dataset) to 509.
-const surfaceBound = 509
+// (Pipeline.SubmitDataset, PipelineResult.Dataset) to 509; moving the
+// operator's reads and writes (Inspect, Epoch, CheckHistory, Resources,
+// Reader.State, Decommission and their types) to internal/operator down to
+// 485.
+const surfaceBound = 485
 
 // apiSurface counts the names a program outside the module can use from the
 // package pkg: every exported package-level identifier, and for every

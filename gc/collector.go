@@ -56,7 +56,7 @@ type Config struct {
 	// Env locates the domain. Its Etcd client is not closed by the
 	// Collector.
 	fencepub.Env
-	// Authority explains an uninitialised domain (CheckHistory) and, for
+	// Authority explains an uninitialised domain (CheckOwnership) and, for
 	// the Daemon, grants the GC lease. Nil: New builds one from Env with
 	// the authority's defaults.
 	Authority *authority.Authority

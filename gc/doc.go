@@ -48,10 +48,10 @@
 //
 // # Decommissioning
 //
-// Collector.Decommission raises the seal instead of deleting the pointer. Its
-// transaction requires the epoch, generation, pointer and seal unchanged
-// since it read them (and, unless forced, no holder), and records the
-// version it seals as the seal's Retired. GC then deletes the resource's
+// `fencepub resource delete` raises the seal instead of deleting the
+// pointer. Its transaction requires the epoch, generation, pointer and seal
+// unchanged since it read them (and, unless forced, no holder), and records
+// the version it seals as the seal's Retired. GC then deletes the resource's
 // objects (the published and retained ones after the reader grace) and, at
 // its next pass, every op record at or below Retired whatever its age, so
 // the resource's idempotency keys end with it; the generation counter,
