@@ -256,7 +256,7 @@ var entries = []entry{
 	// writes a settled marker to the bucket.
 	{name: "publisher.Resolve", state: published, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
 		v := w.grant.Version(w.first.Version.Seq + 1)
-		digest, err := publisher.RequestDigest(ctx, op("never-sent"))
+		digest, err := pubhook.RequestDigest(ctx, op("never-sent"))
 		if err != nil {
 			return fmt.Errorf("digest: %w", err)
 		}

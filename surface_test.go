@@ -21,8 +21,9 @@ import (
 // (Pipeline.SubmitDataset, PipelineResult.Dataset) to 509; moving the
 // operator's reads and writes (Inspect, Epoch, CheckHistory, Resources,
 // Reader.State, Decommission and their types) to internal/operator down to
-// 485.
-const surfaceBound = 485
+// 485; the digest helpers (RequestDigest to internal/pubhook, GroupDigest
+// to internal/layout) to 483.
+const surfaceBound = 483
 
 // apiSurface counts the names a program outside the module can use from the
 // package pkg: every exported package-level identifier, and for every
