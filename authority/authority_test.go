@@ -28,8 +28,8 @@ func TestAcquireRenewRelease(t *testing.T) {
 	if g.Epoch == 0 || g.Generation != 1 || g.LeaseID == 0 || g.HolderRevision == 0 || g.RequestID == "" {
 		t.Fatalf("first grant = %+v", g)
 	}
-	if g.TTL != 5*time.Second || time.Until(g.ExpiresAt()) > 5*time.Second || time.Until(g.ExpiresAt()) < 3*time.Second {
-		t.Fatalf("TTL %s, expires in %s", g.TTL, time.Until(g.ExpiresAt()))
+	if g.TTL != 5*time.Second || time.Until(g.expiresAt()) > 5*time.Second || time.Until(g.expiresAt()) < 3*time.Second {
+		t.Fatalf("TTL %s, expires in %s", g.TTL, time.Until(g.expiresAt()))
 	}
 	if v := g.Version(3); v != (layout.Version{Epoch: g.Epoch, Fence: 1, Seq: 3}) {
 		t.Fatalf("Version(3) = %v", v)

@@ -177,7 +177,7 @@ func toGrantOutput(g authority.Grant) grantOutput {
 	return grantOutput{
 		Resource: g.Resource, Owner: g.Owner, RequestID: g.RequestID, Epoch: g.Epoch,
 		Generation: g.Generation, Fence: g.Generation, LeaseID: int64(g.LeaseID), TTLSeconds: g.TTL.Seconds(),
-		GrantedAt: g.GrantedAt.UTC(), ExpiresAt: g.ExpiresAt().UTC(), HolderRevision: g.HolderRevision,
+		GrantedAt: g.GrantedAt.UTC(), ExpiresAt: g.GrantedAt.Add(g.TTL).UTC(), HolderRevision: g.HolderRevision,
 	}
 }
 
