@@ -23,8 +23,10 @@ import (
 // Reader.State, Decommission and their types) to internal/operator down to
 // 485; the digest helpers (RequestDigest to internal/pubhook, GroupDigest
 // to internal/layout) to 483; publisher.ScanDir, a loop over DirFiles,
-// to the CLI to 482; Grant.ExpiresAt, GrantedAt + TTL, to 481.
-const surfaceBound = 481
+// to the CLI to 482; Grant.ExpiresAt, GrantedAt + TTL, to 481; the test
+// clocks gc.Config.Now and publisher.Config.Now to internal/wallclock to
+// 479.
+const surfaceBound = 479
 
 // apiSurface counts the names a program outside the module can use from the
 // package pkg: every exported package-level identifier, and for every

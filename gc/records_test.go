@@ -463,7 +463,7 @@ func TestYoungUploadBlocksAbandonSeal(t *testing.T) {
 	// younger.
 	pol := DefaultConfig().Policy
 	at := orphanTime.Add(pol.AbandonAfter + pol.ClockSkew)
-	rep := e.run(e.collector(func(c *Config) { c.Now = func() time.Time { return at } }), res)
+	rep := e.run(e.collector(func(c *Config) { c.now = func() time.Time { return at } }), res)
 	mustDecide(t, rep, orphan, kindInFlight, "kept", "not below the kept in-flight version")
 	var up *Decision
 	for i, d := range rep.Decisions {

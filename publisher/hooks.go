@@ -2,11 +2,18 @@ package publisher
 
 import (
 	"context"
+	"time"
 
 	"github.com/fencepub/fencepub/internal/pubhook"
+	"github.com/fencepub/fencepub/internal/wallclock"
 )
 
 func init() {
+	wallclock.Register(func(cfg any, now func() time.Time) (any, bool) {
+		c, ok := cfg.(Config)
+		c.now = now
+		return c, ok
+	})
 	pubhook.NextSeq = func(p any) uint64 { return p.(*Publisher).nextSeq() }
 	pubhook.RequestDigest = func(ctx context.Context, op any) (string, error) {
 		return operationDigest(ctx, op.(Operation))
