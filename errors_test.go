@@ -438,13 +438,10 @@ func TestConfigErrors(t *testing.T) {
 		{"gc DeleteBatch too large", "gc.Config.DeleteBatch", gc.Config{Env: env, DeleteBatch: 1001}.Validate()},
 		{"gc negative Policy.Grace", "gc.Config.Policy.Grace", gc.Config{Env: env, Policy: gc.Policy{Grace: -1}}.Validate()},
 		{"gc.New", "gc.Config.Namespace", func() error { _, err := gc.New(gc.Config{}); return err }()},
-		{"gc daemon without a collector", "gc.DaemonConfig.Collector", gc.DaemonConfig{}.Validate()},
-		{"gc daemon negative Interval", "gc.DaemonConfig.Interval", gc.DaemonConfig{Collector: daemonCollector, Interval: -1}.Validate()},
-		{"gc daemon unreserved LeaseResource", "gc.DaemonConfig.LeaseResource", gc.DaemonConfig{Collector: daemonCollector, LeaseResource: "gc"}.Validate()},
-		{"gc.NewDaemon", "gc.DaemonConfig.Owner", func() error {
-			_, err := gc.NewDaemon(gc.DaemonConfig{Collector: daemonCollector, Owner: "an owner"})
-			return err
-		}()},
+		{"gc daemon without a collector", "gc.DaemonConfig.Collector", newDaemon(operator.DaemonConfig{})},
+		{"gc daemon negative Interval", "gc.DaemonConfig.Interval", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Interval: -1})},
+		{"gc daemon resources and all", "gc.DaemonConfig.Run", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Resources: []string{"r"}, All: true})},
+		{"operator.NewDaemon", "gc.DaemonConfig.Owner", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Owner: "an owner"})},
 	} {
 		if !errors.Is(c.err, fencepub.ErrInvalid) || !strings.Contains(fmt.Sprint(c.err), c.field) {
 			t.Errorf("%s: %v; want fencepub.ErrInvalid naming %s", c.name, c.err, c.field)
@@ -456,12 +453,18 @@ func TestConfigErrors(t *testing.T) {
 		"publisher": withEnv(publisher.DefaultConfig(), env, func(c *publisher.Config, e fencepub.Env) { c.Env = e }).Validate(),
 		"reader":    withEnv(reader.DefaultConfig(), env, func(c *reader.Config, e fencepub.Env) { c.Env = e }).Validate(),
 		"gc":        withEnv(gc.DefaultConfig(), env, func(c *gc.Config, e fencepub.Env) { c.Env = e }).Validate(),
-		"gc daemon": withEnv(gc.DefaultDaemonConfig(), daemonCollector, func(c *gc.DaemonConfig, col *gc.Collector) { c.Collector = col }).Validate(),
+		"gc daemon": newDaemon(withEnv(operator.DefaultDaemonConfig(), daemonCollector, func(c *operator.DaemonConfig, col *gc.Collector) { c.Collector = col })),
 	} {
 		if err != nil {
 			t.Errorf("%s: DefaultConfig with an Env: %v", name, err)
 		}
 	}
+}
+
+// newDaemon is operator.NewDaemon's error.
+func newDaemon(cfg operator.DaemonConfig) error {
+	_, err := operator.NewDaemon(cfg)
+	return err
 }
 
 func withEnv[C, E any](c C, e E, set func(*C, E)) C {

@@ -57,8 +57,8 @@ type Config struct {
 	// Collector.
 	fencepub.Env
 	// Authority explains an uninitialised domain (CheckOwnership) and, for
-	// the Daemon, grants the GC lease. Nil: New builds one from Env with
-	// the authority's defaults.
+	// the daemon (`fencepub gc daemon`), grants the GC lease. Nil: New
+	// builds one from Env with the authority's defaults.
 	Authority *authority.Authority
 	// Policy says what to keep; zero fields take their defaults.
 	Policy Policy

@@ -82,7 +82,7 @@ func helperDaemon(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 	if err != nil {
 		return err
 	}
-	d, err := NewDaemon(DaemonConfig{Collector: c, Interval: cfg.Interval, LeaseTTL: cfg.TTL, Owner: cfg.Owner})
+	d, err := newDaemon(daemonConfig{Collector: c, Interval: cfg.Interval, LeaseTTL: cfg.TTL, Owner: cfg.Owner})
 	if err != nil {
 		return err
 	}

@@ -22,4 +22,18 @@ func init() {
 		}
 		return out, err
 	}
+	operator.NewDaemon = func(c operator.DaemonConfig) (operator.Daemon, error) {
+		col, _ := c.Collector.(*Collector)
+		m, _ := c.Metrics.(*Metrics)
+		d, err := newDaemon(daemonConfig{Collector: col, Interval: c.Interval, LeaseTTL: c.LeaseTTL, Owner: c.Owner,
+			Run: RunOptions{Resources: c.Resources, All: c.All}, Logger: c.Logger, Metrics: m})
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	operator.DefaultDaemonConfig = func() operator.DaemonConfig {
+		d := defaultDaemonConfig()
+		return operator.DaemonConfig{Interval: d.Interval, LeaseTTL: d.LeaseTTL}
+	}
 }

@@ -137,7 +137,7 @@ func TestQuarantineWithoutPointer(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := e.collector(func(c *Config) { later(3 * time.Hour)(c); c.Metrics = m })
-	d, err := NewDaemon(DaemonConfig{Collector: c, Owner: "gc-quarantine"})
+	d, err := newDaemon(daemonConfig{Collector: c, Owner: "gc-quarantine"})
 	if err != nil {
 		t.Fatal(err)
 	}

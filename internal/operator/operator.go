@@ -2,16 +2,20 @@
 // and change in a domain beyond the library's API: a lease's state for
 // `fencepub authority show`, the domain's epoch and the bucket's history
 // for `init`, `setup-roles` and `doctor`, the resources of `fencepub ls`
-// (implemented by packages authority and reader), and the decommission of
-// `fencepub resource delete` (package gc). Each package sets its
-// functions when it is initialised, so they are set in any program that
-// imports that package.
+// (implemented by packages authority and reader), the decommission of
+// `fencepub resource delete` and the daemon of `fencepub gc daemon`
+// (package gc). Each package sets its functions when it is initialised, so
+// they are set in any program that imports that package.
 package operator
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
+	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 var (
@@ -53,7 +57,51 @@ var (
 	// fencepub.ErrNotInitialized, fencepub.ErrCorruptState, a concurrent
 	// change (run again), fencepub.ErrUnavailable, ctx's error.
 	Decommission func(ctx context.Context, c any, res string, force bool) (Decommissioned, error)
+	// NewDaemon gives cfg's zero fields their defaults (DefaultDaemonConfig;
+	// an Owner generated per process), checks them and returns the GC
+	// daemon (the gc package doc; DESIGN.md "Garbage collection"). Errors:
+	// fencepub.ErrInvalid naming the field.
+	NewDaemon func(cfg DaemonConfig) (Daemon, error)
+	// DefaultDaemonConfig returns the values NewDaemon gives DaemonConfig's
+	// zero fields: Interval 5 min, LeaseTTL 15 s.
+	DefaultDaemonConfig func() DaemonConfig
 )
+
+// DaemonConfig configures NewDaemon.
+type DaemonConfig struct {
+	// Collector is the *gc.Collector whose passes the daemon runs;
+	// required.
+	Collector any
+	// Interval is the time from the end of one pass to the start of the
+	// next.
+	Interval time.Duration
+	// LeaseTTL is the TTL of the GC lease, the reserved resource "_gc"
+	// (whole seconds, at least 2 s). A killed leader is replaced within
+	// about one TTL.
+	LeaseTTL time.Duration
+	// Owner identifies this replica in the lease; "" generates one.
+	Owner string
+	// Resources are the resources of each pass; none means all. All with
+	// Resources is refused.
+	Resources []string
+	All       bool
+	// Logger; default: the Collector's.
+	Logger *slog.Logger
+	// Metrics, a *gc.Metrics or nil, reports leadership
+	// (fencepub_gc_leader); the pass metrics come from the Collector's.
+	Metrics any
+}
+
+// Daemon runs GC passes on a schedule. Several replicas may run; only the
+// holder of the GC lease runs passes, and safety never depends on it.
+type Daemon interface {
+	// Run campaigns for the GC lease and, while holding it, runs a pass at
+	// once and then every Interval, until ctx ends; then it releases the
+	// lease and returns nil.
+	Run(ctx context.Context) error
+	// Handler serves /healthz, /readyz and /metrics (g's metrics).
+	Handler(g prometheus.Gatherer) http.Handler
+}
 
 // LeaseState is a resource's authority state read at one etcd revision.
 type LeaseState struct {
