@@ -9,11 +9,7 @@ import (
 )
 
 func init() {
-	wallclock.Register(func(cfg any, now func() time.Time) (any, bool) {
-		c, ok := cfg.(Config)
-		c.now = now
-		return c, ok
-	})
+	wallclock.Register(func(c *Config, now func() time.Time) { c.now = now })
 	operator.Decommission = func(ctx context.Context, c any, res string, force bool) (operator.Decommissioned, error) {
 		d, err := c.(*Collector).decommission(ctx, res, force)
 		out := operator.Decommissioned{Resource: d.Resource, Seal: d.Seal, Previous: d.Previous, Already: d.Already, Revision: d.Revision}

@@ -9,11 +9,7 @@ import (
 )
 
 func init() {
-	wallclock.Register(func(cfg any, now func() time.Time) (any, bool) {
-		c, ok := cfg.(Config)
-		c.now = now
-		return c, ok
-	})
+	wallclock.Register(func(c *Config, now func() time.Time) { c.now = now })
 	pubhook.NextSeq = func(p any) uint64 { return p.(*Publisher).nextSeq() }
 	pubhook.RequestDigest = func(ctx context.Context, op any) (string, error) {
 		return operationDigest(ctx, op.(Operation))

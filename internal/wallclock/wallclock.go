@@ -16,9 +16,15 @@ import (
 // and true, or false for a cfg of another type.
 var setters []func(cfg any, now func() time.Time) (any, bool)
 
-// Register adds the setter of one package's config type.
-func Register(set func(cfg any, now func() time.Time) (any, bool)) {
-	setters = append(setters, set)
+// Register adds set, the setter of one package's config type C.
+func Register[C any](set func(cfg *C, now func() time.Time)) {
+	setters = append(setters, func(cfg any, now func() time.Time) (any, bool) {
+		c, ok := cfg.(C)
+		if ok {
+			set(&c, now)
+		}
+		return c, ok
+	})
 }
 
 // With returns cfg (a gc.Config or a publisher.Config) with the wall clock
