@@ -27,7 +27,7 @@ var neverImports = []struct {
 }{
 	// The core and the foundations sit below the product.
 	{
-		from: []string{".", "internal/errkind", "internal/fence", "internal/layout", "internal/objstore", "internal/debuglog", "internal/leader", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/manifest", "internal/lab", "internal/pubhook", "internal/recovery"},
+		from: []string{".", "internal/errkind", "internal/fence", "internal/layout", "internal/objstore", "internal/debuglog", "internal/leader", "internal/ownership", "internal/retry", "internal/wait", "internal/sysproc", "internal/exitcode", "internal/manifest", "internal/lab", "internal/pubhook", "internal/recovery", "internal/operator", "internal/wallclock"},
 		never: []string{"authority", "publisher", "reader", "gc", "config", "internal/cli/...", "internal/devstack",
 			"internal/testkit/...", "cmd/..."},
 	},

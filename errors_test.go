@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/pubhook"
 	"github.com/fencepub/fencepub/internal/recovery"
 	"io"
@@ -185,8 +186,8 @@ var entries = []entry{
 		_, err := w.auth.AcquireGroup(ctx, authority.GroupRequest{Resources: []string{"g1", "g2"}, Owner: "worker", TTL: time.Minute})
 		return err
 	}},
-	{name: "authority.CheckHistory", state: fresh, store: true, call: func(ctx context.Context, w *world) error {
-		return w.auth.CheckHistory(ctx)
+	{name: "operator.CheckHistory", state: fresh, store: true, call: func(ctx context.Context, w *world) error {
+		return operator.CheckHistory(ctx, w.auth)
 	}},
 	{name: "recovery.Recover", state: published, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
 		_, err := recovery.Recover(ctx, w.auth, recovery.Options{})
@@ -201,16 +202,16 @@ var entries = []entry{
 	{name: "authority.ReleaseGroup", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
 		return w.auth.ReleaseGroup(ctx, []authority.Grant{w.grant})
 	}},
-	{name: "authority.Epoch", state: initialised, etcd: true, call: func(ctx context.Context, w *world) error {
-		_, err := w.auth.Epoch(ctx)
+	{name: "operator.Epoch", state: initialised, etcd: true, call: func(ctx context.Context, w *world) error {
+		_, err := operator.Epoch(ctx, w.auth)
 		return err
 	}},
 	{name: "authority.Holder", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
 		_, _, err := w.auth.Holder(ctx, "r")
 		return err
 	}},
-	{name: "authority.Inspect", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
-		_, err := w.auth.Inspect(ctx, "r")
+	{name: "operator.Inspect", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
+		_, err := operator.Inspect(ctx, w.auth, "r")
 		return err
 	}},
 	{name: "publisher.Bind", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
@@ -255,7 +256,7 @@ var entries = []entry{
 	// writes a settled marker to the bucket.
 	{name: "publisher.Resolve", state: published, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
 		v := w.grant.Version(w.first.Version.Seq + 1)
-		digest, err := publisher.RequestDigest(ctx, op("never-sent"))
+		digest, err := pubhook.RequestDigest(ctx, op("never-sent"))
 		if err != nil {
 			return fmt.Errorf("digest: %w", err)
 		}
@@ -320,8 +321,8 @@ var entries = []entry{
 		_, err := w.col.Run(ctx, gc.RunOptions{All: true})
 		return err
 	}},
-	{name: "gc.Collector.Decommission", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
-		_, err := w.col.Decommission(ctx, "r", true)
+	{name: "operator.Decommission", state: published, etcd: true, call: func(ctx context.Context, w *world) error {
+		_, err := operator.Decommission(ctx, w.col, "r", true)
 		return err
 	}},
 }
@@ -437,13 +438,10 @@ func TestConfigErrors(t *testing.T) {
 		{"gc DeleteBatch too large", "gc.Config.DeleteBatch", gc.Config{Env: env, DeleteBatch: 1001}.Validate()},
 		{"gc negative Policy.Grace", "gc.Config.Policy.Grace", gc.Config{Env: env, Policy: gc.Policy{Grace: -1}}.Validate()},
 		{"gc.New", "gc.Config.Namespace", func() error { _, err := gc.New(gc.Config{}); return err }()},
-		{"gc daemon without a collector", "gc.DaemonConfig.Collector", gc.DaemonConfig{}.Validate()},
-		{"gc daemon negative Interval", "gc.DaemonConfig.Interval", gc.DaemonConfig{Collector: daemonCollector, Interval: -1}.Validate()},
-		{"gc daemon unreserved LeaseResource", "gc.DaemonConfig.LeaseResource", gc.DaemonConfig{Collector: daemonCollector, LeaseResource: "gc"}.Validate()},
-		{"gc.NewDaemon", "gc.DaemonConfig.Owner", func() error {
-			_, err := gc.NewDaemon(gc.DaemonConfig{Collector: daemonCollector, Owner: "an owner"})
-			return err
-		}()},
+		{"gc daemon without a collector", "gc.DaemonConfig.Collector", newDaemon(operator.DaemonConfig{})},
+		{"gc daemon negative Interval", "gc.DaemonConfig.Interval", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Interval: -1})},
+		{"gc daemon resources and all", "gc.DaemonConfig.Run", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Resources: []string{"r"}, All: true})},
+		{"operator.NewDaemon", "gc.DaemonConfig.Owner", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Owner: "an owner"})},
 	} {
 		if !errors.Is(c.err, fencepub.ErrInvalid) || !strings.Contains(fmt.Sprint(c.err), c.field) {
 			t.Errorf("%s: %v; want fencepub.ErrInvalid naming %s", c.name, c.err, c.field)
@@ -455,12 +453,18 @@ func TestConfigErrors(t *testing.T) {
 		"publisher": withEnv(publisher.DefaultConfig(), env, func(c *publisher.Config, e fencepub.Env) { c.Env = e }).Validate(),
 		"reader":    withEnv(reader.DefaultConfig(), env, func(c *reader.Config, e fencepub.Env) { c.Env = e }).Validate(),
 		"gc":        withEnv(gc.DefaultConfig(), env, func(c *gc.Config, e fencepub.Env) { c.Env = e }).Validate(),
-		"gc daemon": withEnv(gc.DefaultDaemonConfig(), daemonCollector, func(c *gc.DaemonConfig, col *gc.Collector) { c.Collector = col }).Validate(),
+		"gc daemon": newDaemon(withEnv(operator.DefaultDaemonConfig(), daemonCollector, func(c *operator.DaemonConfig, col *gc.Collector) { c.Collector = col })),
 	} {
 		if err != nil {
 			t.Errorf("%s: DefaultConfig with an Env: %v", name, err)
 		}
 	}
+}
+
+// newDaemon is operator.NewDaemon's error.
+func newDaemon(cfg operator.DaemonConfig) error {
+	_, err := operator.NewDaemon(cfg)
+	return err
 }
 
 func withEnv[C, E any](c C, e E, set func(*C, E)) C {

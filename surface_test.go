@@ -18,8 +18,16 @@ import (
 // (AcquireGroup, PublishGroup, ReadCut and their types) took it from 513;
 // moving the operator's recovery (Recover, RestoreLost and their reports)
 // to internal/recovery took it down to 507; datasets in a Pipeline
-// (Pipeline.SubmitDataset, PipelineResult.Dataset) to 509.
-const surfaceBound = 509
+// (Pipeline.SubmitDataset, PipelineResult.Dataset) to 509; moving the
+// operator's reads and writes (Inspect, Epoch, CheckHistory, Resources,
+// Reader.State, Decommission and their types) to internal/operator down to
+// 485; the digest helpers (RequestDigest to internal/pubhook, GroupDigest
+// to internal/layout) to 483; publisher.ScanDir, a loop over DirFiles,
+// to the CLI to 482; Grant.ExpiresAt, GrantedAt + TTL, to 481; the test
+// clocks gc.Config.Now and publisher.Config.Now to internal/wallclock to
+// 479; the GC daemon of `fencepub gc daemon` (Daemon, DaemonConfig,
+// NewDaemon, DefaultDaemonConfig) to internal/operator to 463.
+const surfaceBound = 463
 
 // apiSurface counts the names a program outside the module can use from the
 // package pkg: every exported package-level identifier, and for every

@@ -76,7 +76,7 @@ type Pointer = layout.Pointer
 type Seal = layout.Seal
 
 // SealReasonDecommissioned is the Seal.Reason of a resource retired by
-// gc.Collector.Decommission (`fencepub resource delete`).
+// `fencepub resource delete`.
 const SealReasonDecommissioned = layout.SealReasonDecommissioned
 
 // Namespace locates one fencepub domain: every etcd key lives under

@@ -259,10 +259,10 @@ func decodeDomain(epochKVs, depKVs []*mvccKV) (Domain, bool, error) {
 	return d, true, nil
 }
 
-// Epoch returns the domain's current epoch (one linearizable read). Errors:
-// fencepub.ErrNotInitialized, fencepub.ErrUnavailable,
-// fencepub.ErrCorruptState.
-func (a *Authority) Epoch(ctx context.Context) (uint64, error) {
+// currentEpoch is operator.Epoch: the domain's current epoch (one
+// linearizable read). Errors: fencepub.ErrNotInitialized,
+// fencepub.ErrUnavailable, fencepub.ErrCorruptState.
+func (a *Authority) currentEpoch(ctx context.Context) (uint64, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil {
 		return 0, err

@@ -28,8 +28,8 @@ func TestAcquireRenewRelease(t *testing.T) {
 	if g.Epoch == 0 || g.Generation != 1 || g.LeaseID == 0 || g.HolderRevision == 0 || g.RequestID == "" {
 		t.Fatalf("first grant = %+v", g)
 	}
-	if g.TTL != 5*time.Second || time.Until(g.ExpiresAt()) > 5*time.Second || time.Until(g.ExpiresAt()) < 3*time.Second {
-		t.Fatalf("TTL %s, expires in %s", g.TTL, time.Until(g.ExpiresAt()))
+	if g.TTL != 5*time.Second || time.Until(g.expiresAt()) > 5*time.Second || time.Until(g.expiresAt()) < 3*time.Second {
+		t.Fatalf("TTL %s, expires in %s", g.TTL, time.Until(g.expiresAt()))
 	}
 	if v := g.Version(3); v != (layout.Version{Epoch: g.Epoch, Fence: 1, Seq: 3}) {
 		t.Fatalf("Version(3) = %v", v)
@@ -120,7 +120,7 @@ func TestInitConcurrent(t *testing.T) {
 		t.Fatalf("ownership marker = %+v, %v", m, err)
 	}
 	mustAcquire(t, a0, AcquireRequest{Resource: "r", Owner: owner("o")})
-	if e, err := a0.Epoch(ctx); err != nil || e != doms[0].Epoch {
+	if e, err := a0.currentEpoch(ctx); err != nil || e != doms[0].Epoch {
 		t.Fatalf("Epoch = %d, %v; want %d", e, err, doms[0].Epoch)
 	}
 }
@@ -323,7 +323,7 @@ func TestUnreachableEtcd(t *testing.T) {
 	ctx = context.Background()
 	for name, f := range map[string]func() error{
 		"init":  func() error { _, err := a.Init(ctx); return err },
-		"epoch": func() error { _, err := a.Epoch(ctx); return err },
+		"epoch": func() error { _, err := a.currentEpoch(ctx); return err },
 		"renew": func() error {
 			return a.Renew(ctx, Grant{Resource: "r", Owner: "o", LeaseID: 1, HolderRevision: 1, Epoch: 1, Generation: 1, TTL: 5 * time.Second})
 		},

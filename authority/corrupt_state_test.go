@@ -67,7 +67,7 @@ func TestCorruptAuthorityState(t *testing.T) {
 	}
 	putRaw(t, cli, a.ns.HolderKey("held"), "{not json", lease.ID)
 	unchanged(a, "acquire under a corrupt holder", acquire(a, "held", ""), fencepub.ErrCorruptState)
-	unchanged(a, "inspect of a corrupt holder", func() error { _, err := a.Inspect(ctx, "held"); return err }, fencepub.ErrCorruptState)
+	unchanged(a, "inspect of a corrupt holder", func() error { _, err := a.inspect(ctx, "held"); return err }, fencepub.ErrCorruptState)
 	if _, err := cli.Revoke(ctx, lease.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestCorruptAuthorityState(t *testing.T) {
 	// (the release compares it), nor publish; it is not renewed into more.
 	putRaw(t, cli, a.ns.GrantKey("base", base.Generation), "garbage", 0)
 	unchanged(a, "release with a corrupt grant record", func() error { return a.Release(ctx, base) }, ErrLeaseLost)
-	if st, err := a.Inspect(ctx, "base"); err != nil || st.Generation != base.Generation {
+	if st, err := a.inspect(ctx, "base"); err != nil || st.Generation != base.Generation {
 		t.Fatalf("inspect %+v, %v", st, err)
 	}
 
@@ -95,7 +95,7 @@ func TestCorruptAuthorityState(t *testing.T) {
 	ge := mustAcquire(t, ae, AcquireRequest{Resource: "r", Owner: "w"})
 	putRaw(t, cli, ae.ns.EpochKey(), "x", 0)
 	unchanged(ae, "acquire under a corrupt epoch", acquire(ae, "r2", ""), fencepub.ErrCorruptState)
-	unchanged(ae, "epoch", func() error { _, err := ae.Epoch(ctx); return err }, fencepub.ErrCorruptState)
+	unchanged(ae, "epoch", func() error { _, err := ae.currentEpoch(ctx); return err }, fencepub.ErrCorruptState)
 	// Renew is lease liveness only (the holder lives exactly as long as its
 	// lease): it still succeeds and writes nothing; the corrupt epoch stops
 	// the grant's publishes instead (their epoch compare fails).
@@ -203,7 +203,7 @@ func TestRecoverCorruptEpoch(t *testing.T) {
 	if rep.CorruptEpoch != "garbage" || rep.NewEpoch <= before.Epoch || rep.NewEpoch <= rep.Highest.EpochMarker {
 		t.Fatalf("report %+v", rep)
 	}
-	if e, err := a.Epoch(ctx); err != nil || e != rep.NewEpoch {
+	if e, err := a.currentEpoch(ctx); err != nil || e != rep.NewEpoch {
 		t.Fatalf("epoch %d, %v; want %d", e, err, rep.NewEpoch)
 	}
 	after := mustAcquire(t, a, AcquireRequest{Resource: "r", Owner: "w2"})

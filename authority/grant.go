@@ -33,7 +33,7 @@ type Grant struct {
 	TTL time.Duration `json:"ttl"`
 	// GrantedAt is the authority client's clock when it SENT the request
 	// that created the lease, so GrantedAt+TTL is no later than the
-	// earliest moment etcd may expire the lease unless renewed (ExpiresAt).
+	// earliest moment etcd may expire the lease unless renewed.
 	// Informative: liveness is judged by etcd, never by this clock.
 	GrantedAt time.Time `json:"granted_at"`
 	// HolderRevision is the etcd revision of the grant transaction, which is
@@ -47,10 +47,10 @@ func (g Grant) Version(seq uint64) fencepub.Version {
 	return layout.Version{Epoch: g.Epoch, Fence: g.Generation, Seq: seq}
 }
 
-// ExpiresAt is the client's estimate of the earliest moment etcd may expire
+// expiresAt is the client's estimate of the earliest moment etcd may expire
 // the lease if it is never renewed: GrantedAt + TTL. Renewals move the real
 // expiry later; a Session tracks that (Session.Deadline).
-func (g Grant) ExpiresAt() time.Time { return g.GrantedAt.Add(g.TTL) }
+func (g Grant) expiresAt() time.Time { return g.GrantedAt.Add(g.TTL) }
 
 // holderCmp returns the compare that holds only while g is still the live
 // holder of its resource (fence.Holder).

@@ -30,7 +30,7 @@ func TestAcquireGroupAllOrNothing(t *testing.T) {
 		t.Fatalf("group over a held member: %v, want ErrHeld", err)
 	}
 	for _, r := range []string{"a", "c"} {
-		if st, err := a.Inspect(ctx, r); err != nil || st.Generation != 0 || st.Holder != nil {
+		if st, err := a.inspect(ctx, r); err != nil || st.Generation != 0 || st.Holder != nil {
 			t.Fatalf("%s after a refused group: %+v, %v; want untouched", r, st, err)
 		}
 	}
@@ -229,7 +229,7 @@ func TestAcquireGroupContendsWithSingle(t *testing.T) {
 	if _, err := a.AcquireGroup(ctx, waited); !errors.Is(err, ErrHeld) || time.Since(start) < wait {
 		t.Fatalf("group waiting %s over a held member: %v after %s, want ErrHeld after the wait", wait, err, time.Since(start))
 	}
-	if st, err := a.Inspect(ctx, "a"); err != nil || st.Holder != nil || st.Generation != 0 {
+	if st, err := a.inspect(ctx, "a"); err != nil || st.Holder != nil || st.Generation != 0 {
 		t.Fatalf("a while the group waited: %+v, %v; want never granted", st, err)
 	}
 	var gs []Grant

@@ -52,17 +52,16 @@ func (e *foreignHistoryError) Error() string {
 // Is makes errors.Is(err, ErrForeignHistory) true.
 func (e *foreignHistoryError) Is(target error) bool { return target == ErrForeignHistory }
 
-// CheckHistory reports whether etcd may own what the bucket holds under the
-// domain's root: nil when etcd's domain is initialised, when the root is
-// empty, or when it holds only the ownership marker of an init of this etcd
-// in progress (etcd's deployment key names it). It reads etcd, then the
-// ownership marker and at most one listed key; it writes nothing. GC calls
-// it to explain an uninitialised domain.
+// checkHistory is operator.CheckHistory: it reports whether etcd may own what
+// the bucket holds under the domain's root: nil when etcd's domain is
+// initialised, when the root is empty, or when it holds only the ownership
+// marker of an init of this etcd in progress (etcd's deployment key names it).
+// It reads etcd, then the ownership marker and at most one listed key; it
+// writes nothing. The CLI calls it to explain an uninitialised domain.
 //
-// Errors: ErrForeignHistory, fencepub.ErrUnavailable,
-// fencepub.ErrCorruptState (an ownership marker that does not decode). The
-// rule: DESIGN.md invariant 9.
-func (a *Authority) CheckHistory(ctx context.Context) error {
+// Errors: ErrForeignHistory, fencepub.ErrUnavailable, fencepub.ErrCorruptState
+// (an ownership marker that does not decode). The rule: DESIGN.md invariant 9.
+func (a *Authority) checkHistory(ctx context.Context) error {
 	if _, ok, err := a.readDomain(ctx); err != nil || ok {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 
 // TestInitRefusesForeignHistory: an etcd with no epoch for the domain never
 // initialises itself over a bucket that holds anything under the domain's
-// root (DESIGN.md invariant 9): Init, Acquire, CheckHistory and a plain
+// root (DESIGN.md invariant 9): Init, Acquire, checkHistory and a plain
 // Recover return a *foreignHistoryError naming what was found and write
 // nothing to etcd or the bucket.
 func TestInitRefusesForeignHistory(t *testing.T) {
@@ -70,7 +70,7 @@ func TestInitRefusesForeignHistory(t *testing.T) {
 			check("init", err)
 			_, err = a.Acquire(ctx, AcquireRequest{Resource: "r", Owner: owner("w2"), TTL: 5 * time.Second})
 			check("acquire", err)
-			check("check history", a.CheckHistory(ctx))
+			check("check history", a.checkHistory(ctx))
 			_, err = a.recoverDomain(ctx, recovery.Options{})
 			check("recover without --from-bucket", err)
 			if n := countKeys(t, fresh, ns.Root()); n != 0 {
@@ -178,7 +178,7 @@ func TestRecoverFromBucket(t *testing.T) {
 	if countKeys(t, cli, ns.EpochRecord(2)) != 1 || countKeys(t, cli, ns.EpochRecord(1)) != 0 {
 		t.Fatal("want the epoch record of epoch 2 only: epoch 1 was never issued by this etcd")
 	}
-	if e, err := a.Epoch(ctx); err != nil || e != 2 {
+	if e, err := a.currentEpoch(ctx); err != nil || e != 2 {
 		t.Fatalf("epoch %d, %v; want 2", e, err)
 	}
 	if _, err := a.recoverDomain(ctx, recovery.Options{FromBucket: true}); !errors.Is(err, ErrInitialized) {

@@ -208,8 +208,9 @@ type Holder struct {
 	Remaining time.Duration `json:"remaining"`
 }
 
-// ResourceState is a resource's authority state read at one etcd revision.
-type ResourceState struct {
+// resourceState is a resource's authority state read at one etcd revision
+// (operator.LeaseState, which `fencepub authority show` prints).
+type resourceState struct {
 	Resource string `json:"resource"`
 	// Epoch is the domain's epoch (0: domain not initialised).
 	Epoch uint64 `json:"epoch"`
@@ -219,18 +220,18 @@ type ResourceState struct {
 	Revision   int64   `json:"revision"`
 }
 
-// Inspect reads res's epoch, generation and holder in one transaction, plus
-// the holder lease's remaining TTL. Errors: fencepub.ErrInvalidName,
-// fencepub.ErrUnavailable, fencepub.ErrCorruptState.
-func (a *Authority) Inspect(ctx context.Context, res string) (ResourceState, error) {
+// inspect is operator.Inspect: it reads res's epoch, generation and holder
+// in one transaction, plus the holder lease's remaining TTL. Errors:
+// fencepub.ErrInvalidName, fencepub.ErrUnavailable, fencepub.ErrCorruptState.
+func (a *Authority) inspect(ctx context.Context, res string) (resourceState, error) {
 	if err := validateResourceName(res); err != nil {
-		return ResourceState{}, err
+		return resourceState{}, err
 	}
 	s, err := a.readState(ctx, res, "-")
 	if err != nil {
-		return ResourceState{}, err
+		return resourceState{}, err
 	}
-	out := ResourceState{Resource: res, Epoch: s.epoch, Generation: s.gen, Revision: s.rev}
+	out := resourceState{Resource: res, Epoch: s.epoch, Generation: s.gen, Revision: s.rev}
 	if s.holder != nil {
 		h := &Holder{Grant: *s.holder}
 		var ttl *clientv3.LeaseTimeToLiveResponse
@@ -239,7 +240,7 @@ func (a *Authority) Inspect(ctx context.Context, res string) (ResourceState, err
 			return err
 		})
 		if err != nil && !isLeaseNotFound(err) {
-			return ResourceState{}, err
+			return resourceState{}, err
 		}
 		if err == nil && ttl.TTL > 0 {
 			h.Remaining = time.Duration(ttl.TTL) * time.Second
@@ -249,10 +250,12 @@ func (a *Authority) Inspect(ctx context.Context, res string) (ResourceState, err
 	return out, nil
 }
 
-// Holder returns the live holder of res; ok is false when none holds it.
-// Errors: as Inspect.
+// Holder returns the live holder of res, read in one etcd transaction with
+// res's generation, plus the holder lease's remaining TTL; ok is false when
+// none holds it. Errors: fencepub.ErrInvalidName, fencepub.ErrUnavailable,
+// fencepub.ErrCorruptState.
 func (a *Authority) Holder(ctx context.Context, res string) (h Holder, ok bool, err error) {
-	st, err := a.Inspect(ctx, res)
+	st, err := a.inspect(ctx, res)
 	if err != nil || st.Holder == nil {
 		return Holder{}, false, err
 	}

@@ -73,7 +73,7 @@ func cmpHolds(t testing.TB, a *Authority, cmps ...clientv3.Cmp) bool {
 // generation reads res's durable generation.
 func generation(t testing.TB, a *Authority, res string) uint64 {
 	t.Helper()
-	st, err := a.Inspect(ctxT(t, 10*time.Second), res)
+	st, err := a.inspect(ctxT(t, 10*time.Second), res)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 	if err != nil || dry.NewEpoch <= dry.OldEpoch || len(dry.Revoked) != 0 {
 		t.Fatalf("dry run = %+v, %v", dry, err)
 	}
-	if ep, _ := a.Epoch(ctx); ep != dry.OldEpoch {
+	if ep, _ := a.currentEpoch(ctx); ep != dry.OldEpoch {
 		t.Fatalf("dry run changed the epoch to %d", ep)
 	}
 
@@ -296,7 +296,7 @@ func TestRestoreUndoesRecover(t *testing.T) {
 	if err := e.RestoreSnapshot(ctx, snap, devstack.RestoreOptions{BumpRevision: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
-	if ep, err := a.Epoch(ctx); err != nil || ep != 1 {
+	if ep, err := a.currentEpoch(ctx); err != nil || ep != 1 {
 		t.Fatalf("restored epoch %d, %v; want 1", ep, err)
 	}
 	if _, err := a.Acquire(ctx, AcquireRequest{Resource: "r", Owner: owner("w"), TTL: 5 * time.Second}); !errors.Is(err, ErrRolledBack) {

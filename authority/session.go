@@ -47,8 +47,8 @@ type Session struct {
 }
 
 // NewSession starts renewing g in the background until ctx ends, Close is
-// called or the lease is lost. The first deadline is g.ExpiresAt() (the
-// lease request's send time plus TTL). It makes no request itself.
+// called or the lease is lost. The first deadline is g.GrantedAt + g.TTL
+// (the lease request's send time plus TTL). It makes no request itself.
 //
 // Errors: ErrInvalidGrant, fencepub.ErrInvalidName, ErrLeaseLost when g's
 // deadline has already passed.
@@ -59,11 +59,11 @@ func (a *Authority) NewSession(ctx context.Context, g Grant) (*Session, error) {
 	if g.TTL < minTTL {
 		return nil, fmt.Errorf("%w: grant of %q has TTL %s", ErrInvalidGrant, g.Resource, g.TTL)
 	}
-	if !time.Now().Before(g.ExpiresAt()) {
-		return nil, fmt.Errorf("%w: %q generation %d: its deadline %s has passed", ErrLeaseLost, g.Resource, g.Generation, g.ExpiresAt().Format(time.RFC3339Nano))
+	if !time.Now().Before(g.expiresAt()) {
+		return nil, fmt.Errorf("%w: %q generation %d: its deadline %s has passed", ErrLeaseLost, g.Resource, g.Generation, g.expiresAt().Format(time.RFC3339Nano))
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Session{a: a, g: g, cancel: cancel, lost: make(chan struct{}), done: make(chan struct{}), deadline: g.ExpiresAt()}
+	s := &Session{a: a, g: g, cancel: cancel, lost: make(chan struct{}), done: make(chan struct{}), deadline: g.expiresAt()}
 	go s.run(ctx)
 	return s, nil
 }

@@ -75,7 +75,7 @@ func TestRecoverThroughStalledFollower(t *testing.T) {
 
 // TestRetryLeavesStalledMember measures what a stalled (SIGSTOP) follower
 // costs: single reads without retry through the round-robin balancer fail
-// whenever they are sent to it, each authority read (Inspect, retried with
+// whenever they are sent to it, each authority read (inspect, retried with
 // a short RequestTimeout) succeeds, and once keepalive closed the stalled
 // member's connection the balancer stops sending it anything.
 func TestRetryLeavesStalledMember(t *testing.T) {
@@ -109,7 +109,7 @@ func TestRetryLeavesStalledMember(t *testing.T) {
 	worst := time.Duration(0)
 	for range 12 {
 		start := time.Now()
-		if _, err := a.Inspect(ctx, "r"); err != nil {
+		if _, err := a.inspect(ctx, "r"); err != nil {
 			t.Fatalf("Inspect with member %s stalled: %v", m.Name, err)
 		}
 		worst = max(worst, time.Since(start))

@@ -114,7 +114,7 @@ type state struct {
 	// NamedBy are the dataset versions whose manifests Named's values
 	// index.
 	NamedBy []datasetRef
-	// Decommissioned is true when the seal was raised by Decommission above
+	// Decommissioned is true when the seal was raised by decommission above
 	// the pointer more than Grace + ClockSkew ago on the domain clock (its
 	// ModRevision before the grace cutoff): the published and retained
 	// objects are then no longer kept.

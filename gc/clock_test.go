@@ -84,7 +84,7 @@ func (f *fakeTime) TimeToLive(_ context.Context, id clientv3.LeaseID, _ ...clien
 
 // fakeClocked is a Config mod: wall clock and lease timer from f.
 func fakeClocked(f *fakeTime) func(*Config) {
-	return func(c *Config) { c.Now, c.leases = f.now, f }
+	return func(c *Config) { c.now, c.leases = f.now, f }
 }
 
 // head reads the clock's head.

@@ -40,7 +40,7 @@ const (
 // and a 1 h abandon period; OpRetention 7 days; RequestRetention 24 h;
 // DeleteBatch 1000, S3's limit per multi-object delete and the largest
 // allowed; DeleteConcurrency 4; RequestTimeout 10 s. Env, Authority,
-// Logger, Metrics and Now are left zero.
+// Logger and Metrics are left zero.
 func DefaultConfig() Config {
 	return Config{
 		Policy:      Policy{Retain: defaultRetain, Grace: defaultGrace, ClockSkew: defaultClockSkew, AbandonAfter: defaultAbandonAfter},
@@ -56,9 +56,9 @@ type Config struct {
 	// Env locates the domain. Its Etcd client is not closed by the
 	// Collector.
 	fencepub.Env
-	// Authority explains an uninitialised domain (CheckHistory) and, for
-	// the Daemon, grants the GC lease. Nil: New builds one from Env with
-	// the authority's defaults.
+	// Authority explains an uninitialised domain (CheckOwnership) and, for
+	// the daemon (`fencepub gc daemon`), grants the GC lease. Nil: New
+	// builds one from Env with the authority's defaults.
 	Authority *authority.Authority
 	// Policy says what to keep; zero fields take their defaults.
 	Policy Policy
@@ -85,13 +85,13 @@ type Config struct {
 	// Metrics, if set, counts deletions and passes and reports the last
 	// pass's kept objects (NewMetrics).
 	Metrics *Metrics
-	// Now is this process's wall clock (UTC not required). Default
+	// now is this process's wall clock (UTC not required). Default
 	// time.Now. It ages in-flight objects (the abandon period) and bounds
 	// each advance of the domain clock, which etcd's lease timer bounds too,
-	// so a clock running ahead cannot age a record (clock.go). Tests inject
-	// a later clock to age objects without sleeping.
-	Now func() time.Time
-
+	// so a clock running ahead cannot age a record (clock.go). Tests and the
+	// chaos soak inject another clock (wallclock.With) to age objects
+	// without sleeping.
+	now func() time.Time
 	// leases is the clock witness's lease API; default Etcd. Tests inject
 	// one whose leases report more elapsed time.
 	leases leases
@@ -172,15 +172,15 @@ func New(cfg Config) (*Collector, error) {
 		}
 		cfg.Authority = a
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.now == nil {
+		cfg.now = time.Now
 	}
 	if cfg.leases == nil {
 		cfg.leases = leader.Lease(cfg.Etcd)
 	}
 	return &Collector{
 		cfg: cfg, ns: layout.Namespace(cfg.Namespace), cli: debuglog.KV(leader.KV(cfg.Etcd), cfg.Logger), st: debuglog.Store(cfg.Store, cfg.Logger), auth: cfg.Authority,
-		log: cfg.Logger, m: cfg.Metrics, now: cfg.Now, leases: cfg.leases, window: allWindow,
+		log: cfg.Logger, m: cfg.Metrics, now: cfg.now, leases: cfg.leases, window: allWindow,
 		manifests: newManifestCache(),
 	}, nil
 }

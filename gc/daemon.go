@@ -24,19 +24,19 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Defaults of DaemonConfig (DefaultDaemonConfig).
+// Defaults of daemonConfig (defaultDaemonConfig).
 const (
 	defaultInterval      = 5 * time.Minute
 	defaultLeaseTTL      = 15 * time.Second
 	defaultLeaseResource = "_gc"
 )
 
-// DefaultDaemonConfig returns the values NewDaemon gives DaemonConfig's
+// defaultDaemonConfig returns the values newDaemon gives daemonConfig's
 // optional fields when they are zero: Interval 5 min, LeaseTTL 15 s,
 // LeaseResource "_gc". Collector, Owner (generated per process), Run,
 // Logger, Metrics and OnPass are left zero.
-func DefaultDaemonConfig() DaemonConfig {
-	return DaemonConfig{Interval: defaultInterval, LeaseTTL: defaultLeaseTTL, LeaseResource: defaultLeaseResource}
+func defaultDaemonConfig() daemonConfig {
+	return daemonConfig{Interval: defaultInterval, LeaseTTL: defaultLeaseTTL, LeaseResource: defaultLeaseResource}
 }
 
 // Readiness check bounds: /readyz reaches etcd and the store at most once
@@ -48,9 +48,9 @@ const (
 	readyCheckTimeout = 800 * time.Millisecond
 )
 
-// DaemonConfig configures a Daemon. Collector is required; zero values of
+// daemonConfig configures a daemon. Collector is required; zero values of
 // the others take the defaults.
-type DaemonConfig struct {
+type daemonConfig struct {
 	Collector *Collector
 	// Interval is the time from the end of one pass to the start of the
 	// next. Default 5 min.
@@ -77,7 +77,7 @@ type DaemonConfig struct {
 	OnPass func(*Report, error)
 }
 
-// daemonStatus is a Daemon's state: the body of /healthz, and of /readyz
+// daemonStatus is a daemon's state: the body of /healthz, and of /readyz
 // within readyStatus.
 type daemonStatus struct {
 	Owner      string    `json:"owner"`
@@ -103,13 +103,13 @@ type readyStatus struct {
 	Reason string `json:"reason"` // "" for a ready leader
 }
 
-// Daemon runs GC passes on a schedule. Several replicas may run; only the
+// daemon runs GC passes on a schedule. Several replicas may run; only the
 // holder of the GC lease (authority, resource LeaseResource) runs passes.
 // Safety never depends on the lease (every deletion is safe on its own);
 // it only keeps replicas from doing the same work twice (DESIGN.md "Garbage
 // collection": only the lease holder acts, but safety never depends on it).
-type Daemon struct {
-	cfg  DaemonConfig
+type daemon struct {
+	cfg  daemonConfig
 	c    *Collector
 	auth *authority.Authority
 	log  *slog.Logger
@@ -128,7 +128,7 @@ type Daemon struct {
 // Interval or LeaseTTL, LeaseResource (when set) a reserved resource name,
 // Owner (when set) an owner name, Run not naming resources together with
 // all. Errors: fencepub.ErrInvalid naming the field.
-func (c DaemonConfig) Validate() error {
+func (c daemonConfig) validate() error {
 	if err := cmp.Or(
 		errkind.Nil("gc.DaemonConfig.Collector", c.Collector == nil),
 		errkind.Negative("gc.DaemonConfig.Interval", c.Interval),
@@ -152,11 +152,11 @@ func (c DaemonConfig) Validate() error {
 	return nil
 }
 
-// NewDaemon gives cfg's zero fields their defaults (DefaultDaemonConfig;
-// an Owner generated per process), checks it (Validate) and returns a
-// Daemon. Errors: fencepub.ErrInvalid naming the field.
-func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
-	d := DefaultDaemonConfig()
+// newDaemon gives cfg's zero fields their defaults (defaultDaemonConfig;
+// an Owner generated per process), checks it (validate) and returns a
+// daemon. Errors: fencepub.ErrInvalid naming the field.
+func newDaemon(cfg daemonConfig) (*daemon, error) {
+	d := defaultDaemonConfig()
 	cfg.Interval = cmp.Or(cfg.Interval, d.Interval)
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, d.LeaseTTL)
 	cfg.LeaseResource = cmp.Or(cfg.LeaseResource, d.LeaseResource)
@@ -166,7 +166,7 @@ func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 		_, _ = rand.Read(b[:])
 		cfg.Owner = fmt.Sprintf("gc-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if len(cfg.Run.Resources) == 0 {
@@ -176,17 +176,17 @@ func NewDaemon(cfg DaemonConfig) (*Daemon, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = cfg.Collector.log
 	}
-	return &Daemon{cfg: cfg, c: cfg.Collector, auth: cfg.Collector.auth, log: cfg.Logger, status: daemonStatus{Owner: cfg.Owner}}, nil
+	return &daemon{cfg: cfg, c: cfg.Collector, auth: cfg.Collector.auth, log: cfg.Logger, status: daemonStatus{Owner: cfg.Owner}}, nil
 }
 
 // snapshot returns a copy of the daemon's state.
-func (d *Daemon) snapshot() daemonStatus {
+func (d *daemon) snapshot() daemonStatus {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.status
 }
 
-func (d *Daemon) update(f func(*daemonStatus)) {
+func (d *daemon) update(f func(*daemonStatus)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f(&d.status)
@@ -199,7 +199,7 @@ func (d *Daemon) update(f func(*daemonStatus)) {
 // nil. Losing the lease cancels the running pass and campaigns again.
 // Errors from authority (etcd unreachable, ...) are logged and retried with
 // a jittered back-off (retry.Do); they do not end Run.
-func (d *Daemon) Run(ctx context.Context) error {
+func (d *daemon) Run(ctx context.Context) error {
 	d.update(func(s *daemonStatus) { s.Running = true })
 	defer d.update(func(s *daemonStatus) { s.Running, s.Leader, s.Standby, s.Generation = false, false, false, 0 })
 	requestID := ""
@@ -229,7 +229,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 // campaign acquires the GC lease with requestID, waiting while another
 // replica holds it. It asks once without waiting first, so that a replica
 // that finds another leader is marked standby (ready) while it waits.
-func (d *Daemon) campaign(ctx context.Context, requestID string) (authority.Grant, error) {
+func (d *daemon) campaign(ctx context.Context, requestID string) (authority.Grant, error) {
 	req := authority.AcquireRequest{
 		Resource: d.cfg.LeaseResource, Owner: d.cfg.Owner, RequestID: requestID,
 		TTL: d.cfg.LeaseTTL,
@@ -245,7 +245,7 @@ func (d *Daemon) campaign(ctx context.Context, requestID string) (authority.Gran
 }
 
 // lead runs passes while g holds the GC lease.
-func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
+func (d *daemon) lead(ctx context.Context, g authority.Grant) {
 	sess, err := d.auth.NewSession(ctx, g)
 	if err != nil {
 		d.log.Warn("gc daemon: GC lease lost before its session started", "err", err)
@@ -294,7 +294,7 @@ func (d *Daemon) lead(ctx context.Context, g authority.Grant) {
 // pass runs one pass under the lease (ctx ends when the lease is lost) and
 // prunes the GC lease's own grant and request records. A pass cut short by
 // ctx is not recorded.
-func (d *Daemon) pass(ctx context.Context, g authority.Grant) {
+func (d *daemon) pass(ctx context.Context, g authority.Grant) {
 	start := time.Now()
 	rep, err := d.c.Run(ctx, d.cfg.Run)
 	if err == nil {
@@ -355,7 +355,7 @@ func (s daemonStatus) readiness(now time.Time, interval time.Duration) (bool, st
 // readyCheckTTL; concurrent callers wait for one check, which does not end
 // with a caller's context (a probe that gave up must not keep the next one
 // from a cached answer). The error names etcd or the object store.
-func (d *Daemon) checkDeps(ctx context.Context) error {
+func (d *daemon) checkDeps(ctx context.Context) error {
 	d.checkMu.Lock()
 	defer d.checkMu.Unlock()
 	if !d.checked.IsZero() && time.Since(d.checked) < readyCheckTTL {
@@ -382,7 +382,7 @@ func (d *Daemon) checkDeps(ctx context.Context) error {
 // package doc, "Probes and metrics"). Handlers are safe for concurrent use;
 // a /readyz check takes at most 800 ms and outlives a request that gives
 // up.
-func (d *Daemon) Handler(g prometheus.Gatherer) http.Handler {
+func (d *daemon) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, st any, ok bool) {
 		w.Header().Set("Content-Type", "application/json")

@@ -61,7 +61,7 @@ func (r *readyDaemon) stop() error {
 
 func (e *env) readyDaemon(owner string) *readyDaemon {
 	e.t.Helper()
-	d, err := NewDaemon(DaemonConfig{Collector: e.collector(nil), Interval: time.Hour, LeaseTTL: 10 * time.Second, Owner: owner})
+	d, err := newDaemon(daemonConfig{Collector: e.collector(nil), Interval: time.Hour, LeaseTTL: 10 * time.Second, Owner: owner})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 	}
 	c := e.collector(func(c *Config) { c.Metrics = m })
 	passes := make(chan *Report, 100)
-	d, err := NewDaemon(DaemonConfig{Collector: c, Interval: 50 * time.Millisecond, LeaseTTL: 10 * time.Second, Owner: "gc-x", Metrics: m,
+	d, err := newDaemon(daemonConfig{Collector: c, Interval: 50 * time.Millisecond, LeaseTTL: 10 * time.Second, Owner: "gc-x", Metrics: m,
 		OnPass: func(r *Report, err error) {
 			if err != nil {
 				t.Errorf("pass: %v", err)

@@ -19,14 +19,14 @@
 //     period.
 //   - Every deletion is justified by durable, monotonic state (pointer, seal
 //     and epoch only rise), so several collectors may run at once; the
-//     Daemon's lease only saves duplicate work. A key missing from a listing
-//     never causes a deletion. For the same reason one pass collects many
-//     resources at once, each still snapshot first, then listing: an All
-//     pass goes by windows of 64 resources in object-key order (4 at once),
-//     reading their snapshots in transactions of 12 and then listing the
-//     window's key range ONCE; named resources go 8 at once, each with its
-//     own listing. At most Config.DeleteConcurrency multi-object deletes are
-//     in flight in all.
+//     lease of `fencepub gc daemon` only saves duplicate work. A key missing
+//     from a listing never causes a deletion. For the same reason one pass
+//     collects many resources at once, each still snapshot first, then
+//     listing: an All pass goes by windows of 64 resources in object-key
+//     order (4 at once), reading their snapshots in transactions of 12 and
+//     then listing the window's key range ONCE; named resources go 8 at
+//     once, each with its own listing. At most Config.DeleteConcurrency
+//     multi-object deletes are in flight in all.
 //   - Ages come from one domain clock kept in etcd (DESIGN.md "Ages come from
 //     one clock"): a publisher's clock never shortens a record's life.
 //   - Nothing is deleted under a prefix whose ownership marker names another
@@ -48,10 +48,10 @@
 //
 // # Decommissioning
 //
-// Collector.Decommission raises the seal instead of deleting the pointer. Its
-// transaction requires the epoch, generation, pointer and seal unchanged
-// since it read them (and, unless forced, no holder), and records the
-// version it seals as the seal's Retired. GC then deletes the resource's
+// `fencepub resource delete` raises the seal instead of deleting the
+// pointer. Its transaction requires the epoch, generation, pointer and seal
+// unchanged since it read them (and, unless forced, no holder), and records
+// the version it seals as the seal's Retired. GC then deletes the resource's
 // objects (the published and retained ones after the reader grace) and, at
 // its next pass, every op record at or below Retired whatever its age, so
 // the resource's idempotency keys end with it; the generation counter,
@@ -64,19 +64,19 @@
 //
 // # Probes and metrics
 //
-// Daemon.Handler's /healthz and /readyz answer the daemon's state as JSON:
-// owner, running, leader, standby, generation, passes, last_pass,
-// last_success and last_error ("" after a pass without errors). /healthz
-// (liveness) is 200 while Run is running, else 503; it never contacts etcd
-// or the store, so an etcd outage does not restart the daemon, and it says
-// nothing about readiness. /readyz (readiness) adds the fields ready and
-// reason, which say why not. It is 503 when etcd or the object store does
-// not answer (one linearizable etcd read and one bucket call, bounded and
-// cached), when this replica leads and its last pass without errors is
-// older than two cycles (a cycle is the interval plus that pass's
-// duration), or while the replica has not settled into a role (campaigning,
-// or its first pass as leader not finished); it is 200 for a fresh leader
-// and for a standby (reason "standby").
+// The /healthz and /readyz of `fencepub gc daemon` answer the daemon's
+// state as JSON: owner, running, leader, standby, generation, passes,
+// last_pass, last_success and last_error ("" after a pass without errors).
+// /healthz (liveness) is 200 while the daemon runs, else 503; it never
+// contacts etcd or the store, so an etcd outage does not restart the
+// daemon, and it says nothing about readiness. /readyz (readiness) adds the
+// fields ready and reason, which say why not. It is 503 when etcd or the
+// object store does not answer (one linearizable etcd read and one bucket
+// call, bounded and cached), when this replica leads and its last pass
+// without errors is older than two cycles (a cycle is the interval plus that
+// pass's duration), or while the replica has not settled into a role
+// (campaigning, or its first pass as leader not finished); it is 200 for a
+// fresh leader and for a standby (reason "standby").
 //
 // Metrics, registered on the registry NewMetrics is given:
 //

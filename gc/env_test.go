@@ -111,7 +111,7 @@ func later(d time.Duration) func(*Config) {
 // jumped is a Config mod whose wall clock alone runs d ahead: etcd's lease
 // timer does not agree.
 func jumped(d time.Duration) func(*Config) {
-	return func(c *Config) { c.Now = func() time.Time { return time.Now().Add(d) } }
+	return func(c *Config) { c.now = func() time.Time { return time.Now().Add(d) } }
 }
 
 // agedLeases reports every lease d older than etcd does (its remaining TTL

@@ -17,10 +17,6 @@ var (
 	// etcd has no deployment key), so GC cannot tell whose objects these are.
 	// Nothing is deleted. It is authority.ErrNoOwnership.
 	ErrNoOwnership = authority.ErrNoOwnership
-	// ErrRaceLost: a seal transaction found the pointer, seal, epoch,
-	// generation or holder changed since it read them, more times than
-	// Decommission retries.
-	ErrRaceLost = errors.New("gc: state changed concurrently")
 	// ErrUnknownResource: the resource was never granted (no generation
 	// counter), e.g. a typo in its name; nothing was written.
 	ErrUnknownResource = errors.New("gc: unknown resource")
@@ -28,6 +24,11 @@ var (
 	// report lists them. Whatever was deleted was safe on its own.
 	ErrIncomplete = errors.New("gc: pass incomplete")
 )
+
+// errRaceLost: a seal transaction found the pointer, seal, epoch,
+// generation or holder changed since it read them, more times than
+// decommission retries.
+var errRaceLost = errors.New("gc: state changed concurrently")
 
 // etcdErr classifies err from an etcd call bounded by a per-request timeout
 // derived from ctx: the caller's cancellation passes through; a timeout, an

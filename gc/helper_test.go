@@ -18,6 +18,7 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
+	"github.com/fencepub/fencepub/internal/wallclock"
 	"github.com/fencepub/fencepub/publisher"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -81,7 +82,7 @@ func helperDaemon(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 	if err != nil {
 		return err
 	}
-	d, err := NewDaemon(DaemonConfig{Collector: c, Interval: cfg.Interval, LeaseTTL: cfg.TTL, Owner: cfg.Owner})
+	d, err := newDaemon(daemonConfig{Collector: c, Interval: cfg.Interval, LeaseTTL: cfg.TTL, Owner: cfg.Owner})
 	if err != nil {
 		return err
 	}
@@ -136,10 +137,9 @@ func helperWorker(ctx context.Context, cfg helperConfig, cli *clientv3.Client, s
 // line on stdin. It prints each Result as one JSON line, then releases the
 // grant.
 func helperSkewed(ctx context.Context, cfg helperConfig, cli *clientv3.Client, st objstore.Store, auth *authority.Authority) error {
-	pub, err := publisher.New(publisher.Config{
+	pub, err := publisher.New(wallclock.With(publisher.Config{
 		Env: fencepub.Env{Namespace: fencepub.Namespace(cfg.Namespace), Etcd: cli, Store: st}, RequestTimeout: 300 * time.Millisecond, ResendTimeout: 2 * time.Minute,
-		Now: func() time.Time { return time.Now().Add(cfg.Skew) },
-	})
+	}, func() time.Time { return time.Now().Add(cfg.Skew) }))
 	if err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func TestMetricsAfterPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := e.collector(func(c *Config) { c.Metrics = m })
-	d, err := NewDaemon(DaemonConfig{Collector: c, Owner: "gc-metrics"})
+	d, err := newDaemon(daemonConfig{Collector: c, Owner: "gc-metrics"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func TestQuarantineWithoutPointer(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := e.collector(func(c *Config) { later(3 * time.Hour)(c); c.Metrics = m })
-	d, err := NewDaemon(DaemonConfig{Collector: c, Owner: "gc-quarantine"})
+	d, err := newDaemon(daemonConfig{Collector: c, Owner: "gc-quarantine"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,10 +165,10 @@ func TestDecommission(t *testing.T) {
 	p2 := e.publish(pa, "d2", publisher.Applied)
 	c := e.collector(nil)
 	ctx := ctxT(t, time.Minute)
-	if _, err := c.Decommission(ctx, res, false); !errors.Is(err, authority.ErrHeld) {
+	if _, err := c.decommission(ctx, res, false); !errors.Is(err, authority.ErrHeld) {
 		t.Fatalf("decommission of a held resource: %v; want authority.ErrHeld", err)
 	}
-	d, err := c.Decommission(ctx, res, true)
+	d, err := c.decommission(ctx, res, true)
 	want := layout.Version{Epoch: a.Epoch, Fence: a.Generation, Seq: layout.MaxNumber}
 	if err != nil || d.Seal != want || d.Already || d.Holder == nil || d.Holder.Generation != a.Generation || d.Previous != p2.Version {
 		t.Fatalf("decommission: %+v %v", d, err)
@@ -181,7 +181,7 @@ func TestDecommission(t *testing.T) {
 		t.Fatalf("holder's publish after decommission: %+v", late)
 	}
 	for _, force := range []bool{true, false} { // the holder's lease still runs
-		again, err := c.Decommission(ctx, res, force)
+		again, err := c.decommission(ctx, res, force)
 		if err != nil || !again.Already || again.Seal != want {
 			t.Fatalf("second decommission (force %v): %+v %v", force, again, err)
 		}
@@ -224,11 +224,11 @@ func TestDecommission(t *testing.T) {
 	rep = e.run(e.collector(later(12*time.Minute)), res)
 	mustDecide(t, rep, back.Object.Key, kindPublished, "kept", "")
 
-	if _, err := c.Decommission(ctx, "_gc", true); !errors.Is(err, fencepub.ErrInvalid) {
+	if _, err := c.decommission(ctx, "_gc", true); !errors.Is(err, fencepub.ErrInvalid) {
 		t.Fatalf("decommission of a reserved name: %v", err)
 	}
 	// A name never granted (a typo) is refused and nothing is written.
-	if _, err := c.Decommission(ctx, res+"-typo", true); !errors.Is(err, ErrUnknownResource) {
+	if _, err := c.decommission(ctx, res+"-typo", true); !errors.Is(err, ErrUnknownResource) {
 		t.Fatalf("decommission of a resource never granted: %v; want ErrUnknownResource", err)
 	}
 	if n := e.Count(e.NS.SealKey(res + "-typo")); n != 0 {
@@ -251,7 +251,7 @@ func TestRecreatedResourceStartsWithNoKeys(t *testing.T) {
 	e.release(a)
 	c := e.collector(nil)
 	e.run(c, res) // starts the domain clock: k1 superseded before its first checkpoint
-	d, err := c.Decommission(ctxT(t, time.Minute), res, false)
+	d, err := c.decommission(ctxT(t, time.Minute), res, false)
 	if err != nil || e.seal(res).Retired != d.Seal {
 		t.Fatalf("decommission: %+v, %v; seal %+v: want Retired at the decommission", d, err, e.seal(res))
 	}
@@ -463,7 +463,7 @@ func TestYoungUploadBlocksAbandonSeal(t *testing.T) {
 	// younger.
 	pol := DefaultConfig().Policy
 	at := orphanTime.Add(pol.AbandonAfter + pol.ClockSkew)
-	rep := e.run(e.collector(func(c *Config) { c.Now = func() time.Time { return at } }), res)
+	rep := e.run(e.collector(func(c *Config) { c.now = func() time.Time { return at } }), res)
 	mustDecide(t, rep, orphan, kindInFlight, "kept", "not below the kept in-flight version")
 	var up *Decision
 	for i, d := range rep.Decisions {

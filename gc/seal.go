@@ -16,7 +16,7 @@ const (
 	// sealReasonAbandoned: raised over abandoned in-flight objects before
 	// deleting them.
 	sealReasonAbandoned = "gc-abandoned"
-	// sealReasonDecommissioned: raised by Decommission to (epoch,
+	// sealReasonDecommissioned: raised by decommission to (epoch,
 	// generation, max). While the seal is above the pointer with this
 	// reason, GC keeps the resource's published and retained objects only
 	// for the reader grace after the seal was written (its ModRevision on
@@ -72,8 +72,8 @@ func (c *Collector) raiseSeal(ctx context.Context, s *state, target layout.Versi
 	return resp.Succeeded, nil
 }
 
-// Decommissioned is the result of Decommission.
-type Decommissioned struct {
+// decommissioned is the result of decommission (operator.Decommissioned).
+type decommissioned struct {
 	Resource string `json:"resource"`
 	// Seal is the seal after the call: (epoch, generation, max) or the
 	// higher seal that was already there.
@@ -89,22 +89,22 @@ type Decommissioned struct {
 	Revision int64 `json:"revision"`
 }
 
-// decommissionAttempts bounds Decommission's retries after a concurrent
+// decommissionAttempts bounds decommission's retries after a concurrent
 // change (a grant, a publish, another seal).
 const decommissionAttempts = 8
 
-// Decommission retires res so that no fence of its past can ever publish
-// (`fencepub resource delete`; DESIGN.md "etcd layout"; the package doc,
-// "Decommissioning"): one transaction raises its seal to (epoch, generation,
-// fencepub.MaxNumber) with reason SealReasonDecommissioned. GC then deletes
-// its objects and records; a later grant re-creates the resource. Errors:
-// fencepub.ErrInvalid (bad name), ErrUnknownResource (never granted),
-// authority.ErrHeld (a live lease and !force), fencepub.ErrNotInitialized,
-// fencepub.ErrCorruptState, ErrRaceLost, fencepub.ErrUnavailable, ctx's
-// error.
-func (c *Collector) Decommission(ctx context.Context, res string, force bool) (Decommissioned, error) {
+// decommission is operator.Decommission: it retires res so that no fence of
+// its past can ever publish (`fencepub resource delete`; DESIGN.md "etcd
+// layout"; the package doc, "Decommissioning"): one transaction raises its
+// seal to (epoch, generation, fencepub.MaxNumber) with reason
+// SealReasonDecommissioned. GC then deletes its objects and records; a later
+// grant re-creates the resource. Errors: fencepub.ErrInvalid (bad name),
+// ErrUnknownResource (never granted), authority.ErrHeld (a live lease and
+// !force), fencepub.ErrNotInitialized, fencepub.ErrCorruptState, errRaceLost,
+// fencepub.ErrUnavailable, ctx's error.
+func (c *Collector) decommission(ctx context.Context, res string, force bool) (decommissioned, error) {
 	if err := layout.ValidateResource(res, false); err != nil {
-		return Decommissioned{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
+		return decommissioned{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
 	ns := c.ns
 	keys := []string{ns.EpochKey(), ns.GenerationKey(res), ns.PointerKey(res), ns.SealKey(res), ns.HolderKey(res)}
@@ -118,7 +118,7 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 			resp, err = c.cli.Txn(ctx).Then(gets...).Commit()
 			return err
 		}); err != nil {
-			return Decommissioned{}, err
+			return decommissioned{}, err
 		}
 		kvs := make([]*mvccKV, len(keys))
 		for i := range keys {
@@ -128,9 +128,9 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 		}
 		epoch, gen, ptr, seal, holder, err := decodeDecommission(kvs)
 		if err != nil {
-			return Decommissioned{}, err
+			return decommissioned{}, err
 		}
-		out := Decommissioned{Resource: res, Previous: ptr.Version.Max(seal.Version), Revision: resp.Header.Revision}
+		out := decommissioned{Resource: res, Previous: ptr.Version.Max(seal.Version), Revision: resp.Header.Revision}
 		if kvs[1] == nil {
 			return out, fmt.Errorf("%w: %q was never granted (no generation counter in domain %q); nothing sealed", ErrUnknownResource, res, ns.Domain)
 		}
@@ -181,7 +181,7 @@ func (c *Collector) Decommission(ctx context.Context, res string, force bool) (D
 			return out, nil
 		}
 	}
-	return Decommissioned{}, fmt.Errorf("%w: %q kept changing; %d attempts", ErrRaceLost, res, decommissionAttempts)
+	return decommissioned{}, fmt.Errorf("%w: %q kept changing; %d attempts", errRaceLost, res, decommissionAttempts)
 }
 
 func modRev(kv *mvccKV) int64 {
@@ -199,7 +199,7 @@ func createRev(kv *mvccKV) int64 {
 }
 
 // decodeDecommission decodes the epoch, generation, pointer, seal and
-// holder read by Decommission (nil entries are absent keys).
+// holder read by decommission (nil entries are absent keys).
 func decodeDecommission(kvs []*mvccKV) (epoch, gen uint64, ptr layout.Pointer, seal layout.Seal, holder *authority.Grant, err error) {
 	if kvs[0] == nil {
 		return 0, 0, ptr, seal, nil, fmt.Errorf("%w: no epoch key", fencepub.ErrNotInitialized)

@@ -30,7 +30,7 @@ func TestDecommissionThroughStalledFollower(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	for i := range n {
 		res := fmt.Sprintf("r%d", i)
-		d, err := c.Decommission(ctx, res, false)
+		d, err := c.decommission(ctx, res, false)
 		// Already is legal: a seal transaction whose answer came too late
 		// was re-sent, and the re-send found the seal raised.
 		if err != nil || d.Seal.Seq != layout.MaxNumber {

@@ -13,7 +13,7 @@ import (
 	"github.com/fencepub/fencepub/internal/manifest"
 )
 
-// DirOptions tune DirFiles and ScanDir.
+// DirOptions tune DirFiles.
 type DirOptions struct {
 	// FollowSymlinks publishes the regular file a symbolic link points to
 	// under the link's path. A link to a directory or to anything but a
@@ -147,18 +147,4 @@ func openRegular(p string, follow bool) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
-}
-
-// ScanDir walks dir as DirFiles does and returns the number of files and
-// their bytes, or DirFiles' first refusal or walk error, so a caller can
-// refuse bad input before it acquires a grant.
-func ScanDir(dir string, opts DirOptions) (files, bytes int64, err error) {
-	for f, err := range DirFiles(dir, opts) {
-		if err != nil {
-			return files, bytes, err
-		}
-		files++
-		bytes += f.Size
-	}
-	return files, bytes, nil
 }

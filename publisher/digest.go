@@ -42,14 +42,15 @@ func (op Operation) Validate() error {
 	return err
 }
 
-// RequestDigest returns op's request digest, 64 lowercase hex digits, as
-// Publish computes it (requestDigest): it validates op as Publish does, reads
-// op.Body to EOF (nil is an empty body) and hashes it with the content type
-// (defaulted) and the metadata (keys lowercased). It names an attempt for
-// Resolve (AttemptID.Digest). A body that may block is read until ctx ends.
+// operationDigest is pubhook.RequestDigest, which `fencepub resolve --file`
+// runs: op's request digest, 64 lowercase hex digits, as Publish computes
+// it (requestDigest). It validates op as Publish does, reads op.Body to EOF
+// (nil is an empty body) and hashes it with the content type (defaulted)
+// and the metadata (keys lowercased). It names an attempt for Resolve
+// (AttemptID.Digest). A body that may block is read until ctx ends.
 // Errors: fencepub.ErrInvalid naming the field; ErrBody when the body's read
 // fails or its length is not op.Size (when set); ctx's error.
-func RequestDigest(ctx context.Context, op Operation) (string, error) {
+func operationDigest(ctx context.Context, op Operation) (string, error) {
 	op, err := normalize(op)
 	if err != nil {
 		return "", err

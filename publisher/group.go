@@ -3,8 +3,6 @@ package publisher
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -41,7 +39,9 @@ type GroupResult struct {
 	Reason         Reason `json:"reason"`
 	Member         string `json:"member,omitempty"`
 	IdempotencyKey string `json:"idempotency_key"`
-	// Digest is the group's request digest (GroupDigest).
+	// Digest is the group's request digest: 64 lowercase hex digits of
+	// sha256 over the members' names and request digests (DESIGN.md
+	// "Groups").
 	Digest string `json:"digest"`
 	// Members are the members' results, sorted by resource name, each with
 	// its Attempt. For Duplicate only the first carries the original
@@ -50,26 +50,6 @@ type GroupResult struct {
 	Revision int64    `json:"revision,omitempty"`
 	Attempts int      `json:"attempts"`
 }
-
-// GroupDigest returns a group's request digest, 64 hex digits: sha256
-// over a tag and each member's resource name and request digest, in
-// resource-name order (resources[i] has digests[i]).
-func GroupDigest(resources, digests []string) string {
-	order := make([]int, len(resources))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(resources[a], resources[b]) })
-	h := sha256.New()
-	h.Write([]byte(groupDigestTag + "\n"))
-	for _, i := range order {
-		fmt.Fprintf(h, "%d:%s %s\n", len(resources[i]), resources[i], digests[i])
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// groupDigestTag versions the group digest encoding.
-const groupDigestTag = "fencepub.group-digest.v1"
 
 // groupShared are the operations a group transaction's compares and Else
 // reads carry once: the op record and the epoch.
@@ -255,7 +235,7 @@ func (c *Client) buildGroup(g *groupTxn) {
 	for i, pr := range g.prs {
 		resources[i], digests[i] = pr.term.resource, pr.digest
 	}
-	g.digest = GroupDigest(resources, digests)
+	g.digest = layout.GroupDigest(resources, digests)
 	opKey := c.ns.OpKey(first.term.resource, g.key)
 	rec := layout.OpRecord{Digest: g.digest, Version: first.version, ObjectKey: first.object.Key, Owner: first.term.owner}
 	opVal, _ := layout.EncodeOp(opKey, rec) // the compact encoder cannot fail

@@ -97,7 +97,7 @@ func fuzzClient(t testing.TB) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Client{ns: ns, cfg: Config{Now: func() time.Time { return time.Unix(0, 0) }}}
+	return &Client{ns: ns, cfg: Config{now: func() time.Time { return time.Unix(0, 0) }}}
 }
 
 // failedTxn is the answer of a publish transaction whose compare failed:

@@ -68,10 +68,10 @@ const (
 
 // DefaultConfig returns the values New gives Config's tunables when they
 // are zero: PartSize 16 MiB, RequestTimeout 5 s, ResendTimeout 1 min,
-// MaxTxnOps 128, Now time.Now. Env, Logger and Registerer are left zero.
+// MaxTxnOps 128. Env, Logger and Registerer are left zero.
 func DefaultConfig() Config {
 	return Config{PartSize: defaultPartSize, RequestTimeout: defaultRequestTimeout, ResendTimeout: defaultResendTimeout,
-		MaxTxnOps: defaultMaxTxnOps, Now: time.Now}
+		MaxTxnOps: defaultMaxTxnOps}
 }
 
 // Config holds a Client's dependencies and tunables. Zero tunables take the
@@ -102,12 +102,13 @@ type Config struct {
 	// must equal the server's --max-txn-ops (CLI key etcd.max_txn_ops).
 	// PublishGroup refuses a group that would not fit. Default 128, etcd's.
 	MaxTxnOps int
-	// Now is the clock of the CommittedAt times written into pointers,
+	// now is the clock of the CommittedAt times written into pointers,
 	// history entries and op records; default time.Now. Those times are
 	// informative: no expiry or retention reads them (GC ages records on
 	// its domain clock, DESIGN.md "Ages come from one clock"), so a wrong
-	// clock here cannot shorten any record's life.
-	Now func() time.Time
+	// clock here cannot shorten any record's life. The chaos soak skews it
+	// (wallclock.With).
+	now func() time.Time
 }
 
 // Validate checks c without a network call: Namespace as
@@ -154,8 +155,8 @@ func New(cfg Config) (*Client, error) {
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, d.RequestTimeout)
 	cfg.ResendTimeout = cmp.Or(cfg.ResendTimeout, d.ResendTimeout)
 	cfg.MaxTxnOps = cmp.Or(cfg.MaxTxnOps, d.MaxTxnOps)
-	if cfg.Now == nil {
-		cfg.Now = d.Now
+	if cfg.now == nil {
+		cfg.now = time.Now
 	}
 	log := cfg.Logger
 	if log == nil {

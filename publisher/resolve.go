@@ -20,7 +20,7 @@ import (
 // Result carries both (Result.Digest and Result.Object.Key).
 type AttemptID struct {
 	// Digest is the attempt's request digest: 64 lowercase hex digits of
-	// sha256 over body, content type and metadata (RequestDigest), not the
+	// sha256 over body, content type and metadata (Result.Digest), not the
 	// body's own sha256.
 	Digest string `json:"digest,omitempty"`
 	// ObjectKey is the key of the object the attempt wrote; it names the

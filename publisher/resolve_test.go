@@ -13,6 +13,7 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/minio/minio-go/v7"
@@ -140,7 +141,7 @@ func TestResolveKeepsDecommission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := col.Decommission(ctx, res, false); err != nil {
+	if _, err := operator.Decommission(ctx, col, res, false); err != nil {
 		t.Fatal(err)
 	}
 	retired := e.seal(res)

@@ -62,7 +62,7 @@ type prepared struct {
 // Then: pointer, op record, history entry. Else: read all of them.
 func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layout.Object, contentType string) *prepared {
 	ns, res := c.ns, t.resource
-	now := c.cfg.Now().UTC()
+	now := c.cfg.now().UTC()
 	ptr := layout.Pointer{
 		Version: v, Object: obj, IdempotencyKey: key, Digest: digest,
 		ContentType: contentType, Owner: t.owner, CommittedAt: now,

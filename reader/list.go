@@ -11,48 +11,45 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/leader"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/retry"
 )
 
-// ResourceState is one resource of a domain as Resources and Reader.State
-// read it.
-type ResourceState struct {
-	// Name is the resource's name.
-	Name string
-	// Pointer is the published pointer: the zero Pointer (its
-	// Version.IsZero) while nothing is published.
-	Pointer fencepub.Pointer
-	// Seal is the resource's seal; Seal.Retires(Pointer.Version) reports
-	// a resource retired by `fencepub resource delete`.
-	Seal fencepub.Seal
+func init() {
+	operator.Resources = func(ctx context.Context, cfg any) ([]operator.Resource, error) {
+		return resources(ctx, cfg.(Config))
+	}
+	operator.State = func(ctx context.Context, r any) (operator.Resource, error) {
+		return r.(*Reader).state(ctx)
+	}
 }
 
 // listPage is how many keys one etcd read of a listing asks for.
 const listPage = 1000
 
-// Resources lists the resources of cfg's domain that have a pointer,
-// sorted by name, with their pointer and seal: every resource a publisher
-// has bound, since the pointer and the seal are created, with zero
-// versions, before a resource's first publish and never deleted
-// (DESIGN.md "Reading", "etcd layout"). A resource that was granted but
-// whose holder has not bound a publisher yet is not listed; Reader.State
-// reads it.
+// resources is operator.Resources, which `fencepub ls` runs: it lists the
+// resources of cfg's domain that have a pointer, sorted by name, with their
+// pointer and seal: every resource a publisher has bound, since the pointer
+// and the seal are created, with zero versions, before a resource's first
+// publish and never deleted (DESIGN.md "Reading", "etcd layout"). A resource
+// that was granted but whose holder has not bound a publisher yet is not
+// listed; state reads it.
 //
-// It reads the pointers, then the seals, at one etcd revision
-// (linearizable), 1000 keys per read, each read retried as
-// Current's are within Config.RequestTimeout; the result holds every
-// resource in memory. It blocks until the listing is read or ctx ends.
-// It does not read objects. Errors: fencepub.ErrInvalid (cfg),
-// fencepub.ErrUnavailable, fencepub.ErrCorruptRecord (a pointer or seal
-// that does not decode, or a pointer key that names no valid resource;
-// the error names the key), ctx's error.
-func Resources(ctx context.Context, cfg Config) ([]ResourceState, error) {
+// It reads the pointers, then the seals, at one etcd revision (linearizable),
+// 1000 keys per read, each read retried as Current's are within
+// Config.RequestTimeout; the result holds every resource in memory. It blocks
+// until the listing is read or ctx ends. It does not read objects. Errors:
+// fencepub.ErrInvalid (cfg), fencepub.ErrUnavailable,
+// fencepub.ErrCorruptRecord (a pointer or seal that does not decode, or a
+// pointer key that names no valid resource; the error names the key), ctx's
+// error.
+func resources(ctx context.Context, cfg Config) ([]operator.Resource, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	ns := layout.Namespace(cfg.Namespace)
-	var out []ResourceState
+	var out []operator.Resource
 	rev, err := scan(ctx, cfg, ns.PointersPrefix(), 0, func(kv *mvccpb.KeyValue) error {
 		name, err := ns.PointerResource(string(kv.Key))
 		if err != nil {
@@ -62,7 +59,7 @@ func Resources(ctx context.Context, cfg Config) ([]ResourceState, error) {
 		if err != nil {
 			return fmt.Errorf("reader: pointer %s: %w", kv.Key, err)
 		}
-		out = append(out, ResourceState{Name: name, Pointer: ptr})
+		out = append(out, operator.Resource{Name: name, Pointer: ptr})
 		return nil
 	})
 	if err != nil || len(out) == 0 {
@@ -83,15 +80,16 @@ func Resources(ctx context.Context, cfg Config) ([]ResourceState, error) {
 	return out, err
 }
 
-// State returns the resource's pointer and seal, read in one etcd
-// transaction (linearizable) and retried as Current's reads are. It is a
+// state is operator.State, which `fencepub ls --resource` runs: it returns
+// the resource's pointer and seal, read in one etcd transaction
+// (linearizable) and retried as Current's reads are. It is a
 // listing, not a read of the published state: it does not take part in
 // Current's rule against going back below a version already returned
 // (invariant 6), and it reads no object. A resource granted whose holder
 // has not published yet has the zero Pointer; one never granted is an
 // error (DESIGN.md "Reading"). Errors: ErrUnknownResource,
 // fencepub.ErrUnavailable, fencepub.ErrCorruptRecord, ctx's error.
-func (r *Reader) State(ctx context.Context) (ResourceState, error) {
+func (r *Reader) state(ctx context.Context) (operator.Resource, error) {
 	ns := layout.Namespace(r.cfg.Namespace)
 	var resp *clientv3.TxnResponse
 	err := etcdRead(ctx, r.cfg, fmt.Sprintf("read the pointer and seal of %q", r.res), func(ctx context.Context) (err error) {
@@ -99,19 +97,19 @@ func (r *Reader) State(ctx context.Context) (ResourceState, error) {
 		return err
 	})
 	if err != nil {
-		return ResourceState{}, err
+		return operator.Resource{}, err
 	}
-	out := ResourceState{Name: r.res}
+	out := operator.Resource{Name: r.res}
 	ptrKVs, sealKVs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 	if len(ptrKVs) == 0 {
 		return out, r.known(ctx)
 	}
 	if out.Pointer, err = layout.DecodePointer(ptrKVs[0].Value); err != nil {
-		return ResourceState{}, fmt.Errorf("reader: pointer of %q: %w", r.res, err)
+		return operator.Resource{}, fmt.Errorf("reader: pointer of %q: %w", r.res, err)
 	}
 	if len(sealKVs) > 0 {
 		if out.Seal, err = layout.DecodeSeal(sealKVs[0].Value); err != nil {
-			return ResourceState{}, fmt.Errorf("reader: seal of %q: %w", r.res, err)
+			return operator.Resource{}, fmt.Errorf("reader: seal of %q: %w", r.res, err)
 		}
 	}
 	return out, nil

@@ -132,7 +132,7 @@ func TestUnknownResource(t *testing.T) {
 	if _, err := typo.History(ctx); !errors.Is(err, ErrUnknownResource) {
 		t.Fatalf("history of a resource never granted: %v", err)
 	}
-	if _, err := typo.State(ctx); !errors.Is(err, ErrUnknownResource) {
+	if _, err := typo.state(ctx); !errors.Is(err, ErrUnknownResource) {
 		t.Fatalf("state of a resource never granted: %v", err)
 	}
 	if _, err := typo.OpenVersion(ctx, layout.Version{Epoch: 1, Fence: 1, Seq: 1}); !errors.Is(err, ErrUnknownResource) {
@@ -159,7 +159,7 @@ func TestUnknownResource(t *testing.T) {
 		if h, err := rd.History(ctx); err != nil || len(h) != 0 {
 			t.Fatalf("history of %s: %v, %v", name, h, err)
 		}
-		if st, err := rd.State(ctx); err != nil || st.Name != name || !st.Pointer.Version.IsZero() {
+		if st, err := rd.state(ctx); err != nil || st.Name != name || !st.Pointer.Version.IsZero() {
 			t.Fatalf("state of %s: %+v, %v", name, st, err)
 		}
 	}
@@ -182,7 +182,7 @@ func TestResources(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
 	cfg := Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.NS), Etcd: e.Etcd, Store: e.Store}}
-	if l, err := Resources(ctx, cfg); err != nil || len(l) != 1 || l[0].Name != res || !l[0].Pointer.Version.IsZero() {
+	if l, err := resources(ctx, cfg); err != nil || len(l) != 1 || l[0].Name != res || !l[0].Pointer.Version.IsZero() {
 		t.Fatalf("a domain with one bound resource: %+v, %v", l, err)
 	}
 	p := e.publish("k1", "body")
@@ -211,7 +211,7 @@ func TestResources(t *testing.T) {
 	}
 	slices.Sort(want)
 
-	l, err := Resources(ctx, cfg)
+	l, err := resources(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,10 +240,10 @@ func TestResources(t *testing.T) {
 	if _, err := e.Etcd.Put(ctx, e.NS.PointerKey("bulk-00002"), "garbage"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Resources(ctx, cfg); !errors.Is(err, fencepub.ErrCorruptRecord) || !strings.Contains(err.Error(), e.NS.PointerKey("bulk-00002")) {
+	if _, err := resources(ctx, cfg); !errors.Is(err, fencepub.ErrCorruptRecord) || !strings.Contains(err.Error(), e.NS.PointerKey("bulk-00002")) {
 		t.Fatalf("a corrupt pointer: %v; want ErrCorruptRecord naming its key", err)
 	}
-	if _, err := Resources(ctx, Config{}); !errors.Is(err, fencepub.ErrInvalid) {
+	if _, err := resources(ctx, Config{}); !errors.Is(err, fencepub.ErrInvalid) {
 		t.Fatalf("an empty Config: %v", err)
 	}
 }

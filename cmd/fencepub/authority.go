@@ -14,6 +14,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/spf13/cobra"
 )
@@ -176,7 +177,7 @@ func toGrantOutput(g authority.Grant) grantOutput {
 	return grantOutput{
 		Resource: g.Resource, Owner: g.Owner, RequestID: g.RequestID, Epoch: g.Epoch,
 		Generation: g.Generation, Fence: g.Generation, LeaseID: int64(g.LeaseID), TTLSeconds: g.TTL.Seconds(),
-		GrantedAt: g.GrantedAt.UTC(), ExpiresAt: g.ExpiresAt().UTC(), HolderRevision: g.HolderRevision,
+		GrantedAt: g.GrantedAt.UTC(), ExpiresAt: g.GrantedAt.Add(g.TTL).UTC(), HolderRevision: g.HolderRevision,
 	}
 }
 
@@ -421,15 +422,16 @@ func newAuthorityShowCmd() *cobra.Command {
 			return err
 		}
 		defer env.Close()
-		st, err := a.Inspect(c.Context(), res)
+		st, err := operator.Inspect(c.Context(), a, res)
 		if err != nil {
 			return authorityExit(err)
 		}
-		o := showOutput{Resource: st.Resource, Epoch: st.Epoch, Generation: st.Generation, Held: st.Holder != nil}
-		if st.Holder != nil {
-			o.Owner = st.Holder.Owner
-			o.Holder = &holderOutput{grantOutput: toGrantOutput(st.Holder.Grant), RemainingSeconds: st.Holder.Remaining.Seconds()}
-			o.Holder.ExpiresAt = time.Now().Add(st.Holder.Remaining).UTC().Truncate(time.Second)
+		h, held := st.Holder.(authority.Holder)
+		o := showOutput{Resource: st.Resource, Epoch: st.Epoch, Generation: st.Generation, Held: held}
+		if held {
+			o.Owner = h.Owner
+			o.Holder = &holderOutput{grantOutput: toGrantOutput(h.Grant), RemainingSeconds: h.Remaining.Seconds()}
+			o.Holder.ExpiresAt = time.Now().Add(h.Remaining).UTC().Truncate(time.Second)
 		}
 		if *out == "json" {
 			return printJSON(env.Stdout, o)
@@ -440,7 +442,7 @@ func newAuthorityShowCmd() *cobra.Command {
 			return err
 		}
 		_, err = fmt.Fprintf(env.Stdout, "holder      %s (generation %d, epoch %d, request id %s, lease %x, %s left)\n",
-			o.Owner, o.Holder.Generation, o.Holder.Epoch, o.Holder.RequestID, o.Holder.LeaseID, st.Holder.Remaining)
+			o.Owner, o.Holder.Generation, o.Holder.Epoch, o.Holder.RequestID, o.Holder.LeaseID, h.Remaining)
 		return err
 	}
 	return cmd

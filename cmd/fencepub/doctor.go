@@ -16,6 +16,7 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -359,7 +360,7 @@ func (d *doctor) checkDomain(ctx context.Context) bool {
 	dctx, cancel := context.WithTimeout(ctx, 2*doctorTimeout)
 	defer cancel()
 	root := d.env.NS.Root()
-	if err := a.CheckHistory(dctx); err != nil {
+	if err := operator.CheckHistory(dctx, a); err != nil {
 		fix := ""
 		if errors.Is(err, authority.ErrForeignHistory) {
 			fix = "the bucket holds another etcd history: 'fencepub authority recover --from-bucket' takes it over (docs/operations.md), or use another namespace.prefix / namespace.domain"
@@ -367,7 +368,7 @@ func (d *doctor) checkDomain(ctx context.Context) bool {
 		d.add("domain", checkFail, err.Error(), fix)
 		return false
 	}
-	epoch, err := a.Epoch(dctx)
+	epoch, err := operator.Epoch(dctx, a)
 	if errors.Is(err, fencepub.ErrNotInitialized) {
 		d.add("domain", checkWarn, root+" is not initialised", "fencepub init (the first acquire also initialises it)")
 		return false

@@ -18,6 +18,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/cli/config"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/schollz/progressbar/v3"
@@ -356,9 +357,9 @@ and the lease released.`,
 		if err != nil {
 			return err
 		}
-		d, err := gc.NewDaemon(gc.DaemonConfig{
+		d, err := operator.NewDaemon(operator.DaemonConfig{
 			Collector: col, Interval: interval, LeaseTTL: ttl, Owner: owner, Metrics: m,
-			Run: gc.RunOptions{Resources: f.resources, All: f.all}, Logger: env.Log,
+			Resources: f.resources, All: f.all, Logger: env.Log,
 		})
 		if err != nil {
 			return gcExit(err)

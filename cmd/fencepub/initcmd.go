@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/cli"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/spf13/cobra"
 )
 
@@ -58,7 +59,7 @@ bucket holding another etcd history exits 116 ('fencepub authority recover
 		if err := checkStore(c.Context(), env, a); err != nil {
 			return err
 		}
-		_, err = a.Epoch(c.Context())
+		_, err = operator.Epoch(c.Context(), a)
 		o.Initialised = errors.Is(err, fencepub.ErrNotInitialized)
 		if err != nil && !o.Initialised {
 			return authorityExit(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/spf13/cobra"
 )
@@ -85,17 +86,17 @@ store); --version V lists the manifest of retained version V instead.
 		}
 		defer env.Close()
 		o := lsOutput{Domain: env.NS.Domain, Resources: []lsEntry{}}
-		var states []reader.ResourceState
+		var states []operator.Resource
 		never := false
 		if resource == "" {
-			states, err = reader.Resources(ctx, readerConfig(env))
+			states, err = operator.Resources(ctx, readerConfig(env))
 		} else {
 			var r *reader.Reader
 			if r, err = reader.New(readerConfig(env), resource); err != nil {
 				return readerExit(err)
 			}
-			var st reader.ResourceState
-			st, err = r.State(ctx)
+			var st operator.Resource
+			st, err = operator.State(ctx, r)
 			if merr := missingResource(ctx, env, err, *allowMissing); merr != nil {
 				return merr
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/spf13/cobra"
 )
@@ -94,7 +95,7 @@ func explainNotPublished(ctx context.Context, env *cli.Env) error {
 	if err != nil {
 		return nil
 	}
-	if err := a.CheckHistory(ctx); errors.Is(err, authority.ErrForeignHistory) {
+	if err := operator.CheckHistory(ctx, a); errors.Is(err, authority.ErrForeignHistory) {
 		return authorityExit(err)
 	}
 	return nil

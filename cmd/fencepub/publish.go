@@ -16,6 +16,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/pubhook"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -209,7 +210,7 @@ func (b *bodyFlags) digest(ctx context.Context, in io.Reader, key string) (strin
 	}
 	defer body.Close()
 	op.Body = body
-	d, err := publisher.RequestDigest(ctx, op)
+	d, err := pubhook.RequestDigest(ctx, op)
 	if err != nil {
 		return "", exitcode.With(exitcode.Usage, fmt.Errorf("--file %s: %w", b.file, err))
 	}

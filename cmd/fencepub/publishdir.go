@@ -62,6 +62,20 @@ func (o *publishOptions) validateDir() error {
 	return err
 }
 
+// scanDir walks dir as publisher.DirFiles does and returns the number of
+// files and their bytes, or the walk's first refusal or error, so that bad
+// input is refused before anything is acquired.
+func scanDir(dir string, opts publisher.DirOptions) (files, bytes int64, err error) {
+	for f, err := range publisher.DirFiles(dir, opts) {
+		if err != nil {
+			return files, bytes, err
+		}
+		files++
+		bytes += f.Size
+	}
+	return files, bytes, nil
+}
+
 // runDir publishes the directory as a dataset: it walks it first and
 // refuses what cannot be published (symbolic links unless followed,
 // special files, paths that are not valid UTF-8 or collide, an empty
@@ -71,7 +85,7 @@ func (o *publishOptions) validateDir() error {
 func (o *publishOptions) runDir(c *cobra.Command) error {
 	d := o.dir
 	opts := publisher.DirOptions{FollowSymlinks: d.followSymlinks}
-	files, bytes, err := publisher.ScanDir(d.dir, opts)
+	files, bytes, err := scanDir(d.dir, opts)
 	if err != nil {
 		return exitcode.With(exitcode.Usage, fmt.Errorf("--dir %s: %w; nothing published", d.dir, err))
 	}

@@ -228,7 +228,7 @@ func bindMembers(ctx context.Context, client *publisher.Client, grants []authori
 
 // checkMember refuses, before anything is acquired, a member whose body
 // cannot be published: an empty file or a directory without files (unless
-// allowEmpty), or a directory holding what a dataset cannot (ScanDir).
+// allowEmpty), or a directory holding what a dataset cannot (scanDir).
 // Errors: usage.
 func checkMember(m groupMember, allowEmpty bool) error {
 	if !m.dir {
@@ -238,7 +238,7 @@ func checkMember(m groupMember, allowEmpty bool) error {
 		}
 		return fh.Close()
 	}
-	files, _, err := publisher.ScanDir(m.path, publisher.DirOptions{})
+	files, _, err := scanDir(m.path, publisher.DirOptions{})
 	switch {
 	case err != nil:
 		return exitcode.With(exitcode.Usage, fmt.Errorf("--set %s: %s: %w; nothing published", m.resource, m.path, err))

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 
+	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/cli"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/spf13/cobra"
 )
 
@@ -36,19 +38,20 @@ the resource (use --force); 115 etcd did not answer.`,
 			return err
 		}
 		defer env.Close()
-		d, err := col.Decommission(c.Context(), args[0], force)
+		d, err := operator.Decommission(c.Context(), col, args[0], force)
 		if err != nil {
 			return gcExit(err)
 		}
 		if *out == "json" {
 			return printJSON(env.Stdout, d)
 		}
+		holder, _ := d.Holder.(*authority.Grant)
 		switch {
 		case d.Already:
 			fmt.Fprintf(env.Stdout, "%s: already sealed at %s; nothing changed\n", d.Resource, d.Seal)
-		case d.Holder != nil:
+		case holder != nil:
 			fmt.Fprintf(env.Stdout, "%s: sealed at %s (was %s); the live holder %q (generation %d) can no longer publish; gc removes the objects after the reader grace\n",
-				d.Resource, d.Seal, d.Previous, d.Holder.Owner, d.Holder.Generation)
+				d.Resource, d.Seal, d.Previous, holder.Owner, holder.Generation)
 		default:
 			fmt.Fprintf(env.Stdout, "%s: sealed at %s (was %s); gc removes the objects after the reader grace\n", d.Resource, d.Seal, d.Previous)
 		}

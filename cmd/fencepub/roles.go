@@ -9,6 +9,7 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/api/v3/authpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -194,7 +195,7 @@ The roles cover one domain; for another domain, name its roles apart with
 		defer env.Close()
 		res := setupRolesResult{DryRun: dry, Domain: env.NS.Root(), Roles: domainRoles(env.NS, rolePrefix), Commands: []string{}}
 		if dry {
-			res.Epoch, err = a.Epoch(c.Context())
+			res.Epoch, err = operator.Epoch(c.Context(), a)
 			if err != nil && !errors.Is(err, fencepub.ErrNotInitialized) {
 				return authorityExit(err)
 			}

@@ -49,7 +49,7 @@ func (r *runner) publishOutputDir(sess *authority.Session, g authority.Grant, p 
 		return publisher.Result{}, err
 	}
 	var opts publisher.DirOptions
-	files, _, err := publisher.ScanDir(r.outputDir, opts)
+	files, _, err := scanDir(r.outputDir, opts)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return publisher.Result{}, exitcode.Usagef("the command succeeded but wrote no --output-dir %s; nothing published", r.outputDir)

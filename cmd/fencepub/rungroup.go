@@ -89,7 +89,7 @@ func checkRunMember(m groupMember) error {
 
 // wroteMember checks, once CMD exited 0, what it left at m's path: a
 // regular file (not empty unless allowEmpty) or a directory a dataset can
-// hold (publisher.ScanDir; with files unless allowEmpty). It returns m
+// hold (scanDir; with files unless allowEmpty). It returns m
 // with dir set. Errors: usage, ending in "nothing published".
 func wroteMember(m groupMember, allowEmpty bool) (groupMember, error) {
 	fi, err := os.Lstat(m.path)
@@ -107,7 +107,7 @@ func wroteMember(m groupMember, allowEmpty bool) (groupMember, error) {
 		return m, exitcode.Usagef("the command's result at --set %s=%s is %s, not a regular file or a directory; nothing published", m.resource, m.path, fileKind(fi.Mode()))
 	}
 	m.dir = true
-	files, _, err := publisher.ScanDir(m.path, publisher.DirOptions{})
+	files, _, err := scanDir(m.path, publisher.DirOptions{})
 	switch {
 	case err != nil:
 		return m, exitcode.With(exitcode.Usage, fmt.Errorf("the command's result at --set %s=%s: %w; nothing published", m.resource, m.path, err))

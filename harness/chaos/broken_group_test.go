@@ -71,7 +71,7 @@ func (e *brokenEnv) brokenGroupPublish(w *worker, gs []authority.Grant, ps []*pu
 	resources, digests := make([]string, len(gs)), make([]string, len(gs))
 	ops := make([]PublishOp, len(gs))
 	for i, g := range gs {
-		d, err := publisher.RequestDigest(e.ctx, publisher.Operation{IdempotencyKey: key, Body: bytes.NewReader([]byte(bodies[i]))})
+		d, err := pubhook.RequestDigest(e.ctx, publisher.Operation{IdempotencyKey: key, Body: bytes.NewReader([]byte(bodies[i]))})
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func (e *brokenEnv) brokenGroupPublish(w *worker, gs []authority.Grant, ps []*pu
 		e.rec.Invoke(body)
 	}
 	for i := range ops {
-		ops[i].RequestDigest = publisher.GroupDigest(resources, digests)
+		ops[i].RequestDigest = layout.GroupDigest(resources, digests)
 	}
 	if only < 0 {
 		only = len(gs)

@@ -22,6 +22,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
 	"github.com/fencepub/fencepub/internal/testkit/childproc"
+	"github.com/fencepub/fencepub/internal/wallclock"
 	"github.com/fencepub/fencepub/publisher"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -99,11 +100,10 @@ func runWorker(spec WorkerSpec, in io.Reader, out io.Writer) error {
 		return err
 	}
 	var skew atomic.Int64 // ns
-	pub, err := publisher.New(publisher.Config{
+	pub, err := publisher.New(wallclock.With(publisher.Config{
 		Env: fencepub.Env{Namespace: fencepub.Namespace(spec.Namespace), Etcd: cli, Store: st}, PartSize: partSize,
 		RequestTimeout: wl.AttemptTimeout, ResendTimeout: wl.PublishTimeout,
-		Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
-	})
+	}, func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }))
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
 	"github.com/fencepub/fencepub/internal/wait"
+	"github.com/fencepub/fencepub/internal/wallclock"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -369,12 +370,11 @@ func (h *harness) publisherClient(cli *clientv3.Client, st objstore.Store) (*pub
 // time exactly. It keeps everything superseded within the run (1 h grace)
 // and seals in-flight objects of dead grants after 2 s.
 func (h *harness) collector(auth *authority.Authority) (*gc.Collector, error) {
-	return gc.New(gc.Config{
+	return gc.New(wallclock.With(gc.Config{
 		Env: fencepub.Env{Namespace: fencepub.Namespace(h.ns), Etcd: h.direct, Store: h.store}, Authority: auth,
 		Policy:         gc.Policy{Retain: 2, Grace: time.Hour, ClockSkew: 100 * time.Millisecond, AbandonAfter: 2 * time.Second},
 		RequestTimeout: 5 * time.Second,
-		Now:            func() time.Time { return h.clock.Wall(h.clock.Now()) },
-	})
+	}, func() time.Time { return h.clock.Wall(h.clock.Now()) }))
 }
 
 // startWorkload starts the in-process goroutines and the worker processes.

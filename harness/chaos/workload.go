@@ -418,7 +418,7 @@ func (w *worker) publish(p *publisher.Publisher, g authority.Grant, strict bool,
 	w.n++
 	sum := sha256.Sum256(body)
 	pop := publisher.Operation{IdempotencyKey: key, Body: bytes.NewReader(body)}
-	rd, err := publisher.RequestDigest(context.Background(), pop)
+	rd, err := pubhook.RequestDigest(context.Background(), pop)
 	if err != nil {
 		w.anomaly("request digest of "+key, err)
 	}

@@ -137,7 +137,7 @@ func checkPod(t *testing.T, where string, pod corev1.PodSpec, cm *corev1.ConfigM
 
 // deploy/kubernetes/gc-daemon.yaml decodes strictly into its k8s.io/api
 // types: a ConfigMap and a Deployment of 2 replicas, with liveness on
-// /healthz and readiness on /readyz (gc.Daemon.Handler) on container port
+// /healthz and readiness on /readyz (operator.Daemon.Handler) on container port
 // 9464, and a Service (port 9464 to the same container port) and a
 // PodDisruptionBudget (1 of the 2 available) selecting its pods.
 func TestKubernetesGCDaemon(t *testing.T) {

@@ -70,7 +70,7 @@ type Pointer struct {
 func (p Pointer) IsDataset() bool { return p.Kind == KindDataset }
 
 // SealReasonDecommissioned is the Seal.Reason of a resource retired by
-// `fencepub resource delete` (gc.Collector.Decommission): its seal is at
+// `fencepub resource delete` (operator.Decommission): its seal is at
 // (epoch, generation, MaxNumber) and GC collects its objects, the published
 // one included, after the reader grace.
 const SealReasonDecommissioned = "decommissioned"

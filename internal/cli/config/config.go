@@ -22,6 +22,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -119,10 +120,10 @@ type GC struct {
 }
 
 // DefaultGC holds the gc.* defaults: the gc package's own
-// (gc.DefaultConfig, gc.DefaultDaemonConfig; the CLI's flags show the same
-// values).
+// (gc.DefaultConfig, operator.DefaultDaemonConfig; the CLI's flags show the
+// same values).
 var DefaultGC = func() GC {
-	c, d := gc.DefaultConfig(), gc.DefaultDaemonConfig()
+	c, d := gc.DefaultConfig(), operator.DefaultDaemonConfig()
 	return GC{
 		Retain: c.Policy.Retain, Grace: c.Policy.Grace, ClockSkew: c.Policy.ClockSkew, AbandonAfter: c.Policy.AbandonAfter,
 		OpRetention: c.OpRetention, RequestRetention: c.RequestRetention,
