@@ -124,7 +124,7 @@ type daemon struct {
 	checkErr error
 }
 
-// Validate checks c without a network call: Collector set, no negative
+// validate checks c without a network call: Collector set, no negative
 // Interval or LeaseTTL, LeaseResource (when set) a reserved resource name,
 // Owner (when set) an owner name, Run not naming resources together with
 // all. Errors: fencepub.ErrInvalid naming the field.
