@@ -5,13 +5,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/operator"
 )
 
 // kind is GC's decision about one key (DESIGN.md "Garbage collection"), as
-// Decision.Kind and Report.ByDecision spell it.
+// decision.Kind and Report.ByDecision spell it.
 type kind = string
 
 // Decisions. kindUnpublishable and kindAbandoned delete (abort, for an
@@ -43,24 +43,9 @@ type entry struct {
 	Time     time.Time // LastModified, or an upload's Initiated (the store's clock)
 }
 
-// Decision is the classification of one Entry with its reason, and, once a
+// decision is the classification of one entry with its reason, and, once a
 // pass acted on it, the action taken.
-type Decision struct {
-	Key      string `json:"key"`
-	UploadID string `json:"upload_id,omitempty"`
-	// Kind is the decision: "published", "retained", "unpublishable",
-	// "in_flight", "abandoned", "quarantined" or "foreign"; the
-	// unpublishable and abandoned ones delete (abort, for an upload).
-	Kind    string            `json:"decision"`
-	Reason  string            `json:"reason"`
-	Version *fencepub.Version `json:"version,omitempty"` // nil for a foreign key
-	Size    int64             `json:"size"`
-	// Action is what the pass did: "kept", "deleted", "aborted", "sealed",
-	// "would_delete" (dry run), "skipped" (an abandoned object whose seal
-	// transaction lost a race: kept until the next pass) or "failed".
-	Action string `json:"action,omitempty"`
-	Error  string `json:"error,omitempty"`
-}
+type decision = operator.GCDecision
 
 // state is what GC knows about one resource, read at one etcd revision
 // (readState), plus the retention computed from its history. Classify is a
@@ -159,69 +144,70 @@ func (s *state) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Versi
 //     live at the snapshot, its fence is newer than the snapshot's
 //     generation, it is younger than AbandonAfter + ClockSkew, or the
 //     pointer and seal are not both present; else Abandoned.
-func classify(s *state, e entry, now time.Time) Decision {
-	d := Decision{Key: e.Key, UploadID: e.UploadID, Size: e.Size}
+func classify(s *state, e entry, now time.Time) decision {
+	d := decision{Key: e.Key, UploadID: e.UploadID, Size: e.Size}
 	v, own, ok := s.NS.ParseVersionKey(s.Resource, e.Key)
 	if !ok {
-		return d.is(kindForeign, "not an object key of resource %q (<epoch>-<fence>-<seq>-<nonce> under %s)", s.Resource, s.NS.ObjectsPrefix(s.Resource))
+		return decide(d, kindForeign, "not an object key of resource %q (<epoch>-<fence>-<seq>-<nonce> under %s)", s.Resource, s.NS.ObjectsPrefix(s.Resource))
 	}
 	d.Version = &v
 	if e.UploadID == "" && !s.Decommissioned {
 		if s.HasPointer && s.Pointer.Object.Key == own {
 			if own != e.Key {
-				return d.is(kindPublished, "of the pointer's dataset version %s", s.Pointer.Version)
+				return decide(d, kindPublished, "of the pointer's dataset version %s", s.Pointer.Version)
 			}
-			return d.is(kindPublished, "named by the pointer (version %s)", s.Pointer.Version)
+			return decide(d, kindPublished, "named by the pointer (version %s)", s.Pointer.Version)
 		}
 		if why, ok := s.Retained[own]; ok {
-			return d.is(kindRetained, "%s", why)
+			return decide(d, kindRetained, "%s", why)
 		}
 		if i, ok := s.Named.lookup(e.Key); ok {
 			r := s.NamedBy[i]
-			return d.is(kindRetained, "file %q of the manifest of version %s (%s), reused from an older version",
+			return decide(d, kindRetained, "file %q of the manifest of version %s (%s), reused from an older version",
 				strings.TrimPrefix(e.Key, own+layout.FilesSep), r.pointer.Version, r.why)
 		}
 	}
 	switch top := s.Top(); {
 	case v.Epoch < s.Epoch:
 		if s.RestoredBad[v.Epoch] || s.RestoredUnreadable {
-			return d.is(kindQuarantined, "epoch %d has an unreadable restored-pointer record", v.Epoch)
+			return decide(d, kindQuarantined, "epoch %d has an unreadable restored-pointer record", v.Epoch)
 		}
 		r, restored := s.Restored[v.Epoch]
 		switch {
 		case restored && r.Less(v):
-			return d.is(kindQuarantined, "above the pointer %s that recover recorded for restored epoch %d: may be the only copy of a lost publish", r, v.Epoch)
+			return decide(d, kindQuarantined, "above the pointer %s that recover recorded for restored epoch %d: may be the only copy of a lost publish", r, v.Epoch)
 		case !restored && !s.Issued[v.Epoch]:
-			return d.is(kindQuarantined, "epoch %d was never issued by this etcd: another history's object (recover --from-bucket takes it over)", v.Epoch)
+			return decide(d, kindQuarantined, "epoch %d was never issued by this etcd: another history's object (recover --from-bucket takes it over)", v.Epoch)
 		}
-		return d.is(kindUnpublishable, "epoch %d is older than the current epoch %d", v.Epoch, s.Epoch)
+		return decide(d, kindUnpublishable, "epoch %d is older than the current epoch %d", v.Epoch, s.Epoch)
 	case v.Compare(top) <= 0:
 		if v.Compare(s.Pointer.Version) <= 0 {
-			return d.is(kindUnpublishable, "version %s <= pointer %s", v, s.Pointer.Version)
+			return decide(d, kindUnpublishable, "version %s <= pointer %s", v, s.Pointer.Version)
 		}
-		return d.is(kindUnpublishable, "version %s <= seal %s", v, s.Seal.Version)
+		return decide(d, kindUnpublishable, "version %s <= seal %s", v, s.Seal.Version)
 	case v.Epoch > s.Epoch:
-		return d.is(kindInFlight, "epoch %d is newer than the snapshot's epoch %d", v.Epoch, s.Epoch)
+		return decide(d, kindInFlight, "epoch %d is newer than the snapshot's epoch %d", v.Epoch, s.Epoch)
 	}
 	age := now.Sub(e.Time)
 	abandon := s.Policy.AbandonAfter + s.Policy.ClockSkew
 	switch {
 	case s.HolderUnknown:
-		return d.is(kindInFlight, "above %s; the holder record does not decode, so the grant may be live", s.Top())
+		return decide(d, kindInFlight, "above %s; the holder record does not decode, so the grant may be live", s.Top())
 	case s.Holder != nil && s.Holder.Epoch == v.Epoch && s.Holder.Generation == v.Fence:
-		return d.is(kindInFlight, "above %s; grant %d is live", s.Top(), v.Fence)
+		return decide(d, kindInFlight, "above %s; grant %d is live", s.Top(), v.Fence)
 	case v.Fence > s.Generation:
-		return d.is(kindInFlight, "above %s; fence %d is newer than the snapshot's generation %d", s.Top(), v.Fence, s.Generation)
+		return decide(d, kindInFlight, "above %s; fence %d is newer than the snapshot's generation %d", s.Top(), v.Fence, s.Generation)
 	case age < abandon:
-		return d.is(kindInFlight, "above %s; %s old, younger than the abandon period %s (abandon-after %s + clock skew %s)",
+		return decide(d, kindInFlight, "above %s; %s old, younger than the abandon period %s (abandon-after %s + clock skew %s)",
 			s.Top(), age.Round(time.Second), abandon, s.Policy.AbandonAfter, s.Policy.ClockSkew)
 	case s.HasPointer != s.HasSeal:
-		return d.is(kindInFlight, "above %s; the resource has a pointer or a seal but not both, so it cannot be sealed", s.Top())
+		return decide(d, kindInFlight, "above %s; the resource has a pointer or a seal but not both, so it cannot be sealed", s.Top())
 	}
-	return d.is(kindAbandoned, "above %s; grant %d is not live and the object is %s old (abandon period %s)", s.Top(), v.Fence, age.Round(time.Second), abandon)
+	return decide(d, kindAbandoned, "above %s; grant %d is not live and the object is %s old (abandon period %s)", s.Top(), v.Fence, age.Round(time.Second), abandon)
 }
 
-func (d Decision) is(k kind, format string, args ...any) Decision {
+// decide returns d with the decision k and its reason.
+func decide(d decision, k kind, format string, args ...any) decision {
 	d.Kind = k
 	d.Reason = fmt.Sprintf(format, args...)
 	return d

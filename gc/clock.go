@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/operator"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -104,8 +105,8 @@ func (r *clockReading) cutoff(age time.Duration) int64 {
 
 // report returns the reading for a pass report with the cutoffs of p, op
 // and request retention.
-func (r *clockReading) report(p Policy, opRetention, requestRetention time.Duration) *ClockReport {
-	return &ClockReport{
+func (r *clockReading) report(p Policy, opRetention, requestRetention time.Duration) *operator.GCClock {
+	return &operator.GCClock{
 		Time: time.Unix(0, r.t).UTC(), Advanced: r.advanced, Checkpoints: len(r.points),
 		GraceCutoff: r.cutoff(p.Grace + p.ClockSkew), OpCutoff: r.cutoff(opRetention), RequestCutoff: r.cutoff(requestRetention),
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/publisher"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -310,7 +311,7 @@ func TestClockJumpPrunesNothing(t *testing.T) {
 	e.run(e.collector(nil), res)
 	for _, d := range []time.Duration{10 * 24 * time.Hour, 20 * 24 * time.Hour} {
 		rep := e.run(e.collector(jumped(d)), res)
-		if rep.Records != (RecordCounts{Grants: rep.Records.Grants}) || rep.Deleted != 0 {
+		if rep.Records != (operator.GCRecordCounts{Grants: rep.Records.Grants}) || rep.Deleted != 0 {
 			t.Fatalf("clock %s ahead: records %+v, %d objects deleted", d, rep.Records, rep.Deleted)
 		}
 		mustDecide(t, rep, p1.Object.Key, kindRetained, "kept", "within the reader grace")

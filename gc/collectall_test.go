@@ -241,7 +241,7 @@ func TestRunAllWindowSnapshotFails(t *testing.T) {
 	if _, err := e.Etcd.Put(ctxT(t, 10*time.Second), e.NS.PointerKey("a.b"), "not a pointer"); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true, Verbose: true})
+	rep, err := c.runPass(ctxT(t, time.Minute), RunOptions{All: true}, true)
 	if !errors.Is(err, fencepub.ErrCorruptState) || len(rep.Errors) != 1 || !strings.HasPrefix(rep.Errors[0], "a.b: ") {
 		t.Fatalf("err %v, report errors %q; want ErrCorruptState for a.b alone", err, rep.Errors)
 	}
@@ -268,7 +268,7 @@ func TestRunAllWindowListingFails(t *testing.T) {
 		cfg.Store = listFailsAfter{Store: e.st, n: len(e.objectKeys("a-b")) + 1}
 	})
 	orphans := e.objectKeys("a", "a-b", "a.b")
-	rep, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true, Verbose: true})
+	rep, err := c.runPass(ctxT(t, time.Minute), RunOptions{All: true}, true)
 	if !errors.Is(err, objstore.ErrUnavailable) && !errors.Is(err, fencepub.ErrUnavailable) {
 		t.Fatalf("err %v; want the listing's", err)
 	}
@@ -329,7 +329,7 @@ func (s swapsKeys) List(ctx context.Context, prefix string, opts objstore.ListOp
 func TestRunAllWindowListingOutOfOrder(t *testing.T) {
 	e := newEnv(t)
 	_, c := windowOf3(e, func(cfg *Config) { cfg.Store = swapsKeys{Store: e.st} })
-	rep, err := c.Run(ctxT(t, time.Minute), RunOptions{All: true})
+	rep, err := c.runPass(ctxT(t, time.Minute), RunOptions{All: true}, false)
 	if err == nil || !strings.Contains(err.Error(), "out of key order") || len(rep.Errors) != 3 || rep.SealRaises != 0 {
 		t.Fatalf("err %v, %d seal raises; want an out-of-order error for each resource and no seal raised", err, rep.SealRaises)
 	}

@@ -238,9 +238,6 @@ type RunOptions struct {
 	// DryRun classifies and reports without deleting, sealing or aborting
 	// anything; the decisions are the same as a real pass's.
 	DryRun bool
-	// Verbose keeps every decision in Report.Decisions (memory grows with
-	// the object count; without it a pass holds only counts).
-	Verbose bool
 	// Progress, if set, is called with the running count of scanned keys
 	// after each one, from the goroutines of the resources collected at
 	// once, one call at a time and in increasing order; it must not block.
@@ -256,8 +253,16 @@ type RunOptions struct {
 // authority.ErrForeignHistory (DESIGN.md invariant 9),
 // fencepub.ErrUnavailable; ErrIncomplete joining the per-resource errors.
 func (c *Collector) Run(ctx context.Context, opts RunOptions) (*Report, error) {
+	rep, err := c.runPass(ctx, opts, false)
+	return rep.summary(), err
+}
+
+// runPass is Run with the detailed report, every decision in it when
+// verbose (memory grows with the object count; without it a pass holds
+// only counts).
+func (c *Collector) runPass(ctx context.Context, opts RunOptions, verbose bool) (*passReport, error) {
 	start := time.Now()
-	rep := newReport(opts.DryRun, c.now())
+	rep := newReport(opts.DryRun, verbose, c.now())
 	err := c.run(ctx, opts, rep)
 	rep.Duration = time.Since(start).Seconds()
 	if err != nil && !errors.Is(err, ErrIncomplete) {
@@ -284,7 +289,7 @@ func passOutcome(err error) string {
 	return "error"
 }
 
-func (c *Collector) run(ctx context.Context, opts RunOptions, rep *Report) error {
+func (c *Collector) run(ctx context.Context, opts RunOptions, rep *passReport) error {
 	if opts.All == (len(opts.Resources) > 0) {
 		return fmt.Errorf("%w: give either resources or all", fencepub.ErrInvalid)
 	}
@@ -357,7 +362,7 @@ const (
 // Config.DeleteConcurrency multi-object deletes in flight across all of
 // them, and returns the per-resource errors in window order. Once ctx ends
 // no window is started; the first resource not started is reported once.
-func (c *Collector) collectAll(ctx context.Context, resources []string, dep string, clk *clockReading, uploads map[string][]entry, opts RunOptions, rep *Report) []error {
+func (c *Collector) collectAll(ctx context.Context, resources []string, dep string, clk *clockReading, uploads map[string][]entry, opts RunOptions, rep *passReport) []error {
 	windows := c.windows(resources, opts.All)
 	conc := resourceConcurrency
 	if opts.All {
@@ -460,7 +465,7 @@ func (c *Collector) bucketWarnings(ctx context.Context) []string {
 // the latter; its quarantined objects are still classified, counted and
 // reported (DESIGN.md "Garbage collection"). Names that do not decode or
 // validate are reported as warnings.
-func (c *Collector) listResources(ctx context.Context, rep *Report) ([]string, error) {
+func (c *Collector) listResources(ctx context.Context, rep *passReport) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
 	for _, src := range []struct{ prefix, what string }{
@@ -525,7 +530,7 @@ func (c *Collector) listUploads(ctx context.Context, resources []string) (map[st
 type resourcePass struct {
 	c    *Collector
 	s    *state
-	rep  *Report
+	rep  *passReport
 	opts RunOptions
 	now  time.Time
 	// uploadsListed is false when the pass could not list the incomplete
@@ -538,7 +543,7 @@ type resourcePass struct {
 
 // record counts d (already acted on) in the report and, when verbose, keeps
 // it. Safe for concurrent use (deleter workers call it).
-func (p *resourcePass) record(d Decision, action string, err error) {
+func (p *resourcePass) record(d decision, action string, err error) {
 	d.Action = action
 	if err != nil {
 		d.Action, d.Error = "failed", err.Error()
@@ -568,13 +573,13 @@ func (p *resourcePass) record(d Decision, action string, err error) {
 		p.mu.Unlock()
 		r.Errors = append(r.Errors, fmt.Sprintf("%s: %s %s: %v", p.s.Resource, d.Kind, d.Key, err))
 	}
-	if p.opts.Verbose {
+	if r.verbose {
 		r.Decisions = append(r.Decisions, d)
 	}
 }
 
 // classified counts a fresh decision (scanned, by decision).
-func (p *resourcePass) classified(d Decision) {
+func (p *resourcePass) classified(d decision) {
 	r := p.rep
 	r.mu.Lock()
 	if d.UploadID != "" {
@@ -599,7 +604,7 @@ func (p *resourcePass) classified(d Decision) {
 // those of the pass's clock reading clk. Each multi-object delete holds a
 // slot of lim.deletes while in flight. It returns one error (nil:
 // collected) per resource of win.
-func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool, dep string, clk *clockReading, uploads map[string][]entry, lim passLimits, opts RunOptions, rep *Report) []error {
+func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool, dep string, clk *clockReading, uploads map[string][]entry, lim passLimits, opts RunOptions, rep *passReport) []error {
 	states, errs := c.readStates(ctx, win, clk.cutoff(c.cfg.Policy.Grace+c.cfg.Policy.ClockSkew))
 	for i, s := range states {
 		switch {
@@ -649,7 +654,7 @@ func (c *Collector) collectWindow(ctx context.Context, win []string, shared bool
 // aborts of the uploads list classified (aborts), then etcd records (only
 // when every object step succeeded, so records go after the objects they
 // name).
-func (p *resourcePass) finish(ctx context.Context, abandoned, aborts []Decision, listErr error, del *deleter, clk *clockReading) error {
+func (p *resourcePass) finish(ctx context.Context, abandoned, aborts []decision, listErr error, del *deleter, clk *clockReading) error {
 	c, s, opts := p.c, p.s, p.opts
 	switch {
 	case listErr != nil:
@@ -765,13 +770,13 @@ func (l *windowListing) objects(prefix string) iter.Seq2[objstore.ObjectInfo, er
 // so no seal is needed). Every upload is classified here, before any seal
 // is raised, so a pass never reports an upload kept in flight that its own
 // seal made unpublishable.
-func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[objstore.ObjectInfo, error], uploads []entry) (abandoned, aborts []Decision, listErr error) {
+func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[objstore.ObjectInfo, error], uploads []entry) (abandoned, aborts []decision, listErr error) {
 	c, s := p.c, p.s
 	var (
-		candidates []Decision
+		candidates []decision
 		minKept    *layout.Version // lowest kept in-flight version of the current epoch
 	)
-	keep := func(d Decision) {
+	keep := func(d decision) {
 		if v := d.Version; d.Kind == kindInFlight && v.Epoch == s.Epoch && (minKept == nil || v.Less(*minKept)) {
 			minKept = v
 		}
@@ -817,7 +822,7 @@ func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[ob
 // abandon raises the seal to the highest abandoned version, then queues the
 // abandoned objects for deletion; if the seal transaction finds the state
 // changed they are kept until the next pass.
-func (p *resourcePass) abandon(ctx context.Context, ds []Decision, del *deleter) error {
+func (p *resourcePass) abandon(ctx context.Context, ds []decision, del *deleter) error {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -853,7 +858,7 @@ func (p *resourcePass) abandon(ctx context.Context, ds []Decision, del *deleter)
 
 // abortUploads aborts the incomplete multipart uploads list classified
 // unpublishable or abandoned (a dry run only counts them).
-func (p *resourcePass) abortUploads(ctx context.Context, ds []Decision) {
+func (p *resourcePass) abortUploads(ctx context.Context, ds []decision) {
 	for _, d := range ds {
 		if p.opts.DryRun {
 			p.record(d, "would_delete", nil)

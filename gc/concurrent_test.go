@@ -79,14 +79,14 @@ func (w *sealWatch) check(t *testing.T, want layout.Version) {
 // deletedSafely fails t unless every key the reports deleted is
 // unpublishable in the final state (<= max(pointer, seal), or an older
 // epoch) and not the pointer's object. It returns the number of deletions.
-func (e *env) deletedSafely(res string, reps ...*Report) int {
+func (e *env) deletedSafely(res string, reps ...*passReport) int {
 	e.t.Helper()
 	return e.deletedSafelyUnder(res, reps...)
 }
 
 // deletedSafelyUnder is deletedSafely for the decisions under res's prefix
 // only (reports of passes over several resources).
-func (e *env) deletedSafelyUnder(res string, reps ...*Report) int {
+func (e *env) deletedSafelyUnder(res string, reps ...*passReport) int {
 	e.t.Helper()
 	ptr := e.Pointer(res)
 	top := ptr.Version.Max(e.seal(res).Version)
@@ -109,7 +109,7 @@ func (e *env) deletedSafelyUnder(res string, reps ...*Report) int {
 // (if not nil) after its snapshot and stops before its seal transaction; it
 // returns when the pass got there. resume lets it finish and returns its
 // report.
-func (e *env) paused(res string, between func()) (resume func() *Report) {
+func (e *env) paused(res string, between func()) (resume func() *passReport) {
 	e.t.Helper()
 	c := e.collector(later(3 * time.Hour))
 	if between != nil {
@@ -118,12 +118,12 @@ func (e *env) paused(res string, between func()) (resume func() *Report) {
 	ready, cont := make(chan struct{}), make(chan struct{})
 	c.beforeSeal = func(string) { close(ready); <-cont }
 	type result struct {
-		rep *Report
+		rep *passReport
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		rep, err := c.Run(context.Background(), RunOptions{Resources: []string{res}, Verbose: true})
+		rep, err := c.runPass(context.Background(), RunOptions{Resources: []string{res}}, true)
 		done <- result{rep, err}
 	}()
 	select {
@@ -133,7 +133,7 @@ func (e *env) paused(res string, between func()) (resume func() *Report) {
 	case <-time.After(30 * time.Second):
 		e.t.Fatal("the pass did not reach its seal")
 	}
-	return func() *Report {
+	return func() *passReport {
 		close(cont)
 		r := <-done
 		if r.err != nil {
@@ -219,7 +219,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 	// 4. Several rounds of two collectors racing on fresh orphans from dead
 	// grants, with no hook: the seal only rises and nothing publishable
 	// goes.
-	var reps []*Report
+	var reps []*passReport
 	for round := range 3 {
 		g, pg := e.worker(res, "w")
 		e.publish(pg, fmt.Sprintf("round-%d", round), publisher.Applied)
@@ -233,7 +233,7 @@ func TestConcurrentCollectorsDifferentSnapshots(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rep, err := e.collector(later(3*time.Hour)).Run(context.Background(), RunOptions{Resources: []string{res}, Verbose: true})
+				rep, err := e.collector(later(3*time.Hour)).runPass(context.Background(), RunOptions{Resources: []string{res}}, true)
 				if err != nil {
 					t.Error(err)
 				}

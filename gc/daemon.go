@@ -66,7 +66,7 @@ type daemonConfig struct {
 	// "gc-<hostname>-<pid>-<random>".
 	Owner string
 	// Run selects the resources of each pass; the zero value means all.
-	// DryRun and Verbose are ignored.
+	// DryRun is ignored.
 	Run RunOptions
 	// Logger; default: the Collector's.
 	Logger *slog.Logger
@@ -74,7 +74,7 @@ type daemonConfig struct {
 	// metrics come from the Collector's Config.Metrics.
 	Metrics *Metrics
 	// OnPass, if set, is called after each pass with its report and error.
-	OnPass func(*Report, error)
+	OnPass func(*passReport, error)
 }
 
 // daemonStatus is a daemon's state: the body of /healthz, and of /readyz
@@ -172,7 +172,7 @@ func newDaemon(cfg daemonConfig) (*daemon, error) {
 	if len(cfg.Run.Resources) == 0 {
 		cfg.Run.All = true
 	}
-	cfg.Run.DryRun, cfg.Run.Verbose = false, false
+	cfg.Run.DryRun = false
 	if cfg.Logger == nil {
 		cfg.Logger = cfg.Collector.log
 	}
@@ -296,7 +296,7 @@ func (d *daemon) lead(ctx context.Context, g authority.Grant) {
 // ctx is not recorded.
 func (d *daemon) pass(ctx context.Context, g authority.Grant) {
 	start := time.Now()
-	rep, err := d.c.Run(ctx, d.cfg.Run)
+	rep, err := d.c.runPass(ctx, d.cfg.Run, false)
 	if err == nil {
 		_, err = d.c.pruneLease(ctx, d.cfg.LeaseResource, g.Generation)
 	}

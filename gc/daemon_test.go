@@ -92,9 +92,9 @@ func TestDaemonGracefulAndEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := e.collector(func(c *Config) { c.Metrics = m })
-	passes := make(chan *Report, 100)
+	passes := make(chan *passReport, 100)
 	d, err := newDaemon(daemonConfig{Collector: c, Interval: 50 * time.Millisecond, LeaseTTL: 10 * time.Second, Owner: "gc-x", Metrics: m,
-		OnPass: func(r *Report, err error) {
+		OnPass: func(r *passReport, err error) {
 			if err != nil {
 				t.Errorf("pass: %v", err)
 			}

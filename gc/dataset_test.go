@@ -52,21 +52,21 @@ func (e *env) manifestOf(obj layout.Object) map[string]manifest.Entry {
 // pass's report and error. The first offset gives the domain clock a point
 // to measure the grace from; a version superseded before it is past the
 // grace at an offset an hour later.
-func (e *env) aged(res string, ds ...time.Duration) (*Report, error) {
+func (e *env) aged(res string, ds ...time.Duration) (*passReport, error) {
 	e.t.Helper()
 	var (
-		rep *Report
+		rep *passReport
 		err error
 	)
 	for _, d := range ds {
 		c := e.collector(func(c *Config) { later(d)(c); c.Policy = Policy{Retain: 1} })
-		rep, err = c.Run(ctxT(e.t, time.Minute), RunOptions{Resources: []string{res}, Verbose: true})
+		rep, err = c.runPass(ctxT(e.t, time.Minute), RunOptions{Resources: []string{res}}, true)
 	}
 	return rep, err
 }
 
 // mustAge is aged, failing t on an error.
-func (e *env) mustAge(res string, ds ...time.Duration) *Report {
+func (e *env) mustAge(res string, ds ...time.Duration) *passReport {
 	e.t.Helper()
 	rep, err := e.aged(res, ds...)
 	if err != nil {
@@ -128,7 +128,7 @@ func TestDatasetFilesKeptWhileNamed(t *testing.T) {
 			t.Fatalf("%s was not collected", k)
 		}
 	}
-	dry, err := e.collector(retainOne).Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true, Verbose: true})
+	dry, err := e.collector(retainOne).runPass(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestDatasetPipelineChain(t *testing.T) {
 	e.publishDataset(p, "v0", publisher.BaseNone, publisher.Applied, "a", "A0", "b", "B0", "c", "C0")
 	e.run(e.collector(nil), res) // starts the domain clock
 	hour := 0
-	pass := func() *Report {
+	pass := func() *passReport {
 		hour++
 		return e.mustAge(res, time.Duration(hour)*time.Hour)
 	}

@@ -18,14 +18,14 @@ type deleter struct {
 	p    *resourcePass
 	size int
 
-	batch []Decision
-	work  chan []Decision
+	batch []decision
+	work  chan []decision
 	slots chan struct{}
 	wg    sync.WaitGroup
 }
 
 func (c *Collector) newDeleter(ctx context.Context, dry bool, p *resourcePass, slots chan struct{}) *deleter {
-	d := &deleter{c: c, ctx: ctx, dry: dry, p: p, size: c.cfg.DeleteBatch, work: make(chan []Decision), slots: slots}
+	d := &deleter{c: c, ctx: ctx, dry: dry, p: p, size: c.cfg.DeleteBatch, work: make(chan []decision), slots: slots}
 	if !dry {
 		for range c.cfg.DeleteConcurrency {
 			d.wg.Add(1)
@@ -41,7 +41,7 @@ func (c *Collector) newDeleter(ctx context.Context, dry bool, p *resourcePass, s
 }
 
 // add queues dec for deletion (in a dry run, records it as would_delete).
-func (d *deleter) add(dec Decision) {
+func (d *deleter) add(dec decision) {
 	if d.dry {
 		d.p.record(dec, "would_delete", nil)
 		return
@@ -65,7 +65,7 @@ func (d *deleter) close() {
 
 // remove deletes one batch with one multi-object delete (objstore.Store
 // Delete).
-func (d *deleter) remove(b []Decision) {
+func (d *deleter) remove(b []decision) {
 	keys := make([]string, len(b))
 	for i, dec := range b {
 		keys[i] = dec.Key

@@ -8,8 +8,8 @@
 //   - Decisions come from fences, not only from clocks: for each resource a
 //     pass reads the epoch, pointer, seal, holder and history at one etcd
 //     revision, then classifies every listed key as published, retained,
-//     unpublishable, quarantined, in_flight, abandoned or foreign (Decision,
-//     DESIGN.md for the rules). Only unpublishable and abandoned keys are
+//     unpublishable, quarantined, in_flight, abandoned or foreign (DESIGN.md
+//     for the rules; Report.ByDecision counts them). Only unpublishable and abandoned keys are
 //     deleted; abandoned ones only after a seal raised over them (an
 //     abandoned upload is aborted without one: it can never complete), and
 //     the seal stays below every in-flight object or upload the pass keeps. A
@@ -42,7 +42,7 @@
 // with RunOptions.All, in windows of 64 in object-key order, each window's
 // snapshots then one listing of its key range, 4 windows at once; named
 // resources 8 at once, each with its own listing. The order of
-// Report.Decisions and Report.Errors across resources is not fixed.
+// Report.Errors across resources is not fixed.
 // ErrIncomplete wraps the per-resource errors joined, so errors.Is sees
 // each.
 //

@@ -140,9 +140,9 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 
 // run runs one verbose pass over resources (none: all) and fails t on an
 // error.
-func (e *env) run(c *Collector, resources ...string) *Report {
+func (e *env) run(c *Collector, resources ...string) *passReport {
 	e.t.Helper()
-	rep, err := c.Run(ctxT(e.t, time.Minute), RunOptions{Resources: resources, All: len(resources) == 0, Verbose: true})
+	rep, err := c.runPass(ctxT(e.t, time.Minute), RunOptions{Resources: resources, All: len(resources) == 0}, true)
 	if err != nil {
 		e.t.Fatalf("gc pass: %v\nreport errors: %v", err, rep.Errors)
 	}
@@ -274,8 +274,8 @@ func (e *env) seal(res string) layout.Seal {
 
 func decodePointerKV(kv *mvccKV) (layout.Pointer, error) { return layout.DecodePointer(kv.Value) }
 
-// decision returns the decision of key in rep, failing t if absent.
-func decision(t *testing.T, rep *Report, key string) Decision {
+// decisionOf returns the decision of key in rep, failing t if absent.
+func decisionOf(t *testing.T, rep *passReport, key string) decision {
 	t.Helper()
 	for _, d := range rep.Decisions {
 		if d.Key == key && d.UploadID == "" {
@@ -283,12 +283,12 @@ func decision(t *testing.T, rep *Report, key string) Decision {
 		}
 	}
 	t.Fatalf("no decision for %s in %+v", key, rep.Decisions)
-	return Decision{}
+	return decision{}
 }
 
-func mustDecide(t *testing.T, rep *Report, key string, kind kind, action, reason string) {
+func mustDecide(t *testing.T, rep *passReport, key string, kind kind, action, reason string) {
 	t.Helper()
-	d := decision(t, rep, key)
+	d := decisionOf(t, rep, key)
 	if d.Kind != kind || d.Action != action || !strings.Contains(d.Reason, reason) {
 		t.Fatalf("%s: %s/%s (%s); want %s/%s with reason containing %q", key, d.Kind, d.Action, d.Reason, kind, action, reason)
 	}

@@ -28,6 +28,10 @@ func init() {
 		}
 		return d, nil
 	}
+	operator.RunGC = func(ctx context.Context, c any, opts any, verbose bool) (*operator.GCReport, error) {
+		rep, err := c.(*Collector).runPass(ctx, opts.(RunOptions), verbose)
+		return &rep.GCReport, err
+	}
 	operator.DefaultDaemonConfig = func() operator.DaemonConfig {
 		d := defaultDaemonConfig()
 		return operator.DaemonConfig{Interval: d.Interval, LeaseTTL: d.LeaseTTL}

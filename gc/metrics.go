@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -66,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fencepub_gc_leader", Help: "1 while this GC daemon holds the GC lease.",
 		}),
 	}
-	m.setKept(Kept{})
+	m.setKept(operator.GCKept{})
 	for _, r := range []string{"ok", "error"} {
 		m.passes.WithLabelValues(r)
 	}
@@ -86,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // pass records one finished pass and its report: the kept gauges are set
 // only by a pass without errors (a partial pass would under-count).
-func (m *Metrics) pass(d time.Duration, rep *Report, err error) {
+func (m *Metrics) pass(d time.Duration, rep *passReport, err error) {
 	m.passDuration.Observe(d.Seconds())
 	if err != nil {
 		m.passes.WithLabelValues("error").Inc()
@@ -101,7 +102,7 @@ func (m *Metrics) pass(d time.Duration, rep *Report, err error) {
 	m.setKept(k)
 }
 
-func (m *Metrics) setKept(k Kept) {
+func (m *Metrics) setKept(k operator.GCKept) {
 	for d, n := range map[kind]int64{kindPublished: k.Published, kindRetained: k.Retained, kindInFlight: k.InFlight, kindQuarantined: k.Quarantined, kindForeign: k.Foreign} {
 		m.kept.WithLabelValues(string(d)).Set(float64(n))
 	}
@@ -114,7 +115,7 @@ func (m *Metrics) deleted(size int64) {
 	m.deletedBytes.Add(float64(size))
 }
 
-func (m *Metrics) recordsDeleted(c RecordCounts) {
+func (m *Metrics) recordsDeleted(c operator.GCRecordCounts) {
 	m.records.WithLabelValues("history").Add(float64(c.History))
 	m.records.WithLabelValues("ops").Add(float64(c.Ops))
 	m.records.WithLabelValues("requests").Add(float64(c.Requests))

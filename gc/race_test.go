@@ -226,14 +226,14 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 	// GC in a loop.
 	var (
 		repMu sync.Mutex
-		reps  []*Report
+		reps  []*passReport
 	)
 	gcDone := make(chan struct{})
 	c := e.collector(func(c *Config) { c.Policy = policy })
 	go func() {
 		defer close(gcDone)
 		for ctx.Err() == nil {
-			rep, err := c.Run(ctx, RunOptions{All: true, Verbose: true})
+			rep, err := c.runPass(ctx, RunOptions{All: true}, true)
 			if err != nil && ctx.Err() == nil {
 				fail("gc pass: %v", err)
 			}
@@ -303,7 +303,7 @@ func TestRaceGCWithPublishersAndReaders(t *testing.T) {
 		}
 		for _, k := range e.Keys(e.NS.ObjectsPrefix(res)) {
 			if !keep[k] {
-				d := decision(t, final, k)
+				d := decisionOf(t, final, k)
 				t.Errorf("%s left after the final pass: %s (%s)", k, d.Kind, d.Reason)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/operator"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -27,8 +28,8 @@ const pruneBatch = 50
 // unchanged), so it is safe with other collectors running. With dry, it
 // counts instead (request records are not counted). The epoch, generation,
 // pointer and seal are never deleted.
-func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReading, dry bool) (RecordCounts, error) {
-	var out RecordCounts
+func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReading, dry bool) (operator.GCRecordCounts, error) {
+	var out operator.GCRecordCounts
 	var err error
 	res, ns := s.Resource, c.ns
 	out.History, err = c.pruneRange(ctx, ns.HistoryPrefix(res), s.historyPage, s.Revision, dry, func(kv *mvccKV) bool {
@@ -175,8 +176,8 @@ func (c *Collector) pruneRange(ctx context.Context, prefix string, first *page, 
 // generations (their leases are over: a resource has one holder) and
 // acquire request records past RequestRetention on the domain
 // clock (read, not advanced: the pass advanced it).
-func (c *Collector) pruneLease(ctx context.Context, res string, gen uint64) (RecordCounts, error) {
-	var out RecordCounts
+func (c *Collector) pruneLease(ctx context.Context, res string, gen uint64) (operator.GCRecordCounts, error) {
+	var out operator.GCRecordCounts
 	var err error
 	out.Grants, err = c.pruneGrants(ctx, res, nil, 0, nil, false, func(_, fence uint64) bool { return fence < gen })
 	if err != nil {

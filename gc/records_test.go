@@ -72,7 +72,7 @@ func TestRecordsPruned(t *testing.T) {
 	// A dry run counts but deletes nothing. k5's op record is newer than
 	// every checkpoint of the clock, so it is not old whatever the time.
 	e.publish(e.bind(e.pub, b), "k5", publisher.Applied)
-	dry, err := e.collector(func(c *Config) { shortRequests(c); later(16 * 24 * time.Hour)(c) }).Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true})
+	dry, err := e.collector(func(c *Config) { shortRequests(c); later(16 * 24 * time.Hour)(c) }).runPass(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true}, false)
 	if err != nil || dry.Records.Ops != 0 || dry.Records.History != 1 || e.Count(e.NS.OpsPrefix(res)) != 1 || e.Count(e.NS.HistoryPrefix(res)) != 3 {
 		t.Fatalf("dry run: %v %+v", err, dry.Records)
 	}
@@ -465,7 +465,7 @@ func TestYoungUploadBlocksAbandonSeal(t *testing.T) {
 	at := orphanTime.Add(pol.AbandonAfter + pol.ClockSkew)
 	rep := e.run(e.collector(func(c *Config) { c.now = func() time.Time { return at } }), res)
 	mustDecide(t, rep, orphan, kindInFlight, "kept", "not below the kept in-flight version")
-	var up *Decision
+	var up *decision
 	for i, d := range rep.Decisions {
 		if d.UploadID != "" {
 			up = &rep.Decisions[i]
@@ -497,7 +497,7 @@ func TestDryRunSameDecisions(t *testing.T) {
 	e.put(e.NS.ObjectsPrefix(res)+"notes", "foreign")
 	c := e.collector(later(3 * time.Hour))
 	sealBefore := e.get(e.NS.SealKey(res)).ModRevision
-	dry, err := c.Run(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true, Verbose: true})
+	dry, err := c.runPass(ctxT(t, time.Minute), RunOptions{Resources: []string{res}, DryRun: true}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +509,7 @@ func TestDryRunSameDecisions(t *testing.T) {
 		t.Fatalf("dry %+v\nreal %+v", dry, real)
 	}
 	for _, d := range dry.Decisions {
-		r := decision(t, real, d.Key)
+		r := decisionOf(t, real, d.Key)
 		wantAction := map[string]string{"would_delete": "deleted", "kept": "kept"}[d.Action]
 		if r.Kind != d.Kind || r.Action != wantAction {
 			t.Fatalf("%s: dry %s/%s, real %s/%s", d.Key, d.Kind, d.Action, r.Kind, r.Action)

@@ -47,11 +47,11 @@ func TestStoreFaultsRecordedPerObject(t *testing.T) {
 
 	fs.Inject(faultstore.Delete, 1, faultstore.Fault{Before: fmt.Errorf("%w: injected", objstore.ErrUnavailable)})
 	fs.Inject(faultstore.AbortUpload, 1, faultstore.Fault{After: fmt.Errorf("%w: NoSuchUpload (injected)", objstore.ErrNotFound)})
-	rep, err := e.collector(nil).Run(ctx, RunOptions{Resources: []string{res}, Verbose: true})
+	rep, err := e.collector(nil).runPass(ctx, RunOptions{Resources: []string{res}}, true)
 	if err == nil && len(rep.Errors) == 0 {
 		t.Fatal("a pass whose delete failed reports no error")
 	}
-	d := decision(t, rep, stale)
+	d := decisionOf(t, rep, stale)
 	if d.Kind != string(kindUnpublishable) || d.Action != "failed" || rep.Deleted != 0 {
 		t.Fatalf("stale object: %+v, deleted %d; want unpublishable/failed, none deleted", d, rep.Deleted)
 	}
@@ -93,7 +93,7 @@ func TestUploadListingFailureRaisesNoSeal(t *testing.T) {
 	e.expire(g)
 	aged := e.collector(later(3 * time.Hour))
 	fs.Inject(faultstore.ListUploads, 1, faultstore.Fault{Before: fmt.Errorf("%w: injected", objstore.ErrUnavailable)})
-	rep, err := aged.Run(ctx, RunOptions{Resources: []string{res}, Verbose: true})
+	rep, err := aged.runPass(ctx, RunOptions{Resources: []string{res}}, true)
 	if !errors.Is(err, ErrIncomplete) {
 		t.Fatalf("pass whose upload listing failed: %v; want ErrIncomplete", err)
 	}

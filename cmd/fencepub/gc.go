@@ -229,12 +229,12 @@ holds another etcd's history (see authority recover --from-bucket).`,
 		if err != nil {
 			return err
 		}
-		opts := gc.RunOptions{Resources: f.resources, All: f.all, DryRun: dryRun, Verbose: verbose}
+		opts := gc.RunOptions{Resources: f.resources, All: f.all, DryRun: dryRun}
 		bar := newProgress(c, env.Stderr)
 		if bar != nil {
 			opts.Progress = func(n int64) { _ = bar.Set64(n) }
 		}
-		rep, runErr := col.Run(c.Context(), opts)
+		rep, runErr := operator.RunGC(c.Context(), col, opts, verbose)
 		if bar != nil {
 			_ = bar.Finish()
 			fmt.Fprintln(env.Stderr)
@@ -278,7 +278,7 @@ func newProgress(c *cobra.Command, w io.Writer) *progressbar.ProgressBar {
 }
 
 // printGCTable writes rep for humans.
-func printGCTable(w io.Writer, rep *gc.Report, verbose bool) {
+func printGCTable(w io.Writer, rep *operator.GCReport, verbose bool) {
 	mode := ""
 	if rep.DryRun {
 		mode = " (dry run: nothing was changed; counts are what a real pass would do)"

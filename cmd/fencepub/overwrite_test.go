@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -263,16 +263,16 @@ func TestWorkerOverwrite(t *testing.T) {
 	// the example rule expires the noncurrent versions.
 	v3 := publish("k3", "published-3")
 	useKeys(t, gKeys)
-	gcPass := func() *gc.Report {
+	gcPass := func() *operator.GCReport {
 		t.Helper()
-		rep := &gc.Report{}
+		rep := &operator.GCReport{}
 		out, errs, code := runCLI(t, append([]string{"gc", "run", "--all", "--retain", "1", "--grace", "1ms", "--clock-skew", "0s", "-o", "json"}, conn...)...)
 		if err := json.Unmarshal([]byte(out), rep); code != 0 || err != nil {
 			t.Fatalf("gc run: exit %d, %v\n%s\n%s", code, err, out, errs)
 		}
 		return rep
 	}
-	var rep *gc.Report
+	var rep *operator.GCReport
 	testenv.Eventually(t, "gc deletes the superseded v2", 30*time.Second, func() bool {
 		rep = gcPass()
 		vs := objectVersions(t, m, v2.Object.Key)

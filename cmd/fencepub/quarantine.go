@@ -9,6 +9,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -91,7 +92,7 @@ store did not answer.`,
 // old-epoch object only while it is above its epoch's restored record).
 func releaseQuarantine(ctx context.Context, env *cli.Env, col *gc.Collector, res string, epoch uint64, dry bool) (releasedQuarantine, error) {
 	rel := releasedQuarantine{Resource: res, DryRun: dry, Epochs: []uint64{}, Objects: []string{}}
-	rep, err := col.Run(ctx, gc.RunOptions{Resources: []string{res}, DryRun: true, Verbose: true})
+	rep, err := operator.RunGC(ctx, col, gc.RunOptions{Resources: []string{res}, DryRun: true}, true)
 	if err != nil {
 		return rel, gcExit(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/reader"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -349,7 +350,7 @@ func (v *verifier) classify(rs []verifyResource) error {
 	for i, r := range rs {
 		names[i] = r.Resource
 	}
-	rep, err := col.Run(v.ctx, gc.RunOptions{Resources: names, DryRun: true, Verbose: true})
+	rep, err := operator.RunGC(v.ctx, col, gc.RunOptions{Resources: names, DryRun: true}, true)
 	if err != nil {
 		return gcExit(err)
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/reader"
 )
 
@@ -358,7 +359,7 @@ func (r *run) main(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rep, err := col.Run(ctx, gc.RunOptions{Resources: []string{Resource}, Verbose: true})
+	rep, err := operator.RunGC(ctx, col, gc.RunOptions{Resources: []string{Resource}}, true)
 	if err != nil {
 		return err
 	}

@@ -3,9 +3,10 @@
 // `fencepub authority show`, the domain's epoch and the bucket's history
 // for `init`, `setup-roles` and `doctor`, the resources of `fencepub ls`
 // (implemented by packages authority and reader), the decommission of
-// `fencepub resource delete` and the daemon of `fencepub gc daemon`
-// (package gc). Each package sets its functions when it is initialised, so
-// they are set in any program that imports that package.
+// `fencepub resource delete`, the detailed pass report of `fencepub gc run`
+// and the daemon of `fencepub gc daemon` (package gc). Each package sets
+// its functions when it is initialised, so they are set in any program that
+// imports that package.
 package operator
 
 import (
@@ -62,6 +63,11 @@ var (
 	// daemon (the gc package doc; DESIGN.md "Garbage collection"). Errors:
 	// fencepub.ErrInvalid naming the field.
 	NewDaemon func(cfg DaemonConfig) (Daemon, error)
+	// RunGC runs one pass of c (a *gc.Collector) over opts (a
+	// gc.RunOptions) as Collector.Run does and returns its detailed report,
+	// in every case; verbose keeps every decision in GCReport.Decisions
+	// (memory grows with the object count). Errors: Collector.Run's.
+	RunGC func(ctx context.Context, c any, opts any, verbose bool) (*GCReport, error)
 	// DefaultDaemonConfig returns the values NewDaemon gives DaemonConfig's
 	// zero fields: Interval 5 min, LeaseTTL 15 s.
 	DefaultDaemonConfig func() DaemonConfig

@@ -26,6 +26,7 @@ import (
 	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/fencepub/fencepub/reader"
 )
@@ -529,7 +530,7 @@ func (s *runner) clockTick(ctx context.Context, st *stack, coll *gc.Collector) (
 			return err
 		}
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
-			rep, err := coll.Run(ctx, gc.RunOptions{Resources: []string{res}})
+			rep, err := operator.RunGC(ctx, coll, gc.RunOptions{Resources: []string{res}}, false)
 			switch {
 			case err != nil:
 				return err
