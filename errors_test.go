@@ -438,10 +438,10 @@ func TestConfigErrors(t *testing.T) {
 		{"gc DeleteBatch too large", "gc.Config.DeleteBatch", gc.Config{Env: env, DeleteBatch: 1001}.Validate()},
 		{"gc negative Policy.Grace", "gc.Config.Policy.Grace", gc.Config{Env: env, Policy: gc.Policy{Grace: -1}}.Validate()},
 		{"gc.New", "gc.Config.Namespace", func() error { _, err := gc.New(gc.Config{}); return err }()},
-		{"gc daemon without a collector", "gc.DaemonConfig.Collector", newDaemon(operator.DaemonConfig{})},
-		{"gc daemon negative Interval", "gc.DaemonConfig.Interval", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Interval: -1})},
-		{"gc daemon resources and all", "gc.DaemonConfig.Run", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Resources: []string{"r"}, All: true})},
-		{"operator.NewDaemon", "gc.DaemonConfig.Owner", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Owner: "an owner"})},
+		{"gc daemon without a collector", "operator.DaemonConfig.Collector", newDaemon(operator.DaemonConfig{})},
+		{"gc daemon negative Interval", "operator.DaemonConfig.Interval", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Interval: -1})},
+		{"gc daemon resources and all", "operator.DaemonConfig names Resources and All", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Resources: []string{"r"}, All: true})},
+		{"operator.NewDaemon", "operator.DaemonConfig.Owner", newDaemon(operator.DaemonConfig{Collector: daemonCollector, Owner: "an owner"})},
 	} {
 		if !errors.Is(c.err, fencepub.ErrInvalid) || !strings.Contains(fmt.Sprint(c.err), c.field) {
 			t.Errorf("%s: %v; want fencepub.ErrInvalid naming %s", c.name, c.err, c.field)

@@ -130,23 +130,23 @@ type daemon struct {
 // all. Errors: fencepub.ErrInvalid naming the field.
 func (c daemonConfig) validate() error {
 	if err := cmp.Or(
-		errkind.Nil("gc.DaemonConfig.Collector", c.Collector == nil),
-		errkind.Negative("gc.DaemonConfig.Interval", c.Interval),
-		errkind.Negative("gc.DaemonConfig.LeaseTTL", c.LeaseTTL),
+		errkind.Nil("operator.DaemonConfig.Collector", c.Collector == nil),
+		errkind.Negative("operator.DaemonConfig.Interval", c.Interval),
+		errkind.Negative("operator.DaemonConfig.LeaseTTL", c.LeaseTTL),
 	); err != nil {
 		return err
 	}
 	if c.Run.All && len(c.Run.Resources) > 0 {
-		return fmt.Errorf("%w: gc.DaemonConfig.Run names resources and all", fencepub.ErrInvalid)
+		return fmt.Errorf("%w: operator.DaemonConfig names Resources and All", fencepub.ErrInvalid)
 	}
 	if c.LeaseResource != "" {
 		if err := layout.ValidateResource(c.LeaseResource, true); err != nil {
-			return fmt.Errorf("%w: gc.DaemonConfig.LeaseResource: %w", fencepub.ErrInvalid, err)
+			return fmt.Errorf("%w: the GC lease resource: %w", fencepub.ErrInvalid, err)
 		}
 	}
 	if c.Owner != "" {
 		if err := layout.ValidateOwner(c.Owner); err != nil {
-			return fmt.Errorf("%w: gc.DaemonConfig.Owner: %w", fencepub.ErrInvalid, err)
+			return fmt.Errorf("%w: operator.DaemonConfig.Owner: %w", fencepub.ErrInvalid, err)
 		}
 	}
 	return nil

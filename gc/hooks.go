@@ -11,12 +11,7 @@ import (
 func init() {
 	wallclock.Register(func(c *Config, now func() time.Time) { c.now = now })
 	operator.Decommission = func(ctx context.Context, c any, res string, force bool) (operator.Decommissioned, error) {
-		d, err := c.(*Collector).decommission(ctx, res, force)
-		out := operator.Decommissioned{Resource: d.Resource, Seal: d.Seal, Previous: d.Previous, Already: d.Already, Revision: d.Revision}
-		if d.Holder != nil {
-			out.Holder = d.Holder
-		}
-		return out, err
+		return c.(*Collector).decommission(ctx, res, force)
 	}
 	operator.NewDaemon = func(c operator.DaemonConfig) (operator.Daemon, error) {
 		col, _ := c.Collector.(*Collector)

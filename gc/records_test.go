@@ -170,7 +170,7 @@ func TestDecommission(t *testing.T) {
 	}
 	d, err := c.decommission(ctx, res, true)
 	want := layout.Version{Epoch: a.Epoch, Fence: a.Generation, Seq: layout.MaxNumber}
-	if err != nil || d.Seal != want || d.Already || d.Holder == nil || d.Holder.Generation != a.Generation || d.Previous != p2.Version {
+	if err != nil || d.Seal != want || d.Already || d.Holder == nil || d.Holder.(*authority.Grant).Generation != a.Generation || d.Previous != p2.Version {
 		t.Fatalf("decommission: %+v %v", d, err)
 	}
 	if s := e.seal(res); s.Version != want || s.Reason != sealReasonDecommissioned {

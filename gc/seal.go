@@ -8,6 +8,7 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/operator"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -72,23 +73,6 @@ func (c *Collector) raiseSeal(ctx context.Context, s *state, target layout.Versi
 	return resp.Succeeded, nil
 }
 
-// decommissioned is the result of decommission (operator.Decommissioned).
-type decommissioned struct {
-	Resource string `json:"resource"`
-	// Seal is the seal after the call: (epoch, generation, max) or the
-	// higher seal that was already there.
-	Seal fencepub.Version `json:"seal"`
-	// Previous is max(pointer, seal) before the call.
-	Previous fencepub.Version `json:"previous"`
-	// Already is true when the resource was already retired at or above
-	// the target, or its pointer is there (nothing written).
-	Already bool `json:"already"`
-	// Holder is the live grant that was sealed out (only with force).
-	Holder *authority.Grant `json:"holder,omitempty"`
-	// Revision is the etcd revision of the deciding read or transaction.
-	Revision int64 `json:"revision"`
-}
-
 // decommissionAttempts bounds decommission's retries after a concurrent
 // change (a grant, a publish, another seal).
 const decommissionAttempts = 8
@@ -102,9 +86,9 @@ const decommissionAttempts = 8
 // ErrUnknownResource (never granted), authority.ErrHeld (a live lease and
 // !force), fencepub.ErrNotInitialized, fencepub.ErrCorruptState, errRaceLost,
 // fencepub.ErrUnavailable, ctx's error.
-func (c *Collector) decommission(ctx context.Context, res string, force bool) (decommissioned, error) {
+func (c *Collector) decommission(ctx context.Context, res string, force bool) (operator.Decommissioned, error) {
 	if err := layout.ValidateResource(res, false); err != nil {
-		return decommissioned{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
+		return operator.Decommissioned{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
 	}
 	ns := c.ns
 	keys := []string{ns.EpochKey(), ns.GenerationKey(res), ns.PointerKey(res), ns.SealKey(res), ns.HolderKey(res)}
@@ -118,7 +102,7 @@ func (c *Collector) decommission(ctx context.Context, res string, force bool) (d
 			resp, err = c.cli.Txn(ctx).Then(gets...).Commit()
 			return err
 		}); err != nil {
-			return decommissioned{}, err
+			return operator.Decommissioned{}, err
 		}
 		kvs := make([]*mvccKV, len(keys))
 		for i := range keys {
@@ -128,9 +112,9 @@ func (c *Collector) decommission(ctx context.Context, res string, force bool) (d
 		}
 		epoch, gen, ptr, seal, holder, err := decodeDecommission(kvs)
 		if err != nil {
-			return decommissioned{}, err
+			return operator.Decommissioned{}, err
 		}
-		out := decommissioned{Resource: res, Previous: ptr.Version.Max(seal.Version), Revision: resp.Header.Revision}
+		out := operator.Decommissioned{Resource: res, Previous: ptr.Version.Max(seal.Version), Revision: resp.Header.Revision}
 		if kvs[1] == nil {
 			return out, fmt.Errorf("%w: %q was never granted (no generation counter in domain %q); nothing sealed", ErrUnknownResource, res, ns.Domain)
 		}
@@ -176,12 +160,15 @@ func (c *Collector) decommission(ctx context.Context, res string, force bool) (d
 			return out, err
 		}
 		if tresp.Succeeded {
-			out.Seal, out.Holder, out.Revision = target, holder, tresp.Header.Revision
+			out.Seal, out.Revision = target, tresp.Header.Revision
+			if holder != nil {
+				out.Holder = holder
+			}
 			c.log.Info("gc: resource decommissioned", "resource", res, "seal", target.String(), "forced_holder", holder != nil)
 			return out, nil
 		}
 	}
-	return decommissioned{}, fmt.Errorf("%w: %q kept changing; %d attempts", errRaceLost, res, decommissionAttempts)
+	return operator.Decommissioned{}, fmt.Errorf("%w: %q kept changing; %d attempts", errRaceLost, res, decommissionAttempts)
 }
 
 func modRev(kv *mvccKV) int64 {
