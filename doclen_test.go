@@ -15,18 +15,10 @@ import (
 // doc.go or in DESIGN.md.
 const maxDocWords = 100
 
-// longDocs are the doc comments still over maxDocWords, by file and name.
-// The list only shrinks: the test fails for a long doc not in it, and for
-// one in it that is no longer long (delete the entry).
-var longDocs = map[string]bool{
-	"publisher/datasetdir.go: DirFiles": true,
-}
-
 // TestDocCommentsAreShort fails for every exported function, method, type,
 // constant or variable of a public package whose doc comment exceeds
-// maxDocWords words, unless longDocs lists it.
+// maxDocWords words.
 func TestDocCommentsAreShort(t *testing.T) {
-	seen := map[string]bool{}
 	for _, p := range publicPackages(t) {
 		dir := "." + strings.TrimPrefix(p, module)
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
@@ -42,21 +34,10 @@ func TestDocCommentsAreShort(t *testing.T) {
 				t.Fatal(err)
 			}
 			for name, doc := range exportedDocs(file) {
-				id := filepath.ToSlash(f) + ": " + name
-				n := len(strings.Fields(doc.Text()))
-				switch {
-				case n > maxDocWords && !longDocs[id]:
-					t.Errorf("%s: the doc has %d words, more than %d: keep the contract, move the mechanism to doc.go or DESIGN.md", id, n, maxDocWords)
-				case n <= maxDocWords && longDocs[id]:
-					t.Errorf("%s: the doc has %d words, at most %d: delete its entry from longDocs", id, n, maxDocWords)
+				if n := len(strings.Fields(doc.Text())); n > maxDocWords {
+					t.Errorf("%s: %s: the doc has %d words, more than %d: keep the contract, move the mechanism to doc.go or DESIGN.md", filepath.ToSlash(f), name, n, maxDocWords)
 				}
-				seen[id] = true
 			}
-		}
-	}
-	for id := range longDocs {
-		if !seen[id] {
-			t.Errorf("longDocs lists %s, which has no doc comment: delete the entry", id)
 		}
 	}
 }

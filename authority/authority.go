@@ -59,9 +59,9 @@ type Config struct {
 	// RetryTimeout bounds the retries of one etcd request whose caller's
 	// context has no deadline: an attempt that gets no answer within
 	// RequestTimeout, or an answer that the cluster cannot serve it now (no
-	// leader, a leader change: retry.EtcdUnavailable), is sent again —
-	// usually to another member — until ctx's deadline, or RetryTimeout when
-	// ctx has none (DESIGN.md invariant 12). Default 30 s.
+	// leader, a leader change), is sent again — usually to another member —
+	// until ctx's deadline, or RetryTimeout when ctx has none (DESIGN.md
+	// invariant 12). Default 30 s.
 	RetryTimeout time.Duration
 	// MarkerKeep is how many grant markers per resource survive pruning
 	// below the newest one (at least 1). Default 16.

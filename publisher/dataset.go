@@ -58,8 +58,8 @@ const defaultFileSends = 3
 
 // File is one file of a dataset publish.
 type File struct {
-	// Path names the file in the dataset: manifest.ValidatePath's form
-	// (relative, '/'-separated, UTF-8 in NFC, no "." or ".." segment).
+	// Path names the file in the dataset: relative, '/'-separated, UTF-8
+	// in NFC, no "." or ".." segment (the package doc, "Dataset paths").
 	Path string
 	// Size is the file's length in bytes when known; 0 means unknown (the
 	// body is then sent in parts of Config.PartSize held in memory).
@@ -82,8 +82,9 @@ type Dataset struct {
 	// IdempotencyKey names it across retries and terms, as
 	// Operation.IdempotencyKey.
 	IdempotencyKey string
-	// Files yields the files in manifest.ComparePaths order (the order of a
-	// directory walk; FileList sorts a slice, DirFiles walks a directory).
+	// Files yields the files in path order (the order of a directory walk;
+	// the package doc, "Dataset paths"; FileList sorts a slice, DirFiles
+	// walks a directory).
 	// An error it yields ends the publish with that error, nothing
 	// published. A path out of order, given twice or inside another file's
 	// path is fencepub.ErrInvalid.
@@ -129,8 +130,8 @@ type DatasetResult struct {
 	DatasetStats
 }
 
-// FileList returns an iterator over a copy of files sorted by path
-// (manifest.ComparePaths), for Dataset.Files. It holds the slice; for
+// FileList returns an iterator over a copy of files sorted by path (the
+// package doc, "Dataset paths"), for Dataset.Files. It holds the slice; for
 // many files, yield them in order from a generator instead.
 func FileList(files []File) iter.Seq2[File, error] {
 	sorted := make([]File, len(files))

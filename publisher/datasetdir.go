@@ -26,22 +26,14 @@ func sortFiles(files []File) {
 	slices.SortFunc(files, func(a, b File) int { return manifest.ComparePaths(a.Path, b.Path) })
 }
 
-// DirFiles yields every regular file under dir, for Dataset.Files, in
-// manifest.ComparePaths order (a directory walk's), each with its path
-// relative to dir ('/'-separated), its size, content type
+// DirFiles yields every regular file under dir, for Dataset.Files, in path
+// order: its path relative to dir ('/'-separated), size, content type
 // application/octet-stream and an Open reading it from disk. Empty
-// directories are not represented. It refuses, yielding an error wrapping
-// fencepub.ErrInvalid that names the path: a symbolic link (unless
-// opts.FollowSymlinks; a link to a directory always), a special file
-// (device, pipe, socket), a path that manifest.ValidatePath refuses (not
-// valid UTF-8, not in NFC, control bytes, too long), a symbolic link that
-// cannot be followed (a loop, a missing target). dir itself may be a
-// symbolic link to a directory. A File's Open refuses (fencepub.ErrInvalid)
-// a file that is no longer regular when opened (replaced since the walk by
-// a pipe, a device or, unless followed, a symbolic link) instead of
-// blocking on it or reading elsewhere. A walk error (an unreadable
-// directory) is yielded as it is. Memory holds one directory's listing at
-// a time.
+// directories are not represented; memory holds one directory's listing at
+// a time. Errors, yielded: fencepub.ErrInvalid naming the path, for a
+// symbolic link (unless opts.FollowSymlinks), a special file or a path a
+// manifest cannot hold, and from Open for a file no longer regular (the
+// package doc, "Publishing a directory"); a walk error as it is.
 func DirFiles(dir string, opts DirOptions) iter.Seq2[File, error] {
 	return func(yield func(File, error) bool) {
 		info, err := os.Stat(dir)

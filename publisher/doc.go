@@ -98,6 +98,31 @@
 // pointer), fencepub.ErrCorruptRecord and fencepub.ErrNotInitialized.
 // Dataset.Progress runs on the calling goroutine.
 //
+// # Dataset paths
+//
+// A file's path in a dataset is relative and '/'-separated: 1 to 768 bytes
+// of valid UTF-8 in Unicode normal form C (so no two paths collide after
+// normalisation), segments of 1 to 255 bytes, none "." or "..", and no
+// control byte (below 0x20, or 0x7f) or backslash anywhere. Paths sort in
+// byte order with '/' below every other byte, the order a directory walk
+// visits files in: "a" before "a/b" before "a-c". A manifest holds its
+// entries in that order, so a directory streams into it with memory bounded
+// by one page.
+//
+// # Publishing a directory
+//
+// DirFiles walks a directory in path order. It refuses, with
+// fencepub.ErrInvalid naming the path: a symbolic link (unless
+// DirOptions.FollowSymlinks, which yields the regular file a link points
+// to; a link to a directory, or one that cannot be followed, such as a loop
+// or a missing target, is refused either way); a special file (device,
+// pipe, socket); a path a dataset cannot hold (Dataset paths). The
+// directory itself may be a symbolic link. A File's Open refuses a file that
+// is no longer regular when opened (replaced since the walk by a pipe, a
+// device or, unless followed, a symbolic link) instead of blocking on it or
+// reading elsewhere. Ranging over DirFiles once before acquiring a grant
+// checks a directory first, as `fencepub publish --dir` does (docs/datasets.md).
+//
 // # Restoring lost publishes
 //
 // For each resource, `fencepub authority recover --republish` acquires a grant (waiting up to a
