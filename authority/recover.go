@@ -273,7 +273,7 @@ func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restored
 			return true
 		}
 		rep.Highest.Object = max(rep.Highest.Object, v.Epoch)
-		if r := entry(res); r.RestoredPointer.Less(v) {
+		if r := entry(res); r.RestoredPointer.Compare(v) < 0 {
 			r.Above = append(r.Above, recovery.LostObject{Key: o.Key, Version: v, Size: o.Size, LastModified: o.LastModified})
 		}
 		return true

@@ -772,7 +772,7 @@ func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[ob
 		minKept    *layout.Version // lowest kept in-flight version of the current epoch
 	)
 	keep := func(d Decision) {
-		if v := d.Version; d.Kind == kindInFlight && v.Epoch == s.Epoch && (minKept == nil || v.Less(*minKept)) {
+		if v := d.Version; d.Kind == kindInFlight && v.Epoch == s.Epoch && (minKept == nil || v.Compare(*minKept) < 0) {
 			minKept = v
 		}
 		p.record(d, "kept", nil)
@@ -803,7 +803,7 @@ func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[ob
 		keep(d)
 	}
 	for _, d := range candidates {
-		if minKept != nil && !d.Version.Less(*minKept) {
+		if minKept != nil && d.Version.Compare(*minKept) >= 0 {
 			d.Kind = kindInFlight
 			d.Reason = fmt.Sprintf("%s; but it is not below the kept in-flight version %s, so it is not sealed", d.Reason, minKept)
 			p.record(d, "kept", nil)
@@ -823,7 +823,7 @@ func (p *resourcePass) abandon(ctx context.Context, ds []Decision, del *deleter)
 	}
 	target := *ds[0].Version
 	for _, d := range ds[1:] {
-		target = target.Max(*d.Version)
+		target = layout.MaxVersion(target, *d.Version)
 	}
 	if !p.opts.DryRun {
 		if p.c.beforeSeal != nil {

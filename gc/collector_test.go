@@ -144,9 +144,9 @@ func TestForeignAndOtherPrefixesUntouched(t *testing.T) {
 	_, logs2Orphan := mk("logs2")
 	foreign := []string{
 		e.NS.ObjectsPrefix("logs") + "README.txt",
-		e.NS.ObjectsPrefix("logs") + "sub/" + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode() + "-" + nonce,
-		e.NS.ObjectsPrefix("logs") + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode() + "-" + strings.ToUpper(nonce),
-		e.NS.ObjectsPrefix("logs") + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode(),
+		e.NS.ObjectsPrefix("logs") + "sub/" + layout.EncodeVersion(layout.Version{Epoch: 1, Fence: 1, Seq: 1}) + "-" + nonce,
+		e.NS.ObjectsPrefix("logs") + layout.EncodeVersion(layout.Version{Epoch: 1, Fence: 1, Seq: 1}) + "-" + strings.ToUpper(nonce),
+		e.NS.ObjectsPrefix("logs") + layout.EncodeVersion(layout.Version{Epoch: 1, Fence: 1, Seq: 1}),
 		e.NS.Root() + "logs.txt", // beside the resource's prefix
 	}
 	for _, k := range foreign {

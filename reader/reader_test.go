@@ -295,7 +295,7 @@ func TestWatch(t *testing.T) {
 	}
 	// A corrupt value that sorts below every version: reported, and the
 	// next publish goes through and is delivered.
-	if _, err := e.Etcd.Put(ctx, e.NS.PointerKey(res), layout.Version{}.Encode()+"|{broken"); err != nil {
+	if _, err := e.Etcd.Put(ctx, e.NS.PointerKey(res), layout.EncodeVersion(layout.Version{})+"|{broken"); err != nil {
 		t.Fatal(err)
 	}
 	if u := next(); !errors.Is(u.Err, layout.ErrCorruptRecord) {
