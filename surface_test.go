@@ -27,8 +27,9 @@ import (
 // clocks gc.Config.Now and publisher.Config.Now to internal/wallclock to
 // 479; the GC daemon of `fencepub gc daemon` (Daemon, DaemonConfig,
 // NewDaemon, DefaultDaemonConfig) to internal/operator to 463;
-// Version.Less, Max and Encode to internal/layout to 460.
-const surfaceBound = 460
+// Version.Less, Max and Encode to internal/layout to 460; the Seal alias
+// and SealReasonDecommissioned, in no public signature, to 452.
+const surfaceBound = 452
 
 // apiSurface counts the names a program outside the module can use from the
 // package pkg: every exported package-level identifier, and for every

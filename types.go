@@ -67,17 +67,6 @@ type Object = layout.Object
 // published (DESIGN.md "etcd layout").
 type Pointer = layout.Pointer
 
-// Seal is the highest version of a resource that can no longer be
-// published, besides its pointer; it only ever rises. Fields: Version,
-// Reason (SealReasonDecommissioned for a retired resource) and At.
-// Method: Retires(ptr Version) reports whether the seal retires the
-// resource whose pointer is at ptr.
-type Seal = layout.Seal
-
-// SealReasonDecommissioned is the Seal.Reason of a resource retired by
-// `fencepub resource delete`.
-const SealReasonDecommissioned = layout.SealReasonDecommissioned
-
 // Namespace locates one fencepub domain: every etcd key lives under
 // "<Prefix>/<Domain>/" and every object key too (the namespace.prefix and
 // namespace.domain configuration keys; DESIGN.md "Object layout"). Build

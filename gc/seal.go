@@ -97,7 +97,7 @@ const decommissionAttempts = 8
 // its past can ever publish (`fencepub resource delete`; DESIGN.md "etcd
 // layout"; the package doc, "Decommissioning"): one transaction raises its
 // seal to (epoch, generation, fencepub.MaxNumber) with reason
-// SealReasonDecommissioned. GC then deletes its objects and records; a later
+// layout.SealReasonDecommissioned. GC then deletes its objects and records; a later
 // grant re-creates the resource. Errors: fencepub.ErrInvalid (bad name),
 // ErrUnknownResource (never granted), authority.ErrHeld (a live lease and
 // !force), fencepub.ErrNotInitialized, fencepub.ErrCorruptState, errRaceLost,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -123,7 +124,7 @@ type Resource struct {
 	Pointer fencepub.Pointer
 	// Seal is the resource's seal; Seal.Retires(Pointer.Version) reports
 	// a resource retired by `fencepub resource delete`.
-	Seal fencepub.Seal
+	Seal layout.Seal
 }
 
 // Decommissioned is the result of Decommission.
