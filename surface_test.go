@@ -28,8 +28,10 @@ import (
 // 479; the GC daemon of `fencepub gc daemon` (Daemon, DaemonConfig,
 // NewDaemon, DefaultDaemonConfig) to internal/operator to 463;
 // Version.Less, Max and Encode to internal/layout to 460; the Seal alias
-// and SealReasonDecommissioned, in no public signature, to 452.
-const surfaceBound = 452
+// and SealReasonDecommissioned, in no public signature, to 452; the
+// domain setup of `fencepub init` and `doctor` (authority.Init,
+// CheckOwnership and Domain) to internal/operator to 447.
+const surfaceBound = 447
 
 // apiSurface counts the names a program outside the module can use from the
 // package pkg: every exported package-level identifier, and for every

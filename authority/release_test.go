@@ -55,7 +55,7 @@ func sealOf(t *testing.T, a *Authority, res string) (layout.Seal, int64) {
 func TestReleaseSealsTerm(t *testing.T) {
 	a := shared(t)
 	ctx := ctxT(t, time.Minute)
-	if _, err := a.Init(ctx); err != nil {
+	if _, err := a.initDomain(ctx); err != nil {
 		t.Fatal(err)
 	}
 	initResource(t, a, "r")

@@ -22,6 +22,7 @@ import (
 	"github.com/fencepub/fencepub/internal/leader"
 	"github.com/fencepub/fencepub/internal/manifest"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/retry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -56,7 +57,8 @@ type Config struct {
 	// Env locates the domain. Its Etcd client is not closed by the
 	// Collector.
 	fencepub.Env
-	// Authority explains an uninitialised domain (CheckOwnership) and, for
+	// Authority checks the bucket's ownership marker before a pass (and
+	// explains an uninitialised domain) and, for
 	// the daemon (`fencepub gc daemon`), grants the GC lease. Nil: New
 	// builds one from Env with the authority's defaults.
 	Authority *authority.Authority
@@ -421,11 +423,11 @@ type passLimits struct {
 }
 
 // checkOwnership returns etcd's deployment id after checking that the
-// bucket's ownership marker names it (authority.CheckOwnership; DESIGN.md
+// bucket's ownership marker names it (operator.CheckOwnership; DESIGN.md
 // "Object layout": GC refuses to delete under a prefix whose marker names
 // another deployment).
 func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
-	d, err := c.auth.CheckOwnership(ctx)
+	d, err := operator.CheckOwnership(ctx, c.auth)
 	return d.DeploymentID, err
 }
 

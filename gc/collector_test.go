@@ -12,6 +12,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
@@ -251,7 +252,7 @@ func TestBucketWarnings(t *testing.T) {
 	}
 	e.Store, e.st, e.NS = st, st, testenv.Namespace(t) // a fresh domain in the new bucket
 	e.auth = e.authority(e.Etcd)
-	if _, err := e.auth.Init(ctx); err != nil {
+	if _, err := operator.Init(ctx, e.auth); err != nil {
 		t.Fatal(err)
 	}
 	e.pub = e.publisher(e.Etcd, nil)

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/recovery"
 	"math/rand/v2"
 	"slices"
@@ -54,7 +55,7 @@ func newBrokenEnv(t *testing.T) *brokenEnv {
 	if e.auth, err = authority.New(authority.Config{Env: fencepub.Env{Namespace: fencepub.Namespace(e.ns), Etcd: e.cli, Store: st}}); err != nil {
 		t.Fatal(err)
 	}
-	d, err := e.auth.Init(ctx)
+	d, err := operator.Init(ctx, e.auth)
 	if err != nil {
 		t.Fatal(err)
 	}
