@@ -7,7 +7,7 @@
 //     Store (NewStore, from a StoreConfig) and Env, which bundles them with
 //     an etcd client;
 //   - the records those packages take and return: Version (ParseVersion),
-//     Object, Pointer and Seal;
+//     Object and Pointer;
 //   - the errors every package shares, so one errors.Is check covers every
 //     package and Store: the kinds ErrUnavailable (retry later) and
 //     ErrInvalid (fix the input or configuration), ErrNotInitialized and
@@ -16,7 +16,7 @@
 //     refuses; and Store's own ErrObjectExists, ErrObjectNotFound,
 //     ErrConditionFailed and ErrStoreUnavailable (an ErrUnavailable).
 //
-// Version, Object, Pointer and Seal are aliases of the records the storage
+// Version, Object and Pointer are aliases of the records the storage
 // layout (DESIGN.md "etcd layout", "Object layout") is written with, so
 // that a value passes between the packages unconverted; a user needs only
 // their fields and the few methods each comment lists (go doc does not list

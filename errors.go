@@ -24,8 +24,9 @@ var (
 	// refuses (credentials, a TLS handshake, a missing bucket); the error
 	// names the field or the configuration key. Retrying does not help.
 	ErrInvalid = errkind.ErrInvalid
-	// ErrNotInitialized: the domain has no epoch key: `fencepub authority
-	// init` (authority.Authority.Init) has not run, or etcd lost it.
+	// ErrNotInitialized: the domain has no epoch key: neither `fencepub
+	// init` nor a first authority.Authority.Acquire has run, or etcd lost
+	// it.
 	ErrNotInitialized = errors.New("fencepub: domain not initialised")
 	// ErrCorruptState: a value fencepub wrote to etcd or the bucket does not
 	// decode, or its keys disagree with each other. The package refuses to
@@ -49,6 +50,7 @@ var (
 
 // ErrCreateOnlyIgnored: the object store accepted a create-only write
 // (If-None-Match: *) onto a key that exists, so fencepub refuses it
-// (DESIGN.md invariants 3 and 9). authority.Authority.Init returns it
-// (wrapped, naming the store and the probe key) on a domain's first init.
+// (DESIGN.md invariants 3 and 9). authority.Authority.Acquire and
+// AcquireGroup return it (wrapped, naming the store and the probe key) when
+// they initialise a domain, as `fencepub init` does.
 var ErrCreateOnlyIgnored = objstore.ErrCreateOnlyIgnored

@@ -88,7 +88,7 @@ func newWorld(t *testing.T, state int) *world {
 	}
 	ctx := ctxT(t, setupTimeout)
 	if state >= initialised {
-		if _, err := w.auth.Init(ctx); err != nil {
+		if _, err := operator.Init(ctx, w.auth); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -174,8 +174,8 @@ type entry struct {
 }
 
 var entries = []entry{
-	{name: "authority.Init", state: fresh, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
-		_, err := w.auth.Init(ctx)
+	{name: "operator.Init", state: fresh, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
+		_, err := operator.Init(ctx, w.auth)
 		return err
 	}},
 	{name: "authority.Acquire", state: initialised, store: true, etcd: true, call: func(ctx context.Context, w *world) error {
@@ -535,7 +535,7 @@ func TestStoreErrorsFromRealServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Init(ctx); err != nil {
+	if _, err := operator.Init(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	g, err := a.Acquire(ctx, authority.AcquireRequest{Resource: "r", Owner: "worker", TTL: time.Minute})

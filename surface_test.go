@@ -26,11 +26,15 @@ import (
 // to the CLI to 482; Grant.ExpiresAt, GrantedAt + TTL, to 481; the test
 // clocks gc.Config.Now and publisher.Config.Now to internal/wallclock to
 // 479; the GC daemon of `fencepub gc daemon` (Daemon, DaemonConfig,
-// NewDaemon, DefaultDaemonConfig) to internal/operator to 463; gc.Report
-// a summary, the detailed report of `fencepub gc run -o json` (Decision,
+// NewDaemon, DefaultDaemonConfig) to internal/operator to 463;
+// Version.Less, Max and Encode to internal/layout to 460; the Seal alias
+// and SealReasonDecommissioned, in no public signature, to 452; the
+// domain setup of `fencepub init` and `doctor` (authority.Init,
+// CheckOwnership and Domain) to internal/operator to 447; gc.Report a
+// summary, the detailed report of `fencepub gc run -o json` (Decision,
 // Kept, UploadCounts, RecordCounts, ClockReport, RunOptions.Verbose) to
-// internal/operator to 423.
-const surfaceBound = 423
+// internal/operator to 407.
+const surfaceBound = 407
 
 // apiSurface counts the names a program outside the module can use from the
 // package pkg: every exported package-level identifier, and for every

@@ -19,10 +19,8 @@ import (
 // literal builds one.
 //
 // Methods: String() returns "epoch.fence.seq"; Compare(w) returns -1, 0
-// or +1; Less(w) reports v < w; Max(w) returns the larger; IsZero()
-// reports the zero Version; Validate() returns ErrBadVersion when a field
-// exceeds MaxNumber; Encode() returns the 62-byte storage form
-// ("<epoch>-<fence>-<seq>", 20 zero-padded digits each).
+// or +1 as v sorts before, equal to or after w; IsZero() reports the zero
+// Version; Validate() returns ErrBadVersion when a field exceeds MaxNumber.
 type Version = layout.Version
 
 // MaxNumber is the largest epoch, fence or seq fencepub mints (2^63-1);
@@ -32,8 +30,9 @@ const MaxNumber = layout.MaxNumber
 
 // ParseVersion parses s as Version.String formats it, "epoch.fence.seq"
 // (three decimal numbers, each at most MaxNumber), or as the 62-byte
-// storage form of Version.Encode. It returns an error wrapping
-// ErrBadVersion and ErrInvalid, quoting s, for anything else.
+// storage form ("<epoch>-<fence>-<seq>", 20 zero-padded digits each). It
+// returns an error wrapping ErrBadVersion and ErrInvalid, quoting s, for
+// anything else.
 func ParseVersion(s string) (Version, error) {
 	if len(s) == layout.VersionWidth {
 		if v, err := layout.DecodeVersion(s); err == nil {
@@ -67,17 +66,6 @@ type Object = layout.Object
 // (no object) is the state of a resource that was granted but never
 // published (DESIGN.md "etcd layout").
 type Pointer = layout.Pointer
-
-// Seal is the highest version of a resource that can no longer be
-// published, besides its pointer; it only ever rises. Fields: Version,
-// Reason (SealReasonDecommissioned for a retired resource) and At.
-// Method: Retires(ptr Version) reports whether the seal retires the
-// resource whose pointer is at ptr.
-type Seal = layout.Seal
-
-// SealReasonDecommissioned is the Seal.Reason of a resource retired by
-// `fencepub resource delete`.
-const SealReasonDecommissioned = layout.SealReasonDecommissioned
 
 // Namespace locates one fencepub domain: every etcd key lives under
 // "<Prefix>/<Domain>/" and every object key too (the namespace.prefix and

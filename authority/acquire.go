@@ -90,7 +90,7 @@ func checkTTL(ttl time.Duration) (int64, error) {
 
 // Acquire grants req.Owner a lease on req.Resource and returns the grant with
 // its fencing token (DESIGN.md invariant 2; the package doc, "How a grant is
-// made"), running Init first on an uninitialised domain. A retry with the
+// made"), initialising an uninitialised domain first. A retry with the
 // same RequestID returns the original grant, with ErrExpired when it no
 // longer holds. It blocks for about one etcd transaction and one store round
 // trip, with req.Wait until the resource is free or ctx ends, and re-sends
@@ -180,7 +180,7 @@ func (q *acquisition) run(ctx context.Context) (Grant, error) {
 		case s.rollback != nil:
 			return Grant{}, fmt.Errorf("%w (detected earlier: %s)", ErrRolledBack, s.rollback)
 		case !s.hasEpoch:
-			if _, err := a.Init(ctx); err != nil {
+			if _, err := a.initDomain(ctx); err != nil {
 				return Grant{}, err
 			}
 			continue

@@ -77,7 +77,7 @@ func TestGrantResponseLost(t *testing.T) {
 	defer cli.Close()
 	a := newAuthority(t, cli, testenv.Get(t).Store(t), testenv.Namespace(t), func(c *Config) { c.RequestTimeout = 2 * time.Second })
 	ctx := ctxT(t, time.Minute)
-	if _, err := a.Init(ctx); err != nil {
+	if _, err := a.initDomain(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -127,7 +127,7 @@ func TestRetriedAcquireRacesOriginal(t *testing.T) {
 	for i := range as {
 		as[i] = newAuthority(t, cli, st, ns)
 	}
-	if _, err := as[0].Init(ctx); err != nil {
+	if _, err := as[0].initDomain(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for round := range 8 {
@@ -213,7 +213,7 @@ func keyRevisions(t *testing.T, cli *clientv3.Client, prefix string) map[string]
 func TestAcquireMissingBucket(t *testing.T) {
 	a := shared(t)
 	ctx := ctxT(t, time.Minute)
-	if _, err := a.Init(ctx); err != nil {
+	if _, err := a.initDomain(ctx); err != nil {
 		t.Fatal(err)
 	}
 	cfg := testenv.Get(t).S3.S3Config()
@@ -246,7 +246,7 @@ func TestAcquireRetriesStalledListing(t *testing.T) {
 	env := testenv.Get(t)
 	st := faultstore.New(env.Store(t))
 	a := newAuthority(t, env.EtcdClient(t), st, testenv.Namespace(t), func(c *Config) { c.RequestTimeout = 500 * time.Millisecond })
-	if _, err := a.Init(ctxT(t, 30*time.Second)); err != nil {
+	if _, err := a.initDomain(ctxT(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	before := st.Calls(faultstore.List)

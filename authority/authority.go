@@ -98,9 +98,10 @@ type Authority struct {
 // counter is the authority state a grant transaction compares.
 type counter struct{ epoch, gen uint64 }
 
-// Domain is the result of Init: the domain's current epoch and the id of the
-// deployment that owns it (in etcd and in the bucket's ownership marker).
-type Domain struct {
+// domain is the result of initDomain and checkOwnership (operator.Domain):
+// the domain's current epoch and the id of the deployment that owns it (in
+// etcd and in the bucket's ownership marker).
+type domain struct {
 	Epoch        uint64 `json:"epoch"`
 	DeploymentID string `json:"deployment_id"`
 }
@@ -232,27 +233,27 @@ func NewID() string {
 
 // readDomain reads the epoch and deployment keys at one revision. ok is
 // false when the domain has no epoch yet.
-func (a *Authority) readDomain(ctx context.Context) (d Domain, ok bool, err error) {
+func (a *Authority) readDomain(ctx context.Context) (d domain, ok bool, err error) {
 	var resp *clientv3.TxnResponse
 	err = a.call(ctx, "read domain", 0, func(rctx context.Context) (err error) {
 		resp, err = a.kv.Txn(rctx).Then(clientv3.OpGet(a.ns.EpochKey()), clientv3.OpGet(a.ns.DeploymentKey())).Commit()
 		return err
 	})
 	if err != nil {
-		return Domain{}, false, err
+		return domain{}, false, err
 	}
 	return decodeDomain(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 }
 
-func decodeDomain(epochKVs, depKVs []*mvccKV) (Domain, bool, error) {
+func decodeDomain(epochKVs, depKVs []*mvccKV) (domain, bool, error) {
 	if len(epochKVs) == 0 {
-		return Domain{}, false, nil
+		return domain{}, false, nil
 	}
 	e, err := layout.DecodeNumber(string(epochKVs[0].Value))
 	if err != nil {
-		return Domain{}, false, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
+		return domain{}, false, fmt.Errorf("%w: epoch key: %w", fencepub.ErrCorruptState, err)
 	}
-	d := Domain{Epoch: e}
+	d := domain{Epoch: e}
 	if len(depKVs) > 0 {
 		d.DeploymentID = string(depKVs[0].Value)
 	}
@@ -273,49 +274,51 @@ func (a *Authority) currentEpoch(ctx context.Context) (uint64, error) {
 	return d.Epoch, nil
 }
 
-// Init initialises the domain if it is not yet and returns its epoch and
-// deployment id; on an initialised domain it is one etcd read (DESIGN.md
-// "etcd layout", invariants 3 and 9; the package doc, "How a domain is
-// initialised"). It is idempotent and safe to run concurrently from many
+// initDomain is operator.Init (`fencepub init`, `setup-roles`; Acquire and
+// AcquireGroup call it on an uninitialised domain): it initialises the
+// domain if it is not yet and returns its epoch and deployment id; on an
+// initialised domain it is one etcd read (DESIGN.md "etcd layout",
+// invariants 3 and 9; the package doc, "How a domain is initialised"). It
+// is idempotent and safe to run concurrently from many
 // processes of the same etcd. It refuses, writing nothing, a bucket that
 // holds another etcd history (`fencepub authority recover --from-bucket` takes one over).
 // Errors: fencepub.ErrCreateOnlyIgnored (naming the store), ErrForeignHistory,
 // fencepub.ErrUnavailable, ErrExhausted, fencepub.ErrCorruptState.
-func (a *Authority) Init(ctx context.Context) (Domain, error) {
+func (a *Authority) initDomain(ctx context.Context) (domain, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil || ok {
 		return d, err
 	}
 	if err := a.probeStore(ctx); err != nil {
-		return Domain{}, err
+		return domain{}, err
 	}
 	dep, err := a.checkBucket(ctx)
 	if err == nil && dep == "" {
 		dep, err = a.claimOwnership(ctx)
 	}
 	if err != nil {
-		return Domain{}, err
+		return domain{}, err
 	}
 	nonce := NewID()
 	for range 8 {
 		maxEpoch, err := a.maxEpochMarker(ctx)
 		if err != nil {
-			return Domain{}, err
+			return domain{}, err
 		}
 		if maxEpoch >= layout.MaxNumber {
-			return Domain{}, fmt.Errorf("%w: epoch markers reach %d", ErrExhausted, maxEpoch)
+			return domain{}, fmt.Errorf("%w: epoch markers reach %d", ErrExhausted, maxEpoch)
 		}
 		epoch := maxEpoch + 1
 		ours, err := a.reserveEpoch(ctx, epochMarker{Epoch: epoch, Deployment: dep, Reason: "init", Nonce: nonce})
 		if err != nil {
-			return Domain{}, err
+			return domain{}, err
 		}
 		if !ours {
 			// Another process reserved the epoch first; an init of the same
 			// deployment may use it too (only one etcd txn below succeeds).
 			m, err := a.readEpochMarker(ctx, epoch)
 			if err != nil {
-				return Domain{}, err
+				return domain{}, err
 			}
 			if m.Reason != "init" || m.Deployment != dep {
 				continue
@@ -334,11 +337,11 @@ func (a *Authority) Init(ctx context.Context) (Domain, error) {
 		})
 		if err != nil {
 			// The outcome is unknown: the marker stays reserved either way.
-			return Domain{}, err
+			return domain{}, err
 		}
 		if resp.Succeeded {
 			a.log.Info("authority: domain initialised", "root", a.ns.Root(), "epoch", epoch, "deployment", dep)
-			return Domain{Epoch: epoch, DeploymentID: dep}, nil
+			return domain{Epoch: epoch, DeploymentID: dep}, nil
 		}
 		// A concurrent init won; an epoch marker we reserved stays unused,
 		// which is harmless: epochs need to be unique, not contiguous.
@@ -348,5 +351,5 @@ func (a *Authority) Init(ctx context.Context) (Domain, error) {
 		}
 		return got, err
 	}
-	return Domain{}, fmt.Errorf("authority: init: could not reserve an epoch marker after 8 attempts (concurrent recovers?)")
+	return domain{}, fmt.Errorf("authority: init: could not reserve an epoch marker after 8 attempts (concurrent recovers?)")
 }

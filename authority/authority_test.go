@@ -92,12 +92,12 @@ func TestInitConcurrent(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	a0 := newAuthority(t, env.EtcdClient(t), st, ns)
 	var wg sync.WaitGroup
-	doms := make([]Domain, 8)
+	doms := make([]domain, 8)
 	errs := make([]error, 8)
 	for i := range doms {
 		wg.Go(func() {
 			a := newAuthority(t, env.EtcdClient(t), st, ns)
-			doms[i], errs[i] = a.Init(ctx)
+			doms[i], errs[i] = a.initDomain(ctx)
 		})
 	}
 	wg.Wait()
@@ -322,7 +322,7 @@ func TestUnreachableEtcd(t *testing.T) {
 	}
 	ctx = context.Background()
 	for name, f := range map[string]func() error{
-		"init":  func() error { _, err := a.Init(ctx); return err },
+		"init":  func() error { _, err := a.initDomain(ctx); return err },
 		"epoch": func() error { _, err := a.currentEpoch(ctx); return err },
 		"renew": func() error {
 			return a.Renew(ctx, Grant{Resource: "r", Owner: "o", LeaseID: 1, HolderRevision: 1, Epoch: 1, Generation: 1, TTL: 5 * time.Second})

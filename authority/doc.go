@@ -22,7 +22,8 @@
 //     back makes every grant fail with ErrRolledBack until `fencepub
 //     authority recover` moves the domain to a new epoch (docs/operations.md
 //     runbook).
-//   - Init refuses a bucket that holds another etcd history
+//   - The first Acquire of a domain (or `fencepub init`) initialises it,
+//     and refuses a bucket that holds another etcd history
 //     (ErrForeignHistory); `fencepub authority recover --from-bucket` takes
 //     it over.
 //   - Errors are this package's sentinels and fencepub's shared ones
@@ -141,14 +142,16 @@
 //
 // # How a domain is initialised
 //
-// A first Init reads etcd first, so an unreachable etcd writes nothing. It
-// checks that the store honours create-only writes (a probe key), then
-// requires the bucket to hold nothing under the domain's root: it claims
-// etcd's deployment key with a fresh id (or the id another init of this etcd
-// claimed), writes the bucket's ownership marker create-only, reserves epoch
-// 1 + the highest epoch marker by writing that marker create-only, then
-// creates the epoch key and the epoch's record in one transaction that
-// requires the epoch key absent. A bucket that already holds an ownership
-// marker of another deployment, epoch or grant markers, or objects belongs
-// to another etcd history: Init refuses it with ErrForeignHistory.
+// The first Acquire or AcquireGroup of a domain, or `fencepub init`,
+// initialises it. It reads etcd first, so an unreachable etcd writes
+// nothing. It checks that the store honours create-only writes (a probe
+// key), then requires the bucket to hold nothing under the domain's root: it
+// claims etcd's deployment key with a fresh id (or the id another init of
+// this etcd claimed), writes the bucket's ownership marker create-only,
+// reserves epoch 1 + the highest epoch marker by writing that marker
+// create-only, then creates the epoch key and the epoch's record in one
+// transaction that requires the epoch key absent. A bucket that already
+// holds an ownership marker of another deployment, epoch or grant markers,
+// or objects belongs to another etcd history: initialising refuses it with
+// ErrForeignHistory.
 package authority

@@ -57,7 +57,8 @@ var (
 	// grant markers, objects): the history of another etcd (an empty
 	// replacement, a second cluster configured with the same bucket). The
 	// message names the root, the ownership marker's deployment, the
-	// highest epoch marker and a key found. Init refuses it and writes nothing;
+	// highest epoch marker and a key found. Initialising the domain (the
+	// first Acquire, `fencepub init`) refuses it and writes nothing;
 	// `fencepub authority recover --from-bucket` takes the bucket over (DESIGN.md invariant 9).
 	ErrForeignHistory = errors.New("authority: the bucket holds another etcd history")
 	// ErrInitialized: `fencepub authority recover --from-bucket` found an

@@ -155,7 +155,7 @@ func (q *acquisition) runGroup(ctx context.Context, members []string) ([]Grant, 
 		case s0.rollback != nil:
 			return nil, fmt.Errorf("%w (detected earlier: %s)", ErrRolledBack, s0.rollback)
 		case !s0.hasEpoch:
-			if _, err := a.Init(ctx); err != nil {
+			if _, err := a.initDomain(ctx); err != nil {
 				return nil, err
 			}
 			states = nil

@@ -69,11 +69,12 @@ func (a *Authority) checkHistory(ctx context.Context) error {
 	return err
 }
 
-// CheckOwnership checks that the bucket belongs to this etcd's history
-// (DESIGN.md invariant 9, "etcd layout"): the domain is initialised and the
-// bucket's ownership marker names etcd's deployment id. It returns the
-// Domain. It reads etcd, then the marker, each retried within ctx's
-// deadline; it writes nothing.
+// checkOwnership is operator.CheckOwnership (`fencepub doctor`, the CLI's
+// check before a publish, GC before a pass): it checks that the bucket
+// belongs to this etcd's history (DESIGN.md invariant 9, "etcd layout"):
+// the domain is initialised and the bucket's ownership marker names etcd's
+// deployment id. It returns the domain. It reads etcd, then the marker,
+// each retried within ctx's deadline; it writes nothing.
 //
 // Errors: fencepub.ErrNotInitialized (etcd has no epoch for the domain) or,
 // when the bucket holds another history, ErrForeignHistory; ErrNoOwnership
@@ -82,16 +83,16 @@ func (a *Authority) checkHistory(ctx context.Context) error {
 // marker names another deployment); fencepub.ErrInvalid and
 // fencepub.ErrObjectNotFound (a missing bucket); fencepub.ErrUnavailable;
 // fencepub.ErrCorruptState.
-func (a *Authority) CheckOwnership(ctx context.Context) (Domain, error) {
+func (a *Authority) checkOwnership(ctx context.Context) (domain, error) {
 	d, ok, err := a.readDomain(ctx)
 	if err != nil {
-		return Domain{}, err
+		return domain{}, err
 	}
 	if !ok {
 		if _, err := a.checkBucket(ctx); err != nil {
-			return Domain{}, err
+			return domain{}, err
 		}
-		return Domain{}, fmt.Errorf("%w: no epoch key under %s", fencepub.ErrNotInitialized, a.ns.Root())
+		return domain{}, fmt.Errorf("%w: no epoch key under %s", fencepub.ErrNotInitialized, a.ns.Root())
 	}
 	if d.DeploymentID == "" {
 		return d, fmt.Errorf("%w: etcd has no deployment id at %s", ErrNoOwnership, a.ns.DeploymentKey())

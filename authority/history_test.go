@@ -18,7 +18,7 @@ import (
 
 // TestInitRefusesForeignHistory: an etcd with no epoch for the domain never
 // initialises itself over a bucket that holds anything under the domain's
-// root (DESIGN.md invariant 9): Init, Acquire, checkHistory and a plain
+// root (DESIGN.md invariant 9): initDomain, Acquire, checkHistory and a plain
 // Recover return a *foreignHistoryError naming what was found and write
 // nothing to etcd or the bucket.
 func TestInitRefusesForeignHistory(t *testing.T) {
@@ -66,7 +66,7 @@ func TestInitRefusesForeignHistory(t *testing.T) {
 					t.Fatalf("%s: %+v", what, fh)
 				}
 			}
-			_, err := a.Init(ctx)
+			_, err := a.initDomain(ctx)
 			check("init", err)
 			_, err = a.Acquire(ctx, AcquireRequest{Resource: "r", Owner: owner("w2"), TTL: 5 * time.Second})
 			check("acquire", err)
@@ -95,7 +95,7 @@ func TestInitClaims(t *testing.T) {
 	if _, err := a.putCreateOnly(ctx, a.ns.OwnershipObject(), ownership.Marker{DeploymentID: "dep-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := a.Init(ctx); err != nil || d != (Domain{Epoch: 1, DeploymentID: "dep-1"}) {
+	if d, err := a.initDomain(ctx); err != nil || d != (domain{Epoch: 1, DeploymentID: "dep-1"}) {
 		t.Fatalf("init after an interrupted one = %+v, %v; want epoch 1 of dep-1", d, err)
 	}
 
@@ -124,7 +124,7 @@ func TestRecoverFromBucket(t *testing.T) {
 	ns := testenv.Namespace(t)
 	ctx := ctxT(t, time.Minute)
 	old := newAuthority(t, env.EtcdClient(t), st, ns)
-	d1, err := old.Init(ctx)
+	d1, err := old.initDomain(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

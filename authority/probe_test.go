@@ -29,14 +29,14 @@ func TestInitRefusesStoreIgnoringCreateOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	endpoint := badCfg.Endpoint
-	_, err = newAuthority(t, cli, bad, ns).Init(ctxT(t, 20*time.Second))
+	_, err = newAuthority(t, cli, bad, ns).initDomain(ctxT(t, 20*time.Second))
 	if !errors.Is(err, fencepub.ErrCreateOnlyIgnored) || !strings.Contains(err.Error(), endpoint) || !strings.Contains(err.Error(), "If-None-Match") {
 		t.Fatalf("Init on a store ignoring If-None-Match: %v; want ErrCreateOnlyIgnored naming %s", err, endpoint)
 	}
 	if resp, err := cli.Get(ctxT(t, 10*time.Second), ns.Root(), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
 		t.Fatalf("a refused Init wrote %d etcd key(s) (%v)", resp.Count, err)
 	}
-	if _, err := newAuthority(t, cli, sh.Store(t), ns).Init(ctxT(t, 20*time.Second)); err != nil {
+	if _, err := newAuthority(t, cli, sh.Store(t), ns).initDomain(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatalf("Init on MinIO: %v", err)
 	}
 }
@@ -56,13 +56,13 @@ func TestNestedNamespaceRefused(t *testing.T) {
 	switch {
 	case err == nil:
 		t.Errorf("New accepted %+v, whose keys lie inside %+v", nested, outer)
-		if _, err := a.Init(ctx); err != nil {
+		if _, err := a.initDomain(ctx); err != nil {
 			t.Fatalf("Init of the nested namespace: %v", err)
 		}
 	case !errors.Is(err, layout.ErrInvalidName) || !strings.Contains(err.Error(), "namespace.prefix"):
 		t.Fatalf("New of a nested namespace: %v; want layout.ErrInvalidName naming namespace.prefix", err)
 	}
-	if _, err := newAuthority(t, cli, st, outer).Init(ctx); err != nil {
+	if _, err := newAuthority(t, cli, st, outer).initDomain(ctx); err != nil {
 		t.Fatalf("Init of %+v: %v", outer, err)
 	}
 }

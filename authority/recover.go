@@ -69,7 +69,7 @@ func (a *Authority) recoverDomain(ctx context.Context, opts recovery.Options) (r
 		// is unknown (0): restored pointers are recorded for the epochs of
 		// the objects above them only.
 		rep.CorruptEpoch = string(epochValue)
-		d, err = Domain{}, nil
+		d, err = domain{}, nil
 		if len(depKVs) > 0 {
 			d.DeploymentID = string(depKVs[0].Value)
 		}
@@ -152,7 +152,7 @@ func (a *Authority) checkRecoverSource(ctx context.Context, initialised bool, ep
 
 // recoverDeployment returns the deployment id after checking (or, if
 // missing, creating) the bucket's ownership marker.
-func (a *Authority) recoverDeployment(ctx context.Context, d Domain, dryRun bool) (string, error) {
+func (a *Authority) recoverDeployment(ctx context.Context, d domain, dryRun bool) (string, error) {
 	var m ownership.Marker
 	err := a.storeCall(ctx, "read ownership marker", func(ctx context.Context) (err error) {
 		m, err = ownership.Read(ctx, a.st, a.ns)
@@ -273,7 +273,7 @@ func (a *Authority) scanBucket(ctx context.Context, pointers map[string]restored
 			return true
 		}
 		rep.Highest.Object = max(rep.Highest.Object, v.Epoch)
-		if r := entry(res); r.RestoredPointer.Less(v) {
+		if r := entry(res); r.RestoredPointer.Compare(v) < 0 {
 			r.Above = append(r.Above, recovery.LostObject{Key: o.Key, Version: v, Size: o.Size, LastModified: o.LastModified})
 		}
 		return true

@@ -188,7 +188,7 @@ func testRestoreRollback(t *testing.T, bump uint64) {
 	for _, res := range []string{"r", "h", "fresh"} {
 		g := mustAcquire(t, a, AcquireRequest{Resource: res, Owner: owner("new")})
 		for _, old := range before {
-			if !old.Version(layout.MaxNumber).Less(g.Version(1)) {
+			if old.Version(layout.MaxNumber).Compare(g.Version(1)) >= 0 {
 				t.Fatalf("new grant %d.%d of %q does not compare above old grant %d.%d", g.Epoch, g.Generation, res, old.Epoch, old.Generation)
 			}
 		}
@@ -323,7 +323,7 @@ func TestRestoreUndoesRecover(t *testing.T) {
 		}
 	}
 	g3 := mustAcquire(t, a, AcquireRequest{Resource: "r", Owner: owner("w")})
-	if !g2.Version(layout.MaxNumber).Less(g3.Version(1)) {
+	if g2.Version(layout.MaxNumber).Compare(g3.Version(1)) >= 0 {
 		t.Fatalf("grant %d.%d after recover is not above the lost grant %d.%d", g3.Epoch, g3.Generation, g2.Epoch, g2.Generation)
 	}
 }

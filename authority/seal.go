@@ -75,7 +75,7 @@ func planTermSeal(g Grant, read *clientv3.TxnResponse, now time.Time) (plan term
 		return termSeal{}, false, fmt.Errorf("%w: pointer of %q: %w", fencepub.ErrCorruptState, g.Resource, err)
 	}
 	target := g.Version(layout.MaxNumber)
-	if !ptr.Version.Max(seal.Version).Less(target) {
+	if layout.MaxVersion(ptr.Version, seal.Version).Compare(target) >= 0 {
 		return termSeal{}, false, nil
 	}
 	plan.value, err = layout.EncodeSeal(seal.RaisedTo(target, sealReasonReleased, now.UTC(), ptr.Version))
@@ -108,7 +108,7 @@ func (a *Authority) sealTerm(ctx context.Context, g Grant, read *clientv3.TxnRes
 		if !ok {
 			return nil
 		}
-		cmps := []clientv3.Cmp{g.grantCmp(a.ns), g.epochCmp(a.ns), clientv3.Compare(clientv3.Value(sk), "<", target.Encode())}
+		cmps := []clientv3.Cmp{g.grantCmp(a.ns), g.epochCmp(a.ns), clientv3.Compare(clientv3.Value(sk), "<", layout.EncodeVersion(target))}
 		if plan.guard {
 			cmps = append(cmps,
 				clientv3.Compare(clientv3.ModRevision(pk), "=", plan.ptrMod),

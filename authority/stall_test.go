@@ -50,7 +50,7 @@ func TestRecoverThroughStalledFollower(t *testing.T) {
 	cli := testenv.EtcdClient(t, e)
 	a := newAuthority(t, cli, testenv.Get(t).Store(t), testenv.Namespace(t), func(c *Config) { c.RequestTimeout = 500 * time.Millisecond })
 	ctx := ctxT(t, 2*time.Minute)
-	if _, err := a.Init(ctx); err != nil {
+	if _, err := a.initDomain(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, res := range []string{"r1", "r2"} {

@@ -122,7 +122,7 @@ type state struct {
 
 // Top returns max(pointer, seal): no version at or below it can be
 // published.
-func (s *state) Top() layout.Version { return s.Pointer.Version.Max(s.Seal.Version) }
+func (s *state) Top() layout.Version { return layout.MaxVersion(s.Pointer.Version, s.Seal.Version) }
 
 // classify decides what to do with e, given s and the time now (this
 // process's clock). It is a pure function; the order of its rules is the
@@ -174,7 +174,7 @@ func classify(s *state, e entry, now time.Time) decision {
 		}
 		r, restored := s.Restored[v.Epoch]
 		switch {
-		case restored && r.Less(v):
+		case restored && r.Compare(v) < 0:
 			return decide(d, kindQuarantined, "above the pointer %s that recover recorded for restored epoch %d: may be the only copy of a lost publish", r, v.Epoch)
 		case !restored && !s.Issued[v.Epoch]:
 			return decide(d, kindQuarantined, "epoch %d was never issued by this etcd: another history's object (recover --from-bucket takes it over)", v.Epoch)

@@ -51,11 +51,11 @@ func TestClassify(t *testing.T) {
 		reason string // substring of the reason
 	}{
 		{name: "foreign name", key: "p/d/logs/readme.txt", want: kindForeign, reason: "not an object key"},
-		{name: "foreign nested", key: "p/d/logs/sub/" + ver(3, 9, 1).Encode() + "-" + nonce, want: kindForeign},
-		{name: "foreign upper-case nonce", key: "p/d/logs/" + ver(3, 9, 1).Encode() + "-0123456789ABCDEF", want: kindForeign},
-		{name: "foreign short nonce", key: "p/d/logs/" + ver(3, 9, 1).Encode() + "-0123", want: kindForeign},
+		{name: "foreign nested", key: "p/d/logs/sub/" + layout.EncodeVersion(ver(3, 9, 1)) + "-" + nonce, want: kindForeign},
+		{name: "foreign upper-case nonce", key: "p/d/logs/" + layout.EncodeVersion(ver(3, 9, 1)) + "-0123456789ABCDEF", want: kindForeign},
+		{name: "foreign short nonce", key: "p/d/logs/" + layout.EncodeVersion(ver(3, 9, 1)) + "-0123", want: kindForeign},
 		{name: "another resource's key (logs2)", key: okey("logs2", ver(3, 1, 1)), want: kindForeign},
-		{name: "another domain's key", key: "p/e/logs/" + ver(3, 1, 1).Encode() + "-" + nonce, want: kindForeign},
+		{name: "another domain's key", key: "p/e/logs/" + layout.EncodeVersion(ver(3, 1, 1)) + "-" + nonce, want: kindForeign},
 		{name: "foreign even when old", key: "p/d/logs/x", age: 100 * time.Hour, want: kindForeign},
 		{name: "published", key: okey("logs", ver(3, 5, 3)), age: 100 * time.Hour, want: kindPublished},
 		{name: "published: a rollback may name an older object", key: okey("logs", ver(3, 1, 1)),
@@ -217,12 +217,12 @@ func TestClassifyNeverDeletesPublishable(t *testing.T) {
 			if !(v.Epoch < s.Epoch || v.Compare(top) <= 0) {
 				t.Fatalf("unpublishable but publishable: %s top %s epoch %d", v, top, s.Epoch)
 			}
-			if r, ok := s.Restored[v.Epoch]; ok && v.Epoch < s.Epoch && r.Less(v) {
+			if r, ok := s.Restored[v.Epoch]; ok && v.Epoch < s.Epoch && r.Compare(v) < 0 {
 				t.Fatalf("deleted a quarantined object %s (restored %s)", v, r)
 			}
 		case kindAbandoned:
 			live := s.Holder != nil && s.Holder.Generation == v.Fence && s.Holder.Epoch == v.Epoch
-			if v.Epoch != s.Epoch || !top.Less(v) || live || v.Fence > s.Generation ||
+			if v.Epoch != s.Epoch || top.Compare(v) >= 0 || live || v.Fence > s.Generation ||
 				t0.Sub(e.Time) < s.Policy.AbandonAfter+s.Policy.ClockSkew || !s.HasSeal {
 				t.Fatalf("abandoned wrongly: %s top %s state %+v entry %+v", v, top, s, e)
 			}
@@ -238,7 +238,7 @@ func TestClassifyNeverDeletesPublishable(t *testing.T) {
 // hist is a history entry of v written at etcd revision mod, whose
 // publisher's clock said at.
 func hist(v layout.Version, mod int64, at time.Time) *historyEntry {
-	return &historyEntry{key: "h/" + v.Encode(), mod: mod, pointer: layout.Pointer{Version: v, Object: layout.Object{Key: okey("logs", v)}, CommittedAt: at}}
+	return &historyEntry{key: "h/" + layout.EncodeVersion(v), mod: mod, pointer: layout.Pointer{Version: v, Object: layout.Object{Key: okey("logs", v)}, CommittedAt: at}}
 }
 
 // Retention judges supersession by the successor's revision against the
@@ -283,7 +283,7 @@ func TestRetention(t *testing.T) {
 			want := map[string]bool{}
 			for _, s := range c.keep {
 				want[okey("logs", ver(1, 1, s))] = true
-				if !r.keys["h/"+ver(1, 1, s).Encode()] {
+				if !r.keys["h/"+layout.EncodeVersion(ver(1, 1, s))] {
 					t.Errorf("history entry of seq %d not kept", s)
 				}
 				if why := c.reason[s]; why != "" && !strings.Contains(r.objects[okey("logs", ver(1, 1, s))], why) {

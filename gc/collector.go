@@ -22,6 +22,7 @@ import (
 	"github.com/fencepub/fencepub/internal/leader"
 	"github.com/fencepub/fencepub/internal/manifest"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/retry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -56,7 +57,8 @@ type Config struct {
 	// Env locates the domain. Its Etcd client is not closed by the
 	// Collector.
 	fencepub.Env
-	// Authority explains an uninitialised domain (CheckOwnership) and, for
+	// Authority checks the bucket's ownership marker before a pass (and
+	// explains an uninitialised domain) and, for
 	// the daemon (`fencepub gc daemon`), grants the GC lease. Nil: New
 	// builds one from Env with the authority's defaults.
 	Authority *authority.Authority
@@ -426,11 +428,11 @@ type passLimits struct {
 }
 
 // checkOwnership returns etcd's deployment id after checking that the
-// bucket's ownership marker names it (authority.CheckOwnership; DESIGN.md
+// bucket's ownership marker names it (operator.CheckOwnership; DESIGN.md
 // "Object layout": GC refuses to delete under a prefix whose marker names
 // another deployment).
 func (c *Collector) checkOwnership(ctx context.Context) (string, error) {
-	d, err := c.auth.CheckOwnership(ctx)
+	d, err := operator.CheckOwnership(ctx, c.auth)
 	return d.DeploymentID, err
 }
 
@@ -777,7 +779,7 @@ func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[ob
 		minKept    *layout.Version // lowest kept in-flight version of the current epoch
 	)
 	keep := func(d decision) {
-		if v := d.Version; d.Kind == kindInFlight && v.Epoch == s.Epoch && (minKept == nil || v.Less(*minKept)) {
+		if v := d.Version; d.Kind == kindInFlight && v.Epoch == s.Epoch && (minKept == nil || v.Compare(*minKept) < 0) {
 			minKept = v
 		}
 		p.record(d, "kept", nil)
@@ -808,7 +810,7 @@ func (p *resourcePass) list(ctx context.Context, del *deleter, objs iter.Seq2[ob
 		keep(d)
 	}
 	for _, d := range candidates {
-		if minKept != nil && !d.Version.Less(*minKept) {
+		if minKept != nil && d.Version.Compare(*minKept) >= 0 {
 			d.Kind = kindInFlight
 			d.Reason = fmt.Sprintf("%s; but it is not below the kept in-flight version %s, so it is not sealed", d.Reason, minKept)
 			p.record(d, "kept", nil)
@@ -828,7 +830,7 @@ func (p *resourcePass) abandon(ctx context.Context, ds []decision, del *deleter)
 	}
 	target := *ds[0].Version
 	for _, d := range ds[1:] {
-		target = target.Max(*d.Version)
+		target = layout.MaxVersion(target, *d.Version)
 	}
 	if !p.opts.DryRun {
 		if p.c.beforeSeal != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/minio/minio-go/v7"
@@ -144,9 +145,9 @@ func TestForeignAndOtherPrefixesUntouched(t *testing.T) {
 	_, logs2Orphan := mk("logs2")
 	foreign := []string{
 		e.NS.ObjectsPrefix("logs") + "README.txt",
-		e.NS.ObjectsPrefix("logs") + "sub/" + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode() + "-" + nonce,
-		e.NS.ObjectsPrefix("logs") + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode() + "-" + strings.ToUpper(nonce),
-		e.NS.ObjectsPrefix("logs") + layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode(),
+		e.NS.ObjectsPrefix("logs") + "sub/" + layout.EncodeVersion(layout.Version{Epoch: 1, Fence: 1, Seq: 1}) + "-" + nonce,
+		e.NS.ObjectsPrefix("logs") + layout.EncodeVersion(layout.Version{Epoch: 1, Fence: 1, Seq: 1}) + "-" + strings.ToUpper(nonce),
+		e.NS.ObjectsPrefix("logs") + layout.EncodeVersion(layout.Version{Epoch: 1, Fence: 1, Seq: 1}),
 		e.NS.Root() + "logs.txt", // beside the resource's prefix
 	}
 	for _, k := range foreign {
@@ -251,7 +252,7 @@ func TestBucketWarnings(t *testing.T) {
 	}
 	e.Store, e.st, e.NS = st, st, testenv.Namespace(t) // a fresh domain in the new bucket
 	e.auth = e.authority(e.Etcd)
-	if _, err := e.auth.Init(ctx); err != nil {
+	if _, err := operator.Init(ctx, e.auth); err != nil {
 		t.Fatal(err)
 	}
 	e.pub = e.publisher(e.Etcd, nil)

@@ -63,7 +63,7 @@ func (w *sealWatch) check(t *testing.T, want layout.Version) {
 		w.mu.Unlock()
 		if len(vs) > 0 && vs[len(vs)-1] == want || time.Now().After(deadline) {
 			for i := 1; i < len(vs); i++ {
-				if vs[i].Less(vs[i-1]) {
+				if vs[i].Compare(vs[i-1]) < 0 {
 					t.Fatalf("the seal went down: %v", vs)
 				}
 			}
@@ -89,7 +89,7 @@ func (e *env) deletedSafely(res string, reps ...*passReport) int {
 func (e *env) deletedSafelyUnder(res string, reps ...*passReport) int {
 	e.t.Helper()
 	ptr := e.Pointer(res)
-	top := ptr.Version.Max(e.seal(res).Version)
+	top := layout.MaxVersion(ptr.Version, e.seal(res).Version)
 	n := 0
 	for _, rep := range reps {
 		for _, d := range rep.Decisions {
@@ -97,7 +97,7 @@ func (e *env) deletedSafelyUnder(res string, reps ...*passReport) int {
 				continue
 			}
 			n++
-			if d.Key == ptr.Object.Key || d.Version == nil || top.Less(*d.Version) {
+			if d.Key == ptr.Object.Key || d.Version == nil || top.Compare(*d.Version) < 0 {
 				e.t.Fatalf("deleted %s (%s, %s) though it is publishable: pointer %s, max(pointer, seal) %s", d.Key, d.Kind, d.Reason, ptr.Version, top)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
@@ -54,7 +55,7 @@ func initEnv(e *env) *env {
 	t := e.t
 	t.Helper()
 	e.auth = e.authority(e.Etcd)
-	if _, err := e.auth.Init(ctxT(t, 30*time.Second)); err != nil {
+	if _, err := operator.Init(ctxT(t, 30*time.Second), e.auth); err != nil {
 		t.Fatal(err)
 	}
 	e.pub = e.publisher(e.Etcd, nil)

@@ -82,7 +82,7 @@ func TestLiveTermUntouchedByRelease(t *testing.T) {
 	if err := e.auth.Release(ctxT(t, 10*time.Second), old); !errors.Is(err, authority.ErrLeaseLost) {
 		t.Fatalf("late release: %v; want ErrLeaseLost", err)
 	}
-	if s := e.seal(res); s.Version != old.Version(layout.MaxNumber) || !s.Version.Less(live.Version(1)) {
+	if s := e.seal(res); s.Version != old.Version(layout.MaxNumber) || s.Version.Compare(live.Version(1)) >= 0 {
 		t.Fatalf("seal after the late release %+v", s)
 	}
 	e.release(done)

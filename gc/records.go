@@ -59,7 +59,7 @@ func (c *Collector) pruneRecords(ctx context.Context, s *state, clk *clockReadin
 		// Publishing needs the grant's epoch to be current and a version
 		// above max(pointer, seal): (epoch, fence, any seq) below top never
 		// is.
-		return epoch < s.Epoch || layout.Version{Epoch: epoch, Fence: fence}.Less(layout.Version{Epoch: top.Epoch, Fence: top.Fence})
+		return epoch < s.Epoch || layout.Version{Epoch: epoch, Fence: fence}.Compare(layout.Version{Epoch: top.Epoch, Fence: top.Fence}) < 0
 	})
 	if err != nil {
 		return out, err

@@ -215,7 +215,7 @@ func TestDecommission(t *testing.T) {
 	e.expire(ghost) // no release: a release would seal its term at once
 	rep = e.run(e.collector(later(3*time.Hour)), res)
 	mustDecide(t, rep, stray.Attempt.Object.Key, kindAbandoned, "deleted", "")
-	if s := e.seal(res); s.Reason != sealReasonDecommissioned || !s.Version.Less(layout.Version{Epoch: ghost.Epoch, Fence: ghost.Generation + 1}) || s.Version.Less(stray.Attempt.Version) {
+	if s := e.seal(res); s.Reason != sealReasonDecommissioned || s.Version.Compare(layout.Version{Epoch: ghost.Epoch, Fence: ghost.Generation + 1}) >= 0 || s.Version.Compare(stray.Attempt.Version) < 0 {
 		t.Fatalf("seal after abandoning a grant of a retired resource: %+v", s)
 	}
 	// Re-created: the next grant is above the seal.
@@ -274,7 +274,7 @@ func TestRecreatedResourceStartsWithNoKeys(t *testing.T) {
 		t.Fatalf("%s not collected", old.Object.Key)
 	}
 	_, pc := e.worker(res, "c")
-	if r := e.publish(pc, "k1", publisher.Applied); !reborn.Version.Less(r.Version) {
+	if r := e.publish(pc, "k1", publisher.Applied); reborn.Version.Compare(r.Version) >= 0 {
 		t.Fatalf("k1 applied at %s; want above %s", r.Version, reborn.Version)
 	}
 	if r := e.publish(pc, "k3", publisher.Duplicate); r.Version != reborn.Version || !e.Exists(r.Object.Key) {
@@ -474,7 +474,7 @@ func TestYoungUploadBlocksAbandonSeal(t *testing.T) {
 	if up == nil || up.Kind != kindInFlight || up.Action != "kept" || !strings.Contains(up.Reason, "younger than the abandon period") {
 		t.Fatalf("upload decision %+v; want in_flight, kept, younger than the abandon period", up)
 	}
-	if rep.SealRaises != 0 || !e.seal(res).Version.Less(next) {
+	if rep.SealRaises != 0 || e.seal(res).Version.Compare(next) >= 0 {
 		t.Fatalf("seal raised to %s (%d raises) over the kept upload at %s", e.seal(res).Version, rep.SealRaises, next)
 	}
 	if r, err := resume(); r.Outcome != publisher.Applied || err != nil || r.Version != next {

@@ -37,7 +37,7 @@ const (
 // Errors: fencepub.ErrUnavailable (the outcome is unknown: do not delete),
 // ctx's error.
 func (c *Collector) raiseSeal(ctx context.Context, s *state, target layout.Version, reason string) (ok bool, err error) {
-	if !s.Top().Less(target) {
+	if s.Top().Compare(target) >= 0 {
 		return false, fmt.Errorf("gc: refusing to set the seal of %q to %s, not above %s", s.Resource, target, s.Top())
 	}
 	if s.HasPointer != s.HasSeal {
@@ -81,7 +81,7 @@ const decommissionAttempts = 8
 // its past can ever publish (`fencepub resource delete`; DESIGN.md "etcd
 // layout"; the package doc, "Decommissioning"): one transaction raises its
 // seal to (epoch, generation, fencepub.MaxNumber) with reason
-// SealReasonDecommissioned. GC then deletes its objects and records; a later
+// layout.SealReasonDecommissioned. GC then deletes its objects and records; a later
 // grant re-creates the resource. Errors: fencepub.ErrInvalid (bad name),
 // ErrUnknownResource (never granted), authority.ErrHeld (a live lease and
 // !force), fencepub.ErrNotInitialized, fencepub.ErrCorruptState, errRaceLost,
@@ -114,14 +114,14 @@ func (c *Collector) decommission(ctx context.Context, res string, force bool) (o
 		if err != nil {
 			return operator.Decommissioned{}, err
 		}
-		out := operator.Decommissioned{Resource: res, Previous: ptr.Version.Max(seal.Version), Revision: resp.Header.Revision}
+		out := operator.Decommissioned{Resource: res, Previous: layout.MaxVersion(ptr.Version, seal.Version), Revision: resp.Header.Revision}
 		if kvs[1] == nil {
 			return out, fmt.Errorf("%w: %q was never granted (no generation counter in domain %q); nothing sealed", ErrUnknownResource, res, ns.Domain)
 		}
 		target := layout.Version{Epoch: epoch, Fence: gen, Seq: layout.MaxNumber}
 		// A release's seal over the last term is at the target too, but
 		// does not retire the resource: it is re-labelled below.
-		if !out.Previous.Less(target) && (!ptr.Version.Less(target) || seal.Reason == sealReasonDecommissioned) {
+		if out.Previous.Compare(target) >= 0 && (ptr.Version.Compare(target) >= 0 || seal.Reason == sealReasonDecommissioned) {
 			out.Seal, out.Already = out.Previous, true
 			return out, nil
 		}

@@ -228,7 +228,7 @@ func (c *Collector) decodeState(ctx context.Context, res string, domain *state, 
 		}
 	}
 	s.Restored, s.RestoredBad, s.RestoredUnreadable = decodeRestored(ns.RestoredPrefix(res), rr(at+4).GetResponseRange().Kvs)
-	s.Decommissioned = s.HasSeal && s.Seal.Reason == sealReasonDecommissioned && s.Pointer.Version.Less(s.Seal.Version) &&
+	s.Decommissioned = s.HasSeal && s.Seal.Reason == sealReasonDecommissioned && s.Pointer.Version.Compare(s.Seal.Version) < 0 &&
 		s.sealMod < graceCutoff
 	ret := newRetention(s.Policy, graceCutoff)
 	if !s.Decommissioned {

@@ -83,7 +83,7 @@ func BenchmarkFloor(b *testing.B) {
 			return err
 		}
 		mid := time.Now()
-		v := layout.Version{Epoch: 1, Fence: 1, Seq: uint64(i + 1)}.Encode()
+		v := layout.EncodeVersion(layout.Version{Epoch: 1, Fence: 1, Seq: uint64(i + 1)})
 		k := e.NS.PointerKey(res)
 		_, err := e.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "<", v)).Then(clientv3.OpPut(k, v)).Commit()
 		*put += mid.Sub(start)

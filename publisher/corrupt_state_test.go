@@ -24,16 +24,16 @@ import (
 func TestCorruptValues(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 2*time.Minute)
-	v111 := layout.Version{Epoch: 1, Fence: 1, Seq: 1}.Encode()
-	sortsHigh := []string{"not a pointer", "\xff", v111 + "|{bad json", layout.Version{Epoch: 2}.Encode(),
+	v111 := layout.EncodeVersion(layout.Version{Epoch: 1, Fence: 1, Seq: 1})
+	sortsHigh := []string{"not a pointer", "\xff", v111 + "|{bad json", layout.EncodeVersion(layout.Version{Epoch: 2}),
 		v111 + `|{"version":{"epoch":1,"fence":1,"seq":2}}`}
-	sortsLow := []string{"", "0", layout.Version{}.Encode(), layout.Version{}.Encode() + "|{bad json"}
+	sortsLow := []string{"", "0", layout.EncodeVersion(layout.Version{}), layout.EncodeVersion(layout.Version{}) + "|{bad json"}
 	for i, bad := range append(sortsHigh, sortsLow...) {
 		high := i < len(sortsHigh)
 		for _, which := range []string{"pointer", "seal"} {
 			res := fmt.Sprintf("%s-%d", which, i)
 			g := e.acquire(authority.AcquireRequest{Resource: res, Owner: "w"})
-			if g.Version(1).Encode() != v111 {
+			if layout.EncodeVersion(g.Version(1)) != v111 {
 				t.Fatalf("grant %s: want version 1.1.1 first", g.Version(1))
 			}
 			p := e.bind(g, false) // creates pointer and seal

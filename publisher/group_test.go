@@ -177,7 +177,7 @@ func TestPublishGroupLostResponseResolve(t *testing.T) {
 			t.Fatalf("%s moved by a group resolved stale", m.Resource)
 		}
 	}
-	if s := e.seal("a"); s.Version.Less(r.Members[0].Attempt.Version) {
+	if s := e.seal("a"); s.Version.Compare(r.Members[0].Attempt.Version) < 0 {
 		t.Fatalf("seal of the first member %s is below the settled attempt %s", s.Version, r.Members[0].Attempt.Version)
 	}
 }

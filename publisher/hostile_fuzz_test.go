@@ -123,7 +123,7 @@ func FuzzClassify(f *testing.F) {
 	for _, s := range [][3]string{
 		{"", ptr, seal}, {op, ptr, seal}, {op[:len(op)/2], ptr, seal}, {"", ptr[:10], seal}, {"", ptr, seal + "x"},
 		{`{"digest":1}`, ptr, seal}, {`{"digest":"d","version":{"epoch":-1}}`, ptr, seal},
-		{"", v.Encode() + `|{"object":{"size":-1}}`, seal}, {"", "99999999999999999999-00000000000000000000-00000000000000000000|{}", seal},
+		{"", layout.EncodeVersion(v) + `|{"object":{"size":-1}}`, seal}, {"", "99999999999999999999-00000000000000000000-00000000000000000000|{}", seal},
 		{"", ptr, strings.Repeat("9", 1<<16)}, {"", "", ""},
 	} {
 		f.Add([]byte(s[0]), []byte(s[1]), []byte(s[2]), uint8(0))
@@ -217,7 +217,7 @@ func TestHostileInputWritesNothing(t *testing.T) {
 	// Records read from etcd: truncated, huge, wrong types, out of range.
 	good, _ := layout.EncodePointer(layout.Pointer{Version: layout.Version{Epoch: 1, Fence: 1, Seq: 1}})
 	for i, bad := range []string{good[:len(good)-1], good[:20], good + strings.Repeat("x", 1<<20), `{"version":1}`,
-		layout.Version{}.Encode() + `|{"version":"1.1.1"}`, layout.Version{}.Encode() + `|{"object":{"size":-1}}`,
+		layout.EncodeVersion(layout.Version{}) + `|{"version":"1.1.1"}`, layout.EncodeVersion(layout.Version{}) + `|{"object":{"size":-1}}`,
 		"99999999999999999999-00000000000000000000-00000000000000000000|{}", "\x00"} {
 		for _, field := range []string{"pointer", "seal"} {
 			if _, err := layout.DecodeSeal([]byte(bad)); field == "seal" && err == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/fencepub/fencepub"
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/minio/minio-go/v7"
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,7 +54,7 @@ func newDomainEnv(t testing.TB, d *testenv.Domain, amod func(*authority.Config),
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Init(ctxT(t, 30*time.Second)); err != nil {
+	if _, err := operator.Init(ctxT(t, 30*time.Second), a); err != nil {
 		t.Fatal(err)
 	}
 	e.auth = a

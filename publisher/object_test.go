@@ -276,7 +276,7 @@ func TestCorruptPointer(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	g := e.acquire(authority.AcquireRequest{Resource: "r", Owner: "w"})
 	p := e.bind(g, false)
-	for _, bad := range []string{"garbage", "99999999999999999999-x", layout.Version{Epoch: 9}.Encode() + "|{not json"} {
+	for _, bad := range []string{"garbage", "99999999999999999999-x", layout.EncodeVersion(layout.Version{Epoch: 9}) + "|{not json"} {
 		if _, err := e.Etcd.Put(ctx, e.NS.PointerKey("r"), bad); err != nil {
 			t.Fatal(err)
 		}

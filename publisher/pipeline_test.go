@@ -181,7 +181,7 @@ func TestPipelineOrder(t *testing.T) {
 			t.Fatalf("%s and %s both got seq %d", key, other, r.Result.Version.Seq)
 		}
 		seen[r.Result.Version.Seq] = key
-		if last.Less(r.Result.Version) {
+		if last.Compare(r.Result.Version) < 0 {
 			last = r.Result.Version
 		}
 	}

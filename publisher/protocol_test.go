@@ -304,7 +304,7 @@ func TestConcurrentPublishers(t *testing.T) {
 		switch o.r.Outcome {
 		case Applied:
 			applied[o.r.Version] = true
-			maxApplied = maxApplied.Max(o.r.Version)
+			maxApplied = layout.MaxVersion(maxApplied, o.r.Version)
 		case Stale:
 			if o.r.Reason != ReasonPointer {
 				t.Errorf("stale with reason %q: %v", o.r.Reason, o.err)
@@ -337,7 +337,7 @@ func TestConcurrentPublishers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(seen) > 0 && !seen[len(seen)-1].Less(p.Version) {
+			if len(seen) > 0 && seen[len(seen)-1].Compare(p.Version) >= 0 {
 				t.Fatalf("pointer went from %s to %s", seen[len(seen)-1], p.Version)
 			}
 			seen = append(seen, p.Version)
@@ -355,7 +355,7 @@ func TestConcurrentPublishers(t *testing.T) {
 		if u.Err != nil {
 			t.Fatalf("reader watch: %v", u.Err)
 		}
-		if len(got) > 0 && !got[len(got)-1].Less(u.Pointer.Version) || !applied[u.Pointer.Version] {
+		if len(got) > 0 && got[len(got)-1].Compare(u.Pointer.Version) >= 0 || !applied[u.Pointer.Version] {
 			t.Fatalf("reader watch sent %s after %v", u.Pointer.Version, got)
 		}
 		got = append(got, u.Pointer.Version)

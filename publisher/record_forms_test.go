@@ -73,7 +73,7 @@ func TestRecordsInTheFormsBefore(t *testing.T) {
 	mustOutcome(t, "k2 with another body", r, err, Conflict, reasonNone)
 	r, err = p.Publish(ctx, op("k3", "body of k3"))
 	mustOutcome(t, "publish k3", r, err, Applied, reasonNone)
-	if !second.Version.Less(r.Version) {
+	if second.Version.Compare(r.Version) >= 0 {
 		t.Fatalf("k3 applied at %s; want above the old-form pointer %s", r.Version, second.Version)
 	}
 	resp, err := e.Etcd.Get(ctx, e.NS.OpKey(res, "k3"))

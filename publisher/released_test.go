@@ -55,7 +55,7 @@ func TestPublishAfterRelease(t *testing.T) {
 	conf, err := p.Publish(ctx, op("k1", "other"))
 	mustOutcome(t, "conflict", conf, err, Conflict, reasonNone)
 	e.release(g)
-	if s := e.seal(res); s.Version != g.Version(layout.MaxNumber) || s.Version.Less(conf.Attempt.Version) || s.Version.Less(dup.Attempt.Version) {
+	if s := e.seal(res); s.Version != g.Version(layout.MaxNumber) || s.Version.Compare(conf.Attempt.Version) < 0 || s.Version.Compare(dup.Attempt.Version) < 0 {
 		t.Fatalf("seal after release %+v; want %s, above the leftovers %s and %s", s, g.Version(layout.MaxNumber), dup.Attempt.Version, conf.Attempt.Version)
 	}
 	late, err := p.Publish(ctx, op("k2", "two"))

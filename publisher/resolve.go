@@ -196,7 +196,7 @@ func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, ag
 	epochKey, genKey := ns.EpochKey(), ns.GenerationKey(resource)
 	cmps := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(opKey), "=", 0),
-		clientv3.Compare(clientv3.Value(sealKey), "<", v.Encode()),
+		clientv3.Compare(clientv3.Value(sealKey), "<", layout.EncodeVersion(v)),
 		// epoch >= v.Epoch and generation >= v.Fence: fixed-width
 		// numbers compare byte-wise, and etcd has no ">=".
 		clientv3.Compare(clientv3.Value(epochKey), ">", layout.EncodeNumber(v.Epoch-1)),
@@ -268,7 +268,7 @@ func (c *Client) resolveOnce(ctx context.Context, r *resolution) (res Result, ag
 	if err != nil {
 		return Result{}, false, fmt.Errorf("publisher: seal of %q: %w", resource, err)
 	}
-	if !seal.Version.Less(v) {
+	if seal.Version.Compare(v) >= 0 {
 		return stale(seal.Version)
 	}
 	if pkv := kv(resp, 2); r.guard && (skv.ModRevision != r.sealMod || pkv == nil || pkv.ModRevision != r.ptrMod) {

@@ -77,7 +77,7 @@ func (c *Client) restoreOne(ctx context.Context, a *authority.Authority, resourc
 	if err != nil {
 		return Result{}, err
 	}
-	return p.republishKey(actx, lost.Key, "recover-"+lost.Version.Encode())
+	return p.republishKey(actx, lost.Key, "recover-"+layout.EncodeVersion(lost.Version))
 }
 
 // newestPublishable returns the newest of above (sorted by version, newest

@@ -71,7 +71,7 @@ func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layou
 	// The compact encoders cannot fail.
 	ptrVal, _ := layout.EncodePointer(ptr)
 	opVal, _ := layout.EncodeOp(ns.OpKey(res, key), rec)
-	enc := v.Encode()
+	enc := layout.EncodeVersion(v)
 	pr := &prepared{term: t, version: v, key: key, digest: digest, object: obj, pointer: ptr}
 	pr.cmps = []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(ns.OpKey(res, key)), "=", 0),
@@ -97,9 +97,9 @@ func (c *Client) prepare(t Term, v layout.Version, key, digest string, obj layou
 		pr.els = append(pr.els, clientv3.OpGet(ns.HolderKey(res)))
 	}
 	if p, ok := prev(v); ok && t.contiguous {
-		// With pointer < v above: the pointer value sorts above p.Encode()
+		// With pointer < v above: the pointer value sorts above p's encoding
 		// exactly when its version is at least p, so its version is p.
-		pr.cmps = append(pr.cmps, clientv3.Compare(clientv3.Value(ns.PointerKey(res)), ">", p.Encode()))
+		pr.cmps = append(pr.cmps, clientv3.Compare(clientv3.Value(ns.PointerKey(res)), ">", layout.EncodeVersion(p)))
 	}
 	return pr
 }
@@ -337,10 +337,10 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 				ErrStale, ReasonLease, authority.ErrLeaseLost, t.resource, t.holderRevision)
 		}
 	}
-	if !ptr.Version.Less(v) {
+	if ptr.Version.Compare(v) >= 0 {
 		return stale(ReasonPointer, "the pointer is at %s", ptr.Version)
 	}
-	if !seal.Version.Less(v) {
+	if seal.Version.Compare(v) >= 0 {
 		return stale(ReasonSeal, "the seal is at %s", seal.Version)
 	}
 	ekv := kv(resp, elseEpoch)
@@ -368,7 +368,7 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 	if pr.base != nil && string(pkv.Value) != pr.base.value {
 		return stale(ReasonBase, "%s", errBaseMoved(ptr.Version, pr.base))
 	}
-	if p, ok := prev(v); ok && t.contiguous && ptr.Version.Less(p) {
+	if p, ok := prev(v); ok && t.contiguous && ptr.Version.Compare(p) < 0 {
 		return stale(ReasonGap, "contiguous mode: the pointer is at %s, not at the previous seq %s", ptr.Version, p)
 	}
 	return Result{}, fmt.Errorf("%w: transaction of %s on %q (revision %d)", errAllMatch, v, t.resource, resp.Header.Revision)

@@ -146,7 +146,7 @@ func (r *Reader) decommissioned(ctx context.Context, ptr layout.Pointer) error {
 		return nil
 	}
 	seal, err := layout.DecodeSeal(resp.Kvs[0].Value)
-	if err != nil || seal.Reason != layout.SealReasonDecommissioned || seal.Version.Less(ptr.Version) {
+	if err != nil || seal.Reason != layout.SealReasonDecommissioned || seal.Version.Compare(ptr.Version) < 0 {
 		return nil
 	}
 	return fmt.Errorf("%w: %q was retired by `fencepub resource delete` at %s (seal %s above its version %s); its objects are collected",

@@ -48,7 +48,7 @@ func (r *Reader) current(ctx context.Context, serializable bool) (layout.Pointer
 	r.mu.Lock()
 	seen, seenAt := r.seen, r.seenAt
 	r.mu.Unlock()
-	if ptr.Version.Less(seen) {
+	if ptr.Version.Compare(seen) < 0 {
 		switch {
 		case serializable: // a lagging member: ask the leader
 			return r.current(ctx, false)
@@ -65,7 +65,7 @@ func (r *Reader) current(ctx context.Context, serializable bool) (layout.Pointer
 // saw raises the highest version returned, written at etcd revision mod.
 func (r *Reader) saw(v layout.Version, mod int64) {
 	r.mu.Lock()
-	if r.seen.Less(v) {
+	if r.seen.Compare(v) < 0 {
 		r.seen, r.seenAt = v, mod
 	}
 	r.mu.Unlock()

@@ -51,9 +51,9 @@ var (
 	// band. The error names both versions; a new Reader starts afresh.
 	ErrWentBack = errors.New("reader: the pointer went back below a version already read")
 	// ErrDecommissioned: the current pointer's object is gone because the
-	// resource was retired (`fencepub resource delete`: a seal with
-	// fencepub.SealReasonDecommissioned at or above the pointer) and GC
-	// collected its objects; not data loss.
+	// resource was retired (`fencepub resource delete`: a decommission
+	// seal at or above the pointer) and GC collected its objects; not data
+	// loss.
 	ErrDecommissioned = errors.New("reader: the resource was decommissioned")
 )
 

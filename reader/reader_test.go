@@ -21,6 +21,7 @@ import (
 	"github.com/fencepub/fencepub/authority"
 	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
@@ -51,7 +52,7 @@ func newDomainEnv(t *testing.T, d *testenv.Domain) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Init(ctx); err != nil {
+	if _, err := operator.Init(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	g, err := a.Acquire(ctx, authority.AcquireRequest{Resource: res, Owner: "w", TTL: 10 * time.Second})
@@ -295,7 +296,7 @@ func TestWatch(t *testing.T) {
 	}
 	// A corrupt value that sorts below every version: reported, and the
 	// next publish goes through and is delivered.
-	if _, err := e.Etcd.Put(ctx, e.NS.PointerKey(res), layout.Version{}.Encode()+"|{broken"); err != nil {
+	if _, err := e.Etcd.Put(ctx, e.NS.PointerKey(res), layout.EncodeVersion(layout.Version{})+"|{broken"); err != nil {
 		t.Fatal(err)
 	}
 	if u := next(); !errors.Is(u.Err, layout.ErrCorruptRecord) {

@@ -109,7 +109,7 @@ func TestConcurrentOpensWhilePointerMoves(t *testing.T) {
 					return
 				}
 				opens.Add(1)
-				if b.Pointer.Version.Less(last) {
+				if b.Pointer.Version.Compare(last) < 0 {
 					firstErr <- fmt.Errorf("goroutine %d: got %s after %s", i, b.Pointer.Version, last)
 				}
 				last = b.Pointer.Version
@@ -220,7 +220,7 @@ func TestPointerMovesDuringSpeculation(t *testing.T) {
 			if b.Pointer.Version == pub.Version {
 				moved++
 			}
-			if b.Pointer.Version.Less(last) {
+			if b.Pointer.Version.Compare(last) < 0 {
 				t.Fatalf("open %d returned %s after %s", i, b.Pointer.Version, last)
 			}
 			last = b.Pointer.Version

@@ -55,7 +55,7 @@ func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
 	}
 	var last layout.Version
 	emit := func(ptr layout.Pointer, rev, mod int64, resync bool) bool {
-		if ptr.Version.Less(last) {
+		if ptr.Version.Compare(last) < 0 {
 			// Missing or lower (a restore): never silently keep the old one.
 			at := "is at " + ptr.Version.String()
 			if ptr.Version.IsZero() {
@@ -65,7 +65,7 @@ func (r *Reader) watch(ctx context.Context, ch chan<- Update) {
 				ErrWentBack, r.res, at, rev, last)
 			return send(Update{Err: err, Revision: rev})
 		}
-		if ptr.Version.IsZero() || !last.Less(ptr.Version) {
+		if ptr.Version.IsZero() || last.Compare(ptr.Version) >= 0 {
 			return true
 		}
 		last = ptr.Version

@@ -114,7 +114,7 @@ func TestWatchWentBackAfterRestore(t *testing.T) {
 	}
 	for res, ch := range watches {
 		for u := range ch {
-			if u.Pointer.Version.Less(sent[res]) && !u.Pointer.Version.IsZero() {
+			if u.Pointer.Version.Compare(sent[res]) < 0 && !u.Pointer.Version.IsZero() {
 				t.Fatalf("%s: the watch sent %s after %s", res, u.Pointer.Version, sent[res])
 			}
 			if errors.Is(u.Err, ErrWentBack) {

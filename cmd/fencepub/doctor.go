@@ -392,7 +392,7 @@ func (d *doctor) checkDomain(ctx context.Context) bool {
 }
 
 // checkOwnership checks that the bucket's ownership marker names etcd's
-// deployment (authority.CheckOwnership, DESIGN.md invariant 9): a bucket
+// deployment (operator.CheckOwnership, DESIGN.md invariant 9): a bucket
 // without it, or with another deployment's, is not the domain's bucket,
 // and publishes there would never be collected.
 func (d *doctor) checkOwnership(ctx context.Context) {
@@ -403,7 +403,7 @@ func (d *doctor) checkOwnership(ctx context.Context) {
 	}
 	octx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
-	dom, err := a.CheckOwnership(octx)
+	dom, err := operator.CheckOwnership(octx, a)
 	switch {
 	case err == nil:
 		d.add("ownership", checkPass, fmt.Sprintf("bucket %q holds the ownership marker of this etcd's deployment %s", d.store.BucketName(), dom.DeploymentID), "")

@@ -64,7 +64,7 @@ bucket holding another etcd history exits 116 ('fencepub authority recover
 		if err != nil && !o.Initialised {
 			return authorityExit(err)
 		}
-		d, err := a.Init(c.Context())
+		d, err := operator.Init(c.Context(), a)
 		if err != nil {
 			return authorityExit(err)
 		}

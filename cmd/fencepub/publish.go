@@ -16,6 +16,7 @@ import (
 	"github.com/fencepub/fencepub/internal/cli"
 	"github.com/fencepub/fencepub/internal/exitcode"
 	"github.com/fencepub/fencepub/internal/layout"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/pubhook"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/schollz/progressbar/v3"
@@ -480,7 +481,7 @@ func checkBucket(ctx context.Context, env *cli.Env) error {
 
 // checkStore runs, before a command acquires a grant or publishes,
 // checkBucket and then the bucket's ownership check
-// (authority.CheckOwnership, DESIGN.md invariant 9): a bucket whose marker
+// (operator.CheckOwnership, DESIGN.md invariant 9): a bucket whose marker
 // is missing or names another deployment is not the domain's, and what is
 // published there GC would never see, so it is refused (exit 2) before
 // anything is written. An uninitialised domain passes: the first acquire
@@ -490,7 +491,7 @@ func checkStore(ctx context.Context, env *cli.Env, a *authority.Authority) error
 	if err := checkBucket(ctx, env); err != nil {
 		return err
 	}
-	_, err := a.CheckOwnership(ctx)
+	_, err := operator.CheckOwnership(ctx, a)
 	switch {
 	case err == nil, errors.Is(err, fencepub.ErrNotInitialized):
 		return nil

@@ -200,7 +200,7 @@ The roles cover one domain; for another domain, name its roles apart with
 				return authorityExit(err)
 			}
 		} else {
-			d, err := a.Init(c.Context())
+			d, err := operator.Init(c.Context(), a)
 			if err != nil {
 				return authorityExit(err)
 			}

@@ -264,7 +264,7 @@ func (v *verifier) resource(res string, epoch uint64) (verifyResource, error) {
 			v.find(res, "ops", string(kv.Key), "the op record does not decode: %v", err)
 			continue
 		}
-		if ptr.Version.Less(op.Version) {
+		if ptr.Version.Compare(op.Version) < 0 {
 			v.find(res, "ops", string(kv.Key), "the op record names %s, above the pointer %s", op.Version, ptr.Version)
 		}
 	}
@@ -322,7 +322,7 @@ func (v *verifier) history(res string, ptr layout.Pointer, histKVs, opKVs []*mvc
 		if key != v.env.NS.HistoryKey(res, e.Version) {
 			v.find(res, "history", key, "the entry holds version %s under another version's key", e.Version)
 		}
-		if i > 0 && !prev.Less(e.Version) {
+		if i > 0 && prev.Compare(e.Version) >= 0 {
 			v.find(res, "history", key, "the history is not monotonic: %s follows %s", e.Version, prev)
 		}
 		prev = e.Version

@@ -89,7 +89,7 @@ func (s *service) follow(ctx context.Context, name string, r *reader.Reader) {
 			continue
 		}
 		cur := s.current[name].Load()
-		if cur != nil && !cur.ptr.Version.Less(u.Pointer.Version) {
+		if cur != nil && cur.ptr.Version.Compare(u.Pointer.Version) >= 0 {
 			continue
 		}
 		e, err := s.load(ctx, r, u.Pointer)

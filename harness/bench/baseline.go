@@ -125,7 +125,7 @@ func (t Target) FloorPublish(ctx context.Context, resource string, seq uint64, b
 // sha256.
 func (t Target) FloorPut(ctx context.Context, resource string, seq uint64, body []byte) (string, error) {
 	v := layout.Version{Epoch: 1, Fence: 1, Seq: seq}
-	return t.PutCreateOnly(ctx, t.NS.Root()+"floor/"+resource+"/"+v.Encode()+"-"+layout.NewNonce(), body)
+	return t.PutCreateOnly(ctx, t.NS.Root()+"floor/"+resource+"/"+layout.EncodeVersion(v)+"-"+layout.NewNonce(), body)
 }
 
 // FloorCommit is the etcd half of FloorPublish: one bare compare-and-put
@@ -134,8 +134,8 @@ func (t Target) FloorCommit(ctx context.Context, resource string, seq uint64, su
 	v := layout.Version{Epoch: 1, Fence: 1, Seq: seq}
 	key := t.floorPointer(resource)
 	r, err := t.Etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(key), "<", v.Encode())).
-		Then(clientv3.OpPut(key, v.Encode()+"|"+sum)).
+		If(clientv3.Compare(clientv3.Value(key), "<", layout.EncodeVersion(v))).
+		Then(clientv3.OpPut(key, layout.EncodeVersion(v)+"|"+sum)).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
@@ -155,7 +155,7 @@ func (t Target) floorPointer(resource string) string {
 // resource init does before the first publish (a value compare on a missing
 // key always fails).
 func (t Target) InitFloor(ctx context.Context, resource string) error {
-	_, err := t.Etcd.Put(ctx, t.floorPointer(resource), layout.Version{}.Encode())
+	_, err := t.Etcd.Put(ctx, t.floorPointer(resource), layout.EncodeVersion(layout.Version{}))
 	return err
 }
 
@@ -228,7 +228,7 @@ func (p *Peer) LockPublish(ctx context.Context, resource string, seq uint64, bod
 // believes it holds a long lease and just writes the object and the pointer.
 func (p *Peer) LeasePublish(ctx context.Context, resource string, seq uint64, body []byte) error {
 	v := layout.Version{Epoch: 1, Fence: 1, Seq: seq}
-	key := p.t.NS.Root() + "peer/" + resource + "/" + v.Encode() + "-" + layout.NewNonce()
+	key := p.t.NS.Root() + "peer/" + resource + "/" + layout.EncodeVersion(v) + "-" + layout.NewNonce()
 	sum, err := p.t.PutCreateOnly(ctx, key, body)
 	if err != nil {
 		return err

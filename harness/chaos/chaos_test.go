@@ -180,10 +180,10 @@ func checkMutations(t *testing.T, h *History) bool {
 	for _, p := range h.Publishes {
 		end = max(end, p.Return)
 		if p.Resource == target.Resource && p.Outcome == Applied {
-			if first.IsZero() || p.Version.Less(first) {
+			if first.IsZero() || p.Version.Compare(first) < 0 {
 				first = p.Version
 			}
-			last = last.Max(p.Version)
+			last = layout.MaxVersion(last, p.Version)
 		}
 	}
 	mutations := []struct {

@@ -25,6 +25,7 @@ import (
 	"github.com/fencepub/fencepub/gc"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/testkit/faultproxy"
 	"github.com/fencepub/fencepub/internal/wait"
 	"github.com/fencepub/fencepub/internal/wallclock"
@@ -318,7 +319,7 @@ func (h *harness) setup(ctx context.Context) error {
 	}
 	ictx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	d, err := auth.Init(ictx)
+	d, err := operator.Init(ictx, auth)
 	if err != nil {
 		return fmt.Errorf("chaos: init domain %s: %w", h.ns.Root(), err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
 	"github.com/fencepub/fencepub/internal/objstore/s3store"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/testkit/testenv"
 	"github.com/fencepub/fencepub/publisher"
 )
@@ -75,7 +76,7 @@ func TestPublishThroughPausedMinIONode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := auth.Init(ctx); err != nil {
+	if _, err := operator.Init(ctx, auth); err != nil {
 		t.Fatal(err)
 	}
 	wl := Workload{}.withDefaults()

@@ -101,7 +101,7 @@ func step(s state, in Input, out Output) (bool, state) {
 		return out.Version == s.pointer, s
 	case KindSeal:
 		n := s
-		n.seal = s.seal.Max(in.Version)
+		n.seal = layout.MaxVersion(s.seal, in.Version)
 		return true, n
 	case KindPublish:
 		if rec, ok := s.ops[in.Key]; ok {
@@ -116,7 +116,7 @@ func step(s state, in Input, out Output) (bool, state) {
 			}
 		}
 		accept := in.Authorized && in.Version.Epoch == s.epoch &&
-			s.pointer.Less(in.Version) && s.seal.Less(in.Version) &&
+			s.pointer.Compare(in.Version) < 0 && s.seal.Compare(in.Version) < 0 &&
 			(!in.HasBase || s.pointer == in.Base)
 		switch {
 		case accept && out.Outcome == Applied:
@@ -131,7 +131,7 @@ func step(s state, in Input, out Output) (bool, state) {
 			// Resolve found no op record and raised the seal above the
 			// version, so the publish took no effect and never will.
 			n := s
-			n.seal = s.seal.Max(in.Version)
+			n.seal = layout.MaxVersion(s.seal, in.Version)
 			return true, n
 		}
 		return false, s

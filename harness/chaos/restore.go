@@ -304,7 +304,7 @@ func republishOne(ctx context.Context, auth *authority.Authority, pub *publisher
 		_ = auth.Release(rctx, g)
 	}()
 	op := PublishOp{
-		ID: id, Client: "recover", Resource: res, Key: "recover-" + lost.Version.Encode(), Size: lost.Size,
+		ID: id, Client: "recover", Resource: res, Key: "recover-" + layout.EncodeVersion(lost.Version), Size: lost.Size,
 		Owner: g.Owner, Version: g.Version(1), Call: clock.Now(),
 	}
 	rec.Invoke(op)

@@ -502,7 +502,7 @@ func (v *verifier) pointers() {
 			}
 			continue
 		}
-		if prev := last[c.Resource]; !prev.Less(c.Version) {
+		if prev := last[c.Resource]; prev.Compare(c.Version) >= 0 {
 			v.add(InvPointerMonotonic, c.Resource, "pointer went from %s to %s at revision %d (revoked-generation overwrite)", prev, c.Version, c.Revision)
 		}
 		last[c.Resource] = c.Version
@@ -544,10 +544,10 @@ func (v *verifier) seals() {
 			v.add(InvSealMonotonic, c.Resource, "seal deleted at revision %d", c.Revision)
 			continue
 		}
-		if c.Version.Less(last[c.Resource]) {
+		if c.Version.Compare(last[c.Resource]) < 0 {
 			v.add(InvSealMonotonic, c.Resource, "seal went down from %s to %s at revision %d", last[c.Resource], c.Version, c.Revision)
 		}
-		last[c.Resource] = last[c.Resource].Max(c.Version)
+		last[c.Resource] = layout.MaxVersion(last[c.Resource], c.Version)
 	}
 }
 
@@ -597,7 +597,7 @@ func (v *verifier) readers() {
 	for id, rs := range byReader {
 		slices.SortFunc(rs, func(a, b ReadOp) int { return cmp.Compare(a.Call, b.Call) })
 		for i := 1; i < len(rs); i++ {
-			if rs[i].Version.Less(rs[i-1].Version) {
+			if rs[i].Version.Compare(rs[i-1].Version) < 0 {
 				v.add(InvReaderMonotonic, id.res, "reader %s saw %s and then %s", id.client, rs[i-1].Version, rs[i].Version)
 			}
 		}
@@ -891,7 +891,7 @@ func (v *verifier) histories() map[partKey][]Op {
 	}
 	calls := map[string]int64{} // "res\x00key\x00version" → call of the publish
 	for _, p := range v.h.Publishes {
-		calls[p.Resource+"\x00"+p.Key+"\x00"+p.Version.Encode()] = p.Call
+		calls[p.Resource+"\x00"+p.Key+"\x00"+layout.EncodeVersion(p.Version)] = p.Call
 	}
 	for _, p := range v.placed {
 		k := partKey{p.Resource, p.seg}
@@ -932,7 +932,7 @@ func (v *verifier) histories() map[partKey][]Op {
 		s := v.segmentOfRevision(c.Revision)
 		call := c.At
 		if key, ok := strings.CutPrefix(c.Value, "resolve "); ok {
-			call = calls[c.Resource+"\x00"+key+"\x00"+c.Version.Encode()]
+			call = calls[c.Resource+"\x00"+key+"\x00"+layout.EncodeVersion(c.Version)]
 		}
 		k := partKey{c.Resource, s}
 		out[k] = append(out[k], Op{
@@ -1000,7 +1000,7 @@ func (v *verifier) groups() {
 				continue
 			}
 			for _, m := range v.group[id] {
-				if got, read := at[m.Resource]; read && got.Version.Less(m.Version) {
+				if got, read := at[m.Resource]; read && got.Version.Compare(m.Version) < 0 {
 					reported[id] = true
 					v.add(InvGroupTorn, m.Resource, "%s's cut at revision %d (%.3fs) shows %s at %s of group publish %s, but %s at %s, below the group's %s",
 						c.Client, c.Revision, float64(c.Return)/1e9, p.Resource, p.Version, id, m.Resource, got.Version, m.Version)
@@ -1089,7 +1089,7 @@ func (v *verifier) cutsAround(id string, ms []PublishOp, rg int64) {
 			if !ok {
 				continue
 			}
-			if after := c.Revision >= rg; after == p.Version.Less(want) {
+			if after := c.Revision >= rg; after == (p.Version.Compare(want) < 0) {
 				v.add(InvGroupTorn, p.Resource, "%s's cut at revision %d (%.3fs) shows %s at %s; group publish %s moved it to %s at revision %d",
 					c.Client, c.Revision, float64(c.Return)/1e9, p.Resource, p.Version, id, want, rg)
 				break

@@ -700,7 +700,7 @@ func (l *gcLoop) pass(opts gc.RunOptions) {
 // an attempt at v wrote. At most a few keys.
 func objectsAt(ctx context.Context, st objstore.Store, ns layout.Namespace, res string, v layout.Version) ([]string, error) {
 	var keys []string
-	for o, err := range st.List(ctx, ns.ObjectsPrefix(res)+v.Encode(), objstore.ListOptions{}) {
+	for o, err := range st.List(ctx, ns.ObjectsPrefix(res)+layout.EncodeVersion(v), objstore.ListOptions{}) {
 		if err != nil {
 			return keys, err
 		}

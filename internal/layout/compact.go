@@ -59,7 +59,7 @@ func rawHex(s string, n int) ([]byte, bool) {
 // the part before the version and the nonce's bytes.
 func keyNonce(key string, v Version) (string, []byte, bool) {
 	cut := len(key) - (VersionWidth + 1 + NonceLen)
-	if cut < 0 || key[cut:cut+VersionWidth] != v.Encode() || key[cut+VersionWidth] != '-' {
+	if cut < 0 || key[cut:cut+VersionWidth] != EncodeVersion(v) || key[cut+VersionWidth] != '-' {
 		return "", nil, false
 	}
 	nonce, ok := rawHex(key[cut+VersionWidth+1:], NonceLen/2)
@@ -240,9 +240,9 @@ func (r *compactReader) fields(p *Pointer, allowed uint64, known string) error {
 		case fKey:
 			p.Object.Key = r.str()
 		case fKeyNonce:
-			p.Object.Key = r.str() + p.Version.Encode() + "-" + r.hex(NonceLen/2)
+			p.Object.Key = r.str() + EncodeVersion(p.Version) + "-" + r.hex(NonceLen/2)
 		case fNonce:
-			p.Object.Key = known + p.Version.Encode() + "-" + r.hex(NonceLen/2)
+			p.Object.Key = known + EncodeVersion(p.Version) + "-" + r.hex(NonceLen/2)
 		case fSHA256:
 			p.Object.SHA256 = r.hex(32)
 		case fSHA256Text:

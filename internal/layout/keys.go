@@ -127,7 +127,9 @@ func (n Namespace) OpKey(res, key string) string { return n.OpsPrefix(res) + esc
 func (n Namespace) HistoryPrefix(res string) string { return n.Root() + "history/" + esc(res) + "/" }
 
 // HistoryKey is the history entry of version v of res.
-func (n Namespace) HistoryKey(res string, v Version) string { return n.HistoryPrefix(res) + v.Encode() }
+func (n Namespace) HistoryKey(res string, v Version) string {
+	return n.HistoryPrefix(res) + EncodeVersion(v)
+}
 
 // RestoredRecordsPrefix ends with '/'; every resource's restored-pointer
 // records live under it (RestoredPrefix).
@@ -191,7 +193,7 @@ func (n Namespace) SettledMarkersPrefix(res string) string {
 // version v of res was never applied and never will be: a Resolve found it
 // not applied and sealed it (or found its epoch superseded).
 func (n Namespace) SettledMarker(res string, v Version) string {
-	return n.SettledMarkersPrefix(res) + v.Encode()
+	return n.SettledMarkersPrefix(res) + EncodeVersion(v)
 }
 
 // ObjectsPrefix ends with '/'; the immutable objects of res live under it.
@@ -213,7 +215,7 @@ func NewNonce() string {
 // ObjectKey is "<root><resource>/<epoch>-<fence>-<seq>-<nonce>", so a listing
 // is sorted by version and two writers never collide.
 func (n Namespace) ObjectKey(res string, v Version, nonce string) string {
-	return n.ObjectsPrefix(res) + v.Encode() + "-" + nonce
+	return n.ObjectsPrefix(res) + EncodeVersion(v) + "-" + nonce
 }
 
 // ParseObjectKey splits an object key of res, produced by ObjectKey, into its

@@ -25,12 +25,12 @@ var (
 
 func BenchmarkVersionEncode(b *testing.B) {
 	for b.Loop() {
-		_ = benchVer.Encode()
+		_ = EncodeVersion(benchVer)
 	}
 }
 
 func BenchmarkDecodeVersion(b *testing.B) {
-	s := benchVer.Encode()
+	s := EncodeVersion(benchVer)
 	for b.Loop() {
 		if _, err := DecodeVersion(s); err != nil {
 			b.Fatal(err)

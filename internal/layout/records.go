@@ -123,14 +123,14 @@ type opJSON struct {
 	Owner   string  `json:"owner,omitempty"`
 }
 
-// EncodeVersioned returns v.Encode() + "|" + JSON(payload): the value form of
+// EncodeVersioned returns EncodeVersion(v) + "|" + JSON(payload): the value form of
 // seals (and of pointers and history entries before the compact form).
 func EncodeVersioned(v Version, payload any) (string, error) {
 	b, err := json.Marshal(payload)
 	if err != nil {
 		return "", err
 	}
-	return v.Encode() + "|" + string(b), nil
+	return EncodeVersion(v) + "|" + string(b), nil
 }
 
 // DecodeVersioned parses a value written by EncodeVersioned into out and
@@ -162,12 +162,12 @@ func versionPrefix(what, value string) (Version, error) {
 }
 
 // EncodePointer returns the etcd value of p (or of its history entry):
-// p.Version.Encode(), '|', then the compact form of the other fields.
+// EncodeVersion(p.Version), '|', then the compact form of the other fields.
 // The error is always nil; it is kept for the callers' symmetry with the
 // other encoders.
 func EncodePointer(p Pointer) (string, error) {
 	w := compactWriter{b: make([]byte, 0, 256)}
-	w.b = append(append(append(w.b, p.Version.Encode()...), '|'), compactFormat)
+	w.b = append(append(append(w.b, EncodeVersion(p.Version)...), '|'), compactFormat)
 	w.appendFields(p, "")
 	return string(w.b), nil
 }

@@ -6,7 +6,7 @@ import "time"
 // (reason SealReasonDecommissioned) and above ptr, the pointer's version, so
 // nothing was published since (DESIGN.md "etcd layout": decommissioning).
 func (s Seal) Retires(ptr Version) bool {
-	return s.Reason == SealReasonDecommissioned && ptr.Less(s.Version)
+	return s.Reason == SealReasonDecommissioned && ptr.Compare(s.Version) < 0
 }
 
 // RaisedTo returns the seal that raising s to v writes, with reason and

@@ -44,15 +44,12 @@ func (v Version) Compare(w Version) int {
 	return 0
 }
 
-// Less reports whether v sorts strictly before w.
-func (v Version) Less(w Version) bool { return v.Compare(w) < 0 }
-
 // IsZero reports whether v is the zero version of a fresh pointer or seal.
 func (v Version) IsZero() bool { return v == Version{} }
 
-// Max returns the larger of v and w.
-func (v Version) Max(w Version) Version {
-	if v.Less(w) {
+// MaxVersion returns the larger of v and w.
+func MaxVersion(v, w Version) Version {
+	if v.Compare(w) < 0 {
 		return w
 	}
 	return v
@@ -61,11 +58,11 @@ func (v Version) Max(w Version) Version {
 // String formats v as "epoch.fence.seq" for humans and flags.
 func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Epoch, v.Fence, v.Seq) }
 
-// Encode returns v as VersionWidth bytes, "<epoch>-<fence>-<seq>" with every
-// number zero-padded to 20 digits, so byte order equals version order. It is
-// the form stored at the start of pointer, seal and history values and used
-// in object keys, so etcd's byte-wise Compare orders versions correctly.
-func (v Version) Encode() string {
+// EncodeVersion returns v as VersionWidth bytes, "<epoch>-<fence>-<seq>" with
+// every number zero-padded to 20 digits, so byte order equals version order.
+// It is the form stored at the start of pointer, seal and history values and
+// used in object keys, so etcd's byte-wise Compare orders versions correctly.
+func EncodeVersion(v Version) string {
 	return fmt.Sprintf("%020d-%020d-%020d", v.Epoch, v.Fence, v.Seq)
 }
 
@@ -78,7 +75,7 @@ func (v Version) Validate() error {
 }
 
 // DecodeVersion parses the first VersionWidth bytes of s as produced by
-// Encode. It returns ErrBadVersion (wrapped, with the input quoted) when s is
+// EncodeVersion. It returns ErrBadVersion (wrapped, with the input quoted) when s is
 // short or any field is not 20 decimal digits.
 func DecodeVersion(s string) (Version, error) {
 	if len(s) < VersionWidth || s[numWidth] != '-' || s[2*numWidth+1] != '-' {

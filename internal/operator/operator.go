@@ -1,7 +1,8 @@
 // Package operator reaches what the fencepub CLI's operator commands read
 // and change in a domain beyond the library's API: a lease's state for
-// `fencepub authority show`, the domain's epoch and the bucket's history
-// for `init`, `setup-roles` and `doctor`, the resources of `fencepub ls`
+// `fencepub authority show`, the domain's epoch, its initialisation, the
+// bucket's history and its ownership for `init`, `setup-roles`, `doctor`
+// and the check before a publish, the resources of `fencepub ls`
 // (implemented by packages authority and reader), the decommission of
 // `fencepub resource delete`, the detailed pass report of `fencepub gc run`
 // and the daemon of `fencepub gc daemon` (package gc). Each package sets
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fencepub/fencepub"
+	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -38,6 +40,26 @@ var (
 	// authority.ErrForeignHistory, fencepub.ErrUnavailable,
 	// fencepub.ErrCorruptState. The rule: DESIGN.md invariant 9.
 	CheckHistory func(ctx context.Context, a any) error
+	// Init initialises the domain of a (an *authority.Authority) if it is
+	// not yet and returns its epoch and deployment id; on an initialised
+	// domain it is one etcd read (the authority package doc, "How a domain
+	// is initialised"; Acquire does it too). It is idempotent and safe to
+	// run concurrently. It refuses, writing nothing, a bucket that holds
+	// another etcd history. Errors: fencepub.ErrCreateOnlyIgnored (naming
+	// the store), authority.ErrForeignHistory, fencepub.ErrUnavailable,
+	// authority.ErrExhausted, fencepub.ErrCorruptState.
+	Init func(ctx context.Context, a any) (Domain, error)
+	// CheckOwnership checks with a (an *authority.Authority) that the
+	// bucket belongs to this etcd's history: the domain is initialised and
+	// the bucket's ownership marker names etcd's deployment id; it returns
+	// the Domain and writes nothing. Errors: fencepub.ErrNotInitialized
+	// or, when the bucket holds another history,
+	// authority.ErrForeignHistory; authority.ErrNoOwnership,
+	// authority.ErrForeignDeployment; fencepub.ErrInvalid and
+	// fencepub.ErrObjectNotFound (a missing bucket);
+	// fencepub.ErrUnavailable; fencepub.ErrCorruptState. The rule:
+	// DESIGN.md invariant 9.
+	CheckOwnership func(ctx context.Context, a any) (Domain, error)
 	// Resources lists the resources that have a pointer in the domain of
 	// cfg (a reader.Config), sorted by name, read at one etcd revision,
 	// 1000 keys per read (DESIGN.md "Reading"). Errors:
@@ -109,6 +131,14 @@ type Daemon interface {
 	Handler(g prometheus.Gatherer) http.Handler
 }
 
+// Domain is the result of Init and CheckOwnership: the domain's current
+// epoch and the id of the deployment that owns it (in etcd and in the
+// bucket's ownership marker).
+type Domain struct {
+	Epoch        uint64 `json:"epoch"`
+	DeploymentID string `json:"deployment_id"`
+}
+
 // LeaseState is a resource's authority state read at one etcd revision.
 type LeaseState struct {
 	Resource string
@@ -129,7 +159,7 @@ type Resource struct {
 	Pointer fencepub.Pointer
 	// Seal is the resource's seal; Seal.Retires(Pointer.Version) reports
 	// a resource retired by `fencepub resource delete`.
-	Seal fencepub.Seal
+	Seal layout.Seal
 }
 
 // Decommissioned is the result of Decommission.

@@ -295,7 +295,7 @@ func newGroupFloor(ctx context.Context, st *stack, res []string, g authority.Gra
 	if err != nil {
 		return nil, err
 	}
-	zero := layout.Version{}.Encode()
+	zero := layout.EncodeVersion(layout.Version{})
 	f := &groupFloor{etcd: st.Etcd, root: st.NS.Root() + root, members: len(res), epoch: epoch, grant: grant,
 		opVal: strings.Repeat("o", len(op)), tail: "|" + strings.Repeat("p", max(len(ptr)-len(zero)-1, 0))}
 	init := []clientv3.Op{clientv3.OpPut(f.root+"epoch", epoch)}
@@ -317,13 +317,13 @@ func (f *groupFloor) shape() (cmps, puts int) { return 2 + 3*f.members, 1 + 2*f.
 // String describes the transaction for a row's note.
 func (f *groupFloor) String() string {
 	c, p := f.shape()
-	return fmt.Sprintf("%d compares + %d puts, values of %d (pointer, history) and %d (op record) bytes", c, p, len(layout.Version{}.Encode())+len(f.tail), len(f.opVal))
+	return fmt.Sprintf("%d compares + %d puts, values of %d (pointer, history) and %d (op record) bytes", c, p, len(layout.EncodeVersion(layout.Version{}))+len(f.tail), len(f.opVal))
 }
 
 // commit sends the transaction for seq (which must grow); the compares
 // must hold.
 func (f *groupFloor) commit(ctx context.Context, seq uint64) error {
-	enc := layout.Version{Epoch: 1, Fence: 1, Seq: seq}.Encode()
+	enc := layout.EncodeVersion(layout.Version{Epoch: 1, Fence: 1, Seq: seq})
 	op := f.root + "ops/" + enc
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(op), "=", 0), clientv3.Compare(clientv3.Value(f.root+"epoch"), "=", f.epoch)}
 	then := []clientv3.Op{clientv3.OpPut(op, f.opVal)}

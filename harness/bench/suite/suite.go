@@ -31,6 +31,7 @@ import (
 	"github.com/fencepub/fencepub/internal/devstack"
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/publisher"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -412,7 +413,7 @@ func (s *runner) newStack(ctx context.Context, t bench.Target, name string) (*st
 	if err != nil {
 		return nil, err
 	}
-	if _, err := a.Init(ctx); err != nil {
+	if _, err := operator.Init(ctx, a); err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
