@@ -17,6 +17,7 @@ import (
 	"github.com/fencepub/fencepub/internal/layout"
 	"github.com/fencepub/fencepub/internal/leader"
 	"github.com/fencepub/fencepub/internal/objstore"
+	"github.com/fencepub/fencepub/internal/operator"
 	"github.com/fencepub/fencepub/internal/retry"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -98,13 +99,9 @@ type Authority struct {
 // counter is the authority state a grant transaction compares.
 type counter struct{ epoch, gen uint64 }
 
-// domain is the result of initDomain and checkOwnership (operator.Domain):
-// the domain's current epoch and the id of the deployment that owns it (in
-// etcd and in the bucket's ownership marker).
-type domain struct {
-	Epoch        uint64 `json:"epoch"`
-	DeploymentID string `json:"deployment_id"`
-}
+// domain is the result of initDomain and checkOwnership: the domain's
+// current epoch and the id of the deployment that owns it.
+type domain = operator.Domain
 
 // Validate checks c without a network call: Namespace as
 // fencepub.NewNamespace checks it, Etcd and Store set, no negative

@@ -17,12 +17,8 @@ func init() {
 	}
 	operator.Epoch = func(ctx context.Context, a any) (uint64, error) { return a.(*Authority).currentEpoch(ctx) }
 	operator.CheckHistory = func(ctx context.Context, a any) error { return a.(*Authority).checkHistory(ctx) }
-	operator.Init = func(ctx context.Context, a any) (operator.Domain, error) {
-		d, err := a.(*Authority).initDomain(ctx)
-		return operator.Domain(d), err
-	}
+	operator.Init = func(ctx context.Context, a any) (operator.Domain, error) { return a.(*Authority).initDomain(ctx) }
 	operator.CheckOwnership = func(ctx context.Context, a any) (operator.Domain, error) {
-		d, err := a.(*Authority).checkOwnership(ctx)
-		return operator.Domain(d), err
+		return a.(*Authority).checkOwnership(ctx)
 	}
 }
