@@ -58,9 +58,9 @@ type Config struct {
 	// Collector.
 	fencepub.Env
 	// Authority checks the bucket's ownership marker before a pass (and
-	// explains an uninitialised domain) and, for
-	// the daemon (`fencepub gc daemon`), grants the GC lease. Nil: New
-	// builds one from Env with the authority's defaults.
+	// explains an uninitialised domain) and, for the daemon (`fencepub gc
+	// daemon`), grants the GC lease. Nil: New builds one from Env with the
+	// authority's defaults.
 	Authority *authority.Authority
 	// Policy says what to keep; zero fields take their defaults.
 	Policy Policy

@@ -81,11 +81,11 @@ const decommissionAttempts = 8
 // its past can ever publish (`fencepub resource delete`; DESIGN.md "etcd
 // layout"; the package doc, "Decommissioning"): one transaction raises its
 // seal to (epoch, generation, fencepub.MaxNumber) with reason
-// layout.SealReasonDecommissioned. GC then deletes its objects and records; a later
-// grant re-creates the resource. Errors: fencepub.ErrInvalid (bad name),
-// ErrUnknownResource (never granted), authority.ErrHeld (a live lease and
-// !force), fencepub.ErrNotInitialized, fencepub.ErrCorruptState, errRaceLost,
-// fencepub.ErrUnavailable, ctx's error.
+// layout.SealReasonDecommissioned. GC then deletes its objects and records;
+// a later grant re-creates the resource. Errors: fencepub.ErrInvalid (bad
+// name), ErrUnknownResource (never granted), authority.ErrHeld (a live lease
+// and !force), fencepub.ErrNotInitialized, fencepub.ErrCorruptState,
+// errRaceLost, fencepub.ErrUnavailable, ctx's error.
 func (c *Collector) decommission(ctx context.Context, res string, force bool) (operator.Decommissioned, error) {
 	if err := layout.ValidateResource(res, false); err != nil {
 		return operator.Decommissioned{}, fmt.Errorf("%w: %w", fencepub.ErrInvalid, err)
