@@ -9,14 +9,14 @@
 //     pass reads the epoch, pointer, seal, holder and history at one etcd
 //     revision, then classifies every listed key as published, retained,
 //     unpublishable, quarantined, in_flight, abandoned or foreign (DESIGN.md
-//     for the rules; Report.ByDecision counts them). Only unpublishable and abandoned keys are
-//     deleted; abandoned ones only after a seal raised over them (an
-//     abandoned upload is aborted without one: it can never complete), and
-//     the seal stays below every in-flight object or upload the pass keeps. A
-//     released term's objects are unpublishable at once: authority Release
-//     seals the term (DESIGN.md "Leftovers of finished work"), so only the
-//     leftovers of a term that ended without a release wait for the abandon
-//     period.
+//     for the rules; Report.ByDecision counts them). Only unpublishable and
+//     abandoned keys are deleted; abandoned ones only after a seal raised
+//     over them (an abandoned upload is aborted without one: it can never
+//     complete), and the seal stays below every in-flight object or upload
+//     the pass keeps. A released term's objects are unpublishable at once:
+//     authority Release seals the term (DESIGN.md "Leftovers of finished
+//     work"), so only the leftovers of a term that ended without a release
+//     wait for the abandon period.
 //   - Every deletion is justified by durable, monotonic state (pointer, seal
 //     and epoch only rise), so several collectors may run at once; the
 //     lease of `fencepub gc daemon` only saves duplicate work. A key missing

@@ -123,8 +123,9 @@ type opJSON struct {
 	Owner   string  `json:"owner,omitempty"`
 }
 
-// EncodeVersioned returns EncodeVersion(v) + "|" + JSON(payload): the value form of
-// seals (and of pointers and history entries before the compact form).
+// EncodeVersioned returns EncodeVersion(v) + "|" + JSON(payload): the value
+// form of seals (and of pointers and history entries before the compact
+// form).
 func EncodeVersioned(v Version, payload any) (string, error) {
 	b, err := json.Marshal(payload)
 	if err != nil {

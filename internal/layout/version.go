@@ -75,8 +75,8 @@ func (v Version) Validate() error {
 }
 
 // DecodeVersion parses the first VersionWidth bytes of s as produced by
-// EncodeVersion. It returns ErrBadVersion (wrapped, with the input quoted) when s is
-// short or any field is not 20 decimal digits.
+// EncodeVersion. It returns ErrBadVersion (wrapped, with the input quoted)
+// when s is short or any field is not 20 decimal digits.
 func DecodeVersion(s string) (Version, error) {
 	if len(s) < VersionWidth || s[numWidth] != '-' || s[2*numWidth+1] != '-' {
 		return Version{}, fmt.Errorf("%w: %.80q", ErrBadVersion, s)
