@@ -13,7 +13,7 @@ import (
 // dry run nothing is changed and Deleted and Sealed count what the pass
 // would have done. `fencepub gc run -o json` prints the pass in detail:
 // every decision with its reason, uploads, etcd records and the domain
-// clock (docs/operations.md).
+// clock (docs/gc.md, "The pass report").
 type Report struct {
 	DryRun bool `json:"dry_run"`
 	// Resources counts the resources the pass covered.
