@@ -16,7 +16,9 @@ import (
 )
 
 // idempotentAttempts bounds the sends of a request that is safe to repeat
-// (resource init, reads), each bounded by Config.RequestTimeout.
+// (resource init, reads), each bounded by Config.RequestTimeout, after an
+// error that is not etcd's "unavailable" (those are sent again until the
+// deadline, see retry).
 const idempotentAttempts = 3
 
 // Indexes of the Else branch's reads in a publish transaction.
@@ -379,21 +381,38 @@ func (c *Client) classify(pr *prepared, resp *clientv3.TxnResponse) (Result, err
 // single publish that raced something classify does not read.
 var errAllMatch = errors.New("publisher: the transaction failed but every compared value matches")
 
-// retry runs fn, which must be safe to repeat, up to idempotentAttempts
-// times (retry.Do, jittered backoff), each bounded by RequestTimeout, while
-// it fails without a definite answer (retry.EtcdNotApplied). The last error
-// is wrapped in fencepub.ErrUnavailable unless ctx ended.
+// retry runs fn, which must be safe to repeat, each attempt bounded by
+// RequestTimeout (retry.Do, jittered backoff): after an answer that the
+// cluster cannot serve it now or no answer in time (retry.EtcdUnavailable:
+// a stalled member, a leader election) until ctx's deadline, or
+// ResendTimeout when ctx has none (DESIGN.md invariant 12); after another
+// error without a definite answer (not retry.EtcdNotApplied) up to
+// idempotentAttempts times. The last error is wrapped in
+// fencepub.ErrUnavailable unless ctx ended; when ctx's deadline ended the
+// retries of an unavailable etcd, the error wraps both.
 func (c *Client) retry(ctx context.Context, what string, fn func(ctx context.Context) error) error {
-	attempt := 0
-	err := retry.Do(ctx, func(ctx context.Context) error {
-		attempt++
-		actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	rctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, c.cfg.ResendTimeout)
 		defer cancel()
-		return fn(actx)
-	}, func(err error) bool { return attempt < idempotentAttempts && !retry.EtcdNotApplied(err) })
+	}
+	attempt, unavailable := 0, false
+	err := retry.Do(rctx, func(rctx context.Context) error {
+		attempt++
+		actx, cancel := context.WithTimeout(rctx, c.cfg.RequestTimeout)
+		defer cancel()
+		err := fn(actx)
+		unavailable = unavailable || ctx.Err() == nil && retry.EtcdUnavailable(err)
+		return err
+	}, func(err error) bool {
+		return retry.EtcdUnavailable(err) || attempt < idempotentAttempts && !retry.EtcdNotApplied(err)
+	})
 	switch {
 	case err == nil || retry.EtcdNotApplied(err):
 		return err
+	case unavailable && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("%w: %s: retried until the caller's deadline: %w", fencepub.ErrUnavailable, what, context.Cause(ctx))
 	case ctx.Err() != nil:
 		return fmt.Errorf("publisher: %s: %w", what, err)
 	}
